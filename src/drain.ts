@@ -1,0 +1,260 @@
+// The drain loop, the same for the Worker and the sidecar. One call drains until there is no
+// ready work, the budget is spent, or the caller aborts:
+//
+//   claim a batch (one statement, committed at once)  ──►  local queue (claimed, not started)
+//        ▲  when queue + running leave room for a batch           │ a free slot takes the oldest
+//        │                                                        ▼
+//   stop claiming on: a short claim (backlog empty),     running (≤ concurrency handlers, each
+//   the budget's deadline, abort, or a claim error        with its timeout and an AbortSignal)
+//                                                                 │
+//                        success ─► buffered, one DELETE per flush (whatever finished meanwhile)
+//                        failure ─► fail(): retry with backoff, or dead
+//   on stop: jobs still in the local queue are released (attempt refunded); handlers already
+//   running get until their (budget-clipped) timeout; then every settlement is awaited.
+//
+// No transaction is ever held open across a handler. A process that dies anywhere in here leaves
+// its jobs `running` with a lock the reaper will expire: never lost.
+import { type ClaimedJob, type Db, type FailOutcome, type HeldJob, claim, complete, fail, release } from './queries/index.ts';
+import { DEFAULT_TIMEOUT_MS, type JobRegistry, PermanentJobError, RetryLaterError, describeIssues } from './jobs/registry.ts';
+
+export interface DrainOptions {
+  /** Identifies this process in locked_by (each claim adds a sequence number to it). */
+  workerId: string;
+  /** Jobs per claim. Default 20: the article's measured sweet spot. */
+  batchSize?: number;
+  /** Handlers running at once. Default: batchSize. */
+  concurrency?: number;
+  /** Claimed-but-not-started jobs to keep ready beyond the running ones, so the next claim's round
+   * trip overlaps work. Default: batchSize. Released, attempt refunded, if the drain stops first. */
+  prefetch?: number;
+  /** Claim only these kinds. Default: every kind the registry has a handler for. */
+  kinds?: readonly string[];
+  /** Stop claiming and clip handler timeouts so that the call returns within this. Default: none. */
+  budgetMs?: number;
+  /** Reserved out of the budget for settling and releasing. Default: 10% of it, at most 1 s. */
+  marginMs?: number;
+  /** Stop claiming when aborted; in-flight handlers finish (up to their timeout). */
+  signal?: AbortSignal;
+  /** Called when a handler starts; for logs and measurements. */
+  onJobStart?: (job: ClaimedJob) => void;
+  /** Called when a settlement statement fails (the jobs stay running for the reaper). */
+  onSettleError?: (error: unknown) => void;
+}
+
+export interface DrainReport {
+  claimed: number;
+  completed: number;
+  /** Failed and scheduled for a retry. */
+  failed: number;
+  /** Failed for the last time (or permanently). */
+  dead: number;
+  released: number;
+  /** Settlements refused by the lock token: the job had been reaped and re-claimed elsewhere. */
+  lost: number;
+  elapsedMs: number;
+  stoppedBy: 'empty' | 'budget' | 'signal';
+}
+
+let claimSequence = 0;
+
+export async function drain(db: Db, registry: JobRegistry, options: DrainOptions): Promise<DrainReport> {
+  const started = Date.now();
+  const batchSize = Math.max(1, options.batchSize ?? 20);
+  const concurrency = Math.max(1, options.concurrency ?? batchSize);
+  const prefetch = Math.max(0, options.prefetch ?? batchSize);
+  const kinds = options.kinds ?? registry.kinds();
+  const budget = options.budgetMs ?? Number.POSITIVE_INFINITY;
+  const margin = options.marginMs ?? Math.min(1000, budget * 0.1);
+  const deadline = started + budget - margin;
+  const report: DrainReport = { claimed: 0, completed: 0, failed: 0, dead: 0, released: 0, lost: 0, elapsedMs: 0, stoppedBy: 'empty' };
+
+  const waiting: ClaimedJob[] = [];
+  const running = new Set<Promise<void>>();
+  const settling = new Set<Promise<void>>();
+  let backlogEmpty = false;
+  let claimError: unknown;
+  let wake: () => void = () => {};
+
+  // Completions are buffered and flushed one DELETE at a time: whatever finished while the
+  // previous DELETE was in flight goes in the next one.
+  let toComplete: HeldJob[] = [];
+  let flushing = false;
+  const flush = (): void => {
+    if (flushing || toComplete.length === 0) return;
+    flushing = true;
+    const batch = toComplete;
+    toComplete = [];
+    const done = complete(db, batch)
+      .then((ids) => {
+        report.completed += ids.length;
+        report.lost += batch.length - ids.length;
+      })
+      .catch((error: unknown) => options.onSettleError?.(error))
+      .finally(() => {
+        flushing = false;
+        settling.delete(done);
+        flush();
+        wake();
+      });
+    settling.add(done);
+  };
+
+  const settleFailure = (job: ClaimedJob, error: unknown): void => {
+    const definition = registry.get(job.kind);
+    const done = fail(db, job, {
+      error: describeError(error),
+      permanent: error instanceof PermanentJobError,
+      retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
+      backoff: definition?.backoff,
+    })
+      .then((result: FailOutcome) => {
+        if (result.outcome === 'retry') report.failed++;
+        else if (result.outcome === 'dead') report.dead++;
+        else report.lost++;
+      })
+      .catch((e: unknown) => options.onSettleError?.(e))
+      .finally(() => {
+        settling.delete(done);
+        wake();
+      });
+    settling.add(done);
+  };
+
+  const start = (job: ClaimedJob): void => {
+    const task = runHandler(registry, job, deadline, options.onJobStart).then(
+      () => {
+        toComplete.push(job);
+        flush();
+      },
+      (error: unknown) => settleFailure(job, error),
+    );
+    const tracked = task.finally(() => {
+      running.delete(tracked);
+      wake();
+    });
+    running.add(tracked);
+  };
+
+  let claiming: Promise<void> | null = null;
+  const stopReason = (): DrainReport['stoppedBy'] | null =>
+    options.signal?.aborted ? 'signal' : Date.now() >= deadline ? 'budget' : null;
+
+  for (;;) {
+    const stop = stopReason();
+    if (stop) report.stoppedBy = stop;
+    const stopping = stop !== null || claimError !== undefined;
+    if (!stopping) while (waiting.length > 0 && running.size < concurrency) start(waiting.shift() as ClaimedJob);
+
+    const room = concurrency + prefetch - waiting.length - running.size;
+    const wanted = Math.min(batchSize, room);
+    if (!stopping && !backlogEmpty && claiming === null && (wanted === batchSize || (waiting.length === 0 && running.size === 0 && wanted > 0))) {
+      const lockToken = `${options.workerId}:${++claimSequence}`;
+      claiming = claim(db, { batchSize: wanted, lockToken, kinds })
+        .then((jobs) => {
+          report.claimed += jobs.length;
+          waiting.push(...jobs);
+          if (jobs.length < wanted) backlogEmpty = true;
+        })
+        .catch((error: unknown) => {
+          claimError = error;
+        })
+        .finally(() => {
+          claiming = null;
+          wake();
+        });
+    }
+
+    if (stopping && waiting.length > 0) {
+      const unstarted = waiting.splice(0);
+      const done = release(db, unstarted)
+        .then((ids) => {
+          report.released += ids.length;
+          report.lost += unstarted.length - ids.length;
+        })
+        .catch((e: unknown) => options.onSettleError?.(e))
+        .finally(() => {
+          settling.delete(done);
+          wake();
+        });
+      settling.add(done);
+    }
+
+    const idle = claiming === null && running.size === 0 && waiting.length === 0;
+    if (idle && (stopping || backlogEmpty)) break;
+
+    // Sleep until something changes: a handler ends, a claim returns, or the deadline passes.
+    const woken = new Promise<void>((resolve) => {
+      wake = resolve;
+    });
+    const untilDeadline = Number.isFinite(deadline) && !stopping ? Math.max(0, deadline - Date.now()) : null;
+    const timer = untilDeadline === null ? undefined : setTimeout(() => wake(), untilDeadline);
+    const onAbort = () => wake();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    await woken;
+    clearTimeout(timer);
+    options.signal?.removeEventListener('abort', onAbort);
+  }
+
+  flush();
+  while (settling.size > 0) {
+    await Promise.all([...settling]);
+    flush();
+  }
+  report.elapsedMs = Date.now() - started;
+  if (claimError !== undefined) throw claimError;
+  return report;
+}
+
+/** Runs one job's handler with the kind's timeout clipped to the drain's deadline. */
+async function runHandler(
+  registry: JobRegistry,
+  job: ClaimedJob,
+  deadline: number,
+  onJobStart: DrainOptions['onJobStart'],
+): Promise<void> {
+  const definition = registry.get(job.kind);
+  if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
+  const parsed = definition.schema.safeParse(job.payload);
+  if (!parsed.success) throw new PermanentJobError(`payload rejected by kind ${job.kind}: ${describeIssues(parsed.error)}`);
+
+  const kindTimeout = definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const left = deadline - Date.now();
+  const timeoutMs = Math.max(0, Math.min(kindTimeout, left));
+  const clippedByBudget = left < kindTimeout;
+  const controller = new AbortController();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const error = new Error(
+        clippedByBudget
+          ? `handler did not finish within the drain's remaining budget of ${timeoutMs} ms`
+          : `handler timed out after ${timeoutMs} ms`,
+      );
+      error.name = 'TimeoutError';
+      controller.abort(error);
+      reject(error);
+    }, timeoutMs);
+  });
+  try {
+    onJobStart?.(job);
+    // A handler that ignores its signal is abandoned at the timeout, not awaited forever.
+    await Promise.race([Promise.resolve().then(() => definition.handler(parsed.data, { job, signal: controller.signal })), timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A readable last_error for anything a handler can throw. */
+export function describeError(error: unknown): string {
+  if (error instanceof Error) {
+    const message = error.message || '(no message)';
+    return error.name && error.name !== 'Error' ? `${error.name}: ${message}` : message;
+  }
+  if (typeof error === 'string') return error;
+  if (error === undefined) return 'handler threw undefined';
+  try {
+    return `handler threw a non-Error value: ${JSON.stringify(error)}`;
+  } catch {
+    return `handler threw a non-Error value: ${String(error)}`;
+  }
+}

@@ -1,0 +1,121 @@
+// Job kinds: what each kind's payload must look like, how its handler runs, and its limits.
+// The registry validates at enqueue (bad payloads are refused, never stored) and gives the drain
+// loop each kind's handler, timeout and backoff.
+import { z } from 'zod';
+import type { Backoff, ClaimedJob, NewJob } from '../queries/index.ts';
+
+export interface JobContext {
+  job: ClaimedJob;
+  /** Aborted when the handler's time is up (its timeout, or the drain's budget). */
+  signal: AbortSignal;
+}
+
+export interface JobDefinition<Payload = unknown> {
+  kind: string;
+  /** Validated at enqueue and again before the handler runs. */
+  schema: z.ZodType<Payload>;
+  /** Must be idempotent: delivery is at-least-once (retries and reaped locks run a job again). */
+  handler: (payload: Payload, ctx: JobContext) => Promise<void> | void;
+  /** Default 3. */
+  maxAttempts?: number;
+  /** Default 30 s. A handler still running then is recorded as failed. */
+  timeoutMs?: number;
+  /** Written to each job: the reaper reclaims a running job after this long. Default: the reaper's. */
+  visibilitySeconds?: number;
+  backoff?: Backoff;
+}
+
+export const DEFAULT_TIMEOUT_MS = 30_000;
+export const DEFAULT_MAX_ATTEMPTS = 3;
+
+export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefinition<Payload> {
+  if (!/^[A-Za-z0-9_.:-]{1,100}$/.test(definition.kind)) {
+    throw new Error(`job kind ${JSON.stringify(definition.kind)}: use 1-100 letters, digits, or _ . : -`);
+  }
+  return definition;
+}
+
+/** A failure that retrying cannot fix: the job goes straight to dead. */
+export class PermanentJobError extends Error {
+  override name = 'PermanentJobError';
+}
+
+/** A failure to retry no sooner than `retryAfterSeconds` (for example an HTTP Retry-After). */
+export class RetryLaterError extends Error {
+  override name = 'RetryLaterError';
+  retryAfterSeconds: number;
+  constructor(message: string, retryAfterSeconds: number) {
+    super(message);
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+/** What a caller asks to enqueue, before validation. */
+export interface EnqueueRequest {
+  kind: string;
+  payload: unknown;
+  runAt?: Date;
+  maxAttempts?: number;
+  dedupeKey?: string;
+}
+
+export class JobValidationError extends Error {
+  override name = 'JobValidationError';
+  code: 'unknown_kind' | 'invalid_payload';
+  constructor(code: 'unknown_kind' | 'invalid_payload', message: string) {
+    super(message);
+    this.code = code;
+  }
+}
+
+export class JobRegistry {
+  readonly #byKind = new Map<string, JobDefinition>();
+
+  constructor(definitions: readonly JobDefinition<any>[]) {
+    for (const d of definitions) {
+      if (this.#byKind.has(d.kind)) throw new Error(`job kind ${d.kind} is registered twice`);
+      this.#byKind.set(d.kind, d as JobDefinition);
+    }
+  }
+
+  get(kind: string): JobDefinition | undefined {
+    return this.#byKind.get(kind);
+  }
+
+  kinds(): string[] {
+    return [...this.#byKind.keys()];
+  }
+
+  /** Checks kind and payload and fills in the kind's limits; throws JobValidationError. */
+  prepare(request: EnqueueRequest): NewJob {
+    const definition = this.#byKind.get(request.kind);
+    if (!definition) {
+      throw new JobValidationError(
+        'unknown_kind',
+        `unknown job kind ${JSON.stringify(request.kind)}; registered kinds: ${this.kinds().join(', ') || '(none)'}`,
+      );
+    }
+    const parsed = definition.schema.safeParse(request.payload);
+    if (!parsed.success) {
+      throw new JobValidationError('invalid_payload', `payload rejected by kind ${definition.kind}: ${describeIssues(parsed.error)}`);
+    }
+    return {
+      kind: definition.kind,
+      // Store what the caller sent (validated), not the parse output, so the handler's own parse
+      // at run time sees the same input.
+      payload: request.payload,
+      runAt: request.runAt,
+      maxAttempts: request.maxAttempts ?? definition.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+      dedupeKey: request.dedupeKey,
+      visibilitySeconds: definition.visibilitySeconds,
+    };
+  }
+}
+
+/** "payload.url: Invalid URL; payload.method: …" — names each field that was wrong. */
+export function describeIssues(error: z.ZodError, prefix = 'payload'): string {
+  return error.issues
+    .slice(0, 5)
+    .map((i) => `${[prefix, ...i.path.map(String)].join('.')}: ${i.message}`)
+    .join('; ');
+}

@@ -1,0 +1,23 @@
+// complete: success deletes the row (completed rows are what make queue tables slow). One DELETE
+// settles a whole batch; each row is fenced by the lock token its claim wrote, so a worker whose
+// lock was reaped cannot delete the job that another worker now holds.
+import { sql } from 'drizzle-orm';
+import { type Db, rowsOf } from './db.ts';
+
+export interface HeldJob {
+  id: string;
+  lockedBy: string;
+}
+
+/** Deletes the jobs still held under their tokens; returns the ids actually deleted. */
+export async function complete(db: Db, held: readonly HeldJob[]): Promise<string[]> {
+  if (held.length === 0) return [];
+  const rows = await rowsOf<{ id: string }>(
+    db,
+    sql`DELETE FROM jobs j
+         USING unnest(${sql.param(held.map((h) => h.id))}::bigint[], ${sql.param(held.map((h) => h.lockedBy))}::text[]) AS h(id, token)
+         WHERE j.id = h.id AND j.locked_by = h.token AND j.status = 'running'
+     RETURNING j.id`,
+  );
+  return rows.map((r) => String(r.id));
+}

@@ -1,0 +1,17 @@
+// What every query takes: any Drizzle PostgreSQL database or transaction. node-postgres (the
+// sidecar, the tests) and neon-serverless (the Worker) both satisfy it, so they run the same SQL.
+import type { SQL } from 'drizzle-orm';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+
+// The schema generic does not matter to the queue's queries; any database or transaction will do.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type Db = PgDatabase<PgQueryResultHKT, any, any>;
+
+/** The NOTIFY channel; each notification's payload is the kind of the job that became ready. */
+export const NOTIFY_CHANNEL = 'pgdrain_jobs';
+
+/** Rows of a raw statement, whichever driver ran it (both return a pg-style result). */
+export async function rowsOf<T>(db: Db, query: SQL): Promise<T[]> {
+  const result = (await db.execute(query)) as unknown as { rows?: T[] } | T[];
+  return Array.isArray(result) ? result : (result.rows ?? []);
+}

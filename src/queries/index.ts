@@ -1,0 +1,14 @@
+// Every SQL statement of the queue lives in this folder, one verb per file. Each function takes a
+// Drizzle database or transaction, so the Worker (neon-serverless), the sidecar (node-postgres)
+// and the tests run identical SQL, and enqueue joins whatever transaction the caller has open.
+export { type Db, NOTIFY_CHANNEL } from './db.ts';
+export { enqueue, enqueueMany, ENQUEUE_CHUNK, type NewJob, type EnqueuedJob } from './enqueue.ts';
+export { claim, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
+export { complete, type HeldJob } from './complete.ts';
+export { fail, MAX_ERROR_LENGTH, type Backoff, type FailOptions, type FailOutcome } from './fail.ts';
+export { release } from './release.ts';
+export { reap, type ReapResult } from './reap.ts';
+export {
+  getJob, listJobs, stats, retryDead, deleteJob, ping, isJobId,
+  type Job, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
+} from './inspect.ts';

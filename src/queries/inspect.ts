@@ -1,0 +1,120 @@
+// Inspection and repair: what a person (or the HTTP API) uses to look at the queue and act on
+// dead jobs. None of these are on the drain's hot path.
+import { and, desc, eq, lt, sql } from 'drizzle-orm';
+import { type JobRow, type JobStatus, jobs } from '../db/schema.ts';
+import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
+
+export type Job = Omit<JobRow, 'dedupeKey' | 'visibilitySeconds'> & {
+  dedupeKey: string | null;
+  visibilitySeconds: number | null;
+};
+
+export async function getJob(db: Db, id: string): Promise<Job | null> {
+  if (!isJobId(id)) return null;
+  const [row] = await db.select().from(jobs).where(eq(jobs.id, id)).limit(1);
+  return row ? { ...row, id: String(row.id) } : null;
+}
+
+export interface ListOptions {
+  status?: JobStatus;
+  kind?: string;
+  limit: number;
+  /** The id of the last job of the previous page; pages go newest first. */
+  before?: string;
+}
+
+export async function listJobs(db: Db, options: ListOptions): Promise<{ jobs: Job[]; nextCursor: string | null }> {
+  const rows = await db
+    .select()
+    .from(jobs)
+    .where(
+      and(
+        options.status ? eq(jobs.status, options.status) : undefined,
+        options.kind ? eq(jobs.kind, options.kind) : undefined,
+        options.before ? lt(jobs.id, options.before) : undefined,
+      ),
+    )
+    .orderBy(desc(jobs.id))
+    .limit(options.limit + 1);
+  const page = rows.slice(0, options.limit).map((r) => ({ ...r, id: String(r.id) }));
+  return { jobs: page, nextCursor: rows.length > options.limit ? (page.at(-1)?.id ?? null) : null };
+}
+
+export interface KindStats {
+  pending: number;
+  /** Pending and due now. */
+  ready: number;
+  running: number;
+  dead: number;
+}
+
+export interface QueueStats {
+  kinds: Record<string, KindStats>;
+  /** How long the oldest ready job has waited past its run_at; null when nothing is ready. */
+  oldestReadySeconds: number | null;
+}
+
+export async function stats(db: Db): Promise<QueueStats> {
+  const rows = await rowsOf<{ kind: string; pending: number; ready: number; running: number; dead: number }>(
+    db,
+    sql`SELECT kind,
+               count(*) FILTER (WHERE status = 'pending')::int AS pending,
+               count(*) FILTER (WHERE status = 'pending' AND run_at <= now())::int AS ready,
+               count(*) FILTER (WHERE status = 'running')::int AS running,
+               count(*) FILTER (WHERE status = 'dead')::int AS dead
+          FROM jobs GROUP BY kind ORDER BY kind`,
+  );
+  // The oldest ready job is the first entry of jobs_ready: one index probe.
+  const [oldest] = await rowsOf<{ seconds: number | null }>(
+    db,
+    sql`SELECT extract(epoch from now() - run_at)::float8 AS seconds
+          FROM jobs WHERE status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 1`,
+  );
+  const kinds: Record<string, KindStats> = {};
+  for (const r of rows) kinds[r.kind] = { pending: r.pending, ready: r.ready, running: r.running, dead: r.dead };
+  return { kinds, oldestReadySeconds: oldest?.seconds == null ? null : Number(oldest.seconds) };
+}
+
+export type RetryOutcome = { outcome: 'retried'; job: Job } | { outcome: 'not_dead'; status: JobStatus } | { outcome: 'not_found' };
+
+/** A dead job back to pending, due now, with its attempts reset; last_error stays for reference. */
+export async function retryDead(db: Db, id: string): Promise<RetryOutcome> {
+  if (!isJobId(id)) return { outcome: 'not_found' };
+  const [row] = await db
+    .update(jobs)
+    .set({ status: 'pending', attempts: 0, runAt: sql`now()` })
+    .where(and(eq(jobs.id, id), eq(jobs.status, 'dead')))
+    .returning();
+  if (row) {
+    await db.execute(sql`SELECT pg_notify(${NOTIFY_CHANNEL}, ${row.kind})`);
+    return { outcome: 'retried', job: { ...row, id: String(row.id) } };
+  }
+  const current = await getJob(db, id);
+  return current ? { outcome: 'not_dead', status: current.status } : { outcome: 'not_found' };
+}
+
+export type DeleteOutcome = { outcome: 'deleted' } | { outcome: 'running' } | { outcome: 'not_found' };
+
+/** Deletes a pending or dead job. A running job is refused: its worker still holds it. */
+export async function deleteJob(db: Db, id: string): Promise<DeleteOutcome> {
+  if (!isJobId(id)) return { outcome: 'not_found' };
+  const rows = await rowsOf<{ deleted: boolean; status: JobStatus }>(
+    db,
+    sql`WITH target AS (SELECT id, status FROM jobs WHERE id = ${id}::bigint),
+             del AS (DELETE FROM jobs WHERE id = ${id}::bigint AND status IN ('pending', 'dead') RETURNING id)
+        SELECT EXISTS (SELECT 1 FROM del) AS deleted, (SELECT status FROM target) AS status`,
+  );
+  const row = rows[0];
+  if (row?.deleted) return { outcome: 'deleted' };
+  return row?.status === 'running' ? { outcome: 'running' } : { outcome: 'not_found' };
+}
+
+/** True when the database answers. */
+export async function ping(db: Db): Promise<void> {
+  await db.execute(sql`SELECT 1`);
+}
+
+/** A job id is a positive bigint in decimal; anything else cannot name a job. */
+export function isJobId(id: string): boolean {
+  return /^[1-9][0-9]{0,18}$/.test(id) && (id.length < 19 || id <= '9223372036854775807');
+}

@@ -1,0 +1,384 @@
+// The queue's behaviour, written once and run against every driver we support (node-postgres in
+// Node, neon-serverless inside workerd), the way River runs one conformance suite per driver.
+// Each test reads like one of the article's "Verify" lines and asserts on rows and counts.
+import { sql } from 'drizzle-orm';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { drain } from '../../src/drain.ts';
+import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/registry.ts';
+import { noopJob } from '../../src/jobs/noop.ts';
+import {
+  type Db, claim, complete, enqueue, enqueueMany, explainClaim, fail, MAX_ERROR_LENGTH, release, reap,
+} from '../../src/queries/index.ts';
+
+export interface Listener {
+  /** Payloads received on the channel so far. */
+  received: string[];
+  close(): Promise<void>;
+}
+
+export interface Harness {
+  db: Db;
+  /** Raw SQL for arranging and asserting; returns rows. */
+  query<T = Record<string, any>>(text: string, values?: unknown[]): Promise<T[]>;
+  /** A database on connections of its own, like a separate worker process would have. */
+  connect(): Promise<Db>;
+  listen(channel: string): Promise<Listener>;
+  close(): Promise<void>;
+}
+
+export interface SuiteOptions {
+  /** Scale of the load tests; the Worker runtime uses smaller numbers. */
+  drainJobs: number;
+  historyRows: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export function queueBehaviourSuite(name: string, createHarness: () => Promise<Harness>, options: SuiteOptions) {
+  describe(`queue behaviour (${name})`, () => {
+    let h: Harness;
+    beforeAll(async () => {
+      h = await createHarness();
+      await h.query('CREATE TABLE IF NOT EXISTS orders (id serial PRIMARY KEY, item text NOT NULL)');
+    });
+    afterAll(async () => {
+      await h?.close();
+    });
+    beforeEach(async () => {
+      await h.query('TRUNCATE jobs, orders');
+    });
+
+    const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM jobs WHERE ${where}`))[0]?.n);
+
+    it('a job enqueued in a rolled-back transaction vanishes with the business row, and nobody is notified', async () => {
+      const listener = await h.listen('pgdrain_jobs');
+      try {
+        await expect(
+          h.db.transaction(async (tx) => {
+            await tx.execute(sql`INSERT INTO orders (item) VALUES ('book')`);
+            await enqueue(tx, { kind: 'send_receipt', payload: { order: 'book' } });
+            throw new Error('payment declined');
+          }),
+        ).rejects.toThrow('payment declined');
+        await sleep(300);
+        expect(await h.query('SELECT * FROM orders')).toHaveLength(0);
+        expect(await count()).toBe(0);
+        expect(listener.received).toEqual([]);
+
+        await h.db.transaction(async (tx) => {
+          await tx.execute(sql`INSERT INTO orders (item) VALUES ('lamp')`);
+          await enqueue(tx, { kind: 'send_receipt', payload: { order: 'lamp' } });
+        });
+        for (let i = 0; i < 50 && listener.received.length === 0; i++) await sleep(20);
+        expect(await h.query('SELECT item FROM orders')).toEqual([{ item: 'lamp' }]);
+        expect(await h.query('SELECT kind, payload FROM jobs')).toEqual([{ kind: 'send_receipt', payload: { order: 'lamp' } }]);
+        expect(listener.received).toEqual(['send_receipt']);
+      } finally {
+        await listener.close();
+      }
+    });
+
+    it('several workers on separate connections drain every job exactly once and leave the table empty', async () => {
+      const total = options.drainJobs;
+      await enqueueMany(h.db, Array.from({ length: total }, (_, i) => ({ kind: 'count', payload: { n: i } })));
+      const runs = new Map<number, number>();
+      const registry = new JobRegistry([
+        defineJob({
+          kind: 'count',
+          schema: z.object({ n: z.number() }),
+          handler: ({ n }) => {
+            runs.set(n, (runs.get(n) ?? 0) + 1);
+          },
+        }),
+      ]);
+      const workers = await Promise.all([1, 2, 3, 4].map(() => h.connect()));
+      const reports = await Promise.all(workers.map((db, i) => drain(db, registry, { workerId: `worker-${i}` })));
+      expect(runs.size).toBe(total);
+      expect([...runs.values()].every((c) => c === 1)).toBe(true);
+      expect(reports.reduce((s, r) => s + r.claimed, 0)).toBe(total);
+      expect(reports.reduce((s, r) => s + r.completed, 0)).toBe(total);
+      expect(reports.filter((r) => r.claimed > 0).length).toBeGreaterThan(1);
+      expect(await count()).toBe(0);
+    });
+
+    it('the claim uses the jobs_ready partial index when the table is mostly history', async () => {
+      await h.query(
+        `INSERT INTO jobs (kind, payload, status, attempts, last_error)
+         SELECT 'old', '{}'::jsonb, 'dead', 3, 'boom' FROM generate_series(1, $1::int)`,
+        [options.historyRows],
+      );
+      await enqueueMany(h.db, Array.from({ length: 50 }, () => ({ kind: 'noop', payload: {} })));
+      await h.query('ANALYZE jobs');
+      const plan = await explainClaim(h.db, { batchSize: 20, lockToken: 'explain:1' });
+      expect(plan).toContain('jobs_ready');
+      expect(plan).not.toMatch(/Seq Scan on jobs/);
+      const filtered = await explainClaim(h.db, { batchSize: 20, lockToken: 'explain:2', kinds: ['noop'] });
+      expect(filtered).toContain('jobs_ready');
+    });
+
+    it('a failure pushes run_at into the future and counts the attempt; the last one makes the job dead', async () => {
+      const registry = new JobRegistry([
+        defineJob({
+          kind: 'flaky',
+          schema: z.unknown(),
+          handler: () => {
+            throw new Error('boom');
+          },
+        }),
+      ]);
+      const { id } = await enqueue(h.db, { kind: 'flaky', payload: {}, maxAttempts: 2 });
+      const first = await drain(h.db, registry, { workerId: 'w' });
+      expect(first).toMatchObject({ claimed: 1, failed: 1, dead: 0 });
+      const [deferred] = await h.query(
+        `SELECT status, attempts, last_error, run_at > now() AS deferred, locked_by FROM jobs WHERE id = $1`,
+        [id],
+      );
+      expect(deferred).toEqual({ status: 'pending', attempts: 1, last_error: 'boom', deferred: true, locked_by: null });
+
+      await h.query(`UPDATE jobs SET run_at = now() WHERE id = $1`, [id]);
+      const second = await drain(h.db, registry, { workerId: 'w' });
+      expect(second).toMatchObject({ claimed: 1, failed: 0, dead: 1 });
+      expect(await h.query('SELECT status, attempts, last_error FROM jobs WHERE id = $1', [id])).toEqual([
+        { status: 'dead', attempts: 2, last_error: 'boom' },
+      ]);
+    });
+
+    it('backoff grows exponentially with jitter, up to the cap', async () => {
+      const jobs = await enqueueMany(h.db, Array.from({ length: 20 }, () => ({ kind: 'x', payload: {}, maxAttempts: 10 })));
+      await h.query(`UPDATE jobs SET attempts = 4`);
+      const claimed = await claim(h.db, { batchSize: 20, lockToken: 'w:1' });
+      expect(claimed).toHaveLength(20);
+      for (const job of claimed) await fail(h.db, job, { error: 'e', backoff: { baseSeconds: 10, capSeconds: 3600 } });
+      // attempt 5: 10 s * 2^4 = 160 s, times a jitter in [0.5, 1).
+      const delays = (await h.query<{ d: number }>(`SELECT extract(epoch from run_at - now())::float8 AS d FROM jobs`)).map((r) => r.d);
+      expect(Math.min(...delays)).toBeGreaterThan(79);
+      expect(Math.max(...delays)).toBeLessThan(161);
+      expect(new Set(delays.map((d) => Math.round(d))).size).toBeGreaterThan(1);
+
+      await h.query(`UPDATE jobs SET run_at = now(), attempts = 8`);
+      const again = await claim(h.db, { batchSize: 1, lockToken: 'w:2' });
+      await fail(h.db, again[0]!, { error: 'e', backoff: { baseSeconds: 10, capSeconds: 60 } });
+      const [capped] = await h.query(`SELECT extract(epoch from run_at - now())::float8 AS d FROM jobs WHERE id = $1`, [again[0]!.id]);
+      expect(capped!.d).toBeLessThanOrEqual(60);
+      expect(jobs).toHaveLength(20);
+    });
+
+    it('the reaper returns a lock ten minutes old under a five-minute timeout and leaves a fresh one; per-job timeouts win', async () => {
+      const rows = await h.query<{ id: string; name: string }>(
+        `INSERT INTO jobs (kind, payload, status, attempts, locked_at, locked_by, visibility_seconds, last_error)
+         VALUES ('k', '{"name":"stale"}', 'running', 1, now() - interval '10 minutes', 'dead-worker:1', NULL, NULL),
+                ('k', '{"name":"fresh"}', 'running', 1, now() - interval '1 minute', 'live-worker:1', NULL, NULL),
+                ('k', '{"name":"short"}', 'running', 1, now() - interval '2 minutes', 'w:2', 60, NULL),
+                ('k', '{"name":"long"}', 'running', 1, now() - interval '10 minutes', 'w:3', 3600, NULL),
+                ('k', '{"name":"last"}', 'running', 3, now() - interval '10 minutes', 'w:4', NULL, NULL)
+         RETURNING id::text, payload->>'name' AS name`,
+      );
+      const idOf = (n: string) => rows.find((r) => r.name === n)!.id;
+      const result = await reap(h.db, 300);
+      expect(result.reclaimed.sort()).toEqual([idOf('stale'), idOf('short')].sort());
+      expect(result.dead).toEqual([idOf('last')]);
+      const state = await h.query(`SELECT payload->>'name' AS name, status, locked_by FROM jobs ORDER BY id`);
+      expect(state).toEqual([
+        { name: 'stale', status: 'pending', locked_by: null },
+        { name: 'fresh', status: 'running', locked_by: 'live-worker:1' },
+        { name: 'short', status: 'pending', locked_by: null },
+        { name: 'long', status: 'running', locked_by: 'w:3' },
+        { name: 'last', status: 'dead', locked_by: null },
+      ]);
+      expect(await reap(h.db, 300)).toEqual({ reclaimed: [], dead: [] });
+    });
+
+    it('a worker whose lock was reaped and re-claimed cannot complete, fail or release the job', async () => {
+      const { id } = await enqueue(h.db, { kind: 'k', payload: {} });
+      const [mine] = await claim(h.db, { batchSize: 1, lockToken: 'slow-worker:1' });
+      await h.query(`UPDATE jobs SET locked_at = now() - interval '1 hour' WHERE id = $1`, [id]);
+      expect((await reap(h.db, 60)).reclaimed).toEqual([id]);
+      const [theirs] = await claim(h.db, { batchSize: 1, lockToken: 'other-worker:7' });
+      expect(theirs!.id).toBe(id);
+
+      expect(await complete(h.db, [mine!])).toEqual([]);
+      expect(await fail(h.db, mine!, { error: 'late failure' })).toEqual({ outcome: 'lost' });
+      expect(await release(h.db, [mine!])).toEqual([]);
+      expect(await h.query('SELECT status, locked_by, attempts, last_error FROM jobs')).toEqual([
+        { status: 'running', locked_by: 'other-worker:7', attempts: 2, last_error: expect.stringContaining('visibility timeout') },
+      ]);
+      expect(await complete(h.db, [theirs!])).toEqual([id]);
+      expect(await count()).toBe(0);
+    });
+
+    it('a handler past its timeout is a failure with a timeout message; a thrown non-Error is recorded readably', async () => {
+      let aborted = false;
+      const registry = new JobRegistry([
+        defineJob({
+          kind: 'slow',
+          schema: z.unknown(),
+          timeoutMs: 100,
+          handler: (_, { signal }) =>
+            new Promise<void>((resolve) => {
+              signal.addEventListener('abort', () => {
+                aborted = true;
+              });
+              setTimeout(resolve, 5_000).unref?.();
+            }),
+        }),
+        defineJob({
+          kind: 'weird',
+          schema: z.object({ what: z.string() }),
+          handler: ({ what }) => {
+            throw what === 'object' ? { code: 42, reason: 'teapot' } : what === 'string' ? 'plain words' : undefined;
+          },
+        }),
+        defineJob({
+          kind: 'huge',
+          schema: z.unknown(),
+          handler: () => {
+            throw new Error('x'.repeat(100_000));
+          },
+        }),
+      ]);
+      await enqueue(h.db, { kind: 'slow', payload: {} });
+      await enqueueMany(h.db, [
+        { kind: 'weird', payload: { what: 'object' } },
+        { kind: 'weird', payload: { what: 'string' } },
+        { kind: 'weird', payload: { what: 'undefined' } },
+        { kind: 'huge', payload: {} },
+      ]);
+      const started = Date.now();
+      const report = await drain(h.db, registry, { workerId: 'w' });
+      expect(Date.now() - started).toBeLessThan(3_000);
+      expect(report).toMatchObject({ claimed: 5, failed: 5, completed: 0 });
+      expect(aborted).toBe(true);
+      const errors = (await h.query<{ kind: string; e: string }>(`SELECT kind, last_error AS e FROM jobs ORDER BY id`)).map((r) => r.e);
+      expect(errors[0]).toBe('TimeoutError: handler timed out after 100 ms');
+      expect(errors[1]).toBe('handler threw a non-Error value: {"code":42,"reason":"teapot"}');
+      expect(errors[2]).toBe('plain words');
+      expect(errors[3]).toBe('handler threw undefined');
+      expect(errors[4]!.length).toBe(MAX_ERROR_LENGTH);
+      expect(await count(`status = 'pending' AND attempts = 1 AND locked_by IS NULL`)).toBe(5);
+    });
+
+    it('a PermanentJobError or a payload the kind now rejects goes straight to dead', async () => {
+      const registry = new JobRegistry([
+        defineJob({
+          kind: 'strict',
+          schema: z.object({ email: z.email() }),
+          handler: () => {
+            throw new PermanentJobError('mailbox does not exist');
+          },
+        }),
+      ]);
+      await enqueueMany(h.db, [
+        { kind: 'strict', payload: { email: 'a@example.com' } },
+        { kind: 'strict', payload: { email: 'not-an-email' } },
+      ]);
+      const report = await drain(h.db, registry, { workerId: 'w' });
+      expect(report).toMatchObject({ claimed: 2, dead: 2 });
+      const rows = await h.query(`SELECT status, attempts, last_error FROM jobs ORDER BY id`);
+      expect(rows[0]).toEqual({ status: 'dead', attempts: 1, last_error: 'PermanentJobError: mailbox does not exist' });
+      expect(rows[1]).toMatchObject({ status: 'dead', attempts: 1 });
+      expect(rows[1]!.last_error).toContain('payload.email');
+    });
+
+    it('a worker filtered to kind B is not delayed by a flood of kind A', async () => {
+      await enqueueMany(h.db, Array.from({ length: 5_000 }, () => ({ kind: 'A', payload: {} })));
+      const { id } = await enqueue(h.db, { kind: 'B', payload: {} });
+      const ran: string[] = [];
+      const registry = new JobRegistry([
+        defineJob({ kind: 'A', schema: z.unknown(), handler: () => void ran.push('A') }),
+        defineJob({ kind: 'B', schema: z.unknown(), handler: ({}, { job }) => void ran.push(`B:${job.id}`) }),
+      ]);
+      const report = await drain(h.db, registry, { workerId: 'b-only', kinds: ['B'] });
+      expect(report).toMatchObject({ claimed: 1, completed: 1 });
+      expect(ran).toEqual([`B:${id}`]);
+      expect(await count(`kind = 'A' AND status = 'pending' AND attempts = 0`)).toBe(5_000);
+      expect(await count(`kind = 'B'`)).toBe(0);
+    });
+
+    it('release puts claimed but unstarted jobs back in line with their attempt refunded', async () => {
+      const enqueued = await enqueueMany(h.db, Array.from({ length: 5 }, (_, i) => ({ kind: 'k', payload: { i } })));
+      const claimed = await claim(h.db, { batchSize: 5, lockToken: 'w:1' });
+      expect(claimed.map((j) => j.id)).toEqual(enqueued.map((j) => j.id));
+      expect(await count(`status = 'running' AND attempts = 1`)).toBe(5);
+      expect((await release(h.db, claimed)).sort()).toEqual(enqueued.map((j) => j.id).sort());
+      expect(await count(`status = 'pending' AND attempts = 0 AND locked_by IS NULL AND locked_at IS NULL`)).toBe(5);
+      const again = await claim(h.db, { batchSize: 5, lockToken: 'w:2' });
+      expect(again.map((j) => j.id)).toEqual(enqueued.map((j) => j.id));
+    });
+
+    it('a drain that runs out of budget releases what it claimed but did not start', async () => {
+      await enqueueMany(h.db, Array.from({ length: 30 }, () => ({ kind: 'sleepy', payload: {} })));
+      const registry = new JobRegistry([
+        defineJob({ kind: 'sleepy', schema: z.unknown(), handler: () => sleep(150) }),
+      ]);
+      const started = Date.now();
+      const report = await drain(h.db, registry, { workerId: 'w', batchSize: 10, concurrency: 2, budgetMs: 600, marginMs: 100 });
+      const elapsed = Date.now() - started;
+      expect(elapsed).toBeLessThan(600 + 1000);
+      expect(report.stoppedBy).toBe('budget');
+      expect(report.claimed).toBe(report.completed + report.released + report.failed);
+      expect(report.released).toBeGreaterThan(0);
+      expect(await count(`status = 'running'`)).toBe(0);
+      expect(await count(`status = 'pending' AND attempts = 0`)).toBe(30 - report.completed - report.failed);
+    });
+
+    it('dedupe: the same key returns the existing job while it exists, and a new one after it is gone', async () => {
+      const first = await enqueue(h.db, { kind: 'k', payload: { v: 1 }, dedupeKey: 'order-42' });
+      const second = await enqueue(h.db, { kind: 'k', payload: { v: 2 }, dedupeKey: 'order-42' });
+      expect(first.deduplicated).toBe(false);
+      expect(second).toEqual({ ...first, deduplicated: true });
+      expect(await h.query('SELECT payload FROM jobs')).toEqual([{ payload: { v: 1 } }]);
+
+      const batch = await enqueueMany(h.db, [
+        { kind: 'k', payload: {}, dedupeKey: 'order-42' },
+        { kind: 'k', payload: {}, dedupeKey: 'order-43' },
+        { kind: 'k', payload: {} },
+        { kind: 'k', payload: {}, dedupeKey: 'order-43' },
+      ]);
+      expect(batch.map((j) => j.deduplicated)).toEqual([true, false, false, true]);
+      expect(batch[0]!.id).toBe(first.id);
+      expect(batch[3]!.id).toBe(batch[1]!.id);
+      expect(await count()).toBe(3);
+
+      const claimed = await claim(h.db, { batchSize: 10, lockToken: 'w:1' });
+      await complete(h.db, claimed);
+      const third = await enqueue(h.db, { kind: 'k', payload: { v: 3 }, dedupeKey: 'order-42' });
+      expect(third.deduplicated).toBe(false);
+      expect(third.id).not.toBe(first.id);
+    });
+
+    it('enqueueMany returns ids in input order and stores every field', async () => {
+      const later = new Date(Date.now() + 3_600_000);
+      const jobs = await enqueueMany(h.db, [
+        { kind: 'a', payload: { n: 1 } },
+        { kind: 'b', payload: [1, 'two'], runAt: later, maxAttempts: 7, visibilitySeconds: 90 },
+        { kind: 'a', payload: "it's \"quoted\" -- ; DROP TABLE jobs" },
+      ]);
+      const rows = await h.query(
+        `SELECT id::text, kind, payload, max_attempts, visibility_seconds, run_at > now() AS delayed FROM jobs ORDER BY id`,
+      );
+      expect(rows.map((r) => r.id)).toEqual(jobs.map((j) => j.id));
+      expect(rows).toEqual([
+        { id: jobs[0]!.id, kind: 'a', payload: { n: 1 }, max_attempts: 3, visibility_seconds: null, delayed: false },
+        { id: jobs[1]!.id, kind: 'b', payload: [1, 'two'], max_attempts: 7, visibility_seconds: 90, delayed: true },
+        { id: jobs[2]!.id, kind: 'a', payload: "it's \"quoted\" -- ; DROP TABLE jobs", max_attempts: 3, visibility_seconds: null, delayed: false },
+      ]);
+      expect(jobs[1]!.runAt.getTime()).toBe(later.getTime());
+    });
+
+    it('after repeated enqueue and drain cycles the table is empty and its size stops growing', async () => {
+      const registry = new JobRegistry([noopJob]);
+      const sizes: number[] = [];
+      for (let cycle = 0; cycle < 6; cycle++) {
+        await enqueueMany(h.db, Array.from({ length: 2_000 }, (_, i) => ({ kind: 'noop', payload: { cycle, i } })));
+        await drain(h.db, registry, { workerId: 'w' });
+        await h.query('VACUUM jobs');
+        const [row] = await h.query<{ bytes: string }>(`SELECT pg_total_relation_size('jobs')::text AS bytes`);
+        sizes.push(Number(row!.bytes));
+      }
+      expect(await count()).toBe(0);
+      // The first cycles size the table; from then on vacuumed space is reused.
+      expect(sizes.at(-1)!).toBeLessThanOrEqual(sizes[2]!);
+    });
+  });
+}

@@ -1,0 +1,29 @@
+// The queue-behaviour suite on node-postgres (the sidecar's driver) against a real PostgreSQL.
+import pg from 'pg';
+import { createTestDatabase } from './support/database.ts';
+import { type Harness, queueBehaviourSuite } from './conformance/queue-behaviour.ts';
+
+queueBehaviourSuite(
+  'node-postgres',
+  async (): Promise<Harness> => {
+    const t = await createTestDatabase();
+    return {
+      db: t.db,
+      query: t.query as Harness['query'],
+      connect: async () => t.connect(2).db,
+      listen: async (channel) => {
+        const client = new pg.Client({ connectionString: t.url });
+        await client.connect();
+        const received: string[] = [];
+        client.on('notification', (n) => {
+          if (n.channel === channel) received.push(n.payload ?? '');
+        });
+        await client.query(`LISTEN ${channel}`);
+        return { received, close: () => client.end() };
+      },
+      close: () => t.close(),
+    };
+  },
+  { drainJobs: 5_000, historyRows: 100_000 },
+);
+

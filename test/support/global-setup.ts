@@ -1,10 +1,7 @@
-// Starts one real PostgreSQL for the whole run (embedded PostgreSQL 18 unless DATABASE_URL is set);
-// each test file then creates its own fresh database on it (see database.ts).
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
+// Starts one real PostgreSQL for the Node project's run; each test file then creates its own fresh
+// database on it (see database.ts).
 import type { TestProject } from 'vitest/node';
-import { startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import { startTestServer } from './postgres-server.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -13,22 +10,7 @@ declare module 'vitest' {
 }
 
 export default async function setup(project: TestProject) {
-  if (process.env.DATABASE_URL) {
-    project.provide('adminDatabaseUrl', process.env.DATABASE_URL);
-    return;
-  }
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-test-'));
-  // As root, the server runs as the `postgres` user, which must be able to reach its data folder.
-  await chmod(dir, 0o755);
-  const server = await startEmbeddedPostgres({
-    dataDir: path.join(dir, 'data'),
-    password: 'test-password',
-    // Durability is not under test here; speed is welcome.
-    settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off', max_connections: 300 },
-  });
-  project.provide('adminDatabaseUrl', server.url);
-  return async () => {
-    await server.stop();
-    await rm(dir, { recursive: true, force: true });
-  };
+  const server = await startTestServer();
+  project.provide('adminDatabaseUrl', server.adminUrl);
+  return server.stop;
 }

@@ -1,0 +1,57 @@
+// `npm run dev:worker`: the Worker in `wrangler dev` against a local PostgreSQL, the way it runs on
+// Neon: an embedded PostgreSQL (or DATABASE_URL), migrations, the WebSocket proxy the Neon driver
+// needs, and `wrangler dev --test-scheduled` so that /__scheduled runs the cron handler.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startEmbeddedPostgres } from '../db/embedded.ts';
+import { migrateDatabase } from '../db/migrate.ts';
+import { redactUrl } from '../db/url.ts';
+import { startWsProxy } from './ws-proxy.ts';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const dataDir = path.resolve(process.env.PGDRAIN_DATA_DIR ?? path.join(root, '.pgdrain'));
+const port = Number(process.env.PORT ?? 8787);
+
+await mkdir(dataDir, { recursive: true });
+if (process.getuid?.() === 0) await chmod(dataDir, 0o755);
+const secret = async (name: string) => {
+  const file = path.join(dataDir, name);
+  if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
+  const value = randomBytes(24).toString('base64url');
+  await writeFile(file, `${value}\n`, { mode: 0o600 });
+  return value;
+};
+
+const embedded = process.env.DATABASE_URL
+  ? null
+  : await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'postgres'), password: await secret('postgres-password') });
+const databaseUrl = process.env.DATABASE_URL ?? embedded!.url;
+await migrateDatabase(databaseUrl);
+const target = new URL(databaseUrl);
+const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } });
+const apiToken = process.env.API_TOKEN ?? (await secret('api-token'));
+
+// Secrets go to wrangler in an env file only its owner can read, not on the command line.
+const envFile = path.join(dataDir, 'worker-dev.env');
+await writeFile(envFile, [`DATABASE_URL=${databaseUrl}`, `NEON_WS_PROXY=${proxy.address}`, `API_TOKEN=${apiToken}`, ''].join('\n'), { mode: 0o600 });
+
+console.log(`dev:worker: database ${redactUrl(databaseUrl)} through the WebSocket proxy at ${proxy.address}`);
+console.log(`dev:worker: API token in ${path.join(dataDir, 'api-token')}`);
+console.log(`dev:worker: try  curl -H "Authorization: Bearer $(cat ${path.join(dataDir, 'api-token')})" http://127.0.0.1:${port}/stats`);
+console.log(`dev:worker: run the cron handler with  curl 'http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*'`);
+
+const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile], {
+  cwd: root,
+  stdio: 'inherit',
+});
+const shutdown = async (code: number) => {
+  await proxy.close();
+  await embedded?.stop();
+  process.exit(code);
+};
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => wrangler.kill(signal));
+wrangler.on('exit', (code) => void shutdown(code ?? 0));

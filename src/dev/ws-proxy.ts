@@ -1,0 +1,78 @@
+// A WebSocket-to-TCP proxy so the Neon serverless driver (which speaks PostgreSQL over a
+// WebSocket) can reach a plain local PostgreSQL: for `npm run dev:worker`, the Worker tests and
+// the Worker benchmark. Node only, never deployed. It listens on 127.0.0.1 only and forwards only
+// to the one database address it was given, so it cannot be used to reach anything else.
+import { createRequire } from 'node:module';
+import http from 'node:http';
+import net from 'node:net';
+
+// Loaded through Node's own resolver: under the Workers test project, Vite resolves 'ws' with
+// browser conditions to a stub that has no server.
+const { WebSocketServer } = createRequire(import.meta.url)('ws') as typeof import('ws');
+
+export interface WsProxy {
+  /** host:port to give the Neon driver (neonConfig.wsProxy). */
+  address: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+export async function startWsProxy(options: { target: { host: string; port: number }; port?: number }): Promise<WsProxy> {
+  const allowed = `${options.target.host}:${options.target.port}`;
+  const server = http.createServer((_, res) => res.writeHead(426, { 'content-type': 'text/plain' }).end('WebSocket only\n'));
+  const wss = new WebSocketServer({ noServer: true });
+  const sockets = new Set<net.Socket>();
+
+  server.on('upgrade', (req, socket, head) => {
+    const url = new URL(req.url ?? '/', 'http://proxy');
+    const address = url.searchParams.get('address');
+    if (url.pathname !== '/v1' || address !== allowed) {
+      socket.end('HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\n');
+      return;
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      const tcp = net.connect(options.target.port, options.target.host);
+      sockets.add(tcp);
+      tcp.setNoDelay(true);
+      const pending: Buffer[] = [];
+      let connected = false;
+      tcp.on('connect', () => {
+        connected = true;
+        for (const chunk of pending.splice(0)) tcp.write(chunk);
+      });
+      ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
+        const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
+        if (connected) tcp.write(chunk);
+        else pending.push(chunk);
+      });
+      tcp.on('data', (chunk) => {
+        if (ws.readyState === ws.OPEN) ws.send(chunk);
+      });
+      const closeBoth = () => {
+        sockets.delete(tcp);
+        tcp.destroy();
+        if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close();
+      };
+      tcp.on('close', closeBoth);
+      tcp.on('error', closeBoth);
+      ws.on('close', closeBoth);
+      ws.on('error', closeBoth);
+    });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, '127.0.0.1', resolve);
+  });
+  const port = (server.address() as net.AddressInfo).port;
+  return {
+    address: `127.0.0.1:${port}`,
+    port,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      for (const client of wss.clients) client.terminate();
+      wss.close();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

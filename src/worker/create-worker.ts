@@ -1,0 +1,145 @@
+// The Cloudflare Worker: `fetch` serves the HTTP API, `scheduled` (the cron trigger) reaps stale
+// locks, drains until the invocation's budget is spent, releases what it claimed but did not start,
+// and logs one JSON line. A Neon WebSocket Pool lives for one invocation (a Pool cannot outlive
+// it) and uses one connection: a Worker may hold 6 at once and handlers need the rest.
+//
+// The deployed entry is src/worker/index.ts; build your own with your job kinds:
+//   export default createWorker({ jobs: [sendReceipt] });
+import { Pool, neonConfig } from '@neondatabase/serverless';
+import { drizzle } from 'drizzle-orm/neon-serverless';
+import type { Context } from 'hono';
+import { drain, type DrainReport } from '../drain.ts';
+import { type ApiRuntime, createApp } from '../http/app.ts';
+import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
+import { type Db, reap } from '../queries/index.ts';
+
+export interface Env {
+  /** Secret: the Neon connection string (`wrangler secret put DATABASE_URL`). */
+  DATABASE_URL: string;
+  /** Secret: the API's bearer token (`wrangler secret put API_TOKEN`). */
+  API_TOKEN?: string;
+  DRAIN_BUDGET_MS?: string;
+  BATCH_SIZE?: string;
+  CONCURRENCY?: string;
+  VISIBILITY_TIMEOUT_SECONDS?: string;
+  WEBHOOK_ALLOWED_HOSTS?: string;
+  MAX_BODY_BYTES?: string;
+  /** Local development and tests only: host:port of src/dev/ws-proxy.ts in front of a plain PostgreSQL. */
+  NEON_WS_PROXY?: string;
+}
+
+export interface ScheduledReport extends DrainReport {
+  cron: string;
+  reaped: number;
+  reapedDead: number;
+  budgetMs: number;
+}
+
+/** The part of the runtime's ScheduledController the drainer uses. */
+export interface ScheduledControllerLike {
+  cron: string;
+  scheduledTime: number;
+}
+
+export const DEFAULT_BUDGET_MS = 25_000; // under the 30 s CPU limit of sub-hourly crons (paid plans)
+const MAX_CONCURRENCY = 5; // 6 simultaneous connections per invocation, one is the database's
+
+export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } = {}) {
+  const registries = new Map<string, JobRegistry>();
+  const registryFor = (env: Env) => {
+    const key = env.WEBHOOK_ALLOWED_HOSTS ?? '';
+    let registry = registries.get(key);
+    if (!registry) registries.set(key, (registry = createDefaultRegistry(env, options.jobs ?? [])));
+    return registry;
+  };
+
+  const app = createApp((c: Context): ApiRuntime => {
+    const env = c.env as Env;
+    return {
+      withDb: async (fn) => {
+        const { db, end } = openDatabase(env);
+        try {
+          return await fn(db);
+        } finally {
+          c.executionCtx.waitUntil(end());
+        }
+      },
+      registry: registryFor(env),
+      apiToken: env.API_TOKEN,
+      maxBodyBytes: env.MAX_BODY_BYTES ? Number(env.MAX_BODY_BYTES) : undefined,
+      onError: (error, where) => console.error(JSON.stringify({ event: 'request_failed', where, error: describe(error) })),
+    };
+  });
+
+  /** One cron invocation; resolves within the budget (plus settling), with what it did. */
+  async function runScheduled(controller: ScheduledControllerLike, env: Env): Promise<ScheduledReport> {
+    const started = Date.now();
+    const budgetMs = positive(env.DRAIN_BUDGET_MS, DEFAULT_BUDGET_MS);
+    const batchSize = positive(env.BATCH_SIZE, 20);
+    const concurrency = Math.min(MAX_CONCURRENCY, positive(env.CONCURRENCY, MAX_CONCURRENCY));
+    const { db, end } = openDatabase(env);
+    try {
+      const reaped = await reap(db, positive(env.VISIBILITY_TIMEOUT_SECONDS, 300));
+      const report = await drain(db, registryFor(env), {
+        workerId: `worker-${controller.scheduledTime}-${crypto.randomUUID().slice(0, 8)}`,
+        batchSize,
+        concurrency,
+        // Claim no more than can start: whatever is claimed but unstarted at the deadline is released.
+        prefetch: 0,
+        budgetMs: budgetMs - (Date.now() - started),
+      });
+      return { cron: controller.cron, ...report, reaped: reaped.reclaimed.length, reapedDead: reaped.dead.length, budgetMs, elapsedMs: Date.now() - started };
+    } finally {
+      await end();
+    }
+  }
+
+  return {
+    fetch: app.fetch,
+    runScheduled,
+    async scheduled(controller: ScheduledControllerLike, env: Env, _ctx: unknown): Promise<void> {
+      try {
+        const report = await runScheduled(controller, env);
+        console.log(JSON.stringify({ event: 'scheduled', ...report }));
+      } catch (error) {
+        console.error(JSON.stringify({ event: 'scheduled_failed', cron: controller.cron, error: describe(error) }));
+        throw error;
+      }
+    },
+  };
+}
+
+function openDatabase(env: Env): { db: Db; end: () => Promise<void> } {
+  if (!env.DATABASE_URL) throw new Error('DATABASE_URL is not set: `wrangler secret put DATABASE_URL` with your Neon connection string');
+  if (env.NEON_WS_PROXY) useLocalProxy(env.NEON_WS_PROXY);
+  const pool = new Pool({ connectionString: env.DATABASE_URL, max: 1 });
+  let ending = false;
+  // Mandatory: ending the pool makes idle clients emit "Network connection lost", which would be an
+  // uncaught error without a listener. Those are expected; anything before end() is logged.
+  pool.on('error', (error: unknown) => {
+    if (!ending) console.error(JSON.stringify({ event: 'pool_error', error: describe(error) }));
+  });
+  const end = () => {
+    ending = true;
+    return pool.end().catch(() => {});
+  };
+  return { db: drizzle({ client: pool }) as unknown as Db, end };
+}
+
+/** Plain ws:// to a local proxy; production connects to Neon as Neon documents. */
+export function useLocalProxy(proxy: string): void {
+  neonConfig.wsProxy = (host, port) => `${proxy}/v1?address=${host}:${port}`;
+  neonConfig.useSecureWebSocket = false;
+  neonConfig.pipelineTLS = false;
+  neonConfig.pipelineConnect = false;
+}
+
+function positive(value: string | undefined, fallback: number): number {
+  const n = Number(value);
+  return value !== undefined && value !== '' && Number.isFinite(n) && n > 0 ? n : fallback;
+}
+
+function describe(error: unknown): string {
+  const message = String((error as { message?: unknown })?.message ?? error);
+  return message.replace(/postgres(ql)?:\/\/[^\s'"]+/g, '(database url)');
+}

@@ -1,0 +1,46 @@
+// The deployed entry (the default export of src/worker/index.ts) through workerd's own fetch.
+import { SELF, createExecutionContext, createScheduledController, env, waitOnExecutionContext } from 'cloudflare:test';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import worker from '../../src/worker/index.ts';
+import type { Env } from '../../src/worker/create-worker.ts';
+import type { Harness } from '../conformance/queue-behaviour.ts';
+import { createNeonHarness } from './neon-harness.ts';
+
+let h: Harness;
+beforeAll(async () => {
+  h = await createNeonHarness(env.DATABASE_URL);
+  await h.query('TRUNCATE jobs');
+});
+afterAll(() => h?.close());
+
+const auth = { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' };
+
+it('serves /healthz without a token and refuses the API without one', async () => {
+  const health = await SELF.fetch('http://worker/healthz');
+  expect(health.status).toBe(200);
+  expect(await health.json()).toEqual({ ok: true });
+  const denied = await SELF.fetch('http://worker/stats');
+  expect(denied.status).toBe(401);
+  expect((await denied.json()).error.code).toBe('unauthorized');
+});
+
+it('enqueues, reads, refuses bad input, and drains a noop job on the cron', async () => {
+  const res = await SELF.fetch('http://worker/jobs', { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'noop', payload: { via: 'worker' } }) });
+  expect(res.status).toBe(201);
+  const { id } = await res.json();
+  const read = await SELF.fetch(`http://worker/jobs/${id}`, { headers: auth });
+  expect(await read.json()).toMatchObject({ id, kind: 'noop', status: 'pending', payload: { via: 'worker' } });
+
+  const bad = await SELF.fetch('http://worker/jobs', { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'webhook', payload: { url: 'http://10.0.0.1/' } }) });
+  expect(bad.status).toBe(422);
+  const batch = await SELF.fetch('http://worker/jobs/batch', { method: 'POST', headers: auth, body: '{"jobs": [' });
+  expect(batch.status).toBe(400);
+  expect(await h.query('SELECT count(*)::int AS n FROM jobs')).toEqual([{ n: 1 }]);
+
+  const ctx = createExecutionContext();
+  await worker.scheduled(createScheduledController({ cron: '*/5 * * * *' }), env as unknown as Env, ctx);
+  await waitOnExecutionContext(ctx);
+  expect((await SELF.fetch(`http://worker/jobs/${id}`, { headers: auth })).status).toBe(404);
+  const stats = await (await SELF.fetch('http://worker/stats', { headers: auth })).json();
+  expect(stats).toEqual({ kinds: {}, oldestReadySeconds: null });
+});

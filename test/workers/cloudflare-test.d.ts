@@ -1,0 +1,19 @@
+// The few parts of @cloudflare/vitest-plugin's `cloudflare:test` module these tests use.
+declare module 'cloudflare:test' {
+  export const env: {
+    DATABASE_URL: string;
+    CONFORMANCE_DATABASE_URL: string;
+    SCHEDULED_DATABASE_URL: string;
+    NEON_WS_PROXY: string;
+    API_TOKEN: string;
+    WEBHOOK_ALLOWED_HOSTS: string;
+  };
+  export const SELF: { fetch(input: string | Request, init?: RequestInit): Promise<Response> };
+  export function createExecutionContext(): { waitUntil(p: Promise<unknown>): void; passThroughOnException(): void };
+  export function waitOnExecutionContext(ctx: unknown): Promise<void>;
+  export function createScheduledController(options?: { scheduledTime?: Date | number; cron?: string }): {
+    cron: string;
+    scheduledTime: number;
+    noRetry(): void;
+  };
+}

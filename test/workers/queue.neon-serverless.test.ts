@@ -1,0 +1,10 @@
+// The same queue-behaviour suite as test/queue.node-postgres.test.ts, on the Worker's driver
+// (neon-serverless over a WebSocket) inside workerd. Smaller load: every statement crosses the proxy.
+import { env } from 'cloudflare:test';
+import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
+import { createNeonHarness } from './neon-harness.ts';
+
+queueBehaviourSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL), {
+  drainJobs: 1_000,
+  historyRows: 100_000,
+});

@@ -1,0 +1,121 @@
+// The Worker's cron drainer inside workerd, on the Neon driver against a real PostgreSQL.
+import { createExecutionContext, createScheduledController, env, waitOnExecutionContext } from 'cloudflare:test';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
+import { defineJob } from '../../src/jobs/index.ts';
+import { enqueueMany } from '../../src/queries/index.ts';
+import { createWorker, type Env } from '../../src/worker/create-worker.ts';
+import type { Harness } from '../conformance/queue-behaviour.ts';
+import { createNeonHarness } from './neon-harness.ts';
+
+const runs = new Map<number, number>();
+const countJob = defineJob({
+  kind: 'count',
+  schema: z.object({ n: z.number() }),
+  handler: ({ n }) => void runs.set(n, (runs.get(n) ?? 0) + 1),
+});
+const sleepJob = defineJob({
+  kind: 'sleep',
+  schema: z.object({ ms: z.number() }),
+  handler: ({ ms }) => new Promise<void>((r) => setTimeout(r, ms)),
+});
+const hangJob = defineJob({ kind: 'hang', schema: z.unknown(), handler: () => new Promise<void>(() => {}) });
+
+const worker = createWorker({ jobs: [countJob, sleepJob, hangJob] });
+const testEnv = (vars: Partial<Env> = {}): Env => ({ ...(env as unknown as Env), DATABASE_URL: env.SCHEDULED_DATABASE_URL, ...vars });
+const cron = () => createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() });
+
+let h: Harness;
+beforeAll(async () => {
+  h = await createNeonHarness(env.SCHEDULED_DATABASE_URL);
+});
+afterAll(() => h?.close());
+beforeEach(async () => {
+  await h.query('TRUNCATE jobs');
+  runs.clear();
+});
+const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM jobs WHERE ${where}`))[0]!.n);
+
+describe('scheduled() in workerd', () => {
+  it('a job enqueued through the Worker API runs at the next cron, its row is gone, and one JSON line is logged', async () => {
+    const ctx = createExecutionContext();
+    const res = await worker.fetch(
+      new Request('http://worker/jobs', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ kind: 'count', payload: { n: 7 } }),
+      }),
+      testEnv(),
+      ctx as never,
+    );
+    await waitOnExecutionContext(ctx);
+    expect(res.status).toBe(201);
+    expect(await count()).toBe(1);
+
+    const log = vi.spyOn(console, 'log').mockImplementation(() => {});
+    const sctx = createExecutionContext();
+    await worker.scheduled(cron(), testEnv(), sctx);
+    await waitOnExecutionContext(sctx);
+    const lines = log.mock.calls.map((c) => JSON.parse(String(c[0])));
+    log.mockRestore();
+    expect(runs.get(7)).toBe(1);
+    expect(await count()).toBe(0);
+    expect(lines).toEqual([
+      expect.objectContaining({ event: 'scheduled', cron: '* * * * *', claimed: 1, completed: 1, failed: 0, dead: 0, released: 0, reaped: 0, elapsedMs: expect.any(Number) }),
+    ]);
+  });
+
+  it('a backlog bigger than the budget: returns within budget + 1 s, leaves nothing running, and the next cron finishes', async () => {
+    await enqueueMany(h.db, Array.from({ length: 500 }, () => ({ kind: 'sleep', payload: { ms: 30 } })));
+    const budgetMs = 1500;
+    const started = Date.now();
+    const first = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: String(budgetMs) }));
+    expect(Date.now() - started).toBeLessThan(budgetMs + 1000);
+    expect(first.stoppedBy).toBe('budget');
+    expect(first.completed).toBeGreaterThan(0);
+    expect(first.completed).toBeLessThan(500);
+    expect(first.claimed).toBe(first.completed + first.failed + first.dead + first.released);
+    expect(await count(`status = 'running'`)).toBe(0);
+    // Every job not completed is pending; only those whose handler was cut by the budget spent an attempt.
+    expect(await count(`status = 'pending'`)).toBe(500 - first.completed);
+    expect(await count(`status = 'pending' AND attempts = 0`)).toBe(500 - first.completed - first.failed);
+
+    const second = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '20000' }));
+    expect(second.stoppedBy).toBe('empty');
+    expect(await count(`run_at <= now()`)).toBe(0);
+    expect(await count()).toBe(first.failed); // only the budget-cut ones, waiting out their backoff
+  });
+
+  it('a handler that never resolves: the invocation still ends within budget + 1 s and the job is failed, not lost', async () => {
+    await enqueueMany(h.db, [{ kind: 'hang', payload: {} }, { kind: 'count', payload: { n: 1 } }]);
+    const budgetMs = 1500;
+    const started = Date.now();
+    const report = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: String(budgetMs) }));
+    expect(Date.now() - started).toBeLessThan(budgetMs + 1000);
+    expect(report).toMatchObject({ claimed: 2, completed: 1, failed: 1 });
+    expect(await h.query(`SELECT kind, status, attempts, locked_by, last_error FROM jobs`)).toEqual([
+      { kind: 'hang', status: 'pending', attempts: 1, locked_by: null, last_error: expect.stringContaining('budget') },
+    ]);
+  });
+
+  it('a stale running row is reaped by the next cron and then completed', async () => {
+    await h.query(
+      `INSERT INTO jobs (kind, payload, status, attempts, locked_at, locked_by)
+       VALUES ('count', '{"n": 99}', 'running', 1, now() - interval '10 minutes', 'worker-that-died:1')`,
+    );
+    const report = await worker.runScheduled(cron(), testEnv({ VISIBILITY_TIMEOUT_SECONDS: '300' }));
+    expect(report).toMatchObject({ reaped: 1, claimed: 1, completed: 1 });
+    expect(runs.get(99)).toBe(1);
+    expect(await count()).toBe(0);
+  });
+
+  it('two overlapping invocations on the same backlog run every job exactly once', async () => {
+    await enqueueMany(h.db, Array.from({ length: 300 }, (_, n) => ({ kind: 'count', payload: { n } })));
+    const [a, b] = await Promise.all([worker.runScheduled(cron(), testEnv()), worker.runScheduled(cron(), testEnv())]);
+    expect(a!.claimed + b!.claimed).toBe(300);
+    expect(a!.completed + b!.completed).toBe(300);
+    expect(runs.size).toBe(300);
+    expect([...runs.values()].every((c) => c === 1)).toBe(true);
+    expect(await count()).toBe(0);
+  });
+});

@@ -20,10 +20,10 @@ import pino, { type Logger } from 'pino';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl } from '../db/url.ts';
-import { drain, type DrainReport } from '../drain.ts';
 import { createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { type Db, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
+import { Drainer } from './drainer.ts';
 import { NotificationListener } from './listener.ts';
 
 export interface SidecarOptions {
@@ -151,53 +151,21 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   const registry = options.registry ?? createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts }, options.jobs ?? []);
 
   // --- draining ---------------------------------------------------------------------------------
-  const stopClaiming = new AbortController();
-  let wakeRequested = true;
-  let wakeUp: (() => void) | null = null;
-  const wake = () => {
-    wakeRequested = true;
-    wakeUp?.();
-  };
-  const logReport = (r: DrainReport) => {
-    if (r.claimed === 0) return;
-    const level = r.dead > 0 || r.lost > 0 ? 'warn' : 'debug';
-    log[level]({ ...r }, 'drained');
-  };
-  const loop = (async () => {
-    let pause = 0;
-    while (!stopClaiming.signal.aborted) {
-      if (!wakeRequested) {
-        await new Promise<void>((resolve) => {
-          wakeUp = resolve;
-          const timer = setTimeout(resolve, pause || pollIntervalMs);
-          stopClaiming.signal.addEventListener('abort', () => resolve(), { once: true });
-          wakeUp = () => {
-            clearTimeout(timer);
-            resolve();
-          };
-        });
-        wakeUp = null;
-      }
-      wakeRequested = false;
-      if (stopClaiming.signal.aborted) break;
-      try {
-        const report = await drain(db, registry, {
-          workerId,
-          batchSize,
-          concurrency,
-          kinds: options.kinds,
-          signal: stopClaiming.signal,
-          onSettleError: (error) => incidents.start('settle', error),
-        });
-        incidents.end('drain');
-        pause = 0;
-        logReport(report);
-      } catch (error) {
-        incidents.start('drain', error);
-        pause = Math.min(pollIntervalMs * 5, Math.max(100, pause * 2));
-      }
-    }
-  })();
+  const drainer = new Drainer(db, registry, {
+    workerId,
+    batchSize,
+    concurrency,
+    kinds: options.kinds,
+    pollIntervalMs,
+    onSettleError: (error) => incidents.start('settle', error),
+    onError: (error) => incidents.start('drain', error),
+    onRecovered: () => incidents.end('drain'),
+    onReport: (r) => {
+      if (r.claimed === 0) return;
+      log[r.dead > 0 || r.lost > 0 ? 'warn' : 'debug']({ ...r }, 'drained');
+    },
+  }).start();
+  const wake = () => drainer.wake();
 
   // --- LISTEN/NOTIFY ----------------------------------------------------------------------------
   const listener = new NotificationListener({
@@ -260,19 +228,12 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   const stop = () =>
     (stopping ??= (async () => {
       log.info({ graceMs }, 'shutting down: no new claims; in-flight jobs may finish');
-      stopClaiming.abort();
       clearInterval(reaper);
       const closedHttp = new Promise<void>((resolve) => server.close(() => resolve()));
       (server as unknown as { closeIdleConnections?: () => void }).closeIdleConnections?.();
-      let graceTimer: ReturnType<typeof setTimeout> | undefined;
-      const finished = await Promise.race([
-        loop.then(() => true),
-        new Promise<false>((resolve) => {
-          graceTimer = setTimeout(() => resolve(false), graceMs);
-        }),
-      ]);
-      clearTimeout(graceTimer);
-      if (!finished) log.warn('grace period over with handlers still running; their jobs stay locked until the reaper returns them');
+      if (!(await drainer.stop(graceMs))) {
+        log.warn('grace period over with handlers still running; their jobs stay locked until the reaper returns them');
+      }
       await listener.stop();
       (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
       await closedHttp;

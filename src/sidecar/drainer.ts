@@ -1,0 +1,95 @@
+// The sidecar's drain scheduler: runs drain() whenever something says there may be work.
+//
+//   sleeping ──wake() (NOTIFY, reaper, listener reconnect) or poll interval──► draining
+//   draining ──drain() returned──► draining again if woken meanwhile, else sleeping
+//   draining ──drain() threw (database down)──► sleeping for a growing pause (≤ 5 polls)
+//   any ──stop()──► no new claims; the running drain releases unstarted jobs and finishes
+import { drain, type DrainOptions, type DrainReport } from '../drain.ts';
+import type { JobRegistry } from '../jobs/index.ts';
+import type { Db } from '../queries/index.ts';
+
+export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'budgetMs' | 'marginMs'> {
+  pollIntervalMs: number;
+  onReport?: (report: DrainReport) => void;
+  /** A drain failed (it is retried after a pause). */
+  onError?: (error: unknown) => void;
+  /** A drain succeeded after failures. */
+  onRecovered?: () => void;
+}
+
+export class Drainer {
+  readonly #db: Db;
+  readonly #registry: JobRegistry;
+  readonly #options: DrainerOptions;
+  readonly #stop = new AbortController();
+  #wakeRequested = true;
+  #wakeUp: (() => void) | null = null;
+  #loop: Promise<void> | null = null;
+
+  constructor(db: Db, registry: JobRegistry, options: DrainerOptions) {
+    this.#db = db;
+    this.#registry = registry;
+    this.#options = options;
+  }
+
+  /** Starts the loop; its first drain runs at once. */
+  start(): this {
+    this.#loop ??= this.#run();
+    return this;
+  }
+
+  /** There may be work: drain now, or right after the current drain. */
+  wake(): void {
+    this.#wakeRequested = true;
+    this.#wakeUp?.();
+  }
+
+  /** Stops claiming; resolves true if the current drain finished within `graceMs`. */
+  async stop(graceMs: number): Promise<boolean> {
+    this.#stop.abort();
+    this.#wakeUp?.();
+    if (!this.#loop) return true;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const finished = await Promise.race([
+      this.#loop.then(() => true),
+      new Promise<false>((resolve) => {
+        timer = setTimeout(() => resolve(false), graceMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    return finished;
+  }
+
+  async #run(): Promise<void> {
+    const { pollIntervalMs, onReport, onError, onRecovered, ...drainOptions } = this.#options;
+    let pause = 0;
+    let failing = false;
+    while (!this.#stop.signal.aborted) {
+      if (!this.#wakeRequested) await this.#sleep(pause || pollIntervalMs);
+      this.#wakeRequested = false;
+      if (this.#stop.signal.aborted) break;
+      try {
+        const report = await drain(this.#db, this.#registry, { ...drainOptions, signal: this.#stop.signal });
+        if (failing) onRecovered?.();
+        failing = false;
+        pause = 0;
+        onReport?.(report);
+      } catch (error) {
+        failing = true;
+        onError?.(error);
+        pause = Math.min(pollIntervalMs * 5, Math.max(100, pause * 2));
+      }
+    }
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => this.#wakeUp?.(), ms);
+      this.#wakeUp = () => {
+        clearTimeout(timer);
+        this.#wakeUp = null;
+        resolve();
+      };
+    });
+  }
+}

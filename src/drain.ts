@@ -28,6 +28,9 @@ export interface DrainOptions {
   /** Claimed-but-not-started jobs to keep ready beyond the running ones, so the next claim's round
    * trip overlaps work. Default: batchSize. Released, attempt refunded, if the drain stops first. */
   prefetch?: number;
+  /** Claims running at once, each on its own connection: like that many workers claiming side by
+   * side with SKIP LOCKED, so one claim's round trip overlaps another's. Default 1. */
+  claimsInFlight?: number;
   /** Claim only these kinds. Default: every kind the registry has a handler for. */
   kinds?: readonly string[];
   /** Stop claiming and clip handler timeouts so that the call returns within this. Default: none. */
@@ -67,6 +70,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
   // Claim when a full batch fits, or half the capacity when that is smaller than a batch: a claim
   // of one or two jobs per round trip would waste the database's time.
   const minClaim = Math.min(batchSize, Math.ceil((concurrency + prefetch) / 2));
+  const maxClaimsInFlight = Math.max(1, options.claimsInFlight ?? 1);
   const budget = options.budgetMs ?? Number.POSITIVE_INFINITY;
   const margin = options.marginMs ?? Math.min(1000, budget * 0.1);
   // Claims stop at `deadline`; handlers already running may go on for half the margin more, and
@@ -142,7 +146,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     running.add(tracked);
   };
 
-  let claiming: Promise<void> | null = null;
+  let claimsInFlight = 0;
   const stopReason = (): DrainReport['stoppedBy'] | null =>
     options.signal?.aborted ? 'signal' : Date.now() >= deadline ? 'budget' : null;
 
@@ -152,23 +156,27 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     const stopping = stop !== null || claimError !== undefined;
     if (!stopping) while (waiting.length > 0 && running.size < concurrency) start(waiting.shift() as ClaimedJob);
 
-    const room = concurrency + prefetch - waiting.length - running.size;
+    // Claims in flight count as already holding a full batch.
+    const room = concurrency + prefetch - waiting.length - running.size - claimsInFlight * batchSize;
     const wanted = Math.min(batchSize, room);
-    if (!stopping && !backlogEmpty && claiming === null && (wanted >= minClaim || (waiting.length === 0 && running.size === 0 && wanted > 0))) {
+    const idleNow = waiting.length === 0 && running.size === 0 && claimsInFlight === 0;
+    if (!stopping && !backlogEmpty && claimsInFlight < maxClaimsInFlight && (wanted >= minClaim || (idleNow && wanted > 0))) {
       const lockToken = `${options.workerId}:${++claimSequence}`;
-      claiming = claim(db, { batchSize: wanted, lockToken, kinds })
+      claimsInFlight++;
+      claim(db, { batchSize: wanted, lockToken, kinds })
         .then((jobs) => {
           report.claimed += jobs.length;
           waiting.push(...jobs);
           if (jobs.length < wanted) backlogEmpty = true;
         })
         .catch((error: unknown) => {
-          claimError = error;
+          claimError ??= error;
         })
         .finally(() => {
-          claiming = null;
+          claimsInFlight--;
           wake();
         });
+      continue; // maybe another claim fits
     }
 
     if (stopping && waiting.length > 0) {
@@ -186,7 +194,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
       settling.add(done);
     }
 
-    const idle = claiming === null && running.size === 0 && waiting.length === 0;
+    const idle = claimsInFlight === 0 && running.size === 0 && waiting.length === 0;
     if (idle && (stopping || backlogEmpty)) break;
 
     // Sleep until something changes: a handler ends, a claim returns, or the deadline passes.

@@ -1,7 +1,10 @@
-// claim: ONE statement selects, locks, marks and returns a batch. SKIP LOCKED lets any number of
-// workers claim side by side; attempts grow here, at claim time, so a job that keeps killing its
-// worker still runs out of attempts. The caller commits before running anything.
-import { and, eq, inArray, lte, sql } from 'drizzle-orm';
+// claim: ONE statement selects, locks, marks and returns a batch —
+//   UPDATE jobs SET status = 'running', … WHERE id = ANY(ARRAY(SELECT id … ORDER BY run_at, id
+//     LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING …
+// SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
+// so a job that keeps killing its worker still runs out of attempts. The caller commits before
+// running anything.
+import { and, lte, sql } from 'drizzle-orm';
 import { jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 
@@ -29,7 +32,11 @@ export interface ClaimOptions {
 
 export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]> {
   if (options.batchSize < 1 || options.kinds?.length === 0) return [];
-  const rows = await claimStatement(db, options);
+  const rows = await preparedClaim(db, options.kinds !== undefined).execute({
+    limit: options.batchSize,
+    token: options.lockToken,
+    kinds: options.kinds ?? [],
+  });
   // RETURNING does not keep the subquery's order; restore it so work starts oldest first.
   rows.sort((a, b) => a.runAt.getTime() - b.runAt.getTime() || compareIds(a.id, b.id));
   return rows.map((r) => ({ ...r, id: String(r.id), lockedBy: options.lockToken }));
@@ -37,39 +44,60 @@ export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]
 
 /** The plan PostgreSQL would use for this claim right now (EXPLAIN, not executed). */
 export async function explainClaim(db: Db, options: ClaimOptions): Promise<string> {
-  const query = claimStatement(db, options).toSQL();
-  const rows = await rowsOf<{ 'QUERY PLAN': string }>(db, sql.join([sql.raw('EXPLAIN '), rawWithParams(query)]));
+  const query = claimStatement(db, options.kinds !== undefined).toSQL();
+  const values: Record<string, unknown> = { limit: options.batchSize, token: options.lockToken, kinds: options.kinds ?? [] };
+  const params = query.params.map((p) => (isPlaceholder(p) ? values[p.name] : p));
+  const rows = await rowsOf<{ 'QUERY PLAN': string }>(db, sql.join([sql.raw('EXPLAIN '), rawWithParams({ sql: query.sql, params })]));
   return rows.map((r) => r['QUERY PLAN']).join('\n');
 }
+
+const isPlaceholder = (p: unknown): p is { name: string } => typeof p === 'object' && p !== null && 'name' in p && (p as object).constructor?.name === 'Placeholder';
 
 function rawWithParams(query: { sql: string; params: unknown[] }) {
   // Re-binds the builder's $n placeholders as parameters of the EXPLAIN statement.
   const parts = query.sql.split(/\$(\d+)/);
   const chunks = [sql.raw(parts[0] ?? '')];
   for (let i = 1; i < parts.length; i += 2) {
-    chunks.push(sql`${query.params[Number(parts[i]) - 1]}`, sql.raw(parts[i + 1] ?? ''));
+    chunks.push(sql`${sql.param(query.params[Number(parts[i]) - 1])}`, sql.raw(parts[i + 1] ?? ''));
   }
   return sql.join(chunks);
 }
 
-function claimStatement(db: Db, { batchSize, lockToken, kinds }: ClaimOptions) {
+// The claim runs thousands of times a second: it is a named prepared statement per connection
+// (parsed and planned once), with the batch size, lock token and kinds as parameters.
+const prepared = new WeakMap<Db, Map<boolean, ReturnType<typeof prepareClaim>>>();
+function preparedClaim(db: Db, filtered: boolean) {
+  let byDb = prepared.get(db);
+  if (!byDb) prepared.set(db, (byDb = new Map()));
+  let statement = byDb.get(filtered);
+  if (!statement) byDb.set(filtered, (statement = prepareClaim(db, filtered)));
+  return statement;
+}
+const prepareClaim = (db: Db, filtered: boolean) => claimStatement(db, filtered).prepare(filtered ? 'pgdrain_claim_kinds' : 'pgdrain_claim');
+
+function claimStatement(db: Db, filtered: boolean) {
+  // `status = 'pending'` stays a literal: with a parameter there, a generic plan could not prove
+  // that the partial index jobs_ready applies and would scan the whole table.
   const ready = db
     .select({ id: jobs.id })
     .from(jobs)
     .where(
       and(
-        eq(jobs.status, 'pending'),
+        sql`${jobs.status} = 'pending'`,
         lte(jobs.runAt, sql`now()`),
-        kinds ? inArray(jobs.kind, kinds as string[]) : undefined,
+        filtered ? sql`${jobs.kind} = ANY(${sql.placeholder('kinds')}::text[])` : undefined,
       ),
     )
     .orderBy(jobs.runAt, jobs.id)
-    .limit(batchSize)
+    .limit(sql.placeholder('limit'))
     .for('update', { skipLocked: true });
+  // `id = ANY(ARRAY(subquery))` is `id IN (subquery)` with the subquery pinned as an InitPlan: it
+  // runs once and the update then looks its rows up by primary key. With IN, a planner that
+  // misjudges the LIMIT (a generic plan, stale statistics) may pick a hash join over the whole table.
   return db
     .update(jobs)
-    .set({ status: 'running', lockedAt: sql`now()`, lockedBy: lockToken, attempts: sql`${jobs.attempts} + 1` })
-    .where(inArray(jobs.id, ready))
+    .set({ status: sql`'running'`, lockedAt: sql`now()`, lockedBy: sql`${sql.placeholder('token')}`, attempts: sql`${jobs.attempts} + 1` })
+    .where(sql`${jobs.id} = ANY(ARRAY(${ready}))`)
     .returning({
       id: jobs.id,
       kind: jobs.kind,

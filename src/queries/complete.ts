@@ -12,6 +12,9 @@ export interface HeldJob {
 /** Deletes the jobs still held under their tokens; returns the ids actually deleted. */
 export async function complete(db: Db, held: readonly HeldJob[]): Promise<string[]> {
   if (held.length === 0) return [];
+  // Not a prepared statement on purpose: a flush can hold one job or thousands, and a generic
+  // plan fitted to neither can turn the pair check into a scan per row. Planning it is cheap
+  // next to the rows it deletes. The join drives primary-key lookups from the (id, token) pairs.
   const rows = await rowsOf<{ id: string }>(
     db,
     sql`DELETE FROM jobs j

@@ -24,7 +24,7 @@ export interface EnqueuedJob {
 
 /** Rows per statement of enqueueMany: large enough to amortise the round trip, small enough to
  * keep each statement's parameters and memory modest. */
-export const ENQUEUE_CHUNK = 10_000;
+export const ENQUEUE_CHUNK = 50_000;
 
 interface Returned {
   id: string;
@@ -70,8 +70,8 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
 }
 
 /**
- * Inserts many jobs with one statement per chunk of ENQUEUE_CHUNK (unnest of arrays, not a loop of
- * INSERTs) and one pg_notify per distinct ready kind. Returns the jobs in input order; an input
+ * Inserts many jobs with one statement per chunk of ENQUEUE_CHUNK (a jsonb array of payloads
+ * expanded on the server, not a loop of INSERTs) and one pg_notify per distinct ready kind. Returns the jobs in input order; an input
  * whose dedupe key matched an existing job (or an earlier input) returns that job.
  */
 export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
@@ -83,69 +83,92 @@ export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<Enq
 }
 
 async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJob[]> {
-  if (chunk.length === 0) return [];
-  const kinds: string[] = [];
-  const payloads: string[] = [];
-  const runAts: (string | null)[] = [];
-  const maxAttempts: (number | null)[] = [];
-  const keys: (string | null)[] = [];
-  const visibility: (number | null)[] = [];
-  for (const job of chunk) {
-    kinds.push(job.kind);
-    payloads.push(JSON.stringify(job.payload ?? null));
-    runAts.push(job.runAt ? job.runAt.toISOString() : null);
-    maxAttempts.push(job.maxAttempts ?? null);
-    keys.push(job.dedupeKey ?? null);
-    visibility.push(job.visibilitySeconds ?? null);
-  }
-  // ids come from nextval in input order (the ORDER BY runs below the projection), so the
-  // returned rows sort back into input order; `ord` travels in no column, hence this detour.
-  const rows = await rowsOf<{ id: string; run_at_ms: number; dedupe_key: string | null; notified: number }>(
+  const first = chunk[0];
+  if (!first) return [];
+  // One jsonb array for the payloads (a single parse on the server, a single JSON.stringify here);
+  // the other columns travel as arrays only when some job sets them, else as constants.
+  const payloads = `[${chunk.map((j) => JSON.stringify(j.payload ?? null)).join(',')}]`;
+  const has = (field: keyof NewJob) => chunk.some((j) => j[field] !== undefined);
+  const column = (values: unknown[], type: string) => sql`(${sql.param(values)}::${sql.raw(type)}[])[ord]`;
+  const kind = chunk.every((j) => j.kind === first.kind) ? sql`${first.kind}::text` : column(chunk.map((j) => j.kind), 'text');
+  const runAt = has('runAt') ? sql`coalesce(${column(chunk.map((j) => j.runAt?.toISOString() ?? null), 'timestamptz')}, now())` : sql`now()`;
+  const maxAttempts = has('maxAttempts') ? sql`coalesce(${column(chunk.map((j) => j.maxAttempts ?? null), 'int')}, 3)` : sql`3`;
+  // ON CONFLICT makes every row a speculative insertion: only pay for it when a job has a key.
+  const keyed = has('dedupeKey');
+  const key = keyed ? column(chunk.map((j) => j.dedupeKey ?? null), 'text') : sql`NULL::text`;
+  const visibility = has('visibilitySeconds') ? column(chunk.map((j) => j.visibilitySeconds ?? null), 'int') : sql`NULL::int`;
+  // Delayed jobs are found by the poll when due; only kinds with a job ready now are announced.
+  const nowMs = Date.now();
+  const readyKinds = [...new Set(chunk.filter((j) => !j.runAt || j.runAt.getTime() <= nowMs).map((j) => j.kind))];
+
+  // ids come from nextval in input order (the ORDER BY runs below the projection), so the inserted
+  // ids in ascending order are the inserted inputs in order. They usually form one contiguous
+  // range; only when a concurrent enqueue interleaved does the full list travel back.
+  const [row] = await rowsOf<{ lo: string | null; hi: string | null; n: number; ids: string[] | null; keyed_ids: string[] | null; keys: string[] | null; now_ms: number }>(
     db,
     sql`WITH input AS (
-          SELECT * FROM unnest(${sql.param(kinds)}::text[], ${sql.param(payloads)}::text[],
-                               ${sql.param(runAts)}::timestamptz[], ${sql.param(maxAttempts)}::int[],
-                               ${sql.param(keys)}::text[], ${sql.param(visibility)}::int[])
-                   WITH ORDINALITY AS t(kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, ord)),
+          SELECT value AS payload, ordinality AS ord FROM jsonb_array_elements(${payloads}::jsonb) WITH ORDINALITY),
         ins AS (
           INSERT INTO jobs (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds)
-          SELECT nextval(pg_get_serial_sequence('jobs', 'id')), kind, payload::jsonb, coalesce(run_at, now()),
-                 coalesce(max_attempts, 3), dedupe_key, visibility_seconds
-            FROM (SELECT * FROM input ORDER BY ord) o
-          ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-          RETURNING id, kind, run_at, dedupe_key)
-        SELECT id, extract(epoch from run_at) * 1000 AS run_at_ms, dedupe_key,
-               (SELECT count(pg_notify(${NOTIFY_CHANNEL}, k))
-                  FROM (SELECT DISTINCT kind AS k FROM ins WHERE run_at <= now()) ready)::int AS notified
-          FROM ins ORDER BY id`,
+          SELECT nextval('jobs_id_seq'::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}
+            FROM input ORDER BY ord
+          ${keyed ? sql`ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING` : sql``}
+          RETURNING id, dedupe_key),
+        range AS (SELECT min(id) AS lo, max(id) AS hi, count(*)::int AS n FROM ins)
+        SELECT lo::text, hi::text, n,
+               CASE WHEN hi - lo + 1 <> n THEN (SELECT array_agg(id ORDER BY id) FROM ins) END AS ids,
+               ${keyed ? sql`(SELECT array_agg(id ORDER BY id) FROM ins WHERE dedupe_key IS NOT NULL)` : sql`NULL::bigint[]`} AS keyed_ids,
+               ${keyed ? sql`(SELECT array_agg(dedupe_key ORDER BY id) FROM ins WHERE dedupe_key IS NOT NULL)` : sql`NULL::text[]`} AS keys,
+               (extract(epoch from now()) * 1000)::float8 AS now_ms,
+               (SELECT count(pg_notify(${NOTIFY_CHANNEL}, k)) FROM unnest(${sql.param(readyKinds)}::text[]) AS k) AS notified
+          FROM range`,
   );
-  const byKey = new Map<string, EnqueuedJob>();
-  const plain: EnqueuedJob[] = [];
-  for (const r of rows) {
-    const job: EnqueuedJob = { id: String(r.id), status: 'pending', runAt: new Date(Number(r.run_at_ms)), deduplicated: false };
-    if (r.dedupe_key === null) plain.push(job);
-    else byKey.set(r.dedupe_key, job);
-  }
-  const missingKeys = [...new Set(keys.filter((k): k is string => k !== null && !byKey.has(k)))];
+  const ids = row?.ids?.map(String) ?? idRange(row?.lo ?? null, row?.hi ?? null);
+  const keyOf = new Map<string, string>();
+  (row?.keyed_ids ?? []).forEach((id, i) => keyOf.set(String(id), String(row?.keys?.[i])));
+  const insertedKeys = ids.map((id) => keyOf.get(id) ?? null);
+  const statementNow = new Date(Number(row?.now_ms ?? nowMs));
+  const inserted = (job: NewJob, id: string): EnqueuedJob => ({ id, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false });
+
+  const byKey = new Map<string, string>();
+  const plainIds: string[] = [];
+  ids.forEach((id, i) => {
+    const k = insertedKeys[i];
+    if (k === null || k === undefined) plainIds.push(id);
+    else byKey.set(k, id);
+  });
+  const missingKeys = [...new Set(chunk.map((j) => j.dedupeKey).filter((k): k is string => k !== undefined && !byKey.has(k)))];
   const existing = missingKeys.length === 0 ? new Map<string, EnqueuedJob>() : await findByKeys(db, missingKeys);
   const seen = new Set<string>();
   let next = 0;
   return chunk.map((job) => {
-    const key = job.dedupeKey;
-    if (key === undefined) {
-      const inserted = plain[next++];
-      if (!inserted) throw new Error('enqueueMany: fewer rows came back than were inserted');
-      return inserted;
+    const k = job.dedupeKey;
+    if (k === undefined) {
+      const id = plainIds[next++];
+      if (id === undefined) throw new Error('enqueueMany: fewer rows came back than were inserted');
+      return inserted(job, id);
     }
-    const inserted = byKey.get(key);
-    if (inserted && !seen.has(key)) {
-      seen.add(key);
-      return inserted;
+    const id = byKey.get(k);
+    if (id !== undefined && !seen.has(k)) {
+      seen.add(k);
+      return inserted(job, id);
     }
-    const found = inserted ?? existing.get(key);
-    if (!found) throw new Error(`enqueueMany: the job with dedupe key ${JSON.stringify(key)} vanished while enqueueing`);
+    const found = id !== undefined ? inserted(chunk.find((j) => j.dedupeKey === k) ?? job, id) : existing.get(k);
+    if (!found) throw new Error(`enqueueMany: the job with dedupe key ${JSON.stringify(k)} vanished while enqueueing`);
     return { ...found, deduplicated: true };
   });
+}
+
+/** "lo".."hi" as decimal strings; ids stay exact beyond 2^53. */
+function idRange(lo: string | null, hi: string | null): string[] {
+  if (lo === null || hi === null) return [];
+  const out: string[] = [];
+  if (Number(hi) <= Number.MAX_SAFE_INTEGER) {
+    for (let id = Number(lo); id <= Number(hi); id++) out.push(String(id));
+  } else {
+    for (let id = BigInt(lo); id <= BigInt(hi); id++) out.push(id.toString());
+  }
+  return out;
 }
 
 async function findByKeys(db: Db, keys: string[]): Promise<Map<string, EnqueuedJob>> {

@@ -23,7 +23,7 @@ import { redactUrl } from '../db/url.ts';
 import { createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { type Db, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
-import { Drainer } from './drainer.ts';
+import { DEFAULT_BATCH_SIZE, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CONCURRENCY, Drainer, createDrainPool } from './drainer.ts';
 import { NotificationListener } from './listener.ts';
 
 export interface SidecarOptions {
@@ -43,9 +43,9 @@ export interface SidecarOptions {
   host?: string;
   /** Unset: generated once and kept in `dataDir/api-token`. */
   apiToken?: string;
-  /** Jobs per claim. Default 20. */
+  /** Most jobs per claim. Default DEFAULT_BATCH_SIZE. */
   batchSize?: number;
-  /** Handlers running at once. Default 80: the article's four workers × batches of 20. */
+  /** Handlers running at once. Default DEFAULT_CONCURRENCY. */
   concurrency?: number;
   /** Claim only these kinds. Default: every registered kind. */
   kinds?: readonly string[];
@@ -87,8 +87,8 @@ export interface Sidecar {
 export async function startSidecar(options: SidecarOptions = {}): Promise<Sidecar> {
   const log = options.logger ?? pino({ level: process.env.LOG_LEVEL ?? 'info', base: { app: 'pgdrain' } });
   const dataDir = path.resolve(options.dataDir ?? '.pgdrain');
-  const batchSize = options.batchSize ?? 20;
-  const concurrency = options.concurrency ?? 4 * batchSize;
+  const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
+  const concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;
   const pollIntervalMs = options.pollIntervalMs ?? 1000;
   const reapIntervalMs = options.reapIntervalMs ?? 60_000;
   const visibility = options.visibilityTimeoutSeconds ?? 300;
@@ -148,13 +148,17 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   const pool = new pg.Pool({ connectionString: databaseUrl, max: options.poolSize ?? 10, application_name: 'pgdrain' });
   pool.on('error', (error) => incidents.start('pool', error)); // idle client lost: the pool replaces it
   const db = drizzle({ client: pool }) as unknown as Db;
+  const drainPool = createDrainPool(databaseUrl);
+  drainPool.on('error', (error) => incidents.start('pool', error));
+  const drainDb = drizzle({ client: drainPool }) as unknown as Db;
   const registry = options.registry ?? createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts }, options.jobs ?? []);
 
   // --- draining ---------------------------------------------------------------------------------
-  const drainer = new Drainer(db, registry, {
+  const drainer = new Drainer(drainDb, registry, {
     workerId,
     batchSize,
     concurrency,
+    claimsInFlight: DEFAULT_CLAIMS_IN_FLIGHT,
     kinds: options.kinds,
     pollIntervalMs,
     onSettleError: (error) => incidents.start('settle', error),
@@ -185,7 +189,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   // --- reaper -----------------------------------------------------------------------------------
   const reapNow = async () => {
     try {
-      const result = await reap(db, visibility);
+      const result = await reap(drainDb, visibility);
       incidents.end('reaper');
       const total = result.reclaimed.length + result.dead.length;
       if (total > 0) {
@@ -237,7 +241,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
       await listener.stop();
       (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
       await closedHttp;
-      await pool.end().catch(() => {});
+      await Promise.all([pool.end().catch(() => {}), drainPool.end().catch(() => {})]);
       if (embedded) await embedded.stop();
       log.info('stopped');
     })());

@@ -84,8 +84,9 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
         workerId: `worker-${controller.scheduledTime}-${crypto.randomUUID().slice(0, 8)}`,
         batchSize,
         concurrency,
-        // Claim no more than can start: whatever is claimed but unstarted at the deadline is released.
-        prefetch: 0,
+        // One batch claimed ahead keeps the slots busy across the claim's round trip; whatever is
+        // still unstarted at the deadline is released with its attempt refunded.
+        prefetch: batchSize,
         budgetMs: budgetMs - (Date.now() - started),
       });
       return { cron: controller.cron, ...report, reaped: reaped.reclaimed.length, reapedDead: reaped.dead.length, budgetMs, elapsedMs: Date.now() - started };

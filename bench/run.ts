@@ -1,0 +1,268 @@
+// npm run bench [-- --quick] [--json FILE] [--only NAME,NAME]
+// pgdrain side by side with graphile-worker and pg-boss and the article's design, in one run, on
+// one PostgreSQL (embedded PostgreSQL 18 with default settings, or DATABASE_URL), each system in a
+// fresh database of its own, trivial handlers, every drain checked for exactly-once.
+import { chmod, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { startEmbeddedPostgres } from '../src/db/embedded.ts';
+import { explainClaim } from '../src/queries/index.ts';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { type BenchSystem, RunCounter, articleSystem, graphileSystem, now, pgBossSystem, pgdrainSystem } from './systems.ts';
+import { benchWorkerDrainer } from './worker-drainer.ts';
+
+const args = process.argv.slice(2);
+const quick = args.includes('--quick');
+const jsonFile = args.includes('--json') ? args[args.indexOf('--json') + 1] : undefined;
+const only = args.includes('--only') ? args[args.indexOf('--only') + 1]?.split(',') : undefined;
+
+const plan = quick
+  ? { reps: 1, enqueueSizes: [5_000], drainSizes: [2_000], noAnalyzeSize: 2_000, history: 100_000, historyDrain: 2_000, latencyJobs: 40, workerJobs: 500 }
+  : { reps: 3, enqueueSizes: [5_000, 50_000], drainSizes: [5_000, 50_000], noAnalyzeSize: 50_000, history: 1_000_000, historyDrain: 50_000, latencyJobs: 200, workerJobs: 5_000 };
+
+interface Figure {
+  workload: string;
+  system: string;
+  unit: string;
+  values: number[];
+  median: number;
+  min: number;
+  max: number;
+  cpuNodeMs: number[];
+  cpuPostgresMs: number[];
+}
+
+const figures: Figure[] = [];
+const median = (v: number[]) => {
+  const s = [...v].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+const percentile = (v: number[], p: number) => {
+  const s = [...v].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
+};
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+// CPU of PostgreSQL: the postmaster's own and reaped children's time, plus live children's.
+let postmasterPid: number | undefined;
+async function postgresCpuMs(): Promise<number> {
+  if (!postmasterPid) return Number.NaN;
+  const tick = 1000 / 100; // USER_HZ
+  let total = 0;
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const pid = Number(entry);
+    const ppid = Number(fields[1]);
+    if (pid === postmasterPid) total += (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * tick;
+    else if (ppid === postmasterPid) total += (Number(fields[11]) + Number(fields[12])) * tick;
+  }
+  return total;
+}
+const nodeCpuMs = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
+
+function record(workload: string, system: string, unit: string, values: number[], cpuNode: number[], cpuPg: number[]) {
+  const f = { workload, system, unit, values, median: median(values), min: Math.min(...values), max: Math.max(...values), cpuNodeMs: cpuNode, cpuPostgresMs: cpuPg };
+  figures.push(f);
+  return f;
+}
+
+async function measure(fn: () => Promise<number>): Promise<{ value: number; node: number; pgCpu: number }> {
+  const [n0, p0] = [nodeCpuMs(), await postgresCpuMs()];
+  const value = await fn();
+  const [n1, p1] = [nodeCpuMs(), await postgresCpuMs()];
+  return { value, node: n1 - n0, pgCpu: p1 - p0 };
+}
+
+async function trial(system: BenchSystem, workload: string, unit: string, reps: number, fn: () => Promise<number>) {
+  const values: number[] = [];
+  const cpuNode: number[] = [];
+  const cpuPg: number[] = [];
+  for (let r = 0; r < reps; r++) {
+    const m = await measure(fn);
+    values.push(m.value);
+    cpuNode.push(m.node);
+    cpuPg.push(m.pgCpu);
+    console.log(`  ${system.name.padEnd(24)} ${workload.padEnd(34)} rep ${r + 1}/${reps}: ${fmt(m.value)} ${unit}  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`);
+  }
+  return record(workload, system.name, unit, values, cpuNode, cpuPg);
+}
+
+const fmt = (v: number) => (v >= 1000 ? `${(v / 1000).toFixed(1)}k` : v >= 10 ? v.toFixed(0) : v.toFixed(2));
+
+async function drainOnce(system: BenchSystem, admin: pg.Pool, n: number, analyze: boolean): Promise<number> {
+  await system.reset();
+  await system.enqueue(n);
+  if (analyze) await admin.query(`ANALYZE ${system.table}`);
+  const counter = new RunCounter(n);
+  const t0 = now();
+  await system.drain(counter);
+  const seconds = (now() - t0) / 1000;
+  const [missing, duplicated] = counter.check();
+  if (missing || duplicated) throw new Error(`${system.name}: ${missing} jobs never ran and ${duplicated} ran twice in a drain of ${n}`);
+  return n / seconds;
+}
+
+async function benchSystem(system: BenchSystem, url: string) {
+  console.log(`\n${system.name} ${system.version}`);
+  await system.install(url);
+  const admin = new pg.Pool({ connectionString: url, max: 2 });
+  admin.on('error', () => {});
+  try {
+    for (const n of plan.enqueueSizes) {
+      await trial(system, `bulk enqueue ${n / 1000}k`, 'jobs/s', plan.reps, async () => {
+        await system.reset();
+        const t0 = now();
+        await system.enqueue(n);
+        return n / ((now() - t0) / 1000);
+      });
+    }
+    for (const n of plan.drainSizes) {
+      await trial(system, `drain ${n / 1000}k (after ANALYZE)`, 'jobs/s', plan.reps, () => drainOnce(system, admin, n, true));
+    }
+    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (no ANALYZE)`, 'jobs/s', plan.reps, () => drainOnce(system, admin, plan.noAnalyzeSize, false));
+
+    await system.reset();
+    const latencies: number[] = [];
+    const m = await measure(async () => {
+      for (let r = 0; r < plan.reps; r++) {
+        const started = new Map<number, number>();
+        const sent = new Map<number, number>();
+        const workers = await system.idle((seq) => started.set(seq, now()));
+        await sleep(200);
+        for (let seq = 0; seq < plan.latencyJobs; seq++) {
+          sent.set(seq, now());
+          await workers.enqueueOne(seq);
+          await sleep(10);
+        }
+        const deadline = now() + 10_000;
+        while (started.size < plan.latencyJobs && now() < deadline) await sleep(10);
+        await workers.stop();
+        if (started.size < plan.latencyJobs) throw new Error(`${system.name}: only ${started.size} of ${plan.latencyJobs} latency jobs started`);
+        for (const [seq, t] of started) latencies.push(t - sent.get(seq)!);
+      }
+      return 0;
+    });
+    for (const [label, p] of [['p50', 50], ['p95', 95], ['p99', 99]] as const) {
+      const f = record(`wake-up latency ${label}`, system.name, 'ms', [percentile(latencies, p)], [m.node], [m.pgCpu]);
+      console.log(`  ${system.name.padEnd(24)} ${f.workload.padEnd(34)} ${f.median.toFixed(2)} ms over ${latencies.length} jobs`);
+    }
+
+    await system.reset();
+    await system.seedHistory(plan.history);
+    await admin.query(`VACUUM ANALYZE ${system.table}`);
+    await trial(system, `drain ${plan.historyDrain / 1000}k, ${plan.history / 1e6}M dead rows`, 'jobs/s', plan.reps, () => drainOnce(system, admin, plan.historyDrain, true));
+  } finally {
+    await admin.end();
+    await system.close();
+  }
+}
+
+async function main() {
+  const started = now();
+  let stopServer = async () => {};
+  let adminUrl = process.env.DATABASE_URL;
+  let dir: string | undefined;
+  if (!adminUrl) {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-bench-'));
+    await chmod(dir, 0o755);
+    const server = await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), password: 'bench', settings: { max_connections: 200 } });
+    adminUrl = server.url;
+    postmasterPid = server.pid;
+    stopServer = server.stop;
+  }
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const settings = Object.fromEntries(
+    (await admin.query(`SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'shared_buffers', 'fsync', 'synchronous_commit', 'max_connections', 'work_mem')`)).rows.map((r) => [r.name, r.setting]),
+  );
+  const machine = { cores: os.cpus().length, cpu: os.cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(os.totalmem() / 2 ** 30), node: process.version, date: new Date().toISOString().slice(0, 10) };
+  console.log(`pgdrain benchmark${quick ? ' (--quick)' : ''}: ${machine.cores} cores, ${machine.cpu}, PostgreSQL ${settings.server_version}, Node ${machine.node}`);
+
+  const systems = [pgdrainSystem(), graphileSystem(false), graphileSystem(true), pgBossSystem(), articleSystem()].filter((s) => !only || only.some((o) => s.name.startsWith(o)));
+  const versions: Record<string, string> = {};
+  for (const system of systems) {
+    const name = `bench_${system.name.replace(/\W+/g, '_').toLowerCase()}`;
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await admin.query(`CREATE DATABASE ${name}`);
+    const url = new URL(adminUrl);
+    url.pathname = `/${name}`;
+    versions[system.name] = system.version;
+    await benchSystem(system, url.toString());
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  }
+
+  // pgdrain's claim plan on a freshly bulk-loaded table with no statistics at all.
+  if (!only || only.includes('pgdrain')) {
+    await admin.query('DROP DATABASE IF EXISTS bench_plan WITH (FORCE)');
+    await admin.query('CREATE DATABASE bench_plan');
+    const url = new URL(adminUrl);
+    url.pathname = '/bench_plan';
+    const plan = pgdrainSystem();
+    await plan.install(url.toString());
+    await plan.enqueue(50_000);
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+    const text = await explainClaim(drizzle({ client: pool }) as never, { batchSize: 20, lockToken: 'plan:1', kinds: ['bench'] });
+    console.log(`\npgdrain claim plan, 50k jobs just loaded, no ANALYZE:\n${text.replace(/^/gm, '  ')}`);
+    await pool.end();
+    await plan.close();
+    await admin.query('DROP DATABASE bench_plan WITH (FORCE)');
+  }
+
+  let worker: Awaited<ReturnType<typeof benchWorkerDrainer>> | undefined;
+  if (!only || only.includes('worker')) {
+    await admin.query('DROP DATABASE IF EXISTS bench_worker WITH (FORCE)');
+    await admin.query('CREATE DATABASE bench_worker');
+    const url = new URL(adminUrl);
+    url.pathname = '/bench_worker';
+    console.log('\nthe Worker drainer (wrangler dev, Neon driver through the local WebSocket proxy)');
+    worker = await benchWorkerDrainer(url.toString(), { jobs: plan.workerJobs, reps: plan.reps });
+    await admin.query('DROP DATABASE bench_worker WITH (FORCE)');
+  }
+  await admin.end();
+  await stopServer();
+  if (dir) await rm(dir, { recursive: true, force: true });
+
+  printTable(systems.map((s) => s.name));
+  if (worker) {
+    console.log(`\nWorker scheduled(): ${worker.map((w) => `${fmt(w.jobsPerSecond)} jobs/s, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
+  }
+  const elapsed = Math.round((now() - started) / 1000);
+  console.log(`\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`);
+
+  if (jsonFile) {
+    const ratios: Record<string, number> = {};
+    for (const f of figures.filter((x) => x.system === 'pgdrain')) {
+      const peer = figures.find((x) => x.system === 'graphile-worker tuned' && x.workload === f.workload);
+      if (peer) ratios[f.workload] = f.median / peer.median;
+    }
+    await writeFile(jsonFile, `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, worker, ratiosPgdrainOverGraphileTuned: ratios }, null, 2)}\n`);
+    console.log(`wrote ${jsonFile}`);
+  }
+}
+
+function printTable(systems: string[]) {
+  const workloads = [...new Set(figures.map((f) => f.workload))];
+  const cell = (w: string, s: string) => {
+    const f = figures.find((x) => x.workload === w && x.system === s);
+    if (!f) return '';
+    return f.values.length > 1 ? `${fmt(f.median)} (${fmt(f.min)}–${fmt(f.max)})` : fmt(f.median);
+  };
+  const unit = (w: string) => figures.find((f) => f.workload === w)?.unit ?? '';
+  const rows = [['workload', ...systems], ...workloads.map((w) => [`${w} [${unit(w)}]`, ...systems.map((s) => cell(w, s))])];
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  console.log('');
+  for (const [k, r] of rows.entries()) {
+    console.log(`| ${r.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`);
+    if (k === 0) console.log(`|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`);
+  }
+}
+
+await main();
+process.exit(0);

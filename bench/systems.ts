@@ -1,0 +1,348 @@
+// The queues under test, behind one interface. Each runs with trivial handlers, in this process,
+// against its own fresh database. Setup SQL for the other systems' history rows lives here; it is
+// benchmark fixture, not queue code.
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { performance } from 'node:perf_hooks';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import pino from 'pino';
+import { z } from 'zod';
+import { migrateDatabase } from '../src/db/migrate.ts';
+import { JobRegistry, defineJob } from '../src/jobs/index.ts';
+import { type Db, enqueue, enqueueMany } from '../src/queries/index.ts';
+import { DEFAULT_BATCH_SIZE, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CONCURRENCY, Drainer, createDrainPool } from '../src/sidecar/drainer.ts';
+import { startSidecar } from '../src/sidecar/index.ts';
+
+/** Counts handler runs by job index; a drain must see every index exactly once. */
+export class RunCounter {
+  readonly counts: Uint8Array;
+  total = 0;
+  #waiter: (() => void) | null = null;
+  constructor(n: number) {
+    this.counts = new Uint8Array(n);
+  }
+  hit(i: number): void {
+    this.counts[i] = (this.counts[i] ?? 0) + 1;
+    this.total++;
+    if (this.total >= this.counts.length) this.#waiter?.();
+  }
+  done(): Promise<void> {
+    return this.total >= this.counts.length ? Promise.resolve() : new Promise((r) => (this.#waiter = r));
+  }
+  /** [jobs never run, jobs run more than once] */
+  check(): [number, number] {
+    let missing = 0;
+    let duplicated = 0;
+    for (const c of this.counts) {
+      if (c === 0) missing++;
+      else if (c > 1) duplicated++;
+    }
+    return [missing, duplicated];
+  }
+}
+
+export interface IdleWorkers {
+  enqueueOne(seq: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface BenchSystem {
+  name: string;
+  version: string;
+  install(url: string): Promise<void>;
+  /** Removes every job but the history rows. */
+  reset(): Promise<void>;
+  enqueue(n: number): Promise<void>;
+  /** Starts the workers, resolves once `counter` has seen every job, stops them. */
+  drain(counter: RunCounter): Promise<void>;
+  idle(onStart: (seq: number) => void): Promise<IdleWorkers>;
+  /** `n` dead/failed rows the claim must not trip over. */
+  seedHistory(n: number): Promise<void>;
+  /** The table the workload fills, for ANALYZE. */
+  table: string;
+  close(): Promise<void>;
+}
+
+const version = (name: string) =>
+  (JSON.parse(readFileSync(new URL(`../node_modules/${name}/package.json`, import.meta.url), 'utf8')) as { version: string }).version;
+const silent = pino({ level: 'silent' });
+const payloads = (n: number) => Array.from({ length: n }, (_, i) => ({ i }));
+
+// --- pgdrain: the sidecar's own drain path ------------------------------------------------------
+export function pgdrainSystem(): BenchSystem {
+  let pool: pg.Pool;
+  let db: Db;
+  let drainPool: pg.Pool;
+  let drainDb: Db;
+  let url: string;
+  let onRun: (payload: { i?: number; seq?: number }) => void = () => {};
+  const registry = new JobRegistry([
+    defineJob({ kind: 'bench', schema: z.object({ i: z.number().optional(), seq: z.number().optional() }), handler: (p) => onRun(p) }),
+  ]);
+  // The sidecar's defaults and its drain pool: the same path `npm start` runs.
+  const options = { workerId: 'bench', batchSize: DEFAULT_BATCH_SIZE, concurrency: DEFAULT_CONCURRENCY, claimsInFlight: DEFAULT_CLAIMS_IN_FLIGHT, pollIntervalMs: 1000 };
+  return {
+    name: 'pgdrain',
+    version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version,
+    table: 'jobs',
+    async install(u) {
+      url = u;
+      await migrateDatabase(url);
+      pool = new pg.Pool({ connectionString: url, max: 10 });
+      pool.on('error', () => {});
+      db = drizzle({ client: pool }) as unknown as Db;
+      drainPool = createDrainPool(url);
+      drainPool.on('error', () => {});
+      drainDb = drizzle({ client: drainPool }) as unknown as Db;
+    },
+    async reset() {
+      await pool.query(`DELETE FROM jobs WHERE status <> 'dead'`);
+    },
+    async enqueue(n) {
+      await enqueueMany(db, payloads(n).map((payload) => ({ kind: 'bench', payload })));
+    },
+    async drain(counter) {
+      onRun = (p) => counter.hit(p.i as number);
+      const drainer = new Drainer(drainDb, registry, options).start();
+      await counter.done();
+      await drainer.stop(10_000);
+    },
+    async idle(onStart) {
+      onRun = (p) => onStart(p.seq as number);
+      const sidecar = await startSidecar({ databaseUrl: url, registry, port: 0, apiToken: 'bench-token-0123456789', logger: silent, pollIntervalMs: 1000 });
+      return { enqueueOne: async (seq) => void (await enqueue(db, { kind: 'bench', payload: { seq } })), stop: () => sidecar.stop() };
+    },
+    async seedHistory(n) {
+      await pool.query(
+        `INSERT INTO jobs (kind, payload, status, attempts, max_attempts, last_error)
+         SELECT 'bench', '{}', 'dead', 3, 3, 'boom' FROM generate_series(1, $1::int)`,
+        [n],
+      );
+    },
+    close: async () => {
+      await pool.end();
+      await drainPool.end();
+    },
+  };
+}
+
+// --- graphile-worker, in-process run() ----------------------------------------------------------
+export function graphileSystem(tuned: boolean): BenchSystem {
+  let url: string;
+  let utils: import('graphile-worker').WorkerUtils;
+  let pool: pg.Pool;
+  const preset = tuned
+    ? { worker: { concurrentJobs: 80, maxPoolSize: 12, localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0, preparedStatements: true, pollInterval: 1000 } }
+    : { worker: { concurrentJobs: 4 } };
+  const start = async (task: (payload: { i?: number; seq?: number }) => void) => {
+    const { run } = await import('graphile-worker');
+    return run({ connectionString: url, noHandleSignals: true, logger: graphileSilentLogger(), preset, taskList: { bench: async (payload) => task(payload as { i?: number; seq?: number }) } });
+  };
+  return {
+    name: tuned ? 'graphile-worker tuned' : 'graphile-worker default',
+    version: version('graphile-worker'),
+    table: 'graphile_worker._private_jobs',
+    async install(u) {
+      url = u;
+      const { makeWorkerUtils } = await import('graphile-worker');
+      utils = await makeWorkerUtils({ connectionString: url, logger: graphileSilentLogger() });
+      await utils.migrate();
+      pool = new pg.Pool({ connectionString: url, max: 2 });
+      pool.on('error', () => {});
+    },
+    async reset() {
+      await pool.query(`DELETE FROM graphile_worker._private_jobs WHERE attempts < max_attempts`);
+    },
+    async enqueue(n) {
+      for (let s = 0; s < n; s += 10_000) {
+        await utils.addJobs(payloads(Math.min(10_000, n - s)).map((p, k) => ({ identifier: 'bench', payload: { i: p.i + s } })));
+      }
+    },
+    async drain(counter) {
+      const runner = await start((p) => counter.hit(p.i as number));
+      await counter.done();
+      await runner.stop();
+    },
+    async idle(onStart) {
+      const runner = await start((p) => onStart(p.seq as number));
+      await new Promise((r) => setTimeout(r, 300)); // its LISTEN is set up asynchronously
+      return { enqueueOne: async (seq) => void (await utils.addJob('bench', { seq })), stop: () => runner.stop() };
+    },
+    async seedHistory(n) {
+      await utils.addJob('bench', { i: -1 }, { runAt: new Date(Date.now() + 3.6e9) }); // makes sure the task row exists
+      await pool.query(`DELETE FROM graphile_worker._private_jobs`);
+      await pool.query(
+        `INSERT INTO graphile_worker._private_jobs (task_id, payload, attempts, max_attempts, last_error)
+         SELECT (SELECT id FROM graphile_worker._private_tasks WHERE identifier = 'bench'), '{}', 25, 25, 'boom'
+           FROM generate_series(1, $1::int)`,
+        [n],
+      );
+    },
+    async close() {
+      await utils.release();
+      await pool.end();
+    },
+  };
+}
+
+function graphileSilentLogger() {
+  // graphile-worker's Logger takes a factory of log functions; nothing is printed during the benchmark.
+  const { Logger } = createRequire(import.meta.url)('graphile-worker') as typeof import('graphile-worker');
+  return new Logger(() => () => {});
+}
+
+// --- pg-boss, tuned -----------------------------------------------------------------------------
+export function pgBossSystem(): BenchSystem {
+  let boss: import('pg-boss').PgBoss;
+  let pool: pg.Pool;
+  const work = (onJob: (data: { i?: number; seq?: number }) => void) =>
+    boss.work<{ i?: number; seq?: number }>('bench', { batchSize: 50, localConcurrency: 4, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true }, async (jobs) => {
+      for (const job of jobs) onJob(job.data);
+    });
+  return {
+    name: 'pg-boss tuned',
+    version: version('pg-boss'),
+    table: 'pgboss.job_common',
+    async install(url) {
+      const { PgBoss } = await import('pg-boss');
+      boss = new PgBoss({ connectionString: url, max: 10, schedule: false, useListenNotify: true });
+      boss.on('error', () => {});
+      await boss.start();
+      await boss.createQueue('bench', { notify: true });
+      pool = new pg.Pool({ connectionString: url, max: 2 });
+      pool.on('error', () => {});
+    },
+    async reset() {
+      await pool.query(`DELETE FROM pgboss.job WHERE state <> 'failed'`);
+    },
+    async enqueue(n) {
+      for (let s = 0; s < n; s += 10_000) {
+        await boss.insert('bench', payloads(Math.min(10_000, n - s)).map((p) => ({ data: { i: p.i + s } })));
+      }
+    },
+    async drain(counter) {
+      await work((d) => counter.hit(d.i as number));
+      await counter.done();
+      await boss.offWork('bench');
+    },
+    async idle(onStart) {
+      await work((d) => onStart(d.seq as number));
+      await new Promise((r) => setTimeout(r, 300));
+      return { enqueueOne: async (seq) => void (await boss.send('bench', { seq })), stop: () => boss.offWork('bench') };
+    },
+    async seedHistory(n) {
+      await pool.query(`INSERT INTO pgboss.job (name, data, state) SELECT 'bench', '{}', 'failed' FROM generate_series(1, $1::int)`, [n]);
+    },
+    async close() {
+      await boss.stop({ graceful: false, wait: true } as never);
+      await pool.end();
+    },
+  };
+}
+
+// --- the article's design, literally: 4 workers, batches of 20, one DELETE per job ---------------
+export function articleSystem(): BenchSystem {
+  let url: string;
+  let pool: pg.Pool;
+  const CLAIM = `UPDATE article_jobs SET status='running', locked_at=now(), locked_by=$2, attempts=attempts+1
+                  WHERE id IN (SELECT id FROM article_jobs WHERE status='pending' AND run_at <= now()
+                                ORDER BY run_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
+                  RETURNING id, kind, payload, attempts, max_attempts`;
+  const runWorkers = (onJob: (payload: { i?: number; seq?: number }) => void) => {
+    let stopped = false;
+    let woken: (() => void) | null = null;
+    const listener = new pg.Client({ connectionString: url });
+    const ready = listener.connect().then(async () => {
+      listener.on('notification', () => woken?.());
+      await listener.query('LISTEN jobs');
+    });
+    const workers = [1, 2, 3, 4].map(async (n) => {
+      const conn = new pg.Client({ connectionString: url });
+      await conn.connect();
+      while (!stopped) {
+        const { rows } = await conn.query(CLAIM, [20, `worker-${n}`]);
+        for (const row of rows) {
+          onJob(row.payload);
+          await conn.query('DELETE FROM article_jobs WHERE id = $1', [row.id]);
+        }
+        if (rows.length === 0) {
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, 1000); // the poll is the backstop
+            woken = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+        }
+      }
+      await conn.end();
+    });
+    return {
+      ready,
+      stop: async () => {
+        stopped = true;
+        woken?.();
+        await Promise.all(workers);
+        await listener.end();
+      },
+    };
+  };
+  return {
+    name: "article's design",
+    version: 'article',
+    table: 'article_jobs',
+    async install(u) {
+      url = u;
+      pool = new pg.Pool({ connectionString: url, max: 2 });
+      pool.on('error', () => {});
+      await pool.query(`CREATE TABLE article_jobs (
+        id bigserial PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, run_at timestamptz NOT NULL DEFAULT now(),
+        attempts int NOT NULL DEFAULT 0, max_attempts int NOT NULL DEFAULT 3, locked_at timestamptz, locked_by text,
+        status text NOT NULL DEFAULT 'pending', last_error text, created_at timestamptz NOT NULL DEFAULT now())`);
+      await pool.query(`CREATE INDEX article_jobs_ready ON article_jobs (run_at, id) WHERE status = 'pending'`);
+    },
+    async reset() {
+      await pool.query(`DELETE FROM article_jobs WHERE status <> 'dead'`);
+    },
+    async enqueue(n) {
+      for (let s = 0; s < n; s += 10_000) {
+        const batch = payloads(Math.min(10_000, n - s)).map((p) => JSON.stringify({ i: p.i + s }));
+        await pool.query(`INSERT INTO article_jobs (kind, payload) SELECT 'bench', p::jsonb FROM unnest($1::text[]) AS p`, [batch]);
+      }
+    },
+    async drain(counter) {
+      const workers = runWorkers((p) => counter.hit(p.i as number));
+      await workers.ready;
+      await counter.done();
+      await workers.stop();
+    },
+    async idle(onStart) {
+      const workers = runWorkers((p) => onStart(p.seq as number));
+      await workers.ready;
+      return {
+        enqueueOne: async (seq) => {
+          const client = await pool.connect();
+          try {
+            await client.query('BEGIN');
+            await client.query(`INSERT INTO article_jobs (kind, payload) VALUES ('bench', $1)`, [JSON.stringify({ seq })]);
+            await client.query(`SELECT pg_notify('jobs', 'bench')`);
+            await client.query('COMMIT');
+          } finally {
+            client.release();
+          }
+        },
+        stop: workers.stop,
+      };
+    },
+    async seedHistory(n) {
+      await pool.query(
+        `INSERT INTO article_jobs (kind, payload, status, attempts, last_error) SELECT 'bench', '{}', 'dead', 3, 'boom' FROM generate_series(1, $1::int)`,
+        [n],
+      );
+    },
+    close: () => pool.end(),
+  };
+}
+
+export const now = () => performance.now();

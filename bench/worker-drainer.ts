@@ -1,0 +1,76 @@
+// The Worker's drainer measured where it runs: `wrangler dev` (workerd), the Neon driver through
+// the local WebSocket proxy, one `scheduled()` invocation per repetition over a backlog of noop jobs.
+import { spawn } from 'node:child_process';
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import { migrateDatabase } from '../src/db/migrate.ts';
+import { freePort } from '../src/db/embedded.ts';
+import { startWsProxy } from '../src/dev/ws-proxy.ts';
+import { type Db, enqueueMany } from '../src/queries/index.ts';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+export interface WorkerFigure {
+  completed: number;
+  elapsedMs: number;
+  budgetMs: number;
+  budgetLeftMs: number;
+  jobsPerSecond: number;
+}
+
+export async function benchWorkerDrainer(url: string, options: { jobs: number; reps: number; budgetMs?: number }): Promise<WorkerFigure[]> {
+  const budgetMs = options.budgetMs ?? 5_000;
+  await migrateDatabase(url);
+  const target = new URL(url);
+  const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } });
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-bench-worker-'));
+  await chmod(dir, 0o700);
+  const envFile = path.join(dir, 'worker.env');
+  await writeFile(envFile, `DATABASE_URL=${url}\nNEON_WS_PROXY=${proxy.address}\nAPI_TOKEN=bench-token-0123456789\nDRAIN_BUDGET_MS=${budgetMs}\n`, { mode: 0o600 });
+  const port = await freePort();
+  const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile], {
+    cwd: root,
+    env: { ...process.env, WRANGLER_SEND_METRICS: 'false' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  wrangler.stdout.on('data', (c) => (out += c));
+  wrangler.stderr.on('data', (c) => (out += c));
+  const pool = new pg.Pool({ connectionString: url, max: 2 });
+  const db = drizzle({ client: pool }) as unknown as Db;
+  const figures: WorkerFigure[] = [];
+  try {
+    for (let waited = 0; !out.includes('Ready on'); waited += 100) {
+      if (waited > 30_000 || wrangler.exitCode !== null) throw new Error(`wrangler dev did not start:\n${out}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    for (let r = 0; r < options.reps; r++) {
+      await pool.query('DELETE FROM jobs');
+      await enqueueMany(db, Array.from({ length: options.jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
+      const before = out.length;
+      const res = await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`);
+      if (!res.ok) throw new Error(`/__scheduled answered ${res.status}`);
+      let line: string | undefined;
+      for (let waited = 0; !line && waited < 5_000; waited += 50) {
+        line = out.slice(before).split('\n').find((l) => l.includes('"event":"scheduled"'));
+        if (!line) await new Promise((r2) => setTimeout(r2, 50));
+      }
+      if (!line) throw new Error(`no scheduled report in wrangler's output:\n${out.slice(before)}`);
+      const report = JSON.parse(line.slice(line.indexOf('{'))) as { completed: number; elapsedMs: number };
+      const figure = { completed: report.completed, elapsedMs: report.elapsedMs, budgetMs, budgetLeftMs: budgetMs - report.elapsedMs, jobsPerSecond: report.completed / (report.elapsedMs / 1000) };
+      figures.push(figure);
+      console.log(`  Worker scheduled() rep ${r + 1}/${options.reps}: ${figure.completed} jobs in ${figure.elapsedMs} ms = ${Math.round(figure.jobsPerSecond)} jobs/s; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`);
+    }
+  } finally {
+    wrangler.kill('SIGTERM');
+    await new Promise((r) => wrangler.once('exit', r));
+    await pool.end();
+    await proxy.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+  return figures;
+}

@@ -1,6 +1,7 @@
 // enqueue / enqueueMany: an INSERT that joins the caller's transaction, with pg_notify in the
 // same statement, so the wake-up is delivered at COMMIT and never for a rollback.
 import { sql } from 'drizzle-orm';
+import { jobs } from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
 
 export interface NewJob {
@@ -43,7 +44,20 @@ const toEnqueued = (r: Returned): EnqueuedJob => ({
 export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
   const payload = JSON.stringify(job.payload ?? null);
   const runAt = job.runAt ? job.runAt.toISOString() : null;
-  const key = job.dedupeKey ?? null;
+  if (job.dedupeKey === undefined) {
+    // The common case, on every request of the API: one prepared INSERT whose RETURNING also
+    // sends the notification (for a job that is due now).
+    const [row] = await preparedInsert(db).execute({
+      kind: job.kind,
+      payload,
+      runAt,
+      maxAttempts: job.maxAttempts ?? null,
+      visibility: job.visibilitySeconds ?? null,
+    });
+    if (!row) throw new Error('enqueue: the INSERT returned no row');
+    return { id: String(row.id), status: row.status, runAt: row.runAt, deduplicated: false };
+  }
+  const key = job.dedupeKey;
   // A concurrent enqueue of the same key can commit between our INSERT's conflict check and our
   // snapshot, leaving neither branch with a row; trying again then finds the committed job.
   for (let attempt = 0; attempt < 5; attempt++) {
@@ -61,12 +75,36 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
           UNION ALL
           SELECT id, status, extract(epoch from run_at) * 1000, false, NULL
             FROM jobs
-           WHERE ${key}::text IS NOT NULL AND dedupe_key = ${key}::text AND NOT EXISTS (SELECT 1 FROM ins)`,
+           WHERE dedupe_key = ${key}::text AND NOT EXISTS (SELECT 1 FROM ins)`,
     );
     if (rows[0]) return toEnqueued(rows[0]);
-    if (key === null) throw new Error('enqueue: the INSERT returned no row');
   }
   throw new Error(`enqueue: could not insert or find the job with dedupe key ${JSON.stringify(key)}`);
+}
+
+const prepared = new WeakMap<Db, ReturnType<typeof prepareInsert>>();
+function preparedInsert(db: Db) {
+  let statement = prepared.get(db);
+  if (!statement) prepared.set(db, (statement = prepareInsert(db)));
+  return statement;
+}
+function prepareInsert(db: Db) {
+  return db
+    .insert(jobs)
+    .values({
+      kind: sql`${sql.placeholder('kind')}`,
+      payload: sql`${sql.placeholder('payload')}::jsonb`,
+      runAt: sql`coalesce(${sql.placeholder('runAt')}::timestamptz, now())`,
+      maxAttempts: sql`coalesce(${sql.placeholder('maxAttempts')}::int, 3)`,
+      visibilitySeconds: sql`${sql.placeholder('visibility')}::int`,
+    })
+    .returning({
+      id: jobs.id,
+      status: jobs.status,
+      runAt: jobs.runAt,
+      notified: sql`CASE WHEN ${jobs.runAt} <= now() THEN pg_notify(${NOTIFY_CHANNEL}, ${jobs.kind}) END`,
+    })
+    .prepare('pgdrain_enqueue');
 }
 
 /**

@@ -139,6 +139,8 @@ async function benchSystem(system: BenchSystem, url: string) {
     await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (no ANALYZE)`, 'jobs/s', plan.reps, () => drainOnce(system, admin, plan.noAnalyzeSize, false));
 
     await system.reset();
+    // Idle workers in a steady state: what autovacuum leaves after the drains above.
+    await admin.query(`VACUUM ANALYZE ${system.table}`);
     const latencies: number[] = [];
     const m = await measure(async () => {
       for (let r = 0; r < plan.reps; r++) {

@@ -125,7 +125,7 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
   if (!first) return [];
   // One jsonb array for the payloads (a single parse on the server, a single JSON.stringify here);
   // the other columns travel as arrays only when some job sets them, else as constants.
-  const payloads = `[${chunk.map((j) => JSON.stringify(j.payload ?? null)).join(',')}]`;
+  const payloads = JSON.stringify(chunk.map((j) => j.payload ?? null));
   const has = (field: keyof NewJob) => chunk.some((j) => j[field] !== undefined);
   const column = (values: unknown[], type: string) => sql`(${sql.param(values)}::${sql.raw(type)}[])[ord]`;
   const kind = chunk.every((j) => j.kind === first.kind) ? sql`${first.kind}::text` : column(chunk.map((j) => j.kind), 'text');

@@ -276,5 +276,13 @@ function printTable(systems: string[]) {
   }
 }
 
+// A peer library's pool that lingers after its shutdown gets 57P01 when its database is dropped;
+// that is the harness cleaning up, not a failure of the run.
+process.on('uncaughtException', (error: { code?: string }) => {
+  if (error?.code === '57P01') return;
+  console.error(error);
+  process.exit(1);
+});
+
 await main();
 process.exit(0);

@@ -106,10 +106,23 @@ async function trial(system: BenchSystem, workload: string, unit: string, reps: 
 
 const fmt = (v: number) => (v >= 1000 ? `${(v / 1000).toFixed(1)}k` : v >= 10 ? v.toFixed(0) : v.toFixed(2));
 
+/** VACUUM/ANALYZE can deadlock with a peer's own maintenance (pg-boss's): try again. */
+async function maintain(admin: pg.Pool, statement: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await admin.query(statement);
+      return;
+    } catch (error) {
+      if ((error as { code?: string }).code !== '40P01' || attempt >= 5) throw error;
+      await sleep(200 * attempt);
+    }
+  }
+}
+
 async function drainOnce(system: BenchSystem, admin: pg.Pool, n: number, analyze: boolean): Promise<number> {
   await system.reset();
   await system.enqueue(n);
-  if (analyze) await admin.query(`ANALYZE ${system.table}`);
+  if (analyze) await maintain(admin, `ANALYZE ${system.table}`);
   const counter = new RunCounter(n);
   const t0 = now();
   await system.drain(counter);
@@ -140,7 +153,7 @@ async function benchSystem(system: BenchSystem, url: string) {
 
     await system.reset();
     // Idle workers in a steady state: what autovacuum leaves after the drains above.
-    await admin.query(`VACUUM ANALYZE ${system.table}`);
+    await maintain(admin, `VACUUM ANALYZE ${system.table}`);
     const latencies: number[] = [];
     const m = await measure(async () => {
       for (let r = 0; r < plan.reps; r++) {
@@ -168,7 +181,7 @@ async function benchSystem(system: BenchSystem, url: string) {
 
     await system.reset();
     await system.seedHistory(plan.history);
-    await admin.query(`VACUUM ANALYZE ${system.table}`);
+    await maintain(admin, `VACUUM ANALYZE ${system.table}`);
     await trial(system, `drain ${plan.historyDrain / 1000}k, ${plan.history / 1e6}M dead rows`, 'jobs/s', plan.reps, () => drainOnce(system, admin, plan.historyDrain, true));
   } finally {
     await admin.end();

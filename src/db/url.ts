@@ -8,3 +8,9 @@ export function redactUrl(url: string): string {
     return '(unparseable database URL)';
   }
 }
+
+/** An error's message fit for a log line: any connection string in it has its password masked. */
+export function safeErrorMessage(error: unknown): string {
+  const message = String((error as { message?: unknown } | null)?.message ?? error);
+  return message.replace(/postgres(ql)?:\/\/[^\s'"]+/g, (url) => redactUrl(url));
+}

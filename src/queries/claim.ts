@@ -4,7 +4,7 @@
 // SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before
 // running anything.
-import { and, lte, sql } from 'drizzle-orm';
+import { Placeholder, and, lte, sql } from 'drizzle-orm';
 import { jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 
@@ -46,12 +46,11 @@ export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]
 export async function explainClaim(db: Db, options: ClaimOptions): Promise<string> {
   const query = claimStatement(db, options.kinds !== undefined).toSQL();
   const values: Record<string, unknown> = { limit: options.batchSize, token: options.lockToken, kinds: options.kinds ?? [] };
-  const params = query.params.map((p) => (isPlaceholder(p) ? values[p.name] : p));
+  const params = query.params.map((p) => (p instanceof Placeholder ? values[p.name] : p));
   const rows = await rowsOf<{ 'QUERY PLAN': string }>(db, sql.join([sql.raw('EXPLAIN '), rawWithParams({ sql: query.sql, params })]));
   return rows.map((r) => r['QUERY PLAN']).join('\n');
 }
 
-const isPlaceholder = (p: unknown): p is { name: string } => typeof p === 'object' && p !== null && 'name' in p && (p as object).constructor?.name === 'Placeholder';
 
 function rawWithParams(query: { sql: string; params: unknown[] }) {
   // Re-binds the builder's $n placeholders as parameters of the EXPLAIN statement.

@@ -19,7 +19,7 @@ import pg from 'pg';
 import pino, { type Logger } from 'pino';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
-import { redactUrl } from '../db/url.ts';
+import { redactUrl, safeErrorMessage } from '../db/url.ts';
 import { createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { type Db, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
@@ -265,7 +265,7 @@ async function readOrCreateSecret(file: string): Promise<string> {
 
 /** An error for the log: message and code, never a connection string. */
 function describe(error: unknown): { message: string; code?: string } {
-  const e = error as { message?: unknown; code?: unknown };
-  const message = String(e?.message ?? error).replace(/postgres(ql)?:\/\/[^\s'"]+/g, (u) => redactUrl(u));
-  return typeof e?.code === 'string' ? { message, code: e.code } : { message };
+  const code = (error as { code?: unknown } | null)?.code;
+  const message = safeErrorMessage(error);
+  return typeof code === 'string' ? { message, code } : { message };
 }

@@ -11,6 +11,7 @@ import type { Context } from 'hono';
 import { drain, type DrainReport } from '../drain.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
+import { safeErrorMessage } from '../db/url.ts';
 import { type Db, reap } from '../queries/index.ts';
 
 export interface Env {
@@ -67,7 +68,7 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
       registry: registryFor(env),
       apiToken: env.API_TOKEN,
       maxBodyBytes: env.MAX_BODY_BYTES ? Number(env.MAX_BODY_BYTES) : undefined,
-      onError: (error, where) => console.error(JSON.stringify({ event: 'request_failed', where, error: describe(error) })),
+      onError: (error, where) => console.error(JSON.stringify({ event: 'request_failed', where, error: safeErrorMessage(error) })),
     };
   });
 
@@ -103,7 +104,7 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
         const report = await runScheduled(controller, env);
         console.log(JSON.stringify({ event: 'scheduled', ...report }));
       } catch (error) {
-        console.error(JSON.stringify({ event: 'scheduled_failed', cron: controller.cron, error: describe(error) }));
+        console.error(JSON.stringify({ event: 'scheduled_failed', cron: controller.cron, error: safeErrorMessage(error) }));
         throw error;
       }
     },
@@ -118,7 +119,7 @@ function openDatabase(env: Env): { db: Db; end: () => Promise<void> } {
   // Mandatory: ending the pool makes idle clients emit "Network connection lost", which would be an
   // uncaught error without a listener. Those are expected; anything before end() is logged.
   pool.on('error', (error: unknown) => {
-    if (!ending) console.error(JSON.stringify({ event: 'pool_error', error: describe(error) }));
+    if (!ending) console.error(JSON.stringify({ event: 'pool_error', error: safeErrorMessage(error) }));
   });
   const end = () => {
     ending = true;
@@ -140,7 +141,3 @@ function positive(value: string | undefined, fallback: number): number {
   return value !== undefined && value !== '' && Number.isFinite(n) && n > 0 ? n : fallback;
 }
 
-function describe(error: unknown): string {
-  const message = String((error as { message?: unknown })?.message ?? error);
-  return message.replace(/postgres(ql)?:\/\/[^\s'"]+/g, '(database url)');
-}

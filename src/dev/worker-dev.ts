@@ -2,11 +2,10 @@
 // Neon: an embedded PostgreSQL (or DATABASE_URL), migrations, the WebSocket proxy the Neon driver
 // needs, and `wrangler dev --test-scheduled` so that /__scheduled runs the cron handler.
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl } from '../db/url.ts';
@@ -16,15 +15,8 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 const dataDir = path.resolve(process.env.PGDRAIN_DATA_DIR ?? path.join(root, '.pgdrain'));
 const port = Number(process.env.PORT ?? 8787);
 
-await mkdir(dataDir, { recursive: true });
-if (process.getuid?.() === 0) await chmod(dataDir, 0o755);
-const secret = async (name: string) => {
-  const file = path.join(dataDir, name);
-  if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
-  const value = randomBytes(24).toString('base64url');
-  await writeFile(file, `${value}\n`, { mode: 0o600 });
-  return value;
-};
+await ensureDataDir(dataDir);
+const secret = (name: string) => readOrCreateSecret(path.join(dataDir, name));
 
 const embedded = process.env.DATABASE_URL
   ? null

@@ -10,13 +10,13 @@
 // incident is logged once when it starts and once when it ends.
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { serve } from '@hono/node-server';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import pino, { type Logger } from 'pino';
+import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
@@ -76,8 +76,6 @@ export interface Sidecar {
   databaseUrl: string;
   db: Db;
   registry: JobRegistry;
-  /** The LISTEN connection's backend pid while it is up. */
-  listenerPid(): number | null;
   /** Asks for a drain now (the same as a NOTIFY). */
   wake(): void;
   /** Graceful: resolves when everything is closed. */
@@ -98,7 +96,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   let embedded: EmbeddedServer | undefined;
   let databaseUrl = options.databaseUrl;
   if (!databaseUrl) {
-    await ensureDir(dataDir);
+    await ensureDataDir(dataDir);
     const password = await readOrCreateSecret(path.join(dataDir, 'postgres-password'));
     embedded = await startEmbeddedPostgres({
       dataDir: path.join(dataDir, 'postgres'),
@@ -113,7 +111,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   let apiToken = options.apiToken;
   let generatedTokenFile: string | null = null;
   if (!apiToken) {
-    await ensureDir(dataDir);
+    await ensureDataDir(dataDir);
     const tokenFile = path.join(dataDir, 'api-token');
     const existed = existsSync(tokenFile);
     apiToken = await readOrCreateSecret(tokenFile);
@@ -246,21 +244,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
       log.info('stopped');
     })());
 
-  return { url, port, databaseUrl, db, registry, listenerPid: () => listener.processId, wake, stop };
-}
-
-async function ensureDir(dir: string): Promise<void> {
-  await mkdir(dir, { recursive: true });
-  // As root the embedded server runs as `postgres`, which must be able to enter this folder.
-  if (process.getuid?.() === 0) await chmod(dir, 0o755);
-}
-
-/** A random secret kept in a file only its owner can read, the same across restarts. */
-async function readOrCreateSecret(file: string): Promise<string> {
-  if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
-  const secret = randomBytes(24).toString('base64url');
-  await writeFile(file, `${secret}\n`, { mode: 0o600, flag: 'wx' });
-  return secret;
+  return { url, port, databaseUrl, db, registry, wake, stop };
 }
 
 /** An error for the log: message and code, never a connection string. */

@@ -37,9 +37,6 @@ export class NotificationListener {
     return this.#up;
   }
 
-  /** The backend pid of the LISTEN connection, for operators (and tests) that need to find it. */
-  processId: number | null = null;
-
   start(): void {
     void this.#connect();
   }
@@ -78,8 +75,6 @@ export class NotificationListener {
     try {
       await client.connect();
       await client.query(`LISTEN ${pg.escapeIdentifier(this.#options.channel)}`);
-      const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-      this.processId = rows[0]?.pid ?? null;
     } catch (error) {
       fail(error);
       return;
@@ -113,7 +108,6 @@ export class NotificationListener {
     if (this.#client === client) this.#client = null;
     const wasUp = this.#up;
     this.#up = false;
-    this.processId = null;
     // Tear the socket down for good: a half-open connection would otherwise linger.
     (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
     client.end().catch(() => {});

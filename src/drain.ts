@@ -9,13 +9,13 @@
 //   the budget's deadline, abort, or a claim error        with its timeout and an AbortSignal)
 //                                                                 │
 //                        success ─► buffered, one DELETE per flush (whatever finished meanwhile)
-//                        failure ─► fail(): retry with backoff, or dead
+//                        failure ─► buffered likewise, one UPDATE per flush: retry with backoff, or dead
 //   on stop: jobs still in the local queue are released (attempt refunded); handlers already
 //   running get until their (budget-clipped) timeout; then every settlement is awaited.
 //
 // No transaction is ever held open across a handler. A process that dies anywhere in here leaves
 // its jobs `running` with a lock the reaper will expire: never lost.
-import { type ClaimedJob, type Db, type FailOutcome, type HeldJob, claim, complete, fail, release } from './queries/index.ts';
+import { type ClaimedJob, type Db, type Failure, claim, complete, failMany, release } from './queries/index.ts';
 import { DEFAULT_TIMEOUT_MS, type JobRegistry, PermanentJobError, RetryLaterError, describeIssues } from './jobs/registry.ts';
 
 export interface DrainOptions {
@@ -39,6 +39,9 @@ export interface DrainOptions {
   marginMs?: number;
   /** Stop claiming when aborted; in-flight handlers finish (up to their timeout). */
   signal?: AbortSignal;
+  /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true; the
+   * benchmark turns it off to measure what counting costs. */
+  recordCounts?: boolean;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
 }
@@ -84,20 +87,6 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
   let claimError: unknown;
   let wake: () => void = () => {};
 
-  // Completions are buffered and flushed one DELETE at a time: whatever finished while the
-  // previous DELETE was in flight goes in the next one. A flush waits for the next macrotask, so
-  // handlers that finish in the same burst share one DELETE instead of the first going alone.
-  let toComplete: HeldJob[] = [];
-  let flushing = false;
-  let flushScheduled = false;
-  const scheduleFlush = (): void => {
-    if (flushScheduled || flushing) return;
-    flushScheduled = true;
-    setTimeout(() => {
-      flushScheduled = false;
-      flush();
-    }, 0);
-  };
   // Every settlement statement is tracked so the drain returns only after all of them; a failed
   // one leaves its jobs running for the reaper.
   const settle = (work: Promise<void>): void => {
@@ -109,47 +98,40 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
       });
     settling.add(done);
   };
+  const settleOptions = { recordCounts: options.recordCounts };
 
-  const flush = (): void => {
-    if (flushing || toComplete.length === 0) return;
-    flushing = true;
-    const batch = toComplete;
-    toComplete = [];
-    settle(
-      complete(db, batch)
-        .then((ids) => {
-          report.completed += ids.length;
-          report.lost += batch.length - ids.length;
-        })
-        .finally(() => {
-          flushing = false;
-          flush();
-        }),
-    );
-  };
-
-  const settleFailure = (job: ClaimedJob, error: unknown): void => {
-    const definition = registry.get(job.kind);
-    settle(
-      fail(db, job, {
-        error: describeError(error),
-        permanent: error instanceof PermanentJobError,
-        retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
-        backoff: definition?.backoff,
-      }).then((result: FailOutcome) => {
+  // Successes and failures are each buffered and settled one statement at a time: whatever
+  // finished while the previous statement was in flight goes in the next one.
+  const completions = settlementBatcher<ClaimedJob>(settle, (batch) =>
+    complete(db, batch, settleOptions).then((ids) => {
+      report.completed += ids.length;
+      report.lost += batch.length - ids.length;
+    }),
+  );
+  const failures = settlementBatcher<Failure>(settle, (batch) =>
+    failMany(db, batch, settleOptions).then((outcomes) => {
+      for (const result of outcomes) {
         if (result.outcome === 'retry') report.failed++;
         else if (result.outcome === 'dead') report.dead++;
         else report.lost++;
-      }),
-    );
+      }
+    }),
+  );
+
+  const settleFailure = (job: ClaimedJob, error: unknown): void => {
+    failures.add({
+      id: job.id,
+      lockedBy: job.lockedBy,
+      error: describeError(error),
+      permanent: error instanceof PermanentJobError,
+      retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
+      backoff: registry.get(job.kind)?.backoff,
+    });
   };
 
   const start = (job: ClaimedJob): void => {
     const task = runHandler(registry, job, handlerDeadline).then(
-      () => {
-        toComplete.push(job);
-        scheduleFlush();
-      },
+      () => completions.add(job),
       (error: unknown) => settleFailure(job, error),
     );
     const tracked = task.finally(() => {
@@ -218,14 +200,51 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     options.signal?.removeEventListener('abort', onAbort);
   }
 
-  flush();
+  completions.flush();
+  failures.flush();
   while (settling.size > 0) {
     await Promise.all([...settling]);
-    flush();
+    completions.flush();
+    failures.flush();
   }
   report.elapsedMs = Date.now() - started;
   if (claimError !== undefined) throw claimError;
   return report;
+}
+
+/**
+ * Buffers items and settles them with one statement at a time. A flush waits for the next
+ * macrotask, so handlers that finish in the same burst share one statement instead of the first
+ * going alone; while a statement is in flight, new items wait for the next one.
+ */
+function settlementBatcher<T>(settle: (work: Promise<void>) => void, run: (batch: T[]) => Promise<void>) {
+  let buffer: T[] = [];
+  let inFlight = false;
+  let scheduled = false;
+  const flush = (): void => {
+    if (inFlight || buffer.length === 0) return;
+    inFlight = true;
+    const batch = buffer;
+    buffer = [];
+    settle(
+      run(batch).finally(() => {
+        inFlight = false;
+        flush();
+      }),
+    );
+  };
+  return {
+    add(item: T): void {
+      buffer.push(item);
+      if (scheduled || inFlight) return;
+      scheduled = true;
+      setTimeout(() => {
+        scheduled = false;
+        flush();
+      }, 0);
+    },
+    flush,
+  };
 }
 
 /** Runs one job's handler with the kind's timeout clipped to the drain's deadline. */

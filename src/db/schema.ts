@@ -4,7 +4,7 @@
 //                              --release--> pending (attempt refunded; never started)
 //                              --reap-----> pending | dead (lock older than the visibility timeout)
 import { sql } from 'drizzle-orm';
-import { check, customType, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
+import { bigint, check, customType, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
 
 export const JOB_STATUSES = ['pending', 'running', 'dead'] as const;
 export type JobStatus = (typeof JOB_STATUSES)[number];
@@ -52,3 +52,30 @@ export const jobs = pgTable(
 );
 
 export type JobRow = typeof jobs.$inferSelect;
+
+// Completed jobs are deleted, so what happened to them is counted here: one row per kind per
+// minute, added to by the statement that settles a batch (never once per job), in the same
+// statement, so a count can neither drift from the rows nor be lost by a crash. `failed` counts
+// failed attempts (a retry or a death, including an attempt the reaper timed out); `dead` counts
+// jobs that became dead. Rows older than a day are folded into job_totals by the reaper.
+const counter = (name: string) => bigint(name, { mode: 'number' }).notNull().default(0);
+
+export const jobCounts = pgTable(
+  'job_counts',
+  {
+    minute: timestamptz('minute').notNull(),
+    kind: text('kind').notNull(),
+    completed: counter('completed'),
+    failed: counter('failed'),
+    dead: counter('dead'),
+  },
+  (t) => [primaryKey({ name: 'job_counts_pkey', columns: [t.minute, t.kind] })],
+);
+
+/** Everything counted before job_counts' retention, per kind: with it the totals never go down. */
+export const jobTotals = pgTable('job_totals', {
+  kind: text('kind').primaryKey(),
+  completed: counter('completed'),
+  failed: counter('failed'),
+  dead: counter('dead'),
+});

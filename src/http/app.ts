@@ -3,14 +3,19 @@
 // shell that serves it, and imports nothing Node-only or Workers-only.
 import { type Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
+import { secureHeaders } from 'hono/secure-headers';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { timingSafeEqual } from 'hono/utils/buffer';
 import { z } from 'zod';
 import { JobValidationError, type JobRegistry } from '../jobs/registry.ts';
 import {
-  type Db, type Job, deleteJob, enqueue, enqueueMany, getJob, isJobId, listJobs, ping, retryDead, stats,
+  type Db, type Job, countTotals, countsByMinute, deleteJob, enqueue, enqueueMany, getJob, isJobId, listJobs, ping, retryDead, stats,
 } from '../queries/index.ts';
 import { JOB_STATUSES } from '../db/schema.ts';
+import { dashboardPage } from './dashboard/page.ts';
+import { DASHBOARD_SCRIPT } from './dashboard/script.ts';
+import { DASHBOARD_CSS } from './dashboard/style.ts';
+import { PROMETHEUS_CONTENT_TYPE, renderMetrics } from './metrics.ts';
 
 /** Runs `fn` with a database; the shell decides how (a shared pool, or one Pool per request). */
 export type WithDb = <T>(fn: (db: Db) => Promise<T>) => Promise<T>;
@@ -18,8 +23,13 @@ export type WithDb = <T>(fn: (db: Db) => Promise<T>) => Promise<T>;
 export interface ApiRuntime {
   withDb: WithDb;
   registry: JobRegistry;
-  /** Bearer token for every route but /healthz. Unset: the API refuses with 503, never runs open. */
+  /** Bearer token for every route but /healthz and the dashboard's page and assets (which hold no
+   * data). Unset: the API refuses with 503, never runs open. */
   apiToken: string | undefined;
+  /** A second token that can read /metrics only (the API token can too). */
+  metricsToken?: string | undefined;
+  /** The dashboard's warning threshold for the oldest ready job. Default 60 s. */
+  oldestReadyWarnSeconds?: number;
   /** Default 1 MiB. */
   maxBodyBytes?: number;
   /** Where unexpected errors go (already stripped of secrets by the caller's logger). */
@@ -29,6 +39,7 @@ export interface ApiRuntime {
 export type ApiConfig = ApiRuntime | ((c: Context) => ApiRuntime);
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+export const DASHBOARD_REFRESH_SECONDS = 5;
 export const MAX_BATCH = 1000;
 const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
 
@@ -68,6 +79,27 @@ const listQuery = z.strictObject({
   cursor: z.string().refine(isJobId, 'not a cursor returned by this API').optional(),
 });
 
+const throughputQuery = z.strictObject({
+  minutes: z.coerce.number().int().min(1).max(1440).default(60),
+  kind: z.string().min(1).max(100).optional(),
+});
+
+// The dashboard's page loads only its own script and stylesheet and talks only to this origin; its
+// login form can never be submitted as a navigation (the token would end up in a URL).
+const dashboardHeaders = secureHeaders({
+  contentSecurityPolicy: {
+    defaultSrc: ["'none'"],
+    scriptSrc: ["'self'"],
+    styleSrc: ["'self'"],
+    connectSrc: ["'self'"],
+    imgSrc: ["'self'", 'data:'],
+    baseUri: ["'none'"],
+    formAction: ["'none'"],
+    frameAncestors: ["'none'"],
+  },
+  referrerPolicy: 'no-referrer',
+});
+
 export function createApp(config: ApiConfig): Hono<Env> {
   const app = new Hono<Env>();
   const runtimeOf = typeof config === 'function' ? config : () => config;
@@ -87,14 +119,37 @@ export function createApp(config: ApiConfig): Hono<Env> {
     }
   });
 
+  // --- the dashboard: the page and its assets hold no data, so they need no token ---------------
+  app.on('GET', ['/', '/dashboard'], dashboardHeaders, (c) =>
+    c.html(
+      dashboardPage({
+        oldestReadyWarnSeconds: c.var.api.oldestReadyWarnSeconds ?? 60,
+        refreshSeconds: DASHBOARD_REFRESH_SECONDS,
+      }),
+      200,
+      { 'Cache-Control': 'no-store' },
+    ),
+  );
+  app.get('/dashboard/script.js', dashboardHeaders, (c) =>
+    c.body(DASHBOARD_SCRIPT, 200, { 'Content-Type': 'text/javascript; charset=utf-8', 'Cache-Control': 'no-cache' }),
+  );
+  app.get('/dashboard/style.css', dashboardHeaders, (c) =>
+    c.body(DASHBOARD_CSS, 200, { 'Content-Type': 'text/css; charset=utf-8', 'Cache-Control': 'no-cache' }),
+  );
+
+  // --- Prometheus: the API token or the metrics-only token ----------------------------------------
+  app.get('/metrics', async (c) => {
+    await requireToken(c, [c.var.api.apiToken, c.var.api.metricsToken]);
+    const [queue, totals] = await c.var.api.withDb((db) => Promise.all([stats(db), countTotals(db)]));
+    return c.body(renderMetrics(queue, totals, c.var.api.registry.kinds()), 200, {
+      'Content-Type': PROMETHEUS_CONTENT_TYPE,
+      'Cache-Control': 'no-store',
+    });
+  });
+
+  // --- everything below needs the API token ---------------------------------------------------------
   app.use('*', async (c, next) => {
-    const token = c.var.api.apiToken;
-    if (!token) {
-      throw new ApiError(503, 'not_configured', 'no API token is configured: set API_TOKEN (sidecar: environment variable; Worker: `wrangler secret put API_TOKEN`)');
-    }
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
-    if (!match) throw new ApiError(401, 'unauthorized', 'send the API token as `Authorization: Bearer <token>`');
-    if (!(await timingSafeEqual(match[1] as string, token))) throw new ApiError(401, 'unauthorized', 'the API token is wrong');
+    await requireToken(c, [c.var.api.apiToken]);
     await next();
   });
 
@@ -159,6 +214,14 @@ export function createApp(config: ApiConfig): Hono<Env> {
 
   app.get('/stats', async (c) => c.json(await c.var.api.withDb((db) => stats(db))));
 
+  app.get('/stats/throughput', async (c) => {
+    const query = parseInput(throughputQuery, c.req.query(), 'query.');
+    const minutes = await c.var.api.withDb((db) => countsByMinute(db, { minutes: query.minutes, kind: query.kind }));
+    return c.json({
+      minutes: minutes.map((m) => ({ minute: m.minute.toISOString(), completed: m.completed, failed: m.failed, dead: m.dead })),
+    });
+  });
+
   app.notFound(() => {
     throw new ApiError(404, 'not_found', 'no such route; see the README for the API');
   });
@@ -174,6 +237,20 @@ export function createApp(config: ApiConfig): Hono<Env> {
   });
 
   return app;
+}
+
+/** Passes when the request carries one of `accepted` (unset ones ignored) as a bearer token. */
+async function requireToken(c: Context, accepted: readonly (string | undefined)[]): Promise<void> {
+  const tokens = accepted.filter((t): t is string => !!t);
+  if (tokens.length === 0) {
+    throw new ApiError(503, 'not_configured', 'no API token is configured: set API_TOKEN (sidecar: environment variable; Worker: `wrangler secret put API_TOKEN`)');
+  }
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
+  if (!match) throw new ApiError(401, 'unauthorized', 'send the API token as `Authorization: Bearer <token>`');
+  // Every configured token is compared, so the time taken does not say which one nearly matched.
+  let ok = false;
+  for (const token of tokens) if (await timingSafeEqual(match[1] as string, token)) ok = true;
+  if (!ok) throw new ApiError(401, 'unauthorized', 'the API token is wrong');
 }
 
 async function readJson(c: Context): Promise<unknown> {

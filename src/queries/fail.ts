@@ -2,8 +2,9 @@
 // backoff with jitter (capped); at max_attempts, or for a permanent failure, it becomes dead and
 // waits for a person. Fenced by the claim's lock token like complete.
 import { sql } from 'drizzle-orm';
+import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
-import type { HeldJob } from './complete.ts';
+import type { HeldJob, SettleOptions } from './complete.ts';
 
 /** last_error is kept to this many characters so a huge stack cannot bloat the row. */
 export const MAX_ERROR_LENGTH = 4000;
@@ -30,26 +31,49 @@ export type FailOutcome =
   /** The lock token no longer matches: the job was reaped and belongs to someone else now. */
   | { outcome: 'lost' };
 
-export async function fail(db: Db, job: HeldJob, options: FailOptions): Promise<FailOutcome> {
-  const base = options.backoff?.baseSeconds ?? 1;
-  const cap = options.backoff?.capSeconds ?? 3600;
-  const floor = options.retryAfterSeconds ?? 0;
-  const error = options.error.slice(0, MAX_ERROR_LENGTH);
+export interface Failure extends HeldJob, FailOptions {}
+
+/** One job; see failMany. */
+export async function fail(db: Db, job: HeldJob, options: FailOptions & SettleOptions): Promise<FailOutcome> {
+  const [outcome] = await failMany(db, [{ id: job.id, lockedBy: job.lockedBy, ...options }], options);
+  return outcome as FailOutcome;
+}
+
+/**
+ * Settles failed attempts in one statement (the drain batches the failures of a burst, as it
+ * batches completions) and adds them to this minute's failed and dead counts in the same
+ * statement. Returns one outcome per failure, in input order.
+ */
+export async function failMany(db: Db, failures: readonly Failure[], options: SettleOptions = {}): Promise<FailOutcome[]> {
+  if (failures.length === 0) return [];
+  const column = <T>(pick: (f: Failure) => T) => sql.param(failures.map(pick));
   // delay = min(cap, max(retryAfter, base * 2^(attempts-1) * jitter)), jitter uniform in [0.5, 1).
-  const rows = await rowsOf<{ status: 'pending' | 'dead'; run_at_ms: number; attempts: number }>(
+  const settled = sql`UPDATE jobs j SET
+          status = CASE WHEN j.attempts >= j.max_attempts OR f.permanent THEN 'dead' ELSE 'pending' END,
+          run_at = CASE WHEN j.attempts >= j.max_attempts OR f.permanent THEN j.run_at
+                        ELSE now() + make_interval(secs => least(f.cap, greatest(f.floor,
+                               f.base * power(2, j.attempts - 1) * (0.5 + random() / 2)))) END,
+          locked_at = NULL, locked_by = NULL, last_error = f.error
+        FROM unnest(${column((f) => f.id)}::bigint[], ${column((f) => f.lockedBy)}::text[],
+                    ${column((f) => f.error.slice(0, MAX_ERROR_LENGTH))}::text[], ${column((f) => f.permanent ?? false)}::boolean[],
+                    ${column((f) => f.retryAfterSeconds ?? 0)}::float8[], ${column((f) => f.backoff?.baseSeconds ?? 1)}::float8[],
+                    ${column((f) => f.backoff?.capSeconds ?? 3600)}::float8[]) AS f(id, token, error, permanent, floor, base, cap)
+        WHERE j.id = f.id AND j.locked_by = f.token AND j.status = 'running'
+        RETURNING j.id, j.kind, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;
+  const rows = await rowsOf<{ id: string; status: 'pending' | 'dead'; run_at_ms: number; attempts: number }>(
     db,
-    sql`UPDATE jobs SET
-          status = CASE WHEN attempts >= max_attempts OR ${options.permanent ?? false}::boolean THEN 'dead' ELSE 'pending' END,
-          run_at = CASE WHEN attempts >= max_attempts OR ${options.permanent ?? false}::boolean THEN run_at
-                        ELSE now() + make_interval(secs => least(${cap}::float8, greatest(${floor}::float8,
-                               ${base}::float8 * power(2, attempts - 1) * (0.5 + random() / 2)))) END,
-          locked_at = NULL, locked_by = NULL, last_error = ${error}
-        WHERE id = ${job.id}::bigint AND locked_by = ${job.lockedBy} AND status = 'running'
-        RETURNING status, extract(epoch from run_at) * 1000 AS run_at_ms, attempts`,
+    options.recordCounts === false
+      ? settled
+      : sql`WITH settled AS (${settled}),
+              counted AS (${countFailed('settled')})
+            SELECT id, status, run_at_ms, attempts FROM settled`,
   );
-  const row = rows[0];
-  if (!row) return { outcome: 'lost' };
-  return row.status === 'dead'
-    ? { outcome: 'dead', attempts: row.attempts }
-    : { outcome: 'retry', runAt: new Date(Number(row.run_at_ms)), attempts: row.attempts };
+  const byId = new Map(rows.map((r) => [String(r.id), r]));
+  return failures.map((f): FailOutcome => {
+    const row = byId.get(String(f.id));
+    if (!row) return { outcome: 'lost' };
+    return row.status === 'dead'
+      ? { outcome: 'dead', attempts: row.attempts }
+      : { outcome: 'retry', runAt: new Date(Number(row.run_at_ms)), attempts: row.attempts };
+  });
 }

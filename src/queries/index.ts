@@ -4,10 +4,11 @@
 export { type Db, NOTIFY_CHANNEL } from './db.ts';
 export { enqueue, enqueueMany, ENQUEUE_CHUNK, type NewJob, type EnqueuedJob } from './enqueue.ts';
 export { claim, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
-export { complete, type HeldJob } from './complete.ts';
-export { fail, MAX_ERROR_LENGTH, type Backoff, type FailOptions, type FailOutcome } from './fail.ts';
+export { complete, type HeldJob, type SettleOptions } from './complete.ts';
+export { fail, failMany, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
 export { release } from './release.ts';
 export { reap, type ReapResult } from './reap.ts';
+export { countsByMinute, countTotals, rollUpCounts, COUNTS_RETENTION_HOURS, type MinuteCounts, type KindTotals } from './counts.ts';
 export {
   getJob, listJobs, stats, retryDead, deleteJob, ping, isJobId,
   type Job, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,

@@ -44,8 +44,12 @@ export interface KindStats {
   pending: number;
   /** Pending and due now. */
   ready: number;
+  /** Pending with run_at in the future (a delay or a retry's backoff). */
+  delayed: number;
   running: number;
   dead: number;
+  /** How long this kind's oldest ready job has waited past its run_at; null when none is ready. */
+  oldestReadySeconds: number | null;
 }
 
 export interface QueueStats {
@@ -54,25 +58,26 @@ export interface QueueStats {
   oldestReadySeconds: number | null;
 }
 
+/** Counts by kind and status, one pass over the table (its cost follows the rows it holds). */
 export async function stats(db: Db): Promise<QueueStats> {
-  const rows = await rowsOf<{ kind: string; pending: number; ready: number; running: number; dead: number }>(
+  const rows = await rowsOf<{ kind: string; pending: number; ready: number; running: number; dead: number; oldest_ready_seconds: number | null }>(
     db,
     sql`SELECT kind,
                count(*) FILTER (WHERE status = 'pending')::int AS pending,
                count(*) FILTER (WHERE status = 'pending' AND run_at <= now())::int AS ready,
                count(*) FILTER (WHERE status = 'running')::int AS running,
-               count(*) FILTER (WHERE status = 'dead')::int AS dead
+               count(*) FILTER (WHERE status = 'dead')::int AS dead,
+               extract(epoch from now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_ready_seconds
           FROM jobs GROUP BY kind ORDER BY kind`,
   );
-  // The oldest ready job is the first entry of jobs_ready: one index probe.
-  const [oldest] = await rowsOf<{ seconds: number | null }>(
-    db,
-    sql`SELECT extract(epoch from now() - run_at)::float8 AS seconds
-          FROM jobs WHERE status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 1`,
-  );
   const kinds: Record<string, KindStats> = {};
-  for (const r of rows) kinds[r.kind] = { pending: r.pending, ready: r.ready, running: r.running, dead: r.dead };
-  return { kinds, oldestReadySeconds: oldest?.seconds == null ? null : Number(oldest.seconds) };
+  let oldestReadySeconds: number | null = null;
+  for (const r of rows) {
+    const oldest = r.oldest_ready_seconds == null ? null : Math.max(0, Number(r.oldest_ready_seconds));
+    kinds[r.kind] = { pending: r.pending, ready: r.ready, delayed: r.pending - r.ready, running: r.running, dead: r.dead, oldestReadySeconds: oldest };
+    if (oldest !== null && (oldestReadySeconds === null || oldest > oldestReadySeconds)) oldestReadySeconds = oldest;
+  }
+  return { kinds, oldestReadySeconds };
 }
 
 export type RetryOutcome = { outcome: 'retried'; job: Job } | { outcome: 'not_dead'; status: JobStatus } | { outcome: 'not_found' };

@@ -22,7 +22,7 @@ import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
 import { createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
-import { type Db, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
+import { type Db, NOTIFY_CHANNEL, reap, rollUpCounts } from '../queries/index.ts';
 import { DEFAULT_BATCH_SIZE, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CONCURRENCY, Drainer, createDrainPool } from './drainer.ts';
 import { NotificationListener } from './listener.ts';
 
@@ -43,6 +43,10 @@ export interface SidecarOptions {
   host?: string;
   /** Unset: generated once and kept in `dataDir/api-token`. */
   apiToken?: string;
+  /** A second token that can read /metrics only (for a Prometheus scraper). The API token works too. */
+  metricsToken?: string;
+  /** The dashboard shows the oldest ready job's age in a warning colour past this. Default 60 s. */
+  oldestReadyWarnSeconds?: number;
   /** Most jobs per claim. Default DEFAULT_BATCH_SIZE. */
   batchSize?: number;
   /** Handlers running at once. Default DEFAULT_CONCURRENCY. */
@@ -184,10 +188,11 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   });
   listener.start();
 
-  // --- reaper -----------------------------------------------------------------------------------
+  // --- reaper (and the fold of old per-minute counts into the totals) ---------------------------
   const reapNow = async () => {
     try {
       const result = await reap(drainDb, visibility);
+      await rollUpCounts(drainDb);
       incidents.end('reaper');
       const total = result.reclaimed.length + result.dead.length;
       if (total > 0) {
@@ -206,6 +211,8 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
     withDb: (fn) => fn(db),
     registry,
     apiToken,
+    metricsToken: options.metricsToken,
+    oldestReadyWarnSeconds: options.oldestReadyWarnSeconds,
     maxBodyBytes: options.maxBodyBytes,
     onError: (error, where) => log.error({ err: describe(error), where }, 'request failed'),
   });

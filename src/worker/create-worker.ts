@@ -1,7 +1,8 @@
-// The Cloudflare Worker: `fetch` serves the HTTP API, `scheduled` (the cron trigger) reaps stale
-// locks, drains until the invocation's budget is spent, releases what it claimed but did not start,
-// and logs one JSON line. A Neon WebSocket Pool lives for one invocation (a Pool cannot outlive
-// it) and uses one connection: a Worker may hold 6 at once and handlers need the rest.
+// The Cloudflare Worker: `fetch` serves the HTTP API and the dashboard, `scheduled` (the cron
+// trigger) reaps stale locks, folds old per-minute counts into the totals, drains until the
+// invocation's budget is spent, releases what it claimed but did not start, and logs one JSON line.
+// A Neon WebSocket Pool lives for one invocation (a Pool cannot outlive it) and uses one
+// connection: a Worker may hold 6 at once and handlers need the rest.
 //
 // The deployed entry is src/worker/index.ts; build your own with your job kinds:
 //   export default createWorker({ jobs: [sendReceipt] });
@@ -12,13 +13,17 @@ import { drain, type DrainReport } from '../drain.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { safeErrorMessage } from '../db/url.ts';
-import { type Db, reap } from '../queries/index.ts';
+import { type Db, reap, rollUpCounts } from '../queries/index.ts';
 
 export interface Env {
   /** Secret: the Neon connection string (`wrangler secret put DATABASE_URL`). */
   DATABASE_URL: string;
   /** Secret: the API's bearer token (`wrangler secret put API_TOKEN`). */
   API_TOKEN?: string;
+  /** Secret, optional: a token that can read /metrics only. */
+  METRICS_TOKEN?: string;
+  /** The dashboard's warning threshold for the oldest ready job, in seconds. Default 60. */
+  OLDEST_READY_WARN_SECONDS?: string;
   DRAIN_BUDGET_MS?: string;
   BATCH_SIZE?: string;
   CONCURRENCY?: string;
@@ -67,6 +72,8 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
       },
       registry: registryFor(env),
       apiToken: env.API_TOKEN,
+      metricsToken: env.METRICS_TOKEN,
+      oldestReadyWarnSeconds: positive(env.OLDEST_READY_WARN_SECONDS, 60),
       maxBodyBytes: env.MAX_BODY_BYTES ? Number(env.MAX_BODY_BYTES) : undefined,
       onError: (error, where) => console.error(JSON.stringify({ event: 'request_failed', where, error: safeErrorMessage(error) })),
     };
@@ -81,6 +88,7 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
     const { db, end } = openDatabase(env);
     try {
       const reaped = await reap(db, positive(env.VISIBILITY_TIMEOUT_SECONDS, 300));
+      await rollUpCounts(db);
       const report = await drain(db, registryFor(env), {
         workerId: `worker-${controller.scheduledTime}-${crypto.randomUUID().slice(0, 8)}`,
         batchSize,

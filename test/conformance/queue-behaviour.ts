@@ -8,7 +8,8 @@ import { drain } from '../../src/drain.ts';
 import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/registry.ts';
 import { noopJob } from '../../src/jobs/noop.ts';
 import {
-  type Db, claim, complete, enqueue, enqueueMany, explainClaim, fail, MAX_ERROR_LENGTH, release, reap,
+  type Db, claim, complete, countTotals, countsByMinute, enqueue, enqueueMany, explainClaim, fail, failMany,
+  MAX_ERROR_LENGTH, release, reap, rollUpCounts,
 } from '../../src/queries/index.ts';
 
 export interface Listener {
@@ -46,7 +47,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       await h?.close();
     });
     beforeEach(async () => {
-      await h.query('TRUNCATE jobs, orders');
+      await h.query('TRUNCATE jobs, orders, job_counts, job_totals');
     });
 
     const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM jobs WHERE ${where}`))[0]?.n);
@@ -387,6 +388,164 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const sizes = `heap per cycle: ${heap.join(', ')}; with indexes: ${total.join(', ')}`;
       expect(heap.at(-1)!, sizes).toBeLessThanOrEqual(heap[1]! * 1.25);
       expect(total.at(-1)!, sizes).toBeLessThan(total[1]! * 2);
+    });
+
+    // --- counts of settled jobs (job_counts): the dashboard's chart and /metrics ----------------
+    // Per kind, over the minutes the test ran in (a test may straddle a minute boundary).
+    const countRows = () =>
+      h.query<{ kind: string; completed: number; failed: number; dead: number; current: boolean }>(
+        `SELECT kind, sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead,
+                bool_and(minute >= date_trunc('minute', now()) - interval '1 minute') AS current
+           FROM job_counts GROUP BY kind ORDER BY kind`,
+      );
+
+    it('settlements add to one counter row per kind per minute, in the settling statement; lost settlements count nothing', async () => {
+      await enqueueMany(h.db, [
+        ...Array.from({ length: 30 }, () => ({ kind: 'a', payload: {} })),
+        ...Array.from({ length: 12 }, () => ({ kind: 'b', payload: {}, maxAttempts: 1 })),
+        { kind: 'c', payload: {}, maxAttempts: 2 },
+      ]);
+      const claimed = await claim(h.db, { batchSize: 100, lockToken: 'w:1' });
+      const a = claimed.filter((j) => j.kind === 'a');
+      const b = claimed.filter((j) => j.kind === 'b');
+      const c = claimed.find((j) => j.kind === 'c')!;
+      expect(await complete(h.db, [...a.slice(0, 20), ...b.slice(0, 2)])).toHaveLength(22);
+      expect(await complete(h.db, a.slice(20))).toHaveLength(10);
+      const outcomes = await failMany(h.db, [...b.slice(2).map((j) => ({ ...j, error: 'boom' })), { ...c, error: 'once' }]);
+      expect(outcomes.map((o) => o.outcome)).toEqual([...Array(10).fill('dead'), 'retry']);
+      // A worker that lost its lock counts nothing: the job's row was not settled by it.
+      expect(await complete(h.db, [{ id: a[0]!.id, lockedBy: 'w:1' }])).toEqual([]);
+      expect(await fail(h.db, { id: c.id, lockedBy: 'w:1' }, { error: 'late' })).toEqual({ outcome: 'lost' });
+
+      expect(await countRows()).toEqual([
+        { kind: 'a', completed: 30, failed: 0, dead: 0, current: true },
+        { kind: 'b', completed: 2, failed: 10, dead: 10, current: true },
+        { kind: 'c', completed: 0, failed: 1, dead: 0, current: true },
+      ]);
+      expect(await countTotals(h.db)).toEqual({
+        a: { completed: 30, failed: 0, dead: 0 },
+        b: { completed: 2, failed: 10, dead: 10 },
+        c: { completed: 0, failed: 1, dead: 0 },
+      });
+    });
+
+    it('a settlement rolled back with its transaction leaves the counts untouched; recordCounts: false writes none', async () => {
+      await enqueueMany(h.db, Array.from({ length: 5 }, () => ({ kind: 'a', payload: {} })));
+      const claimed = await claim(h.db, { batchSize: 5, lockToken: 'w:1' });
+      await expect(
+        h.db.transaction(async (tx) => {
+          expect(await complete(tx, claimed)).toHaveLength(5);
+          throw new Error('rolled back');
+        }),
+      ).rejects.toThrow('rolled back');
+      expect(await countRows()).toEqual([]);
+      expect(await count(`status = 'running'`)).toBe(5);
+      expect(await complete(h.db, claimed.slice(0, 2), { recordCounts: false })).toHaveLength(2);
+      await failMany(h.db, [{ ...claimed[2]!, error: 'x' }], { recordCounts: false });
+      expect(await countRows()).toEqual([]);
+      expect(await complete(h.db, claimed.slice(3))).toHaveLength(2);
+      expect(await countRows()).toEqual([{ kind: 'a', completed: 2, failed: 0, dead: 0, current: true }]);
+    });
+
+    it('a reaped attempt counts as failed, and as dead when it was the last', async () => {
+      await enqueueMany(h.db, [{ kind: 'a', payload: {}, maxAttempts: 1 }, { kind: 'a', payload: {} }, { kind: 'b', payload: {} }]);
+      await claim(h.db, { batchSize: 3, lockToken: 'gone:1' });
+      await h.query(`UPDATE jobs SET locked_at = now() - interval '1 hour'`);
+      const reaped = await reap(h.db, 60);
+      expect(reaped.dead).toHaveLength(1);
+      expect(reaped.reclaimed).toHaveLength(2);
+      expect(await countRows()).toEqual([
+        { kind: 'a', completed: 0, failed: 2, dead: 1, current: true },
+        { kind: 'b', completed: 0, failed: 1, dead: 0, current: true },
+      ]);
+      await reap(h.db, 60); // nothing left to reap: nothing more counted
+      expect((await countRows()).map((r) => r.failed)).toEqual([2, 1]);
+    });
+
+    it('concurrent settlements of overlapping kinds add up exactly and do not deadlock', async () => {
+      const kinds = ['k1', 'k2', 'k3'];
+      await enqueueMany(h.db, Array.from({ length: 240 }, (_, i) => ({ kind: kinds[i % 3]!, payload: {} })));
+      const claimed = await claim(h.db, { batchSize: 240, lockToken: 'w:1' });
+      const workers = await Promise.all([1, 2, 3, 4].map(() => h.connect()));
+      // Batches list their kinds in different orders; the counter upserts are sorted by kind.
+      const batches = Array.from({ length: 12 }, (_, i) => claimed.slice(i * 20, i * 20 + 20).reverse());
+      const settled = await Promise.all(
+        batches.map((batch, i) =>
+          i % 2 === 0 ? complete(workers[i % 4]!, batch) : failMany(workers[i % 4]!, batch.map((j) => ({ ...j, error: 'e' }))),
+        ),
+      );
+      expect(settled.flat()).toHaveLength(240);
+      expect(await countRows()).toEqual(kinds.map((kind) => ({ kind, completed: 40, failed: 40, dead: 0, current: true })));
+    });
+
+    it('countsByMinute fills empty minutes with zeros; rollUpCounts moves old minutes into the totals without changing them', async () => {
+      const [{ m }] = (await h.query<{ m: string }>(`SELECT to_char(date_trunc('minute', now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS m`)) as [{ m: string }];
+      await h.query(
+        `INSERT INTO job_counts (minute, kind, completed, failed, dead) VALUES
+          ($1::timestamptz - interval '3 days', 'a', 100, 7, 2),
+          ($1::timestamptz - interval '2 days', 'a', 50, 0, 0),
+          ($1::timestamptz - interval '2 days', 'b', 5, 1, 1),
+          ($1::timestamptz - interval '5 minutes', 'a', 4, 1, 0),
+          ($1::timestamptz, 'a', 3, 0, 0),
+          ($1::timestamptz, 'b', 2, 2, 1)`,
+        [m],
+      );
+      const minute = new Date(m).getTime();
+      const at = (series: { minute: Date }[], t: number) => series.find((e) => e.minute.getTime() === t);
+      const before = await countTotals(h.db);
+      expect(before).toEqual({ a: { completed: 157, failed: 8, dead: 2 }, b: { completed: 7, failed: 3, dead: 2 } });
+
+      const series = await countsByMinute(h.db, { minutes: 60 });
+      expect(series).toHaveLength(60);
+      expect(at(series, minute)).toMatchObject({ completed: 5, failed: 2, dead: 1 });
+      expect(at(series, minute - 5 * 60_000)).toMatchObject({ completed: 4, failed: 1, dead: 0 });
+      expect(series.reduce((s, e) => s + e.completed, 0)).toBe(9);
+      expect(series.at(-1)!.minute.getTime() - series[0]!.minute.getTime()).toBe(59 * 60_000);
+      expect(series.at(-1)!.minute.getTime() - minute).toBeLessThanOrEqual(60_000); // the last entry is the current minute
+      expect(at(await countsByMinute(h.db, { minutes: 60, kind: 'b' }), minute)).toMatchObject({ completed: 2, failed: 2, dead: 1 });
+
+      expect(await rollUpCounts(h.db)).toBe(3);
+      expect(await rollUpCounts(h.db)).toBe(0);
+      expect(await h.query(`SELECT kind, completed::int, failed::int, dead::int FROM job_totals ORDER BY kind`)).toEqual([
+        { kind: 'a', completed: 150, failed: 7, dead: 2 },
+        { kind: 'b', completed: 5, failed: 1, dead: 1 },
+      ]);
+      expect(await h.query(`SELECT count(*)::int AS n FROM job_counts`)).toEqual([{ n: 3 }]);
+      expect(await countTotals(h.db)).toEqual(before);
+    });
+
+    it('the drain settles a burst of failures in a few statements, not one per job, and counts them', async () => {
+      const registry = new JobRegistry([
+        defineJob({ kind: 'flaky', schema: z.unknown(), handler: () => { throw new Error('down'); } }),
+        defineJob({ kind: 'fine', schema: z.unknown(), handler: () => {} }),
+      ]);
+      await enqueueMany(h.db, [
+        ...Array.from({ length: 40 }, () => ({ kind: 'flaky', payload: {}, maxAttempts: 2 })),
+        ...Array.from({ length: 10 }, () => ({ kind: 'fine', payload: {} })),
+      ]);
+      // Settlements go through db.execute (the claim is a prepared statement): count them.
+      let statements = 0;
+      const counted = new Proxy(h.db, {
+        get: (target, property, receiver) =>
+          property === 'execute'
+            ? (query: Parameters<Db['execute']>[0]) => {
+                statements++;
+                return target.execute(query);
+              }
+            : Reflect.get(target, property, receiver),
+      });
+      const report = await drain(counted, registry, { workerId: 'w', batchSize: 50 });
+      expect(report).toMatchObject({ claimed: 50, completed: 10, failed: 40, dead: 0, lost: 0 });
+      expect(statements).toBeGreaterThanOrEqual(2); // at least one DELETE and one UPDATE
+      expect(statements).toBeLessThanOrEqual(6); // one per job would be 50
+      expect(await count(`kind = 'flaky' AND status = 'pending' AND attempts = 1 AND last_error = 'down'`)).toBe(40);
+      await h.query(`UPDATE jobs SET run_at = now()`);
+      const second = await drain(h.db, registry, { workerId: 'w', batchSize: 50 });
+      expect(second).toMatchObject({ claimed: 40, failed: 0, dead: 40 });
+      expect(await countRows()).toEqual([
+        { kind: 'fine', completed: 10, failed: 0, dead: 0, current: true },
+        { kind: 'flaky', completed: 0, failed: 80, dead: 40, current: true },
+      ]);
     });
   });
 }

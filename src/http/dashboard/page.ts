@@ -1,0 +1,92 @@
+// The dashboard's page: rendered on the server with Hono's html helper (auto-escaping, no build
+// step, so the sidecar runs it straight from the .ts source and the Worker bundles it as is; JSX
+// syntax would need a transform that Node's type stripping does not do). The page holds no data:
+// the browser asks for the API token once, keeps it in sessionStorage (this tab only), and the
+// script (./script.ts) reads the same HTTP API anyone else would.
+import { html } from 'hono/html';
+
+export interface DashboardPageOptions {
+  /** The oldest ready job's age turns to a warning colour past this. */
+  oldestReadyWarnSeconds: number;
+  /** Seconds between refreshes. */
+  refreshSeconds: number;
+}
+
+const STATES = [
+  ['ready', 'Ready', 'due now'],
+  ['delayed', 'Delayed', 'waiting for run_at'],
+  ['running', 'Running', 'claimed by a worker'],
+  ['dead', 'Dead', 'needs a person'],
+] as const;
+
+export function dashboardPage(options: DashboardPageOptions) {
+  return html`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="no-referrer">
+<title>pgdrain</title>
+<link rel="stylesheet" href="/dashboard/style.css">
+<script src="/dashboard/script.js" defer></script>
+</head>
+<body data-warn-seconds="${options.oldestReadyWarnSeconds}" data-refresh-seconds="${options.refreshSeconds}">
+<header class="top">
+  <h1>pgdrain</h1>
+  <span id="updated" class="muted" aria-live="polite"></span>
+  <button id="forget" class="link" type="button" hidden>Forget token</button>
+</header>
+<div id="banner" class="banner" role="alert" hidden></div>
+
+<form id="login" class="login" hidden>
+  <h2>Open the dashboard</h2>
+  <p id="login-message" class="muted">Enter the API token. It is kept in this browser tab only.</p>
+  <label for="token">API token</label>
+  <div class="row">
+    <input id="token" name="token" type="password" autocomplete="off" spellcheck="false" required>
+    <button type="submit">Open</button>
+  </div>
+</form>
+
+<main id="view" hidden>
+  <section class="cards" aria-label="Totals">
+    ${STATES.map(
+      ([key, label, hint]) => html`<div class="card ${key}"><span class="label">${label}</span><span class="value" id="total-${key}">–</span><span class="hint">${hint}</span></div>`,
+    )}
+    <div class="card age" id="oldest-card"><span class="label">Oldest ready job</span><span class="value" id="oldest-ready">–</span><span class="hint">warning past ${options.oldestReadyWarnSeconds} s</span></div>
+  </section>
+
+  <section>
+    <h2>By kind</h2>
+    <div class="scroll">
+      <table id="kinds">
+        <thead><tr><th>Kind</th><th class="num">Pending</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Running</th><th class="num">Dead</th><th class="num">Oldest ready</th><th class="bars">Backlog</th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </div>
+    <p id="kinds-empty" class="muted" hidden>The queue is empty.</p>
+    <p class="legend">${STATES.map(([key, label]) => html`<span class="swatch ${key}"></span>${label} `)}</p>
+  </section>
+
+  <section>
+    <h2>Throughput, last hour</h2>
+    <p id="throughput-summary" class="muted"></p>
+    <div id="chart" class="chart" role="img" aria-label="Jobs completed and failed per minute over the last hour"></div>
+    <p class="legend"><span class="swatch completed"></span>Completed <span class="swatch failed"></span>Failed attempts</p>
+  </section>
+
+  <section>
+    <h2>Dead jobs <span id="dead-count" class="muted"></span></h2>
+    <div class="scroll">
+      <table id="dead">
+        <thead><tr><th>Job</th><th>Kind</th><th class="num">Attempts</th><th>Last error</th><th>Age</th><th><span class="sr">Actions</span></th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </div>
+    <p id="dead-empty" class="muted" hidden>No dead jobs.</p>
+  </section>
+</main>
+</body>
+</html>
+`;
+}

@@ -1,0 +1,74 @@
+// GET /metrics: the queue as Prometheus text (exposition format 0.0.4). Every scrape is a fresh
+// read of the database (the table is the truth; a Worker has no process to keep counters in), so
+// this is a formatter rather than a metrics registry. prom-client, the usual Node choice, is built
+// around a long-lived in-process registry and Node's cluster and v8 modules, which fit neither a
+// Worker nor a per-scrape snapshot; the format itself is small and fully covered here.
+import type { KindTotals, QueueStats } from '../queries/index.ts';
+
+export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+interface Family {
+  name: string;
+  help: string;
+  type: 'gauge' | 'counter';
+  samples: { labels: Record<string, string>; value: number }[];
+}
+
+/**
+ * `kinds` lists every kind to report even at zero (the registered ones), so a series does not
+ * vanish when its queue empties; kinds found only in the database are added.
+ */
+export function renderMetrics(stats: QueueStats, totals: Record<string, KindTotals>, registered: readonly string[]): string {
+  const kinds = [...new Set([...registered, ...Object.keys(stats.kinds), ...Object.keys(totals)])].sort();
+  const gauge = (name: string, help: string): Family => ({ name, help, type: 'gauge', samples: [] });
+  const counter = (name: string, help: string): Family => ({ name, help, type: 'counter', samples: [] });
+  const jobs = gauge('pgdrain_jobs', 'Jobs in the table by kind and status (completed jobs are deleted, see pgdrain_jobs_completed_total).');
+  const ready = gauge('pgdrain_jobs_ready', 'Pending jobs that are due now (the rest of pending waits for its run_at).');
+  const oldest = gauge('pgdrain_oldest_ready_job_age_seconds', 'How long the oldest ready job has waited past its run_at; 0 when none is ready.');
+  const completed = counter('pgdrain_jobs_completed_total', 'Jobs completed.');
+  const failed = counter('pgdrain_jobs_failed_total', 'Failed attempts: a handler error or timeout, or a lock the reaper expired (retried or dead).');
+  const dead = counter('pgdrain_jobs_dead_total', 'Jobs that became dead (attempts spent or a permanent error).');
+
+  for (const kind of kinds) {
+    const s = stats.kinds[kind];
+    const t = totals[kind];
+    jobs.samples.push(
+      { labels: { kind, status: 'pending' }, value: s?.pending ?? 0 },
+      { labels: { kind, status: 'running' }, value: s?.running ?? 0 },
+      { labels: { kind, status: 'dead' }, value: s?.dead ?? 0 },
+    );
+    ready.samples.push({ labels: { kind }, value: s?.ready ?? 0 });
+    oldest.samples.push({ labels: { kind }, value: s?.oldestReadySeconds ?? 0 });
+    completed.samples.push({ labels: { kind }, value: t?.completed ?? 0 });
+    failed.samples.push({ labels: { kind }, value: t?.failed ?? 0 });
+    dead.samples.push({ labels: { kind }, value: t?.dead ?? 0 });
+  }
+
+  return [jobs, ready, oldest, completed, failed, dead].map(renderFamily).join('');
+}
+
+function renderFamily(family: Family): string {
+  let out = `# HELP ${family.name} ${escapeHelp(family.help)}\n# TYPE ${family.name} ${family.type}\n`;
+  for (const sample of family.samples) {
+    const labels = Object.entries(sample.labels)
+      .map(([k, v]) => `${k}="${escapeLabelValue(v)}"`)
+      .join(',');
+    out += `${family.name}${labels ? `{${labels}}` : ''} ${formatValue(sample.value)}\n`;
+  }
+  return out;
+}
+
+/** Label values escape backslash, double quote and line feed; nothing else. */
+function escapeLabelValue(value: string): string {
+  return value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+}
+
+function escapeHelp(text: string): string {
+  return text.replace(/\\/g, '\\\\').replace(/\n/g, '\\n');
+}
+
+function formatValue(value: number): string {
+  if (Number.isNaN(value)) return 'NaN';
+  if (!Number.isFinite(value)) return value > 0 ? '+Inf' : '-Inf';
+  return String(value);
+}

@@ -9,7 +9,7 @@ import { createNeonHarness } from './neon-harness.ts';
 let h: Harness;
 beforeAll(async () => {
   h = await createNeonHarness(env.DATABASE_URL);
-  await h.query('TRUNCATE jobs');
+  await h.query('TRUNCATE jobs, job_counts, job_totals');
 });
 afterAll(() => h?.close());
 
@@ -43,4 +43,35 @@ it('enqueues, reads, refuses bad input, and drains a noop job on the cron', asyn
   expect((await SELF.fetch(`http://worker/jobs/${id}`, { headers: auth })).status).toBe(404);
   const stats = await (await SELF.fetch('http://worker/stats', { headers: auth })).json();
   expect(stats).toEqual({ kinds: {}, oldestReadySeconds: null });
+});
+
+it('serves the dashboard, and counts what the cron ran in /stats/throughput and /metrics', async () => {
+  await h.query('TRUNCATE jobs, job_counts, job_totals');
+  const page = await SELF.fetch('http://worker/');
+  expect(page.status).toBe(200);
+  expect(page.headers.get('content-security-policy')).toContain("script-src 'self'");
+  expect(await page.text()).toContain('<script src="/dashboard/script.js" defer></script>');
+  const script = await SELF.fetch('http://worker/dashboard/script.js');
+  expect(script.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+  expect(await script.text()).toContain("sessionStorage.getItem(TOKEN_KEY)");
+
+  const batch = await SELF.fetch('http://worker/jobs/batch', {
+    method: 'POST',
+    headers: auth,
+    body: JSON.stringify({ jobs: Array.from({ length: 7 }, (_, i) => ({ kind: 'noop', payload: { i } })) }),
+  });
+  expect(batch.status).toBe(201);
+  const ctx = createExecutionContext();
+  await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as unknown as Env, ctx);
+  await waitOnExecutionContext(ctx);
+
+  const [counted] = await h.query(`SELECT sum(completed)::int AS completed FROM job_counts WHERE kind = 'noop'`);
+  expect(counted).toEqual({ completed: 7 });
+  const { minutes } = await (await SELF.fetch('http://worker/stats/throughput?minutes=5', { headers: auth })).json();
+  expect(minutes.reduce((s: number, m: { completed: number }) => s + m.completed, 0)).toBe(7);
+  const metrics = await SELF.fetch('http://worker/metrics', { headers: auth });
+  expect(metrics.status).toBe(200);
+  const text = await metrics.text();
+  expect(text).toContain('pgdrain_jobs_completed_total{kind="noop"} 7\n');
+  expect(text).toContain('pgdrain_jobs{kind="noop",status="pending"} 0\n');
 });

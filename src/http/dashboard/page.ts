@@ -60,7 +60,7 @@ export function dashboardPage(options: DashboardPageOptions) {
     <h2>By kind</h2>
     <div class="scroll">
       <table id="kinds">
-        <thead><tr><th>Kind</th><th class="num">Pending</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Running</th><th class="num">Dead</th><th class="num">Oldest ready</th><th class="bars">Backlog</th></tr></thead>
+        <thead><tr><th>Kind</th><th class="num pending">Pending</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Running</th><th class="num">Dead</th><th class="num oldest">Oldest ready</th><th class="bars">Backlog</th></tr></thead>
         <tbody></tbody>
       </table>
     </div>

@@ -51,7 +51,7 @@ export const DASHBOARD_SCRIPT = String.raw`
     byId('forget').hidden = true;
     byId('login').hidden = false;
     byId('login-message').textContent = message || 'Enter the API token. It is kept in this browser tab only.';
-    byId('login-message').className = message ? 'error' : 'muted';
+    byId('login-message').className = message ? 'refused' : 'muted';
     byId('token').focus();
   }
 
@@ -76,6 +76,10 @@ export const DASHBOARD_SCRIPT = String.raw`
       showLogin('The token was refused (' + failure.message + '). Enter the API token again.');
       return;
     }
+    // Not a token problem: stay on the dashboard (last data dimmed, or dashes) and keep asking.
+    byId('login').hidden = true;
+    byId('view').hidden = false;
+    byId('forget').hidden = false;
     var since = lastOk ? ' Showing the data from ' + lastOk.toLocaleTimeString() + '.' : '';
     if (failure.kind === 'database') {
       showBanner('The database does not answer: ' + failure.message + since + ' Retrying every ' + refreshMs / 1000 + ' s.');
@@ -97,6 +101,10 @@ export const DASHBOARD_SCRIPT = String.raw`
       api('GET', '/stats/throughput?minutes=60'),
       api('GET', '/jobs?status=dead&limit=100'),
     ]).then(function (results) {
+      // Visible first: the chart is drawn to the width its box has.
+      byId('login').hidden = true;
+      byId('view').hidden = false;
+      byId('forget').hidden = false;
       renderStats(results[0]);
       lastThroughput = results[1];
       renderThroughput(results[1]);
@@ -105,9 +113,6 @@ export const DASHBOARD_SCRIPT = String.raw`
       byId('updated').textContent = 'Updated ' + lastOk.toLocaleTimeString();
       body.classList.remove('stale');
       if (byId('banner').dataset.kind === 'error') showBanner(null);
-      byId('login').hidden = true;
-      byId('view').hidden = false;
-      byId('forget').hidden = false;
     }, handleFailure).finally(function () { inFlight = null; });
     return inFlight;
   }
@@ -132,8 +137,8 @@ export const DASHBOARD_SCRIPT = String.raw`
     return Math.floor(s / 86400) + ' d ' + Math.floor((s % 86400) / 3600) + ' h';
   }
 
-  function countCell(column, value) {
-    return element('td', { class: 'num', 'data-col': column, 'data-value': String(value), text: formatCount(value) });
+  function countCell(column, value, extraClass) {
+    return element('td', { class: 'num' + (extraClass ? ' ' + extraClass : ''), 'data-col': column, 'data-value': String(value), text: formatCount(value) });
   }
 
   function renderStats(stats) {
@@ -166,12 +171,12 @@ export const DASHBOARD_SCRIPT = String.raw`
       var age = s.oldestReadySeconds;
       return element('tr', { 'data-kind': kind }, [
         element('td', { text: kind }),
-        countCell('pending', s.pending),
+        countCell('pending', s.pending, 'pending'),
         countCell('ready', s.ready),
         countCell('delayed', s.delayed),
         countCell('running', s.running),
         countCell('dead', s.dead),
-        element('td', { class: 'num' + (age != null && age > warnSeconds ? ' warn' : ''), text: age == null ? '–' : formatAge(age) }),
+        element('td', { class: 'num oldest' + (age != null && age > warnSeconds ? ' warn' : ''), text: age == null ? '–' : formatAge(age) }),
         element('td', { class: 'bars' }, [bar]),
       ]);
     });

@@ -16,7 +16,7 @@ h1 { font-size: 20px; margin: 0; letter-spacing: -0.01em; }
 h2 { font-size: 15px; margin: 24px 0 8px; }
 .top { display: flex; align-items: baseline; gap: 12px; padding: 16px 0 8px; flex-wrap: wrap; }
 .muted { color: var(--muted); }
-.error { color: var(--dead); }
+.refused { color: var(--dead); }
 button { font: inherit; border: 1px solid var(--line); background: var(--panel); color: var(--text);
   border-radius: 6px; padding: 4px 10px; cursor: pointer; }
 button:hover { border-color: #b9bec7; }
@@ -70,6 +70,10 @@ td.actions button + button { margin-left: 6px; }
 .stale main { opacity: 0.55; }
 @media (max-width: 640px) {
   body { padding: 0 10px 24px; }
+  /* pending is ready + delayed, and the oldest age is on its card: the rest fits a phone */
+  #kinds .pending, #kinds .oldest { display: none; }
+  #kinds th, #kinds td { padding: 7px 6px; }
+  th.bars, td.bars { width: auto; min-width: 56px; }
   .card .value { font-size: 20px; }
   #dead thead { display: none; }
   #dead, #dead tbody, #dead tr, #dead td { display: block; width: 100%; }

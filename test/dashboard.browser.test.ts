@@ -1,0 +1,215 @@
+// The dashboard in a real headless Chromium (Debian's, driven by playwright-core), served by the
+// sidecar running as a real process on a real PostgreSQL: log in, see the counts the database
+// holds, retry and delete dead jobs and find the rows changed. Screenshots go to .tmp/artifacts/.
+//
+// Chromium: CHROMIUM_PATH, else /usr/bin/chromium (`apt-get install chromium`; .ci/run installs
+// it). Without one the suite is skipped with a message, unless PGDRAIN_BROWSER_TESTS=required
+// (set by .ci/run), where a missing browser fails it.
+import { existsSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import { serve } from '@hono/node-server';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import { type Browser, type Page, chromium } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApp } from '../src/http/app.ts';
+import { createDefaultRegistry } from '../src/jobs/index.ts';
+import type { Db } from '../src/queries/index.ts';
+import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const haveChromium = existsSync(CHROMIUM);
+const required = process.env.PGDRAIN_BROWSER_TESTS === 'required';
+const ARTIFACTS = path.resolve('.tmp/artifacts');
+const TOKEN = 'dashboard-test-token-5d1c9e';
+
+if (!haveChromium && !required) {
+  console.warn(`dashboard.browser.test.ts skipped: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
+}
+
+describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
+  let t: TestDatabase;
+  let sidecar: SidecarProcess;
+  let browser: Browser;
+
+  beforeAll(async () => {
+    if (!haveChromium) throw new Error(`PGDRAIN_BROWSER_TESTS=required but there is no Chromium at ${CHROMIUM}`);
+    await mkdir(ARTIFACTS, { recursive: true });
+    t = await createTestDatabase();
+    sidecar = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, POLL_INTERVAL_MS: '200' });
+    // Running as root in CI: Chromium's sandbox needs user namespaces it may not have there.
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  });
+  afterAll(async () => {
+    await browser?.close();
+    sidecar?.kill();
+    await sidecar?.exited;
+    await t?.close();
+  });
+
+  /** Kinds the sidecar has no handler for stay where the test puts them. */
+  async function arrangeQueue() {
+    await t.query(`
+      INSERT INTO jobs (kind, payload, status, run_at, attempts, max_attempts, locked_at, locked_by, last_error, created_at)
+      SELECT 'email', '{}'::jsonb, 'pending', now() - interval '3 minutes', 0, 3, NULL::timestamptz, NULL::text, NULL::text, now() - interval '3 minutes' FROM generate_series(1, 7)
+      UNION ALL SELECT 'email', '{}', 'pending', now() + interval '1 hour', 1, 3, NULL, NULL, 'Error: 451 try later', now() FROM generate_series(1, 2)
+      UNION ALL SELECT 'email', '{}', 'running', now(), 1, 3, now(), 'other-worker:1', NULL, now() FROM generate_series(1, 3)
+      UNION ALL SELECT 'report', '{}', 'pending', now() - interval '5 seconds', 0, 3, NULL, NULL, NULL, now() FROM generate_series(1, 4)
+      UNION ALL SELECT 'report', jsonb_build_object('n', n), 'dead', now(), 3, 3, NULL, NULL,
+                       'Error: report ' || n || ' failed: <b>disk full</b>', now() - make_interval(mins => n) FROM generate_series(1, 3) AS n`);
+    // Real runs through the sidecar for the chart: 25 completions, and one job whose payload the
+    // kind rejects, which fails for good (a failed attempt and a dead job).
+    const res = await fetch(`${sidecar.url}/jobs/batch`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ jobs: Array.from({ length: 25 }, (_, i) => ({ kind: 'noop', payload: { i } })) }),
+    });
+    expect(res.status).toBe(201);
+    await t.query(`INSERT INTO jobs (kind, payload) VALUES ('record', '{"ms": "not a number"}')`);
+    await until(
+      () => t.query<{ n: number }>(`SELECT count(*)::int AS n FROM jobs WHERE kind IN ('noop', 'record') AND status <> 'dead'`),
+      (rows) => rows[0]!.n === 0,
+      15_000,
+      'the sidecar to drain the noop and record jobs',
+    );
+  }
+
+  const cell = (page: Page, kind: string, column: string) =>
+    page.locator(`#kinds tr[data-kind="${kind}"] td[data-col="${column}"]`).getAttribute('data-value').then(Number);
+
+  it('asks for the token, shows what the database holds, and retries and deletes dead jobs', async () => {
+    await arrangeQueue();
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    const consoleErrors: string[] = [];
+    page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
+    page.on('pageerror', (e) => consoleErrors.push(e.message));
+    page.on('dialog', (dialog) => void dialog.accept());
+
+    await page.goto(sidecar.url);
+    await expect.poll(() => page.locator('#login').isVisible()).toBe(true);
+    expect(await page.locator('#view').isVisible()).toBe(false);
+
+    // A wrong token: a clear message, and the form again.
+    await page.fill('#token', 'not-the-token-at-all');
+    await page.click('#login button[type=submit]');
+    await expect.poll(() => page.locator('#login-message').textContent()).toContain('The token was refused');
+    expect(await page.evaluate(() => sessionStorage.getItem('pgdrain.token'))).toBeNull();
+    // Chromium logs each refused request ("status of 401"); those were the point. From here on
+    // the console must stay clean.
+    expect(consoleErrors.every((e) => e.includes('401'))).toBe(true);
+    consoleErrors.length = 0;
+
+    await page.fill('#token', TOKEN);
+    await page.click('#login button[type=submit]');
+    await page.locator('#view').waitFor({ state: 'visible' });
+    expect(await page.evaluate(() => sessionStorage.getItem('pgdrain.token'))).toBe(TOKEN);
+
+    // The kind table and the cards against the rows.
+    const counts = await t.query<{ kind: string; pending: number; ready: number; delayed: number; running: number; dead: number }>(`
+      SELECT kind, count(*) FILTER (WHERE status = 'pending')::int AS pending,
+             count(*) FILTER (WHERE status = 'pending' AND run_at <= now())::int AS ready,
+             count(*) FILTER (WHERE status = 'pending' AND run_at > now())::int AS delayed,
+             count(*) FILTER (WHERE status = 'running')::int AS running,
+             count(*) FILTER (WHERE status = 'dead')::int AS dead
+        FROM jobs GROUP BY kind ORDER BY kind`);
+    expect(counts.map((c) => c.kind)).toEqual(['email', 'record', 'report']);
+    expect(await page.locator('#kinds tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-kind')))).toEqual(['email', 'record', 'report']);
+    for (const row of counts) {
+      for (const column of ['pending', 'ready', 'delayed', 'running', 'dead'] as const) {
+        expect(await cell(page, row.kind, column), `${row.kind} ${column}`).toBe(row[column]);
+      }
+    }
+    expect(counts.find((c) => c.kind === 'email')).toMatchObject({ pending: 9, ready: 7, delayed: 2, running: 3, dead: 0 });
+    const total = (column: 'ready' | 'delayed' | 'running' | 'dead') => counts.reduce((s, c) => s + c[column], 0);
+    for (const column of ['ready', 'delayed', 'running', 'dead'] as const) {
+      expect(Number(await page.locator(`#total-${column}`).getAttribute('data-value')), column).toBe(total(column));
+    }
+    // The oldest ready job waited three minutes: past the 60 s threshold, in the warning colour.
+    expect(await page.locator('#oldest-ready').textContent()).toMatch(/^3 min/);
+    expect(await page.locator('#oldest-card').getAttribute('class')).toContain('warn');
+
+    // The chart's totals against the counter table: 25 completed, 1 failed attempt, 1 dead.
+    const [sums] = await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM job_counts`);
+    expect(sums).toEqual({ completed: 25, failed: 1, dead: 1 });
+    await expect.poll(async () => Number(await page.locator('#sum-completed').getAttribute('data-value'))).toBe(25);
+    expect(Number(await page.locator('#sum-failed').getAttribute('data-value'))).toBe(1);
+    expect(Number(await page.locator('#sum-dead').getAttribute('data-value'))).toBe(1);
+    expect(await page.locator('#chart svg rect.completed').count()).toBeGreaterThan(0);
+
+    // Dead jobs, newest first, as the database lists them; error text shown as text, not HTML.
+    const dead = await t.query<{ id: string; kind: string }>(`SELECT id::text, kind FROM jobs WHERE status = 'dead' ORDER BY id DESC`);
+    expect(await page.locator('#dead tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job')))).toEqual(dead.map((d) => d.id));
+    expect(await page.locator('#dead code').allTextContents()).toContain('Error: report 3 failed: <b>disk full</b>');
+    expect(await page.locator('#dead b').count()).toBe(0);
+
+    await mkdir(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard.png'), fullPage: true });
+
+    // Retry: the job is pending again in the database, and leaves the dead list. (A report job:
+    // the sidecar has no handler for it, so it stays pending for us to see.)
+    const [toRetry, toDelete] = dead.filter((d) => d.kind === 'report').map((d) => d.id) as [string, string];
+    await page.click(`#dead tr[data-job="${toRetry}"] button[data-action="retry"]`);
+    await until(
+      () => t.query<{ status: string; attempts: number }>(`SELECT status, attempts FROM jobs WHERE id = $1`, [toRetry]),
+      (rows) => rows[0]?.status === 'pending',
+      5_000,
+      `job ${toRetry} to be pending`,
+    ).then((rows) => expect(rows).toEqual([{ status: 'pending', attempts: 0 }]));
+    await page.locator(`#dead tr[data-job="${toRetry}"]`).waitFor({ state: 'detached' });
+    await expect.poll(() => page.locator('#banner').textContent()).toContain(`Job #${toRetry} is pending again`);
+
+    // Delete (after the confirm dialog): the row is gone from the table and from the database.
+    await page.click(`#dead tr[data-job="${toDelete}"] button[data-action="delete"]`);
+    await until(
+      () => t.query(`SELECT id FROM jobs WHERE id = $1`, [toDelete]),
+      (rows) => rows.length === 0,
+      5_000,
+      `job ${toDelete} to be deleted`,
+    );
+    await page.locator(`#dead tr[data-job="${toDelete}"]`).waitFor({ state: 'detached' });
+    const stillDead = await t.query<{ id: string }>(`SELECT id::text FROM jobs WHERE status = 'dead' ORDER BY id DESC`);
+    expect(stillDead).toHaveLength(dead.length - 2);
+    await expect
+      .poll(() => page.locator('#dead tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job'))))
+      .toEqual(stillDead.map((d) => d.id));
+
+    // A phone's width: nothing wider than the screen, dead jobs as cards.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForTimeout(300);
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    const kindsBox = page.locator('#kinds').locator('..');
+    expect(await kindsBox.evaluate((box) => box.scrollWidth - box.clientWidth)).toBeLessThanOrEqual(0);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-phone.png'), fullPage: true });
+
+    expect(consoleErrors).toEqual([]);
+    await context.close();
+  }, 90_000);
+
+  it('says so when the database is down, and keeps asking', async () => {
+    // The same app, served over HTTP, on a database that refuses connections.
+    const pool = new pg.Pool({ connectionString: 'postgres://app:secret-pw@127.0.0.1:1/nowhere', connectionTimeoutMillis: 1000 });
+    pool.on('error', () => {});
+    const app = createApp({ withDb: (fn) => fn(drizzle({ client: pool }) as unknown as Db), registry: createDefaultRegistry({}), apiToken: TOKEN });
+    const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
+    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    const context = await browser.newContext();
+    try {
+      const page = await context.newPage();
+      await page.goto(url);
+      await page.fill('#token', TOKEN);
+      await page.click('#login button[type=submit]');
+      await expect.poll(() => page.locator('#banner').textContent(), { timeout: 10_000 }).toContain('The database does not answer');
+      expect(await page.locator('#banner').isVisible()).toBe(true);
+      expect(await page.locator('#banner').textContent()).not.toContain('secret-pw');
+      expect(await page.locator('#login').isVisible()).toBe(false); // the token was fine: no login form
+    } finally {
+      await context.close();
+      await new Promise((resolve) => server.close(resolve));
+      await pool.end();
+    }
+  }, 60_000);
+});

@@ -240,6 +240,45 @@ async function main() {
     await admin.query('DROP DATABASE bench_plan WITH (FORCE)');
   }
 
+  // What job_counts costs: the same drain with and without counting, alternating on one database
+  // so drift in the machine's speed falls on both alike.
+  let counting: { on: number[]; off: number[] } | undefined;
+  if (!only || only.includes('pgdrain')) {
+    await admin.query('DROP DATABASE IF EXISTS bench_counts WITH (FORCE)');
+    await admin.query('CREATE DATABASE bench_counts');
+    const url = new URL(adminUrl);
+    url.pathname = '/bench_counts';
+    const on = pgdrainSystem();
+    const off = pgdrainSystem({ recordCounts: false });
+    await on.install(url.toString());
+    await off.install(url.toString());
+    const countAdmin = new pg.Pool({ connectionString: url.toString(), max: 1 });
+    countAdmin.on('error', () => {});
+    const n = plan.drainSizes.at(-1)!;
+    const pairs = quick ? 1 : 6;
+    console.log(`
+the cost of counting: drain ${n / 1000}k with job_counts on and off, ${pairs} alternating pairs`);
+    counting = { on: [], off: [] };
+    for (let r = 0; r < pairs; r++) {
+      // ABBA order, and a VACUUM before each trial: otherwise whichever goes first in every pair
+      // gets the table with fewer dead tuples in it.
+      const pair = [[on, counting.on], [off, counting.off]] as const;
+      for (const [system, into] of r % 2 === 0 ? pair : [...pair].reverse()) {
+        await system.reset();
+        await maintain(countAdmin, 'VACUUM jobs');
+        const m = await measure(() => drainOnce(system, countAdmin, n, true));
+        into.push(m.value);
+        console.log(`  ${system.name.padEnd(24)} pair ${r + 1}/${pairs}: ${fmt(m.value)} jobs/s  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`);
+      }
+    }
+    record(`drain ${n / 1000}k, counts on`, 'pgdrain', 'jobs/s', counting.on, [], []);
+    record(`drain ${n / 1000}k, counts off`, 'pgdrain', 'jobs/s', counting.off, [], []);
+    await countAdmin.end();
+    await on.close();
+    await off.close();
+    await admin.query('DROP DATABASE bench_counts WITH (FORCE)');
+  }
+
   let worker: Awaited<ReturnType<typeof benchWorkerDrainer>> | undefined;
   if (!only || only.includes('worker')) {
     await admin.query('DROP DATABASE IF EXISTS bench_worker WITH (FORCE)');
@@ -255,6 +294,11 @@ async function main() {
   if (dir) await rm(dir, { recursive: true, force: true });
 
   printTable(systems.map((s) => s.name));
+  if (counting) {
+    const on = median(counting.on);
+    const off = median(counting.off);
+    console.log(`\ncounting settled jobs (job_counts): ${fmt(on)} jobs/s with, ${fmt(off)} without: ${(((off - on) / off) * 100).toFixed(1)}% of drain throughput (median of ${counting.on.length} alternating pairs)`);
+  }
   if (worker) {
     console.log(`\nWorker scheduled(): ${worker.map((w) => `${fmt(w.jobsPerSecond)} jobs/s, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
   }

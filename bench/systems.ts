@@ -70,7 +70,8 @@ const silent = pino({ level: 'silent' });
 const payloads = (n: number) => Array.from({ length: n }, (_, i) => ({ i }));
 
 // --- pgdrain: the sidecar's own drain path ------------------------------------------------------
-export function pgdrainSystem(): BenchSystem {
+/** `recordCounts: false` drains without adding to job_counts: what counting costs. */
+export function pgdrainSystem(variant: { recordCounts?: boolean } = {}): BenchSystem {
   let pool: pg.Pool;
   let db: Db;
   let drainPool: pg.Pool;
@@ -81,9 +82,12 @@ export function pgdrainSystem(): BenchSystem {
     defineJob({ kind: 'bench', schema: z.object({ i: z.number().optional(), seq: z.number().optional() }), handler: (p) => onRun(p) }),
   ]);
   // The sidecar's defaults and its drain pool: the same path `npm start` runs.
-  const options = { workerId: 'bench', batchSize: DEFAULT_BATCH_SIZE, concurrency: DEFAULT_CONCURRENCY, claimsInFlight: DEFAULT_CLAIMS_IN_FLIGHT, pollIntervalMs: 1000 };
+  const options = {
+    workerId: 'bench', batchSize: DEFAULT_BATCH_SIZE, concurrency: DEFAULT_CONCURRENCY, claimsInFlight: DEFAULT_CLAIMS_IN_FLIGHT,
+    pollIntervalMs: 1000, recordCounts: variant.recordCounts,
+  };
   return {
-    name: 'pgdrain',
+    name: variant.recordCounts === false ? 'pgdrain, counts off' : 'pgdrain',
     version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version,
     table: 'jobs',
     async install(u) {

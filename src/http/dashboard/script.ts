@@ -94,7 +94,10 @@ export const DASHBOARD_SCRIPT = String.raw`
 
   // --- refresh -----------------------------------------------------------------------------
   function refresh() {
-    if (!token()) { showLogin(); return Promise.resolve(); }
+    if (!token()) {
+      if (byId('login').hidden) showLogin();
+      return Promise.resolve();
+    }
     if (inFlight) return inFlight;
     inFlight = Promise.all([
       api('GET', '/stats'),

@@ -28,7 +28,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE jobs');
+  await t.query('TRUNCATE jobs, job_counts, job_totals');
   await t.query('DROP TABLE IF EXISTS test_runs');
 });
 afterEach(async () => {
@@ -87,7 +87,11 @@ describe('npm start on the embedded PostgreSQL', () => {
 
 describe('with DATABASE_URL', () => {
   it('an idle sidecar starts an enqueued job within milliseconds (NOTIFY, not the poll)', async () => {
+    // A minute of counts older than the retention: the reaper's first round folds it into the totals.
+    await t.query(`INSERT INTO job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()) - interval '2 days', 'record', 40, 2, 1)`);
     await start({ POLL_INTERVAL_MS: '5000' });
+    expect(await t.query(`SELECT kind, completed::int, failed::int, dead::int FROM job_totals`)).toEqual([{ kind: 'record', completed: 40, failed: 2, dead: 1 }]);
+    expect(await t.query(`SELECT count(*)::int AS n FROM job_counts WHERE minute < now() - interval '1 day'`)).toEqual([{ n: 0 }]);
     await sleep(500);
     for (let i = 0; i < 5; i++) {
       await enqueue(t.db, { kind: 'record', payload: {} });
@@ -156,6 +160,10 @@ describe('with DATABASE_URL', () => {
     for (const r of after) startsPerJob.set(r.job_id, (startsPerJob.get(r.job_id) ?? 0) + 1);
     const duplicated = [...startsPerJob].filter(([, n]) => n > 1).map(([id]) => id);
     for (const id of duplicated) expect(inFlight.has(id)).toBe(true);
+    // Counted exactly once each: every job completed once, and each reaped attempt as a failure.
+    expect(await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM job_counts`)).toEqual([
+      { completed: 24, failed: inFlight.size, dead: 0 },
+    ]);
   });
 
   it('SIGTERM mid-batch: running handlers finish, unstarted claimed jobs are released with attempts refunded, exit 0', async () => {

@@ -61,17 +61,20 @@ it('serves the dashboard, and counts what the cron ran in /stats/throughput and 
     body: JSON.stringify({ jobs: Array.from({ length: 7 }, (_, i) => ({ kind: 'noop', payload: { i } })) }),
   });
   expect(batch.status).toBe(201);
+  await h.query(`INSERT INTO job_counts (minute, kind, completed) VALUES (date_trunc('minute', now()) - interval '3 days', 'noop', 100)`);
   const ctx = createExecutionContext();
   await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as unknown as Env, ctx);
   await waitOnExecutionContext(ctx);
+  // The cron folded the three-day-old minute into the totals.
+  expect(await h.query(`SELECT kind, completed::int FROM job_totals`)).toEqual([{ kind: 'noop', completed: 100 }]);
 
-  const [counted] = await h.query(`SELECT sum(completed)::int AS completed FROM job_counts WHERE kind = 'noop'`);
+  const [counted] = await h.query(`SELECT sum(completed)::int AS completed FROM job_counts WHERE kind = 'noop' AND minute > now() - interval '1 hour'`);
   expect(counted).toEqual({ completed: 7 });
   const { minutes } = await (await SELF.fetch('http://worker/stats/throughput?minutes=5', { headers: auth })).json();
   expect(minutes.reduce((s: number, m: { completed: number }) => s + m.completed, 0)).toBe(7);
   const metrics = await SELF.fetch('http://worker/metrics', { headers: auth });
   expect(metrics.status).toBe(200);
   const text = await metrics.text();
-  expect(text).toContain('pgdrain_jobs_completed_total{kind="noop"} 7\n');
+  expect(text).toContain('pgdrain_jobs_completed_total{kind="noop"} 107\n');
   expect(text).toContain('pgdrain_jobs{kind="noop",status="pending"} 0\n');
 });

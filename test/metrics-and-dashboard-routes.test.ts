@@ -167,6 +167,7 @@ describe('the dashboard page and assets', () => {
       expect(html).toContain('data-warn-seconds="42"');
       expect(html).not.toContain('smtp down'); // no job data without the token
       expect(html).not.toContain(TOKEN);
+      expect(html).not.toContain('Counting is off');
     }
   });
 

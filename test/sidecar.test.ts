@@ -124,6 +124,18 @@ describe('with DATABASE_URL', () => {
     for (const r of all.slice(1)) expect(r.latency_ms).toBeLessThan(250);
   });
 
+  it('RECORD_COUNTS=false: jobs run, nothing is counted, and the dashboard says why its chart is empty', async () => {
+    const p = await start({ RECORD_COUNTS: 'false' });
+    await enqueueMany(t.db, Array.from({ length: 5 }, () => ({ kind: 'record', payload: {} })));
+    await until(() => jobCount(), (n) => n === 0, 5_000, 'the jobs to complete');
+    expect((await runs()).length).toBe(5);
+    expect(await t.query('SELECT count(*)::int AS n FROM job_counts')).toEqual([{ n: 0 }]);
+    expect(await (await fetch(p.url)).text()).toContain('Counting is off');
+    const bad = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, RECORD_COUNTS: 'no' }).catch((e: Error) => e);
+    expect(bad).toBeInstanceOf(Error);
+    expect((bad as Error).message).toContain('RECORD_COUNTS: must be true or false');
+  });
+
   it('a delayed job runs within one poll interval of its run_at, with no notification', async () => {
     const p = await start({ POLL_INTERVAL_MS: '400' });
     const res = await fetch(`${p.url}/jobs`, {

@@ -30,6 +30,8 @@ export interface ApiRuntime {
   metricsToken?: string | undefined;
   /** The dashboard's warning threshold for the oldest ready job. Default 60 s. */
   oldestReadyWarnSeconds?: number;
+  /** False when the drainer does not count settled jobs: the dashboard says why its chart is empty. */
+  countsRecorded?: boolean;
   /** Default 1 MiB. */
   maxBodyBytes?: number;
   /** Where unexpected errors go (already stripped of secrets by the caller's logger). */
@@ -124,6 +126,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     c.html(
       dashboardPage({
         oldestReadyWarnSeconds: c.var.api.oldestReadyWarnSeconds ?? 60,
+        countsRecorded: c.var.api.countsRecorded !== false,
         refreshSeconds: DASHBOARD_REFRESH_SECONDS,
       }),
       200,

@@ -47,6 +47,9 @@ export interface SidecarOptions {
   metricsToken?: string;
   /** The dashboard shows the oldest ready job's age in a warning colour past this. Default 60 s. */
   oldestReadyWarnSeconds?: number;
+  /** Count completions and failures in job_counts (the dashboard's chart, the /metrics counters).
+   * Default true; it costs a few per cent of drain throughput (see the README's benchmark). */
+  recordCounts?: boolean;
   /** Most jobs per claim. Default DEFAULT_BATCH_SIZE. */
   batchSize?: number;
   /** Handlers running at once. Default DEFAULT_CONCURRENCY. */
@@ -163,6 +166,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
     claimsInFlight: DEFAULT_CLAIMS_IN_FLIGHT,
     kinds: options.kinds,
     pollIntervalMs,
+    recordCounts: options.recordCounts,
     onSettleError: (error) => incidents.start('settle', error),
     onError: (error) => incidents.start('drain', error),
     onRecovered: () => incidents.end('drain'),
@@ -213,6 +217,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
     apiToken,
     metricsToken: options.metricsToken,
     oldestReadyWarnSeconds: options.oldestReadyWarnSeconds,
+    countsRecorded: options.recordCounts !== false,
     maxBodyBytes: options.maxBodyBytes,
     onError: (error, where) => log.error({ err: describe(error), where }, 'request failed'),
   });

@@ -24,6 +24,8 @@ export interface Env {
   METRICS_TOKEN?: string;
   /** The dashboard's warning threshold for the oldest ready job, in seconds. Default 60. */
   OLDEST_READY_WARN_SECONDS?: string;
+  /** "false" stops counting completions and failures in job_counts (the chart, /metrics counters). */
+  RECORD_COUNTS?: string;
   DRAIN_BUDGET_MS?: string;
   BATCH_SIZE?: string;
   CONCURRENCY?: string;
@@ -74,6 +76,7 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
       apiToken: env.API_TOKEN,
       metricsToken: env.METRICS_TOKEN,
       oldestReadyWarnSeconds: positive(env.OLDEST_READY_WARN_SECONDS, 60),
+      countsRecorded: env.RECORD_COUNTS !== 'false',
       maxBodyBytes: env.MAX_BODY_BYTES ? Number(env.MAX_BODY_BYTES) : undefined,
       onError: (error, where) => console.error(JSON.stringify({ event: 'request_failed', where, error: safeErrorMessage(error) })),
     };
@@ -97,6 +100,7 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
         // still unstarted at the deadline is released with its attempt refunded.
         prefetch: batchSize,
         budgetMs: budgetMs - (Date.now() - started),
+        recordCounts: env.RECORD_COUNTS !== 'false',
       });
       return { cron: controller.cron, ...report, reaped: reaped.reclaimed.length, reapedDead: reaped.dead.length, budgetMs, elapsedMs: Date.now() - started };
     } finally {

@@ -10,6 +10,8 @@ export interface DashboardPageOptions {
   oldestReadyWarnSeconds: number;
   /** Seconds between refreshes. */
   refreshSeconds: number;
+  /** False when the drainer does not count settled jobs (RECORD_COUNTS=false). */
+  countsRecorded: boolean;
 }
 
 const STATES = [
@@ -70,6 +72,7 @@ export function dashboardPage(options: DashboardPageOptions) {
 
   <section>
     <h2>Throughput, last hour</h2>
+    ${options.countsRecorded ? '' : html`<p id="counts-off" class="banner info">Counting is off (<code>RECORD_COUNTS=false</code>): this chart only shows what was counted before.</p>`}
     <p id="throughput-summary" class="muted"></p>
     <div id="chart" class="chart" role="img" aria-label="Jobs completed and failed per minute over the last hour"></div>
     <p class="legend"><span class="swatch completed"></span>Completed <span class="swatch failed"></span>Failed attempts</p>

@@ -84,7 +84,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
     const page = await context.newPage();
     const consoleErrors: string[] = [];
-    page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
+    page.on('console', (m) => m.type() === 'error' && consoleErrors.push(`${m.text()} [${m.location().url}]`));
     page.on('pageerror', (e) => consoleErrors.push(e.message));
     page.on('dialog', (dialog) => void dialog.accept());
 
@@ -97,10 +97,6 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     await page.click('#login button[type=submit]');
     await expect.poll(() => page.locator('#login-message').textContent()).toContain('The token was refused');
     expect(await page.evaluate(() => sessionStorage.getItem('pgdrain.token'))).toBeNull();
-    // Chromium logs each refused request ("status of 401"); those were the point. From here on
-    // the console must stay clean.
-    expect(consoleErrors.every((e) => e.includes('401'))).toBe(true);
-    consoleErrors.length = 0;
 
     await page.fill('#token', TOKEN);
     await page.click('#login button[type=submit]');
@@ -184,7 +180,11 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     expect(await kindsBox.evaluate((box) => box.scrollWidth - box.clientWidth)).toBeLessThanOrEqual(0);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-phone.png'), fullPage: true });
 
-    expect(consoleErrors).toEqual([]);
+    // Chromium logs the one refused request of the wrong token ("status of 401"); that was the
+    // point. Nothing else may reach the console: no script error, no other failed request.
+    const refused = consoleErrors.filter((e) => e.includes('status of 401'));
+    expect(refused, JSON.stringify(consoleErrors)).toHaveLength(1);
+    expect(consoleErrors.filter((e) => !refused.includes(e))).toEqual([]);
     await context.close();
   }, 90_000);
 

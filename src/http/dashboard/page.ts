@@ -29,6 +29,7 @@ export function dashboardPage(options: DashboardPageOptions) {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
 <title>pgdrain</title>
+<link rel="icon" href="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='3' fill='%232f6fdf'/%3E%3C/svg%3E">
 <link rel="stylesheet" href="/dashboard/style.css">
 <script src="/dashboard/script.js" defer></script>
 </head>

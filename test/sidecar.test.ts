@@ -62,6 +62,9 @@ describe('npm start on the embedded PostgreSQL', () => {
     const token = await first.waitForOutput(/Authorization: Bearer ([\w-]+)'/);
     expect(token).toBe((await readFile(path.join(dataDir, 'api-token'), 'utf8')).trim());
     expect((await fetch(`${first.url}/healthz`)).status).toBe(200);
+    // The banner points at the dashboard, which answers.
+    expect(first.stdout()).toContain(`The dashboard is at ${first.url}/`);
+    expect((await fetch(`${first.url}/`)).headers.get('content-type')).toMatch(/^text\/html/);
     const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
     const now = await (await fetch(`${first.url}/jobs`, { method: 'POST', headers, body: JSON.stringify({ kind: 'noop', payload: { n: 1 } }) })).json();
     const later = await (await fetch(`${first.url}/jobs`, { method: 'POST', headers, body: JSON.stringify({ kind: 'noop', payload: { n: 2 }, delaySeconds: 3600 }) })).json();

@@ -233,10 +233,11 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
     (options.printBanner ?? ((text) => process.stdout.write(text)))(
       `\npgdrain generated an API token and saved it in ${generatedTokenFile}:\n\n  ${apiToken}\n\n` +
         `Try it:\n\n  curl -s -H 'Authorization: Bearer ${apiToken}' -H 'Content-Type: application/json' \\\n` +
-        `    -d '{"kind":"noop","payload":{"hello":"world"}}' ${url}/jobs\n\n`,
+        `    -d '{"kind":"noop","payload":{"hello":"world"}}' ${url}/jobs\n\n` +
+        `The dashboard is at ${url}/ (it asks for this token).\n\n`,
     );
   }
-  log.info({ url, workerId, batchSize, concurrency, kinds: options.kinds ?? registry.kinds(), pollIntervalMs }, 'sidecar started');
+  log.info({ url, dashboard: `${url}/`, workerId, batchSize, concurrency, kinds: options.kinds ?? registry.kinds(), pollIntervalMs }, 'sidecar started');
 
   let stopping: Promise<void> | null = null;
   const stop = () =>

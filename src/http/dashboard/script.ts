@@ -185,6 +185,7 @@ export const DASHBOARD_SCRIPT = String.raw`
     });
     byId('kinds').tBodies[0].replaceChildren.apply(byId('kinds').tBodies[0], rows);
     byId('kinds-empty').hidden = kinds.length > 0;
+    byId('kinds').parentNode.hidden = kinds.length === 0;
   }
 
   var SVG = 'http://www.w3.org/2000/svg';
@@ -268,6 +269,7 @@ export const DASHBOARD_SCRIPT = String.raw`
     });
     byId('dead').tBodies[0].replaceChildren.apply(byId('dead').tBodies[0], rows);
     byId('dead-empty').hidden = rows.length > 0;
+    byId('dead').parentNode.hidden = rows.length === 0;
     byId('dead-count').textContent = rows.length === 0 ? '' : '(' + (page.nextCursor ? 'newest ' + rows.length : rows.length) + ')';
   }
 

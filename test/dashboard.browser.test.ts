@@ -82,6 +82,8 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
   it('asks for the token, shows what the database holds, and retries and deletes dead jobs', async () => {
     await arrangeQueue();
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    // A fake clock that runs like the real one until the test pauses it (see the 409 below).
+    await context.clock.install();
     const page = await context.newPage();
     const consoleErrors: string[] = [];
     page.on('console', (m) => m.type() === 'error' && consoleErrors.push(`${m.text()} [${m.location().url}]`));
@@ -172,6 +174,18 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
       .poll(() => page.locator('#dead tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job'))))
       .toEqual(stillDead.map((d) => d.id));
 
+    // Someone else retried a job while this page still lists it as dead: Retry is refused with
+    // 409, the page says why, and the message outlives the refresh that removes the row. The
+    // page's timers are paused so no scheduled refresh removes the row before the click.
+    const [raced] = await t.query<{ id: string }>(`SELECT id::text FROM jobs WHERE status = 'dead' AND kind = 'report'`);
+    await page.clock.pauseAt((await page.evaluate(() => Date.now())) + 1);
+    await t.query(`UPDATE jobs SET status = 'pending', attempts = 0 WHERE id = $1`, [raced!.id]);
+    await page.click(`#dead tr[data-job="${raced!.id}"] button[data-action="retry"]`);
+    await page.locator(`#dead tr[data-job="${raced!.id}"]`).waitFor({ state: 'detached' });
+    expect(await page.locator('#banner').textContent()).toBe(`job ${raced!.id} is pending; only dead jobs can be retried`);
+    expect(await page.locator('#banner').isVisible()).toBe(true);
+    await page.clock.resume();
+
     // A phone's width: nothing wider than the screen, dead jobs as cards.
     await page.setViewportSize({ width: 390, height: 844 });
     await page.waitForTimeout(300);
@@ -180,10 +194,10 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     expect(await kindsBox.evaluate((box) => box.scrollWidth - box.clientWidth)).toBeLessThanOrEqual(0);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-phone.png'), fullPage: true });
 
-    // Chromium logs the one refused request of the wrong token ("status of 401"); that was the
-    // point. Nothing else may reach the console: no script error, no other failed request.
-    const refused = consoleErrors.filter((e) => e.includes('status of 401'));
-    expect(refused, JSON.stringify(consoleErrors)).toHaveLength(1);
+    // Chromium logs the one refused request of the wrong token (401) and the refused retry (409);
+    // those were the point. Nothing else may reach the console: no script error, no other failure.
+    const refused = consoleErrors.filter((e) => /status of 40[19]/.test(e));
+    expect(refused.map((e) => /status of (\d+)/.exec(e)![1]), JSON.stringify(consoleErrors)).toEqual(['401', '409']);
     expect(consoleErrors.filter((e) => !refused.includes(e))).toEqual([]);
     await context.close();
   }, 90_000);

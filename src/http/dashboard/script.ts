@@ -63,7 +63,9 @@ export const DASHBOARD_SCRIPT = String.raw`
     banner.dataset.kind = kind || 'error';
     banner.className = kind === 'info' ? 'banner info' : 'banner';
     banner.hidden = false;
-    if (kind === 'info') noticeTimer = setTimeout(function () { showBanner(null); }, 5000);
+    // 'error' describes the connection and goes with the next good refresh; the outcome of an
+    // action ('info', or 'action' when it was refused) stays a few seconds whatever happens.
+    if (kind === 'info' || kind === 'action') noticeTimer = setTimeout(function () { showBanner(null); }, kind === 'info' ? 5000 : 10000);
   }
 
   function handleFailure(failure) {
@@ -116,7 +118,7 @@ export const DASHBOARD_SCRIPT = String.raw`
       byId('updated').textContent = 'Updated ' + lastOk.toLocaleTimeString();
       body.classList.remove('stale');
       if (byId('banner').dataset.kind === 'error') showBanner(null);
-    }, handleFailure).finally(function () { inFlight = null; });
+    }).catch(handleFailure).finally(function () { inFlight = null; });
     return inFlight;
   }
 
@@ -285,7 +287,10 @@ export const DASHBOARD_SCRIPT = String.raw`
       else await api('DELETE', '/jobs/' + id);
       showBanner(action === 'retry' ? 'Job #' + id + ' is pending again.' : 'Job #' + id + ' was deleted.', 'info');
     } catch (failure) {
-      handleFailure(failure);
+      // A refused action (409: someone else retried it first; 404: already deleted) is news, not
+      // a broken connection: say it and keep saying it past the refresh that follows.
+      if (failure instanceof ApiFailure && failure.kind === 'http') showBanner(failure.message, 'action');
+      else handleFailure(failure);
     }
     await refresh();
   }

@@ -212,27 +212,28 @@ async function main() {
 
   const systems = [pgdrainSystem(), graphileSystem(false), graphileSystem(true), pgBossSystem(), articleSystem()].filter((s) => !only || only.some((o) => s.name.startsWith(o)));
   const versions: Record<string, string> = {};
-  for (const system of systems) {
-    const name = `bench_${system.name.replace(/\W+/g, '_').toLowerCase()}`;
+  /** A new empty database on the benchmark's server (dropped first if a past run left it). */
+  const freshDatabase = async (name: string): Promise<string> => {
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     await admin.query(`CREATE DATABASE ${name}`);
     const url = new URL(adminUrl);
     url.pathname = `/${name}`;
+    return url.toString();
+  };
+  for (const system of systems) {
+    const name = `bench_${system.name.replace(/\W+/g, '_').toLowerCase()}`;
     versions[system.name] = system.version;
-    await benchSystem(system, url.toString());
+    await benchSystem(system, await freshDatabase(name));
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   }
 
   // pgdrain's claim plan on a freshly bulk-loaded table with no statistics at all.
   if (!only || only.includes('pgdrain')) {
-    await admin.query('DROP DATABASE IF EXISTS bench_plan WITH (FORCE)');
-    await admin.query('CREATE DATABASE bench_plan');
-    const url = new URL(adminUrl);
-    url.pathname = '/bench_plan';
+    const url = await freshDatabase('bench_plan');
     const plan = pgdrainSystem();
-    await plan.install(url.toString());
+    await plan.install(url);
     await plan.enqueue(50_000);
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
     const text = await explainClaim(drizzle({ client: pool }) as never, { batchSize: 20, lockToken: 'plan:1', kinds: ['bench'] });
     console.log(`\npgdrain claim plan, 50k jobs just loaded, no ANALYZE:\n${text.replace(/^/gm, '  ')}`);
     await pool.end();
@@ -244,20 +245,16 @@ async function main() {
   // so drift in the machine's speed falls on both alike.
   let counting: { on: number[]; off: number[] } | undefined;
   if (!only || only.includes('pgdrain')) {
-    await admin.query('DROP DATABASE IF EXISTS bench_counts WITH (FORCE)');
-    await admin.query('CREATE DATABASE bench_counts');
-    const url = new URL(adminUrl);
-    url.pathname = '/bench_counts';
+    const url = await freshDatabase('bench_counts');
     const on = pgdrainSystem();
     const off = pgdrainSystem({ recordCounts: false });
-    await on.install(url.toString());
-    await off.install(url.toString());
-    const countAdmin = new pg.Pool({ connectionString: url.toString(), max: 1 });
+    await on.install(url);
+    await off.install(url);
+    const countAdmin = new pg.Pool({ connectionString: url, max: 1 });
     countAdmin.on('error', () => {});
     const n = plan.drainSizes.at(-1)!;
     const pairs = quick ? 1 : 6;
-    console.log(`
-the cost of counting: drain ${n / 1000}k with job_counts on and off, ${pairs} alternating pairs`);
+    console.log(`\nthe cost of counting: drain ${n / 1000}k with job_counts on and off, ${pairs} alternating pairs`);
     counting = { on: [], off: [] };
     for (let r = 0; r < pairs; r++) {
       // ABBA order, and a VACUUM before each trial: otherwise whichever goes first in every pair
@@ -281,12 +278,9 @@ the cost of counting: drain ${n / 1000}k with job_counts on and off, ${pairs} al
 
   let worker: Awaited<ReturnType<typeof benchWorkerDrainer>> | undefined;
   if (!only || only.includes('worker')) {
-    await admin.query('DROP DATABASE IF EXISTS bench_worker WITH (FORCE)');
-    await admin.query('CREATE DATABASE bench_worker');
-    const url = new URL(adminUrl);
-    url.pathname = '/bench_worker';
+    const url = await freshDatabase('bench_worker');
     console.log('\nthe Worker drainer (wrangler dev, Neon driver through the local WebSocket proxy)');
-    worker = await benchWorkerDrainer(url.toString(), { jobs: plan.workerJobs, reps: plan.reps });
+    worker = await benchWorkerDrainer(url, { jobs: plan.workerJobs, reps: plan.reps });
     await admin.query('DROP DATABASE bench_worker WITH (FORCE)');
   }
   await admin.end();

@@ -39,8 +39,8 @@ export interface DrainOptions {
   marginMs?: number;
   /** Stop claiming when aborted; in-flight handlers finish (up to their timeout). */
   signal?: AbortSignal;
-  /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true; the
-   * benchmark turns it off to measure what counting costs. */
+  /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true;
+   * RECORD_COUNTS=false turns it off, and the benchmark does to measure what counting costs. */
   recordCounts?: boolean;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;

@@ -55,7 +55,7 @@ export type JobRow = typeof jobs.$inferSelect;
 
 // Completed jobs are deleted, so what happened to them is counted here: one row per kind per
 // minute, added to by the statement that settles a batch (never once per job), in the same
-// statement, so a count can neither drift from the rows nor be lost by a crash. `failed` counts
+// statement, so a count can neither drift from the rows nor outlive a settlement lost in a crash. `failed` counts
 // failed attempts (a retry or a death, including an attempt the reaper timed out); `dead` counts
 // jobs that became dead. Rows older than a day are folded into job_totals by the reaper.
 const counter = (name: string) => bigint(name, { mode: 'number' }).notNull().default(0);

@@ -20,8 +20,8 @@ export const countFailed = (settled: string): SQL =>
 /**
  * A statement that adds `perKind` (rows of kind, completed, failed, dead) to this minute's
  * counters; used as a data-modifying CTE of the settling statement. Rows are upserted in kind
- * order so two settlements touching the same kinds lock their counter rows in the same order and
- * cannot deadlock.
+ * order so two settlements touching the same kinds lock their counter rows in the same order
+ * (the usual guard against lock-order deadlocks).
  */
 function addToCounts(perKind: SQL): SQL {
   return sql`INSERT INTO job_counts AS c (minute, kind, completed, failed, dead)

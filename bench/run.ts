@@ -262,7 +262,7 @@ async function main() {
       const pair = [[on, counting.on], [off, counting.off]] as const;
       for (const [system, into] of r % 2 === 0 ? pair : [...pair].reverse()) {
         await system.reset();
-        await maintain(countAdmin, 'VACUUM jobs');
+        await maintain(countAdmin, 'VACUUM pgdrain.jobs');
         const m = await measure(() => drainOnce(system, countAdmin, n, true));
         into.push(m.value);
         console.log(`  ${system.name.padEnd(24)} pair ${r + 1}/${pairs}: ${fmt(m.value)} jobs/s  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`);

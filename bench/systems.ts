@@ -89,7 +89,7 @@ export function pgdrainSystem(variant: { recordCounts?: boolean } = {}): BenchSy
   return {
     name: variant.recordCounts === false ? 'pgdrain, counts off' : 'pgdrain',
     version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version,
-    table: 'jobs',
+    table: 'pgdrain.jobs',
     async install(u) {
       url = u;
       await migrateDatabase(url);
@@ -101,7 +101,7 @@ export function pgdrainSystem(variant: { recordCounts?: boolean } = {}): BenchSy
       drainDb = drizzle({ client: drainPool }) as unknown as Db;
     },
     async reset() {
-      await pool.query(`DELETE FROM jobs WHERE status <> 'dead'`);
+      await pool.query(`DELETE FROM pgdrain.jobs WHERE status <> 'dead'`);
     },
     async enqueue(n) {
       await enqueueMany(db, payloads(n).map((payload) => ({ kind: 'bench', payload })));
@@ -119,7 +119,7 @@ export function pgdrainSystem(variant: { recordCounts?: boolean } = {}): BenchSy
     },
     async seedHistory(n) {
       await pool.query(
-        `INSERT INTO jobs (kind, payload, status, attempts, max_attempts, last_error)
+        `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error)
          SELECT 'bench', '{}', 'dead', 3, 3, 'boom' FROM generate_series(1, $1::int)`,
         [n],
       );

@@ -49,7 +49,7 @@ export async function benchWorkerDrainer(url: string, options: { jobs: number; r
       await new Promise((r) => setTimeout(r, 100));
     }
     for (let r = 0; r < options.reps; r++) {
-      await pool.query('DELETE FROM jobs');
+      await pool.query('DELETE FROM pgdrain.jobs');
       await enqueueMany(db, Array.from({ length: options.jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
       const before = out.length;
       const res = await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`);

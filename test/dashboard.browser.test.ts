@@ -52,7 +52,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
   /** Kinds the sidecar has no handler for stay where the test puts them. */
   async function arrangeQueue() {
     await t.query(`
-      INSERT INTO jobs (kind, payload, status, run_at, attempts, max_attempts, locked_at, locked_by, last_error, created_at)
+      INSERT INTO pgdrain.jobs (kind, payload, status, run_at, attempts, max_attempts, locked_at, locked_by, last_error, created_at)
       SELECT 'email', '{}'::jsonb, 'pending', now() - interval '3 minutes', 0, 3, NULL::timestamptz, NULL::text, NULL::text, now() - interval '3 minutes' FROM generate_series(1, 7)
       UNION ALL SELECT 'email', '{}', 'pending', now() + interval '1 hour', 1, 3, NULL, NULL, 'Error: 451 try later', now() FROM generate_series(1, 2)
       UNION ALL SELECT 'email', '{}', 'running', now(), 1, 3, now(), 'other-worker:1', NULL, now() FROM generate_series(1, 3)
@@ -67,9 +67,9 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
       body: JSON.stringify({ jobs: Array.from({ length: 25 }, (_, i) => ({ kind: 'noop', payload: { i } })) }),
     });
     expect(res.status).toBe(201);
-    await t.query(`INSERT INTO jobs (kind, payload) VALUES ('record', '{"ms": "not a number"}')`);
+    await t.query(`INSERT INTO pgdrain.jobs (kind, payload) VALUES ('record', '{"ms": "not a number"}')`);
     await until(
-      () => t.query<{ n: number }>(`SELECT count(*)::int AS n FROM jobs WHERE kind IN ('noop', 'record') AND status <> 'dead'`),
+      () => t.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind IN ('noop', 'record') AND status <> 'dead'`),
       (rows) => rows[0]!.n === 0,
       15_000,
       'the sidecar to drain the noop and record jobs',
@@ -112,7 +112,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
              count(*) FILTER (WHERE status = 'pending' AND run_at > now())::int AS delayed,
              count(*) FILTER (WHERE status = 'running')::int AS running,
              count(*) FILTER (WHERE status = 'dead')::int AS dead
-        FROM jobs GROUP BY kind ORDER BY kind`);
+        FROM pgdrain.jobs GROUP BY kind ORDER BY kind`);
     expect(counts.map((c) => c.kind)).toEqual(['email', 'record', 'report']);
     expect(await page.locator('#kinds tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-kind')))).toEqual(['email', 'record', 'report']);
     for (const row of counts) {
@@ -130,7 +130,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     expect(await page.locator('#oldest-card').getAttribute('class')).toContain('warn');
 
     // The chart's totals against the counter table: 25 completed, 1 failed attempt, 1 dead.
-    const [sums] = await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM job_counts`);
+    const [sums] = await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM pgdrain.job_counts`);
     expect(sums).toEqual({ completed: 25, failed: 1, dead: 1 });
     await expect.poll(async () => Number(await page.locator('#sum-completed').getAttribute('data-value'))).toBe(25);
     expect(Number(await page.locator('#sum-failed').getAttribute('data-value'))).toBe(1);
@@ -138,7 +138,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     expect(await page.locator('#chart svg rect.completed').count()).toBeGreaterThan(0);
 
     // Dead jobs, newest first, as the database lists them; error text shown as text, not HTML.
-    const dead = await t.query<{ id: string; kind: string }>(`SELECT id::text, kind FROM jobs WHERE status = 'dead' ORDER BY id DESC`);
+    const dead = await t.query<{ id: string; kind: string }>(`SELECT id::text, kind FROM pgdrain.jobs WHERE status = 'dead' ORDER BY id DESC`);
     expect(await page.locator('#dead tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job')))).toEqual(dead.map((d) => d.id));
     expect(await page.locator('#dead code').allTextContents()).toContain('Error: report 3 failed: <b>disk full</b>');
     expect(await page.locator('#dead b').count()).toBe(0);
@@ -151,7 +151,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     const [toRetry, toDelete] = dead.filter((d) => d.kind === 'report').map((d) => d.id) as [string, string];
     await page.click(`#dead tr[data-job="${toRetry}"] button[data-action="retry"]`);
     await until(
-      () => t.query<{ status: string; attempts: number }>(`SELECT status, attempts FROM jobs WHERE id = $1`, [toRetry]),
+      () => t.query<{ status: string; attempts: number }>(`SELECT status, attempts FROM pgdrain.jobs WHERE id = $1`, [toRetry]),
       (rows) => rows[0]?.status === 'pending',
       5_000,
       `job ${toRetry} to be pending`,
@@ -162,13 +162,13 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     // Delete (after the confirm dialog): the row is gone from the table and from the database.
     await page.click(`#dead tr[data-job="${toDelete}"] button[data-action="delete"]`);
     await until(
-      () => t.query(`SELECT id FROM jobs WHERE id = $1`, [toDelete]),
+      () => t.query(`SELECT id FROM pgdrain.jobs WHERE id = $1`, [toDelete]),
       (rows) => rows.length === 0,
       5_000,
       `job ${toDelete} to be deleted`,
     );
     await page.locator(`#dead tr[data-job="${toDelete}"]`).waitFor({ state: 'detached' });
-    const stillDead = await t.query<{ id: string }>(`SELECT id::text FROM jobs WHERE status = 'dead' ORDER BY id DESC`);
+    const stillDead = await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'dead' ORDER BY id DESC`);
     expect(stillDead).toHaveLength(dead.length - 2);
     await expect
       .poll(() => page.locator('#dead tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job'))))
@@ -177,9 +177,9 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     // Someone else retried a job while this page still lists it as dead: Retry is refused with
     // 409, the page says why, and the message outlives the refresh that removes the row. The
     // page's timers are paused so no scheduled refresh removes the row before the click.
-    const [raced] = await t.query<{ id: string }>(`SELECT id::text FROM jobs WHERE status = 'dead' AND kind = 'report'`);
+    const [raced] = await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'dead' AND kind = 'report'`);
     await page.clock.pauseAt((await page.evaluate(() => Date.now())) + 1);
-    await t.query(`UPDATE jobs SET status = 'pending', attempts = 0 WHERE id = $1`, [raced!.id]);
+    await t.query(`UPDATE pgdrain.jobs SET status = 'pending', attempts = 0 WHERE id = $1`, [raced!.id]);
     await page.click(`#dead tr[data-job="${raced!.id}"] button[data-action="retry"]`);
     await page.locator(`#dead tr[data-job="${raced!.id}"]`).waitFor({ state: 'detached' });
     expect(await page.locator('#banner').textContent()).toBe(`job ${raced!.id} is pending; only dead jobs can be retried`);

@@ -22,7 +22,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE jobs');
+  await t.query('TRUNCATE pgdrain.jobs');
   errors.length = 0;
 });
 
@@ -34,7 +34,7 @@ const post = (path: string, body: unknown, headers: Record<string, string> = {})
     body: typeof body === 'string' ? body : JSON.stringify(body),
   });
 const get = (path: string) => app.request(path, { headers: auth });
-const jobCount = async () => (await t.query('SELECT count(*)::int AS n FROM jobs'))[0]!.n as number;
+const jobCount = async () => (await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs'))[0]!.n as number;
 
 async function expectError(res: Response, status: number, code: string, messagePart?: string) {
   expect(res.status).toBe(status);
@@ -52,7 +52,7 @@ describe('POST /jobs', () => {
     expect(res.status).toBe(201);
     const body = await res.json();
     expect(body).toEqual({ id: expect.stringMatching(/^\d+$/), status: 'pending', runAt: expect.any(String) });
-    expect(await t.query('SELECT id::text, kind, payload, max_attempts FROM jobs')).toEqual([
+    expect(await t.query('SELECT id::text, kind, payload, max_attempts FROM pgdrain.jobs')).toEqual([
       { id: body.id, kind: 'noop', payload: { hello: 'world' }, max_attempts: 3 },
     ]);
   });
@@ -63,12 +63,12 @@ describe('POST /jobs', () => {
     const scheduled = await (await post('/jobs', { kind: 'noop', payload: 2, runAt: '2030-01-02T04:04:05+01:00' })).json();
     expect(scheduled.runAt).toBe(at);
     const rows = await t.query(
-      `SELECT id::text, max_attempts, extract(epoch from run_at - now())::int AS wait FROM jobs ORDER BY id`,
+      `SELECT id::text, max_attempts, extract(epoch from run_at - now())::int AS wait FROM pgdrain.jobs ORDER BY id`,
     );
     expect(rows[0]).toMatchObject({ id: delayed.id, max_attempts: 9 });
     expect(rows[0]!.wait).toBeGreaterThanOrEqual(118);
     expect(rows[0]!.wait).toBeLessThanOrEqual(120);
-    expect((await t.query('SELECT run_at FROM jobs WHERE id = $1', [scheduled.id]))[0]!.run_at.toISOString()).toBe(at);
+    expect((await t.query('SELECT run_at FROM pgdrain.jobs WHERE id = $1', [scheduled.id]))[0]!.run_at.toISOString()).toBe(at);
   });
 
   it('returns the existing job for a key that is still queued', async () => {
@@ -83,7 +83,7 @@ describe('POST /jobs', () => {
     const nasty = "'); DROP TABLE jobs; -- \\ \" $1 \u2028 😀";
     const res = await post('/jobs', { kind: 'noop', payload: { nasty }, key: nasty });
     expect(res.status).toBe(201);
-    expect(await t.query('SELECT payload, dedupe_key FROM jobs')).toEqual([{ payload: { nasty }, dedupe_key: nasty }]);
+    expect(await t.query('SELECT payload, dedupe_key FROM pgdrain.jobs')).toEqual([{ payload: { nasty }, dedupe_key: nasty }]);
   });
 
   const bad: [string, unknown, number, string, string][] = [
@@ -140,7 +140,7 @@ describe('POST /jobs/batch', () => {
     expect(res.status).toBe(201);
     const { ids } = await res.json();
     expect(ids).toHaveLength(3);
-    const rows = await t.query('SELECT id::text, payload FROM jobs ORDER BY jobs.id');
+    const rows = await t.query('SELECT id::text, payload FROM pgdrain.jobs ORDER BY jobs.id');
     expect(rows).toEqual(ids.map((id: string, i: number) => ({ id, payload: i + 1 })));
   });
 
@@ -165,7 +165,7 @@ describe('POST /jobs/batch', () => {
 describe('reading and repairing jobs', () => {
   async function deadJob(): Promise<string> {
     const [row] = await t.query(
-      `INSERT INTO jobs (kind, payload, status, attempts, max_attempts, last_error) VALUES ('noop', '{"d":1}', 'dead', 3, 3, 'boom') RETURNING id::text`,
+      `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error) VALUES ('noop', '{"d":1}', 'dead', 3, 3, 'boom') RETURNING id::text`,
     );
     return row!.id;
   }
@@ -204,7 +204,7 @@ describe('reading and repairing jobs', () => {
     const res = await post(`/jobs/${dead}/retry`, {});
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ id: dead, status: 'pending', attempts: 0, lastError: 'boom' });
-    expect(await t.query('SELECT status, attempts, run_at <= now() AS due FROM jobs WHERE id = $1', [dead])).toEqual([
+    expect(await t.query('SELECT status, attempts, run_at <= now() AS due FROM pgdrain.jobs WHERE id = $1', [dead])).toEqual([
       { status: 'pending', attempts: 0, due: true },
     ]);
     await expectError(await post(`/jobs/${dead}/retry`, {}), 409, 'not_dead', 'pending');
@@ -215,21 +215,21 @@ describe('reading and repairing jobs', () => {
     const dead = await deadJob();
     const { id: pending } = await (await post('/jobs', { kind: 'noop', payload: 1 })).json();
     const { id: running } = await (await post('/jobs', { kind: 'noop', payload: 2 })).json();
-    await t.query(`UPDATE jobs SET status = 'running', locked_at = now(), locked_by = 'w:1' WHERE id = $1`, [running]);
+    await t.query(`UPDATE pgdrain.jobs SET status = 'running', locked_at = now(), locked_by = 'w:1' WHERE id = $1`, [running]);
     const del = (id: string) => app.request(`/jobs/${id}`, { method: 'DELETE', headers: auth });
     expect((await del(dead)).status).toBe(204);
     expect((await del(pending)).status).toBe(204);
     await expectError(await del(running), 409, 'running');
     await expectError(await del(pending), 404, 'not_found');
-    expect(await t.query('SELECT id::text, status FROM jobs')).toEqual([{ id: running, status: 'running' }]);
+    expect(await t.query('SELECT id::text, status FROM pgdrain.jobs')).toEqual([{ id: running, status: 'running' }]);
   });
 
   it('GET /stats counts by kind and status and reports the oldest ready age', async () => {
     await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 1 }, { kind: 'noop', payload: 2, delaySeconds: 300 }, { kind: 'webhook', payload: { url: 'https://hooks.example.com' } }] });
     await deadJob();
-    await t.query(`UPDATE jobs SET run_at = now() - interval '30 seconds' WHERE kind = 'webhook'`);
+    await t.query(`UPDATE pgdrain.jobs SET run_at = now() - interval '30 seconds' WHERE kind = 'webhook'`);
     await claim(t.db, { batchSize: 1, lockToken: 'w:1', kinds: ['webhook'] });
-    await t.query(`UPDATE jobs SET run_at = now() - interval '10 seconds' WHERE kind = 'noop' AND status = 'pending' AND run_at <= now()`);
+    await t.query(`UPDATE pgdrain.jobs SET run_at = now() - interval '10 seconds' WHERE kind = 'noop' AND status = 'pending' AND run_at <= now()`);
     const res = await get('/stats');
     expect(res.status).toBe(200);
     const body = await res.json();

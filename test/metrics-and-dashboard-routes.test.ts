@@ -24,7 +24,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE jobs, job_counts, job_totals');
+  await t.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals');
 });
 
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
@@ -41,10 +41,10 @@ async function arrange() {
   const mail = claimed.filter((j) => j.kind !== 'noop');
   await complete(t.db, noop.slice(0, 4)); // 4 completed, 2 still running
   await failMany(t.db, mail.slice(0, 2).map((j) => ({ ...j, error: 'smtp down' }))); // 2 dead
-  await t.query(`UPDATE jobs SET run_at = now() - interval '90 seconds' WHERE id = $1`, [mail[2]!.id]);
-  await t.query(`UPDATE jobs SET status = 'pending', locked_at = NULL, locked_by = NULL WHERE id = $1`, [mail[2]!.id]);
+  await t.query(`UPDATE pgdrain.jobs SET run_at = now() - interval '90 seconds' WHERE id = $1`, [mail[2]!.id]);
+  await t.query(`UPDATE pgdrain.jobs SET status = 'pending', locked_at = NULL, locked_by = NULL WHERE id = $1`, [mail[2]!.id]);
   // history folded into the totals long ago
-  await t.query(`INSERT INTO job_totals (kind, completed, failed, dead) VALUES ('noop', 1000, 5, 1)`);
+  await t.query(`INSERT INTO pgdrain.job_totals (kind, completed, failed, dead) VALUES ('noop', 1000, 5, 1)`);
 }
 
 function sample(families: MetricFamily[], name: string, labels: Record<string, string>): number {
@@ -73,7 +73,7 @@ describe('GET /metrics', () => {
     ]);
 
     // Every gauge against the table itself.
-    const rows = await t.query<{ kind: string; status: string; n: number }>(`SELECT kind, status, count(*)::int AS n FROM jobs GROUP BY 1, 2`);
+    const rows = await t.query<{ kind: string; status: string; n: number }>(`SELECT kind, status, count(*)::int AS n FROM pgdrain.jobs GROUP BY 1, 2`);
     const mail = 'mail "weekly"\\digest';
     for (const kind of ['noop', mail, 'webhook']) {
       for (const status of ['pending', 'running', 'dead']) {
@@ -118,7 +118,7 @@ describe('GET /metrics', () => {
       body: JSON.stringify({ kind: 'noop', payload: {} }),
     });
     expect(enqueue.status).toBe(401);
-    expect(await t.query('SELECT count(*)::int AS n FROM jobs')).toEqual([{ n: 0 }]);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
   });
 });
 
@@ -130,7 +130,7 @@ describe('GET /stats/throughput', () => {
     const { minutes } = await res.json();
     expect(minutes).toHaveLength(10);
     const sum = (key: 'completed' | 'failed' | 'dead') => minutes.reduce((s: number, m: Record<string, number>) => s + m[key]!, 0);
-    const [db] = await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM job_counts`);
+    const [db] = await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM pgdrain.job_counts`);
     expect({ completed: sum('completed'), failed: sum('failed'), dead: sum('dead') }).toEqual(db);
     expect(db).toEqual({ completed: 4, failed: 2, dead: 2 });
     const times = minutes.map((m: { minute: string }) => Date.parse(m.minute));

@@ -12,12 +12,12 @@ afterAll(() => t?.close());
 
 it('enqueue inside your own transaction: the order and its job commit together, or neither does', async () => {
   const { orderId, jobId } = await placeOrder(t.db, 'book');
-  expect(await t.query('SELECT kind, payload FROM jobs WHERE id = $1', [jobId])).toEqual([
+  expect(await t.query('SELECT kind, payload FROM pgdrain.jobs WHERE id = $1', [jobId])).toEqual([
     { kind: 'send_receipt', payload: { orderId } },
   ]);
   await expect(placeOrder(t.db, '')).rejects.toThrow('an order needs an item');
   expect(await t.query('SELECT count(*)::int AS n FROM orders')).toEqual([{ n: 1 }]);
-  expect(await t.query('SELECT count(*)::int AS n FROM jobs')).toEqual([{ n: 1 }]);
+  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 1 }]);
 });
 
 it('the sidecar as a library runs a kind of your own, enqueued over its HTTP API', async () => {
@@ -33,7 +33,7 @@ it('the sidecar as a library runs a kind of your own, enqueued over its HTTP API
     // It also runs the receipt job that placeOrder committed in the first example.
     for (let i = 0; i < 100 && sent.length < 2; i++) await new Promise((r) => setTimeout(r, 20));
     expect([...sent].sort((a, b) => a - b)).toEqual([1, 42]);
-    expect(await t.query(`SELECT count(*)::int AS n FROM jobs WHERE kind = 'send_receipt'`)).toEqual([{ n: 0 }]);
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'send_receipt'`)).toEqual([{ n: 0 }]);
   } finally {
     await sidecar.stop();
   }

@@ -28,7 +28,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE jobs, job_counts, job_totals');
+  await t.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals');
   await t.query('DROP TABLE IF EXISTS test_runs');
 });
 afterEach(async () => {
@@ -45,7 +45,7 @@ const runs = () =>
             (extract(epoch from started_at - run_at) * 1000)::float8 AS late_ms
        FROM test_runs ORDER BY started_at`,
   );
-const jobCount = async (where = 'true') => (await t.query(`SELECT count(*)::int AS n FROM jobs WHERE ${where}`))[0]!.n as number;
+const jobCount = async (where = 'true') => (await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n as number;
 
 describe('npm start on the embedded PostgreSQL', () => {
   let dataDir: string;
@@ -91,10 +91,10 @@ describe('npm start on the embedded PostgreSQL', () => {
 describe('with DATABASE_URL', () => {
   it('an idle sidecar starts an enqueued job within milliseconds (NOTIFY, not the poll)', async () => {
     // A minute of counts older than the retention: the reaper's first round folds it into the totals.
-    await t.query(`INSERT INTO job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()) - interval '2 days', 'record', 40, 2, 1)`);
+    await t.query(`INSERT INTO pgdrain.job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()) - interval '2 days', 'record', 40, 2, 1)`);
     await start({ POLL_INTERVAL_MS: '5000' });
-    expect(await t.query(`SELECT kind, completed::int, failed::int, dead::int FROM job_totals`)).toEqual([{ kind: 'record', completed: 40, failed: 2, dead: 1 }]);
-    expect(await t.query(`SELECT count(*)::int AS n FROM job_counts WHERE minute < now() - interval '1 day'`)).toEqual([{ n: 0 }]);
+    expect(await t.query(`SELECT kind, completed::int, failed::int, dead::int FROM pgdrain.job_totals`)).toEqual([{ kind: 'record', completed: 40, failed: 2, dead: 1 }]);
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.job_counts WHERE minute < now() - interval '1 day'`)).toEqual([{ n: 0 }]);
     await sleep(500);
     for (let i = 0; i < 5; i++) {
       await enqueue(t.db, { kind: 'record', payload: {} });
@@ -111,7 +111,7 @@ describe('with DATABASE_URL', () => {
     const oldPid = await until(listenerPid, (pid) => pid !== undefined, 5_000, 'the listener');
     await t.query('SELECT pg_terminate_backend($1)', [oldPid]);
     // A job whose notification is lost (inserted without one): only the poll can find it.
-    await t.query(`INSERT INTO jobs (kind, payload) VALUES ('record', '{}')`);
+    await t.query(`INSERT INTO pgdrain.jobs (kind, payload) VALUES ('record', '{}')`);
     const [polled] = await until(runs, (r) => r.length === 1, 3_000, 'the polled job');
     expect(polled!.latency_ms).toBeLessThan(700 + 500);
 
@@ -132,7 +132,7 @@ describe('with DATABASE_URL', () => {
     await enqueueMany(t.db, Array.from({ length: 5 }, () => ({ kind: 'record', payload: {} })));
     await until(() => jobCount(), (n) => n === 0, 5_000, 'the jobs to complete');
     expect((await runs()).length).toBe(5);
-    expect(await t.query('SELECT count(*)::int AS n FROM job_counts')).toEqual([{ n: 0 }]);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.job_counts')).toEqual([{ n: 0 }]);
     expect(await (await fetch(p.url)).text()).toContain('Counting is off');
     const bad = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, RECORD_COUNTS: 'no' }).catch((e: Error) => e);
     expect(bad).toBeInstanceOf(Error);
@@ -166,7 +166,7 @@ describe('with DATABASE_URL', () => {
     await first.exited;
     // In flight: claimed by the dead process and not yet settled (running, or finished but not yet
     // deleted). Only these may run twice.
-    const inFlight = new Set((await t.query<{ id: string }>(`SELECT id::text FROM jobs WHERE status = 'running'`)).map((r) => r.id));
+    const inFlight = new Set((await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'running'`)).map((r) => r.id));
     expect(inFlight.size).toBeGreaterThan(0);
     expect((await runs()).some((r) => !r.finished)).toBe(true);
 
@@ -180,7 +180,7 @@ describe('with DATABASE_URL', () => {
     const duplicated = [...startsPerJob].filter(([, n]) => n > 1).map(([id]) => id);
     for (const id of duplicated) expect(inFlight.has(id)).toBe(true);
     // Counted exactly once each: every job completed once, and each reaped attempt as a failure.
-    expect(await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM job_counts`)).toEqual([
+    expect(await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM pgdrain.job_counts`)).toEqual([
       { completed: 24, failed: inFlight.size, dead: 0 },
     ]);
   });
@@ -243,7 +243,7 @@ describe('a database restart under load', () => {
       expect(failedEnqueues).toBeGreaterThan(0);
       expect(committed.length).toBeGreaterThan(20);
       await until(
-        async () => Number((await pool.query('SELECT count(*)::int AS n FROM jobs')).rows[0].n),
+        async () => Number((await pool.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).rows[0].n),
         (n) => n === 0,
         20_000,
         'the backlog to drain after the restart',

@@ -48,7 +48,7 @@ afterAll(async () => {
   await t?.close();
 });
 beforeEach(async () => {
-  await t.query('TRUNCATE jobs');
+  await t.query('TRUNCATE pgdrain.jobs');
   hits.length = 0;
 });
 
@@ -61,8 +61,8 @@ async function enqueueHook(payload: unknown): Promise<string> {
   expect(res.status).toBe(201);
   return (await res.json()).id;
 }
-const row = async (id: string) => (await t.query('SELECT status, attempts, last_error FROM jobs WHERE id = $1', [id]))[0];
-const dueNow = () => t.query(`UPDATE jobs SET run_at = now() WHERE status = 'pending'`);
+const row = async (id: string) => (await t.query('SELECT status, attempts, last_error FROM pgdrain.jobs WHERE id = $1', [id]))[0];
+const dueNow = () => t.query(`UPDATE pgdrain.jobs SET run_at = now() WHERE status = 'pending'`);
 
 it('a 2xx completes the job and the receiver gets the JSON body and headers', async () => {
   const id = await enqueueHook({ url: `${base}/ok`, method: 'PUT', headers: { 'X-Signature': 'abc' }, body: { order: 7 } });
@@ -100,7 +100,7 @@ it('a redirect is not followed and is permanent', async () => {
 it('a 429 honours Retry-After', async () => {
   const id = await enqueueHook({ url: `${base}/busy` });
   await drain(t.db, registry, { workerId: 'w' });
-  const [r] = await t.query(`SELECT status, extract(epoch from run_at - now())::int AS wait FROM jobs WHERE id = $1`, [id]);
+  const [r] = await t.query(`SELECT status, extract(epoch from run_at - now())::int AS wait FROM pgdrain.jobs WHERE id = $1`, [id]);
   expect(r!.status).toBe('pending');
   expect(r!.wait).toBeGreaterThanOrEqual(115);
 });

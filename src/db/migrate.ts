@@ -1,13 +1,18 @@
 // Applies the drizzle-kit migrations in drizzle/ with drizzle's own migrator. Node only (it reads
 // the migration files); the Worker's database is migrated from a workstation or CI with
-// `npm run db:migrate` and DATABASE_URL pointing at Neon.
+// `npx pgdrain migrate` (or `npm run db:migrate` in this repo) and DATABASE_URL pointing at Neon.
+// Everything, the migrations table included, is in the schema `pgdrain`: an application's own
+// drizzle migrations (drizzle.__drizzle_migrations) and tables are never touched.
 import { fileURLToPath } from 'node:url';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
+import { PGDRAIN_SCHEMA } from './schema.ts';
 
 export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle', import.meta.url));
+export const MIGRATIONS_TABLE = 'migrations';
 
+/** Brings the database at `databaseUrl` up to date; safe to call from several processes at once. */
 export async function migrateDatabase(databaseUrl: string): Promise<void> {
   const client = new pg.Client({ connectionString: databaseUrl });
   // An error after connect (server restart) must not crash the caller; the query fails instead.
@@ -16,7 +21,11 @@ export async function migrateDatabase(databaseUrl: string): Promise<void> {
   try {
     // The advisory lock lets several processes start at once without racing the migrator.
     await client.query('SELECT pg_advisory_lock(7477853620)');
-    await migrate(drizzle({ client }), { migrationsFolder: MIGRATIONS_FOLDER });
+    await migrate(drizzle({ client }), {
+      migrationsFolder: MIGRATIONS_FOLDER,
+      migrationsSchema: PGDRAIN_SCHEMA,
+      migrationsTable: MIGRATIONS_TABLE,
+    });
   } finally {
     await client.end();
   }

@@ -1,10 +1,15 @@
-// The one table of the queue. Read DESIGN.md's state machine next to this file:
+// Every table of the queue, all in the PostgreSQL schema `pgdrain` (nothing in `public`, where an
+// application's own `jobs` table may already live). Read DESIGN.md's state machine next to this file:
 //   pending --claim--> running --complete--> (row deleted)
 //                              --fail-----> pending (run_at pushed back) | dead (attempts spent)
 //                              --release--> pending (attempt refunded; never started)
 //                              --reap-----> pending | dead (lock older than the visibility timeout)
 import { sql } from 'drizzle-orm';
-import { bigint, check, customType, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
+import { bigint, check, customType, index, integer, jsonb, pgSchema, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
+
+/** The PostgreSQL schema that holds every table, function and the migrations table of pgdrain. */
+export const PGDRAIN_SCHEMA = 'pgdrain';
+export const pgdrainSchema = pgSchema(PGDRAIN_SCHEMA);
 
 export const JOB_STATUSES = ['pending', 'running', 'dead'] as const;
 export type JobStatus = (typeof JOB_STATUSES)[number];
@@ -16,7 +21,7 @@ const bigserialAsString = customType<{ data: string; driverData: string; notNull
 
 const timestamptz = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
 
-export const jobs = pgTable(
+export const jobs = pgdrainSchema.table(
   'jobs',
   {
     id: bigserialAsString('id').primaryKey(),
@@ -60,7 +65,7 @@ export type JobRow = typeof jobs.$inferSelect;
 // jobs that became dead. Rows older than a day are folded into job_totals by the reaper.
 const counter = (name: string) => bigint(name, { mode: 'number' }).notNull().default(0);
 
-export const jobCounts = pgTable(
+export const jobCounts = pgdrainSchema.table(
   'job_counts',
   {
     minute: timestamptz('minute').notNull(),
@@ -73,7 +78,7 @@ export const jobCounts = pgTable(
 );
 
 /** Everything counted before job_counts' retention, per kind: with it the totals never go down. */
-export const jobTotals = pgTable('job_totals', {
+export const jobTotals = pgdrainSchema.table('job_totals', {
   kind: text('kind').primaryKey(),
   completed: counter('completed'),
   failed: counter('failed'),

@@ -1,5 +1,5 @@
 // claim: ONE statement selects, locks, marks and returns a batch —
-//   UPDATE jobs SET status = 'running', … WHERE id = ANY(ARRAY(SELECT id … ORDER BY run_at, id
+//   UPDATE pgdrain.jobs SET status = 'running', … WHERE id = ANY(ARRAY(SELECT id … ORDER BY run_at, id
 //     LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING …
 // SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before

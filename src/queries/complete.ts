@@ -22,7 +22,7 @@ export async function complete(db: Db, held: readonly HeldJob[], options: Settle
   // Not a prepared statement on purpose: a flush can hold one job or thousands, and a generic
   // plan fitted to neither can turn the pair check into a scan per row. Planning it is cheap
   // next to the rows it deletes. The join drives primary-key lookups from the (id, token) pairs.
-  const deleted = sql`DELETE FROM jobs j
+  const deleted = sql`DELETE FROM pgdrain.jobs j
          USING unnest(${sql.param(held.map((h) => h.id))}::bigint[], ${sql.param(held.map((h) => h.lockedBy))}::text[]) AS h(id, token)
          WHERE j.id = h.id AND j.locked_by = h.token AND j.status = 'running'
      RETURNING j.id, j.kind`;

@@ -64,7 +64,7 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
     const rows = await rowsOf<Returned>(
       db,
       sql`WITH ins AS (
-            INSERT INTO jobs (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds)
+            INSERT INTO pgdrain.jobs (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds)
             VALUES (${job.kind}, ${payload}::jsonb, coalesce(${runAt}::timestamptz, now()),
                     coalesce(${job.maxAttempts ?? null}::int, 3), ${key}::text, ${job.visibilitySeconds ?? null}::int)
             ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
@@ -74,7 +74,7 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
             FROM ins
           UNION ALL
           SELECT id, status, extract(epoch from run_at) * 1000, false, NULL
-            FROM jobs
+            FROM pgdrain.jobs
            WHERE dedupe_key = ${key}::text AND NOT EXISTS (SELECT 1 FROM ins)`,
     );
     if (rows[0]) return toEnqueued(rows[0]);
@@ -147,8 +147,8 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
     sql`WITH input AS (
           SELECT value AS payload, ordinality AS ord FROM jsonb_array_elements(${payloads}::jsonb) WITH ORDINALITY),
         ins AS (
-          INSERT INTO jobs (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds)
-          SELECT nextval('jobs_id_seq'::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}
+          INSERT INTO pgdrain.jobs (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds)
+          SELECT nextval('pgdrain.jobs_id_seq'::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}
             FROM input ORDER BY ord
           ${keyed ? sql`ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING` : sql``}
           RETURNING id, dedupe_key),
@@ -213,7 +213,7 @@ async function findByKeys(db: Db, keys: string[]): Promise<Map<string, EnqueuedJ
   const rows = await rowsOf<{ id: string; status: EnqueuedJob['status']; run_at_ms: number; dedupe_key: string }>(
     db,
     sql`SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, dedupe_key
-          FROM jobs WHERE dedupe_key = ANY(${sql.param(keys)}::text[])`,
+          FROM pgdrain.jobs WHERE dedupe_key = ANY(${sql.param(keys)}::text[])`,
   );
   return new Map(
     rows.map((r) => [r.dedupe_key, { id: String(r.id), status: r.status, runAt: new Date(Number(r.run_at_ms)), deduplicated: true }]),

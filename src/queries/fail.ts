@@ -48,7 +48,7 @@ export async function failMany(db: Db, failures: readonly Failure[], options: Se
   if (failures.length === 0) return [];
   const column = <T>(pick: (f: Failure) => T) => sql.param(failures.map(pick));
   // delay = min(cap, max(retryAfter, base * 2^(attempts-1) * jitter)), jitter uniform in [0.5, 1).
-  const settled = sql`UPDATE jobs j SET
+  const settled = sql`UPDATE pgdrain.jobs j SET
           status = CASE WHEN j.attempts >= j.max_attempts OR f.permanent THEN 'dead' ELSE 'pending' END,
           run_at = CASE WHEN j.attempts >= j.max_attempts OR f.permanent THEN j.run_at
                         ELSE now() + make_interval(secs => least(f.cap, greatest(f.floor,

@@ -18,7 +18,7 @@ export async function reap(db: Db, visibilityTimeoutSeconds: number): Promise<Re
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' }>(
     db,
     sql`WITH reaped AS (
-        UPDATE jobs SET
+        UPDATE pgdrain.jobs SET
           status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
           last_error = 'visibility timeout: ' || locked_by || ' held the job for longer than '
                        || coalesce(visibility_seconds, ${visibilityTimeoutSeconds}::int) || ' s',

@@ -9,7 +9,7 @@ export async function release(db: Db, held: readonly HeldJob[]): Promise<string[
   if (held.length === 0) return [];
   const rows = await rowsOf<{ id: string }>(
     db,
-    sql`UPDATE jobs j SET status = 'pending', locked_at = NULL, locked_by = NULL, attempts = greatest(j.attempts - 1, 0)
+    sql`UPDATE pgdrain.jobs j SET status = 'pending', locked_at = NULL, locked_by = NULL, attempts = greatest(j.attempts - 1, 0)
           FROM unnest(${sql.param(held.map((h) => h.id))}::bigint[], ${sql.param(held.map((h) => h.lockedBy))}::text[]) AS h(id, token)
          WHERE j.id = h.id AND j.locked_by = h.token AND j.status = 'running'
      RETURNING j.id`,

@@ -47,10 +47,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       await h?.close();
     });
     beforeEach(async () => {
-      await h.query('TRUNCATE jobs, orders, job_counts, job_totals');
+      await h.query('TRUNCATE pgdrain.jobs, orders, pgdrain.job_counts, pgdrain.job_totals');
     });
 
-    const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM jobs WHERE ${where}`))[0]?.n);
+    const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]?.n);
 
     it('a job enqueued in a rolled-back transaction vanishes with the business row, and nobody is notified', async () => {
       const listener = await h.listen('pgdrain_jobs');
@@ -73,7 +73,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         });
         for (let i = 0; i < 50 && listener.received.length === 0; i++) await sleep(20);
         expect(await h.query('SELECT item FROM orders')).toEqual([{ item: 'lamp' }]);
-        expect(await h.query('SELECT kind, payload FROM jobs')).toEqual([{ kind: 'send_receipt', payload: { order: 'lamp' } }]);
+        expect(await h.query('SELECT kind, payload FROM pgdrain.jobs')).toEqual([{ kind: 'send_receipt', payload: { order: 'lamp' } }]);
         expect(listener.received).toEqual(['send_receipt']);
       } finally {
         await listener.close();
@@ -105,12 +105,12 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
     it('the claim uses the jobs_ready partial index when the table is mostly history', async () => {
       await h.query(
-        `INSERT INTO jobs (kind, payload, status, attempts, last_error)
+        `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, last_error)
          SELECT 'old', '{}'::jsonb, 'dead', 3, 'boom' FROM generate_series(1, $1::int)`,
         [options.historyRows],
       );
       await enqueueMany(h.db, Array.from({ length: 50 }, () => ({ kind: 'noop', payload: {} })));
-      await h.query('ANALYZE jobs');
+      await h.query('ANALYZE pgdrain.jobs');
       const plan = await explainClaim(h.db, { batchSize: 20, lockToken: 'explain:1' });
       expect(plan).toContain('jobs_ready');
       expect(plan).not.toMatch(/Seq Scan on jobs/);
@@ -132,42 +132,42 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const first = await drain(h.db, registry, { workerId: 'w' });
       expect(first).toMatchObject({ claimed: 1, failed: 1, dead: 0 });
       const [deferred] = await h.query(
-        `SELECT status, attempts, last_error, run_at > now() AS deferred, locked_by FROM jobs WHERE id = $1`,
+        `SELECT status, attempts, last_error, run_at > now() AS deferred, locked_by FROM pgdrain.jobs WHERE id = $1`,
         [id],
       );
       expect(deferred).toEqual({ status: 'pending', attempts: 1, last_error: 'boom', deferred: true, locked_by: null });
 
-      await h.query(`UPDATE jobs SET run_at = now() WHERE id = $1`, [id]);
+      await h.query(`UPDATE pgdrain.jobs SET run_at = now() WHERE id = $1`, [id]);
       const second = await drain(h.db, registry, { workerId: 'w' });
       expect(second).toMatchObject({ claimed: 1, failed: 0, dead: 1 });
-      expect(await h.query('SELECT status, attempts, last_error FROM jobs WHERE id = $1', [id])).toEqual([
+      expect(await h.query('SELECT status, attempts, last_error FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([
         { status: 'dead', attempts: 2, last_error: 'boom' },
       ]);
     });
 
     it('backoff grows exponentially with jitter, up to the cap', async () => {
       const jobs = await enqueueMany(h.db, Array.from({ length: 20 }, () => ({ kind: 'x', payload: {}, maxAttempts: 10 })));
-      await h.query(`UPDATE jobs SET attempts = 4`);
+      await h.query(`UPDATE pgdrain.jobs SET attempts = 4`);
       const claimed = await claim(h.db, { batchSize: 20, lockToken: 'w:1' });
       expect(claimed).toHaveLength(20);
       for (const job of claimed) await fail(h.db, job, { error: 'e', backoff: { baseSeconds: 10, capSeconds: 3600 } });
       // attempt 5: 10 s * 2^4 = 160 s, times a jitter in [0.5, 1).
-      const delays = (await h.query<{ d: number }>(`SELECT extract(epoch from run_at - now())::float8 AS d FROM jobs`)).map((r) => r.d);
+      const delays = (await h.query<{ d: number }>(`SELECT extract(epoch from run_at - now())::float8 AS d FROM pgdrain.jobs`)).map((r) => r.d);
       expect(Math.min(...delays)).toBeGreaterThan(79);
       expect(Math.max(...delays)).toBeLessThan(161);
       expect(new Set(delays.map((d) => Math.round(d))).size).toBeGreaterThan(1);
 
-      await h.query(`UPDATE jobs SET run_at = now(), attempts = 8`);
+      await h.query(`UPDATE pgdrain.jobs SET run_at = now(), attempts = 8`);
       const again = await claim(h.db, { batchSize: 1, lockToken: 'w:2' });
       await fail(h.db, again[0]!, { error: 'e', backoff: { baseSeconds: 10, capSeconds: 60 } });
-      const [capped] = await h.query(`SELECT extract(epoch from run_at - now())::float8 AS d FROM jobs WHERE id = $1`, [again[0]!.id]);
+      const [capped] = await h.query(`SELECT extract(epoch from run_at - now())::float8 AS d FROM pgdrain.jobs WHERE id = $1`, [again[0]!.id]);
       expect(capped!.d).toBeLessThanOrEqual(60);
       expect(jobs).toHaveLength(20);
     });
 
     it('the reaper returns a lock ten minutes old under a five-minute timeout and leaves a fresh one; per-job timeouts win', async () => {
       const rows = await h.query<{ id: string; name: string }>(
-        `INSERT INTO jobs (kind, payload, status, attempts, locked_at, locked_by, visibility_seconds, last_error)
+        `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_at, locked_by, visibility_seconds, last_error)
          VALUES ('k', '{"name":"stale"}', 'running', 1, now() - interval '10 minutes', 'dead-worker:1', NULL, NULL),
                 ('k', '{"name":"fresh"}', 'running', 1, now() - interval '1 minute', 'live-worker:1', NULL, NULL),
                 ('k', '{"name":"short"}', 'running', 1, now() - interval '2 minutes', 'w:2', 60, NULL),
@@ -179,7 +179,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const result = await reap(h.db, 300);
       expect(result.reclaimed.sort()).toEqual([idOf('stale'), idOf('short')].sort());
       expect(result.dead).toEqual([idOf('last')]);
-      const state = await h.query(`SELECT payload->>'name' AS name, status, locked_by FROM jobs ORDER BY id`);
+      const state = await h.query(`SELECT payload->>'name' AS name, status, locked_by FROM pgdrain.jobs ORDER BY id`);
       expect(state).toEqual([
         { name: 'stale', status: 'pending', locked_by: null },
         { name: 'fresh', status: 'running', locked_by: 'live-worker:1' },
@@ -193,7 +193,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it('a worker whose lock was reaped and re-claimed cannot complete, fail or release the job', async () => {
       const { id } = await enqueue(h.db, { kind: 'k', payload: {} });
       const [mine] = await claim(h.db, { batchSize: 1, lockToken: 'slow-worker:1' });
-      await h.query(`UPDATE jobs SET locked_at = now() - interval '1 hour' WHERE id = $1`, [id]);
+      await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1`, [id]);
       expect((await reap(h.db, 60)).reclaimed).toEqual([id]);
       const [theirs] = await claim(h.db, { batchSize: 1, lockToken: 'other-worker:7' });
       expect(theirs!.id).toBe(id);
@@ -201,7 +201,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(await complete(h.db, [mine!])).toEqual([]);
       expect(await fail(h.db, mine!, { error: 'late failure' })).toEqual({ outcome: 'lost' });
       expect(await release(h.db, [mine!])).toEqual([]);
-      expect(await h.query('SELECT status, locked_by, attempts, last_error FROM jobs')).toEqual([
+      expect(await h.query('SELECT status, locked_by, attempts, last_error FROM pgdrain.jobs')).toEqual([
         { status: 'running', locked_by: 'other-worker:7', attempts: 2, last_error: expect.stringContaining('visibility timeout') },
       ]);
       expect(await complete(h.db, [theirs!])).toEqual([id]);
@@ -250,7 +250,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(Date.now() - started).toBeLessThan(3_000);
       expect(report).toMatchObject({ claimed: 5, failed: 5, completed: 0 });
       expect(aborted).toBe(true);
-      const errors = (await h.query<{ kind: string; e: string }>(`SELECT kind, last_error AS e FROM jobs ORDER BY id`)).map((r) => r.e);
+      const errors = (await h.query<{ kind: string; e: string }>(`SELECT kind, last_error AS e FROM pgdrain.jobs ORDER BY id`)).map((r) => r.e);
       expect(errors[0]).toBe('TimeoutError: handler timed out after 100 ms');
       expect(errors[1]).toBe('handler threw a non-Error value: {"code":42,"reason":"teapot"}');
       expect(errors[2]).toBe('plain words');
@@ -275,7 +275,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       ]);
       const report = await drain(h.db, registry, { workerId: 'w' });
       expect(report).toMatchObject({ claimed: 2, dead: 2 });
-      const rows = await h.query(`SELECT status, attempts, last_error FROM jobs ORDER BY id`);
+      const rows = await h.query(`SELECT status, attempts, last_error FROM pgdrain.jobs ORDER BY id`);
       expect(rows[0]).toEqual({ status: 'dead', attempts: 1, last_error: 'PermanentJobError: mailbox does not exist' });
       expect(rows[1]).toMatchObject({ status: 'dead', attempts: 1 });
       expect(rows[1]!.last_error).toContain('payload.email');
@@ -328,7 +328,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const second = await enqueue(h.db, { kind: 'k', payload: { v: 2 }, dedupeKey: 'order-42' });
       expect(first.deduplicated).toBe(false);
       expect(second).toEqual({ ...first, deduplicated: true });
-      expect(await h.query('SELECT payload FROM jobs')).toEqual([{ payload: { v: 1 } }]);
+      expect(await h.query('SELECT payload FROM pgdrain.jobs')).toEqual([{ payload: { v: 1 } }]);
 
       const batch = await enqueueMany(h.db, [
         { kind: 'k', payload: {}, dedupeKey: 'order-42' },
@@ -356,7 +356,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         { kind: 'a', payload: "it's \"quoted\" -- ; DROP TABLE jobs" },
       ]);
       const rows = await h.query(
-        `SELECT id::text, kind, payload, max_attempts, visibility_seconds, run_at > now() AS delayed FROM jobs ORDER BY jobs.id`,
+        `SELECT id::text, kind, payload, max_attempts, visibility_seconds, run_at > now() AS delayed FROM pgdrain.jobs ORDER BY jobs.id`,
       );
       expect(rows.map((r) => r.id)).toEqual(jobs.map((j) => j.id));
       expect(rows).toEqual([
@@ -374,9 +374,9 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       for (let cycle = 0; cycle < 8; cycle++) {
         await enqueueMany(h.db, Array.from({ length: 2_000 }, (_, i) => ({ kind: 'noop', payload: { cycle, i } })));
         await drain(h.db, registry, { workerId: 'w' });
-        await h.query('VACUUM jobs');
+        await h.query('VACUUM pgdrain.jobs');
         const [row] = await h.query<{ heap: string; total: string }>(
-          `SELECT pg_relation_size('jobs')::text AS heap, pg_total_relation_size('jobs')::text AS total`,
+          `SELECT pg_relation_size('pgdrain.jobs')::text AS heap, pg_total_relation_size('pgdrain.jobs')::text AS total`,
         );
         heap.push(Number(row!.heap));
         total.push(Number(row!.total));
@@ -396,7 +396,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       h.query<{ kind: string; completed: number; failed: number; dead: number; current: boolean }>(
         `SELECT kind, sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead,
                 bool_and(minute >= date_trunc('minute', now()) - interval '1 minute') AS current
-           FROM job_counts GROUP BY kind ORDER BY kind`,
+           FROM pgdrain.job_counts GROUP BY kind ORDER BY kind`,
       );
 
     it('settlements add to one counter row per kind per minute, in the settling statement; lost settlements count nothing', async () => {
@@ -450,7 +450,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it('a reaped attempt counts as failed, and as dead when it was the last', async () => {
       await enqueueMany(h.db, [{ kind: 'a', payload: {}, maxAttempts: 1 }, { kind: 'a', payload: {} }, { kind: 'b', payload: {} }]);
       await claim(h.db, { batchSize: 3, lockToken: 'gone:1' });
-      await h.query(`UPDATE jobs SET locked_at = now() - interval '1 hour'`);
+      await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour'`);
       const reaped = await reap(h.db, 60);
       expect(reaped.dead).toHaveLength(1);
       expect(reaped.reclaimed).toHaveLength(2);
@@ -488,7 +488,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it('countsByMinute fills empty minutes with zeros; rollUpCounts moves old minutes into the totals without changing them', async () => {
       const [{ m }] = (await h.query<{ m: string }>(`SELECT to_char(date_trunc('minute', now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS m`)) as [{ m: string }];
       await h.query(
-        `INSERT INTO job_counts (minute, kind, completed, failed, dead) VALUES
+        `INSERT INTO pgdrain.job_counts (minute, kind, completed, failed, dead) VALUES
           ($1::timestamptz - interval '3 days', 'a', 100, 7, 2),
           ($1::timestamptz - interval '2 days', 'a', 50, 0, 0),
           ($1::timestamptz - interval '2 days', 'b', 5, 1, 1),
@@ -513,11 +513,11 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
       expect(await rollUpCounts(h.db)).toBe(3);
       expect(await rollUpCounts(h.db)).toBe(0);
-      expect(await h.query(`SELECT kind, completed::int, failed::int, dead::int FROM job_totals ORDER BY kind`)).toEqual([
+      expect(await h.query(`SELECT kind, completed::int, failed::int, dead::int FROM pgdrain.job_totals ORDER BY kind`)).toEqual([
         { kind: 'a', completed: 150, failed: 7, dead: 2 },
         { kind: 'b', completed: 5, failed: 1, dead: 1 },
       ]);
-      expect(await h.query(`SELECT count(*)::int AS n FROM job_counts`)).toEqual([{ n: 3 }]);
+      expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.job_counts`)).toEqual([{ n: 3 }]);
       expect(await countTotals(h.db)).toEqual(before);
     });
 
@@ -546,7 +546,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(statements).toBeGreaterThanOrEqual(2); // at least one DELETE and one UPDATE
       expect(statements).toBeLessThanOrEqual(6); // one per job would be 50
       expect(await count(`kind = 'flaky' AND status = 'pending' AND attempts = 1 AND last_error = 'down'`)).toBe(40);
-      await h.query(`UPDATE jobs SET run_at = now()`);
+      await h.query(`UPDATE pgdrain.jobs SET run_at = now()`);
       const second = await drain(h.db, registry, { workerId: 'w', batchSize: 50 });
       expect(second).toMatchObject({ claimed: 40, failed: 0, dead: 40 });
       expect(await countRows()).toEqual([

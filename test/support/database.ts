@@ -17,7 +17,8 @@ export interface TestDatabase {
   close(): Promise<void>;
 }
 
-export async function createTestDatabase(): Promise<TestDatabase> {
+/** `migrate: false` leaves the database empty (for tests of the migrations themselves). */
+export async function createTestDatabase(options: { migrate?: boolean } = {}): Promise<TestDatabase> {
   const admin = inject('adminDatabaseUrl');
   const name = `pgdrain_test_${randomBytes(6).toString('hex')}`;
   const adminClient = new pg.Client({ connectionString: admin });
@@ -26,7 +27,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   await adminClient.end();
   const url = new URL(admin);
   url.pathname = `/${name}`;
-  await migrateDatabase(url.toString());
+  if (options.migrate !== false) await migrateDatabase(url.toString());
 
   const pools: pg.Pool[] = [];
   const connect = (max = 10) => {

@@ -9,7 +9,7 @@ import { createNeonHarness } from './neon-harness.ts';
 let h: Harness;
 beforeAll(async () => {
   h = await createNeonHarness(env.DATABASE_URL);
-  await h.query('TRUNCATE jobs, job_counts, job_totals');
+  await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals');
 });
 afterAll(() => h?.close());
 
@@ -35,7 +35,7 @@ it('enqueues, reads, refuses bad input, and drains a noop job on the cron', asyn
   expect(bad.status).toBe(422);
   const batch = await SELF.fetch('http://worker/jobs/batch', { method: 'POST', headers: auth, body: '{"jobs": [' });
   expect(batch.status).toBe(400);
-  expect(await h.query('SELECT count(*)::int AS n FROM jobs')).toEqual([{ n: 1 }]);
+  expect(await h.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 1 }]);
 
   const ctx = createExecutionContext();
   await worker.scheduled(createScheduledController({ cron: '*/5 * * * *' }), env as unknown as Env, ctx);
@@ -46,7 +46,7 @@ it('enqueues, reads, refuses bad input, and drains a noop job on the cron', asyn
 });
 
 it('serves the dashboard, and counts what the cron ran in /stats/throughput and /metrics', async () => {
-  await h.query('TRUNCATE jobs, job_counts, job_totals');
+  await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals');
   const page = await SELF.fetch('http://worker/');
   expect(page.status).toBe(200);
   expect(page.headers.get('content-security-policy')).toContain("script-src 'self'");
@@ -61,14 +61,14 @@ it('serves the dashboard, and counts what the cron ran in /stats/throughput and 
     body: JSON.stringify({ jobs: Array.from({ length: 7 }, (_, i) => ({ kind: 'noop', payload: { i } })) }),
   });
   expect(batch.status).toBe(201);
-  await h.query(`INSERT INTO job_counts (minute, kind, completed) VALUES (date_trunc('minute', now()) - interval '3 days', 'noop', 100)`);
+  await h.query(`INSERT INTO pgdrain.job_counts (minute, kind, completed) VALUES (date_trunc('minute', now()) - interval '3 days', 'noop', 100)`);
   const ctx = createExecutionContext();
   await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as unknown as Env, ctx);
   await waitOnExecutionContext(ctx);
   // The cron folded the three-day-old minute into the totals.
-  expect(await h.query(`SELECT kind, completed::int FROM job_totals`)).toEqual([{ kind: 'noop', completed: 100 }]);
+  expect(await h.query(`SELECT kind, completed::int FROM pgdrain.job_totals`)).toEqual([{ kind: 'noop', completed: 100 }]);
 
-  const [counted] = await h.query(`SELECT sum(completed)::int AS completed FROM job_counts WHERE kind = 'noop' AND minute > now() - interval '1 hour'`);
+  const [counted] = await h.query(`SELECT sum(completed)::int AS completed FROM pgdrain.job_counts WHERE kind = 'noop' AND minute > now() - interval '1 hour'`);
   expect(counted).toEqual({ completed: 7 });
   const { minutes } = await (await SELF.fetch('http://worker/stats/throughput?minutes=5', { headers: auth })).json();
   expect(minutes.reduce((s: number, m: { completed: number }) => s + m.completed, 0)).toBe(7);

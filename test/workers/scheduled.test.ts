@@ -31,10 +31,10 @@ beforeAll(async () => {
 });
 afterAll(() => h?.close());
 beforeEach(async () => {
-  await h.query('TRUNCATE jobs');
+  await h.query('TRUNCATE pgdrain.jobs');
   runs.clear();
 });
-const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM jobs WHERE ${where}`))[0]!.n);
+const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n);
 
 describe('scheduled() in workerd', () => {
   it('a job enqueued through the Worker API runs at the next cron, its row is gone, and one JSON line is logged', async () => {
@@ -93,14 +93,14 @@ describe('scheduled() in workerd', () => {
     const report = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: String(budgetMs) }));
     expect(Date.now() - started).toBeLessThan(budgetMs + 1000);
     expect(report).toMatchObject({ claimed: 2, completed: 1, failed: 1 });
-    expect(await h.query(`SELECT kind, status, attempts, locked_by, last_error FROM jobs`)).toEqual([
+    expect(await h.query(`SELECT kind, status, attempts, locked_by, last_error FROM pgdrain.jobs`)).toEqual([
       { kind: 'hang', status: 'pending', attempts: 1, locked_by: null, last_error: expect.stringContaining('budget') },
     ]);
   });
 
   it('a stale running row is reaped by the next cron and then completed', async () => {
     await h.query(
-      `INSERT INTO jobs (kind, payload, status, attempts, locked_at, locked_by)
+      `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_at, locked_by)
        VALUES ('count', '{"n": 99}', 'running', 1, now() - interval '10 minutes', 'worker-that-died:1')`,
     );
     const report = await worker.runScheduled(cron(), testEnv({ VISIBILITY_TIMEOUT_SECONDS: '300' }));

@@ -1,0 +1,140 @@
+// pgdrain keeps everything in the PostgreSQL schema `pgdrain`: a fresh database gets nothing in
+// `public`, a database migrated by wave 1 (tables in `public`, migrations in drizzle's shared
+// table) upgrades in place with every row kept, and an application's own `public.jobs` is never
+// touched.
+import { fileURLToPath } from 'node:url';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { migrate } from 'drizzle-orm/node-postgres/migrator';
+import pg from 'pg';
+import { afterEach, expect, it } from 'vitest';
+import { migrateDatabase } from '../src/db/migrate.ts';
+import { drain } from '../src/drain.ts';
+import { JobRegistry, noopJob } from '../src/jobs/index.ts';
+import { enqueue, reap, retryDead } from '../src/queries/index.ts';
+import { createTestDatabase, type TestDatabase } from './support/database.ts';
+
+// The drizzle/ folder as wave 1 shipped it, applied the way wave 1 applied it.
+const WAVE1_MIGRATIONS = fileURLToPath(new URL('./fixtures/wave1-migrations', import.meta.url));
+async function migrateLikeWave1(url: string) {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await migrate(drizzle({ client }), { migrationsFolder: WAVE1_MIGRATIONS });
+  } finally {
+    await client.end();
+  }
+}
+
+let t: TestDatabase | undefined;
+afterEach(async () => {
+  await t?.close();
+  t = undefined;
+});
+
+/** Every relation, function and schema that is not PostgreSQL's own. */
+async function userObjects(db: TestDatabase) {
+  const relations = await db.query<{ name: string }>(
+    `SELECT n.nspname || '.' || c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') ORDER BY 1`,
+  );
+  const functions = await db.query<{ name: string }>(
+    `SELECT p.oid::regprocedure::text AS name FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1`,
+  );
+  const schemas = await db.query<{ name: string }>(
+    `SELECT nspname AS name FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema' ORDER BY 1`,
+  );
+  return { relations: relations.map((r) => r.name), functions: functions.map((r) => r.name), schemas: schemas.map((r) => r.name) };
+}
+
+it('a fresh migration puts every table, index, sequence and function in the schema pgdrain and nothing in public', async () => {
+  t = await createTestDatabase();
+  const objects = await userObjects(t);
+  expect(objects.schemas).toEqual(['pgdrain', 'public']);
+  expect(objects.relations.filter((r) => !r.startsWith('pgdrain.'))).toEqual([]);
+  expect(objects.relations).toEqual(
+    expect.arrayContaining(['pgdrain.jobs', 'pgdrain.jobs_ready', 'pgdrain.jobs_id_seq', 'pgdrain.job_counts', 'pgdrain.job_totals', 'pgdrain.migrations']),
+  );
+  expect(objects.functions).toEqual(['pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text)']);
+  // Applying the migrations again changes nothing.
+  await migrateDatabase(t.url);
+  expect(await userObjects(t)).toEqual(objects);
+  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([{ n: 3 }]);
+});
+
+it("an application's own public.jobs table and its own drizzle migrations are left untouched", async () => {
+  t = await createTestDatabase({ migrate: false });
+  await t.query(`CREATE TABLE public.jobs (id serial PRIMARY KEY, title text NOT NULL, salary int)`);
+  await t.query(`INSERT INTO public.jobs (title, salary) VALUES ('plumber', 50), ('welder', 60)`);
+  // The app's own drizzle-kit history, in the table wave 1 shared with it.
+  await t.query(`CREATE SCHEMA drizzle`);
+  await t.query(`CREATE TABLE drizzle.__drizzle_migrations (id serial PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
+  await t.query(`INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES ('the-apps-own', 1700000000000)`);
+  const before = await t.query('SELECT * FROM public.jobs ORDER BY id');
+
+  await migrateDatabase(t.url);
+
+  expect(await t.query('SELECT * FROM public.jobs ORDER BY id')).toEqual(before);
+  expect(await t.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'jobs' ORDER BY ordinal_position`)).toEqual([
+    { column_name: 'id' }, { column_name: 'title' }, { column_name: 'salary' },
+  ]);
+  expect(await t.query('SELECT hash, created_at::text FROM drizzle.__drizzle_migrations')).toEqual([{ hash: 'the-apps-own', created_at: '1700000000000' }]);
+  const job = await enqueue(t.db, { kind: 'noop', payload: { a: 1 } });
+  expect(await t.query('SELECT id::text, kind FROM pgdrain.jobs')).toEqual([{ id: job.id, kind: 'noop' }]);
+  expect(await t.query('SELECT count(*)::int AS n FROM public.jobs')).toEqual([{ n: 2 }]);
+});
+
+it('a database migrated by wave 1 upgrades in place: every job, lock, dedupe key and counter is kept, then drains', async () => {
+  t = await createTestDatabase({ migrate: false });
+  await migrateLikeWave1(t.url);
+  // The app's own drizzle migration shares drizzle.__drizzle_migrations with wave 1's two rows.
+  await t.query(`INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES ('the-apps-own', 1700000000000)`);
+  await t.query(`
+    INSERT INTO public.jobs (kind, payload, status, run_at, attempts, max_attempts, locked_at, locked_by, last_error, dedupe_key, visibility_seconds, created_at) VALUES
+      ('noop', '{"n":1}', 'pending', now() - interval '1 minute', 0, 3, NULL, NULL, NULL, 'order-1', NULL, now() - interval '2 minutes'),
+      ('noop', '{"n":2}', 'running', now() - interval '1 hour', 1, 3, now() - interval '10 minutes', 'old-sidecar:7', NULL, NULL, 60, now() - interval '1 hour'),
+      ('noop', '{"n":3}', 'dead', now() - interval '1 day', 3, 3, NULL, NULL, 'boom', 'order-3', NULL, now() - interval '1 day'),
+      ('noop', '{"n":4}', 'pending', now() + interval '1 hour', 1, 5, NULL, NULL, 'try later', NULL, 30, now())`);
+  await t.query(`INSERT INTO public.job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()), 'noop', 7, 2, 1)`);
+  await t.query(`INSERT INTO public.job_totals (kind, completed, failed, dead) VALUES ('noop', 1000, 20, 3)`);
+  const jobsBefore = await t.query('SELECT * FROM public.jobs ORDER BY id');
+  const countsBefore = await t.query('SELECT * FROM public.job_counts');
+  const totalsBefore = await t.query('SELECT * FROM public.job_totals');
+  const lastId = Number((await t.query(`SELECT last_value FROM public.jobs_id_seq`))[0]!.last_value);
+
+  await migrateDatabase(t.url);
+
+  expect(await t.query('SELECT * FROM pgdrain.jobs ORDER BY id')).toEqual(jobsBefore);
+  expect(await t.query('SELECT * FROM pgdrain.job_counts')).toEqual(countsBefore);
+  expect(await t.query('SELECT * FROM pgdrain.job_totals')).toEqual(totalsBefore);
+  const objects = await userObjects(t);
+  expect(objects.relations.filter((r) => r.startsWith('public.'))).toEqual([]);
+  expect(objects.relations).toEqual(expect.arrayContaining(['pgdrain.jobs_ready', 'pgdrain.jobs_dedupe_key', 'pgdrain.jobs_id_seq']));
+  // Wave 1's rows are forgotten; the app's own stays.
+  expect(await t.query('SELECT hash FROM drizzle.__drizzle_migrations')).toEqual([{ hash: 'the-apps-own' }]);
+
+  // The moved sequence goes on from where it was, and the dedupe key still holds.
+  const next = await enqueue(t.db, { kind: 'noop', payload: { n: 5 } });
+  expect(Number(next.id)).toBe(lastId + 1);
+  const again = await enqueue(t.db, { kind: 'noop', payload: { n: 99 }, dedupeKey: 'order-1' });
+  expect(again).toMatchObject({ id: String(jobsBefore[0]!.id), deduplicated: true });
+
+  // And they drain: the expired lock is reaped, the dead job retried, the delayed one stays delayed.
+  expect((await reap(t.db, 300)).reclaimed).toEqual([String(jobsBefore[1]!.id)]);
+  expect(await retryDead(t.db, String(jobsBefore[2]!.id))).toMatchObject({ outcome: 'retried' });
+  const report = await drain(t.db, new JobRegistry([noopJob]), { workerId: 'upgrade-test', budgetMs: 10_000 });
+  expect(report.completed).toBe(4);
+  expect(await t.query('SELECT payload FROM pgdrain.jobs')).toEqual([{ payload: { n: 4 } }]);
+  expect(Number((await t.query(`SELECT sum(completed) AS n FROM pgdrain.job_counts`))[0]!.n)).toBe(7 + 4);
+});
+
+it('with only wave 1 in the database, the upgrade also removes drizzle\'s migrations table and schema', async () => {
+  t = await createTestDatabase({ migrate: false });
+  await migrateLikeWave1(t.url);
+  await t.query(`INSERT INTO public.jobs (kind, payload) VALUES ('noop', '{}')`);
+  await migrateDatabase(t.url);
+  const objects = await userObjects(t);
+  expect(objects.schemas).toEqual(['pgdrain', 'public']);
+  expect(objects.relations.filter((r) => !r.startsWith('pgdrain.'))).toEqual([]);
+  expect(await t.query('SELECT kind, payload FROM pgdrain.jobs')).toEqual([{ kind: 'noop', payload: {} }]);
+});

@@ -1,0 +1,153 @@
+// pgdrain.enqueue(): enqueue from plain SQL (psql, any driver or ORM, a trigger) in the caller's
+// own transaction, with the same promises as enqueue(): commit → the job runs, rollback → no row
+// and no notification.
+import pg from 'pg';
+import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { z } from 'zod';
+import { drain } from '../src/drain.ts';
+import { JobRegistry, defineJob, noopJob } from '../src/jobs/index.ts';
+import { NOTIFY_CHANNEL } from '../src/queries/index.ts';
+import { createTestDatabase, type TestDatabase } from './support/database.ts';
+
+let t: TestDatabase;
+let listener: pg.Client;
+const notified: string[] = [];
+const ran: unknown[] = [];
+const sendReceipt = defineJob({
+  kind: 'send_receipt',
+  schema: z.object({ orderId: z.number().int() }),
+  handler: (payload) => void ran.push(payload),
+});
+const registry = new JobRegistry([noopJob, sendReceipt]);
+const drainAll = () => drain(t.db, registry, { workerId: 'sql-enqueue-test', budgetMs: 10_000 });
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+  await t.query('CREATE TABLE orders (id serial PRIMARY KEY, item text NOT NULL)');
+  listener = new pg.Client({ connectionString: t.url });
+  await listener.connect();
+  listener.on('notification', (n) => notified.push(n.payload ?? ''));
+  await listener.query(`LISTEN ${NOTIFY_CHANNEL}`);
+});
+afterAll(async () => {
+  await listener?.end();
+  await t?.close();
+});
+beforeEach(async () => {
+  await t.query('TRUNCATE pgdrain.jobs, orders');
+  notified.length = 0;
+  ran.length = 0;
+});
+
+/** Runs statements in one transaction on one connection; rolls back when `commit` is false. */
+async function inTransaction<T>(commit: boolean, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await t.pool.connect();
+  try {
+    await client.query('BEGIN');
+    const result = await fn(client);
+    await client.query(commit ? 'COMMIT' : 'ROLLBACK');
+    return result;
+  } finally {
+    client.release();
+  }
+}
+/** Runs a statement that selects one job id `AS id`; returns it. */
+async function sqlId(text: string): Promise<string> {
+  const [row] = await t.query<{ id: string }>(text);
+  if (!row) throw new Error(`no id from ${text}`);
+  return row.id;
+}
+const settle = () => new Promise((r) => setTimeout(r, 100));
+
+it('returns the job id; committed with the business row, the job is announced at commit and runs', async () => {
+  const id = await inTransaction(true, async (c) => {
+    const order = (await c.query(`INSERT INTO orders (item) VALUES ('book') RETURNING id`)).rows[0].id as number;
+    const job = (await c.query(`SELECT pgdrain.enqueue('send_receipt', jsonb_build_object('orderId', $1::int)) AS id`, [order])).rows[0].id;
+    await settle();
+    expect(notified).toEqual([]); // not before COMMIT
+    return String(job);
+  });
+  await settle();
+  expect(notified).toEqual(['send_receipt']);
+  expect(await t.query('SELECT id::text, kind, payload, status, attempts, max_attempts, run_at <= now() AS due FROM pgdrain.jobs')).toEqual([
+    { id, kind: 'send_receipt', payload: { orderId: 1 }, status: 'pending', attempts: 0, max_attempts: 3, due: true },
+  ]);
+  expect((await drainAll()).completed).toBe(1);
+  expect(ran).toEqual([{ orderId: 1 }]);
+  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+});
+
+it('rolled back, neither the business row nor the job exists, and nobody is notified', async () => {
+  await inTransaction(false, async (c) => {
+    await c.query(`INSERT INTO orders (item) VALUES ('book')`);
+    await c.query(`SELECT pgdrain.enqueue('noop', '{}')`);
+  });
+  await settle();
+  expect(await t.query('SELECT (SELECT count(*) FROM orders)::int AS orders, (SELECT count(*) FROM pgdrain.jobs)::int AS jobs')).toEqual([
+    { orders: 0, jobs: 0 },
+  ]);
+  expect(notified).toEqual([]);
+});
+
+it('takes run_at, max_attempts and a dedupe key; a delayed job is not announced', async () => {
+  const id = await sqlId(
+    `SELECT pgdrain.enqueue('noop', '{"a":1}', now() + interval '1 hour', 7, 'order-9')::text AS id`,
+  );
+  const same = await sqlId(`SELECT pgdrain.enqueue('noop', '{"a":2}', dedupe_key => 'order-9')::text AS id`);
+  expect(same).toBe(id);
+  await settle();
+  expect(notified).toEqual([]);
+  expect(await t.query(`SELECT payload, max_attempts, dedupe_key, round(extract(epoch from run_at - now()) / 60) AS minutes FROM pgdrain.jobs`)).toEqual([
+    { payload: { a: 1 }, max_attempts: 7, dedupe_key: 'order-9', minutes: '60' },
+  ]);
+  // Once that job is gone, the key is free again.
+  await t.query('DELETE FROM pgdrain.jobs');
+  const fresh = await sqlId(`SELECT pgdrain.enqueue('noop', '{}', dedupe_key => 'order-9')::text AS id`);
+  expect(fresh).not.toBe(id);
+});
+
+it('concurrent calls with one dedupe key make one job and all return its id', async () => {
+  const ids = await Promise.all(
+    Array.from({ length: 8 }, () => t.query(`SELECT pgdrain.enqueue('noop', '{}', dedupe_key => 'once')::text AS id`)),
+  );
+  expect(new Set(ids.map((r) => r[0]!.id)).size).toBe(1);
+  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 1 }]);
+});
+
+it('a trigger on an application table enqueues in the same transaction as the row', async () => {
+  await t.query(`
+    CREATE OR REPLACE FUNCTION order_placed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      PERFORM pgdrain.enqueue('send_receipt', jsonb_build_object('orderId', NEW.id));
+      RETURN NEW;
+    END $$`);
+  await t.query(`CREATE OR REPLACE TRIGGER order_placed AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION order_placed()`);
+  try {
+    const orders = (await t.query<{ id: number }>(`INSERT INTO orders (item) VALUES ('lamp'), ('desk') RETURNING id`)).map((o) => o.id);
+    await inTransaction(false, (c) => c.query(`INSERT INTO orders (item) VALUES ('rolled back')`));
+    const expected = orders.map((orderId) => ({ orderId }));
+    expect((await t.query(`SELECT payload FROM pgdrain.jobs ORDER BY id`)).map((r) => r.payload)).toEqual(expected);
+    expect((await drainAll()).completed).toBe(2);
+    expect(ran).toEqual(expect.arrayContaining(expected));
+  } finally {
+    await t.query('DROP TRIGGER order_placed ON orders');
+  }
+});
+
+it('refuses a bad kind, a NULL payload or max_attempts below 1 with a clear error, and stores nothing', async () => {
+  await expect(t.query(`SELECT pgdrain.enqueue('no spaces allowed', '{}')`)).rejects.toThrow(/kind 'no spaces allowed' is not a job kind/);
+  await expect(t.query(`SELECT pgdrain.enqueue(NULL, '{}')`)).rejects.toThrow(/kind NULL is not a job kind/);
+  await expect(t.query(`SELECT pgdrain.enqueue('noop', NULL)`)).rejects.toThrow(/payload is NULL/);
+  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', now(), 0)`)).rejects.toThrow(/max_attempts is 0/);
+  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+});
+
+it("a payload the kind's schema rejects cannot be checked in SQL: the drainer sends it to dead with the reason", async () => {
+  const id = await sqlId(`SELECT pgdrain.enqueue('send_receipt', '{"orderId": "not a number"}')::text AS id`);
+  const report = await drainAll();
+  expect(report.dead).toBe(1);
+  expect(ran).toEqual([]);
+  const [row] = await t.query('SELECT status, last_error FROM pgdrain.jobs WHERE id = $1', [id]);
+  expect(row).toMatchObject({ status: 'dead' });
+  expect(row!.last_error).toMatch(/payload rejected by kind send_receipt: payload\.orderId/);
+});

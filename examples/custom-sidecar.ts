@@ -1,7 +1,8 @@
 // README example: the sidecar as a library, with a job kind of your own.
 import { z } from 'zod';
-import { defineJob } from '../src/jobs/index.ts';
-import { startSidecar } from '../src/sidecar/index.ts';
+// In your app: import { defineJob } from 'pgdrain'; import { startSidecar } from 'pgdrain/sidecar';
+import { defineJob } from '../src/entry/index.ts';
+import { startSidecar } from '../src/entry/sidecar.ts';
 
 export const sendReceipt = defineJob({
   kind: 'send_receipt',

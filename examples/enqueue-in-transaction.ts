@@ -1,6 +1,7 @@
 // README example: the job commits with the order it describes, or not at all.
 import { sql } from 'drizzle-orm';
-import { enqueue, type Db } from '../src/queries/index.ts';
+// In your app: import { enqueue, type Db } from 'pgdrain';
+import { enqueue, type Db } from '../src/entry/index.ts';
 
 export async function placeOrder(db: Db, item: string): Promise<{ orderId: number; jobId: string }> {
   return db.transaction(async (tx) => {

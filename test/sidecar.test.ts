@@ -104,6 +104,16 @@ describe('with DATABASE_URL', () => {
     for (const r of done) expect(r.latency_ms).toBeLessThan(250);
   });
 
+  it('a job enqueued from plain SQL with pgdrain.enqueue() wakes the sidecar by NOTIFY and runs', async () => {
+    // A poll far longer than the wait below: only the notification can start this job in time.
+    await start({ POLL_INTERVAL_MS: '600000' });
+    await sleep(300);
+    const [{ id }] = (await t.query(`SELECT pgdrain.enqueue('record', '{}')::text AS id`)) as [{ id: string }];
+    const [run] = await until(runs, (r) => r.length === 1, 5_000, 'the SQL-enqueued job to run');
+    expect(run!.job_id).toBe(id);
+    await until(() => jobCount(), (n) => n === 0, 5_000, 'the job to complete');
+  });
+
   it('with its LISTEN connection killed, jobs still run by the poll, and NOTIFY works again after the reconnect', async () => {
     const p = await start({ POLL_INTERVAL_MS: '700' });
     const listenerPid = async () =>

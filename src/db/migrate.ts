@@ -9,7 +9,9 @@ import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
 import { PGDRAIN_SCHEMA } from './schema.ts';
 
-export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle', import.meta.url));
+/** drizzle/ beside src/ in this repo, beside dist/ in the npm package. A function, not a constant:
+ * a Worker that imports the package's main entry must not resolve a file path at load time. */
+export const migrationsFolder = (): string => fileURLToPath(new URL('../../drizzle', import.meta.url));
 export const MIGRATIONS_TABLE = 'migrations';
 
 /** Brings the database at `databaseUrl` up to date; safe to call from several processes at once. */
@@ -22,7 +24,7 @@ export async function migrateDatabase(databaseUrl: string): Promise<void> {
     // The advisory lock lets several processes start at once without racing the migrator.
     await client.query('SELECT pg_advisory_lock(7477853620)');
     await migrate(drizzle({ client }), {
-      migrationsFolder: MIGRATIONS_FOLDER,
+      migrationsFolder: migrationsFolder(),
       migrationsSchema: PGDRAIN_SCHEMA,
       migrationsTable: MIGRATIONS_TABLE,
     });

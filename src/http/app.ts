@@ -45,7 +45,7 @@ export const DASHBOARD_REFRESH_SECONDS = 5;
 export const MAX_BATCH = 1000;
 const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
 
-type Env = { Variables: { api: ApiRuntime } };
+type Env = { Variables: { api: ApiRuntime; /** Where the app is mounted: '' or e.g. '/queue'. */ basePath: string } };
 
 class ApiError extends Error {
   status: ContentfulStatusCode;
@@ -108,6 +108,11 @@ export function createApp(config: ApiConfig): Hono<Env> {
 
   app.use('*', async (c, next) => {
     c.set('api', runtimeOf(c));
+    // This middleware's own route: '/*' at the root, '/queue/*' under myApp.route('/queue', app).
+    const basePath = c.req.routePath.replace(/\/?\*$/, '');
+    c.set('basePath', basePath);
+    // The mounted app's page is at '/queue'; '/queue/' is the same page, not an API path.
+    if (basePath !== '' && c.req.method === 'GET' && c.req.path === `${basePath}/`) return c.redirect(basePath, 308);
     await next();
   });
 
@@ -128,6 +133,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
         oldestReadyWarnSeconds: c.var.api.oldestReadyWarnSeconds ?? 60,
         countsRecorded: c.var.api.countsRecorded !== false,
         refreshSeconds: DASHBOARD_REFRESH_SECONDS,
+        basePath: c.var.basePath,
       }),
       200,
       { 'Cache-Control': 'no-store' },

@@ -95,21 +95,27 @@ export class JobRegistry {
         `unknown job kind ${JSON.stringify(request.kind)}; registered kinds: ${this.kinds().join(', ') || '(none)'}`,
       );
     }
-    const parsed = definition.schema.safeParse(request.payload);
-    if (!parsed.success) {
-      throw new JobValidationError('invalid_payload', `payload rejected by kind ${definition.kind}: ${describeIssues(parsed.error)}`);
-    }
-    return {
-      kind: definition.kind,
-      // Store what the caller sent (validated), not the parse output, so the handler's own parse
-      // at run time sees the same input.
-      payload: request.payload,
-      runAt: request.runAt,
-      maxAttempts: request.maxAttempts ?? definition.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
-      dedupeKey: request.dedupeKey,
-      visibilitySeconds: definition.visibilitySeconds,
-    };
+    return prepareJob(definition, request);
   }
+}
+
+/** Checks the payload against the kind's schema and fills in the kind's limits; throws
+ * JobValidationError. */
+export function prepareJob(definition: JobDefinition<any>, request: Omit<EnqueueRequest, 'kind'>): NewJob {
+  const parsed = definition.schema.safeParse(request.payload);
+  if (!parsed.success) {
+    throw new JobValidationError('invalid_payload', `payload rejected by kind ${definition.kind}: ${describeIssues(parsed.error)}`);
+  }
+  return {
+    kind: definition.kind,
+    // Store what the caller sent (validated), not the parse output, so the handler's own parse
+    // at run time sees the same input.
+    payload: request.payload,
+    runAt: request.runAt,
+    maxAttempts: request.maxAttempts ?? definition.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+    dedupeKey: request.dedupeKey,
+    visibilitySeconds: definition.visibilitySeconds,
+  };
 }
 
 /** "payload.url: Invalid URL; payload.method: …" — names each field that was wrong. */

@@ -1,4 +1,5 @@
-// `npm start`: the sidecar configured from the environment, stopped gracefully by SIGINT/SIGTERM.
+// `pgdrain start` (src/entry/cli.ts): the sidecar configured from the environment, stopped
+// gracefully by SIGINT/SIGTERM.
 // A second signal exits at once; jobs still running then are returned later by the reaper.
 import type { JobDefinition } from '../jobs/index.ts';
 import { sidecarOptionsFromEnv } from './config.ts';
@@ -30,4 +31,3 @@ export async function runSidecarCli(jobs: readonly JobDefinition<any>[] = []): P
   process.on('SIGTERM', onSignal);
 }
 
-if (import.meta.main) await runSidecarCli();

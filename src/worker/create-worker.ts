@@ -109,6 +109,8 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
   }
 
   return {
+    /** The HTTP API and dashboard as a Hono app, to mount in yours: `myApp.route('/queue', queue.app)`. */
+    app,
     fetch: app.fetch,
     runScheduled,
     async scheduled(controller: ScheduledControllerLike, env: Env, _ctx: unknown): Promise<void> {

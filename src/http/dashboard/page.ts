@@ -12,6 +12,9 @@ export interface DashboardPageOptions {
   refreshSeconds: number;
   /** False when the drainer does not count settled jobs (RECORD_COUNTS=false). */
   countsRecorded: boolean;
+  /** Where the app is mounted ('' at the root, '/queue' when mounted there): assets and API calls
+   * are made under it. */
+  basePath: string;
 }
 
 const STATES = [
@@ -30,10 +33,10 @@ export function dashboardPage(options: DashboardPageOptions) {
 <meta name="referrer" content="no-referrer">
 <title>pgdrain</title>
 <link rel="icon" href="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='3' fill='%232f6fdf'/%3E%3C/svg%3E">
-<link rel="stylesheet" href="/dashboard/style.css">
-<script src="/dashboard/script.js" defer></script>
+<link rel="stylesheet" href="${options.basePath}/dashboard/style.css">
+<script src="${options.basePath}/dashboard/script.js" defer></script>
 </head>
-<body data-warn-seconds="${options.oldestReadyWarnSeconds}" data-refresh-seconds="${options.refreshSeconds}">
+<body data-base-path="${options.basePath}" data-warn-seconds="${options.oldestReadyWarnSeconds}" data-refresh-seconds="${options.refreshSeconds}">
 <header class="top">
   <h1>pgdrain</h1>
   <span id="updated" class="muted" aria-live="polite"></span>

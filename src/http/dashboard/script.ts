@@ -9,6 +9,7 @@ export const DASHBOARD_SCRIPT = String.raw`
   var TOKEN_KEY = 'pgdrain.token';
   var STATES = ['ready', 'delayed', 'running', 'dead'];
   var body = document.body;
+  var basePath = body.dataset.basePath || '';
   var warnSeconds = Number(body.dataset.warnSeconds) || 60;
   var refreshMs = (Number(body.dataset.refreshSeconds) || 5) * 1000;
   var byId = function (id) { return document.getElementById(id); };
@@ -26,7 +27,7 @@ export const DASHBOARD_SCRIPT = String.raw`
   async function api(method, path) {
     var response;
     try {
-      response = await fetch(path, {
+      response = await fetch(basePath + path, {
         method: method,
         headers: { Authorization: 'Bearer ' + token(), Accept: 'application/json' },
         cache: 'no-store',

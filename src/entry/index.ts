@@ -1,0 +1,29 @@
+// `pgdrain`: what an application imports to define job kinds, enqueue in its own transactions,
+// inspect the queue and migrate its database. Runtime-neutral (Workers and Node) except
+// `migrate`, which reads the migration files and so runs in Node. The drainers are in
+// `pgdrain/sidecar` and `pgdrain/worker`, the HTTP API in `pgdrain/hono`.
+
+// Job kinds.
+export {
+  defineJob, PermanentJobError, RetryLaterError, JobRegistry, JobValidationError,
+  type JobDefinition, type JobContext,
+} from '../jobs/registry.ts';
+export { noopJob } from '../jobs/noop.ts';
+export { createWebhookJob, type WebhookOptions } from '../jobs/webhook.ts';
+export { createDefaultRegistry } from '../jobs/index.ts';
+
+// Enqueue, in your Drizzle database or transaction.
+export { enqueue, enqueueMany, type EnqueueOptions } from '../jobs/typed-enqueue.ts';
+export type { Db, NewJob, EnqueuedJob, ClaimedJob, Backoff } from '../queries/index.ts';
+
+// Inspect and repair.
+export {
+  getJob, listJobs, stats, retryDead, deleteJob, countsByMinute, countTotals,
+  type Job, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
+  type MinuteCounts, type KindTotals,
+} from '../queries/index.ts';
+
+// The database: migrations and the Drizzle tables (for your own queries and drizzle-kit).
+export { migrateDatabase as migrate } from '../db/migrate.ts';
+export { jobs, jobCounts, jobTotals, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, type JobRow, type JobStatus } from '../db/schema.ts';
+export { NOTIFY_CHANNEL } from '../queries/index.ts';

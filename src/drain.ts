@@ -13,6 +13,12 @@
 //   on stop: jobs still in the local queue are released (attempt refunded); handlers already
 //   running get until their (budget-clipped) timeout; then every settlement is awaited.
 //
+// Kinds with their own `concurrency` are claimed apart, in claims no larger than that kind's free
+// room (its running + claimed + in-flight jobs stay within its cap), taking turns with the claim
+// of every other kind: a slow kind cannot take all the slots, and the others keep draining. A
+// claim that comes back short marks its kinds drained for this call; the drain ends when every
+// group is drained.
+//
 // No transaction is ever held open across a handler. A process that dies anywhere in here leaves
 // its jobs `running` with a lock the reaper will expire: never lost.
 import { type ClaimedJob, type Db, type Failure, claim, complete, failMany, release } from './queries/index.ts';
@@ -80,6 +86,23 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
   const handlerDeadline = started + budget - margin / 2;
   const report: DrainReport = { claimed: 0, completed: 0, failed: 0, dead: 0, released: 0, lost: 0, elapsedMs: 0, stoppedBy: 'empty' };
 
+  // Claim groups: every uncapped kind together, and each kind with a concurrency cap on its own.
+  interface ClaimGroup { kinds: readonly string[]; cap: number; inFlight: number; drained: boolean }
+  const capOf = (kind: string) => registry.get(kind)?.concurrency;
+  const cappedKinds = kinds.filter((k) => capOf(k) !== undefined);
+  const uncapped = kinds.filter((k) => capOf(k) === undefined);
+  const groups: ClaimGroup[] = [
+    ...(uncapped.length > 0 || cappedKinds.length === 0 ? [{ kinds: uncapped, cap: Number.POSITIVE_INFINITY, inFlight: 0, drained: false }] : []),
+    ...cappedKinds.map((k) => ({ kinds: [k], cap: capOf(k) as number, inFlight: 0, drained: false })),
+  ];
+  let nextGroup = 0;
+  /** Jobs held (claimed and not yet finished) per capped kind. */
+  const held = new Map<string, number>(cappedKinds.map((k) => [k, 0]));
+  const hold = (kind: string, delta: number) => {
+    const n = held.get(kind);
+    if (n !== undefined) held.set(kind, n + delta);
+  };
+
   const waiting: ClaimedJob[] = [];
   const running = new Set<Promise<void>>();
   const settling = new Set<Promise<void>>();
@@ -136,9 +159,27 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     );
     const tracked = task.finally(() => {
       running.delete(tracked);
+      hold(job.kind, -1);
       wake();
     });
     running.add(tracked);
+  };
+
+  /** The next group to claim for, taking turns, and how many to ask for; null when none may. */
+  const nextClaim = (wanted: number, idleNow: boolean): { group: ClaimGroup; size: number } | null => {
+    for (let i = 0; i < groups.length; i++) {
+      const group = groups[(nextGroup + i) % groups.length] as ClaimGroup;
+      if (group.drained) continue;
+      const kind = group.kinds[0];
+      const room = Number.isFinite(group.cap) && kind !== undefined ? group.cap - (held.get(kind) ?? 0) - group.inFlight : wanted;
+      const size = Math.min(wanted, room);
+      // A capped kind claims whatever room it has; the rest wait for a worthwhile batch.
+      const worthIt = Number.isFinite(group.cap) ? size > 0 : size >= minClaim || (idleNow && size > 0);
+      if (!worthIt) continue;
+      nextGroup = (nextGroup + i + 1) % groups.length;
+      return { group, size };
+    }
+    return null;
   };
 
   let claimsInFlight = 0;
@@ -155,20 +196,30 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     const room = concurrency + prefetch - waiting.length - running.size - claimsInFlight * batchSize;
     const wanted = Math.min(batchSize, room);
     const idleNow = waiting.length === 0 && running.size === 0 && claimsInFlight === 0;
-    if (!stopping && !backlogEmpty && claimsInFlight < maxClaimsInFlight && (wanted >= minClaim || (idleNow && wanted > 0))) {
+    const next = !stopping && !backlogEmpty && claimsInFlight < maxClaimsInFlight && wanted > 0 ? nextClaim(wanted, idleNow) : null;
+    if (next) {
+      const { group, size } = next;
       const lockToken = `${options.workerId}:${++claimSequence}`;
       claimsInFlight++;
-      claim(db, { batchSize: wanted, lockToken, kinds })
+      group.inFlight += size;
+      // One group of every kind and no caps: no filter beyond the caller's own (as ever).
+      const claimKinds = groups.length === 1 ? kinds : group.kinds;
+      claim(db, { batchSize: size, lockToken, kinds: claimKinds })
         .then((jobs) => {
           report.claimed += jobs.length;
+          for (const job of jobs) hold(job.kind, 1);
           waiting.push(...jobs);
-          if (jobs.length < wanted) backlogEmpty = true;
+          if (jobs.length < size) {
+            group.drained = true;
+            backlogEmpty = groups.every((g) => g.drained);
+          }
         })
         .catch((error: unknown) => {
           claimError ??= error;
         })
         .finally(() => {
           claimsInFlight--;
+          group.inFlight -= size;
           wake();
         });
       continue; // maybe another claim fits
@@ -176,6 +227,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
 
     if (stopping && waiting.length > 0) {
       const unstarted = waiting.splice(0);
+      for (const job of unstarted) hold(job.kind, -1);
       settle(
         release(db, unstarted).then((ids) => {
           report.released += ids.length;

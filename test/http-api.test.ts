@@ -22,7 +22,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs');
+  await t.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds');
   errors.length = 0;
 });
 
@@ -71,6 +71,14 @@ describe('POST /jobs', () => {
     expect((await t.query('SELECT run_at FROM pgdrain.jobs WHERE id = $1', [scheduled.id]))[0]!.run_at.toISOString()).toBe(at);
   });
 
+  it('stores a priority given one by one and in a batch; the default is 0', async () => {
+    const one = await (await post('/jobs', { kind: 'noop', payload: 1, priority: 7 })).json();
+    const batch = await (await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 2, priority: -1000 }, { kind: 'noop', payload: 3 }] })).json();
+    expect(await t.query('SELECT id::text, priority FROM pgdrain.jobs ORDER BY id')).toEqual([
+      { id: one.id, priority: 7 }, { id: batch.ids[0], priority: -1000 }, { id: batch.ids[1], priority: 0 },
+    ]);
+  });
+
   it('returns the existing job for a key that is still queued', async () => {
     const first = await (await post('/jobs', { kind: 'noop', payload: { v: 1 }, key: 'invoice-9' })).json();
     const res = await post('/jobs', { kind: 'noop', payload: { v: 2 }, key: 'invoice-9' });
@@ -95,7 +103,9 @@ describe('POST /jobs', () => {
     ['a runAt that is not ISO-8601', { kind: 'noop', payload: {}, runAt: 'tomorrow' }, 400, 'invalid_request', 'runAt'],
     ['maxAttempts of 0', { kind: 'noop', payload: {}, maxAttempts: 0 }, 400, 'invalid_request', 'maxAttempts'],
     ['maxAttempts over 100', { kind: 'noop', payload: {}, maxAttempts: 101 }, 400, 'invalid_request', 'maxAttempts'],
-    ['an unknown field', { kind: 'noop', payload: {}, priority: 1 }, 400, 'invalid_request', 'priority'],
+    ['an unknown field', { kind: 'noop', payload: {}, urgency: 1 }, 400, 'invalid_request', 'urgency'],
+    ['a priority above 1000', { kind: 'noop', payload: {}, priority: 1001 }, 400, 'invalid_request', 'priority'],
+    ['a fractional priority', { kind: 'noop', payload: {}, priority: 1.5 }, 400, 'invalid_request', 'priority'],
     ['a body that is an array', [1, 2], 400, 'invalid_request', '(body)'],
     ['a NUL character in the payload', { kind: 'noop', payload: { a: ['ok', 'b\u0000d'] } }, 400, 'invalid_request', 'payload.a[1]'],
     ['an unknown kind', { kind: 'send_fax', payload: {} }, 422, 'unknown_kind', 'send_fax'],
@@ -175,7 +185,7 @@ describe('reading and repairing jobs', () => {
     const res = await get(`/jobs/${id}`);
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({
-      id, kind: 'noop', payload: { a: 1 }, status: 'pending', attempts: 0, maxAttempts: 3,
+      id, kind: 'noop', payload: { a: 1 }, status: 'pending', attempts: 0, maxAttempts: 3, priority: 0,
       runAt: expect.any(String), lockedAt: null, lockedBy: null, lastError: null, createdAt: expect.any(String),
     });
     await expectError(await get('/jobs/999999999'), 404, 'not_found', 'does not exist');
@@ -234,12 +244,51 @@ describe('reading and repairing jobs', () => {
     expect(res.status).toBe(200);
     const body = await res.json();
     expect(body.kinds).toEqual({
-      noop: { pending: 2, ready: 1, delayed: 1, running: 0, dead: 1, oldestReadySeconds: expect.any(Number) },
-      webhook: { pending: 0, ready: 0, delayed: 0, running: 1, dead: 0, oldestReadySeconds: null },
+      noop: { pending: 2, ready: 1, delayed: 1, running: 0, dead: 1, oldestReadySeconds: expect.any(Number), paused: false },
+      webhook: { pending: 0, ready: 0, delayed: 0, running: 1, dead: 0, oldestReadySeconds: null, paused: false },
     });
     expect(body.kinds.noop.oldestReadySeconds).toBeGreaterThanOrEqual(10);
     expect(body.kinds.noop.oldestReadySeconds).toBeLessThan(15);
     expect(body.oldestReadySeconds).toBe(body.kinds.noop.oldestReadySeconds);
+  });
+});
+
+describe('pausing kinds and bulk actions on dead jobs', () => {
+  it('POST /kinds/:kind/pause and /resume set and clear the pause for every drainer; /stats shows it; unknown kind 404', async () => {
+    const paused = await post('/kinds/noop/pause', undefined);
+    expect(paused.status).toBe(200);
+    expect(await paused.json()).toEqual({ kind: 'noop', paused: true });
+    expect((await post('/kinds/noop/pause', undefined)).status).toBe(200); // idempotent
+    expect(await t.query('SELECT kind FROM pgdrain.paused_kinds')).toEqual([{ kind: 'noop' }]);
+    expect((await (await get('/stats')).json()).kinds.noop).toMatchObject({ pending: 0, paused: true });
+    // Enqueueing a paused kind still works.
+    expect((await post('/jobs', { kind: 'noop', payload: {} })).status).toBe(201);
+    expect(await (await post('/kinds/noop/resume', undefined)).json()).toEqual({ kind: 'noop', paused: false });
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.paused_kinds')).toEqual([{ n: 0 }]);
+    await expectError(await post('/kinds/send_fax/pause', undefined), 404, 'not_found', 'unknown job kind "send_fax"');
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.paused_kinds')).toEqual([{ n: 0 }]);
+  });
+
+  it('retry-dead and delete-dead act on exactly the dead jobs of the kind asked for, in batches, beside concurrent enqueues', async () => {
+    await t.query(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error)
+                   SELECT CASE WHEN i % 2 = 0 THEN 'noop' ELSE 'webhook' END, jsonb_build_object('i', i), 'dead', 3, 3, 'boom'
+                     FROM generate_series(1, 10000) AS i`);
+    const live = await (await post('/jobs/batch', { jobs: Array.from({ length: 20 }, (_, i) => ({ kind: 'noop', payload: { live: i } })) })).json();
+    // Enqueues keep arriving while the bulk actions run.
+    const during = Promise.all(Array.from({ length: 20 }, (_, i) => post('/jobs', { kind: 'noop', payload: { during: i } })));
+    const retried = await post('/jobs/retry-dead', { kind: 'noop' });
+    expect(retried.status).toBe(200);
+    expect(await retried.json()).toEqual({ retried: 5000, done: true });
+    const deleted = await post('/jobs/delete-dead', { kind: 'webhook' });
+    expect(await deleted.json()).toEqual({ deleted: 5000, done: true });
+    expect((await Promise.all(await during)).map((r) => r.status)).toEqual(Array(20).fill(201));
+    expect(await t.query(`SELECT kind, status, attempts, count(*)::int AS n FROM pgdrain.jobs GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`)).toEqual([
+      { kind: 'noop', status: 'pending', attempts: 0, n: 5000 + 20 + 20 },
+    ]);
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE id = ANY($1::bigint[])`, [live.ids])).toEqual([{ n: 20 }]);
+    // Nothing dead is left to act on; no body means every kind.
+    expect(await (await app.request('/jobs/retry-dead', { method: 'POST', headers: auth })).json()).toEqual({ retried: 0, done: true });
+    await expectError(await post('/jobs/delete-dead', { kind: 'noop', extra: 1 }), 400, 'invalid_request', 'extra');
   });
 });
 

@@ -216,7 +216,7 @@ describe('the npm package, installed into a project of its own', () => {
     expect(migrated.code, migrated.stderr).toBe(0);
     expect(migrated.stdout).toMatch(/is up to date \(schema pgdrain\)/);
     expect(migrated.stdout + migrated.stderr).not.toContain(new URL(t.url).password);
-    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([{ n: 3 }]);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([{ n: 4 }]);
     expect((await run('npx', ['--no-install', 'pgdrain', 'migrate'], dir)).stderr).toMatch(/set DATABASE_URL/);
     expect((await run('npx', ['--no-install', 'pgdrain', '--help'], dir)).stdout).toMatch(/Usage: pgdrain <command>/);
 
@@ -230,7 +230,7 @@ describe('the npm package, installed into a project of its own', () => {
       const out = await until(async () => sidecar.output(), (o) => /"msg":"sidecar started"/.test(o) || sidecar.child.exitCode !== null, 60_000, 'the sidecar to start');
       const url = /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1];
       expect(url, out).toBeDefined();
-      expect(out).toMatch(/"kinds":\["noop","webhook","send_receipt"\]/);
+      expect(out).toMatch(/"kinds":\["noop","webhook","send_receipt"\],"schedules":\["nightly-receipt"\]/);
       const token = (await readFile(path.join(dataDir, 'api-token'), 'utf8')).trim();
       const res = await fetch(`${url}/jobs`, {
         method: 'POST',

@@ -55,11 +55,11 @@ it('a fresh migration puts every table, index, sequence and function in the sche
   expect(objects.relations).toEqual(
     expect.arrayContaining(['pgdrain.jobs', 'pgdrain.jobs_ready', 'pgdrain.jobs_id_seq', 'pgdrain.job_counts', 'pgdrain.job_totals', 'pgdrain.migrations']),
   );
-  expect(objects.functions).toEqual(['pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text)']);
+  expect(objects.functions).toEqual(['pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer)']);
   // Applying the migrations again changes nothing.
   await migrateDatabase(t.url);
   expect(await userObjects(t)).toEqual(objects);
-  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([{ n: 3 }]);
+  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([{ n: 4 }]);
 });
 
 it("an application's own public.jobs table and its own drizzle migrations are left untouched", async () => {
@@ -97,14 +97,16 @@ it('a database migrated by wave 1 upgrades in place: every job, lock, dedupe key
       ('noop', '{"n":4}', 'pending', now() + interval '1 hour', 1, 5, NULL, NULL, 'try later', NULL, 30, now())`);
   await t.query(`INSERT INTO public.job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()), 'noop', 7, 2, 1)`);
   await t.query(`INSERT INTO public.job_totals (kind, completed, failed, dead) VALUES ('noop', 1000, 20, 3)`);
-  const jobsBefore = await t.query('SELECT * FROM public.jobs ORDER BY id');
+  const WAVE1_COLUMNS = 'id, kind, payload, run_at, attempts, max_attempts, locked_at, locked_by, status, last_error, dedupe_key, visibility_seconds, created_at';
+  const jobsBefore = await t.query(`SELECT ${WAVE1_COLUMNS} FROM public.jobs ORDER BY id`);
   const countsBefore = await t.query('SELECT * FROM public.job_counts');
   const totalsBefore = await t.query('SELECT * FROM public.job_totals');
   const lastId = Number((await t.query(`SELECT last_value FROM public.jobs_id_seq`))[0]!.last_value);
 
   await migrateDatabase(t.url);
 
-  expect(await t.query('SELECT * FROM pgdrain.jobs ORDER BY id')).toEqual(jobsBefore);
+  expect(await t.query(`SELECT ${WAVE1_COLUMNS} FROM pgdrain.jobs ORDER BY id`)).toEqual(jobsBefore);
+  expect(await t.query('SELECT DISTINCT priority FROM pgdrain.jobs')).toEqual([{ priority: 0 }]);
   expect(await t.query('SELECT * FROM pgdrain.job_counts')).toEqual(countsBefore);
   expect(await t.query('SELECT * FROM pgdrain.job_totals')).toEqual(totalsBefore);
   const objects = await userObjects(t);

@@ -38,12 +38,14 @@ export const jobs = pgdrainSchema.table(
     dedupeKey: text('dedupe_key'),
     /** Per-job visibility timeout; NULL means the reaper's global one. */
     visibilitySeconds: integer('visibility_seconds'),
+    /** Higher runs first among ready jobs; -1000..1000, default 0. */
+    priority: integer('priority').notNull().default(0),
     createdAt: timestamptz('created_at').notNull().defaultNow(),
   },
   (t) => [
-    // The claim walks this index: it holds only claimable rows, so its size follows the backlog,
-    // not the table's history.
-    index('jobs_ready').on(t.runAt, t.id).where(sql`status = 'pending'`),
+    // The claim walks this index in its own order (priority first): it holds only claimable rows,
+    // so its size follows the backlog, not the table's history.
+    index('jobs_ready').on(t.priority.desc(), t.runAt, t.id).where(sql`status = 'pending'`),
     // The reaper's scan: only running rows, a handful at any time.
     index('jobs_running').on(t.lockedAt).where(sql`status = 'running'`),
     // Listing dead jobs newest first without walking the pending backlog.
@@ -52,6 +54,7 @@ export const jobs = pgdrainSchema.table(
     check('jobs_status_valid', sql`status IN ('pending', 'running', 'dead')`),
     check('jobs_attempts_valid', sql`attempts >= 0 AND max_attempts >= 1`),
     check('jobs_visibility_valid', sql`visibility_seconds IS NULL OR visibility_seconds > 0`),
+    check('jobs_priority_valid', sql`priority BETWEEN -1000 AND 1000`),
     check('jobs_running_is_locked', sql`(status = 'running') = (locked_at IS NOT NULL AND locked_by IS NOT NULL)`),
   ],
 );
@@ -83,4 +86,23 @@ export const jobTotals = pgdrainSchema.table('job_totals', {
   completed: counter('completed'),
   failed: counter('failed'),
   dead: counter('dead'),
+});
+
+/** Kinds no drainer may claim until they are resumed (the claim reads this table in its one
+ * statement). Enqueueing a paused kind still works. */
+export const pausedKinds = pgdrainSchema.table('paused_kinds', {
+  kind: text('kind').primaryKey(),
+  pausedAt: timestamptz('paused_at').notNull().defaultNow(),
+});
+
+// One row per recurring schedule that has ever been evaluated: the last slot enqueued, advanced in
+// the transaction that enqueues, under the row's lock, so any number of evaluators (sidecars,
+// Worker invocations) enqueue each slot once. A schedule removed from code leaves its row unused.
+export const schedules = pgdrainSchema.table('schedules', {
+  name: text('name').primaryKey(),
+  /** The latest slot enqueued (or skipped); NULL until the first evaluation. */
+  lastSlot: timestamptz('last_slot'),
+  /** Slots missed beyond the schedule's backfill window, skipped rather than enqueued. */
+  skipped: bigint('skipped', { mode: 'number' }).notNull().default(0),
+  evaluatedAt: timestamptz('evaluated_at').notNull().defaultNow(),
 });

@@ -23,8 +23,9 @@ Commands:
   migrate            Apply pgdrain's migrations (schema "pgdrain") to DATABASE_URL and exit.
 
 Options:
-  --jobs <module>    (start) A module exporting your job kinds made with defineJob(),
-                     as its default export or named exports, alone or in arrays.
+  --jobs <module>    (start) A module exporting your job kinds made with defineJob() and
+                     recurring schedules made with defineSchedule(), as its default
+                     export or named exports, alone or in arrays.
   -h, --help         Show this help.
   -v, --version      Show the version.
 
@@ -71,15 +72,15 @@ async function main(argv: string[]): Promise<void> {
 
   switch (command) {
     case 'start': {
-      let jobs: Awaited<ReturnType<typeof loadJobsModule>> = [];
+      let loaded: Awaited<ReturnType<typeof loadJobsModule>> = { jobs: [], schedules: [] };
       if (values.jobs !== undefined) {
         try {
-          jobs = await loadJobsModule(values.jobs);
+          loaded = await loadJobsModule(values.jobs);
         } catch (error) {
           fail(error instanceof Error ? error.message : String(error), 1);
         }
       }
-      return runSidecarCli(jobs);
+      return runSidecarCli(loaded.jobs, loaded.schedules);
     }
     case 'migrate': {
       if (values.jobs !== undefined) fail('--jobs is an option of start, not of migrate');

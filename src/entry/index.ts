@@ -12,6 +12,9 @@ export { noopJob } from '../jobs/noop.ts';
 export { createWebhookJob, type WebhookOptions } from '../jobs/webhook.ts';
 export { createDefaultRegistry } from '../jobs/index.ts';
 
+// Recurring schedules, passed next to the kinds to createWorker / startSidecar / the CLI's --jobs module.
+export { defineSchedule, evaluateSchedules, type ScheduleDefinition, type ScheduleReport } from '../schedules.ts';
+
 // Enqueue, in your Drizzle database or transaction.
 export { enqueue, enqueueMany, type EnqueueOptions } from '../jobs/typed-enqueue.ts';
 export type { Db, NewJob, EnqueuedJob, ClaimedJob, Backoff } from '../queries/index.ts';
@@ -19,11 +22,12 @@ export type { Db, NewJob, EnqueuedJob, ClaimedJob, Backoff } from '../queries/in
 // Inspect and repair.
 export {
   getJob, listJobs, stats, retryDead, deleteJob, countsByMinute, countTotals,
-  type Job, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
+  retryDeadJobs, deleteDeadJobs, pauseKind, resumeKind, listPausedKinds,
+  type BulkOptions, type BulkResult, type Job, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
   type MinuteCounts, type KindTotals,
 } from '../queries/index.ts';
 
 // The database: migrations and the Drizzle tables (for your own queries and drizzle-kit).
 export { migrateDatabase as migrate } from '../db/migrate.ts';
-export { jobs, jobCounts, jobTotals, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, type JobRow, type JobStatus } from '../db/schema.ts';
+export { jobs, jobCounts, jobTotals, pausedKinds, schedules, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, type JobRow, type JobStatus } from '../db/schema.ts';
 export { NOTIFY_CHANNEL } from '../queries/index.ts';

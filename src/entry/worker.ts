@@ -3,6 +3,6 @@
 //   app.route('/queue', queue.app);
 //   export default { fetch: app.fetch, scheduled: queue.scheduled };
 export {
-  createWorker, DEFAULT_BUDGET_MS,
+  createWorker, DEFAULT_BUDGET_MS, type WorkerOptions,
   type Env as WorkerEnv, type ScheduledReport, type ScheduledControllerLike,
 } from '../worker/create-worker.ts';

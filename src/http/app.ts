@@ -9,9 +9,11 @@ import { timingSafeEqual } from 'hono/utils/buffer';
 import { z } from 'zod';
 import { JobValidationError, type JobRegistry } from '../jobs/registry.ts';
 import {
-  type Db, type Job, countTotals, countsByMinute, deleteJob, enqueue, enqueueMany, getJob, isJobId, listJobs, ping, retryDead, stats,
+  type Db, type Job, countTotals, countsByMinute, deleteDeadJobs, deleteJob, enqueue, enqueueMany, getJob, isJobId, listJobs, pauseKind, ping,
+  resumeKind, retryDead, retryDeadJobs, stats,
 } from '../queries/index.ts';
 import { JOB_STATUSES } from '../db/schema.ts';
+import { describeSchedules, type ScheduleDefinition } from '../schedules.ts';
 import { dashboardPage } from './dashboard/page.ts';
 import { DASHBOARD_SCRIPT } from './dashboard/script.ts';
 import { DASHBOARD_CSS } from './dashboard/style.ts';
@@ -23,6 +25,8 @@ export type WithDb = <T>(fn: (db: Db) => Promise<T>) => Promise<T>;
 export interface ApiRuntime {
   withDb: WithDb;
   registry: JobRegistry;
+  /** Recurring schedules, listed by GET /schedules. */
+  schedules?: readonly ScheduleDefinition[];
   /** Bearer token for every route but /healthz and the dashboard's page and assets (which hold no
    * data). Unset: the API refuses with 503, never runs open. */
   apiToken: string | undefined;
@@ -65,6 +69,7 @@ const jobInput = z
     delaySeconds: z.number().min(0).max(MAX_DELAY_SECONDS).optional(),
     maxAttempts: z.int().min(1).max(100).optional(),
     key: z.string().min(1).max(500).optional(),
+    priority: z.int().min(-1000).max(1000).optional(),
   })
   .refine((j) => j.runAt === undefined || j.delaySeconds === undefined, {
     message: 'give runAt or delaySeconds, not both',
@@ -80,6 +85,10 @@ const listQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(500).default(50),
   cursor: z.string().refine(isJobId, 'not a cursor returned by this API').optional(),
 });
+
+const bulkInput = z.strictObject({ kind: z.string().min(1).max(100).optional() });
+/** A bulk request stops after this many batches (DEAD_BATCH jobs each) and says `done: false`. */
+export const MAX_BULK_BATCHES = 200;
 
 const throughputQuery = z.strictObject({
   minutes: z.coerce.number().int().min(1).max(1440).default(60),
@@ -190,6 +199,20 @@ export function createApp(config: ApiConfig): Hono<Env> {
     return c.json({ ids: result.map((j) => j.id) }, 201);
   });
 
+  // Bulk actions on dead jobs, in bounded batches (see src/queries/dead-bulk.ts). Registered before
+  // /jobs/:id so that `retry-dead` is never read as an id.
+  app.post('/jobs/retry-dead', async (c) => {
+    const { kind } = parseInput(bulkInput, await readOptionalJson(c), '');
+    const result = await c.var.api.withDb((db) => retryDeadJobs(db, { kind, maxBatches: MAX_BULK_BATCHES }));
+    return c.json({ retried: result.count, done: result.done });
+  });
+
+  app.post('/jobs/delete-dead', async (c) => {
+    const { kind } = parseInput(bulkInput, await readOptionalJson(c), '');
+    const result = await c.var.api.withDb((db) => deleteDeadJobs(db, { kind, maxBatches: MAX_BULK_BATCHES }));
+    return c.json({ deleted: result.count, done: result.done });
+  });
+
   app.get('/jobs', async (c) => {
     const query = parseInput(listQuery, c.req.query(), 'query.');
     const page = await c.var.api.withDb((db) =>
@@ -222,6 +245,23 @@ export function createApp(config: ApiConfig): Hono<Env> {
   });
 
   app.get('/stats', async (c) => c.json(await c.var.api.withDb((db) => stats(db))));
+
+  app.get('/schedules', async (c) => {
+    const schedules = c.var.api.schedules ?? [];
+    return c.json({ schedules: await c.var.api.withDb((db) => describeSchedules(db, schedules)) });
+  });
+
+  // Pause / resume a kind for every drainer (the claim reads pgdrain.paused_kinds).
+  for (const action of ['pause', 'resume'] as const) {
+    app.post(`/kinds/:kind/${action}`, async (c) => {
+      const kind = c.req.param('kind');
+      if (!c.var.api.registry.get(kind)) {
+        throw new ApiError(404, 'not_found', `unknown job kind ${JSON.stringify(kind.slice(0, 100))}; registered kinds: ${c.var.api.registry.kinds().join(', ')}`);
+      }
+      await c.var.api.withDb((db) => (action === 'pause' ? pauseKind(db, kind) : resumeKind(db, kind)));
+      return c.json({ kind, paused: action === 'pause' });
+    });
+  }
 
   app.get('/stats/throughput', async (c) => {
     const query = parseInput(throughputQuery, c.req.query(), 'query.');
@@ -275,6 +315,13 @@ async function readJson(c: Context): Promise<unknown> {
   }
 }
 
+/** A JSON body, or {} when there is none at all. */
+async function readOptionalJson(c: Context): Promise<unknown> {
+  const length = c.req.header('content-length');
+  if ((length === undefined || length === '0') && !c.req.header('content-type') && !c.req.header('transfer-encoding')) return {};
+  return readJson(c);
+}
+
 function parseInput<T extends z.ZodType>(schema: T, value: unknown, prefix: string): z.output<T> {
   const result = schema.safeParse(value);
   if (result.success) return result.data;
@@ -294,7 +341,7 @@ function prepare(registry: JobRegistry, input: JobInput, prefix: string) {
   if (nul) throw new ApiError(400, 'invalid_request', `${prefix}${nul}: contains the NUL character (\\u0000), which PostgreSQL cannot store`);
   const runAt = input.runAt !== undefined ? new Date(input.runAt) : input.delaySeconds !== undefined ? new Date(Date.now() + input.delaySeconds * 1000) : undefined;
   try {
-    return registry.prepare({ kind: input.kind, payload: input.payload, runAt, maxAttempts: input.maxAttempts, dedupeKey: input.key });
+    return registry.prepare({ kind: input.kind, payload: input.payload, runAt, maxAttempts: input.maxAttempts, dedupeKey: input.key, priority: input.priority });
   } catch (error) {
     if (error instanceof JobValidationError) throw new ApiError(422, error.code, prefix ? `${prefix.slice(0, -1)}: ${error.message}` : error.message);
     throw error;
@@ -335,6 +382,7 @@ function jobJson(job: Job) {
     status: job.status,
     attempts: job.attempts,
     maxAttempts: job.maxAttempts,
+    priority: job.priority,
     runAt: job.runAt.toISOString(),
     lockedAt: job.lockedAt?.toISOString() ?? null,
     lockedBy: job.lockedBy,

@@ -23,6 +23,11 @@ export interface JobDefinition<Payload = unknown> {
   /** Written to each job: the reaper reclaims a running job after this long. Default: the reaper's. */
   visibilitySeconds?: number;
   backoff?: Backoff;
+  /** This kind's default priority (-1000..1000, higher runs first); an enqueue may override it. Default 0. */
+  priority?: number;
+  /** Most handlers of this kind running at once in one drainer (a slow kind cannot take every
+   * slot). Default: no limit beyond the drainer's own concurrency. */
+  concurrency?: number;
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
@@ -31,6 +36,12 @@ export const DEFAULT_MAX_ATTEMPTS = 3;
 export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefinition<Payload> {
   if (!/^[A-Za-z0-9_.:-]{1,100}$/.test(definition.kind)) {
     throw new Error(`job kind ${JSON.stringify(definition.kind)}: use 1-100 letters, digits, or _ . : -`);
+  }
+  if (definition.priority !== undefined && !(Number.isInteger(definition.priority) && Math.abs(definition.priority) <= 1000)) {
+    throw new Error(`job kind ${definition.kind}: priority must be an integer from -1000 to 1000`);
+  }
+  if (definition.concurrency !== undefined && !(Number.isInteger(definition.concurrency) && definition.concurrency >= 1)) {
+    throw new Error(`job kind ${definition.kind}: concurrency must be a positive integer`);
   }
   return definition;
 }
@@ -57,6 +68,8 @@ export interface EnqueueRequest {
   runAt?: Date;
   maxAttempts?: number;
   dedupeKey?: string;
+  /** Default: the kind's priority, else 0. */
+  priority?: number;
 }
 
 export class JobValidationError extends Error {
@@ -115,6 +128,7 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
     maxAttempts: request.maxAttempts ?? definition.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     dedupeKey: request.dedupeKey,
     visibilitySeconds: definition.visibilitySeconds,
+    priority: request.priority ?? definition.priority,
   };
 }
 

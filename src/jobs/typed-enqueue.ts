@@ -14,6 +14,8 @@ export interface EnqueueOptions {
   maxAttempts?: number;
   /** While a job with this key exists, enqueueing the key again returns that job instead. */
   dedupeKey?: string;
+  /** -1000..1000, higher runs first; default: the kind's priority, else 0. */
+  priority?: number;
 }
 
 /**

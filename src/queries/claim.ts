@@ -1,11 +1,12 @@
 // claim: ONE statement selects, locks, marks and returns a batch —
-//   UPDATE pgdrain.jobs SET status = 'running', … WHERE id = ANY(ARRAY(SELECT id … ORDER BY run_at, id
-//     LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING …
+//   UPDATE pgdrain.jobs SET status = 'running', … WHERE id = ANY(ARRAY(SELECT id … ORDER BY priority DESC,
+//     run_at, id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING …
+// Kinds listed in pgdrain.paused_kinds are skipped (read once per claim, in the same statement).
 // SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before
 // running anything.
-import { Placeholder, and, lte, sql } from 'drizzle-orm';
-import { jobs } from '../db/schema.ts';
+import { Placeholder, and, desc, lte, sql } from 'drizzle-orm';
+import { jobs, pausedKinds } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 
 export interface ClaimedJob {
@@ -15,6 +16,8 @@ export interface ClaimedJob {
   /** Attempts including this one. */
   attempts: number;
   maxAttempts: number;
+  /** Higher ran first. */
+  priority: number;
   runAt: Date;
   /** The lock token this claim wrote into locked_by; complete/fail/release must present it. */
   lockedBy: string;
@@ -37,8 +40,8 @@ export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]
     token: options.lockToken,
     kinds: options.kinds ?? [],
   });
-  // RETURNING does not keep the subquery's order; restore it so work starts oldest first.
-  rows.sort((a, b) => a.runAt.getTime() - b.runAt.getTime() || compareIds(a.id, b.id));
+  // RETURNING does not keep the subquery's order; restore it so work starts in claim order.
+  rows.sort((a, b) => b.priority - a.priority || a.runAt.getTime() - b.runAt.getTime() || compareIds(a.id, b.id));
   return rows.map((r) => ({ ...r, id: String(r.id), lockedBy: options.lockToken }));
 }
 
@@ -85,9 +88,11 @@ function claimStatement(db: Db, filtered: boolean) {
         sql`${jobs.status} = 'pending'`,
         lte(jobs.runAt, sql`now()`),
         filtered ? sql`${jobs.kind} = ANY(${sql.placeholder('kinds')}::text[])` : undefined,
+        // An InitPlan, read once per claim: an empty table costs next to nothing.
+        sql`${jobs.kind} <> ALL(ARRAY(SELECT paused.kind FROM ${pausedKinds} AS paused))`,
       ),
     )
-    .orderBy(jobs.runAt, jobs.id)
+    .orderBy(desc(jobs.priority), jobs.runAt, jobs.id)
     .limit(sql.placeholder('limit'))
     .for('update', { skipLocked: true });
   // `id = ANY(ARRAY(subquery))` is `id IN (subquery)` with the subquery pinned as an InitPlan: it
@@ -103,6 +108,7 @@ function claimStatement(db: Db, filtered: boolean) {
       payload: jobs.payload,
       attempts: jobs.attempts,
       maxAttempts: jobs.maxAttempts,
+      priority: jobs.priority,
       runAt: jobs.runAt,
       lockedBy: jobs.lockedBy,
       visibilitySeconds: jobs.visibilitySeconds,

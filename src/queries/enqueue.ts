@@ -13,6 +13,8 @@ export interface NewJob {
   /** While a job with this key exists, enqueueing the key again returns that job instead. */
   dedupeKey?: string;
   visibilitySeconds?: number;
+  /** -1000..1000, higher runs first among ready jobs; default 0. */
+  priority?: number;
 }
 
 export interface EnqueuedJob {
@@ -53,6 +55,7 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
       runAt,
       maxAttempts: job.maxAttempts ?? null,
       visibility: job.visibilitySeconds ?? null,
+      priority: job.priority ?? null,
     });
     if (!row) throw new Error('enqueue: the INSERT returned no row');
     return { id: String(row.id), status: row.status, runAt: row.runAt, deduplicated: false };
@@ -64,9 +67,10 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
     const rows = await rowsOf<Returned>(
       db,
       sql`WITH ins AS (
-            INSERT INTO pgdrain.jobs (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds)
+            INSERT INTO pgdrain.jobs (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority)
             VALUES (${job.kind}, ${payload}::jsonb, coalesce(${runAt}::timestamptz, now()),
-                    coalesce(${job.maxAttempts ?? null}::int, 3), ${key}::text, ${job.visibilitySeconds ?? null}::int)
+                    coalesce(${job.maxAttempts ?? null}::int, 3), ${key}::text, ${job.visibilitySeconds ?? null}::int,
+                    coalesce(${job.priority ?? null}::int, 0))
             ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
             RETURNING id, status, run_at, kind)
           SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, true AS inserted,
@@ -97,6 +101,7 @@ function prepareInsert(db: Db) {
       runAt: sql`coalesce(${sql.placeholder('runAt')}::timestamptz, now())`,
       maxAttempts: sql`coalesce(${sql.placeholder('maxAttempts')}::int, 3)`,
       visibilitySeconds: sql`${sql.placeholder('visibility')}::int`,
+      priority: sql`coalesce(${sql.placeholder('priority')}::int, 0)`,
     })
     .returning({
       id: jobs.id,
@@ -135,6 +140,7 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
   const keyed = has('dedupeKey');
   const key = keyed ? column(chunk.map((j) => j.dedupeKey ?? null), 'text') : sql`NULL::text`;
   const visibility = has('visibilitySeconds') ? column(chunk.map((j) => j.visibilitySeconds ?? null), 'int') : sql`NULL::int`;
+  const priority = has('priority') ? sql`coalesce(${column(chunk.map((j) => j.priority ?? null), 'int')}, 0)` : sql`0`;
   // Delayed jobs are found by the poll when due; only kinds with a job ready now are announced.
   const nowMs = Date.now();
   const readyKinds = [...new Set(chunk.filter((j) => !j.runAt || j.runAt.getTime() <= nowMs).map((j) => j.kind))];
@@ -147,8 +153,8 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
     sql`WITH input AS (
           SELECT value AS payload, ordinality AS ord FROM jsonb_array_elements(${payloads}::jsonb) WITH ORDINALITY),
         ins AS (
-          INSERT INTO pgdrain.jobs (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds)
-          SELECT nextval('pgdrain.jobs_id_seq'::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}
+          INSERT INTO pgdrain.jobs (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority)
+          SELECT nextval('pgdrain.jobs_id_seq'::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}, ${priority}
             FROM input ORDER BY ord
           ${keyed ? sql`ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING` : sql``}
           RETURNING id, dedupe_key),

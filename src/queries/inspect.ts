@@ -3,6 +3,7 @@
 import { and, desc, eq, lt, sql } from 'drizzle-orm';
 import { type JobRow, type JobStatus, jobs } from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
+import { listPausedKinds } from './pause.ts';
 
 export type Job = Omit<JobRow, 'dedupeKey' | 'visibilitySeconds'> & {
   dedupeKey: string | null;
@@ -50,6 +51,8 @@ export interface KindStats {
   dead: number;
   /** How long this kind's oldest ready job has waited past its run_at; null when none is ready. */
   oldestReadySeconds: number | null;
+  /** No drainer claims it until it is resumed. */
+  paused: boolean;
 }
 
 export interface QueueStats {
@@ -58,8 +61,10 @@ export interface QueueStats {
   oldestReadySeconds: number | null;
 }
 
-/** Counts by kind and status, one pass over the table (its cost follows the rows it holds). */
+/** Counts by kind and status, one pass over the table (its cost follows the rows it holds), and
+ * which kinds are paused (a paused kind with no jobs is listed too). */
 export async function stats(db: Db): Promise<QueueStats> {
+  const paused = new Set(await listPausedKinds(db));
   const rows = await rowsOf<{ kind: string; pending: number; ready: number; running: number; dead: number; oldest_ready_seconds: number | null }>(
     db,
     sql`SELECT kind,
@@ -74,8 +79,14 @@ export async function stats(db: Db): Promise<QueueStats> {
   let oldestReadySeconds: number | null = null;
   for (const r of rows) {
     const oldest = r.oldest_ready_seconds == null ? null : Math.max(0, Number(r.oldest_ready_seconds));
-    kinds[r.kind] = { pending: r.pending, ready: r.ready, delayed: r.pending - r.ready, running: r.running, dead: r.dead, oldestReadySeconds: oldest };
+    kinds[r.kind] = {
+      pending: r.pending, ready: r.ready, delayed: r.pending - r.ready, running: r.running, dead: r.dead,
+      oldestReadySeconds: oldest, paused: paused.has(r.kind),
+    };
     if (oldest !== null && (oldestReadySeconds === null || oldest > oldestReadySeconds)) oldestReadySeconds = oldest;
+  }
+  for (const kind of paused) {
+    kinds[kind] ??= { pending: 0, ready: 0, delayed: 0, running: 0, dead: 0, oldestReadySeconds: null, paused: true };
   }
   return { kinds, oldestReadySeconds };
 }

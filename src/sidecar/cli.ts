@@ -2,13 +2,14 @@
 // gracefully by SIGINT/SIGTERM.
 // A second signal exits at once; jobs still running then are returned later by the reaper.
 import type { JobDefinition } from '../jobs/index.ts';
+import type { ScheduleDefinition } from '../schedules.ts';
 import { sidecarOptionsFromEnv } from './config.ts';
 import { startSidecar } from './index.ts';
 
-export async function runSidecarCli(jobs: readonly JobDefinition<any>[] = []): Promise<void> {
+export async function runSidecarCli(jobs: readonly JobDefinition<any>[] = [], schedules: readonly ScheduleDefinition[] = []): Promise<void> {
   let sidecar: Awaited<ReturnType<typeof startSidecar>>;
   try {
-    sidecar = await startSidecar({ ...sidecarOptionsFromEnv(process.env), jobs });
+    sidecar = await startSidecar({ ...sidecarOptionsFromEnv(process.env), jobs, schedules });
   } catch (error) {
     console.error(`pgdrain: could not start: ${error instanceof Error ? error.message : String(error)}`);
     process.exit(1);

@@ -25,6 +25,7 @@ import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../
 import { type Db, NOTIFY_CHANNEL, reap, rollUpCounts } from '../queries/index.ts';
 import { DEFAULT_BATCH_SIZE, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CONCURRENCY, Drainer, createDrainPool } from './drainer.ts';
 import { NotificationListener } from './listener.ts';
+import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 
 export interface SidecarOptions {
   /** Your PostgreSQL. Unset: an embedded PostgreSQL 18 with its data in `dataDir`. */
@@ -33,6 +34,8 @@ export interface SidecarOptions {
   dataDir?: string;
   /** Your job kinds, served next to the built-in noop and webhook kinds. */
   jobs?: readonly JobDefinition<any>[];
+  /** Recurring schedules, evaluated at start, at each of their slots and at least every minute. */
+  schedules?: readonly ScheduleDefinition[];
   /** Replaces the default registry entirely (jobs is then ignored). */
   registry?: JobRegistry;
   /** Comma-separated allow-list for the webhook kind. */
@@ -157,6 +160,8 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   drainPool.on('error', (error) => incidents.start('pool', error));
   const drainDb = drizzle({ client: drainPool }) as unknown as Db;
   const registry = options.registry ?? createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts }, options.jobs ?? []);
+  const schedules = options.schedules ?? [];
+  checkSchedules(registry, schedules);
 
   // --- draining ---------------------------------------------------------------------------------
   const drainer = new Drainer(drainDb, registry, {
@@ -210,10 +215,34 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   await reapNow(); // a previous process may have died holding locks
   const reaper = setInterval(() => void reapNow(), reapIntervalMs);
 
+  // --- recurring schedules: at start, then at the soonest next slot (at least every minute) ------
+  let scheduleTimer: ReturnType<typeof setTimeout> | undefined;
+  let schedulesStopped = false;
+  let evaluating: Promise<void> = Promise.resolve();
+  const evaluateNow = () => (evaluating = evaluateOnce());
+  const evaluateOnce = async () => {
+    try {
+      const reports = await evaluateSchedules(drainDb, registry, schedules);
+      incidents.end('schedules');
+      for (const r of reports) {
+        if (r.skipped > 0) log.warn({ schedule: r.name, enqueued: r.enqueued, skipped: r.skipped }, 'schedule: missed slots beyond its backfill window were skipped');
+        else if (r.enqueued > 0) log.debug({ schedule: r.name, enqueued: r.enqueued }, 'schedule: enqueued');
+      }
+    } catch (error) {
+      incidents.start('schedules', error);
+    }
+    if (schedulesStopped) return;
+    // A little after the slot, so the database's clock has reached it too.
+    const wait = Math.min(60_000, (msUntilNextSlot(schedules) ?? 60_000) + 50);
+    scheduleTimer = setTimeout(() => void evaluateNow(), wait);
+  };
+  if (schedules.length > 0) void evaluateNow();
+
   // --- HTTP -------------------------------------------------------------------------------------
   const app = createApp({
     withDb: (fn) => fn(db),
     registry,
+    schedules,
     apiToken,
     metricsToken: options.metricsToken,
     oldestReadyWarnSeconds: options.oldestReadyWarnSeconds,
@@ -237,13 +266,16 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
         `The dashboard is at ${url}/ (it asks for this token).\n\n`,
     );
   }
-  log.info({ url, dashboard: `${url}/`, workerId, batchSize, concurrency, kinds: options.kinds ?? registry.kinds(), pollIntervalMs }, 'sidecar started');
+  log.info({ url, dashboard: `${url}/`, workerId, batchSize, concurrency, kinds: options.kinds ?? registry.kinds(), schedules: schedules.map((x) => x.name), pollIntervalMs }, 'sidecar started');
 
   let stopping: Promise<void> | null = null;
   const stop = () =>
     (stopping ??= (async () => {
       log.info({ graceMs }, 'shutting down: no new claims; in-flight jobs may finish');
       clearInterval(reaper);
+      schedulesStopped = true;
+      clearTimeout(scheduleTimer);
+      await evaluating;
       const closedHttp = new Promise<void>((resolve) => server.close(() => resolve()));
       (server as unknown as { closeIdleConnections?: () => void }).closeIdleConnections?.();
       if (!(await drainer.stop(graceMs))) {

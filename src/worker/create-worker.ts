@@ -14,6 +14,7 @@ import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { safeErrorMessage } from '../db/url.ts';
 import { type Db, reap, rollUpCounts } from '../queries/index.ts';
+import { checkSchedules, evaluateSchedules, type ScheduleDefinition } from '../schedules.ts';
 
 export interface Env {
   /** Secret: the Neon connection string (`wrangler secret put DATABASE_URL`). */
@@ -40,6 +41,8 @@ export interface ScheduledReport extends DrainReport {
   cron: string;
   reaped: number;
   reapedDead: number;
+  /** Jobs enqueued by recurring schedules in this invocation. */
+  scheduled: number;
   budgetMs: number;
 }
 
@@ -52,12 +55,24 @@ export interface ScheduledControllerLike {
 export const DEFAULT_BUDGET_MS = 25_000; // under the 30 s CPU limit of sub-hourly crons (paid plans)
 const MAX_CONCURRENCY = 5; // 6 simultaneous connections per invocation, one is the database's
 
-export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } = {}) {
+export interface WorkerOptions {
+  /** Your job kinds, next to the built-in noop and webhook. */
+  jobs?: readonly JobDefinition<any>[];
+  /** Recurring schedules, evaluated by every cron invocation before it drains. */
+  schedules?: readonly ScheduleDefinition[];
+}
+
+export function createWorker(options: WorkerOptions = {}) {
+  const schedules = options.schedules ?? [];
   const registries = new Map<string, JobRegistry>();
   const registryFor = (env: Env) => {
     const key = env.WEBHOOK_ALLOWED_HOSTS ?? '';
     let registry = registries.get(key);
-    if (!registry) registries.set(key, (registry = createDefaultRegistry(env, options.jobs ?? [])));
+    if (!registry) {
+      registry = createDefaultRegistry(env, options.jobs ?? []);
+      checkSchedules(registry, schedules);
+      registries.set(key, registry);
+    }
     return registry;
   };
 
@@ -73,6 +88,7 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
         }
       },
       registry: registryFor(env),
+      schedules,
       apiToken: env.API_TOKEN,
       metricsToken: env.METRICS_TOKEN,
       oldestReadyWarnSeconds: positive(env.OLDEST_READY_WARN_SECONDS, 60),
@@ -92,6 +108,7 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
     try {
       const reaped = await reap(db, positive(env.VISIBILITY_TIMEOUT_SECONDS, 300));
       await rollUpCounts(db);
+      const scheduled = schedules.length > 0 ? await evaluateSchedules(db, registryFor(env), schedules) : [];
       const report = await drain(db, registryFor(env), {
         workerId: `worker-${controller.scheduledTime}-${crypto.randomUUID().slice(0, 8)}`,
         batchSize,
@@ -102,7 +119,10 @@ export function createWorker(options: { jobs?: readonly JobDefinition<any>[] } =
         budgetMs: budgetMs - (Date.now() - started),
         recordCounts: env.RECORD_COUNTS !== 'false',
       });
-      return { cron: controller.cron, ...report, reaped: reaped.reclaimed.length, reapedDead: reaped.dead.length, budgetMs, elapsedMs: Date.now() - started };
+      return {
+        cron: controller.cron, ...report, reaped: reaped.reclaimed.length, reapedDead: reaped.dead.length,
+        scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), budgetMs, elapsedMs: Date.now() - started,
+      };
     } finally {
       await end();
     }

@@ -7,9 +7,10 @@ import { z } from 'zod';
 import { drain } from '../../src/drain.ts';
 import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/registry.ts';
 import { noopJob } from '../../src/jobs/noop.ts';
+import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
 import {
   type Db, claim, complete, countTotals, countsByMinute, enqueue, enqueueMany, explainClaim, fail, failMany,
-  MAX_ERROR_LENGTH, release, reap, rollUpCounts,
+  MAX_ERROR_LENGTH, pauseKind, release, reap, resumeKind, rollUpCounts, stats,
 } from '../../src/queries/index.ts';
 
 export interface Listener {
@@ -47,7 +48,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       await h?.close();
     });
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs, orders, pgdrain.job_counts, pgdrain.job_totals');
+      await h.query('TRUNCATE pgdrain.jobs, orders, pgdrain.job_counts, pgdrain.job_totals, pgdrain.paused_kinds');
     });
 
     const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]?.n);
@@ -294,6 +295,79 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(ran).toEqual([`B:${id}`]);
       expect(await count(`kind = 'A' AND status = 'pending' AND attempts = 0`)).toBe(5_000);
       expect(await count(`kind = 'B'`)).toBe(0);
+    });
+
+    it('with concurrency 1, priorities 0, 10, -5, 10 run as 10, 10 (by id), 0, -5; a kind sets its default', async () => {
+      const ran: string[] = [];
+      const record = (kind: string, priority?: number) =>
+        defineJob({ kind, schema: z.unknown(), priority, handler: (_, { job }) => void ran.push(job.id) });
+      const registry = new JobRegistry([record('p'), record('urgent', 50)]);
+      const [zero, ten, minus, tenAgain] = await enqueueMany(h.db, [0, 10, -5, 10].map((priority) => ({ kind: 'p', payload: {}, priority })));
+      // Through the typed path, the kind's default applies unless the caller gives one.
+      const urgent = await enqueueTyped(h.db, registry.get('urgent')!, {});
+      const notSoUrgent = await enqueueTyped(h.db, registry.get('urgent')!, {}, { priority: -1 });
+      expect(await h.query(`SELECT id::text, priority FROM pgdrain.jobs WHERE kind = 'urgent' ORDER BY id`)).toEqual([
+        { id: urgent.id, priority: 50 }, { id: notSoUrgent.id, priority: -1 },
+      ]);
+      await drain(h.db, registry, { workerId: 'prio', batchSize: 1, concurrency: 1, prefetch: 0 });
+      expect(ran).toEqual([urgent.id, ten!.id, tenAgain!.id, zero!.id, notSoUrgent.id, minus!.id]);
+    });
+
+    it('a claim takes the highest priority among ready jobs only: a delayed high-priority job waits its turn', async () => {
+      const [later] = await enqueueMany(h.db, [{ kind: 'k', payload: {}, priority: 100, runAt: new Date(Date.now() + 60_000) }]);
+      const [now] = await enqueueMany(h.db, [{ kind: 'k', payload: {}, priority: -100 }]);
+      const claimed = await claim(h.db, { batchSize: 10, lockToken: 'w:1' });
+      expect(claimed.map((j) => [j.id, j.priority])).toEqual([[now!.id, -100]]);
+      expect(await count(`id = ${later!.id} AND status = 'pending'`)).toBe(1);
+    });
+
+    it('a paused kind is not claimed while others are; resume lets it drain', async () => {
+      const ran: string[] = [];
+      const registry = new JobRegistry(['mail', 'sms'].map((kind) => defineJob({ kind, schema: z.unknown(), handler: () => void ran.push(kind) })));
+      await enqueueMany(h.db, [...Array.from({ length: 3 }, () => ({ kind: 'mail', payload: {} })), ...Array.from({ length: 2 }, () => ({ kind: 'sms', payload: {} }))]);
+      expect(await pauseKind(h.db, 'mail')).toBe(true);
+      expect(await pauseKind(h.db, 'mail')).toBe(false);
+      expect((await stats(h.db)).kinds.mail).toMatchObject({ pending: 3, paused: true });
+      // An enqueue of the paused kind still works.
+      await enqueue(h.db, { kind: 'mail', payload: {} });
+      const paused = await drain(h.db, registry, { workerId: 'pause' });
+      expect(paused.completed).toBe(2);
+      expect(ran).toEqual(['sms', 'sms']);
+      expect(await count(`kind = 'mail' AND status = 'pending' AND attempts = 0`)).toBe(4);
+      expect(await resumeKind(h.db, 'mail')).toBe(true);
+      expect((await stats(h.db)).kinds.mail).toMatchObject({ paused: false });
+      expect((await drain(h.db, registry, { workerId: 'resume' })).completed).toBe(4);
+      expect(await count()).toBe(0);
+    });
+
+    it("a kind's concurrency caps its running handlers while another kind keeps draining", async () => {
+      let slowNow = 0;
+      let slowMax = 0;
+      const finished: string[] = [];
+      const registry = new JobRegistry([
+        defineJob({
+          kind: 'slow', schema: z.unknown(), concurrency: 2,
+          handler: async () => {
+            slowMax = Math.max(slowMax, ++slowNow);
+            await sleep(40);
+            slowNow--;
+            finished.push('slow');
+          },
+        }),
+        defineJob({ kind: 'fast', schema: z.unknown(), handler: () => void finished.push('fast') }),
+      ]);
+      await enqueueMany(h.db, [
+        ...Array.from({ length: 12 }, () => ({ kind: 'slow', payload: {} })),
+        ...Array.from({ length: 200 }, () => ({ kind: 'fast', payload: {} })),
+      ]);
+      const report = await drain(h.db, registry, { workerId: 'caps', batchSize: 20, concurrency: 10 });
+      expect(report.completed).toBe(212);
+      expect(slowMax).toBe(2);
+      // The fast kind was not held up behind the slow one: all of it finished before the slow
+      // kind's last job (12 slow jobs two at a time take at least 240 ms).
+      expect(finished.lastIndexOf('fast')).toBeLessThan(finished.lastIndexOf('slow'));
+      expect(finished.filter((k) => k === 'fast')).toHaveLength(200);
+      expect(await count()).toBe(0);
     });
 
     it('release puts claimed but unstarted jobs back in line with their attempt refunded', async () => {

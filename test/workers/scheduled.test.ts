@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { defineJob } from '../../src/jobs/index.ts';
 import { enqueueMany } from '../../src/queries/index.ts';
 import { createWorker, type Env } from '../../src/worker/create-worker.ts';
+import { defineSchedule } from '../../src/schedules.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
 import { createNeonHarness } from './neon-harness.ts';
 
@@ -31,7 +32,7 @@ beforeAll(async () => {
 });
 afterAll(() => h?.close());
 beforeEach(async () => {
-  await h.query('TRUNCATE pgdrain.jobs');
+  await h.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds, pgdrain.schedules');
   runs.clear();
 });
 const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n);
@@ -117,5 +118,42 @@ describe('scheduled() in workerd', () => {
     expect(runs.size).toBe(300);
     expect([...runs.values()].every((c) => c === 1)).toBe(true);
     expect(await count()).toBe(0);
+  });
+
+  it('scheduled() enqueues the slots its schedules owe, then drains them in the same invocation', async () => {
+    const scheduledWorker = createWorker({
+      jobs: [countJob],
+      schedules: [defineSchedule({ name: 'each-minute', cron: '* * * * *', kind: 'count', payload: { n: 1000 } })],
+    });
+    // The first evaluation only records where the schedule starts.
+    expect(await scheduledWorker.runScheduled(cron(), testEnv())).toMatchObject({ scheduled: 0, claimed: 0 });
+    // Three minutes later (the state row moved back): the latest slot is owed, two were missed.
+    await h.query(`UPDATE pgdrain.schedules SET last_slot = date_trunc('minute', now()) - interval '3 minutes'`);
+    const report = await scheduledWorker.runScheduled(cron(), testEnv());
+    expect(report).toMatchObject({ scheduled: 1, claimed: 1, completed: 1 });
+    expect(runs.get(1000)).toBe(1);
+    expect(await h.query(`SELECT skipped::int, last_slot = date_trunc('minute', now()) AS current FROM pgdrain.schedules`)).toEqual([
+      { skipped: 2, current: true },
+    ]);
+    const list = await scheduledWorker.fetch(
+      new Request('http://worker/schedules', { headers: { authorization: `Bearer ${env.API_TOKEN}` } }),
+      testEnv(),
+      createExecutionContext() as never,
+    );
+    expect(((await list.json()) as { schedules: { name: string }[] }).schedules.map((s) => s.name)).toEqual(['each-minute']);
+  });
+
+  it('a paused kind is not claimed by scheduled() while other kinds are; resumed, the next cron drains it', async () => {
+    await enqueueMany(h.db, [
+      ...Array.from({ length: 5 }, (_, n) => ({ kind: 'count', payload: { n } })),
+      ...Array.from({ length: 3 }, () => ({ kind: 'sleep', payload: { ms: 1 } })),
+    ]);
+    await h.query(`INSERT INTO pgdrain.paused_kinds (kind) VALUES ('count')`);
+    expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ claimed: 3, completed: 3 });
+    expect(runs.size).toBe(0);
+    expect(await count(`kind = 'count' AND status = 'pending' AND attempts = 0`)).toBe(5);
+    await h.query(`DELETE FROM pgdrain.paused_kinds`);
+    expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ claimed: 5, completed: 5 });
+    expect(runs.size).toBe(5);
   });
 });

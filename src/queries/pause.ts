@@ -1,0 +1,31 @@
+// pause / resume a kind: a row in pgdrain.paused_kinds, which every claim reads in its one
+// statement, so every drainer (each sidecar, each Worker invocation) stops claiming the kind at
+// its next claim and starts again after resume. Enqueueing a paused kind still works; jobs
+// already running finish.
+import { sql } from 'drizzle-orm';
+import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
+
+/** Idempotent; returns true when this call paused it (false: it already was). */
+export async function pauseKind(db: Db, kind: string): Promise<boolean> {
+  const rows = await rowsOf<{ kind: string }>(
+    db,
+    sql`INSERT INTO pgdrain.paused_kinds (kind) VALUES (${kind}) ON CONFLICT (kind) DO NOTHING RETURNING kind`,
+  );
+  return rows.length > 0;
+}
+
+/** Idempotent; wakes the drainers so a backlog of the kind starts at once. Returns true when this
+ * call resumed it. */
+export async function resumeKind(db: Db, kind: string): Promise<boolean> {
+  const rows = await rowsOf<{ kind: string }>(
+    db,
+    sql`WITH resumed AS (DELETE FROM pgdrain.paused_kinds WHERE kind = ${kind} RETURNING kind)
+        SELECT kind, pg_notify(${NOTIFY_CHANNEL}, kind) FROM resumed`,
+  );
+  return rows.length > 0;
+}
+
+export async function listPausedKinds(db: Db): Promise<string[]> {
+  const rows = await rowsOf<{ kind: string }>(db, sql`SELECT kind FROM pgdrain.paused_kinds ORDER BY kind`);
+  return rows.map((r) => r.kind);
+}

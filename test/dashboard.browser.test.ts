@@ -202,6 +202,60 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     await context.close();
   }, 90_000);
 
+  it('pauses and resumes a kind for the drainer, and retries every dead job at once after a confirmation', async () => {
+    await t.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds');
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    const consoleErrors: string[] = [];
+    page.on('pageerror', (e) => consoleErrors.push(e.message));
+    page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
+    const dialogs: string[] = [];
+    page.on('dialog', (dialog) => {
+      dialogs.push(dialog.message());
+      void dialog.accept();
+    });
+    await page.goto(sidecar.url);
+    await page.fill('#token', TOKEN);
+    await page.click('#login button[type=submit]');
+    await page.locator('#view').waitFor({ state: 'visible' });
+
+    // Pause `record` (a delayed job keeps its row on the page): the pause is in the database, and
+    // the sidecar leaves ready record jobs alone.
+    await t.query(`INSERT INTO pgdrain.jobs (kind, payload, run_at) VALUES ('record', '{}', now() + interval '1 hour')`);
+    await page.locator('#kinds tr[data-kind="record"]').waitFor({ timeout: 10_000 });
+    await page.click('#kinds tr[data-kind="record"] button[data-action="pause"]');
+    await until(() => t.query(`SELECT kind FROM pgdrain.paused_kinds`), (r) => r.length === 1, 5_000, 'the pause').then((r) => expect(r).toEqual([{ kind: 'record' }]));
+    await expect.poll(() => page.locator('#kinds tr[data-kind="record"]').getAttribute('data-paused')).toBe('true');
+    expect(await page.locator('#kinds tr[data-kind="record"] .paused-badge').textContent()).toBe('paused');
+    expect(await page.locator('#banner').textContent()).toBe('record is paused: no drainer claims it until it is resumed.');
+    await t.query(`INSERT INTO pgdrain.jobs (kind, payload) SELECT 'record', '{}' FROM generate_series(1, 5)`);
+    await new Promise((r) => setTimeout(r, 1_000)); // five of the sidecar's polls
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'record' AND status = 'pending' AND run_at <= now()`)).toEqual([{ n: 5 }]);
+
+    // Resume: the button turns back, and the sidecar drains the five (the delayed one waits).
+    await page.click('#kinds tr[data-kind="record"] button[data-action="resume"]');
+    await until(() => t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'record'`), (r) => r[0]!.n === 1, 5_000, 'the record jobs to run after resume');
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.paused_kinds`)).toEqual([{ n: 0 }]);
+    await expect.poll(() => page.locator('#kinds tr[data-kind="record"]').getAttribute('data-paused')).toBe('false');
+
+    // Retry every dead job (kinds the sidecar has no handler for, so they stay pending to look at).
+    await t.query(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error)
+                   SELECT CASE WHEN n % 2 = 0 THEN 'report' ELSE 'email' END, '{}', 'dead', 3, 3, 'boom' FROM generate_series(1, 12) AS n`);
+    await page.locator('#dead-bulk').waitFor({ state: 'visible', timeout: 10_000 });
+    await page.click('#retry-all');
+    await until(
+      () => t.query(`SELECT status, attempts, count(*)::int AS n FROM pgdrain.jobs WHERE kind IN ('email', 'report') GROUP BY 1, 2`),
+      (r) => r.length === 1 && r[0]!.status === 'pending',
+      5_000,
+      'every dead job to be pending',
+    ).then((r) => expect(r).toEqual([{ status: 'pending', attempts: 0, n: 12 }]));
+    expect(dialogs).toEqual(['Retry every dead job? They go back to pending with their attempts reset.']);
+    await expect.poll(() => page.locator('#banner').textContent()).toBe('12 dead jobs are pending again.');
+    await page.locator('#dead-bulk').waitFor({ state: 'hidden' });
+    expect(consoleErrors).toEqual([]);
+    await context.close();
+  }, 60_000);
+
   it('says so when the database is down, and keeps asking', async () => {
     // The same app, served over HTTP, on a database that refuses connections.
     const pool = new pg.Pool({ connectionString: 'postgres://app:secret-pw@127.0.0.1:1/nowhere', connectionTimeoutMillis: 1000 });

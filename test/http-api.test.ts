@@ -266,6 +266,10 @@ describe('pausing kinds and bulk actions on dead jobs', () => {
     expect(await (await post('/kinds/noop/resume', undefined)).json()).toEqual({ kind: 'noop', paused: false });
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.paused_kinds')).toEqual([{ n: 0 }]);
     await expectError(await post('/kinds/send_fax/pause', undefined), 404, 'not_found', 'unknown job kind "send_fax"');
+    // A kind this process has no handler for but the queue holds (another pool's) can be paused.
+    await t.query(`INSERT INTO pgdrain.jobs (kind, payload) VALUES ('fax', '{}')`);
+    expect(await (await post('/kinds/fax/pause', undefined)).json()).toEqual({ kind: 'fax', paused: true });
+    expect(await (await post('/kinds/fax/resume', undefined)).json()).toEqual({ kind: 'fax', paused: false });
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.paused_kinds')).toEqual([{ n: 0 }]);
   });
 

@@ -28,7 +28,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals');
+  await t.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals, pgdrain.paused_kinds');
   await t.query('DROP TABLE IF EXISTS test_runs');
 });
 afterEach(async () => {
@@ -112,6 +112,20 @@ describe('with DATABASE_URL', () => {
     const [run] = await until(runs, (r) => r.length === 1, 5_000, 'the SQL-enqueued job to run');
     expect(run!.job_id).toBe(id);
     await until(() => jobCount(), (n) => n === 0, 5_000, 'the job to complete');
+  });
+
+  it('a kind paused through one sidecar is claimed by no sidecar while others drain; resumed through another, it runs', async () => {
+    const [a, b] = await Promise.all([start({ POLL_INTERVAL_MS: '200' }), start({ POLL_INTERVAL_MS: '200' })]);
+    const call = (p: SidecarProcess, path: string) => fetch(`${p.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(await (await call(a!, '/kinds/record/pause')).json()).toEqual({ kind: 'record', paused: true });
+    await enqueueMany(t.db, [...Array.from({ length: 3 }, () => ({ kind: 'record', payload: {} })), ...Array.from({ length: 3 }, () => ({ kind: 'noop', payload: {} }))]);
+    await until(() => jobCount(`kind = 'noop'`), (n) => n === 0, 5_000, 'the noop jobs to run');
+    await sleep(1_000); // five polls of each sidecar
+    expect(await jobCount(`kind = 'record' AND status = 'pending' AND attempts = 0`)).toBe(3);
+    expect(await t.query('SELECT count(*)::int AS n FROM test_runs').catch(() => [{ n: 0 }])).toEqual([{ n: 0 }]);
+    expect(await (await call(b!, '/kinds/record/resume')).json()).toEqual({ kind: 'record', paused: false });
+    await until(() => jobCount(), (n) => n === 0, 5_000, 'the record jobs to run after resume');
+    expect((await runs()).length).toBe(3);
   });
 
   it('with its LISTEN connection killed, jobs still run by the poll, and NOTIFY works again after the reconnect', async () => {

@@ -9,7 +9,7 @@ import { timingSafeEqual } from 'hono/utils/buffer';
 import { z } from 'zod';
 import { JobValidationError, type JobRegistry } from '../jobs/registry.ts';
 import {
-  type Db, type Job, countTotals, countsByMinute, deleteDeadJobs, deleteJob, enqueue, enqueueMany, getJob, isJobId, listJobs, pauseKind, ping,
+  type Db, type Job, countTotals, countsByMinute, deleteDeadJobs, deleteJob, enqueue, enqueueMany, getJob, isJobId, kindInQueue, listJobs, pauseKind, ping,
   resumeKind, retryDead, retryDeadJobs, stats,
 } from '../queries/index.ts';
 import { JOB_STATUSES } from '../db/schema.ts';
@@ -255,8 +255,10 @@ export function createApp(config: ApiConfig): Hono<Env> {
   for (const action of ['pause', 'resume'] as const) {
     app.post(`/kinds/:kind/${action}`, async (c) => {
       const kind = c.req.param('kind');
-      if (!c.var.api.registry.get(kind)) {
-        throw new ApiError(404, 'not_found', `unknown job kind ${JSON.stringify(kind.slice(0, 100))}; registered kinds: ${c.var.api.registry.kinds().join(', ')}`);
+      // Known: registered here, or in the queue (another drainer pool may handle it).
+      const known = c.var.api.registry.get(kind) !== undefined || (await c.var.api.withDb((db) => kindInQueue(db, kind)));
+      if (!known) {
+        throw new ApiError(404, 'not_found', `unknown job kind ${JSON.stringify(kind.slice(0, 100))}: not registered here and no such jobs in the queue; registered kinds: ${c.var.api.registry.kinds().join(', ')}`);
       }
       await c.var.api.withDb((db) => (action === 'pause' ? pauseKind(db, kind) : resumeKind(db, kind)));
       return c.json({ kind, paused: action === 'pause' });

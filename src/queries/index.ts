@@ -13,6 +13,6 @@ export {
   getJob, listJobs, stats, retryDead, deleteJob, ping, isJobId,
   type Job, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
 } from './inspect.ts';
-export { pauseKind, resumeKind, listPausedKinds } from './pause.ts';
+export { pauseKind, resumeKind, listPausedKinds, kindInQueue } from './pause.ts';
 export { retryDeadJobs, deleteDeadJobs, DEAD_BATCH, type BulkOptions, type BulkResult } from './dead-bulk.ts';
 export { lockScheduleState, advanceSchedule, listScheduleStates, type ScheduleState } from './schedules.ts';

@@ -29,3 +29,15 @@ export async function listPausedKinds(db: Db): Promise<string[]> {
   const rows = await rowsOf<{ kind: string }>(db, sql`SELECT kind FROM pgdrain.paused_kinds ORDER BY kind`);
   return rows.map((r) => r.kind);
 }
+
+/** True when the queue holds jobs of this kind or has it paused: a kind that another drainer
+ * pool handles is known here even though this process has no handler for it. (A scan of the
+ * table for a kind without jobs: an admin action, not a hot path.) */
+export async function kindInQueue(db: Db, kind: string): Promise<boolean> {
+  const [row] = await rowsOf<{ known: boolean }>(
+    db,
+    sql`SELECT EXISTS (SELECT 1 FROM pgdrain.paused_kinds WHERE kind = ${kind})
+            OR EXISTS (SELECT 1 FROM pgdrain.jobs WHERE kind = ${kind}) AS known`,
+  );
+  return row?.known === true;
+}

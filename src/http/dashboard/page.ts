@@ -66,7 +66,7 @@ export function dashboardPage(options: DashboardPageOptions) {
     <h2>By kind</h2>
     <div class="scroll">
       <table id="kinds">
-        <thead><tr><th>Kind</th><th class="num pending">Pending</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Running</th><th class="num">Dead</th><th class="num oldest">Oldest ready</th><th class="bars">Backlog</th></tr></thead>
+        <thead><tr><th>Kind</th><th class="num pending">Pending</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Running</th><th class="num">Dead</th><th class="num oldest">Oldest ready</th><th class="bars">Backlog</th><th><span class="sr">Actions</span></th></tr></thead>
         <tbody></tbody>
       </table>
     </div>
@@ -84,6 +84,10 @@ export function dashboardPage(options: DashboardPageOptions) {
 
   <section>
     <h2>Dead jobs <span id="dead-count" class="muted"></span></h2>
+    <p id="dead-bulk" class="bulk" hidden>
+      <button id="retry-all" type="button" data-action="retry-all">Retry all dead jobs</button>
+      <button id="delete-all" type="button" class="danger" data-action="delete-all">Delete all dead jobs</button>
+    </p>
     <div class="scroll">
       <table id="dead">
         <thead><tr><th>Job</th><th>Kind</th><th class="num">Attempts</th><th>Last error</th><th>Age</th><th><span class="sr">Actions</span></th></tr></thead>
@@ -91,6 +95,16 @@ export function dashboardPage(options: DashboardPageOptions) {
       </table>
     </div>
     <p id="dead-empty" class="muted" hidden>No dead jobs.</p>
+  </section>
+
+  <section id="schedules-section" hidden>
+    <h2>Schedules</h2>
+    <div class="scroll">
+      <table id="schedules">
+        <thead><tr><th>Name</th><th>When</th><th>Kind</th><th>Next run</th><th>Last enqueued</th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </div>
   </section>
 </main>
 </body>

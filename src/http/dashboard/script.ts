@@ -105,7 +105,7 @@ export const DASHBOARD_SCRIPT = String.raw`
     // /stats first: one request tells whether the token works (a refused token costs one request,
     // not three), then the chart and the dead jobs together.
     inFlight = api('GET', '/stats').then(function (stats) {
-      return Promise.all([stats, api('GET', '/stats/throughput?minutes=60'), api('GET', '/jobs?status=dead&limit=100')]);
+      return Promise.all([stats, api('GET', '/stats/throughput?minutes=60'), api('GET', '/jobs?status=dead&limit=100'), api('GET', '/schedules')]);
     }).then(function (results) {
       // Visible first: the chart is drawn to the width its box has.
       byId('login').hidden = true;
@@ -115,6 +115,7 @@ export const DASHBOARD_SCRIPT = String.raw`
       lastThroughput = results[1];
       renderThroughput(results[1]);
       renderDead(results[2]);
+      renderSchedules(results[3]);
       lastOk = new Date();
       byId('updated').textContent = 'Updated ' + lastOk.toLocaleTimeString();
       body.classList.remove('stale');
@@ -175,8 +176,10 @@ export const DASHBOARD_SCRIPT = String.raw`
         bar.appendChild(segment);
       });
       var age = s.oldestReadySeconds;
-      return element('tr', { 'data-kind': kind }, [
-        element('td', { text: kind }),
+      var kindCell = element('td', { text: kind });
+      if (s.paused) kindCell.appendChild(element('span', { class: 'paused-badge', text: 'paused' }));
+      return element('tr', { 'data-kind': kind, 'data-paused': String(Boolean(s.paused)) }, [
+        kindCell,
         countCell('pending', s.pending, 'pending'),
         countCell('ready', s.ready),
         countCell('delayed', s.delayed),
@@ -184,6 +187,9 @@ export const DASHBOARD_SCRIPT = String.raw`
         countCell('dead', s.dead),
         element('td', { class: 'num oldest' + (age != null && age > warnSeconds ? ' warn' : ''), text: age == null ? '–' : formatAge(age) }),
         element('td', { class: 'bars' }, [bar]),
+        element('td', { class: 'actions' }, [
+          element('button', { type: 'button', 'data-action': s.paused ? 'resume' : 'pause', 'data-kind': kind, title: s.paused ? 'Let every drainer claim ' + kind + ' again' : 'Stop every drainer from claiming ' + kind + ' (enqueueing still works)', text: s.paused ? 'Resume' : 'Pause' }),
+        ]),
       ]);
     });
     byId('kinds').tBodies[0].replaceChildren.apply(byId('kinds').tBodies[0], rows);
@@ -274,19 +280,61 @@ export const DASHBOARD_SCRIPT = String.raw`
     byId('dead-empty').hidden = rows.length > 0;
     byId('dead').parentNode.hidden = rows.length === 0;
     byId('dead-count').textContent = rows.length === 0 ? '' : '(' + (page.nextCursor ? 'newest ' + rows.length : rows.length) + ')';
+    byId('dead-bulk').hidden = rows.length === 0;
+  }
+
+  function formatWhen(iso) {
+    if (!iso) return '–';
+    var date = new Date(iso);
+    return date.toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  }
+
+  function renderSchedules(data) {
+    var rows = data.schedules.map(function (s) {
+      return element('tr', { 'data-schedule': s.name }, [
+        element('td', { text: s.name }),
+        element('td', {}, [element('code', { text: s.cron }), document.createTextNode(' ' + s.timezone)]),
+        element('td', { text: s.kind }),
+        element('td', { 'data-col': 'next', text: formatWhen(s.nextRunAt) }),
+        element('td', { 'data-col': 'last', text: formatWhen(s.lastRunAt) }),
+      ]);
+    });
+    byId('schedules').tBodies[0].replaceChildren.apply(byId('schedules').tBodies[0], rows);
+    byId('schedules-section').hidden = rows.length === 0;
   }
 
   // --- actions -----------------------------------------------------------------------------
+  // Each action: the request it makes, an optional confirmation, and what to say when it worked.
+  var ACTIONS = {
+    retry: { run: function (b) { return api('POST', '/jobs/' + b.dataset.id + '/retry'); }, done: function (b) { return 'Job #' + b.dataset.id + ' is pending again.'; } },
+    'delete': {
+      confirm: function (b) { return 'Delete dead job #' + b.dataset.id + '? This cannot be undone.'; },
+      run: function (b) { return api('DELETE', '/jobs/' + b.dataset.id); },
+      done: function (b) { return 'Job #' + b.dataset.id + ' was deleted.'; },
+    },
+    pause: { run: function (b) { return api('POST', '/kinds/' + encodeURIComponent(b.dataset.kind) + '/pause'); }, done: function (b) { return b.dataset.kind + ' is paused: no drainer claims it until it is resumed.'; } },
+    resume: { run: function (b) { return api('POST', '/kinds/' + encodeURIComponent(b.dataset.kind) + '/resume'); }, done: function (b) { return b.dataset.kind + ' is resumed.'; } },
+    'retry-all': {
+      confirm: function () { return 'Retry every dead job? They go back to pending with their attempts reset.'; },
+      run: function () { return api('POST', '/jobs/retry-dead'); },
+      done: function (b, result) { return result.retried + ' dead jobs are pending again' + (result.done ? '.' : '; more are left, click again.'); },
+    },
+    'delete-all': {
+      confirm: function () { return 'Delete every dead job? This cannot be undone.'; },
+      run: function () { return api('POST', '/jobs/delete-dead'); },
+      done: function (b, result) { return result.deleted + ' dead jobs were deleted' + (result.done ? '.' : '; more are left, click again.'); },
+    },
+  };
+
   async function act(button) {
-    var id = button.dataset.id;
-    var action = button.dataset.action;
-    if (action === 'delete' && !window.confirm('Delete dead job #' + id + '? This cannot be undone.')) return;
+    var action = ACTIONS[button.dataset.action];
+    if (!action) return;
+    if (action.confirm && !window.confirm(action.confirm(button))) return;
     var buttons = button.parentNode.querySelectorAll('button');
     buttons.forEach(function (b) { b.disabled = true; });
     try {
-      if (action === 'retry') await api('POST', '/jobs/' + id + '/retry');
-      else await api('DELETE', '/jobs/' + id);
-      showBanner(action === 'retry' ? 'Job #' + id + ' is pending again.' : 'Job #' + id + ' was deleted.', 'info');
+      var result = await action.run(button);
+      showBanner(action.done(button, result), 'info');
     } catch (failure) {
       // A refused action (409: someone else retried it first; 404: already deleted) is news, not
       // a broken connection: say it and keep saying it past the refresh that follows.
@@ -296,9 +344,11 @@ export const DASHBOARD_SCRIPT = String.raw`
     await refresh();
   }
 
-  byId('dead').addEventListener('click', function (event) {
-    var button = event.target.closest('button[data-action]');
-    if (button && !button.disabled) act(button);
+  ['dead', 'kinds', 'dead-bulk'].forEach(function (id) {
+    byId(id).addEventListener('click', function (event) {
+      var button = event.target.closest('button[data-action]');
+      if (button && !button.disabled) act(button);
+    });
   });
 
   byId('login').addEventListener('submit', function (event) {

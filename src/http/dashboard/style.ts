@@ -66,14 +66,18 @@ td.error { max-width: 420px; }
 td.error code { display: block; white-space: pre-wrap; word-break: break-word; font-size: 12px; max-height: 4.5em; overflow: hidden; }
 td.actions { white-space: nowrap; text-align: right; }
 td.actions button + button { margin-left: 6px; }
+.paused-badge { margin-left: 6px; padding: 1px 6px; border-radius: 8px; font-size: 11px; background: var(--line); color: var(--muted); }
+tr[data-paused="true"] td { opacity: 0.75; }
+.bulk button + button { margin-left: 8px; }
 .sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
 .stale main { opacity: 0.55; }
 @media (max-width: 640px) {
   body { padding: 0 10px 24px; }
-  /* pending is ready + delayed, and the oldest age is on its card: the rest fits a phone */
-  #kinds .pending, #kinds .oldest { display: none; }
+  /* pending is ready + delayed, the oldest age is on its card, the bars repeat the counts: the
+     rest, with the pause button, fits a phone */
+  #kinds .pending, #kinds .oldest, #kinds .bars { display: none; }
   #kinds th, #kinds td { padding: 7px 6px; }
-  th.bars, td.bars { width: auto; min-width: 56px; }
+  #kinds td.actions button { padding: 3px 6px; font-size: 12px; }
   .card .value { font-size: 20px; }
   #dead thead { display: none; }
   #dead, #dead tbody, #dead tr, #dead td { display: block; width: 100%; }

@@ -241,39 +241,45 @@ async function main() {
     await admin.query('DROP DATABASE bench_plan WITH (FORCE)');
   }
 
-  // What job_counts costs: the same drain with and without counting, alternating on one database
-  // so drift in the machine's speed falls on both alike.
-  let counting: { on: number[]; off: number[] } | undefined;
+  // What job_counts costs, and what priorities cost: the same drain two ways, alternating on one
+  // database so drift in the machine's speed falls on both alike.
+  const paired: { label: string; a: string; b: string; values: [number[], number[]] }[] = [];
   if (!only || only.includes('pgdrain')) {
-    const url = await freshDatabase('bench_counts');
-    const on = pgdrainSystem();
-    const off = pgdrainSystem({ recordCounts: false });
-    await on.install(url);
-    await off.install(url);
-    const countAdmin = new pg.Pool({ connectionString: url, max: 1 });
-    countAdmin.on('error', () => {});
     const n = plan.drainSizes.at(-1)!;
     const pairs = quick ? 1 : 6;
-    console.log(`\nthe cost of counting: drain ${n / 1000}k with job_counts on and off, ${pairs} alternating pairs`);
-    counting = { on: [], off: [] };
+    paired.push(await drainPairs('counts', `drain ${n / 1000}k with job_counts on and off`, pgdrainSystem(), pgdrainSystem({ recordCounts: false }), n, pairs));
+    paired.push(await drainPairs('priorities', `drain ${n / 1000}k, jobs at 21 priorities and all at priority 0`, pgdrainSystem({ priorities: true }), pgdrainSystem(), n, pairs));
+    record(`drain ${n / 1000}k, counts on`, 'pgdrain', 'jobs/s', paired[0]!.values[0], [], []);
+    record(`drain ${n / 1000}k, counts off`, 'pgdrain', 'jobs/s', paired[0]!.values[1], [], []);
+    record(`drain ${n / 1000}k, 21 priorities`, 'pgdrain', 'jobs/s', paired[1]!.values[0], [], []);
+    record(`drain ${n / 1000}k, one priority`, 'pgdrain', 'jobs/s', paired[1]!.values[1], [], []);
+  }
+
+  /** Drains of `n` by two variants in ABBA order on one fresh database, a VACUUM before each
+   * (otherwise whichever goes first in every pair gets the table with fewer dead tuples in it). */
+  async function drainPairs(label: string, title: string, a: BenchSystem, b: BenchSystem, n: number, pairs: number) {
+    const url = await freshDatabase(`bench_${label}`);
+    await a.install(url);
+    await b.install(url);
+    const pairAdmin = new pg.Pool({ connectionString: url, max: 1 });
+    pairAdmin.on('error', () => {});
+    console.log(`\nthe cost of ${label}: ${title}, ${pairs} alternating pairs`);
+    const values: [number[], number[]] = [[], []];
     for (let r = 0; r < pairs; r++) {
-      // ABBA order, and a VACUUM before each trial: otherwise whichever goes first in every pair
-      // gets the table with fewer dead tuples in it.
-      const pair = [[on, counting.on], [off, counting.off]] as const;
+      const pair = [[a, values[0]], [b, values[1]]] as const;
       for (const [system, into] of r % 2 === 0 ? pair : [...pair].reverse()) {
         await system.reset();
-        await maintain(countAdmin, 'VACUUM pgdrain.jobs');
-        const m = await measure(() => drainOnce(system, countAdmin, n, true));
+        await maintain(pairAdmin, 'VACUUM pgdrain.jobs');
+        const m = await measure(() => drainOnce(system, pairAdmin, n, true));
         into.push(m.value);
         console.log(`  ${system.name.padEnd(24)} pair ${r + 1}/${pairs}: ${fmt(m.value)} jobs/s  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`);
       }
     }
-    record(`drain ${n / 1000}k, counts on`, 'pgdrain', 'jobs/s', counting.on, [], []);
-    record(`drain ${n / 1000}k, counts off`, 'pgdrain', 'jobs/s', counting.off, [], []);
-    await countAdmin.end();
-    await on.close();
-    await off.close();
-    await admin.query('DROP DATABASE bench_counts WITH (FORCE)');
+    await pairAdmin.end();
+    await a.close();
+    await b.close();
+    await admin.query(`DROP DATABASE bench_${label} WITH (FORCE)`);
+    return { label, a: a.name, b: b.name, values };
   }
 
   let worker: Awaited<ReturnType<typeof benchWorkerDrainer>> | undefined;
@@ -288,10 +294,9 @@ async function main() {
   if (dir) await rm(dir, { recursive: true, force: true });
 
   printTable(systems.map((s) => s.name));
-  if (counting) {
-    const on = median(counting.on);
-    const off = median(counting.off);
-    console.log(`\ncounting settled jobs (job_counts): ${fmt(on)} jobs/s with, ${fmt(off)} without: ${(((off - on) / off) * 100).toFixed(1)}% of drain throughput (median of ${counting.on.length} alternating pairs)`);
+  for (const p of paired) {
+    const [a, b] = [median(p.values[0]), median(p.values[1])];
+    console.log(`\nthe cost of ${p.label}: ${p.a} ${fmt(a)} jobs/s, ${p.b} ${fmt(b)} jobs/s: ${(((b - a) / b) * 100).toFixed(1)}% of drain throughput (median of ${p.values[0].length} alternating pairs)`);
   }
   if (worker) {
     console.log(`\nWorker scheduled(): ${worker.map((w) => `${fmt(w.jobsPerSecond)} jobs/s, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);

@@ -70,8 +70,9 @@ const silent = pino({ level: 'silent' });
 const payloads = (n: number) => Array.from({ length: n }, (_, i) => ({ i }));
 
 // --- pgdrain: the sidecar's own drain path ------------------------------------------------------
-/** `recordCounts: false` drains without adding to job_counts: what counting costs. */
-export function pgdrainSystem(variant: { recordCounts?: boolean } = {}): BenchSystem {
+/** `recordCounts: false` drains without adding to job_counts: what counting costs. `priorities`
+ * enqueues the jobs with 21 different priorities (-10..10) instead of all at 0: what they cost. */
+export function pgdrainSystem(variant: { recordCounts?: boolean; priorities?: boolean } = {}): BenchSystem {
   let pool: pg.Pool;
   let db: Db;
   let drainPool: pg.Pool;
@@ -87,7 +88,7 @@ export function pgdrainSystem(variant: { recordCounts?: boolean } = {}): BenchSy
     pollIntervalMs: 1000, recordCounts: variant.recordCounts,
   };
   return {
-    name: variant.recordCounts === false ? 'pgdrain, counts off' : 'pgdrain',
+    name: variant.recordCounts === false ? 'pgdrain, counts off' : variant.priorities ? 'pgdrain, priorities' : 'pgdrain',
     version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version,
     table: 'pgdrain.jobs',
     async install(u) {
@@ -104,7 +105,7 @@ export function pgdrainSystem(variant: { recordCounts?: boolean } = {}): BenchSy
       await pool.query(`DELETE FROM pgdrain.jobs WHERE status <> 'dead'`);
     },
     async enqueue(n) {
-      await enqueueMany(db, payloads(n).map((payload) => ({ kind: 'bench', payload })));
+      await enqueueMany(db, payloads(n).map((payload, i) => ({ kind: 'bench', payload, priority: variant.priorities ? (i % 21) - 10 : undefined })));
     },
     async drain(counter) {
       onRun = (p) => counter.hit(p.i as number);

@@ -5,7 +5,7 @@
 // SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before
 // running anything.
-import { Placeholder, and, desc, lte, sql } from 'drizzle-orm';
+import { Placeholder, and, lte, sql } from 'drizzle-orm';
 import { jobs, pausedKinds } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 
@@ -92,7 +92,9 @@ function claimStatement(db: Db, filtered: boolean) {
         sql`${jobs.kind} <> ALL(ARRAY(SELECT paused.kind FROM ${pausedKinds} AS paused))`,
       ),
     )
-    .orderBy(desc(jobs.priority), jobs.runAt, jobs.id)
+    // Exactly the index's order: jobs_ready is (priority DESC NULLS LAST, run_at, id), and a bare
+    // DESC means NULLS FIRST, which the planner would meet with a sort of the whole backlog.
+    .orderBy(sql`${jobs.priority} DESC NULLS LAST`, jobs.runAt, jobs.id)
     .limit(sql.placeholder('limit'))
     .for('update', { skipLocked: true });
   // `id = ANY(ARRAY(subquery))` is `id IN (subquery)` with the subquery pinned as an InitPlan: it

@@ -88,8 +88,11 @@ function claimStatement(db: Db, filtered: boolean) {
         sql`${jobs.status} = 'pending'`,
         lte(jobs.runAt, sql`now()`),
         filtered ? sql`${jobs.kind} = ANY(${sql.placeholder('kinds')}::text[])` : undefined,
-        // An InitPlan, read once per claim: an empty table costs next to nothing.
-        sql`${jobs.kind} <> ALL(ARRAY(SELECT paused.kind FROM ${pausedKinds} AS paused))`,
+        // Paused kinds: an InitPlan, read once per claim. Wrapped in coalesce (which never changes
+        // the result: neither side can be NULL) because the planner estimates a bare
+        // `<> ALL(subquery array)` to match almost no row, and then prefers reading and sorting
+        // the whole backlog over walking jobs_ready in order: a drain three times slower.
+        sql`coalesce(${jobs.kind} <> ALL(ARRAY(SELECT paused.kind FROM ${pausedKinds} AS paused)), true)`,
       ),
     )
     // Exactly the index's order: jobs_ready is (priority DESC NULLS LAST, run_at, id), and a bare

@@ -120,6 +120,14 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const filtered = await explainClaim(h.db, { batchSize: 20, lockToken: 'explain:2', kinds: ['noop'] });
       expect(filtered).toContain('Index Scan using jobs_ready');
       expect(filtered).not.toMatch(/Sort/);
+      // And with a deep backlog, analyzed: still walked in order, never read whole and sorted.
+      await enqueueMany(h.db, Array.from({ length: 20_000 }, (_, i) => ({ kind: 'noop', payload: {}, priority: (i % 21) - 10 })));
+      await h.query('ANALYZE pgdrain.jobs');
+      for (const kinds of [undefined, ['noop']]) {
+        const deep = await explainClaim(h.db, { batchSize: 250, lockToken: 'explain:3', kinds });
+        expect(deep).toContain('Index Scan using jobs_ready');
+        expect(deep).not.toMatch(/Sort|Seq Scan on jobs/);
+      }
     });
 
     it('a failure pushes run_at into the future and counts the attempt; the last one makes the job dead', async () => {

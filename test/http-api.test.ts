@@ -1,4 +1,5 @@
 // The HTTP API route by route, through app.request() against a real PostgreSQL.
+import { serve } from '@hono/node-server';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createApp } from '../src/http/app.ts';
 import { createDefaultRegistry } from '../src/jobs/index.ts';
@@ -141,6 +142,41 @@ describe('POST /jobs', () => {
   it('refuses a body over the limit with 413', async () => {
     await expectError(await post('/jobs', { kind: 'noop', payload: 'x'.repeat(70 * 1024) }), 413, 'body_too_large', '65536');
     expect(await jobCount()).toBe(0);
+  });
+
+  it('a 413 closes its connection, so a keep-alive client\'s next request goes out on a fresh one and succeeds', async () => {
+    const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
+    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    try {
+      // Node's fetch keeps connections alive by default: the second request would reuse the first's.
+      const send = (payload: unknown) =>
+        fetch(`${url}/jobs`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'noop', payload }) });
+      for (let i = 0; i < 3; i++) {
+        const tooLarge = await send('x'.repeat(1_100_000));
+        expect(tooLarge.status).toBe(413);
+        expect(tooLarge.headers.get('connection')).toBe('close');
+        await tooLarge.text();
+        const next = await send({ after: i });
+        expect(next.status).toBe(201);
+      }
+      expect(await jobCount()).toBe(3);
+    } finally {
+      (server as unknown as { closeAllConnections(): void }).closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it.each([
+    ['a payload nested 5,000 levels deep', `{"kind":"noop","payload":${'['.repeat(5000)}${']'.repeat(5000)}}`, 'payload' + '[0]'.repeat(63) + ': nested deeper than 64 levels'],
+    ['a lone surrogate in a payload string', '{"kind":"noop","payload":{"name":"\\ud800"}}', 'payload.name: contains a lone UTF-16 surrogate'],
+    ['a lone surrogate in a key', '{"kind":"noop","payload":{"\\udfff":1}}', 'contains a lone UTF-16 surrogate'],
+    ['a runAt in year 0', JSON.stringify({ kind: 'noop', payload: {}, runAt: '0000-01-01T00:00:00Z' }), 'runAt: must be between 1970-01-01 and 9999-12-31'],
+  ])('refuses %s with 400 and stores nothing (PostgreSQL or validation would fail on it)', async (_, body, message) => {
+    await expectError(await post('/jobs', body), 400, 'invalid_request', message);
+    await expectError(await post('/jobs/batch', `{"jobs":[${body}]}`), 400, 'invalid_request');
+    expect(await jobCount()).toBe(0);
+    expect(errors).toEqual([]);
   });
 });
 
@@ -339,5 +375,19 @@ describe('auth, health and errors', () => {
 
   it('unknown routes get a JSON 404', async () => {
     await expectError(await get('/nope'), 404, 'not_found');
+  });
+
+  it('a known route with another method gets 405 and the methods it has; OPTIONS gets them with 204', async () => {
+    const put = await app.request('/jobs', { method: 'PUT', headers: auth });
+    await expectError(put, 405, 'method_not_allowed', 'PUT is not allowed on /jobs');
+    expect(put.headers.get('allow')).toBe('POST, GET, HEAD, OPTIONS');
+    const patch = await app.request('/jobs/12', { method: 'PATCH', headers: auth });
+    await expectError(patch, 405, 'method_not_allowed');
+    expect(patch.headers.get('allow')).toBe('GET, HEAD, DELETE, OPTIONS');
+    const batch = await app.request('/jobs/batch', { method: 'PUT', headers: auth });
+    expect([batch.status, batch.headers.get('allow')]).toEqual([405, 'POST, OPTIONS']);
+    const options = await app.request('/jobs', { method: 'OPTIONS', headers: auth });
+    expect([options.status, options.headers.get('allow')]).toEqual([204, 'POST, GET, HEAD, OPTIONS']);
+    expect(await jobCount()).toBe(0);
   });
 });

@@ -134,6 +134,21 @@ it('a trigger on an application table enqueues in the same transaction as the ro
   }
 });
 
+it('takes a priority (higher runs first), and refuses one outside -1000..1000', async () => {
+  const low = await sqlId(`SELECT pgdrain.enqueue('noop', '{"n":1}', priority => -5)::text AS id`);
+  const high = await sqlId(`SELECT pgdrain.enqueue('noop', '{"n":2}', priority => 7)::text AS id`);
+  const plain = await sqlId(`SELECT pgdrain.enqueue('noop', '{"n":3}')::text AS id`);
+  expect(await t.query('SELECT id::text, priority FROM pgdrain.jobs ORDER BY id')).toEqual([
+    { id: low, priority: -5 }, { id: high, priority: 7 }, { id: plain, priority: 0 },
+  ]);
+  const order: string[] = [];
+  const recorder = new JobRegistry([defineJob({ kind: 'noop', schema: z.unknown(), handler: (_, { job }) => void order.push(job.id) })]);
+  await drain(t.db, recorder, { workerId: 'sql-priority', batchSize: 1, concurrency: 1, prefetch: 0 });
+  expect(order).toEqual([high, plain, low]);
+  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', priority => 1001)`)).rejects.toThrow(/priority is 1001, it must be between -1000 and 1000/);
+  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+});
+
 it('refuses a bad kind, a NULL payload or max_attempts below 1 with a clear error, and stores nothing', async () => {
   await expect(t.query(`SELECT pgdrain.enqueue('no spaces allowed', '{}')`)).rejects.toThrow(/kind 'no spaces allowed' is not a job kind/);
   await expect(t.query(`SELECT pgdrain.enqueue(NULL, '{}')`)).rejects.toThrow(/kind NULL is not a job kind/);

@@ -48,6 +48,9 @@ export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 export const DASHBOARD_REFRESH_SECONDS = 5;
 export const MAX_BATCH = 1000;
 const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
+// PostgreSQL's timestamptz has no year 0 ("0000-01-01" is refused): runAt stays in a sane range.
+const EARLIEST_RUN_AT = Date.UTC(1970, 0, 1);
+const LATEST_RUN_AT = Date.UTC(10000, 0, 1);
 
 type Env = { Variables: { api: ApiRuntime; /** Where the app is mounted: '' or e.g. '/queue'. */ basePath: string } };
 
@@ -65,7 +68,10 @@ const jobInput = z
   .strictObject({
     kind: z.string().min(1).max(100),
     payload: z.json(),
-    runAt: z.iso.datetime({ offset: true }).optional(),
+    runAt: z.iso
+      .datetime({ offset: true })
+      .refine((t) => Date.parse(t) >= EARLIEST_RUN_AT && Date.parse(t) < LATEST_RUN_AT, 'must be between 1970-01-01 and 9999-12-31')
+      .optional(),
     delaySeconds: z.number().min(0).max(MAX_DELAY_SECONDS).optional(),
     maxAttempts: z.int().min(1).max(100).optional(),
     key: z.string().min(1).max(500).optional(),
@@ -273,12 +279,36 @@ export function createApp(config: ApiConfig): Hono<Env> {
     });
   });
 
+  // A known path with another method: 405 with the methods it has (OPTIONS: 204 and the same
+  // Allow header), not a 404 that would say the path does not exist.
+  const methodsByPath = new Map<string, Set<string>>();
+  for (const route of app.routes) {
+    if (route.method === 'ALL') continue;
+    const methods = methodsByPath.get(route.path) ?? new Set<string>();
+    methods.add(route.method);
+    if (route.method === 'GET') methods.add('HEAD');
+    methodsByPath.set(route.path, methods);
+  }
+  for (const [path, methods] of methodsByPath) {
+    const allow = [...methods, 'OPTIONS'].join(', ');
+    app.all(path, (c) => {
+      if (c.req.method === 'OPTIONS') return c.body(null, 204, { Allow: allow });
+      c.header('Allow', allow);
+      throw new ApiError(405, 'method_not_allowed', `${c.req.method} is not allowed on ${c.req.path}; use ${allow}`);
+    });
+  }
+
   app.notFound(() => {
     throw new ApiError(404, 'not_found', 'no such route; see the README for the API');
   });
 
   app.onError((error, c) => {
-    if (error instanceof ApiError) return c.json({ error: { code: error.code, message: error.message } }, error.status);
+    if (error instanceof ApiError) {
+      // The rest of an oversized body was never read: a keep-alive client's next request on this
+      // connection would be read from the middle of it. Say the connection ends here.
+      const headers: Record<string, string> = error.status === 413 ? { Connection: 'close' } : {};
+      return c.json({ error: { code: error.code, message: error.message } }, error.status, headers);
+    }
     const api = c.get('api');
     api?.onError?.(error, `${c.req.method} ${c.req.routePath}`);
     if (isDatabaseUnavailable(error)) {
@@ -310,11 +340,15 @@ async function readJson(c: Context): Promise<unknown> {
     throw new ApiError(415, 'unsupported_media_type', 'send the body as JSON with `Content-Type: application/json`');
   }
   const text = await c.req.text();
+  let body: unknown;
   try {
-    return JSON.parse(text);
+    body = JSON.parse(text);
   } catch (error) {
     throw new ApiError(400, 'malformed_json', `the body is not valid JSON: ${error instanceof Error ? error.message : 'parse error'}`);
   }
+  const problem = findUnstorable(body);
+  if (problem) throw new ApiError(400, 'invalid_request', problem);
+  return body;
 }
 
 /** A JSON body, or {} when there is none at all. */
@@ -339,8 +373,6 @@ function formatPath(path: readonly PropertyKey[]): string {
 }
 
 function prepare(registry: JobRegistry, input: JobInput, prefix: string) {
-  const nul = findNul(input.payload, 'payload') ?? (input.key?.includes('\u0000') ? 'key' : null);
-  if (nul) throw new ApiError(400, 'invalid_request', `${prefix}${nul}: contains the NUL character (\\u0000), which PostgreSQL cannot store`);
   const runAt = input.runAt !== undefined ? new Date(input.runAt) : input.delaySeconds !== undefined ? new Date(Date.now() + input.delaySeconds * 1000) : undefined;
   try {
     return registry.prepare({ kind: input.kind, payload: input.payload, runAt, maxAttempts: input.maxAttempts, dedupeKey: input.key, priority: input.priority });
@@ -350,19 +382,43 @@ function prepare(registry: JobRegistry, input: JobInput, prefix: string) {
   }
 }
 
-/** The path of the first string (or object key) holding U+0000, which jsonb and text refuse. */
-function findNul(value: unknown, path: string): string | null {
-  if (typeof value === 'string') return value.includes('\u0000') ? path : null;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const found = findNul(value[i], `${path}[${i}]`);
-      if (found) return found;
-    }
-  } else if (value && typeof value === 'object') {
-    for (const [k, v] of Object.entries(value)) {
-      if (k.includes('\u0000')) return path;
-      const found = findNul(v, `${path}.${k}`);
-      if (found) return found;
+/** Deeper JSON is refused: validation walks it recursively, and no job payload needs more. */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * The first thing in a parsed body that PostgreSQL cannot store or that validation must not
+ * walk: a string or key holding U+0000 (jsonb and text refuse it), a lone UTF-16 surrogate (not
+ * Unicode; jsonb refuses it), or nesting past MAX_JSON_DEPTH. Iterative, so any depth is safe.
+ */
+function findUnstorable(root: unknown): string | null {
+  const stack: [value: unknown, path: string, depth: number][] = [[root, '', 0]];
+  const where = (path: string) => path || '(body)';
+  const badString = (text: string, path: string) =>
+    text.includes('\u0000')
+      ? `${where(path)}: contains the NUL character (\\u0000), which PostgreSQL cannot store`
+      : !text.isWellFormed()
+        ? `${where(path)}: contains a lone UTF-16 surrogate (such as \\ud800), which is not valid Unicode and PostgreSQL cannot store`
+        : null;
+  while (stack.length > 0) {
+    const [value, path, depth] = stack.pop()!;
+    if (typeof value === 'string') {
+      const problem = badString(value, path);
+      if (problem) return problem;
+    } else if (value !== null && typeof value === 'object') {
+      if (depth >= MAX_JSON_DEPTH) return `${where(path)}: nested deeper than ${MAX_JSON_DEPTH} levels`;
+      // Pushed in reverse so that the first problem in document order is the one reported.
+      if (Array.isArray(value)) {
+        for (let i = value.length - 1; i >= 0; i--) stack.push([value[i], `${path}[${i}]`, depth + 1]);
+      } else {
+        const entries = Object.entries(value);
+        for (let i = entries.length - 1; i >= 0; i--) {
+          const [key, child] = entries[i]!;
+          const childPath = path ? `${path}.${key}` : key;
+          const problem = badString(key, childPath);
+          if (problem) return problem;
+          stack.push([child, childPath, depth + 1]);
+        }
+      }
     }
   }
   return null;

@@ -143,7 +143,12 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
     start(what: string, error: unknown) {
       if (this.open.has(what)) return void this.open.set(what, (this.open.get(what) ?? 0) + 1);
       this.open.set(what, 1);
-      log.error({ err: describe(error) }, `${what}: database error; retrying quietly until it recovers`);
+      // The server shutting down or restarting (57P01-57P03: an administrator's command, a crash
+      // recovery, a start-up) is expected in operation, and at our own shutdown when Ctrl-C reaches
+      // the embedded server first: a warning, not an error.
+      const code = (error as { code?: unknown } | null)?.code;
+      const level = typeof code === 'string' && /^57P0[123]$/.test(code) ? 'warn' : 'error';
+      log[level]({ err: describe(error) }, `${what}: database error; retrying quietly until it recovers`);
     },
     end(what: string) {
       const count = this.open.get(what);

@@ -35,6 +35,17 @@ it('enqueues, reads, refuses bad input, and drains a noop job on the cron', asyn
   expect(bad.status).toBe(422);
   const batch = await SELF.fetch('http://worker/jobs/batch', { method: 'POST', headers: auth, body: '{"jobs": [' });
   expect(batch.status).toBe(400);
+  // The inputs that once gave 500s, a body over the limit, and a known route with another method.
+  for (const body of [`{"kind":"noop","payload":${'['.repeat(5000)}${']'.repeat(5000)}}`, '{"kind":"noop","payload":"\\ud800"}', '{"kind":"noop","payload":{},"runAt":"0000-01-01T00:00:00Z"}']) {
+    const refused = await SELF.fetch('http://worker/jobs', { method: 'POST', headers: auth, body });
+    expect(refused.status).toBe(400);
+    expect((await refused.json()).error.code).toBe('invalid_request');
+  }
+  const tooLarge = await SELF.fetch('http://worker/jobs', { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'noop', payload: 'x'.repeat(1_100_000) }) });
+  expect(tooLarge.status).toBe(413);
+  expect((await tooLarge.json()).error.code).toBe('body_too_large');
+  const put = await SELF.fetch('http://worker/jobs', { method: 'PUT', headers: auth });
+  expect([put.status, put.headers.get('allow')]).toEqual([405, 'POST, GET, HEAD, OPTIONS']);
   expect(await h.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 1 }]);
 
   const ctx = createExecutionContext();

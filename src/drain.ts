@@ -19,9 +19,15 @@
 // claim that comes back short marks its kinds drained for this call; the drain ends when every
 // group is drained.
 //
+// Leases: every `visibility / 3` one statement extends the locks of all the jobs this drain holds
+// (claimed, waiting or running), fenced by their lock tokens. A job missing from the answer was
+// reaped and claimed elsewhere: its handler is aborted (its settlement would be refused anyway).
+// A job whose lease could not be renewed for its whole visibility timeout (the database out of
+// reach) is given up the same way: the reaper may already have handed it to someone else.
+//
 // No transaction is ever held open across a handler. A process that dies anywhere in here leaves
 // its jobs `running` with a lock the reaper will expire: never lost.
-import { type ClaimedJob, type Db, type Failure, claim, complete, failMany, release } from './queries/index.ts';
+import { type ClaimedJob, type Db, type Failure, claim, complete, failMany, release, renewLeases } from './queries/index.ts';
 import { DEFAULT_TIMEOUT_MS, type JobRegistry, PermanentJobError, RetryLaterError, describeIssues } from './jobs/registry.ts';
 
 export interface DrainOptions {
@@ -50,6 +56,17 @@ export interface DrainOptions {
   recordCounts?: boolean;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
+  /** The reaper's visibility timeout (a job's own visibility_seconds wins): leases are renewed
+   * every third of it. Default DEFAULT_VISIBILITY_SECONDS. */
+  visibilitySeconds?: number;
+}
+
+/** A running job's lock expires after this unless its drainer renews it (every third of it). */
+export const DEFAULT_VISIBILITY_SECONDS = 30;
+
+/** The handler's job was reaped (and maybe claimed elsewhere), or its lease could not be renewed. */
+export class LeaseLostError extends Error {
+  override name = 'LeaseLostError';
 }
 
 export interface DrainReport {
@@ -103,6 +120,46 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     if (n !== undefined) held.set(kind, n + delta);
   };
 
+  // Every job this drain holds, from its claim until it is settled or released.
+  interface Lease { job: ClaimedJob; renewedAt: number; visibilityMs: number; lose?: (error: LeaseLostError) => void }
+  const leases = new Map<string, Lease>();
+  const visibilityMs = (options.visibilitySeconds ?? DEFAULT_VISIBILITY_SECONDS) * 1000;
+  const loseLease = (lease: Lease, why: string) => {
+    leases.delete(lease.job.id);
+    const waitingAt = waiting.indexOf(lease.job);
+    if (waitingAt >= 0) {
+      // Never started: drop it; whoever holds it now runs it.
+      waiting.splice(waitingAt, 1);
+      hold(lease.job.kind, -1);
+      report.lost++;
+    }
+    lease.lose?.(new LeaseLostError(`job ${lease.job.id}: ${why}`));
+  };
+  let renewing = false;
+  const renewTick = (): void => {
+    const now = Date.now();
+    for (const lease of leases.values()) {
+      if (now - lease.renewedAt >= lease.visibilityMs) loseLease(lease, `its lease could not be renewed for ${lease.visibilityMs / 1000} s; the reaper may have handed it on`);
+    }
+    if (renewing || leases.size === 0) return;
+    renewing = true;
+    const sent = [...leases.values()];
+    renewLeases(db, sent.map((l) => l.job))
+      .then((ids) => {
+        const renewed = new Set(ids);
+        for (const lease of sent) {
+          if (leases.get(lease.job.id) !== lease) continue; // settled meanwhile
+          if (renewed.has(lease.job.id)) lease.renewedAt = now;
+          else loseLease(lease, 'its lease was lost: the job was reaped and may be running elsewhere');
+        }
+      })
+      .catch(() => {}) // out of reach: the expiry above decides
+      .finally(() => {
+        renewing = false;
+      });
+  };
+  const renewTimer = setInterval(renewTick, Math.max(100, Math.floor(visibilityMs / 3)));
+
   const waiting: ClaimedJob[] = [];
   const running = new Set<Promise<void>>();
   const settling = new Set<Promise<void>>();
@@ -142,6 +199,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
   );
 
   const settleFailure = (job: ClaimedJob, error: unknown): void => {
+    leases.delete(job.id);
     failures.add({
       id: job.id,
       lockedBy: job.lockedBy,
@@ -153,8 +211,14 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
   };
 
   const start = (job: ClaimedJob): void => {
-    const task = runHandler(registry, job, handlerDeadline).then(
-      () => completions.add(job),
+    const lease = leases.get(job.id);
+    const task = runHandler(registry, job, handlerDeadline, (lose) => {
+      if (lease) lease.lose = lose;
+    }).then(
+      () => {
+        leases.delete(job.id);
+        completions.add(job);
+      },
       (error: unknown) => settleFailure(job, error),
     );
     const tracked = task.finally(() => {
@@ -200,6 +264,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     if (next) {
       const { group, size } = next;
       const lockToken = `${options.workerId}:${++claimSequence}`;
+      const claimSentAt = Date.now(); // the lock's time is the claim's, at the latest
       claimsInFlight++;
       group.inFlight += size;
       // One group of every kind and no caps: no filter beyond the caller's own (as ever).
@@ -207,7 +272,10 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
       claim(db, { batchSize: size, lockToken, kinds: claimKinds })
         .then((jobs) => {
           report.claimed += jobs.length;
-          for (const job of jobs) hold(job.kind, 1);
+          for (const job of jobs) {
+            hold(job.kind, 1);
+            leases.set(job.id, { job, renewedAt: claimSentAt, visibilityMs: job.visibilitySeconds ? job.visibilitySeconds * 1000 : visibilityMs });
+          }
           waiting.push(...jobs);
           if (jobs.length < size) {
             group.drained = true;
@@ -227,7 +295,10 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
 
     if (stopping && waiting.length > 0) {
       const unstarted = waiting.splice(0);
-      for (const job of unstarted) hold(job.kind, -1);
+      for (const job of unstarted) {
+        hold(job.kind, -1);
+        leases.delete(job.id);
+      }
       settle(
         release(db, unstarted).then((ids) => {
           report.released += ids.length;
@@ -252,6 +323,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     options.signal?.removeEventListener('abort', onAbort);
   }
 
+  clearInterval(renewTimer);
   completions.flush();
   failures.flush();
   while (settling.size > 0) {
@@ -304,6 +376,8 @@ async function runHandler(
   registry: JobRegistry,
   job: ClaimedJob,
   deadline: number,
+  /** Receives the function that gives the job up when its lease is lost. */
+  onLose: (lose: (error: LeaseLostError) => void) => void,
 ): Promise<void> {
   const definition = registry.get(job.kind);
   if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
@@ -317,6 +391,10 @@ async function runHandler(
   const controller = new AbortController();
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timedOut = new Promise<never>((_, reject) => {
+    onLose((error) => {
+      controller.abort(error);
+      reject(error);
+    });
     timer = setTimeout(() => {
       const error = new Error(
         clippedByBudget

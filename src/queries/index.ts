@@ -7,6 +7,7 @@ export { claim, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } f
 export { complete, type HeldJob, type SettleOptions } from './complete.ts';
 export { fail, failMany, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
 export { release } from './release.ts';
+export { renewLeases } from './renew.ts';
 export { reap, type ReapResult } from './reap.ts';
 export { countsByMinute, countTotals, rollUpCounts, COUNTS_RETENTION_HOURS, type MinuteCounts, type KindTotals } from './counts.ts';
 export {

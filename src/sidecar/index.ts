@@ -25,6 +25,10 @@ import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../
 import { type Db, NOTIFY_CHANNEL, reap, rollUpCounts } from '../queries/index.ts';
 import { DEFAULT_BATCH_SIZE, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CONCURRENCY, Drainer, createDrainPool } from './drainer.ts';
 import { NotificationListener } from './listener.ts';
+import { DEFAULT_VISIBILITY_SECONDS } from '../drain.ts';
+
+/** How often the sidecar returns expired locks. */
+export const DEFAULT_REAP_INTERVAL_MS = 15_000;
 import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 
 export interface SidecarOptions {
@@ -61,9 +65,11 @@ export interface SidecarOptions {
   kinds?: readonly string[];
   /** Default 1000 ms. */
   pollIntervalMs?: number;
-  /** Default 60 s. */
+  /** Default 15 s: with the 30 s visibility timeout, a crashed drainer's jobs are claimable again
+   * within about 45 s. */
   reapIntervalMs?: number;
-  /** Default 300 s; a job's own visibility_seconds wins. */
+  /** Default 30 s; a job's own visibility_seconds wins. Running jobs' leases are renewed every
+   * third of it, so it need not exceed the slowest job. */
   visibilityTimeoutSeconds?: number;
   /** Default 10 s. */
   shutdownGraceMs?: number;
@@ -98,8 +104,8 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
   const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
   const concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;
   const pollIntervalMs = options.pollIntervalMs ?? 1000;
-  const reapIntervalMs = options.reapIntervalMs ?? 60_000;
-  const visibility = options.visibilityTimeoutSeconds ?? 300;
+  const reapIntervalMs = options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS;
+  const visibility = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS;
   const graceMs = options.shutdownGraceMs ?? 10_000;
   const workerId = `sidecar-${os.hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
 
@@ -176,6 +182,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
     claimsInFlight: DEFAULT_CLAIMS_IN_FLIGHT,
     kinds: options.kinds,
     pollIntervalMs,
+    visibilitySeconds: visibility,
     recordCounts: options.recordCounts,
     onSettleError: (error) => incidents.start('settle', error),
     onError: (error) => incidents.start('drain', error),

@@ -9,7 +9,7 @@
 import { Pool, neonConfig } from '@neondatabase/serverless';
 import { drizzle } from 'drizzle-orm/neon-serverless';
 import type { Context } from 'hono';
-import { drain, type DrainReport } from '../drain.ts';
+import { DEFAULT_VISIBILITY_SECONDS, drain, type DrainReport } from '../drain.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { safeErrorMessage } from '../db/url.ts';
@@ -106,7 +106,8 @@ export function createWorker(options: WorkerOptions = {}) {
     const concurrency = Math.min(MAX_CONCURRENCY, positive(env.CONCURRENCY, MAX_CONCURRENCY));
     const { db, end } = openDatabase(env);
     try {
-      const reaped = await reap(db, positive(env.VISIBILITY_TIMEOUT_SECONDS, 300));
+      const visibilitySeconds = positive(env.VISIBILITY_TIMEOUT_SECONDS, DEFAULT_VISIBILITY_SECONDS);
+      const reaped = await reap(db, visibilitySeconds);
       await rollUpCounts(db);
       const scheduled = schedules.length > 0 ? await evaluateSchedules(db, registryFor(env), schedules) : [];
       const report = await drain(db, registryFor(env), {
@@ -117,6 +118,7 @@ export function createWorker(options: WorkerOptions = {}) {
         // still unstarted at the deadline is released with its attempt refunded.
         prefetch: batchSize,
         budgetMs: budgetMs - (Date.now() - started),
+        visibilitySeconds,
         recordCounts: env.RECORD_COUNTS !== 'false',
       });
       return {

@@ -10,8 +10,14 @@ import { noopJob } from '../../src/jobs/noop.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
 import {
   type Db, claim, complete, countTotals, countsByMinute, enqueue, enqueueMany, explainClaim, fail, failMany,
-  MAX_ERROR_LENGTH, pauseKind, release, reap, resumeKind, rollUpCounts, stats,
+  MAX_ERROR_LENGTH, pauseKind, release, reap, renewLeases, resumeKind, rollUpCounts, stats,
 } from '../../src/queries/index.ts';
+
+/** Polls until `probe` returns `expected` (5 s at most). */
+async function until<T>(probe: () => Promise<T>, expected: T): Promise<void> {
+  for (const deadline = Date.now() + 5_000; Date.now() < deadline; await sleep(20)) if ((await probe()) === expected) return;
+  throw new Error(`timed out waiting for ${String(expected)}`);
+}
 
 export interface Listener {
   /** Payloads received on the channel so far. */
@@ -379,6 +385,65 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(finished.lastIndexOf('fast')).toBeLessThan(finished.lastIndexOf('slow'));
       expect(finished.filter((k) => k === 'fast')).toHaveLength(200);
       expect(await count()).toBe(0);
+    });
+
+    it('renewLeases extends only the leases still held under their lock tokens', async () => {
+      await enqueueMany(h.db, Array.from({ length: 3 }, (_, i) => ({ kind: 'k', payload: { i } })));
+      const claimed = await claim(h.db, { batchSize: 3, lockToken: 'w:1' });
+      await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 minute'`);
+      // The third was reaped and claimed by another worker meanwhile.
+      await h.query(`UPDATE pgdrain.jobs SET locked_by = 'other:1' WHERE id = $1`, [claimed[2]!.id]);
+      const renewed = await renewLeases(h.db, claimed);
+      expect(renewed.sort()).toEqual([claimed[0]!.id, claimed[1]!.id].sort());
+      expect(await count(`locked_at > now() - interval '5 seconds'`)).toBe(2);
+      expect(await count(`locked_by = 'other:1' AND locked_at < now() - interval '50 seconds'`)).toBe(1);
+      expect(await renewLeases(h.db, [])).toEqual([]);
+    });
+
+    it('a handler slower than the visibility timeout is never reaped while its drainer renews the lease', async () => {
+      let runs = 0;
+      const registry = new JobRegistry([
+        defineJob({ kind: 'slow', schema: z.unknown(), timeoutMs: 10_000, handler: async () => { runs++; await sleep(2_500); } }),
+      ]);
+      await enqueue(h.db, { kind: 'slow', payload: {} });
+      // Another process reaps with the same 1 s timeout every 200 ms the whole time.
+      const reaper = await h.connect();
+      let reaped = 0;
+      let reaping = true;
+      const reaping$ = (async () => {
+        while (reaping) {
+          reaped += (await reap(reaper, 1)).reclaimed.length;
+          await sleep(200);
+        }
+      })();
+      const report = await drain(h.db, registry, { workerId: 'lease', visibilitySeconds: 1 });
+      reaping = false;
+      await reaping$;
+      expect(report).toMatchObject({ claimed: 1, completed: 1, lost: 0 });
+      expect(reaped).toBe(0);
+      expect(runs).toBe(1);
+      expect(await count()).toBe(0);
+    });
+
+    it('a job reaped and claimed elsewhere: its handler is aborted at the next renewal and its settlement refused', async () => {
+      let abortedWith: unknown;
+      const registry = new JobRegistry([
+        defineJob({
+          kind: 'waits', schema: z.unknown(), timeoutMs: 10_000,
+          handler: (_, { signal }) => new Promise<void>((resolve) => signal.addEventListener('abort', () => {
+            abortedWith = signal.reason;
+            resolve();
+          })),
+        }),
+      ]);
+      const { id } = await enqueue(h.db, { kind: 'waits', payload: {} });
+      const drained = drain(h.db, registry, { workerId: 'lease-lost', visibilitySeconds: 1 });
+      await until(() => count(`status = 'running'`), 1);
+      await h.query(`UPDATE pgdrain.jobs SET locked_by = 'someone-else:1', locked_at = now() WHERE id = $1`, [id]);
+      const report = await drained;
+      expect(String(abortedWith)).toMatch(/LeaseLostError: job \d+: its lease was lost/);
+      expect(report).toMatchObject({ claimed: 1, completed: 0, lost: 1 });
+      expect(await h.query(`SELECT status, locked_by FROM pgdrain.jobs`)).toEqual([{ status: 'running', locked_by: 'someone-else:1' }]);
     });
 
     it('release puts claimed but unstarted jobs back in line with their attempt refunded', async () => {

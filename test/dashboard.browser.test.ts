@@ -24,6 +24,8 @@ const haveChromium = existsSync(CHROMIUM);
 const required = process.env.PGDRAIN_BROWSER_TESTS === 'required';
 const ARTIFACTS = path.resolve('.tmp/artifacts');
 const TOKEN = 'dashboard-test-token-5d1c9e';
+const READ_TOKEN = 'dashboard-read-token-0a1b2c';
+const ENQUEUE_TOKEN = 'dashboard-enqueue-token-3d4e';
 
 if (!haveChromium && !required) {
   console.warn(`dashboard.browser.test.ts skipped: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
@@ -38,7 +40,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     if (!haveChromium) throw new Error(`PGDRAIN_BROWSER_TESTS=required but there is no Chromium at ${CHROMIUM}`);
     await mkdir(ARTIFACTS, { recursive: true });
     t = await createTestDatabase();
-    sidecar = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, POLL_INTERVAL_MS: '200' });
+    sidecar = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, API_TOKENS: `read:${READ_TOKEN},enqueue:${ENQUEUE_TOKEN}`, POLL_INTERVAL_MS: '200' });
     // Running as root in CI: Chromium's sandbox needs user namespaces it may not have there.
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
   });
@@ -253,6 +255,29 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     await expect.poll(() => page.locator('#banner').textContent()).toBe('12 dead jobs are pending again.');
     await page.locator('#dead-bulk').waitFor({ state: 'hidden' });
     expect(consoleErrors).toEqual([]);
+    await context.close();
+  }, 60_000);
+
+  it('with a read token the page shows the queue and every action is disabled, saying why; an enqueue token cannot open it', async () => {
+    await t.query(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error) VALUES ('report', '{}', 'dead', 3, 3, 'boom')`);
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(sidecar.url);
+    await page.fill('#token', READ_TOKEN);
+    await page.click('#login button[type=submit]');
+    await page.locator('#view').waitFor({ state: 'visible' });
+    await page.locator('#readonly-note').waitFor({ state: 'visible' });
+    await page.locator('#dead tbody tr').first().waitFor();
+    const buttons = page.locator('button[data-action]');
+    expect(await buttons.count()).toBeGreaterThan(2);
+    expect(await buttons.evaluateAll((all) => all.every((b) => (b as HTMLButtonElement).disabled))).toBe(true);
+    expect(await page.locator('#dead button[data-action="retry"]').first().getAttribute('title')).toContain('can only read');
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'dead' AND kind = 'report'`)).toEqual([{ n: await page.locator('#dead tr[data-job]').count() }]);
+
+    await page.click('#forget');
+    await page.fill('#token', ENQUEUE_TOKEN);
+    await page.click('#login button[type=submit]');
+    await expect.poll(() => page.locator('#login-message').textContent()).toContain("this token's scope is enqueue");
     await context.close();
   }, 60_000);
 

@@ -1,7 +1,8 @@
 // The HTTP API route by route, through app.request() against a real PostgreSQL.
 import { serve } from '@hono/node-server';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createApp } from '../src/http/app.ts';
+import { createApp, parseScopedTokens, TOKEN_SCOPES } from '../src/http/app.ts';
+import { OPEN_ROUTES, SCOPED_ROUTES, allows, requestFor } from './support/scope-matrix.ts';
 import { createDefaultRegistry } from '../src/jobs/index.ts';
 import { claim } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
@@ -329,6 +330,47 @@ describe('pausing kinds and bulk actions on dead jobs', () => {
     // Nothing dead is left to act on; no body means every kind.
     expect(await (await app.request('/jobs/retry-dead', { method: 'POST', headers: auth })).json()).toEqual({ retried: 0, done: true });
     await expectError(await post('/jobs/delete-dead', { kind: 'noop', extra: 1 }), 400, 'invalid_request', 'extra');
+  });
+});
+
+describe('scoped tokens', () => {
+  const tokens = { enqueue: 'enqueue-token-0123456789', read: 'read-token-0123456789ab', admin: 'admin-token-0123456789a' } as const;
+  const scoped = createApp({
+    withDb: (fn) => fn(t.db),
+    registry: createDefaultRegistry({}),
+    apiToken: TOKEN,
+    scopedTokens: parseScopedTokens(`enqueue:${tokens.enqueue}, read:${tokens.read},admin:${tokens.admin}`),
+  });
+
+  it('every protected route is in the scope matrix', () => {
+    const registered = new Set(scoped.routes.filter((r) => r.method !== 'ALL').map((r) => `${r.method} ${r.path}`));
+    const covered = new Set(SCOPED_ROUTES.map((r) => `${r.method} ${r.pattern}`));
+    expect([...registered].filter((r) => !covered.has(r) && !OPEN_ROUTES.includes(r.split(' ')[1]!)).sort()).toEqual([]);
+  });
+
+  for (const scope of TOKEN_SCOPES) {
+    it(`${scope === 'read' ? 'a' : 'an'} ${scope} token may use exactly its routes: the others answer 403 in the error shape and change nothing`, async () => {
+      for (const route of SCOPED_ROUTES) {
+        const before = await jobCount();
+        const res = await scoped.request(route.path, requestFor(route, tokens[scope]));
+        if (allows(scope, route.needs)) {
+          expect([route.path, res.status], `${route.method} ${route.path}`).not.toEqual([route.path, 403]);
+          expect(res.status, `${route.method} ${route.path}`).toBeLessThan(500);
+          if (res.status < 300 && route.path !== '/metrics') expect(res.headers.get('x-pgdrain-scope')).toBe(scope);
+        } else {
+          await expectError(res, 403, 'forbidden', `this token's scope is ${scope}`);
+          expect(await jobCount(), `${route.method} ${route.path}`).toBe(before);
+        }
+      }
+    });
+  }
+
+  it('the full API token is admin; a wrong token is 401; API_TOKENS entries are checked', async () => {
+    expect((await scoped.request('/jobs/retry-dead', requestFor(SCOPED_ROUTES[6]!, TOKEN))).status).toBe(200);
+    await expectError(await scoped.request('/stats', { headers: { authorization: 'Bearer read-token-0123456789aX' } }), 401, 'unauthorized');
+    expect(() => parseScopedTokens('reader:abcdefghijklmnopq')).toThrow(/API_TOKENS entry 1: write scope:token/);
+    expect(() => parseScopedTokens('read:abcdefghijklmnopq, admin:short')).toThrow(/API_TOKENS entry 2: the token is shorter than 16 characters/);
+    expect(() => parseScopedTokens('read:abcdefghijklmnopq, admin:short')).not.toThrow(/short$/);
   });
 });
 

@@ -1,7 +1,7 @@
 // The HTTP API: one Hono app, runtime-neutral, served by the Worker and by the sidecar. It gets
 // its database (per request, for the Worker's per-invocation Pool), registry and token from the
 // shell that serves it, and imports nothing Node-only or Workers-only.
-import { type Context, Hono } from 'hono';
+import { type Context, Hono, type MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { secureHeaders } from 'hono/secure-headers';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
@@ -32,6 +32,11 @@ export interface ApiRuntime {
   apiToken: string | undefined;
   /** A second token that can read /metrics only (the API token can too). */
   metricsToken?: string | undefined;
+  /** More tokens, each limited to a scope (API_TOKENS): `enqueue` may only enqueue, `read` may
+   * only read (GET routes and /metrics), `admin` may do everything, like apiToken. */
+  scopedTokens?: readonly ScopedToken[];
+  /** Set when the shell found its token settings unusable: every protected route answers 503 with it. */
+  misconfigured?: string;
   /** The dashboard's warning threshold for the oldest ready job. Default 60 s. */
   oldestReadyWarnSeconds?: number;
   /** False when the drainer does not count settled jobs: the dashboard says why its chart is empty. */
@@ -52,7 +57,51 @@ const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
 const EARLIEST_RUN_AT = Date.UTC(1970, 0, 1);
 const LATEST_RUN_AT = Date.UTC(10000, 0, 1);
 
-type Env = { Variables: { api: ApiRuntime; /** Where the app is mounted: '' or e.g. '/queue'. */ basePath: string } };
+type Env = {
+  Variables: {
+    api: ApiRuntime;
+    /** Where the app is mounted: '' or e.g. '/queue'. */
+    basePath: string;
+    /** What the request's token may do. */
+    scope: TokenScope;
+  };
+};
+
+export const TOKEN_SCOPES = ['enqueue', 'read', 'admin'] as const;
+export type TokenScope = (typeof TOKEN_SCOPES)[number];
+export interface ScopedToken {
+  scope: TokenScope;
+  token: string;
+}
+
+/**
+ * API_TOKENS: comma-separated `scope:token` pairs, e.g. `enqueue:…, read:…`. Throws a message
+ * that names the bad entry by position (never the token itself).
+ */
+export function parseScopedTokens(value: string | undefined): ScopedToken[] {
+  if (!value || value.trim() === '') return [];
+  return value.split(',').map((entry, i) => {
+    const match = /^\s*(\w+):(\S+)\s*$/.exec(entry);
+    if (!match || !(TOKEN_SCOPES as readonly string[]).includes(match[1]!)) {
+      throw new Error(`API_TOKENS entry ${i + 1}: write scope:token with a scope of ${TOKEN_SCOPES.join(', ')}`);
+    }
+    if (match[2]!.length < 16) throw new Error(`API_TOKENS entry ${i + 1}: the token is shorter than 16 characters`);
+    return { scope: match[1] as TokenScope, token: match[2]! };
+  });
+}
+
+/** admin may do everything; enqueue and read only their own. */
+const allows = (scope: TokenScope, needed: TokenScope) => scope === 'admin' || scope === needed;
+
+/** Per route: what its token must be allowed to do (403 otherwise). */
+function needs(needed: TokenScope): MiddlewareHandler<Env> {
+  return async (c, next) => {
+    if (!allows(c.var.scope, needed)) {
+      throw new ApiError(403, 'forbidden', `this token's scope is ${c.var.scope}; ${c.req.method} ${c.req.path} needs ${needed === 'admin' ? 'admin' : `${needed} or admin`}`);
+    }
+    await next();
+  };
+}
 
 class ApiError extends Error {
   status: ContentfulStatusCode;
@@ -161,9 +210,11 @@ export function createApp(config: ApiConfig): Hono<Env> {
     c.body(DASHBOARD_CSS, 200, { 'Content-Type': 'text/css; charset=utf-8', 'Cache-Control': 'no-cache' }),
   );
 
-  // --- Prometheus: the API token or the metrics-only token ----------------------------------------
+  // --- Prometheus: the API token, a read token, or the metrics-only token --------------------------
   app.get('/metrics', async (c) => {
-    await requireToken(c, [c.var.api.apiToken, c.var.api.metricsToken]);
+    const metricsOnly = c.var.api.metricsToken ? [{ scope: 'read' as const, token: c.var.api.metricsToken }] : [];
+    c.set('scope', await authenticate(c, [...adminAndScoped(c.var.api), ...metricsOnly]));
+    await needs('read')(c, async () => {});
     const [queue, totals] = await c.var.api.withDb((db) => Promise.all([stats(db), countTotals(db)]));
     return c.body(renderMetrics(queue, totals, c.var.api.registry.kinds()), 200, {
       'Content-Type': PROMETHEUS_CONTENT_TYPE,
@@ -173,7 +224,10 @@ export function createApp(config: ApiConfig): Hono<Env> {
 
   // --- everything below needs the API token ---------------------------------------------------------
   app.use('*', async (c, next) => {
-    await requireToken(c, [c.var.api.apiToken]);
+    const scope = await authenticate(c, adminAndScoped(c.var.api));
+    c.set('scope', scope);
+    // The dashboard reads this to offer only what the token may do.
+    c.header('X-Pgdrain-Scope', scope);
     await next();
   });
 
@@ -187,7 +241,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     })(c, next);
   });
 
-  app.post('/jobs', async (c) => {
+  app.post('/jobs', needs('enqueue'), async (c) => {
     const input = parseInput(jobInput, await readJson(c), '');
     const job = prepare(c.var.api.registry, input, '');
     const result = await c.var.api.withDb((db) => enqueue(db, job));
@@ -197,7 +251,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     return c.json({ id: result.id, status: result.status, runAt: result.runAt.toISOString() }, 201);
   });
 
-  app.post('/jobs/batch', async (c) => {
+  app.post('/jobs/batch', needs('enqueue'), async (c) => {
     const input = parseInput(batchInput, await readJson(c), '');
     const jobs = input.jobs.map((j, i) => prepare(c.var.api.registry, j, `jobs[${i}].`));
     // One transaction: the batch is stored whole or not at all.
@@ -207,19 +261,19 @@ export function createApp(config: ApiConfig): Hono<Env> {
 
   // Bulk actions on dead jobs, in bounded batches (see src/queries/dead-bulk.ts). Registered before
   // /jobs/:id so that `retry-dead` is never read as an id.
-  app.post('/jobs/retry-dead', async (c) => {
+  app.post('/jobs/retry-dead', needs('admin'), async (c) => {
     const { kind } = parseInput(bulkInput, await readOptionalJson(c), '');
     const result = await c.var.api.withDb((db) => retryDeadJobs(db, { kind, maxBatches: MAX_BULK_BATCHES }));
     return c.json({ retried: result.count, done: result.done });
   });
 
-  app.post('/jobs/delete-dead', async (c) => {
+  app.post('/jobs/delete-dead', needs('admin'), async (c) => {
     const { kind } = parseInput(bulkInput, await readOptionalJson(c), '');
     const result = await c.var.api.withDb((db) => deleteDeadJobs(db, { kind, maxBatches: MAX_BULK_BATCHES }));
     return c.json({ deleted: result.count, done: result.done });
   });
 
-  app.get('/jobs', async (c) => {
+  app.get('/jobs', needs('read'), async (c) => {
     const query = parseInput(listQuery, c.req.query(), 'query.');
     const page = await c.var.api.withDb((db) =>
       listJobs(db, { status: query.status, kind: query.kind, limit: query.limit, before: query.cursor }),
@@ -227,14 +281,14 @@ export function createApp(config: ApiConfig): Hono<Env> {
     return c.json({ jobs: page.jobs.map(jobJson), nextCursor: page.nextCursor });
   });
 
-  app.get('/jobs/:id', async (c) => {
+  app.get('/jobs/:id', needs('read'), async (c) => {
     const id = jobId(c);
     const job = await c.var.api.withDb((db) => getJob(db, id));
     if (!job) throw notFound(id);
     return c.json(jobJson(job));
   });
 
-  app.post('/jobs/:id/retry', async (c) => {
+  app.post('/jobs/:id/retry', needs('admin'), async (c) => {
     const id = jobId(c);
     const result = await c.var.api.withDb((db) => retryDead(db, id));
     if (result.outcome === 'not_found') throw notFound(id);
@@ -242,7 +296,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     return c.json(jobJson(result.job));
   });
 
-  app.delete('/jobs/:id', async (c) => {
+  app.delete('/jobs/:id', needs('admin'), async (c) => {
     const id = jobId(c);
     const result = await c.var.api.withDb((db) => deleteJob(db, id));
     if (result.outcome === 'not_found') throw notFound(id);
@@ -250,16 +304,16 @@ export function createApp(config: ApiConfig): Hono<Env> {
     return c.body(null, 204);
   });
 
-  app.get('/stats', async (c) => c.json(await c.var.api.withDb((db) => stats(db))));
+  app.get('/stats', needs('read'), async (c) => c.json(await c.var.api.withDb((db) => stats(db))));
 
-  app.get('/schedules', async (c) => {
+  app.get('/schedules', needs('read'), async (c) => {
     const schedules = c.var.api.schedules ?? [];
     return c.json({ schedules: await c.var.api.withDb((db) => describeSchedules(db, schedules)) });
   });
 
   // Pause / resume a kind for every drainer (the claim reads pgdrain.paused_kinds).
   for (const action of ['pause', 'resume'] as const) {
-    app.post(`/kinds/:kind/${action}`, async (c) => {
+    app.post(`/kinds/:kind/${action}`, needs('admin'), async (c) => {
       const kind = c.req.param('kind');
       // Known: registered here, or in the queue (another drainer pool may handle it).
       const known = c.var.api.registry.get(kind) !== undefined || (await c.var.api.withDb((db) => kindInQueue(db, kind)));
@@ -271,7 +325,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     });
   }
 
-  app.get('/stats/throughput', async (c) => {
+  app.get('/stats/throughput', needs('read'), async (c) => {
     const query = parseInput(throughputQuery, c.req.query(), 'query.');
     const minutes = await c.var.api.withDb((db) => countsByMinute(db, { minutes: query.minutes, kind: query.kind }));
     return c.json({
@@ -321,17 +375,25 @@ export function createApp(config: ApiConfig): Hono<Env> {
 }
 
 /** Passes when the request carries one of `accepted` (unset ones ignored) as a bearer token. */
-async function requireToken(c: Context, accepted: readonly (string | undefined)[]): Promise<void> {
-  const tokens = accepted.filter((t): t is string => !!t);
-  if (tokens.length === 0) {
+/** The admin token (API_TOKEN) and the scoped ones (API_TOKENS). */
+function adminAndScoped(api: ApiRuntime): ScopedToken[] {
+  return [...(api.apiToken ? [{ scope: 'admin' as const, token: api.apiToken }] : []), ...(api.scopedTokens ?? [])];
+}
+
+/** The scope of the request's bearer token among `accepted`; 401 when it is none of them. */
+async function authenticate(c: Context, accepted: readonly ScopedToken[]): Promise<TokenScope> {
+  const misconfigured = (c.get('api') as ApiRuntime | undefined)?.misconfigured;
+  if (misconfigured) throw new ApiError(503, 'not_configured', misconfigured);
+  if (accepted.length === 0) {
     throw new ApiError(503, 'not_configured', 'no API token is configured: set API_TOKEN (sidecar: environment variable; Worker: `wrangler secret put API_TOKEN`)');
   }
   const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
   if (!match) throw new ApiError(401, 'unauthorized', 'send the API token as `Authorization: Bearer <token>`');
   // Every configured token is compared, so the time taken does not say which one nearly matched.
-  let ok = false;
-  for (const token of tokens) if (await timingSafeEqual(match[1] as string, token)) ok = true;
-  if (!ok) throw new ApiError(401, 'unauthorized', 'the API token is wrong');
+  let scope: TokenScope | undefined;
+  for (const candidate of accepted) if ((await timingSafeEqual(match[1] as string, candidate.token)) && !scope) scope = candidate.scope;
+  if (!scope) throw new ApiError(401, 'unauthorized', 'the API token is wrong');
+  return scope;
 }
 
 async function readJson(c: Context): Promise<unknown> {

@@ -1,7 +1,16 @@
 // The sidecar's environment variables, checked up front so a typo fails at start with a clear
 // message instead of surfacing later as odd behaviour. The README lists each one.
 import { z } from 'zod';
+import { parseScopedTokens } from '../http/app.ts';
 import type { SidecarOptions } from './index.ts';
+
+function parseTokens(value: string | undefined) {
+  try {
+    return parseScopedTokens(value);
+  } catch (error) {
+    throw new Error(`invalid environment: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max).optional();
 
@@ -12,6 +21,7 @@ const envSchema = z.object({
   HOST: z.string().min(1).optional(),
   API_TOKEN: z.string().min(16, 'use at least 16 characters').optional(),
   METRICS_TOKEN: z.string().min(16, 'use at least 16 characters').optional(),
+  API_TOKENS: z.string().optional(),
   OLDEST_READY_WARN_SECONDS: int(1, 604_800),
   RECORD_COUNTS: z.enum(['true', 'false'], 'must be true or false').optional(),
   BATCH_SIZE: int(1, 1000),
@@ -43,6 +53,7 @@ export function sidecarOptionsFromEnv(env: Record<string, string | undefined>): 
     host: e.HOST,
     apiToken: e.API_TOKEN,
     metricsToken: e.METRICS_TOKEN,
+    scopedTokens: parseTokens(e.API_TOKENS),
     oldestReadyWarnSeconds: e.OLDEST_READY_WARN_SECONDS,
     recordCounts: e.RECORD_COUNTS === undefined ? undefined : e.RECORD_COUNTS === 'true',
     batchSize: e.BATCH_SIZE,

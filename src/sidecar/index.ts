@@ -20,7 +20,7 @@ import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
-import { createApp } from '../http/app.ts';
+import { createApp, type ScopedToken } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { type Db, NOTIFY_CHANNEL, reap, rollUpCounts } from '../queries/index.ts';
 import { DEFAULT_BATCH_SIZE, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CONCURRENCY, Drainer, createDrainPool } from './drainer.ts';
@@ -52,6 +52,8 @@ export interface SidecarOptions {
   apiToken?: string;
   /** A second token that can read /metrics only (for a Prometheus scraper). The API token works too. */
   metricsToken?: string;
+  /** Tokens limited to a scope: `enqueue`, `read` or `admin` (the API token is admin). */
+  scopedTokens?: readonly ScopedToken[];
   /** The dashboard shows the oldest ready job's age in a warning colour past this. Default 60 s. */
   oldestReadyWarnSeconds?: number;
   /** Count completions and failures in job_counts (the dashboard's chart, the /metrics counters).
@@ -257,6 +259,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
     schedules,
     apiToken,
     metricsToken: options.metricsToken,
+    scopedTokens: options.scopedTokens,
     oldestReadyWarnSeconds: options.oldestReadyWarnSeconds,
     countsRecorded: options.recordCounts !== false,
     maxBodyBytes: options.maxBodyBytes,

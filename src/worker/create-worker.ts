@@ -10,7 +10,7 @@ import { Pool, neonConfig } from '@neondatabase/serverless';
 import { drizzle } from 'drizzle-orm/neon-serverless';
 import type { Context } from 'hono';
 import { DEFAULT_VISIBILITY_SECONDS, drain, type DrainReport } from '../drain.ts';
-import { type ApiRuntime, createApp } from '../http/app.ts';
+import { type ApiRuntime, createApp, parseScopedTokens, type ScopedToken } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { safeErrorMessage } from '../db/url.ts';
 import { type Db, reap, rollUpCounts } from '../queries/index.ts';
@@ -23,6 +23,8 @@ export interface Env {
   API_TOKEN?: string;
   /** Secret, optional: a token that can read /metrics only. */
   METRICS_TOKEN?: string;
+  /** Secret, optional: tokens limited to a scope, `enqueue:<token>, read:<token>, admin:<token>`. */
+  API_TOKENS?: string;
   /** The dashboard's warning threshold for the oldest ready job, in seconds. Default 60. */
   OLDEST_READY_WARN_SECONDS?: string;
   /** "false" stops counting completions and failures in job_counts (the chart, /metrics counters). */
@@ -91,6 +93,7 @@ export function createWorker(options: WorkerOptions = {}) {
       schedules,
       apiToken: env.API_TOKEN,
       metricsToken: env.METRICS_TOKEN,
+      ...scopedTokensOf(env),
       oldestReadyWarnSeconds: positive(env.OLDEST_READY_WARN_SECONDS, 60),
       countsRecorded: env.RECORD_COUNTS !== 'false',
       maxBodyBytes: env.MAX_BODY_BYTES ? Number(env.MAX_BODY_BYTES) : undefined,
@@ -145,6 +148,22 @@ export function createWorker(options: WorkerOptions = {}) {
       }
     },
   };
+}
+
+/** API_TOKENS, parsed once per value; an unusable value makes the API answer 503 saying why. */
+const parsedTokens = new Map<string, { scopedTokens: ScopedToken[] } | { misconfigured: string }>();
+function scopedTokensOf(env: Env): { scopedTokens?: ScopedToken[]; misconfigured?: string } {
+  const value = env.API_TOKENS ?? '';
+  let parsed = parsedTokens.get(value);
+  if (!parsed) {
+    try {
+      parsed = { scopedTokens: parseScopedTokens(value) };
+    } catch (error) {
+      parsed = { misconfigured: `the API_TOKENS secret is unusable: ${error instanceof Error ? error.message : String(error)}` };
+    }
+    parsedTokens.set(value, parsed);
+  }
+  return parsed;
 }
 
 function openDatabase(env: Env): { db: Db; end: () => Promise<void> } {

@@ -5,6 +5,8 @@ import worker from '../../src/worker/index.ts';
 import type { Env } from '../../src/worker/create-worker.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
 import { createNeonHarness } from './neon-harness.ts';
+import { TOKEN_SCOPES } from '../../src/http/app.ts';
+import { SCOPED_ROUTES, allows, requestFor } from '../support/scope-matrix.ts';
 
 let h: Harness;
 beforeAll(async () => {
@@ -88,4 +90,21 @@ it('serves the dashboard, and counts what the cron ran in /stats/throughput and 
   const text = await metrics.text();
   expect(text).toContain('pgdrain_jobs_completed_total{kind="noop"} 107\n');
   expect(text).toContain('pgdrain_jobs{kind="noop",status="pending"} 0\n');
+});
+
+it('scoped tokens from the API_TOKENS secret: each scope on each route, allowed or 403', async () => {
+  const tokens = { enqueue: 'worker-enqueue-token-0123', read: 'worker-read-token-01234567', admin: 'worker-admin-token-0123456' } as const;
+  for (const scope of TOKEN_SCOPES) {
+    for (const route of SCOPED_ROUTES) {
+      const res = await SELF.fetch(`http://worker${route.path}`, requestFor(route, tokens[scope]));
+      const label = `${scope} ${route.method} ${route.path}`;
+      if (allows(scope, route.needs)) {
+        expect(res.status, label).not.toBe(403);
+        expect(res.status, label).toBeLessThan(500);
+      } else {
+        expect(res.status, label).toBe(403);
+        expect((await res.json()).error.code, label).toBe('forbidden');
+      }
+    }
+  }
 });

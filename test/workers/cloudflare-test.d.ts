@@ -6,6 +6,7 @@ declare module 'cloudflare:test' {
     SCHEDULED_DATABASE_URL: string;
     NEON_WS_PROXY: string;
     API_TOKEN: string;
+    API_TOKENS: string;
     WEBHOOK_ALLOWED_HOSTS: string;
   };
   export const SELF: { fetch(input: string | Request, init?: RequestInit): Promise<Response> };

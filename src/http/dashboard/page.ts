@@ -55,6 +55,7 @@ export function dashboardPage(options: DashboardPageOptions) {
 </form>
 
 <main id="view" hidden>
+  <p id="readonly-note" class="banner info" hidden>Read-only: this token can read the queue but not change it. Retry, delete and pause need an admin token.</p>
   <section class="cards" aria-label="Totals">
     ${STATES.map(
       ([key, label, hint]) => html`<div class="card ${key}"><span class="label">${label}</span><span class="value" id="total-${key}">–</span><span class="hint">${hint}</span></div>`,

@@ -17,6 +17,7 @@ export const DASHBOARD_SCRIPT = String.raw`
   var lastThroughput = null;
   var inFlight = null;
   var noticeTimer = null;
+  var tokenScope = null; // from the API's X-Pgdrain-Scope: 'read' makes the page read-only
 
   function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
@@ -35,12 +36,15 @@ export const DASHBOARD_SCRIPT = String.raw`
     } catch (e) {
       throw new ApiFailure('network', 0, 'network', 'The server does not answer.');
     }
+    if (response.headers.get('X-Pgdrain-Scope')) tokenScope = response.headers.get('X-Pgdrain-Scope');
     if (response.status === 204) return null;
     var data = null;
     try { data = await response.json(); } catch (e) { data = null; }
     if (!response.ok) {
       var error = (data && data.error) || {};
-      var kind = response.status === 401 ? 'auth' : error.code === 'database_unavailable' ? 'database' : 'http';
+      // A token that cannot read (an enqueue-only one) cannot open the page at all.
+      var refused = response.status === 401 || (response.status === 403 && method === 'GET');
+      var kind = refused ? 'auth' : error.code === 'database_unavailable' ? 'database' : 'http';
       throw new ApiFailure(kind, response.status, error.code || 'http_' + response.status, error.message || 'HTTP ' + response.status);
     }
     return data;
@@ -116,6 +120,7 @@ export const DASHBOARD_SCRIPT = String.raw`
       renderThroughput(results[1]);
       renderDead(results[2]);
       renderSchedules(results[3]);
+      applyScope();
       lastOk = new Date();
       byId('updated').textContent = 'Updated ' + lastOk.toLocaleTimeString();
       body.classList.remove('stale');
@@ -281,6 +286,16 @@ export const DASHBOARD_SCRIPT = String.raw`
     byId('dead').parentNode.hidden = rows.length === 0;
     byId('dead-count').textContent = rows.length === 0 ? '' : '(' + (page.nextCursor ? 'newest ' + rows.length : rows.length) + ')';
     byId('dead-bulk').hidden = rows.length === 0;
+  }
+
+  // A read token sees everything and changes nothing: every action button is disabled, with why.
+  function applyScope() {
+    var readOnly = tokenScope === 'read';
+    byId('readonly-note').hidden = !readOnly;
+    document.querySelectorAll('button[data-action]').forEach(function (button) {
+      button.disabled = readOnly;
+      if (readOnly) button.title = 'This token can only read (scope read): retry, delete and pause need an admin token.';
+    });
   }
 
   function formatWhen(iso) {

@@ -29,6 +29,7 @@ export default defineConfig({
                   DATABASE_URL: urls.api!,
                   CONFORMANCE_DATABASE_URL: urls.conformance!,
                   SCHEDULED_DATABASE_URL: urls.scheduled!,
+                  HOSTILE_DATABASE_URL: urls.hostile!,
                   API_TOKEN: 'worker-test-token-0123456789',
                   API_TOKENS: 'enqueue:worker-enqueue-token-0123, read:worker-read-token-01234567, admin:worker-admin-token-0123456',
                   WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com',

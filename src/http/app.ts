@@ -7,7 +7,7 @@ import { secureHeaders } from 'hono/secure-headers';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { timingSafeEqual } from 'hono/utils/buffer';
 import { z } from 'zod';
-import { JobValidationError, type JobRegistry } from '../jobs/registry.ts';
+import { JobValidationError, type JobRegistry, KIND_PATTERN } from '../jobs/registry.ts';
 import {
   type Db, type Job, countTotals, countsByMinute, deleteDeadJobs, deleteJob, enqueue, enqueueMany, getJob, isJobId, kindInQueue, listJobs, pauseKind, ping,
   resumeKind, retryDead, retryDeadJobs, stats,
@@ -136,7 +136,7 @@ const batchInput = z.strictObject({ jobs: z.array(jobInput).min(1).max(MAX_BATCH
 
 const listQuery = z.strictObject({
   status: z.enum(JOB_STATUSES).optional(),
-  kind: z.string().min(1).max(100).optional(),
+  kind: z.string().regex(KIND_PATTERN, 'not a job kind: 1-100 letters, digits, or _ . : -').optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),
   cursor: z.string().refine(isJobId, 'not a cursor returned by this API').optional(),
 });
@@ -147,7 +147,7 @@ export const MAX_BULK_BATCHES = 200;
 
 const throughputQuery = z.strictObject({
   minutes: z.coerce.number().int().min(1).max(1440).default(60),
-  kind: z.string().min(1).max(100).optional(),
+  kind: z.string().regex(KIND_PATTERN, 'not a job kind: 1-100 letters, digits, or _ . : -').optional(),
 });
 
 // The dashboard's page loads only its own script and stylesheet and talks only to this origin; its
@@ -316,7 +316,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     app.post(`/kinds/:kind/${action}`, needs('admin'), async (c) => {
       const kind = c.req.param('kind');
       // Known: registered here, or in the queue (another drainer pool may handle it).
-      const known = c.var.api.registry.get(kind) !== undefined || (await c.var.api.withDb((db) => kindInQueue(db, kind)));
+      const known = KIND_PATTERN.test(kind) && (c.var.api.registry.get(kind) !== undefined || (await c.var.api.withDb((db) => kindInQueue(db, kind))));
       if (!known) {
         throw new ApiError(404, 'not_found', `unknown job kind ${JSON.stringify(kind.slice(0, 100))}: not registered here and no such jobs in the queue; registered kinds: ${c.var.api.registry.kinds().join(', ')}`);
       }

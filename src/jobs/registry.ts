@@ -33,8 +33,11 @@ export interface JobDefinition<Payload = unknown> {
 export const DEFAULT_TIMEOUT_MS = 30_000;
 export const DEFAULT_MAX_ATTEMPTS = 3;
 
+/** What a kind's name may be (pgdrain.enqueue() in SQL checks the same). */
+export const KIND_PATTERN = /^[A-Za-z0-9_.:-]{1,100}$/;
+
 export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefinition<Payload> {
-  if (!/^[A-Za-z0-9_.:-]{1,100}$/.test(definition.kind)) {
+  if (!KIND_PATTERN.test(definition.kind)) {
     throw new Error(`job kind ${JSON.stringify(definition.kind)}: use 1-100 letters, digits, or _ . : -`);
   }
   if (definition.priority !== undefined && !(Number.isInteger(definition.priority) && Math.abs(definition.priority) <= 1000)) {

@@ -4,6 +4,7 @@ declare module 'cloudflare:test' {
     DATABASE_URL: string;
     CONFORMANCE_DATABASE_URL: string;
     SCHEDULED_DATABASE_URL: string;
+    HOSTILE_DATABASE_URL: string;
     NEON_WS_PROXY: string;
     API_TOKEN: string;
     API_TOKENS: string;

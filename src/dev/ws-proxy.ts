@@ -14,6 +14,9 @@ export interface WsProxy {
   /** host:port to give the Neon driver (neonConfig.wsProxy). */
   address: string;
   port: number;
+  /** Cuts every open connection (the chaos tests' dropped network); new ones are still accepted.
+   * Returns how many were cut. */
+  dropConnections(): number;
   close(): Promise<void>;
 }
 
@@ -68,6 +71,11 @@ export async function startWsProxy(options: { target: { host: string; port: numb
   return {
     address: `127.0.0.1:${port}`,
     port,
+    dropConnections: () => {
+      const n = sockets.size;
+      for (const s of sockets) s.destroy();
+      return n;
+    },
     close: async () => {
       for (const s of sockets) s.destroy();
       for (const client of wss.clients) client.terminate();

@@ -14,8 +14,9 @@ export interface SidecarProcess {
   kill(): void;
 }
 
-export async function startSidecarProcess(env: Record<string, string>): Promise<SidecarProcess> {
-  const child = spawn(process.execPath, [FIXTURE], {
+/** `fixture`: another sidecar script (the chaos suite's); default the one with the `record` kind. */
+export async function startSidecarProcess(env: Record<string, string>, fixture = FIXTURE): Promise<SidecarProcess> {
+  const child = spawn(process.execPath, [fixture], {
     env: { PATH: process.env.PATH ?? '', NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS ?? '', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -158,7 +158,27 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
         renewing = false;
       });
   };
-  const renewTimer = setInterval(renewTick, Math.max(100, Math.floor(visibilityMs / 3)));
+  // The next renewal comes a third of the shortest held visibility after the last (a kind's own
+  // visibilitySeconds may be shorter than the default); a claim of a shorter one brings it forward.
+  let renewTimer: ReturnType<typeof setTimeout> | undefined;
+  let renewDue = Number.POSITIVE_INFINITY;
+  let renewStopped = false;
+  const scheduleRenewal = (): void => {
+    if (renewStopped) return;
+    let shortest = visibilityMs;
+    for (const lease of leases.values()) shortest = Math.min(shortest, lease.visibilityMs);
+    const due = Date.now() + Math.max(100, Math.floor(shortest / 3));
+    if (renewTimer !== undefined && due >= renewDue) return;
+    clearTimeout(renewTimer);
+    renewDue = due;
+    renewTimer = setTimeout(() => {
+      renewTimer = undefined;
+      renewDue = Number.POSITIVE_INFINITY;
+      renewTick();
+      scheduleRenewal();
+    }, due - Date.now());
+  };
+  scheduleRenewal();
 
   const waiting: ClaimedJob[] = [];
   const running = new Set<Promise<void>>();
@@ -276,6 +296,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
             hold(job.kind, 1);
             leases.set(job.id, { job, renewedAt: claimSentAt, visibilityMs: job.visibilitySeconds ? job.visibilitySeconds * 1000 : visibilityMs });
           }
+          scheduleRenewal();
           waiting.push(...jobs);
           if (jobs.length < size) {
             group.drained = true;
@@ -323,7 +344,8 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     options.signal?.removeEventListener('abort', onAbort);
   }
 
-  clearInterval(renewTimer);
+  renewStopped = true;
+  clearTimeout(renewTimer);
   completions.flush();
   failures.flush();
   while (settling.size > 0) {

@@ -425,6 +425,28 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(await count()).toBe(0);
     });
 
+    it("a kind's own short visibility is renewed in time, though the drain's default is 30 s", async () => {
+      let runs = 0;
+      const registry = new JobRegistry([
+        defineJob({ kind: 'brief', schema: z.unknown(), visibilitySeconds: 1, timeoutMs: 10_000, handler: async () => { runs++; await sleep(2_500); } }),
+      ]);
+      await enqueueTyped(h.db, registry.get('brief')!, {});
+      const reaper = await h.connect();
+      let reaped = 0;
+      let reaping = true;
+      const reaping$ = (async () => {
+        while (reaping) {
+          reaped += (await reap(reaper, 300)).reclaimed.length; // the job's own 1 s applies
+          await sleep(200);
+        }
+      })();
+      const report = await drain(h.db, registry, { workerId: 'brief-lease' });
+      reaping = false;
+      await reaping$;
+      expect(report).toMatchObject({ claimed: 1, completed: 1, lost: 0 });
+      expect([reaped, runs]).toEqual([0, 1]);
+    });
+
     it('a job reaped and claimed elsewhere: its handler is aborted at the next renewal and its settlement refused', async () => {
       let abortedWith: unknown;
       const registry = new JobRegistry([

@@ -30,6 +30,8 @@ export default defineConfig({
                   CONFORMANCE_DATABASE_URL: urls.conformance!,
                   SCHEDULED_DATABASE_URL: urls.scheduled!,
                   HOSTILE_DATABASE_URL: urls.hostile!,
+                  // Tests that do not say otherwise drain for a fixed 25 s, whatever the clock's second.
+                  DRAIN_BUDGET_MS: '25000',
                   API_TOKEN: 'worker-test-token-0123456789',
                   API_TOKENS: 'enqueue:worker-enqueue-token-0123, read:worker-read-token-01234567, admin:worker-admin-token-0123456',
                   WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com',

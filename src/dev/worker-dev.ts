@@ -27,9 +27,22 @@ const target = new URL(databaseUrl);
 const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } });
 const apiToken = process.env.API_TOKEN ?? (await secret('api-token'));
 
+// The Worker's documented settings, taken from this process's environment when set there, so a
+// local run is configured without editing wrangler.toml (they win over its [vars]).
+const WORKER_SETTINGS = [
+  'DRAIN_BUDGET_MS', 'BATCH_SIZE', 'CONCURRENCY', 'VISIBILITY_TIMEOUT_SECONDS', 'WEBHOOK_ALLOWED_HOSTS', 'OLDEST_READY_WARN_SECONDS',
+  'RECORD_COUNTS', 'MAX_BODY_BYTES', 'METRICS_TOKEN', 'API_TOKENS',
+] as const;
+const passed = WORKER_SETTINGS.filter((name) => process.env[name] !== undefined && !/[\r\n]/.test(process.env[name]!));
+
 // Secrets go to wrangler in an env file only its owner can read, not on the command line.
 const envFile = path.join(dataDir, 'worker-dev.env');
-await writeFile(envFile, [`DATABASE_URL=${databaseUrl}`, `NEON_WS_PROXY=${proxy.address}`, `API_TOKEN=${apiToken}`, ''].join('\n'), { mode: 0o600 });
+await writeFile(
+  envFile,
+  [`DATABASE_URL=${databaseUrl}`, `NEON_WS_PROXY=${proxy.address}`, `API_TOKEN=${apiToken}`, ...passed.map((name) => `${name}=${process.env[name]}`), ''].join('\n'),
+  { mode: 0o600 },
+);
+if (passed.length > 0) console.log(`dev:worker: from your environment: ${passed.join(', ')}`);
 
 console.log(`dev:worker: database ${redactUrl(databaseUrl)} through the WebSocket proxy at ${proxy.address}`);
 console.log(`dev:worker: API token in ${path.join(dataDir, 'api-token')}`);

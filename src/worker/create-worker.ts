@@ -15,6 +15,7 @@ import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../
 import { safeErrorMessage } from '../db/url.ts';
 import { type Db, reap, rollUpCounts } from '../queries/index.ts';
 import { checkSchedules, evaluateSchedules, type ScheduleDefinition } from '../schedules.ts';
+import { FALLBACK_BUDGET_MS, cronBudgetMs } from './cron-budget.ts';
 
 export interface Env {
   /** Secret: the Neon connection string (`wrangler secret put DATABASE_URL`). */
@@ -29,6 +30,7 @@ export interface Env {
   OLDEST_READY_WARN_SECONDS?: string;
   /** "false" stops counting completions and failures in job_counts (the chart, /metrics counters). */
   RECORD_COUNTS?: string;
+  /** Wall-clock milliseconds an invocation drains. Unset: until a second before the same cron's next tick. */
   DRAIN_BUDGET_MS?: string;
   BATCH_SIZE?: string;
   CONCURRENCY?: string;
@@ -54,7 +56,8 @@ export interface ScheduledControllerLike {
   scheduledTime: number;
 }
 
-export const DEFAULT_BUDGET_MS = 25_000; // under the 30 s CPU limit of sub-hourly crons (paid plans)
+/** DRAIN_BUDGET_MS when it is set but unreadable. Unset, the budget follows the cron (cron-budget.ts). */
+export const DEFAULT_BUDGET_MS = FALLBACK_BUDGET_MS;
 const MAX_CONCURRENCY = 5; // 6 simultaneous connections per invocation, one is the database's
 
 export interface WorkerOptions {
@@ -104,7 +107,8 @@ export function createWorker(options: WorkerOptions = {}) {
   /** One cron invocation; resolves within the budget (plus settling), with what it did. */
   async function runScheduled(controller: ScheduledControllerLike, env: Env): Promise<ScheduledReport> {
     const started = Date.now();
-    const budgetMs = positive(env.DRAIN_BUDGET_MS, DEFAULT_BUDGET_MS);
+    // Unset: until a second before this cron's next invocation (see cron-budget.ts).
+    const budgetMs = env.DRAIN_BUDGET_MS ? positive(env.DRAIN_BUDGET_MS, DEFAULT_BUDGET_MS) : cronBudgetMs(controller.cron, controller.scheduledTime, started);
     const batchSize = positive(env.BATCH_SIZE, 20);
     const concurrency = Math.min(MAX_CONCURRENCY, positive(env.CONCURRENCY, MAX_CONCURRENCY));
     const { db, end } = openDatabase(env);

@@ -7,7 +7,7 @@
 //
 // Both modes enqueue at a steady rate with a fault every few seconds, then let everything settle.
 // Short (npm test): 15 s at 200 jobs/s. Long (npm run chaos -- --long): 10 minutes, with the RSS
-// and open file descriptors of a sidecar that is never killed sampled at the start and the end.
+// and open file descriptors of a sidecar that is never killed sampled once warmed up and at the end.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFile, readdir, chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
@@ -224,7 +224,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   try {
     // Sidecar 3 is never killed (kills pick among the others): its memory says whether anything leaks.
     const steady = sidecars.length - 1;
-    const rssStart = options.sampleMemory ? await sampleProcess(sidecars[steady]!.child.pid) : undefined;
+    // Sampled once warmed up (a fifth into the run: pools full, code compiled) and at the end after
+    // the pools' idle timeout, so that the two are comparable.
+    let rssStart: { rss: number; fds: number } | undefined;
+    const sampleAt = Date.now() + options.durationMs / 5;
     const end = Date.now() + options.durationMs;
     let nextFault = Date.now() + options.faultEveryMs;
     while (Date.now() < end) {
@@ -233,6 +236,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         await fault();
         nextFault = Date.now() + options.faultEveryMs;
       }
+      if (options.sampleMemory && !rssStart && Date.now() >= sampleAt) rssStart = await sampleProcess(sidecars[steady]!.child.pid);
       await sleep(250);
     }
     if (report.postgresRestarts === 0) {
@@ -243,6 +247,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     const settleBy = Date.now() + 90_000;
     while ((await remaining()) > 0 && Date.now() < settleBy) await sleep(250);
     if (rssStart) {
+      await sleep(12_000); // past pg.Pool's 10 s idle timeout
       const rssEnd = await sampleProcess(sidecars[steady]!.child.pid);
       report.rss = { startKiB: rssStart.rss, endKiB: rssEnd.rss, fdsStart: rssStart.fds, fdsEnd: rssEnd.fds };
     }

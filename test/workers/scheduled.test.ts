@@ -156,4 +156,34 @@ describe('scheduled() in workerd', () => {
     expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ claimed: 5, completed: 5 });
     expect(runs.size).toBe(5);
   });
+
+  it('with no DRAIN_BUDGET_MS the budget runs until a second before the same cron\'s next tick; the next invocation continues', async () => {
+    await enqueueMany(h.db, Array.from({ length: 1000 }, () => ({ kind: 'sleep', payload: { ms: 30 } })));
+    // A cron every 4 seconds (croner reads a seconds field; Cloudflare's crons are minutes, the
+    // arithmetic is the same): the invocation of the last tick has until 1 s before the next.
+    const scheduledTime = Math.floor(Date.now() / 4_000) * 4_000;
+    const nextTick = scheduledTime + 4_000;
+    const started = Date.now();
+    const first = await worker.runScheduled({ cron: '*/4 * * * * *', scheduledTime }, testEnv({ DRAIN_BUDGET_MS: '' }));
+    const expected = Math.max(1_000, nextTick - 1_000 - started);
+    expect(first.budgetMs).toBeGreaterThan(expected - 300);
+    expect(first.budgetMs).toBeLessThanOrEqual(expected);
+    expect(first.stoppedBy).toBe('budget');
+    expect(Date.now() - started).toBeLessThan(first.budgetMs + 1_000);
+    expect(await count(`status = 'running'`)).toBe(0);
+    const second = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '25000' }));
+    // Everything ran or waits out the backoff of an attempt the first budget cut short.
+    expect(first.completed + second.completed + (await count())).toBe(1000);
+    expect(await count(`status = 'pending' AND attempts = 0`)).toBe(0);
+  });
+
+  it('a */5 cron gets about five minutes; an explicit DRAIN_BUDGET_MS wins', async () => {
+    const now = Date.now();
+    const tick = Math.floor(now / 300_000) * 300_000;
+    const fiveMinutes = await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '' }));
+    expect(fiveMinutes.budgetMs).toBeGreaterThan(tick + 300_000 - 1_000 - now - 500);
+    expect(fiveMinutes.budgetMs).toBeLessThanOrEqual(tick + 300_000 - 1_000 - now);
+    expect(fiveMinutes.stoppedBy).toBe('empty');
+    expect((await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '1500' }))).budgetMs).toBe(1500);
+  });
 });

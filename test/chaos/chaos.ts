@@ -230,7 +230,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     const sampleAt = Date.now() + options.durationMs / 5;
     const end = Date.now() + options.durationMs;
     let nextFault = Date.now() + options.faultEveryMs;
-    while (Date.now() < end) {
+    // At least the first four faults (two kills, two drops) even on a slow machine.
+    while (Date.now() < end || faultIndex < 4) {
       await enqueue(Math.max(1, Math.round(options.enqueuePerSecond / 4)));
       if (Date.now() >= nextFault) {
         await fault();

@@ -45,6 +45,8 @@ export interface DrainOptions {
   claimsInFlight?: number;
   /** Claim only these kinds. Default: every kind the registry has a handler for. */
   kinds?: readonly string[];
+  /** Claim only these jobs, if ready and free (run-now); the drain ends when they are settled. */
+  ids?: readonly string[];
   /** Stop claiming and clip handler timeouts so that the call returns within this. Default: none. */
   budgetMs?: number;
   /** Reserved out of the budget for settling and releasing. Default: 10% of it, at most 1 s. */
@@ -289,7 +291,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
       group.inFlight += size;
       // One group of every kind and no caps: no filter beyond the caller's own (as ever).
       const claimKinds = groups.length === 1 ? kinds : group.kinds;
-      claim(db, { batchSize: size, lockToken, kinds: claimKinds })
+      claim(db, { batchSize: size, lockToken, kinds: claimKinds, ids: options.ids })
         .then((jobs) => {
           report.claimed += jobs.length;
           for (const job of jobs) {

@@ -81,6 +81,14 @@ describe('POST /jobs', () => {
     ]);
   });
 
+  it('accepts runNow on a drainer without a run-now hook (the sidecar: NOTIFY runs it) and stores the job as usual', async () => {
+    expect((await post('/jobs', { kind: 'noop', payload: 1, runNow: true })).status).toBe(201);
+    const batch = await (await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 2, runNow: true }] })).json();
+    expect(Object.keys(batch)).toEqual(['ids']);
+    expect(await jobCount()).toBe(2);
+    await expectError(await post('/jobs', { kind: 'noop', payload: 1, runNow: 'yes' }), 400, 'invalid_request', 'runNow');
+  });
+
   it('returns the existing job for a key that is still queued', async () => {
     const first = await (await post('/jobs', { kind: 'noop', payload: { v: 1 }, key: 'invoice-9' })).json();
     const res = await post('/jobs', { kind: 'noop', payload: { v: 2 }, key: 'invoice-9' });

@@ -37,6 +37,9 @@ export interface ApiRuntime {
   scopedTokens?: readonly ScopedToken[];
   /** Set when the shell found its token settings unusable: every protected route answers 503 with it. */
   misconfigured?: string;
+  /** Runs just-enqueued jobs now, after the response (the Worker: in waitUntil). Unset: the flag
+   * is accepted and the drainer's own wake-up runs them (the sidecar's NOTIFY). */
+  runNow?: (ids: string[]) => void;
   /** The dashboard's warning threshold for the oldest ready job. Default 60 s. */
   oldestReadyWarnSeconds?: number;
   /** False when the drainer does not count settled jobs: the dashboard says why its chart is empty. */
@@ -52,6 +55,8 @@ export type ApiConfig = ApiRuntime | ((c: Context) => ApiRuntime);
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 export const DASHBOARD_REFRESH_SECONDS = 5;
 export const MAX_BATCH = 1000;
+/** A batch starts at most this many jobs at once with runNow; the rest wait for the drainer. */
+export const MAX_RUN_NOW = 20;
 const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
 // PostgreSQL's timestamptz has no year 0 ("0000-01-01" is refused): runAt stays in a sane range.
 const EARLIEST_RUN_AT = Date.UTC(1970, 0, 1);
@@ -125,6 +130,8 @@ const jobInput = z
     maxAttempts: z.int().min(1).max(100).optional(),
     key: z.string().min(1).max(500).optional(),
     priority: z.int().min(-1000).max(1000).optional(),
+    /** Run it in this invocation, right after the response (the Worker); the sidecar's NOTIFY does that anyway. */
+    runNow: z.boolean().optional(),
   })
   .refine((j) => j.runAt === undefined || j.delaySeconds === undefined, {
     message: 'give runAt or delaySeconds, not both',
@@ -245,6 +252,8 @@ export function createApp(config: ApiConfig): Hono<Env> {
     const input = parseInput(jobInput, await readJson(c), '');
     const job = prepare(c.var.api.registry, input, '');
     const result = await c.var.api.withDb((db) => enqueue(db, job));
+    // After the commit: the runner claims it like any drainer, so whoever gets it first runs it.
+    if (wantsRunNow(c.var.api, input) && result.status === 'pending') c.var.api.runNow?.([result.id]);
     if (result.deduplicated) {
       return c.json({ id: result.id, status: result.status, runAt: result.runAt.toISOString(), deduplicated: true }, 200);
     }
@@ -256,7 +265,13 @@ export function createApp(config: ApiConfig): Hono<Env> {
     const jobs = input.jobs.map((j, i) => prepare(c.var.api.registry, j, `jobs[${i}].`));
     // One transaction: the batch is stored whole or not at all.
     const result = await c.var.api.withDb((db) => db.transaction((tx) => enqueueMany(tx, jobs)));
-    return c.json({ ids: result.map((j) => j.id) }, 201);
+    const ids = result.map((j) => j.id);
+    const asked = result.filter((j, i) => wantsRunNow(c.var.api, input.jobs[i]!) && j.status === 'pending').map((j) => j.id);
+    if (asked.length === 0 || !c.var.api.runNow) return c.json({ ids }, 201);
+    // At most MAX_RUN_NOW start in this invocation; the answer says how many wait for the cron.
+    const started = asked.slice(0, MAX_RUN_NOW);
+    c.var.api.runNow(started);
+    return c.json({ ids, runNow: { started: started.length, deferred: asked.length - started.length } }, 201);
   });
 
   // Bulk actions on dead jobs, in bounded batches (see src/queries/dead-bulk.ts). Registered before
@@ -411,6 +426,11 @@ async function readJson(c: Context): Promise<unknown> {
   const problem = findUnstorable(body);
   if (problem) throw new ApiError(400, 'invalid_request', problem);
   return body;
+}
+
+/** runNow on the request, or `eager` on the kind. */
+function wantsRunNow(api: ApiRuntime, input: JobInput): boolean {
+  return input.runNow === true || (input.runNow === undefined && api.registry.get(input.kind)?.eager === true);
 }
 
 /** A JSON body, or {} when there is none at all. */

@@ -28,6 +28,9 @@ export interface JobDefinition<Payload = unknown> {
   /** Most handlers of this kind running at once in one drainer (a slow kind cannot take every
    * slot). Default: no limit beyond the drainer's own concurrency. */
   concurrency?: number;
+  /** On the Worker, run every job of this kind enqueued through its HTTP API at once, in the
+   * same invocation (as `"runNow": true`), instead of at the next cron. */
+  eager?: boolean;
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000;

@@ -31,14 +31,17 @@ export interface ClaimOptions {
   lockToken: string;
   /** Claim only these kinds; omit for every kind. */
   kinds?: readonly string[];
+  /** Claim only these jobs, if they are ready and nobody holds them (run-now after an enqueue). */
+  ids?: readonly string[];
 }
 
 export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]> {
-  if (options.batchSize < 1 || options.kinds?.length === 0) return [];
-  const rows = await preparedClaim(db, options.kinds !== undefined).execute({
+  if (options.batchSize < 1 || options.kinds?.length === 0 || options.ids?.length === 0) return [];
+  const rows = await preparedClaim(db, options.kinds !== undefined, options.ids !== undefined).execute({
     limit: options.batchSize,
     token: options.lockToken,
     kinds: options.kinds ?? [],
+    ids: options.ids ?? [],
   });
   // RETURNING does not keep the subquery's order; restore it so work starts in claim order.
   rows.sort((a, b) => b.priority - a.priority || a.runAt.getTime() - b.runAt.getTime() || compareIds(a.id, b.id));
@@ -47,8 +50,8 @@ export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]
 
 /** The plan PostgreSQL would use for this claim right now (EXPLAIN, not executed). */
 export async function explainClaim(db: Db, options: ClaimOptions): Promise<string> {
-  const query = claimStatement(db, options.kinds !== undefined).toSQL();
-  const values: Record<string, unknown> = { limit: options.batchSize, token: options.lockToken, kinds: options.kinds ?? [] };
+  const query = claimStatement(db, options.kinds !== undefined, options.ids !== undefined).toSQL();
+  const values: Record<string, unknown> = { limit: options.batchSize, token: options.lockToken, kinds: options.kinds ?? [], ids: options.ids ?? [] };
   const params = query.params.map((p) => (p instanceof Placeholder ? values[p.name] : p));
   const rows = await rowsOf<{ 'QUERY PLAN': string }>(db, sql.join([sql.raw('EXPLAIN '), rawWithParams({ sql: query.sql, params })]));
   return rows.map((r) => r['QUERY PLAN']).join('\n');
@@ -66,18 +69,19 @@ function rawWithParams(query: { sql: string; params: unknown[] }) {
 }
 
 // The claim runs thousands of times a second: it is a named prepared statement per connection
-// (parsed and planned once), with the batch size, lock token and kinds as parameters.
-const prepared = new WeakMap<Db, Map<boolean, ReturnType<typeof prepareClaim>>>();
-function preparedClaim(db: Db, filtered: boolean) {
+// (parsed and planned once), with the batch size, lock token, kinds and ids as parameters.
+const prepared = new WeakMap<Db, Map<string, ReturnType<typeof prepareClaim>>>();
+function preparedClaim(db: Db, filtered: boolean, byIds: boolean) {
   let byDb = prepared.get(db);
   if (!byDb) prepared.set(db, (byDb = new Map()));
-  let statement = byDb.get(filtered);
-  if (!statement) byDb.set(filtered, (statement = prepareClaim(db, filtered)));
+  const name = `pgdrain_claim${filtered ? '_kinds' : ''}${byIds ? '_ids' : ''}`;
+  let statement = byDb.get(name);
+  if (!statement) byDb.set(name, (statement = prepareClaim(db, filtered, byIds, name)));
   return statement;
 }
-const prepareClaim = (db: Db, filtered: boolean) => claimStatement(db, filtered).prepare(filtered ? 'pgdrain_claim_kinds' : 'pgdrain_claim');
+const prepareClaim = (db: Db, filtered: boolean, byIds: boolean, name: string) => claimStatement(db, filtered, byIds).prepare(name);
 
-function claimStatement(db: Db, filtered: boolean) {
+function claimStatement(db: Db, filtered: boolean, byIds = false) {
   // `status = 'pending'` stays a literal: with a parameter there, a generic plan could not prove
   // that the partial index jobs_ready applies and would scan the whole table.
   const ready = db
@@ -88,6 +92,7 @@ function claimStatement(db: Db, filtered: boolean) {
         sql`${jobs.status} = 'pending'`,
         lte(jobs.runAt, sql`now()`),
         filtered ? sql`${jobs.kind} = ANY(${sql.placeholder('kinds')}::text[])` : undefined,
+        byIds ? sql`${jobs.id} = ANY(${sql.placeholder('ids')}::bigint[])` : undefined,
         // Paused kinds: an InitPlan, read once per claim. Wrapped in coalesce (which never changes
         // the result: neither side can be NULL) because the planner estimates a bare
         // `<> ALL(subquery array)` to match almost no row, and then prefers reading and sorting

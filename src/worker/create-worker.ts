@@ -59,6 +59,8 @@ export interface ScheduledControllerLike {
 /** DRAIN_BUDGET_MS when it is set but unreadable. Unset, the budget follows the cron (cron-budget.ts). */
 export const DEFAULT_BUDGET_MS = FALLBACK_BUDGET_MS;
 const MAX_CONCURRENCY = 5; // 6 simultaneous connections per invocation, one is the database's
+/** A run-now drain ends within this: the platform gives waitUntil work 30 s after the response. */
+const RUN_NOW_BUDGET_MS = 25_000;
 
 export interface WorkerOptions {
   /** Your job kinds, next to the built-in noop and webhook. */
@@ -101,8 +103,36 @@ export function createWorker(options: WorkerOptions = {}) {
       countsRecorded: env.RECORD_COUNTS !== 'false',
       maxBodyBytes: env.MAX_BODY_BYTES ? Number(env.MAX_BODY_BYTES) : undefined,
       onError: (error, where) => console.error(JSON.stringify({ event: 'request_failed', where, error: safeErrorMessage(error) })),
+      runNow: (ids) => c.executionCtx.waitUntil(runNow(env, ids)),
     };
   });
+
+  /**
+   * Runs just-enqueued jobs in this invocation, after the response, through the ordinary claim
+   * (restricted to their ids): a cron or another invocation that claimed one first runs it, this
+   * one skips it. Failures settle as usual; if the isolate dies, the reaper returns the jobs.
+   */
+  async function runNow(env: Env, ids: string[]): Promise<void> {
+    const { db, end } = openDatabase(env);
+    try {
+      const report = await drain(db, registryFor(env), {
+        workerId: `worker-now-${crypto.randomUUID().slice(0, 8)}`,
+        ids,
+        batchSize: ids.length,
+        concurrency: Math.min(MAX_CONCURRENCY, ids.length),
+        prefetch: 0,
+        // waitUntil work gets 30 s after the response; the rest is the reaper's.
+        budgetMs: RUN_NOW_BUDGET_MS,
+        visibilitySeconds: positive(env.VISIBILITY_TIMEOUT_SECONDS, DEFAULT_VISIBILITY_SECONDS),
+        recordCounts: env.RECORD_COUNTS !== 'false',
+      });
+      console.log(JSON.stringify({ event: 'run_now', ids: ids.length, ...report }));
+    } catch (error) {
+      console.error(JSON.stringify({ event: 'run_now_failed', error: safeErrorMessage(error) }));
+    } finally {
+      await end();
+    }
+  }
 
   /** One cron invocation; resolves within the budget (plus settling), with what it did. */
   async function runScheduled(controller: ScheduledControllerLike, env: Env): Promise<ScheduledReport> {

@@ -387,6 +387,22 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(await count()).toBe(0);
     });
 
+    it('a claim by ids takes only those jobs, and only when ready and free (run-now is fenced like any claim)', async () => {
+      const [ready, held, later, other] = await enqueueMany(h.db, [
+        { kind: 'k', payload: 1 }, { kind: 'k', payload: 2 }, { kind: 'k', payload: 3, runAt: new Date(Date.now() + 60_000) }, { kind: 'k', payload: 4 },
+      ]);
+      await claim(h.db, { batchSize: 1, lockToken: 'first:1', ids: [held!.id] });
+      const claimed = await claim(h.db, { batchSize: 10, lockToken: 'now:1', ids: [ready!.id, held!.id, later!.id] });
+      expect(claimed.map((j) => j.id)).toEqual([ready!.id]);
+      expect(await h.query(`SELECT id::text, status, locked_by FROM pgdrain.jobs ORDER BY id`)).toEqual([
+        { id: ready!.id, status: 'running', locked_by: 'now:1' },
+        { id: held!.id, status: 'running', locked_by: 'first:1' },
+        { id: later!.id, status: 'pending', locked_by: null },
+        { id: other!.id, status: 'pending', locked_by: null },
+      ]);
+      expect(await claim(h.db, { batchSize: 10, lockToken: 'now:2', ids: [] })).toEqual([]);
+    });
+
     it('renewLeases extends only the leases still held under their lock tokens', async () => {
       await enqueueMany(h.db, Array.from({ length: 3 }, (_, i) => ({ kind: 'k', payload: { i } })));
       const claimed = await claim(h.db, { batchSize: 3, lockToken: 'w:1' });

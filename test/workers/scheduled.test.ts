@@ -21,8 +21,10 @@ const sleepJob = defineJob({
   handler: ({ ms }) => new Promise<void>((r) => setTimeout(r, ms)),
 });
 const hangJob = defineJob({ kind: 'hang', schema: z.unknown(), handler: () => new Promise<void>(() => {}) });
+const failJob = defineJob({ kind: 'fails', schema: z.unknown(), handler: () => { throw new Error('run-now failure'); } });
+const eagerJob = defineJob({ kind: 'eager', schema: z.object({ n: z.number() }), eager: true, handler: ({ n }) => void runs.set(n, (runs.get(n) ?? 0) + 1) });
 
-const worker = createWorker({ jobs: [countJob, sleepJob, hangJob] });
+const worker = createWorker({ jobs: [countJob, sleepJob, hangJob, failJob, eagerJob] });
 const testEnv = (vars: Partial<Env> = {}): Env => ({ ...(env as unknown as Env), DATABASE_URL: env.SCHEDULED_DATABASE_URL, ...vars });
 const cron = () => createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() });
 
@@ -185,5 +187,61 @@ describe('scheduled() in workerd', () => {
     expect(fiveMinutes.budgetMs).toBeLessThanOrEqual(tick + 300_000 - 1_000 - now);
     expect(fiveMinutes.stoppedBy).toBe('empty');
     expect((await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '1500' }))).budgetMs).toBe(1500);
+  });
+
+  describe('runNow', () => {
+    const post = async (path: string, body: unknown) => {
+      const ctx = createExecutionContext();
+      const res = await worker.fetch(
+        new Request(`http://worker${path}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        }),
+        testEnv({ DATABASE_URL: env.SCHEDULED_DATABASE_URL }),
+        ctx as never,
+      );
+      return { res, ctx };
+    };
+
+    it('a job posted with runNow runs in the same invocation after the response, with no cron', async () => {
+      const { res, ctx } = await post('/jobs', { kind: 'count', payload: { n: 501 }, runNow: true });
+      expect(res.status).toBe(201);
+      await waitOnExecutionContext(ctx);
+      expect(runs.get(501)).toBe(1);
+      expect(await count()).toBe(0);
+    });
+
+    it('every job of an eager kind runs at once', async () => {
+      const { ctx } = await post('/jobs', { kind: 'eager', payload: { n: 502 } });
+      await waitOnExecutionContext(ctx);
+      expect(runs.get(502)).toBe(1);
+      expect(await count()).toBe(0);
+    });
+
+    it('racing a cron invocation for the same job, it runs exactly once', async () => {
+      const [{ ctx }] = await Promise.all([post('/jobs', { kind: 'count', payload: { n: 503 }, runNow: true }), worker.runScheduled(cron(), testEnv())]);
+      await waitOnExecutionContext(ctx);
+      await worker.runScheduled(cron(), testEnv()); // whatever the first cron missed
+      expect(runs.get(503)).toBe(1);
+      expect(await count()).toBe(0);
+    });
+
+    it('a handler that fails leaves the job pending with its backoff, like any failure', async () => {
+      const { res, ctx } = await post('/jobs', { kind: 'fails', payload: {}, runNow: true });
+      const { id } = (await res.json()) as { id: string };
+      await waitOnExecutionContext(ctx);
+      expect(await h.query(`SELECT status, attempts, run_at > now() AS later, last_error FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
+        { status: 'pending', attempts: 1, later: true, last_error: 'run-now failure' },
+      ]);
+    });
+
+    it('a batch with runNow starts at most 20 and says how many wait for the cron', async () => {
+      const { res, ctx } = await post('/jobs/batch', { jobs: Array.from({ length: 30 }, (_, i) => ({ kind: 'count', payload: { n: 600 + i }, runNow: true })) });
+      expect(await res.json()).toMatchObject({ runNow: { started: 20, deferred: 10 } });
+      await waitOnExecutionContext(ctx);
+      expect(runs.size).toBe(20);
+      expect(await count(`status = 'pending' AND attempts = 0`)).toBe(10);
+    });
   });
 });

@@ -18,8 +18,8 @@ const jsonFile = args.includes('--json') ? args[args.indexOf('--json') + 1] : un
 const only = args.includes('--only') ? args[args.indexOf('--only') + 1]?.split(',') : undefined;
 
 const plan = quick
-  ? { reps: 1, enqueueSizes: [5_000], drainSizes: [2_000], noAnalyzeSize: 2_000, history: 100_000, historyDrain: 2_000, latencyJobs: 40, workerJobs: 500 }
-  : { reps: 3, enqueueSizes: [5_000, 50_000], drainSizes: [5_000, 50_000], noAnalyzeSize: 50_000, history: 1_000_000, historyDrain: 50_000, latencyJobs: 200, workerJobs: 5_000 };
+  ? { reps: 1, enqueueSizes: [5_000], drainSizes: [2_000], noAnalyzeSize: 2_000, history: 100_000, historyDrain: 2_000, latencyJobs: 40, workerJobs: 500, runNowJobs: 20 }
+  : { reps: 3, enqueueSizes: [5_000, 50_000], drainSizes: [5_000, 50_000], noAnalyzeSize: 50_000, history: 1_000_000, historyDrain: 50_000, latencyJobs: 200, workerJobs: 5_000, runNowJobs: 200 };
 
 /** A trial slower than this is not repeated (the slow systems' 50k drains), so a full run stays
  * under 10 minutes on 2 cores. */
@@ -286,7 +286,7 @@ async function main() {
   if (!only || only.includes('worker')) {
     const url = await freshDatabase('bench_worker');
     console.log('\nthe Worker drainer (wrangler dev, Neon driver through the local WebSocket proxy)');
-    worker = await benchWorkerDrainer(url, { jobs: plan.workerJobs, reps: plan.reps });
+    worker = await benchWorkerDrainer(url, { jobs: plan.workerJobs, reps: plan.reps, runNowJobs: plan.runNowJobs });
     await admin.query('DROP DATABASE bench_worker WITH (FORCE)');
   }
   await admin.end();
@@ -299,7 +299,8 @@ async function main() {
     console.log(`\nthe cost of ${p.label}: ${p.a} ${fmt(a)} jobs/s, ${p.b} ${fmt(b)} jobs/s: ${(((b - a) / b) * 100).toFixed(1)}% of drain throughput (median of ${p.values[0].length} alternating pairs)`);
   }
   if (worker) {
-    console.log(`\nWorker scheduled(): ${worker.map((w) => `${fmt(w.jobsPerSecond)} jobs/s, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
+    console.log(`\nWorker scheduled(): ${worker.drains.map((w) => `${fmt(w.jobsPerSecond)} jobs/s, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
+    if (worker.runNow) console.log(`Worker runNow: POST /jobs → webhook delivered, p50 ${worker.runNow.p50Ms.toFixed(1)} ms, p99 ${worker.runNow.p99Ms.toFixed(1)} ms over ${worker.runNow.jobs} jobs`);
   }
   const elapsed = Math.round((now() - started) / 1000);
   console.log(`\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`);

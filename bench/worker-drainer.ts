@@ -1,6 +1,7 @@
 // The Worker's drainer measured where it runs: `wrangler dev` (workerd), the Neon driver through
 // the local WebSocket proxy, one `scheduled()` invocation per repetition over a backlog of noop jobs.
 import { spawn } from 'node:child_process';
+import http from 'node:http';
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,7 +23,17 @@ export interface WorkerFigure {
   jobsPerSecond: number;
 }
 
-export async function benchWorkerDrainer(url: string, options: { jobs: number; reps: number; budgetMs?: number }): Promise<WorkerFigure[]> {
+export interface RunNowFigure {
+  jobs: number;
+  /** POST /jobs sent → the webhook handler's request arriving, per job. */
+  p50Ms: number;
+  p99Ms: number;
+}
+
+export async function benchWorkerDrainer(
+  url: string,
+  options: { jobs: number; reps: number; budgetMs?: number; runNowJobs?: number },
+): Promise<{ drains: WorkerFigure[]; runNow?: RunNowFigure }> {
   const budgetMs = options.budgetMs ?? 5_000;
   await migrateDatabase(url);
   const target = new URL(url);
@@ -30,7 +41,24 @@ export async function benchWorkerDrainer(url: string, options: { jobs: number; r
   const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-bench-worker-'));
   await chmod(dir, 0o700);
   const envFile = path.join(dir, 'worker.env');
-  await writeFile(envFile, `DATABASE_URL=${url}\nNEON_WS_PROXY=${proxy.address}\nAPI_TOKEN=bench-token-0123456789\nDRAIN_BUDGET_MS=${budgetMs}\n`, { mode: 0o600 });
+  // runNow's latency: webhook jobs to a server here, each arrival timed against its POST.
+  const arrivals = new Map<number, number>();
+  const hook = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      const seq = (JSON.parse(body || '{}') as { seq?: number }).seq;
+      if (typeof seq === 'number' && !arrivals.has(seq)) arrivals.set(seq, performance.now());
+      res.end('ok');
+    });
+  });
+  await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
+  const hookUrl = `http://127.0.0.1:${(hook.address() as { port: number }).port}/hook`;
+  await writeFile(
+    envFile,
+    `DATABASE_URL=${url}\nNEON_WS_PROXY=${proxy.address}\nAPI_TOKEN=bench-token-0123456789\nDRAIN_BUDGET_MS=${budgetMs}\nWEBHOOK_ALLOWED_HOSTS=127.0.0.1\n`,
+    { mode: 0o600 },
+  );
   const port = await freePort();
   const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile], {
     cwd: root,
@@ -43,6 +71,7 @@ export async function benchWorkerDrainer(url: string, options: { jobs: number; r
   const pool = new pg.Pool({ connectionString: url, max: 2 });
   const db = drizzle({ client: pool }) as unknown as Db;
   const figures: WorkerFigure[] = [];
+  let runNow: RunNowFigure | undefined;
   try {
     for (let waited = 0; !out.includes('Ready on'); waited += 100) {
       if (waited > 30_000 || wrangler.exitCode !== null) throw new Error(`wrangler dev did not start:\n${out}`);
@@ -65,12 +94,35 @@ export async function benchWorkerDrainer(url: string, options: { jobs: number; r
       figures.push(figure);
       console.log(`  Worker scheduled() rep ${r + 1}/${options.reps}: ${figure.completed} jobs in ${figure.elapsedMs} ms = ${Math.round(figure.jobsPerSecond)} jobs/s; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`);
     }
+    if (options.runNowJobs) {
+      await pool.query('DELETE FROM pgdrain.jobs');
+      const latencies: number[] = [];
+      for (let seq = 0; seq < options.runNowJobs; seq++) {
+        const sent = performance.now();
+        const res = await fetch(`http://127.0.0.1:${port}/jobs`, {
+          method: 'POST',
+          headers: { authorization: 'Bearer bench-token-0123456789', 'content-type': 'application/json' },
+          body: JSON.stringify({ kind: 'webhook', payload: { url: hookUrl, body: { seq } }, runNow: true }),
+        });
+        if (res.status !== 201) throw new Error(`POST /jobs with runNow answered ${res.status}: ${await res.text()}`);
+        for (let waited = 0; !arrivals.has(seq); waited += 1) {
+          if (waited > 5_000) throw new Error(`runNow job ${seq} was not delivered within 5 s`);
+          await new Promise((r2) => setTimeout(r2, 1));
+        }
+        latencies.push(arrivals.get(seq)! - sent);
+      }
+      latencies.sort((a, b) => a - b);
+      const at = (p: number) => latencies[Math.min(latencies.length - 1, Math.ceil((p / 100) * latencies.length) - 1)]!;
+      runNow = { jobs: latencies.length, p50Ms: at(50), p99Ms: at(99) };
+      console.log(`  Worker runNow: ${latencies.length} webhook jobs, POST → delivery p50 ${runNow.p50Ms.toFixed(1)} ms, p99 ${runNow.p99Ms.toFixed(1)} ms, no cron`);
+    }
   } finally {
+    await new Promise((r) => hook.close(r));
     wrangler.kill('SIGTERM');
     await new Promise((r) => wrangler.once('exit', r));
     await pool.end();
     await proxy.close();
     await rm(dir, { recursive: true, force: true });
   }
-  return figures;
+  return { drains: figures, runNow };
 }

@@ -34,6 +34,7 @@ const envSchema = z.object({
   PG_POOL_MAX: int(2, 1000),
   MAX_BODY_BYTES: int(1024, 100 * 1024 * 1024),
   WEBHOOK_ALLOWED_HOSTS: z.string().optional(),
+  LOG_FORMAT: z.enum(['json', 'pretty'], 'must be json or pretty').optional(),
 });
 
 export function sidecarOptionsFromEnv(env: Record<string, string | undefined>): SidecarOptions {
@@ -66,5 +67,6 @@ export function sidecarOptionsFromEnv(env: Record<string, string | undefined>): 
     poolSize: e.PG_POOL_MAX,
     maxBodyBytes: e.MAX_BODY_BYTES,
     webhookAllowedHosts: e.WEBHOOK_ALLOWED_HOSTS,
+    logFormat: e.LOG_FORMAT,
   };
 }

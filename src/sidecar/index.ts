@@ -15,7 +15,7 @@ import path from 'node:path';
 import { serve } from '@hono/node-server';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import pino, { type Logger } from 'pino';
+import type { Logger } from 'pino';
 import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
@@ -25,6 +25,7 @@ import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../
 import { type Db, NOTIFY_CHANNEL, reap, rollUpCounts } from '../queries/index.ts';
 import { DEFAULT_BATCH_SIZE, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CONCURRENCY, Drainer, createDrainPool } from './drainer.ts';
 import { NotificationListener } from './listener.ts';
+import { createLogger, type LogFormat } from './logger.ts';
 import { DEFAULT_VISIBILITY_SECONDS } from '../drain.ts';
 
 /** How often the sidecar returns expired locks. */
@@ -78,8 +79,10 @@ export interface SidecarOptions {
   /** Connections for queries and the API. Default 10. */
   poolSize?: number;
   maxBodyBytes?: number;
-  /** Default: pino at LOG_LEVEL (info) to stdout. */
+  /** Default: pino at LOG_LEVEL (info) to stdout, readable on a terminal and JSON otherwise. */
   logger?: Logger;
+  /** Overrides the choice by terminal: `json` or `pretty` (LOG_FORMAT). */
+  logFormat?: LogFormat;
   /** Where the generated token's first-run banner goes. Default: stdout. */
   printBanner?: (text: string) => void;
   /** Extra server settings for the embedded PostgreSQL (tests turn fsync off). */
@@ -101,7 +104,7 @@ export interface Sidecar {
 }
 
 export async function startSidecar(options: SidecarOptions = {}): Promise<Sidecar> {
-  const log = options.logger ?? pino({ level: process.env.LOG_LEVEL ?? 'info', base: { app: 'pgdrain' } });
+  const log = options.logger ?? createLogger({ level: process.env.LOG_LEVEL, format: options.logFormat });
   const dataDir = path.resolve(options.dataDir ?? '.pgdrain');
   const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
   const concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;

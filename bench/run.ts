@@ -286,7 +286,13 @@ async function main() {
   if (!only || only.includes('worker')) {
     const url = await freshDatabase('bench_worker');
     console.log('\nthe Worker drainer (wrangler dev, Neon driver through the local WebSocket proxy)');
-    worker = await benchWorkerDrainer(url, { jobs: plan.workerJobs, reps: plan.reps, runNowJobs: plan.runNowJobs });
+    worker = await benchWorkerDrainer(url, { jobs: plan.workerJobs, reps: plan.reps, runNowJobs: plan.runNowJobs, rttsMs: [0, 10, 30], enqueueRequests: plan.runNowJobs });
+    // Named workloads for --json, system `pgdrain worker`.
+    for (const rtt of [0, 10, 30]) {
+      const drains = worker.drains.filter((d) => d.rttMs === rtt);
+      if (drains.length > 0) record(`worker drain, ${rtt} ms RTT`, 'pgdrain worker', 'jobs/s', drains.map((d) => d.jobsPerSecond), [], []);
+    }
+    if (worker.enqueueP50At10MsRtt !== undefined) record('worker enqueue p50, 10 ms RTT', 'pgdrain worker', 'ms', [worker.enqueueP50At10MsRtt], [], []);
     await admin.query('DROP DATABASE bench_worker WITH (FORCE)');
   }
   await admin.end();
@@ -299,7 +305,7 @@ async function main() {
     console.log(`\nthe cost of ${p.label}: ${p.a} ${fmt(a)} jobs/s, ${p.b} ${fmt(b)} jobs/s: ${(((b - a) / b) * 100).toFixed(1)}% of drain throughput (median of ${p.values[0].length} alternating pairs)`);
   }
   if (worker) {
-    console.log(`\nWorker scheduled(): ${worker.drains.map((w) => `${fmt(w.jobsPerSecond)} jobs/s, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
+    console.log(`\nWorker scheduled(): ${worker.drains.map((w) => `${fmt(w.jobsPerSecond)} jobs/s at ${w.rttMs} ms RTT, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
     if (worker.runNow) console.log(`Worker runNow: POST /jobs → webhook delivered, p50 ${worker.runNow.p50Ms.toFixed(1)} ms, p99 ${worker.runNow.p99Ms.toFixed(1)} ms over ${worker.runNow.jobs} jobs`);
   }
   const elapsed = Math.round((now() - started) / 1000);

@@ -16,6 +16,8 @@ import { type Db, enqueueMany } from '../src/queries/index.ts';
 const root = fileURLToPath(new URL('..', import.meta.url));
 
 export interface WorkerFigure {
+  /** The round trip the proxy added between workerd and PostgreSQL. */
+  rttMs: number;
   completed: number;
   elapsedMs: number;
   budgetMs: number;
@@ -32,8 +34,8 @@ export interface RunNowFigure {
 
 export async function benchWorkerDrainer(
   url: string,
-  options: { jobs: number; reps: number; budgetMs?: number; runNowJobs?: number },
-): Promise<{ drains: WorkerFigure[]; runNow?: RunNowFigure }> {
+  options: { jobs: number; reps: number; budgetMs?: number; runNowJobs?: number; rttsMs?: number[]; enqueueRequests?: number },
+): Promise<{ drains: WorkerFigure[]; runNow?: RunNowFigure; enqueueP50At10MsRtt?: number }> {
   const budgetMs = options.budgetMs ?? 5_000;
   await migrateDatabase(url);
   const target = new URL(url);
@@ -72,11 +74,14 @@ export async function benchWorkerDrainer(
   const db = drizzle({ client: pool }) as unknown as Db;
   const figures: WorkerFigure[] = [];
   let runNow: RunNowFigure | undefined;
+  let enqueueResult: number | undefined;
   try {
     for (let waited = 0; !out.includes('Ready on'); waited += 100) {
       if (waited > 30_000 || wrangler.exitCode !== null) throw new Error(`wrangler dev did not start:\n${out}`);
       await new Promise((r) => setTimeout(r, 100));
     }
+    for (const rttMs of options.rttsMs ?? [0]) {
+    proxy.setDelayMs(rttMs / 2);
     for (let r = 0; r < options.reps; r++) {
       await pool.query('DELETE FROM pgdrain.jobs');
       await enqueueMany(db, Array.from({ length: options.jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
@@ -90,9 +95,33 @@ export async function benchWorkerDrainer(
       }
       if (!line) throw new Error(`no scheduled report in wrangler's output:\n${out.slice(before)}`);
       const report = JSON.parse(line.slice(line.indexOf('{'))) as { completed: number; elapsedMs: number };
-      const figure = { completed: report.completed, elapsedMs: report.elapsedMs, budgetMs, budgetLeftMs: budgetMs - report.elapsedMs, jobsPerSecond: report.completed / (report.elapsedMs / 1000) };
+      const figure = { rttMs, completed: report.completed, elapsedMs: report.elapsedMs, budgetMs, budgetLeftMs: budgetMs - report.elapsedMs, jobsPerSecond: report.completed / (report.elapsedMs / 1000) };
       figures.push(figure);
-      console.log(`  Worker scheduled() rep ${r + 1}/${options.reps}: ${figure.completed} jobs in ${figure.elapsedMs} ms = ${Math.round(figure.jobsPerSecond)} jobs/s; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`);
+      console.log(`  Worker scheduled() at ${rttMs} ms RTT, rep ${r + 1}/${options.reps}: ${figure.completed} jobs in ${figure.elapsedMs} ms = ${Math.round(figure.jobsPerSecond)} jobs/s; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`);
+    }
+    }
+    proxy.setDelayMs(0);
+    // POST /jobs at a 10 ms round trip, request to response.
+    let enqueueP50At10MsRtt: number | undefined;
+    if (options.enqueueRequests) {
+      proxy.setDelayMs(5);
+      const times: number[] = [];
+      for (let i = 0; i < options.enqueueRequests; i++) {
+        const t0 = performance.now();
+        const res = await fetch(`http://127.0.0.1:${port}/jobs`, {
+          method: 'POST',
+          headers: { authorization: 'Bearer bench-token-0123456789', 'content-type': 'application/json' },
+          body: JSON.stringify({ kind: 'noop', payload: { i } }),
+        });
+        await res.text();
+        if (res.status !== 201) throw new Error(`POST /jobs answered ${res.status}`);
+        times.push(performance.now() - t0);
+      }
+      proxy.setDelayMs(0);
+      times.sort((a, b) => a - b);
+      enqueueP50At10MsRtt = times[Math.floor(times.length / 2)]!;
+      console.log(`  Worker POST /jobs at 10 ms RTT: p50 ${enqueueP50At10MsRtt.toFixed(1)} ms over ${times.length} requests`);
+      enqueueResult = enqueueP50At10MsRtt;
     }
     if (options.runNowJobs) {
       await pool.query('DELETE FROM pgdrain.jobs');
@@ -124,5 +153,5 @@ export async function benchWorkerDrainer(
     await proxy.close();
     await rm(dir, { recursive: true, force: true });
   }
-  return { drains: figures, runNow };
+  return { drains: figures, runNow, enqueueP50At10MsRtt: enqueueResult };
 }

@@ -24,7 +24,10 @@ const embedded = process.env.DATABASE_URL
 const databaseUrl = process.env.DATABASE_URL ?? embedded!.url;
 await migrateDatabase(databaseUrl);
 const target = new URL(databaseUrl);
-const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } });
+// PROXY_DELAY_MS=5: each direction 5 ms later, a 10 ms round trip, as from a Worker to Neon.
+const delayMs = Number(process.env.PROXY_DELAY_MS ?? 0);
+if (!Number.isFinite(delayMs) || delayMs < 0) throw new Error('PROXY_DELAY_MS: a one-way delay in milliseconds, 0 or more');
+const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) }, delayMs });
 const apiToken = process.env.API_TOKEN ?? (await secret('api-token'));
 
 // The Worker's documented settings, taken from this process's environment when set there, so a
@@ -44,7 +47,7 @@ await writeFile(
 );
 if (passed.length > 0) console.log(`dev:worker: from your environment: ${passed.join(', ')}`);
 
-console.log(`dev:worker: database ${redactUrl(databaseUrl)} through the WebSocket proxy at ${proxy.address}`);
+console.log(`dev:worker: database ${redactUrl(databaseUrl)} through the WebSocket proxy at ${proxy.address}${delayMs ? ` (+${delayMs} ms each way)` : ''}`);
 console.log(`dev:worker: API token in ${path.join(dataDir, 'api-token')}`);
 console.log(`dev:worker: try  curl -H "Authorization: Bearer $(cat ${path.join(dataDir, 'api-token')})" http://127.0.0.1:${port}/stats`);
 console.log(`dev:worker: run the cron handler with  curl 'http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*'`);

@@ -14,13 +14,24 @@ export interface WsProxy {
   /** host:port to give the Neon driver (neonConfig.wsProxy). */
   address: string;
   port: number;
+  /** Changes the one-way delay for everything sent from now on. */
+  setDelayMs(ms: number): void;
   /** Cuts every open connection (the chaos tests' dropped network); new ones are still accepted.
    * Returns how many were cut. */
   dropConnections(): number;
   close(): Promise<void>;
 }
 
-export async function startWsProxy(options: { target: { host: string; port: number }; port?: number }): Promise<WsProxy> {
+export async function startWsProxy(options: {
+  target: { host: string; port: number };
+  port?: number;
+  /** One-way delay added to every chunk in each direction (a round trip gains twice this), to run
+   * the Worker at a realistic distance from its database: Workers to Neon is 5-30 ms a round trip. */
+  delayMs?: number;
+}): Promise<WsProxy> {
+  let delayMs = options.delayMs ?? 0;
+  // Equal delays keep order: timers of the same duration fire first in, first out.
+  const later = (send: () => void) => (delayMs > 0 ? void setTimeout(send, delayMs) : send());
   const allowed = `${options.target.host}:${options.target.port}`;
   const server = http.createServer((_, res) => res.writeHead(426, { 'content-type': 'text/plain' }).end('WebSocket only\n'));
   const wss = new WebSocketServer({ noServer: true });
@@ -45,11 +56,15 @@ export async function startWsProxy(options: { target: { host: string; port: numb
       });
       ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
         const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-        if (connected) tcp.write(chunk);
-        else pending.push(chunk);
+        later(() => {
+          if (connected) tcp.write(chunk);
+          else pending.push(chunk);
+        });
       });
       tcp.on('data', (chunk) => {
-        if (ws.readyState === ws.OPEN) ws.send(chunk);
+        later(() => {
+          if (ws.readyState === ws.OPEN) ws.send(chunk);
+        });
       });
       const closeBoth = () => {
         sockets.delete(tcp);
@@ -71,6 +86,9 @@ export async function startWsProxy(options: { target: { host: string; port: numb
   return {
     address: `127.0.0.1:${port}`,
     port,
+    setDelayMs: (ms) => {
+      delayMs = ms;
+    },
     dropConnections: () => {
       const n = sockets.size;
       for (const s of sockets) s.destroy();

@@ -24,13 +24,13 @@ import { createApp, type ScopedToken } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { type Db, NOTIFY_CHANNEL, reap, rollUpCounts } from '../queries/index.ts';
 import { DEFAULT_BATCH_SIZE, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CONCURRENCY, Drainer, createDrainPool } from './drainer.ts';
+import { DEFAULT_VISIBILITY_SECONDS } from '../drain.ts';
+import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 import { NotificationListener } from './listener.ts';
 import { createLogger, type LogFormat } from './logger.ts';
-import { DEFAULT_VISIBILITY_SECONDS } from '../drain.ts';
 
 /** How often the sidecar returns expired locks. */
 export const DEFAULT_REAP_INTERVAL_MS = 15_000;
-import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 
 export interface SidecarOptions {
   /** Your PostgreSQL. Unset: an embedded PostgreSQL 18 with its data in `dataDir`. */

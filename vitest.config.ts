@@ -1,7 +1,25 @@
 import { cloudflareTest } from '@cloudflare/vitest-plugin';
 import { defineConfig } from 'vitest/config';
 
+/** Local Hyperdrive refuses a connection string without a password, even where trust auth ignores it. */
+function withPassword(url: string): string {
+  const parsed = new URL(url);
+  if (!parsed.password) parsed.password = 'local';
+  return parsed.toString();
+}
+
 export default defineConfig({
+  plugins: [
+    {
+      // pg requires pg-cloudflare for its sockets in workerd; the package exports the real module
+      // only under the "workerd" condition, which the pool's require() resolution does not use.
+      name: 'pg-cloudflare-workerd',
+      enforce: 'pre',
+      resolveId(id: string) {
+        if (id === 'pg-cloudflare') return new URL('./node_modules/pg-cloudflare/dist/index.js', import.meta.url).pathname;
+      },
+    },
+  ],
   test: {
     // The machine has 2 cores and PostgreSQL shares them.
     maxWorkers: 2,
@@ -17,13 +35,18 @@ export default defineConfig({
         },
       },
       {
-        // Inside workerd, on the Neon serverless driver, through the local WebSocket proxy.
+        // Inside workerd: the Neon serverless driver through the local WebSocket proxy, and node-postgres
+        // through local Hyperdrive bindings.
         plugins: [
           cloudflareTest(({ inject }) => {
             const urls = JSON.parse(inject('workerDatabaseUrls')) as Record<string, string>;
+            // Local Hyperdrive bindings read their target from these variables (miniflare wants a password).
+            const hyperdrives = { HYPERDRIVE_CONFORMANCE: withPassword(urls.hyperdrive_conformance!), HYPERDRIVE_SCHEDULED: withPassword(urls.hyperdrive_scheduled!) };
+            for (const [name, url] of Object.entries(hyperdrives)) process.env[`CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_${name}`] = url;
             return {
               wrangler: { configPath: './wrangler.toml' },
               miniflare: {
+                hyperdrives,
                 bindings: {
                   NEON_WS_PROXY: inject('wsProxyAddress'),
                   DATABASE_URL: urls.api!,

@@ -5,7 +5,7 @@ import { Pool, neonConfig } from '@neondatabase/serverless';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import ws from 'ws';
 import { startWsProxy, type WsProxy } from '../src/dev/ws-proxy.ts';
-import { useLocalProxy } from '../src/worker/create-worker.ts';
+import { useLocalProxy } from '../src/worker/database.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 
 let t: TestDatabase;

@@ -1,13 +1,11 @@
 // The Cloudflare Worker: `fetch` serves the HTTP API and the dashboard, `scheduled` (the cron
 // trigger) reaps stale locks, folds old per-minute counts into the totals, drains until the
 // invocation's budget is spent, releases what it claimed but did not start, and logs one JSON line.
-// A Neon WebSocket Pool lives for one invocation (a Pool cannot outlive it) and uses one
-// connection: a Worker may hold 6 at once and handlers need the rest.
+// Each request and invocation opens its own connection (database.ts: Hyperdrive when bound, else
+// Neon) and closes it when done.
 //
 // The deployed entry is src/worker/index.ts; build your own with your job kinds:
 //   export default createWorker({ jobs: [sendReceipt] });
-import { Pool, neonConfig } from '@neondatabase/serverless';
-import { drizzle } from 'drizzle-orm/neon-serverless';
 import type { Context } from 'hono';
 import { DEFAULT_VISIBILITY_SECONDS, drain, type DrainReport } from '../drain.ts';
 import { type ApiRuntime, createApp, parseScopedTokens, type ScopedToken } from '../http/app.ts';
@@ -16,10 +14,9 @@ import { safeErrorMessage } from '../db/url.ts';
 import { type Db, reap, rollUpCounts } from '../queries/index.ts';
 import { checkSchedules, evaluateSchedules, type ScheduleDefinition } from '../schedules.ts';
 import { FALLBACK_BUDGET_MS, cronBudgetMs } from './cron-budget.ts';
+import { type DatabaseEnv, openWorkerDatabase } from './database.ts';
 
-export interface Env {
-  /** Secret: the Neon connection string (`wrangler secret put DATABASE_URL`). */
-  DATABASE_URL: string;
+export interface Env extends DatabaseEnv {
   /** Secret: the API's bearer token (`wrangler secret put API_TOKEN`). */
   API_TOKEN?: string;
   /** Secret, optional: a token that can read /metrics only. */
@@ -37,8 +34,6 @@ export interface Env {
   VISIBILITY_TIMEOUT_SECONDS?: string;
   WEBHOOK_ALLOWED_HOSTS?: string;
   MAX_BODY_BYTES?: string;
-  /** Local development and tests only: host:port of src/dev/ws-proxy.ts in front of a plain PostgreSQL. */
-  NEON_WS_PROXY?: string;
 }
 
 export interface ScheduledReport extends DrainReport {
@@ -87,7 +82,7 @@ export function createWorker(options: WorkerOptions = {}) {
     const env = c.env as Env;
     return {
       withDb: async (fn) => {
-        const { db, end } = openDatabase(env);
+        const { db, end } = openWorkerDatabase(env);
         try {
           return await fn(db);
         } finally {
@@ -113,7 +108,7 @@ export function createWorker(options: WorkerOptions = {}) {
    * one skips it. Failures settle as usual; if the isolate dies, the reaper returns the jobs.
    */
   async function runNow(env: Env, ids: string[]): Promise<void> {
-    const { db, end } = openDatabase(env);
+    const { db, end } = openWorkerDatabase(env);
     try {
       const report = await drain(db, registryFor(env), {
         workerId: `worker-now-${crypto.randomUUID().slice(0, 8)}`,
@@ -141,7 +136,7 @@ export function createWorker(options: WorkerOptions = {}) {
     const budgetMs = env.DRAIN_BUDGET_MS ? positive(env.DRAIN_BUDGET_MS, DEFAULT_BUDGET_MS) : cronBudgetMs(controller.cron, controller.scheduledTime, started);
     const batchSize = positive(env.BATCH_SIZE, 20);
     const concurrency = Math.min(MAX_CONCURRENCY, positive(env.CONCURRENCY, MAX_CONCURRENCY));
-    const { db, end } = openDatabase(env);
+    const { db, end } = openWorkerDatabase(env);
     try {
       const visibilitySeconds = positive(env.VISIBILITY_TIMEOUT_SECONDS, DEFAULT_VISIBILITY_SECONDS);
       const reaped = await reap(db, visibilitySeconds);
@@ -198,31 +193,6 @@ function scopedTokensOf(env: Env): { scopedTokens?: ScopedToken[]; misconfigured
     parsedTokens.set(value, parsed);
   }
   return parsed;
-}
-
-function openDatabase(env: Env): { db: Db; end: () => Promise<void> } {
-  if (!env.DATABASE_URL) throw new Error('DATABASE_URL is not set: `wrangler secret put DATABASE_URL` with your Neon connection string');
-  if (env.NEON_WS_PROXY) useLocalProxy(env.NEON_WS_PROXY);
-  const pool = new Pool({ connectionString: env.DATABASE_URL, max: 1 });
-  let ending = false;
-  // Mandatory: ending the pool makes idle clients emit "Network connection lost", which would be an
-  // uncaught error without a listener. Those are expected; anything before end() is logged.
-  pool.on('error', (error: unknown) => {
-    if (!ending) console.error(JSON.stringify({ event: 'pool_error', error: safeErrorMessage(error) }));
-  });
-  const end = () => {
-    ending = true;
-    return pool.end().catch(() => {});
-  };
-  return { db: drizzle({ client: pool }) as unknown as Db, end };
-}
-
-/** Plain ws:// to a local proxy; production connects to Neon as Neon documents. */
-export function useLocalProxy(proxy: string): void {
-  neonConfig.wsProxy = (host, port) => `${proxy}/v1?address=${host}:${port}`;
-  neonConfig.useSecureWebSocket = false;
-  neonConfig.pipelineTLS = false;
-  neonConfig.pipelineConnect = false;
 }
 
 function positive(value: string | undefined, fallback: number): number {

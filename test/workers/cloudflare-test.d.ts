@@ -5,6 +5,9 @@ declare module 'cloudflare:test' {
     CONFORMANCE_DATABASE_URL: string;
     SCHEDULED_DATABASE_URL: string;
     HOSTILE_DATABASE_URL: string;
+    /** Local Hyperdrive bindings in front of the test PostgreSQL (one database each). */
+    HYPERDRIVE_CONFORMANCE: { connectionString: string };
+    HYPERDRIVE_SCHEDULED: { connectionString: string };
     NEON_WS_PROXY: string;
     API_TOKEN: string;
     API_TOKENS: string;

@@ -2,7 +2,7 @@
 import { Client, Pool } from '@neondatabase/serverless';
 import { drizzle } from 'drizzle-orm/neon-serverless';
 import { env } from 'cloudflare:test';
-import { useLocalProxy } from '../../src/worker/create-worker.ts';
+import { useLocalProxy } from '../../src/worker/database.ts';
 import type { Db } from '../../src/queries/index.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
 

@@ -1,4 +1,5 @@
-// The Worker's cron drainer inside workerd, on the Neon driver against a real PostgreSQL.
+// The Worker's cron drainer and run-now inside workerd against a real PostgreSQL, on both of the
+// Worker's paths: Neon's driver (DATABASE_URL) and node-postgres through Hyperdrive (HYPERDRIVE).
 import { createExecutionContext, createScheduledController, env, waitOnExecutionContext } from 'cloudflare:test';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
@@ -7,6 +8,7 @@ import { enqueueMany } from '../../src/queries/index.ts';
 import { createWorker, type Env } from '../../src/worker/create-worker.ts';
 import { defineSchedule } from '../../src/schedules.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
+import { createHyperdriveHarness } from './hyperdrive-harness.ts';
 import { createNeonHarness } from './neon-harness.ts';
 
 const runs = new Map<number, number>();
@@ -25,223 +27,236 @@ const failJob = defineJob({ kind: 'fails', schema: z.unknown(), handler: () => {
 const eagerJob = defineJob({ kind: 'eager', schema: z.object({ n: z.number() }), eager: true, handler: ({ n }) => void runs.set(n, (runs.get(n) ?? 0) + 1) });
 
 const worker = createWorker({ jobs: [countJob, sleepJob, hangJob, failJob, eagerJob] });
-const testEnv = (vars: Partial<Env> = {}): Env => ({ ...(env as unknown as Env), DATABASE_URL: env.SCHEDULED_DATABASE_URL, ...vars });
 const cron = () => createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() });
 
-let h: Harness;
-beforeAll(async () => {
-  h = await createNeonHarness(env.SCHEDULED_DATABASE_URL);
-});
-afterAll(() => h?.close());
-beforeEach(async () => {
-  await h.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds, pgdrain.schedules');
-  runs.clear();
-});
-const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n);
+const PATHS = [
+  { name: 'Neon', database: { DATABASE_URL: env.SCHEDULED_DATABASE_URL }, harness: () => createNeonHarness(env.SCHEDULED_DATABASE_URL) },
+  {
+    name: 'Hyperdrive',
+    database: { HYPERDRIVE: env.HYPERDRIVE_SCHEDULED, DATABASE_URL: undefined },
+    harness: () => createHyperdriveHarness(env.HYPERDRIVE_SCHEDULED),
+  },
+] as const;
 
-describe('scheduled() in workerd', () => {
-  it('a job enqueued through the Worker API runs at the next cron, its row is gone, and one JSON line is logged', async () => {
-    const ctx = createExecutionContext();
-    const res = await worker.fetch(
-      new Request('http://worker/jobs', {
-        method: 'POST',
-        headers: { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ kind: 'count', payload: { n: 7 } }),
-      }),
-      testEnv(),
-      ctx as never,
-    );
-    await waitOnExecutionContext(ctx);
-    expect(res.status).toBe(201);
-    expect(await count()).toBe(1);
+for (const path of PATHS) {
+  const testEnv = (vars: Partial<Env> = {}): Env => ({ ...(env as unknown as Env), ...path.database, ...vars });
 
-    const log = vi.spyOn(console, 'log').mockImplementation(() => {});
-    const sctx = createExecutionContext();
-    await worker.scheduled(cron(), testEnv(), sctx);
-    await waitOnExecutionContext(sctx);
-    const lines = log.mock.calls.map((c) => JSON.parse(String(c[0])));
-    log.mockRestore();
-    expect(runs.get(7)).toBe(1);
-    expect(await count()).toBe(0);
-    expect(lines).toEqual([
-      expect.objectContaining({ event: 'scheduled', cron: '* * * * *', claimed: 1, completed: 1, failed: 0, dead: 0, released: 0, reaped: 0, elapsedMs: expect.any(Number) }),
-    ]);
-  });
+  let h: Harness;
+  const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n);
 
-  it('a backlog bigger than the budget: returns within budget + 1 s, leaves nothing running, and the next cron finishes', async () => {
-    await enqueueMany(h.db, Array.from({ length: 500 }, () => ({ kind: 'sleep', payload: { ms: 30 } })));
-    const budgetMs = 1500;
-    const started = Date.now();
-    const first = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: String(budgetMs) }));
-    expect(Date.now() - started).toBeLessThan(budgetMs + 1000);
-    expect(first.stoppedBy).toBe('budget');
-    expect(first.completed).toBeGreaterThan(0);
-    expect(first.completed).toBeLessThan(500);
-    expect(first.claimed).toBe(first.completed + first.failed + first.dead + first.released);
-    expect(await count(`status = 'running'`)).toBe(0);
-    // Every job not completed is pending; only those whose handler was cut by the budget spent an attempt.
-    expect(await count(`status = 'pending'`)).toBe(500 - first.completed);
-    expect(await count(`status = 'pending' AND attempts = 0`)).toBe(500 - first.completed - first.failed);
-
-    const second = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '20000' }));
-    expect(second.stoppedBy).toBe('empty');
-    expect(await count(`run_at <= now()`)).toBe(0);
-    expect(await count()).toBe(first.failed); // only the budget-cut ones, waiting out their backoff
-  });
-
-  it('a handler that never resolves: the invocation still ends within budget + 1 s and the job is failed, not lost', async () => {
-    await enqueueMany(h.db, [{ kind: 'hang', payload: {} }, { kind: 'count', payload: { n: 1 } }]);
-    const budgetMs = 1500;
-    const started = Date.now();
-    const report = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: String(budgetMs) }));
-    expect(Date.now() - started).toBeLessThan(budgetMs + 1000);
-    expect(report).toMatchObject({ claimed: 2, completed: 1, failed: 1 });
-    expect(await h.query(`SELECT kind, status, attempts, locked_by, last_error FROM pgdrain.jobs`)).toEqual([
-      { kind: 'hang', status: 'pending', attempts: 1, locked_by: null, last_error: expect.stringContaining('budget') },
-    ]);
-  });
-
-  it('a stale running row is reaped by the next cron and then completed', async () => {
-    await h.query(
-      `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_at, locked_by)
-       VALUES ('count', '{"n": 99}', 'running', 1, now() - interval '10 minutes', 'worker-that-died:1')`,
-    );
-    const report = await worker.runScheduled(cron(), testEnv({ VISIBILITY_TIMEOUT_SECONDS: '300' }));
-    expect(report).toMatchObject({ reaped: 1, claimed: 1, completed: 1 });
-    expect(runs.get(99)).toBe(1);
-    expect(await count()).toBe(0);
-  });
-
-  it('two overlapping invocations on the same backlog run every job exactly once', async () => {
-    await enqueueMany(h.db, Array.from({ length: 300 }, (_, n) => ({ kind: 'count', payload: { n } })));
-    const [a, b] = await Promise.all([worker.runScheduled(cron(), testEnv()), worker.runScheduled(cron(), testEnv())]);
-    expect(a!.claimed + b!.claimed).toBe(300);
-    expect(a!.completed + b!.completed).toBe(300);
-    expect(runs.size).toBe(300);
-    expect([...runs.values()].every((c) => c === 1)).toBe(true);
-    expect(await count()).toBe(0);
-  });
-
-  it('scheduled() enqueues the slots its schedules owe, then drains them in the same invocation', async () => {
-    const scheduledWorker = createWorker({
-      jobs: [countJob],
-      schedules: [defineSchedule({ name: 'each-minute', cron: '* * * * *', kind: 'count', payload: { n: 1000 } })],
+  describe(`scheduled() in workerd, ${path.name} path`, () => {
+    beforeAll(async () => {
+      h = await path.harness();
     });
-    // The first evaluation only records where the schedule starts.
-    expect(await scheduledWorker.runScheduled(cron(), testEnv())).toMatchObject({ scheduled: 0, claimed: 0 });
-    // Three minutes later (the state row moved back): the latest slot is owed, two were missed.
-    await h.query(`UPDATE pgdrain.schedules SET last_slot = date_trunc('minute', now()) - interval '3 minutes'`);
-    const report = await scheduledWorker.runScheduled(cron(), testEnv());
-    expect(report).toMatchObject({ scheduled: 1, claimed: 1, completed: 1 });
-    expect(runs.get(1000)).toBe(1);
-    expect(await h.query(`SELECT skipped::int, last_slot = date_trunc('minute', now()) AS current FROM pgdrain.schedules`)).toEqual([
-      { skipped: 2, current: true },
-    ]);
-    const list = await scheduledWorker.fetch(
-      new Request('http://worker/schedules', { headers: { authorization: `Bearer ${env.API_TOKEN}` } }),
-      testEnv(),
-      createExecutionContext() as never,
-    );
-    expect(((await list.json()) as { schedules: { name: string }[] }).schedules.map((s) => s.name)).toEqual(['each-minute']);
-  });
+    afterAll(() => h?.close());
+    beforeEach(async () => {
+      await h.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds, pgdrain.schedules');
+      runs.clear();
+    });
 
-  it('a paused kind is not claimed by scheduled() while other kinds are; resumed, the next cron drains it', async () => {
-    await enqueueMany(h.db, [
-      ...Array.from({ length: 5 }, (_, n) => ({ kind: 'count', payload: { n } })),
-      ...Array.from({ length: 3 }, () => ({ kind: 'sleep', payload: { ms: 1 } })),
-    ]);
-    await h.query(`INSERT INTO pgdrain.paused_kinds (kind) VALUES ('count')`);
-    expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ claimed: 3, completed: 3 });
-    expect(runs.size).toBe(0);
-    expect(await count(`kind = 'count' AND status = 'pending' AND attempts = 0`)).toBe(5);
-    await h.query(`DELETE FROM pgdrain.paused_kinds`);
-    expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ claimed: 5, completed: 5 });
-    expect(runs.size).toBe(5);
-  });
-
-  it('with no DRAIN_BUDGET_MS the budget runs until a second before the same cron\'s next tick; the next invocation continues', async () => {
-    await enqueueMany(h.db, Array.from({ length: 1000 }, () => ({ kind: 'sleep', payload: { ms: 30 } })));
-    // A cron every 4 seconds (croner reads a seconds field; Cloudflare's crons are minutes, the
-    // arithmetic is the same): the invocation of the last tick has until 1 s before the next.
-    const scheduledTime = Math.floor(Date.now() / 4_000) * 4_000;
-    const nextTick = scheduledTime + 4_000;
-    const started = Date.now();
-    const first = await worker.runScheduled({ cron: '*/4 * * * * *', scheduledTime }, testEnv({ DRAIN_BUDGET_MS: '' }));
-    const expected = Math.max(1_000, nextTick - 1_000 - started);
-    expect(first.budgetMs).toBeGreaterThan(expected - 300);
-    expect(first.budgetMs).toBeLessThanOrEqual(expected);
-    expect(first.stoppedBy).toBe('budget');
-    expect(Date.now() - started).toBeLessThan(first.budgetMs + 1_000);
-    expect(await count(`status = 'running'`)).toBe(0);
-    const second = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '25000' }));
-    // Everything ran or waits out the backoff of an attempt the first budget cut short.
-    expect(first.completed + second.completed + (await count())).toBe(1000);
-    expect(await count(`status = 'pending' AND attempts = 0`)).toBe(0);
-  });
-
-  it('a */5 cron gets about five minutes; an explicit DRAIN_BUDGET_MS wins', async () => {
-    const now = Date.now();
-    const tick = Math.floor(now / 300_000) * 300_000;
-    const fiveMinutes = await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '' }));
-    expect(fiveMinutes.budgetMs).toBeGreaterThan(tick + 300_000 - 1_000 - now - 500);
-    expect(fiveMinutes.budgetMs).toBeLessThanOrEqual(tick + 300_000 - 1_000 - now);
-    expect(fiveMinutes.stoppedBy).toBe('empty');
-    expect((await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '1500' }))).budgetMs).toBe(1500);
-  });
-
-  describe('runNow', () => {
-    const post = async (path: string, body: unknown) => {
+    it('a job enqueued through the Worker API runs at the next cron, its row is gone, and one JSON line is logged', async () => {
       const ctx = createExecutionContext();
       const res = await worker.fetch(
-        new Request(`http://worker${path}`, {
+        new Request('http://worker/jobs', {
           method: 'POST',
           headers: { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' },
-          body: JSON.stringify(body),
+          body: JSON.stringify({ kind: 'count', payload: { n: 7 } }),
         }),
-        testEnv({ DATABASE_URL: env.SCHEDULED_DATABASE_URL }),
+        testEnv(),
         ctx as never,
       );
-      return { res, ctx };
-    };
-
-    it('a job posted with runNow runs in the same invocation after the response, with no cron', async () => {
-      const { res, ctx } = await post('/jobs', { kind: 'count', payload: { n: 501 }, runNow: true });
+      await waitOnExecutionContext(ctx);
       expect(res.status).toBe(201);
-      await waitOnExecutionContext(ctx);
-      expect(runs.get(501)).toBe(1);
-      expect(await count()).toBe(0);
-    });
+      expect(await count()).toBe(1);
 
-    it('every job of an eager kind runs at once', async () => {
-      const { ctx } = await post('/jobs', { kind: 'eager', payload: { n: 502 } });
-      await waitOnExecutionContext(ctx);
-      expect(runs.get(502)).toBe(1);
+      const log = vi.spyOn(console, 'log').mockImplementation(() => {});
+      const sctx = createExecutionContext();
+      await worker.scheduled(cron(), testEnv(), sctx);
+      await waitOnExecutionContext(sctx);
+      const lines = log.mock.calls.map((c) => JSON.parse(String(c[0])));
+      log.mockRestore();
+      expect(runs.get(7)).toBe(1);
       expect(await count()).toBe(0);
-    });
-
-    it('racing a cron invocation for the same job, it runs exactly once', async () => {
-      const [{ ctx }] = await Promise.all([post('/jobs', { kind: 'count', payload: { n: 503 }, runNow: true }), worker.runScheduled(cron(), testEnv())]);
-      await waitOnExecutionContext(ctx);
-      await worker.runScheduled(cron(), testEnv()); // whatever the first cron missed
-      expect(runs.get(503)).toBe(1);
-      expect(await count()).toBe(0);
-    });
-
-    it('a handler that fails leaves the job pending with its backoff, like any failure', async () => {
-      const { res, ctx } = await post('/jobs', { kind: 'fails', payload: {}, runNow: true });
-      const { id } = (await res.json()) as { id: string };
-      await waitOnExecutionContext(ctx);
-      expect(await h.query(`SELECT status, attempts, run_at > now() AS later, last_error FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
-        { status: 'pending', attempts: 1, later: true, last_error: 'run-now failure' },
+      expect(lines).toEqual([
+        expect.objectContaining({ event: 'scheduled', cron: '* * * * *', claimed: 1, completed: 1, failed: 0, dead: 0, released: 0, reaped: 0, elapsedMs: expect.any(Number) }),
       ]);
     });
 
-    it('a batch with runNow starts at most 20 and says how many wait for the cron', async () => {
-      const { res, ctx } = await post('/jobs/batch', { jobs: Array.from({ length: 30 }, (_, i) => ({ kind: 'count', payload: { n: 600 + i }, runNow: true })) });
-      expect(await res.json()).toMatchObject({ runNow: { started: 20, deferred: 10 } });
-      await waitOnExecutionContext(ctx);
-      expect(runs.size).toBe(20);
-      expect(await count(`status = 'pending' AND attempts = 0`)).toBe(10);
+    it('a backlog bigger than the budget: returns within budget + 1 s, leaves nothing running, and the next cron finishes', async () => {
+      await enqueueMany(h.db, Array.from({ length: 500 }, () => ({ kind: 'sleep', payload: { ms: 30 } })));
+      const budgetMs = 1500;
+      const started = Date.now();
+      const first = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: String(budgetMs) }));
+      expect(Date.now() - started).toBeLessThan(budgetMs + 1000);
+      expect(first.stoppedBy).toBe('budget');
+      expect(first.completed).toBeGreaterThan(0);
+      expect(first.completed).toBeLessThan(500);
+      expect(first.claimed).toBe(first.completed + first.failed + first.dead + first.released);
+      expect(await count(`status = 'running'`)).toBe(0);
+      // Every job not completed is pending; only those whose handler was cut by the budget spent an attempt.
+      expect(await count(`status = 'pending'`)).toBe(500 - first.completed);
+      expect(await count(`status = 'pending' AND attempts = 0`)).toBe(500 - first.completed - first.failed);
+
+      const second = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '20000' }));
+      expect(second.stoppedBy).toBe('empty');
+      expect(await count(`run_at <= now()`)).toBe(0);
+      expect(await count()).toBe(first.failed); // only the budget-cut ones, waiting out their backoff
+    });
+
+    it('a handler that never resolves: the invocation still ends within budget + 1 s and the job is failed, not lost', async () => {
+      await enqueueMany(h.db, [{ kind: 'hang', payload: {} }, { kind: 'count', payload: { n: 1 } }]);
+      const budgetMs = 1500;
+      const started = Date.now();
+      const report = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: String(budgetMs) }));
+      expect(Date.now() - started).toBeLessThan(budgetMs + 1000);
+      expect(report).toMatchObject({ claimed: 2, completed: 1, failed: 1 });
+      expect(await h.query(`SELECT kind, status, attempts, locked_by, last_error FROM pgdrain.jobs`)).toEqual([
+        { kind: 'hang', status: 'pending', attempts: 1, locked_by: null, last_error: expect.stringContaining('budget') },
+      ]);
+    });
+
+    it('a stale running row is reaped by the next cron and then completed', async () => {
+      await h.query(
+        `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_at, locked_by)
+         VALUES ('count', '{"n": 99}', 'running', 1, now() - interval '10 minutes', 'worker-that-died:1')`,
+      );
+      const report = await worker.runScheduled(cron(), testEnv({ VISIBILITY_TIMEOUT_SECONDS: '300' }));
+      expect(report).toMatchObject({ reaped: 1, claimed: 1, completed: 1 });
+      expect(runs.get(99)).toBe(1);
+      expect(await count()).toBe(0);
+    });
+
+    it('two overlapping invocations on the same backlog run every job exactly once', async () => {
+      await enqueueMany(h.db, Array.from({ length: 300 }, (_, n) => ({ kind: 'count', payload: { n } })));
+      const [a, b] = await Promise.all([worker.runScheduled(cron(), testEnv()), worker.runScheduled(cron(), testEnv())]);
+      expect(a!.claimed + b!.claimed).toBe(300);
+      expect(a!.completed + b!.completed).toBe(300);
+      expect(runs.size).toBe(300);
+      expect([...runs.values()].every((c) => c === 1)).toBe(true);
+      expect(await count()).toBe(0);
+    });
+
+    it('scheduled() enqueues the slots its schedules owe, then drains them in the same invocation', async () => {
+      const scheduledWorker = createWorker({
+        jobs: [countJob],
+        schedules: [defineSchedule({ name: 'each-minute', cron: '* * * * *', kind: 'count', payload: { n: 1000 } })],
+      });
+      // The first evaluation only records where the schedule starts.
+      expect(await scheduledWorker.runScheduled(cron(), testEnv())).toMatchObject({ scheduled: 0, claimed: 0 });
+      // Three minutes later (the state row moved back): the latest slot is owed, two were missed.
+      await h.query(`UPDATE pgdrain.schedules SET last_slot = date_trunc('minute', now()) - interval '3 minutes'`);
+      const report = await scheduledWorker.runScheduled(cron(), testEnv());
+      expect(report).toMatchObject({ scheduled: 1, claimed: 1, completed: 1 });
+      expect(runs.get(1000)).toBe(1);
+      expect(await h.query(`SELECT skipped::int, last_slot = date_trunc('minute', now()) AS current FROM pgdrain.schedules`)).toEqual([
+        { skipped: 2, current: true },
+      ]);
+      const list = await scheduledWorker.fetch(
+        new Request('http://worker/schedules', { headers: { authorization: `Bearer ${env.API_TOKEN}` } }),
+        testEnv(),
+        createExecutionContext() as never,
+      );
+      expect(((await list.json()) as { schedules: { name: string }[] }).schedules.map((s) => s.name)).toEqual(['each-minute']);
+    });
+
+    it('a paused kind is not claimed by scheduled() while other kinds are; resumed, the next cron drains it', async () => {
+      await enqueueMany(h.db, [
+        ...Array.from({ length: 5 }, (_, n) => ({ kind: 'count', payload: { n } })),
+        ...Array.from({ length: 3 }, () => ({ kind: 'sleep', payload: { ms: 1 } })),
+      ]);
+      await h.query(`INSERT INTO pgdrain.paused_kinds (kind) VALUES ('count')`);
+      expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ claimed: 3, completed: 3 });
+      expect(runs.size).toBe(0);
+      expect(await count(`kind = 'count' AND status = 'pending' AND attempts = 0`)).toBe(5);
+      await h.query(`DELETE FROM pgdrain.paused_kinds`);
+      expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ claimed: 5, completed: 5 });
+      expect(runs.size).toBe(5);
+    });
+
+    it('with no DRAIN_BUDGET_MS the budget runs until a second before the same cron\'s next tick; the next invocation continues', async () => {
+      await enqueueMany(h.db, Array.from({ length: 1000 }, () => ({ kind: 'sleep', payload: { ms: 30 } })));
+      // A cron every 4 seconds (croner reads a seconds field; Cloudflare's crons are minutes, the
+      // arithmetic is the same): the invocation of the last tick has until 1 s before the next.
+      const scheduledTime = Math.floor(Date.now() / 4_000) * 4_000;
+      const nextTick = scheduledTime + 4_000;
+      const started = Date.now();
+      const first = await worker.runScheduled({ cron: '*/4 * * * * *', scheduledTime }, testEnv({ DRAIN_BUDGET_MS: '' }));
+      const expected = Math.max(1_000, nextTick - 1_000 - started);
+      expect(first.budgetMs).toBeGreaterThan(expected - 300);
+      expect(first.budgetMs).toBeLessThanOrEqual(expected);
+      expect(first.stoppedBy).toBe('budget');
+      expect(Date.now() - started).toBeLessThan(first.budgetMs + 1_000);
+      expect(await count(`status = 'running'`)).toBe(0);
+      const second = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '25000' }));
+      // Everything ran or waits out the backoff of an attempt the first budget cut short.
+      expect(first.completed + second.completed + (await count())).toBe(1000);
+      expect(await count(`status = 'pending' AND attempts = 0`)).toBe(0);
+    });
+
+    it('a */5 cron gets about five minutes; an explicit DRAIN_BUDGET_MS wins', async () => {
+      const now = Date.now();
+      const tick = Math.floor(now / 300_000) * 300_000;
+      const fiveMinutes = await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '' }));
+      expect(fiveMinutes.budgetMs).toBeGreaterThan(tick + 300_000 - 1_000 - now - 500);
+      expect(fiveMinutes.budgetMs).toBeLessThanOrEqual(tick + 300_000 - 1_000 - now);
+      expect(fiveMinutes.stoppedBy).toBe('empty');
+      expect((await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '1500' }))).budgetMs).toBe(1500);
+    });
+
+    describe('runNow', () => {
+      const post = async (path: string, body: unknown) => {
+        const ctx = createExecutionContext();
+        const res = await worker.fetch(
+          new Request(`http://worker${path}`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' },
+            body: JSON.stringify(body),
+          }),
+          testEnv(),
+          ctx as never,
+        );
+        return { res, ctx };
+      };
+
+      it('a job posted with runNow runs in the same invocation after the response, with no cron', async () => {
+        const { res, ctx } = await post('/jobs', { kind: 'count', payload: { n: 501 }, runNow: true });
+        expect(res.status).toBe(201);
+        await waitOnExecutionContext(ctx);
+        expect(runs.get(501)).toBe(1);
+        expect(await count()).toBe(0);
+      });
+
+      it('every job of an eager kind runs at once', async () => {
+        const { ctx } = await post('/jobs', { kind: 'eager', payload: { n: 502 } });
+        await waitOnExecutionContext(ctx);
+        expect(runs.get(502)).toBe(1);
+        expect(await count()).toBe(0);
+      });
+
+      it('racing a cron invocation for the same job, it runs exactly once', async () => {
+        const [{ ctx }] = await Promise.all([post('/jobs', { kind: 'count', payload: { n: 503 }, runNow: true }), worker.runScheduled(cron(), testEnv())]);
+        await waitOnExecutionContext(ctx);
+        await worker.runScheduled(cron(), testEnv()); // whatever the first cron missed
+        expect(runs.get(503)).toBe(1);
+        expect(await count()).toBe(0);
+      });
+
+      it('a handler that fails leaves the job pending with its backoff, like any failure', async () => {
+        const { res, ctx } = await post('/jobs', { kind: 'fails', payload: {}, runNow: true });
+        const { id } = (await res.json()) as { id: string };
+        await waitOnExecutionContext(ctx);
+        expect(await h.query(`SELECT status, attempts, run_at > now() AS later, last_error FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
+          { status: 'pending', attempts: 1, later: true, last_error: 'run-now failure' },
+        ]);
+      });
+
+      it('a batch with runNow starts at most 20 and says how many wait for the cron', async () => {
+        const { res, ctx } = await post('/jobs/batch', { jobs: Array.from({ length: 30 }, (_, i) => ({ kind: 'count', payload: { n: 600 + i }, runNow: true })) });
+        expect(await res.json()).toMatchObject({ runNow: { started: 20, deferred: 10 } });
+        await waitOnExecutionContext(ctx);
+        expect(runs.size).toBe(20);
+        expect(await count(`status = 'pending' AND attempts = 0`)).toBe(10);
+      });
     });
   });
-});
+}

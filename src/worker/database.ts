@@ -1,0 +1,81 @@
+// The Worker's connection to PostgreSQL, opened per request or cron invocation (a socket belongs to
+// the invocation that opened it, so nothing here lives at module scope). Two paths run the same
+// Drizzle queries:
+// - Hyperdrive (env.HYPERDRIVE): node-postgres over Cloudflare's TCP sockets to any PostgreSQL
+//   (Supabase, RDS, Cloud SQL, your own). Hyperdrive pools in transaction mode, so nothing here
+//   relies on session state or LISTEN; its query cache must be off for the queue's reads to be
+//   current (see README "Deploying with Hyperdrive").
+// - Neon (env.DATABASE_URL): Neon's serverless driver over a WebSocket.
+// Each path holds one connection: an invocation may have 6 open at once and handlers need the rest.
+import { Pool as NeonPool, neonConfig } from '@neondatabase/serverless';
+import { drizzle as drizzleNeon } from 'drizzle-orm/neon-serverless';
+import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import { safeErrorMessage } from '../db/url.ts';
+import type { Db } from '../queries/index.ts';
+
+/** The part of a Hyperdrive binding the Worker uses. */
+export interface HyperdriveBinding {
+  connectionString: string;
+}
+
+export interface DatabaseEnv {
+  /** Hyperdrive binding: when present, the Worker reaches PostgreSQL through it with node-postgres. */
+  HYPERDRIVE?: HyperdriveBinding;
+  /** Secret: the Neon connection string, used when there is no Hyperdrive binding. */
+  DATABASE_URL?: string;
+  /** Local development and tests only: host:port of src/dev/ws-proxy.ts in front of a plain PostgreSQL. */
+  NEON_WS_PROXY?: string;
+}
+
+export type WorkerDriver = 'hyperdrive' | 'neon';
+
+export interface WorkerDatabase {
+  db: Db;
+  driver: WorkerDriver;
+  /** Closes the connection; never rejects. */
+  end(): Promise<void>;
+}
+
+export function openWorkerDatabase(env: DatabaseEnv): WorkerDatabase {
+  return env.HYPERDRIVE ? openHyperdrive(env.HYPERDRIVE) : openNeon(env);
+}
+
+function openHyperdrive(binding: HyperdriveBinding): WorkerDatabase {
+  const pool = new pg.Pool({ connectionString: binding.connectionString, max: 1 });
+  return { db: drizzlePg({ client: pool }) as unknown as Db, driver: 'hyperdrive', end: quietEnd(pool, 'hyperdrive') };
+}
+
+function openNeon(env: DatabaseEnv): WorkerDatabase {
+  if (!env.DATABASE_URL) {
+    throw new Error('no database: bind Hyperdrive as HYPERDRIVE, or `wrangler secret put DATABASE_URL` with your Neon connection string');
+  }
+  if (env.NEON_WS_PROXY) useLocalProxy(env.NEON_WS_PROXY);
+  const pool = new NeonPool({ connectionString: env.DATABASE_URL, max: 1 });
+  return { db: drizzleNeon({ client: pool }) as unknown as Db, driver: 'neon', end: quietEnd(pool, 'neon') };
+}
+
+/**
+ * A pool's error listener and an end() that never rejects. The listener is mandatory on both paths:
+ * closing makes the driver report the socket it just closed (Neon: "Network connection lost";
+ * pg-cloudflare: "This socket has been closed"), which without a listener is an uncaught error.
+ * Those are expected after end(); anything before it is logged, without the connection string.
+ */
+function quietEnd(pool: { on(event: 'error', fn: (error: Error) => void): unknown; end(): Promise<void> }, driver: WorkerDriver) {
+  let ending = false;
+  pool.on('error', (error) => {
+    if (!ending) console.error(JSON.stringify({ event: 'pool_error', driver, error: safeErrorMessage(error) }));
+  });
+  return async () => {
+    ending = true;
+    await pool.end().catch(() => {});
+  };
+}
+
+/** Plain ws:// to a local proxy; production connects to Neon as Neon documents. */
+export function useLocalProxy(proxy: string): void {
+  neonConfig.wsProxy = (host, port) => `${proxy}/v1?address=${host}:${port}`;
+  neonConfig.useSecureWebSocket = false;
+  neonConfig.pipelineTLS = false;
+  neonConfig.pipelineConnect = false;
+}

@@ -1,0 +1,11 @@
+// The same queue-behaviour suite as test/queue.node-postgres.test.ts, on the Worker's Hyperdrive path
+// (node-postgres over Cloudflare sockets) inside workerd: the third driver next to node-postgres in
+// Node and neon-serverless in workerd.
+import { env } from 'cloudflare:test';
+import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
+import { createHyperdriveHarness } from './hyperdrive-harness.ts';
+
+queueBehaviourSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE), {
+  drainJobs: 1_000,
+  historyRows: 100_000,
+});

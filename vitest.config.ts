@@ -1,12 +1,7 @@
 import { cloudflareTest } from '@cloudflare/vitest-plugin';
 import { defineConfig } from 'vitest/config';
+import { withPlaceholderPassword } from './src/db/url.ts';
 
-/** Local Hyperdrive refuses a connection string without a password, even where trust auth ignores it. */
-function withPassword(url: string): string {
-  const parsed = new URL(url);
-  if (!parsed.password) parsed.password = 'local';
-  return parsed.toString();
-}
 
 export default defineConfig({
   plugins: [
@@ -41,7 +36,7 @@ export default defineConfig({
           cloudflareTest(({ inject }) => {
             const urls = JSON.parse(inject('workerDatabaseUrls')) as Record<string, string>;
             // Local Hyperdrive bindings read their target from these variables (miniflare wants a password).
-            const hyperdrives = { HYPERDRIVE_CONFORMANCE: withPassword(urls.hyperdrive_conformance!), HYPERDRIVE_SCHEDULED: withPassword(urls.hyperdrive_scheduled!) };
+            const hyperdrives = { HYPERDRIVE_CONFORMANCE: withPlaceholderPassword(urls.hyperdrive_conformance!), HYPERDRIVE_SCHEDULED: withPlaceholderPassword(urls.hyperdrive_scheduled!) };
             for (const [name, url] of Object.entries(hyperdrives)) process.env[`CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_${name}`] = url;
             return {
               wrangler: { configPath: './wrangler.toml' },

@@ -14,3 +14,13 @@ export function safeErrorMessage(error: unknown): string {
   const message = String((error as { message?: unknown } | null)?.message ?? error);
   return message.replace(/postgres(ql)?:\/\/[^\s'"]+/g, (url) => redactUrl(url));
 }
+
+/**
+ * The URL with a placeholder password when it has none: local Hyperdrive (wrangler dev, the Workers
+ * test pool) refuses a connection string without one, even where the server's trust auth ignores it.
+ */
+export function withPlaceholderPassword(url: string): string {
+  const parsed = new URL(url);
+  if (!parsed.password) parsed.password = 'local';
+  return parsed.toString();
+}

@@ -3,7 +3,8 @@
 // shell that serves it, and imports nothing Node-only or Workers-only.
 import { type Context, Hono, type MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import { secureHeaders } from 'hono/secure-headers';
+import { NONCE, secureHeaders } from 'hono/secure-headers';
+import { Scalar } from '@scalar/hono-api-reference';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { timingSafeEqual } from 'hono/utils/buffer';
 import { z } from 'zod';
@@ -12,9 +13,10 @@ import {
   type Db, type Job, countTotals, countsByMinute, deleteDeadJobs, deleteJob, enqueue, enqueueMany, getJob, isJobId, kindInQueue, listJobs, pauseKind, ping,
   resumeKind, retryDead, retryDeadJobs, stats,
 } from '../queries/index.ts';
-import { JOB_STATUSES } from '../db/schema.ts';
 import { describeSchedules, type ScheduleDefinition } from '../schedules.ts';
+import { type JobInput, batchInput, bulkInput, jobInput, listQuery, throughputQuery } from './contract.ts';
 import { dashboardPage } from './dashboard/page.ts';
+import { describe, openApiDocument } from './openapi.ts';
 import { DASHBOARD_SCRIPT } from './dashboard/script.ts';
 import { DASHBOARD_CSS } from './dashboard/style.ts';
 import { PROMETHEUS_CONTENT_TYPE, renderMetrics } from './metrics.ts';
@@ -54,13 +56,8 @@ export type ApiConfig = ApiRuntime | ((c: Context) => ApiRuntime);
 
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 export const DASHBOARD_REFRESH_SECONDS = 5;
-export const MAX_BATCH = 1000;
 /** A batch starts at most this many jobs at once with runNow; the rest wait for the drainer. */
 export const MAX_RUN_NOW = 20;
-const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
-// PostgreSQL's timestamptz has no year 0 ("0000-01-01" is refused): runAt stays in a sane range.
-const EARLIEST_RUN_AT = Date.UTC(1970, 0, 1);
-const LATEST_RUN_AT = Date.UTC(10000, 0, 1);
 
 type Env = {
   Variables: {
@@ -69,6 +66,8 @@ type Env = {
     basePath: string;
     /** What the request's token may do. */
     scope: TokenScope;
+    /** The /docs page's script nonce (secureHeaders). */
+    secureHeadersNonce?: string;
   };
 };
 
@@ -118,44 +117,8 @@ class ApiError extends Error {
   }
 }
 
-const jobInput = z
-  .strictObject({
-    kind: z.string().min(1).max(100),
-    payload: z.json(),
-    runAt: z.iso
-      .datetime({ offset: true })
-      .refine((t) => Date.parse(t) >= EARLIEST_RUN_AT && Date.parse(t) < LATEST_RUN_AT, 'must be between 1970-01-01 and 9999-12-31')
-      .optional(),
-    delaySeconds: z.number().min(0).max(MAX_DELAY_SECONDS).optional(),
-    maxAttempts: z.int().min(1).max(100).optional(),
-    key: z.string().min(1).max(500).optional(),
-    priority: z.int().min(-1000).max(1000).optional(),
-    /** Run it in this invocation, right after the response (the Worker); the sidecar's NOTIFY does that anyway. */
-    runNow: z.boolean().optional(),
-  })
-  .refine((j) => j.runAt === undefined || j.delaySeconds === undefined, {
-    message: 'give runAt or delaySeconds, not both',
-    path: ['delaySeconds'],
-  });
-type JobInput = z.infer<typeof jobInput>;
-
-const batchInput = z.strictObject({ jobs: z.array(jobInput).min(1).max(MAX_BATCH) });
-
-const listQuery = z.strictObject({
-  status: z.enum(JOB_STATUSES).optional(),
-  kind: z.string().regex(KIND_PATTERN, 'not a job kind: 1-100 letters, digits, or _ . : -').optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
-  cursor: z.string().refine(isJobId, 'not a cursor returned by this API').optional(),
-});
-
-const bulkInput = z.strictObject({ kind: z.string().min(1).max(100).optional() });
 /** A bulk request stops after this many batches (DEAD_BATCH jobs each) and says `done: false`. */
 export const MAX_BULK_BATCHES = 200;
-
-const throughputQuery = z.strictObject({
-  minutes: z.coerce.number().int().min(1).max(1440).default(60),
-  kind: z.string().regex(KIND_PATTERN, 'not a job kind: 1-100 letters, digits, or _ . : -').optional(),
-});
 
 // The dashboard's page loads only its own script and stylesheet and talks only to this origin; its
 // login form can never be submitted as a navigation (the token would end up in a URL).
@@ -166,6 +129,25 @@ const dashboardHeaders = secureHeaders({
     styleSrc: ["'self'"],
     connectSrc: ["'self'"],
     imgSrc: ["'self'", 'data:'],
+    baseUri: ["'none'"],
+    formAction: ["'none'"],
+    frameAncestors: ["'none'"],
+  },
+  referrerPolicy: 'no-referrer',
+});
+
+/** The API reference at /docs: Scalar's page, its script pinned on jsDelivr, its config in a nonced inline script. */
+const SCALAR_CDN = 'https://cdn.jsdelivr.net/npm/@scalar/api-reference@1.76.0';
+const docsHeaders = secureHeaders({
+  contentSecurityPolicy: {
+    defaultSrc: ["'none'"],
+    scriptSrc: [NONCE, 'https://cdn.jsdelivr.net'],
+    // Scalar injects its styles at run time.
+    styleSrc: ["'self'", "'unsafe-inline'", 'https://cdn.jsdelivr.net'],
+    fontSrc: ["'self'", 'data:', 'https://cdn.jsdelivr.net', 'https://fonts.scalar.com'],
+    imgSrc: ["'self'", 'data:'],
+    // The document, and "try it" requests to this same API.
+    connectSrc: ["'self'"],
     baseUri: ["'none'"],
     formAction: ["'none'"],
     frameAncestors: ["'none'"],
@@ -187,7 +169,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     await next();
   });
 
-  app.get('/healthz', async (c) => {
+  app.get('/healthz', describe.health, async (c) => {
     try {
       await c.var.api.withDb((db) => ping(db));
       return c.json({ ok: true });
@@ -197,8 +179,21 @@ export function createApp(config: ApiConfig): Hono<Env> {
     }
   });
 
+  // --- the API's description and its reference page: no data, no token ------------------------------
+  app.get('/openapi.json', describe.openapi, async (c) => c.json(await openApiDocument(app, c.var.basePath)));
+  app.get('/docs', describe.docs, docsHeaders, (c, next) =>
+    Scalar({
+      url: `${c.var.basePath}/openapi.json`,
+      pageTitle: 'pgdrain API',
+      cdn: SCALAR_CDN,
+      nonce: c.get('secureHeadersNonce'),
+      // Offline-friendly: no Scalar proxy, no hosted fonts beyond the stylesheet's.
+      withDefaultFonts: false,
+    })(c as never, next),
+  );
+
   // --- the dashboard: the page and its assets hold no data, so they need no token ---------------
-  app.on('GET', ['/', '/dashboard'], dashboardHeaders, (c) =>
+  app.on('GET', ['/', '/dashboard'], describe.dashboardPage, dashboardHeaders, (c) =>
     c.html(
       dashboardPage({
         oldestReadyWarnSeconds: c.var.api.oldestReadyWarnSeconds ?? 60,
@@ -210,15 +205,15 @@ export function createApp(config: ApiConfig): Hono<Env> {
       { 'Cache-Control': 'no-store' },
     ),
   );
-  app.get('/dashboard/script.js', dashboardHeaders, (c) =>
+  app.get('/dashboard/script.js', describe.dashboardScript, dashboardHeaders, (c) =>
     c.body(DASHBOARD_SCRIPT, 200, { 'Content-Type': 'text/javascript; charset=utf-8', 'Cache-Control': 'no-cache' }),
   );
-  app.get('/dashboard/style.css', dashboardHeaders, (c) =>
+  app.get('/dashboard/style.css', describe.dashboardStyle, dashboardHeaders, (c) =>
     c.body(DASHBOARD_CSS, 200, { 'Content-Type': 'text/css; charset=utf-8', 'Cache-Control': 'no-cache' }),
   );
 
   // --- Prometheus: the API token, a read token, or the metrics-only token --------------------------
-  app.get('/metrics', async (c) => {
+  app.get('/metrics', describe.metrics, async (c) => {
     const metricsOnly = c.var.api.metricsToken ? [{ scope: 'read' as const, token: c.var.api.metricsToken }] : [];
     c.set('scope', await authenticate(c, [...adminAndScoped(c.var.api), ...metricsOnly]));
     await needs('read')(c, async () => {});
@@ -248,7 +243,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     })(c, next);
   });
 
-  app.post('/jobs', needs('enqueue'), async (c) => {
+  app.post('/jobs', describe.enqueue, needs('enqueue'), async (c) => {
     const input = parseInput(jobInput, await readJson(c), '');
     const job = prepare(c.var.api.registry, input, '');
     const result = await c.var.api.withDb((db) => enqueue(db, job));
@@ -260,7 +255,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     return c.json({ id: result.id, status: result.status, runAt: result.runAt.toISOString() }, 201);
   });
 
-  app.post('/jobs/batch', needs('enqueue'), async (c) => {
+  app.post('/jobs/batch', describe.enqueueBatch, needs('enqueue'), async (c) => {
     const input = parseInput(batchInput, await readJson(c), '');
     const jobs = input.jobs.map((j, i) => prepare(c.var.api.registry, j, `jobs[${i}].`));
     // One transaction: the batch is stored whole or not at all.
@@ -276,19 +271,19 @@ export function createApp(config: ApiConfig): Hono<Env> {
 
   // Bulk actions on dead jobs, in bounded batches (see src/queries/dead-bulk.ts). Registered before
   // /jobs/:id so that `retry-dead` is never read as an id.
-  app.post('/jobs/retry-dead', needs('admin'), async (c) => {
+  app.post('/jobs/retry-dead', describe.retryDead, needs('admin'), async (c) => {
     const { kind } = parseInput(bulkInput, await readOptionalJson(c), '');
     const result = await c.var.api.withDb((db) => retryDeadJobs(db, { kind, maxBatches: MAX_BULK_BATCHES }));
     return c.json({ retried: result.count, done: result.done });
   });
 
-  app.post('/jobs/delete-dead', needs('admin'), async (c) => {
+  app.post('/jobs/delete-dead', describe.deleteDead, needs('admin'), async (c) => {
     const { kind } = parseInput(bulkInput, await readOptionalJson(c), '');
     const result = await c.var.api.withDb((db) => deleteDeadJobs(db, { kind, maxBatches: MAX_BULK_BATCHES }));
     return c.json({ deleted: result.count, done: result.done });
   });
 
-  app.get('/jobs', needs('read'), async (c) => {
+  app.get('/jobs', describe.listJobs, needs('read'), async (c) => {
     const query = parseInput(listQuery, c.req.query(), 'query.');
     const page = await c.var.api.withDb((db) =>
       listJobs(db, { status: query.status, kind: query.kind, limit: query.limit, before: query.cursor }),
@@ -296,14 +291,14 @@ export function createApp(config: ApiConfig): Hono<Env> {
     return c.json({ jobs: page.jobs.map(jobJson), nextCursor: page.nextCursor });
   });
 
-  app.get('/jobs/:id', needs('read'), async (c) => {
+  app.get('/jobs/:id', describe.getJob, needs('read'), async (c) => {
     const id = jobId(c);
     const job = await c.var.api.withDb((db) => getJob(db, id));
     if (!job) throw notFound(id);
     return c.json(jobJson(job));
   });
 
-  app.post('/jobs/:id/retry', needs('admin'), async (c) => {
+  app.post('/jobs/:id/retry', describe.retryJob, needs('admin'), async (c) => {
     const id = jobId(c);
     const result = await c.var.api.withDb((db) => retryDead(db, id));
     if (result.outcome === 'not_found') throw notFound(id);
@@ -311,7 +306,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     return c.json(jobJson(result.job));
   });
 
-  app.delete('/jobs/:id', needs('admin'), async (c) => {
+  app.delete('/jobs/:id', describe.deleteJob, needs('admin'), async (c) => {
     const id = jobId(c);
     const result = await c.var.api.withDb((db) => deleteJob(db, id));
     if (result.outcome === 'not_found') throw notFound(id);
@@ -319,16 +314,16 @@ export function createApp(config: ApiConfig): Hono<Env> {
     return c.body(null, 204);
   });
 
-  app.get('/stats', needs('read'), async (c) => c.json(await c.var.api.withDb((db) => stats(db))));
+  app.get('/stats', describe.stats, needs('read'), async (c) => c.json(await c.var.api.withDb((db) => stats(db))));
 
-  app.get('/schedules', needs('read'), async (c) => {
+  app.get('/schedules', describe.schedules, needs('read'), async (c) => {
     const schedules = c.var.api.schedules ?? [];
     return c.json({ schedules: await c.var.api.withDb((db) => describeSchedules(db, schedules)) });
   });
 
   // Pause / resume a kind for every drainer (the claim reads pgdrain.paused_kinds).
   for (const action of ['pause', 'resume'] as const) {
-    app.post(`/kinds/:kind/${action}`, needs('admin'), async (c) => {
+    app.post(`/kinds/:kind/${action}`, action === 'pause' ? describe.pauseKind : describe.resumeKind, needs('admin'), async (c) => {
       const kind = c.req.param('kind');
       // Known: registered here, or in the queue (another drainer pool may handle it).
       const known = KIND_PATTERN.test(kind) && (c.var.api.registry.get(kind) !== undefined || (await c.var.api.withDb((db) => kindInQueue(db, kind))));
@@ -340,7 +335,7 @@ export function createApp(config: ApiConfig): Hono<Env> {
     });
   }
 
-  app.get('/stats/throughput', needs('read'), async (c) => {
+  app.get('/stats/throughput', describe.throughput, needs('read'), async (c) => {
     const query = parseInput(throughputQuery, c.req.query(), 'query.');
     const minutes = await c.var.api.withDb((db) => countsByMinute(db, { minutes: query.minutes, kind: query.kind }));
     return c.json({

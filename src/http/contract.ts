@@ -1,0 +1,174 @@
+// The HTTP API's contract: every request and response body as a zod schema, in one place. The app
+// validates requests with these (src/http/app.ts), the OpenAPI document at /openapi.json is
+// generated from them (src/http/openapi.ts), and the typed client's types are inferred from them
+// (src/client/index.ts) — so the three cannot drift apart.
+import { z } from 'zod';
+import { JOB_STATUSES } from '../db/schema.ts';
+import { KIND_PATTERN } from '../jobs/registry.ts';
+import { isJobId } from '../queries/inspect.ts';
+
+export const MAX_BATCH = 1000;
+export const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
+// PostgreSQL's timestamptz has no year 0 ("0000-01-01" is refused): runAt stays in a sane range.
+const EARLIEST_RUN_AT = Date.UTC(1970, 0, 1);
+const LATEST_RUN_AT = Date.UTC(10000, 0, 1);
+
+const KIND_MESSAGE = 'not a job kind: 1-100 letters, digits, or _ . : -';
+/** Job ids are PostgreSQL bigints, carried as decimal strings. */
+export const JOB_ID_PATTERN = /^[1-9][0-9]{0,18}$/;
+
+const jobId = z.string().regex(JOB_ID_PATTERN).meta({ description: 'A job id: a positive 64-bit integer as a decimal string.', example: '42' });
+const timestamp = z.iso.datetime({ offset: true }).meta({ description: 'ISO-8601 date and time.' });
+const jobStatus = z.enum(JOB_STATUSES);
+const jsonValue = z.json().meta({ id: 'JsonValue', description: "Any JSON value (a job's payload; its kind's schema validates it)." });
+
+// --- requests ------------------------------------------------------------------------------------
+
+export const jobInput = z
+  .strictObject({
+    kind: z.string().min(1).max(100).meta({ description: 'A registered job kind.', example: 'send_receipt' }),
+    payload: jsonValue,
+    runAt: z.iso
+      .datetime({ offset: true })
+      .refine((t) => Date.parse(t) >= EARLIEST_RUN_AT && Date.parse(t) < LATEST_RUN_AT, 'must be between 1970-01-01 and 9999-12-31')
+      .optional()
+      .meta({ description: 'When it may run (ISO-8601). Not with delaySeconds.' }),
+    delaySeconds: z.number().min(0).max(MAX_DELAY_SECONDS).optional().meta({ description: 'Run no sooner than this many seconds from now. Not with runAt.' }),
+    maxAttempts: z.int().min(1).max(100).optional().meta({ description: "Attempts before the job goes dead; default the kind's, else 3." }),
+    key: z.string().min(1).max(500).optional().meta({ description: 'Dedupe key: while a job with this key exists, its id is returned instead.' }),
+    priority: z.int().min(-1000).max(1000).optional().meta({ description: "Higher runs first; default the kind's, else 0." }),
+    runNow: z.boolean().optional().meta({ description: 'Run it right after the response (the Worker); the sidecar runs it at once anyway.' }),
+  })
+  .refine((j) => j.runAt === undefined || j.delaySeconds === undefined, {
+    message: 'give runAt or delaySeconds, not both',
+    path: ['delaySeconds'],
+  })
+  .meta({ id: 'JobInput' });
+export type JobInput = z.input<typeof jobInput>;
+
+export const batchInput = z.strictObject({ jobs: z.array(jobInput).min(1).max(MAX_BATCH) }).meta({ id: 'BatchInput' });
+
+export const listQuery = z.strictObject({
+  status: jobStatus.optional().meta({ description: 'Only jobs in this state.' }),
+  kind: z.string().regex(KIND_PATTERN, KIND_MESSAGE).optional().meta({ description: 'Only jobs of this kind.' }),
+  limit: z.coerce.number<number>().int().min(1).max(500).default(50).meta({ description: 'Page size, 1-500.' }),
+  cursor: z.string().regex(JOB_ID_PATTERN, 'not a cursor returned by this API').refine(isJobId, 'not a cursor returned by this API').optional().meta({ description: 'nextCursor of the previous page.' }),
+});
+export type ListQuery = z.input<typeof listQuery>;
+
+export const bulkInput = z.strictObject({ kind: z.string().min(1).max(100).optional().meta({ description: 'Only this kind; every kind when absent.' }) });
+
+export const throughputQuery = z.strictObject({
+  minutes: z.coerce.number<number>().int().min(1).max(1440).default(60).meta({ description: 'How many minutes back, 1-1440.' }),
+  kind: z.string().regex(KIND_PATTERN, KIND_MESSAGE).optional().meta({ description: 'Only this kind.' }),
+});
+export type ThroughputQuery = z.input<typeof throughputQuery>;
+
+export const jobIdParam = z.strictObject({ id: jobId });
+export const kindParam = z.strictObject({ kind: z.string().meta({ description: 'A job kind.', example: 'webhook' }) });
+
+// --- responses -----------------------------------------------------------------------------------
+
+export const apiErrorBody = z
+  .object({
+    error: z.object({
+      code: z.string().meta({ description: 'Stable, machine-readable: invalid_request, unauthorized, not_found, …', example: 'invalid_request' }),
+      message: z.string().meta({ description: 'For people: what was wrong and how to fix it.' }),
+    }),
+  })
+  .meta({ id: 'Error' });
+export type ApiErrorBody = z.output<typeof apiErrorBody>;
+
+export const enqueued = z
+  .object({
+    id: jobId,
+    status: jobStatus,
+    runAt: timestamp,
+    deduplicated: z.literal(true).optional().meta({ description: 'Present (200) when a job with the same key already existed.' }),
+  })
+  .meta({ id: 'Enqueued' });
+export type Enqueued = z.output<typeof enqueued>;
+
+export const batchEnqueued = z
+  .object({
+    ids: z.array(jobId).meta({ description: 'In the order of the request.' }),
+    runNow: z
+      .object({ started: z.int().min(0), deferred: z.int().min(0) })
+      .optional()
+      .meta({ description: 'The Worker, when jobs asked to run now: how many started, how many wait for the cron.' }),
+  })
+  .meta({ id: 'BatchEnqueued' });
+export type BatchEnqueued = z.output<typeof batchEnqueued>;
+
+export const job = z
+  .object({
+    id: jobId,
+    kind: z.string(),
+    payload: jsonValue,
+    status: jobStatus,
+    attempts: z.int().min(0),
+    maxAttempts: z.int().min(1),
+    priority: z.int(),
+    runAt: timestamp,
+    lockedAt: timestamp.nullable(),
+    lockedBy: z.string().nullable(),
+    lastError: z.string().nullable(),
+    createdAt: timestamp,
+  })
+  .meta({ id: 'Job' });
+export type Job = z.output<typeof job>;
+
+export const jobPage = z
+  .object({ jobs: z.array(job), nextCursor: jobId.nullable().meta({ description: 'Pass as cursor for the next page; null on the last.' }) })
+  .meta({ id: 'JobPage' });
+export type JobPage = z.output<typeof jobPage>;
+
+export const kindStats = z
+  .object({
+    pending: z.int().min(0),
+    ready: z.int().min(0).meta({ description: 'Pending and due now.' }),
+    delayed: z.int().min(0).meta({ description: 'Pending with a future run_at (a delay or a backoff).' }),
+    running: z.int().min(0),
+    dead: z.int().min(0),
+    oldestReadySeconds: z.number().min(0).nullable(),
+    paused: z.boolean(),
+  })
+  .meta({ id: 'KindStats' });
+
+export const queueStats = z
+  .object({ kinds: z.record(z.string(), kindStats), oldestReadySeconds: z.number().min(0).nullable() })
+  .meta({ id: 'QueueStats' });
+export type QueueStats = z.output<typeof queueStats>;
+
+export const deadRetried = z.object({ retried: z.int().min(0), done: z.boolean().meta({ description: 'false: more remain, send it again.' }) });
+export type DeadRetried = z.output<typeof deadRetried>;
+export const deadDeleted = z.object({ deleted: z.int().min(0), done: z.boolean().meta({ description: 'false: more remain, send it again.' }) });
+export type DeadDeleted = z.output<typeof deadDeleted>;
+
+export const kindPaused = z.object({ kind: z.string(), paused: z.boolean() });
+export type KindPaused = z.output<typeof kindPaused>;
+
+export const scheduleList = z.object({
+  schedules: z.array(
+    z.object({
+      name: z.string(),
+      cron: z.string(),
+      timezone: z.string(),
+      kind: z.string(),
+      nextRunAt: timestamp.nullable(),
+      lastRunAt: timestamp.nullable(),
+    }),
+  ),
+});
+export type ScheduleList = z.output<typeof scheduleList>;
+
+export const throughput = z.object({
+  minutes: z.array(z.object({ minute: timestamp, completed: z.int().min(0), failed: z.int().min(0), dead: z.int().min(0) })),
+});
+export type Throughput = z.output<typeof throughput>;
+
+export const health = z.union([
+  z.object({ ok: z.literal(true) }),
+  z.object({ ok: z.literal(false), error: apiErrorBody.shape.error }),
+]);
+export type Health = z.output<typeof health>;

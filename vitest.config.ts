@@ -48,6 +48,7 @@ export default defineConfig({
                   CONFORMANCE_DATABASE_URL: urls.conformance!,
                   SCHEDULED_DATABASE_URL: urls.scheduled!,
                   HOSTILE_DATABASE_URL: urls.hostile!,
+                  CLIENT_DATABASE_URL: urls.client!,
                   // Tests that do not say otherwise drain for a fixed 25 s, whatever the clock's second.
                   DRAIN_BUDGET_MS: '25000',
                   API_TOKEN: 'worker-test-token-0123456789',

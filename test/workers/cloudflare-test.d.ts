@@ -5,6 +5,7 @@ declare module 'cloudflare:test' {
     CONFORMANCE_DATABASE_URL: string;
     SCHEDULED_DATABASE_URL: string;
     HOSTILE_DATABASE_URL: string;
+    CLIENT_DATABASE_URL: string;
     /** Local Hyperdrive bindings in front of the test PostgreSQL (one database each). */
     HYPERDRIVE_CONFORMANCE: { connectionString: string };
     HYPERDRIVE_SCHEDULED: { connectionString: string };

@@ -1,0 +1,110 @@
+// A typed client for pgdrain's HTTP API, for Node, Workers (a service binding's fetch too) and
+// browsers. Its request and response types are inferred from the contract's zod schemas
+// (src/http/contract.ts) — the ones the server validates with and the OpenAPI document is
+// generated from — and imported as types only, so the client itself is a few hundred bytes of
+// fetch calls with no runtime dependency.
+//
+//   const queue = createClient({ baseUrl: 'https://queue.example.com', token: process.env.PGDRAIN_TOKEN });
+//   const { id } = await queue.enqueue({ kind: 'send_receipt', payload: { orderId: 17 } });
+import type {
+  ApiErrorBody, BatchEnqueued, DeadDeleted, DeadRetried, Enqueued, Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats,
+  ScheduleList, Throughput, ThroughputQuery,
+} from '../http/contract.ts';
+
+export type {
+  BatchEnqueued, DeadDeleted, DeadRetried, Enqueued, Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats, ScheduleList,
+  Throughput, ThroughputQuery,
+};
+
+export interface ClientOptions {
+  /** Where the API is served, with its mount prefix if any: `https://queue.example.com`, `http://127.0.0.1:8080/queue`. */
+  baseUrl: string;
+  /** API_TOKEN, or a scoped token from API_TOKENS. */
+  token?: string;
+  /** Another fetch: a service binding's (`env.QUEUE.fetch.bind(env.QUEUE)`), a test's, a proxy's. */
+  fetch?: (input: string, init: RequestInit) => Promise<Response>;
+}
+
+/** Every failure: the API's own `{ error: { code, message } }` with its status, or `network_error` (status 0). */
+export class PgdrainApiError extends Error {
+  override readonly name = 'PgdrainApiError';
+  /** The HTTP status; 0 when there was no response. */
+  readonly status: number;
+  /** The API's error code (`invalid_request`, `unauthorized`, `not_found`, `not_dead`, `unknown_kind`, …). */
+  readonly code: string;
+  constructor(status: number, code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+type Query = Record<string, string | number | undefined>;
+
+export function createClient(options: ClientOptions) {
+  const base = options.baseUrl.replace(/\/+$/, '');
+  // Unbound, a Workers runtime's global fetch throws "Illegal invocation".
+  const send = options.fetch ?? ((input: string, init: RequestInit) => globalThis.fetch(input, init));
+
+  async function call<T>(method: string, path: string, request: { body?: unknown; query?: Query } = {}): Promise<T> {
+    const headers: Record<string, string> = { accept: 'application/json' };
+    if (options.token) headers.authorization = `Bearer ${options.token}`;
+    if (request.body !== undefined) headers['content-type'] = 'application/json';
+    const search = new URLSearchParams();
+    for (const [key, value] of Object.entries(request.query ?? {})) if (value !== undefined) search.set(key, String(value));
+    const url = `${base}${path}${search.size > 0 ? `?${search}` : ''}`;
+    let response: Response;
+    try {
+      response = await send(url, { method, headers, body: request.body === undefined ? undefined : JSON.stringify(request.body) });
+    } catch (error) {
+      throw new PgdrainApiError(0, 'network_error', `${method} ${path}: no response (${error instanceof Error ? error.message : String(error)})`, { cause: error });
+    }
+    if (response.status === 204) return undefined as T;
+    const text = await response.text();
+    let body: unknown;
+    try {
+      body = text === '' ? undefined : JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    if (!response.ok) {
+      const error = (body as Partial<ApiErrorBody> | undefined)?.error;
+      throw new PgdrainApiError(response.status, error?.code ?? `http_${response.status}`, error?.message ?? `${method} ${path} answered ${response.status}`);
+    }
+    return body as T;
+  }
+
+  const idPath = (id: string) => encodeURIComponent(id);
+  return {
+    /** POST /jobs: 201, or the existing job (`deduplicated: true`) for a key still queued. */
+    enqueue: (job: JobInput) => call<Enqueued>('POST', '/jobs', { body: job }),
+    /** POST /jobs/batch: 1..1000 jobs in one transaction, all or none; ids in input order. */
+    enqueueBatch: (jobs: JobInput[]) => call<BatchEnqueued>('POST', '/jobs/batch', { body: { jobs } }),
+    /** GET /jobs/:id (404: unknown, or completed — completed jobs are deleted). */
+    getJob: (id: string) => call<Job>('GET', `/jobs/${idPath(id)}`),
+    /** GET /jobs: newest first; pass `nextCursor` back as `cursor` for the next page. */
+    listJobs: (query: ListQuery = {}) => call<JobPage>('GET', '/jobs', { query }),
+    /** POST /jobs/:id/retry: a dead job back to pending (409 for one that is not dead). */
+    retryJob: (id: string) => call<Job>('POST', `/jobs/${idPath(id)}/retry`),
+    /** DELETE /jobs/:id: a pending or dead job (409 while it runs). */
+    deleteJob: (id: string) => call<void>('DELETE', `/jobs/${idPath(id)}`),
+    /** POST /jobs/retry-dead: in bounded batches; call again while `done` is false. */
+    retryDeadJobs: (filter: { kind?: string } = {}) => call<DeadRetried>('POST', '/jobs/retry-dead', { body: filter }),
+    /** POST /jobs/delete-dead: in bounded batches; call again while `done` is false. */
+    deleteDeadJobs: (filter: { kind?: string } = {}) => call<DeadDeleted>('POST', '/jobs/delete-dead', { body: filter }),
+    /** GET /stats: counts by kind and state, the oldest ready job's wait. */
+    stats: () => call<QueueStats>('GET', '/stats'),
+    /** GET /stats/throughput: settled jobs per minute. */
+    throughput: (query: ThroughputQuery = {}) => call<Throughput>('GET', '/stats/throughput', { query }),
+    /** GET /schedules: the drainer's recurring schedules. */
+    schedules: () => call<ScheduleList>('GET', '/schedules'),
+    /** POST /kinds/:kind/pause: no drainer claims the kind until it is resumed. */
+    pauseKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/pause`),
+    /** POST /kinds/:kind/resume */
+    resumeKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/resume`),
+    /** GET /healthz (no token needed); a 503 throws with code `database_unavailable`. */
+    health: () => call<Health>('GET', '/healthz'),
+  };
+}
+
+export type PgdrainClient = ReturnType<typeof createClient>;

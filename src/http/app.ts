@@ -17,7 +17,8 @@ import { describeSchedules, type ScheduleDefinition } from '../schedules.ts';
 import { type JobInput, batchInput, bulkInput, jobInput, listQuery, throughputQuery } from './contract.ts';
 import { dashboardPage } from './dashboard/page.ts';
 import { describe, openApiDocument } from './openapi.ts';
-import { DASHBOARD_SCRIPT } from './dashboard/script.ts';
+// Generated from ./dashboard/browser/dashboard.ts by scripts/build-dashboard.mjs (npm start/test/build, wrangler).
+import { DASHBOARD_SCRIPT } from './dashboard/script.generated.ts';
 import { DASHBOARD_CSS } from './dashboard/style.ts';
 import { PROMETHEUS_CONTENT_TYPE, renderMetrics } from './metrics.ts';
 

@@ -2,7 +2,7 @@
 // step, so the sidecar runs it straight from the .ts source and the Worker bundles it as is; JSX
 // syntax would need a transform that Node's type stripping does not do). The page holds no data:
 // the browser asks for the API token once, keeps it in sessionStorage (this tab only), and the
-// script (./script.ts) reads the same HTTP API anyone else would.
+// script (./browser/dashboard.ts) reads the same HTTP API anyone else would.
 import { html } from 'hono/html';
 
 export interface DashboardPageOptions {

@@ -1,0 +1,481 @@
+// The dashboard's browser script, served by the app at /dashboard/script.js. Strict TypeScript with
+// the DOM's types, checked by `tsc` with the rest of the project; scripts/build-dashboard.mjs
+// bundles it (esbuild, ~20 ms) into ../script.generated.ts before `npm start`, `npm test`, the
+// package build and every wrangler command (wrangler.toml [build]). No framework: it reads the public
+// HTTP API with the token the person typed (sessionStorage: this tab only), refreshes every few
+// seconds while the tab is visible, and builds every element with textContent, so nothing from the
+// database is ever parsed as HTML. The API's types come from the contract the server validates with.
+import type { DeadDeleted, DeadRetried, JobPage, QueueStats, ScheduleList, Throughput } from '../../contract.ts';
+
+type State = 'ready' | 'delayed' | 'running' | 'dead';
+type Scope = 'enqueue' | 'read' | 'admin';
+type FailureKind = 'network' | 'auth' | 'database' | 'http';
+type BannerKind = 'error' | 'info' | 'action';
+
+const TOKEN_KEY = 'pgdrain.token';
+const STATES: readonly State[] = ['ready', 'delayed', 'running', 'dead'];
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+const body = document.body;
+const basePath = body.dataset.basePath ?? '';
+const warnSeconds = Number(body.dataset.warnSeconds) || 60;
+const refreshMs = (Number(body.dataset.refreshSeconds) || 5) * 1000;
+
+/** The page's element with this id; the page and this script ship together, so a missing one is a bug. */
+function byId<T extends HTMLElement = HTMLElement>(id: string): T {
+  const node = document.getElementById(id);
+  if (!node) throw new Error(`the dashboard page has no #${id}`);
+  return node as T;
+}
+const table = (id: string) => byId<HTMLTableElement>(id);
+
+let lastOk: Date | null = null;
+let lastThroughput: Throughput | null = null;
+let inFlight: Promise<void> | null = null;
+let noticeTimer: ReturnType<typeof setTimeout> | undefined;
+/** From the API's X-Pgdrain-Scope: 'read' makes the page read-only. */
+let tokenScope: Scope | null = null;
+
+const token = () => sessionStorage.getItem(TOKEN_KEY);
+
+class ApiFailure extends Error {
+  readonly kind: FailureKind;
+  readonly status: number;
+  readonly code: string;
+  constructor(kind: FailureKind, status: number, code: string, message: string) {
+    super(message);
+    this.kind = kind;
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api<T>(method: string, path: string): Promise<T> {
+  let response: Response;
+  try {
+    response = await fetch(basePath + path, {
+      method,
+      headers: { Authorization: `Bearer ${token()}`, Accept: 'application/json' },
+      cache: 'no-store',
+    });
+  } catch {
+    throw new ApiFailure('network', 0, 'network', 'The server does not answer.');
+  }
+  const scope = response.headers.get('X-Pgdrain-Scope');
+  if (scope) tokenScope = scope as Scope;
+  if (response.status === 204) return null as T;
+  let data: unknown = null;
+  try {
+    data = await response.json();
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const error = (data as { error?: { code?: string; message?: string } } | null)?.error ?? {};
+    // A token that cannot read (an enqueue-only one) cannot open the page at all.
+    const refused = response.status === 401 || (response.status === 403 && method === 'GET');
+    const kind: FailureKind = refused ? 'auth' : error.code === 'database_unavailable' ? 'database' : 'http';
+    throw new ApiFailure(kind, response.status, error.code ?? `http_${response.status}`, error.message ?? `HTTP ${response.status}`);
+  }
+  return data as T;
+}
+
+// --- views -----------------------------------------------------------------------------------------
+function showLogin(message?: string): void {
+  byId('view').hidden = true;
+  byId('forget').hidden = true;
+  byId('login').hidden = false;
+  const note = byId('login-message');
+  note.textContent = message ?? 'Enter the API token. It is kept in this browser tab only.';
+  note.className = message ? 'refused' : 'muted';
+  byId<HTMLInputElement>('token').focus();
+}
+
+function showBanner(text: string | null, kind: BannerKind = 'error'): void {
+  const banner = byId('banner');
+  clearTimeout(noticeTimer);
+  if (!text) {
+    banner.hidden = true;
+    banner.textContent = '';
+    banner.dataset.kind = '';
+    return;
+  }
+  banner.textContent = text;
+  banner.dataset.kind = kind;
+  banner.className = kind === 'info' ? 'banner info' : 'banner';
+  banner.hidden = false;
+  // 'error' describes the connection and goes with the next good refresh; the outcome of an
+  // action ('info', or 'action' when it was refused) stays a few seconds whatever happens.
+  if (kind === 'info' || kind === 'action') noticeTimer = setTimeout(() => showBanner(null), kind === 'info' ? 5000 : 10000);
+}
+
+function handleFailure(failure: unknown): void {
+  if (!(failure instanceof ApiFailure)) {
+    showBanner(`The dashboard failed: ${failure instanceof Error ? failure.message : String(failure)}`);
+    return;
+  }
+  if (failure.kind === 'auth') {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin(`The token was refused (${failure.message}). Enter the API token again.`);
+    return;
+  }
+  // Not a token problem: stay on the dashboard (last data dimmed, or dashes) and keep asking.
+  byId('login').hidden = true;
+  byId('view').hidden = false;
+  byId('forget').hidden = false;
+  const since = lastOk ? ` Showing the data from ${lastOk.toLocaleTimeString()}.` : '';
+  if (failure.kind === 'database') {
+    showBanner(`The database does not answer: ${failure.message}${since} Retrying every ${refreshMs / 1000} s.`);
+    body.classList.add('stale');
+  } else if (failure.kind === 'network') {
+    showBanner(`The server does not answer.${since} Retrying every ${refreshMs / 1000} s.`);
+    body.classList.add('stale');
+  } else {
+    showBanner(`${failure.message} (HTTP ${failure.status})`);
+  }
+}
+
+// --- refresh ---------------------------------------------------------------------------------------
+function refresh(): Promise<void> {
+  if (!token()) {
+    if (byId('login').hidden) showLogin();
+    return Promise.resolve();
+  }
+  if (inFlight) return inFlight;
+  // /stats first: one request tells whether the token works (a refused token costs one request,
+  // not four), then the chart, the dead jobs and the schedules together.
+  inFlight = api<QueueStats>('GET', '/stats')
+    .then((stats) =>
+      Promise.all([
+        stats,
+        api<Throughput>('GET', '/stats/throughput?minutes=60'),
+        api<JobPage>('GET', '/jobs?status=dead&limit=100'),
+        api<ScheduleList>('GET', '/schedules'),
+      ]),
+    )
+    .then(([stats, throughput, dead, schedules]) => {
+      // Visible first: the chart is drawn to the width its box has.
+      byId('login').hidden = true;
+      byId('view').hidden = false;
+      byId('forget').hidden = false;
+      renderStats(stats);
+      lastThroughput = throughput;
+      renderThroughput(throughput);
+      renderDead(dead);
+      renderSchedules(schedules);
+      applyScope();
+      lastOk = new Date();
+      byId('updated').textContent = `Updated ${lastOk.toLocaleTimeString()}`;
+      body.classList.remove('stale');
+      if (byId('banner').dataset.kind === 'error') showBanner(null);
+    })
+    .catch(handleFailure)
+    .finally(() => {
+      inFlight = null;
+    });
+  return inFlight;
+}
+
+function element<K extends keyof HTMLElementTagNameMap>(tag: K, attributes: Record<string, string> = {}, children: Node[] = []): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (name === 'text') node.textContent = value;
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) node.appendChild(child);
+  return node;
+}
+
+const formatCount = (n: number) => Number(n).toLocaleString('en-US');
+
+function formatAge(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+function countCell(column: string, value: number, extraClass?: string): HTMLTableCellElement {
+  return element('td', { class: `num${extraClass ? ` ${extraClass}` : ''}`, 'data-col': column, 'data-value': String(value), text: formatCount(value) });
+}
+
+/** The body rows of the table with this id, replaced. */
+function fillTable(id: string, rows: HTMLTableRowElement[]): void {
+  table(id).tBodies[0]!.replaceChildren(...rows);
+}
+
+function renderStats(stats: QueueStats): void {
+  const kinds = Object.keys(stats.kinds).sort();
+  const totals: Record<State, number> = { ready: 0, delayed: 0, running: 0, dead: 0 };
+  let largest = 0;
+  for (const kind of kinds) {
+    const s = stats.kinds[kind]!;
+    for (const state of STATES) totals[state] += s[state];
+    largest = Math.max(largest, s.ready + s.delayed + s.running + s.dead);
+  }
+  for (const state of STATES) {
+    const cell = byId(`total-${state}`);
+    cell.textContent = formatCount(totals[state]);
+    cell.dataset.value = String(totals[state]);
+  }
+  const oldest = stats.oldestReadySeconds;
+  byId('oldest-ready').textContent = oldest == null ? 'none ready' : formatAge(oldest);
+  byId('oldest-card').classList.toggle('warn', oldest != null && oldest > warnSeconds);
+
+  const rows = kinds.map((kind) => {
+    const s = stats.kinds[kind]!;
+    const bar = element('div', { class: 'bar', title: STATES.map((state) => `${state} ${s[state]}`).join(', ') });
+    for (const state of STATES) {
+      if (s[state] === 0) continue;
+      const segment = element('span', { class: `${state}-bg` });
+      segment.style.width = `${(100 * s[state]) / largest}%`;
+      bar.appendChild(segment);
+    }
+    const age = s.oldestReadySeconds;
+    const kindCell = element('td', { text: kind });
+    if (s.paused) kindCell.appendChild(element('span', { class: 'paused-badge', text: 'paused' }));
+    return element('tr', { 'data-kind': kind, 'data-paused': String(Boolean(s.paused)) }, [
+      kindCell,
+      countCell('pending', s.pending, 'pending'),
+      countCell('ready', s.ready),
+      countCell('delayed', s.delayed),
+      countCell('running', s.running),
+      countCell('dead', s.dead),
+      element('td', { class: `num oldest${age != null && age > warnSeconds ? ' warn' : ''}`, text: age == null ? '–' : formatAge(age) }),
+      element('td', { class: 'bars' }, [bar]),
+      element('td', { class: 'actions' }, [
+        element('button', {
+          type: 'button',
+          'data-action': s.paused ? 'resume' : 'pause',
+          'data-kind': kind,
+          title: s.paused ? `Let every drainer claim ${kind} again` : `Stop every drainer from claiming ${kind} (enqueueing still works)`,
+          text: s.paused ? 'Resume' : 'Pause',
+        }),
+      ]),
+    ]);
+  });
+  fillTable('kinds', rows);
+  byId('kinds-empty').hidden = kinds.length > 0;
+  (table('kinds').parentNode as HTMLElement).hidden = kinds.length === 0;
+}
+
+function svg<K extends keyof SVGElementTagNameMap>(tag: K, attributes: Record<string, string>, text?: string): SVGElementTagNameMap[K] {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function renderThroughput(data: Throughput): void {
+  const minutes = data.minutes;
+  const sum = { completed: 0, failed: 0, dead: 0 };
+  let peak = 0;
+  for (const m of minutes) {
+    sum.completed += m.completed;
+    sum.failed += m.failed;
+    sum.dead += m.dead;
+    peak = Math.max(peak, m.completed + m.failed);
+  }
+  byId('throughput-summary').replaceChildren(
+    element('strong', { id: 'sum-completed', 'data-value': String(sum.completed), text: formatCount(sum.completed) }),
+    document.createTextNode(' completed, '),
+    element('strong', { id: 'sum-failed', 'data-value': String(sum.failed), text: formatCount(sum.failed) }),
+    document.createTextNode(' failed attempts, '),
+    element('strong', { id: 'sum-dead', 'data-value': String(sum.dead), text: formatCount(sum.dead) }),
+    document.createTextNode(' became dead in the last hour.'),
+  );
+
+  const chart = byId('chart');
+  const width = Math.max(280, chart.clientWidth - 16);
+  const height = 180;
+  const [left, right, top, bottom] = [44, 6, 8, 22];
+  const plotWidth = width - left - right;
+  const plotHeight = height - top - bottom;
+  const scale = niceCeiling(peak);
+  const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, width: String(width), height: String(height) });
+  for (const f of [0, 0.5, 1]) {
+    const y = top + plotHeight * (1 - f);
+    root.appendChild(svg('line', { class: 'grid', x1: String(left), x2: String(width - right), y1: String(y), y2: String(y) }));
+    root.appendChild(svg('text', { class: 'axis', x: String(left - 6), y: String(y + 4), 'text-anchor': 'end' }, formatCount(Math.round(scale * f))));
+  }
+  const slot = plotWidth / Math.max(1, minutes.length);
+  const barWidth = Math.max(1, slot - (slot > 4 ? 2 : 0));
+  minutes.forEach((m, i) => {
+    const x = left + i * slot;
+    const completedHeight = (plotHeight * m.completed) / scale;
+    const failedHeight = (plotHeight * m.failed) / scale;
+    const group = svg('g', {});
+    const at = new Date(m.minute).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+    group.appendChild(svg('title', {}, `${at}: ${m.completed} completed, ${m.failed} failed`));
+    if (m.completed > 0) {
+      group.appendChild(svg('rect', { class: 'completed', x: String(x), width: String(barWidth), y: String(top + plotHeight - completedHeight), height: String(completedHeight) }));
+    }
+    if (m.failed > 0) {
+      group.appendChild(
+        svg('rect', { class: 'failed', x: String(x), width: String(barWidth), y: String(top + plotHeight - completedHeight - failedHeight), height: String(failedHeight) }),
+      );
+    }
+    root.appendChild(group);
+  });
+  const ticks: [number, string, string][] = [
+    [0, 'start', `−${minutes.length} min`],
+    [0.5, 'middle', `−${Math.round(minutes.length / 2)} min`],
+    [1, 'end', 'now'],
+  ];
+  for (const [f, anchor, label] of ticks) {
+    root.appendChild(svg('text', { class: 'axis', x: String(left + plotWidth * f), y: String(height - 6), 'text-anchor': anchor }, label));
+  }
+  chart.replaceChildren(root);
+}
+
+function niceCeiling(value: number): number {
+  if (value <= 4) return 4;
+  const magnitude = Math.pow(10, Math.floor(Math.log10(value)));
+  for (const step of [1, 2, 2.5, 5, 10]) if (step * magnitude >= value) return step * magnitude;
+  return 10 * magnitude;
+}
+
+function renderDead(page: JobPage): void {
+  const now = Date.now();
+  const rows = page.jobs.map((job) => {
+    const created = new Date(job.createdAt);
+    return element('tr', { 'data-job': job.id }, [
+      element('td', { 'data-label': 'Job', text: `#${job.id}` }),
+      element('td', { 'data-label': 'Kind', text: job.kind }),
+      element('td', { class: 'num', 'data-label': 'Attempts', text: `${job.attempts} / ${job.maxAttempts}` }),
+      element('td', { class: 'error', 'data-label': 'Last error' }, [element('code', { title: job.lastError ?? '', text: job.lastError ?? '–' })]),
+      element('td', { 'data-label': 'Age', title: `created ${created.toLocaleString()}`, text: formatAge((now - created.getTime()) / 1000) }),
+      element('td', { class: 'actions' }, [
+        element('button', { type: 'button', 'data-action': 'retry', 'data-id': job.id, text: 'Retry' }),
+        element('button', { type: 'button', class: 'danger', 'data-action': 'delete', 'data-id': job.id, text: 'Delete' }),
+      ]),
+    ]);
+  });
+  fillTable('dead', rows);
+  byId('dead-empty').hidden = rows.length > 0;
+  (table('dead').parentNode as HTMLElement).hidden = rows.length === 0;
+  byId('dead-count').textContent = rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
+  byId('dead-bulk').hidden = rows.length === 0;
+}
+
+/** A read token sees everything and changes nothing: every action button is disabled, with why. */
+function applyScope(): void {
+  const readOnly = tokenScope === 'read';
+  byId('readonly-note').hidden = !readOnly;
+  for (const button of document.querySelectorAll<HTMLButtonElement>('button[data-action]')) {
+    button.disabled = readOnly;
+    if (readOnly) button.title = 'This token can only read (scope read): retry, delete and pause need an admin token.';
+  }
+}
+
+function formatWhen(iso: string | null): string {
+  if (!iso) return '–';
+  return new Date(iso).toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+}
+
+function renderSchedules(data: ScheduleList): void {
+  const rows = data.schedules.map((s) =>
+    element('tr', { 'data-schedule': s.name }, [
+      element('td', { text: s.name }),
+      element('td', {}, [element('code', { text: s.cron }), document.createTextNode(` ${s.timezone}`)]),
+      element('td', { text: s.kind }),
+      element('td', { 'data-col': 'next', text: formatWhen(s.nextRunAt) }),
+      element('td', { 'data-col': 'last', text: formatWhen(s.lastRunAt) }),
+    ]),
+  );
+  fillTable('schedules', rows);
+  byId('schedules-section').hidden = rows.length === 0;
+}
+
+// --- actions ---------------------------------------------------------------------------------------
+/** Each action: the request it makes, an optional confirmation, and what to say when it worked. */
+interface Action<T> {
+  confirm?: (button: HTMLButtonElement) => string;
+  run: (button: HTMLButtonElement) => Promise<T>;
+  done: (button: HTMLButtonElement, result: T) => string;
+}
+const action = <T>(a: Action<T>) => a as Action<unknown>;
+const idOf = (b: HTMLButtonElement) => b.dataset.id ?? '';
+const kindOf = (b: HTMLButtonElement) => b.dataset.kind ?? '';
+
+const ACTIONS: Record<string, Action<unknown>> = {
+  retry: action({ run: (b) => api('POST', `/jobs/${idOf(b)}/retry`), done: (b) => `Job #${idOf(b)} is pending again.` }),
+  delete: action({
+    confirm: (b) => `Delete dead job #${idOf(b)}? This cannot be undone.`,
+    run: (b) => api('DELETE', `/jobs/${idOf(b)}`),
+    done: (b) => `Job #${idOf(b)} was deleted.`,
+  }),
+  pause: action({
+    run: (b) => api('POST', `/kinds/${encodeURIComponent(kindOf(b))}/pause`),
+    done: (b) => `${kindOf(b)} is paused: no drainer claims it until it is resumed.`,
+  }),
+  resume: action({ run: (b) => api('POST', `/kinds/${encodeURIComponent(kindOf(b))}/resume`), done: (b) => `${kindOf(b)} is resumed.` }),
+  'retry-all': action<DeadRetried>({
+    confirm: () => 'Retry every dead job? They go back to pending with their attempts reset.',
+    run: () => api('POST', '/jobs/retry-dead'),
+    done: (_, result) => `${result.retried} dead jobs are pending again${result.done ? '.' : '; more are left, click again.'}`,
+  }),
+  'delete-all': action<DeadDeleted>({
+    confirm: () => 'Delete every dead job? This cannot be undone.',
+    run: () => api('POST', '/jobs/delete-dead'),
+    done: (_, result) => `${result.deleted} dead jobs were deleted${result.done ? '.' : '; more are left, click again.'}`,
+  }),
+};
+
+async function act(button: HTMLButtonElement): Promise<void> {
+  const chosen = ACTIONS[button.dataset.action ?? ''];
+  if (!chosen) return;
+  if (chosen.confirm && !window.confirm(chosen.confirm(button))) return;
+  const buttons = (button.parentNode as ParentNode).querySelectorAll('button');
+  for (const b of buttons) b.disabled = true;
+  try {
+    const result = await chosen.run(button);
+    showBanner(chosen.done(button, result), 'info');
+  } catch (failure) {
+    // A refused action (409: someone else retried it first; 404: already deleted) is news, not
+    // a broken connection: say it and keep saying it past the refresh that follows.
+    if (failure instanceof ApiFailure && failure.kind === 'http') showBanner(failure.message, 'action');
+    else handleFailure(failure);
+  }
+  await refresh();
+}
+
+for (const id of ['dead', 'kinds', 'dead-bulk']) {
+  byId(id).addEventListener('click', (event) => {
+    const button = (event.target as Element | null)?.closest<HTMLButtonElement>('button[data-action]');
+    if (button && !button.disabled) void act(button);
+  });
+}
+
+byId<HTMLFormElement>('login').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const input = byId<HTMLInputElement>('token');
+  const value = input.value.trim();
+  if (!value) return;
+  sessionStorage.setItem(TOKEN_KEY, value);
+  input.value = '';
+  void refresh();
+});
+
+byId('forget').addEventListener('click', () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  showBanner(null);
+  showLogin();
+});
+
+let resizeTimer: ReturnType<typeof setTimeout> | undefined;
+window.addEventListener('resize', () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => {
+    if (lastThroughput) renderThroughput(lastThroughput);
+  }, 150);
+});
+
+document.addEventListener('visibilitychange', () => {
+  if (!document.hidden) void refresh();
+});
+setInterval(() => {
+  if (!document.hidden) void refresh();
+}, refreshMs);
+void refresh();

@@ -282,31 +282,46 @@ async function main() {
     return { label, a: a.name, b: b.name, values };
   }
 
-  let worker: Awaited<ReturnType<typeof benchWorkerDrainer>> | undefined;
+  const workers: { driver: 'neon' | 'hyperdrive'; figures: Awaited<ReturnType<typeof benchWorkerDrainer>> }[] = [];
   if (!only || only.includes('worker')) {
-    const url = await freshDatabase('bench_worker');
-    console.log('\nthe Worker drainer (wrangler dev, Neon driver through the local WebSocket proxy)');
-    worker = await benchWorkerDrainer(url, { jobs: plan.workerJobs, reps: plan.reps, runNowJobs: plan.runNowJobs, rttsMs: [0, 10, 30], enqueueRequests: plan.runNowJobs });
-    // Named workloads for --json, system `pgdrain worker`.
-    for (const rtt of [0, 10, 30]) {
-      const drains = worker.drains.filter((d) => d.rttMs === rtt);
-      if (drains.length > 0) record(`worker drain, ${rtt} ms RTT`, 'pgdrain worker', 'jobs/s', drains.map((d) => d.jobsPerSecond), [], []);
+    for (const driver of ['neon', 'hyperdrive'] as const) {
+      const url = await freshDatabase('bench_worker');
+      console.log(
+        driver === 'neon'
+          ? '\nthe Worker drainer (wrangler dev, Neon driver through the local WebSocket proxy)'
+          : '\nthe Worker drainer (wrangler dev, node-postgres through a local Hyperdrive binding)',
+      );
+      const result = await benchWorkerDrainer(url, {
+        driver, jobs: plan.workerJobs, reps: plan.reps, runNowJobs: plan.runNowJobs, rttsMs: [0, 10, 30], enqueueRequests: plan.runNowJobs,
+      });
+      workers.push({ driver, figures: result });
+      // Named workloads for --json: system `pgdrain worker` (Neon) and `pgdrain worker (Hyperdrive)`.
+      const system = driver === 'neon' ? 'pgdrain worker' : 'pgdrain worker (Hyperdrive)';
+      for (const rtt of [0, 10, 30]) {
+        const drains = result.drains.filter((d) => d.rttMs === rtt);
+        if (drains.length > 0) record(`worker drain, ${rtt} ms RTT`, system, 'jobs/s', drains.map((d) => d.jobsPerSecond), [], []);
+      }
+      if (result.enqueueP50At10MsRtt !== undefined) record('worker enqueue p50, 10 ms RTT', system, 'ms', [result.enqueueP50At10MsRtt], [], []);
+      if (result.runNow) {
+        record('worker runNow p50, POST → handler', system, 'ms', [result.runNow.p50Ms], [], []);
+        record('worker runNow p99, POST → handler', system, 'ms', [result.runNow.p99Ms], [], []);
+      }
+      await admin.query('DROP DATABASE bench_worker WITH (FORCE)');
     }
-    if (worker.enqueueP50At10MsRtt !== undefined) record('worker enqueue p50, 10 ms RTT', 'pgdrain worker', 'ms', [worker.enqueueP50At10MsRtt], [], []);
-    await admin.query('DROP DATABASE bench_worker WITH (FORCE)');
   }
   await admin.end();
   await stopServer();
   if (dir) await rm(dir, { recursive: true, force: true });
 
-  printTable(systems.map((s) => s.name));
+  // The peers' columns, then any system only some workloads have (the Worker's two paths).
+  printTable([...new Set([...systems.map((s) => s.name), ...figures.map((f) => f.system)])]);
   for (const p of paired) {
     const [a, b] = [median(p.values[0]), median(p.values[1])];
     console.log(`\nthe cost of ${p.label}: ${p.a} ${fmt(a)} jobs/s, ${p.b} ${fmt(b)} jobs/s: ${(((b - a) / b) * 100).toFixed(1)}% of drain throughput (median of ${p.values[0].length} alternating pairs)`);
   }
-  if (worker) {
-    console.log(`\nWorker scheduled(): ${worker.drains.map((w) => `${fmt(w.jobsPerSecond)} jobs/s at ${w.rttMs} ms RTT, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
-    if (worker.runNow) console.log(`Worker runNow: POST /jobs → webhook delivered, p50 ${worker.runNow.p50Ms.toFixed(1)} ms, p99 ${worker.runNow.p99Ms.toFixed(1)} ms over ${worker.runNow.jobs} jobs`);
+  for (const { driver, figures: worker } of workers) {
+    console.log(`\nWorker (${driver}) scheduled(): ${worker.drains.map((w) => `${fmt(w.jobsPerSecond)} jobs/s at ${w.rttMs} ms RTT, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
+    if (worker.runNow) console.log(`Worker (${driver}) runNow: POST /jobs → webhook delivered, p50 ${worker.runNow.p50Ms.toFixed(1)} ms, p99 ${worker.runNow.p99Ms.toFixed(1)} ms over ${worker.runNow.jobs} jobs`);
   }
   const elapsed = Math.round((now() - started) / 1000);
   console.log(`\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`);
@@ -317,7 +332,7 @@ async function main() {
       const peer = figures.find((x) => x.system === 'graphile-worker tuned' && x.workload === f.workload);
       if (peer) ratios[f.workload] = f.median / peer.median;
     }
-    await writeFile(jsonFile, `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, worker, ratiosPgdrainOverGraphileTuned: ratios }, null, 2)}\n`);
+    await writeFile(jsonFile, `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, workers, ratiosPgdrainOverGraphileTuned: ratios }, null, 2)}\n`);
     console.log(`wrote ${jsonFile}`);
   }
 }

@@ -1,5 +1,7 @@
-// The Worker's drainer measured where it runs: `wrangler dev` (workerd), the Neon driver through
-// the local WebSocket proxy, one `scheduled()` invocation per repetition over a backlog of noop jobs.
+// The Worker's drainer measured where it runs: `wrangler dev` (workerd), on either of its paths —
+// the Neon driver through the local WebSocket proxy (whose delay dials a network round trip), or
+// node-postgres through a local Hyperdrive binding (a direct TCP proxy: no delay to dial) — one
+// `scheduled()` invocation per repetition over a backlog of noop jobs.
 import { spawn } from 'node:child_process';
 import http from 'node:http';
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -10,6 +12,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { migrateDatabase } from '../src/db/migrate.ts';
 import { freePort } from '../src/db/embedded.ts';
+import { withPlaceholderPassword } from '../src/db/url.ts';
 import { startWsProxy } from '../src/dev/ws-proxy.ts';
 import { type Db, enqueueMany } from '../src/queries/index.ts';
 
@@ -34,12 +37,23 @@ export interface RunNowFigure {
 
 export async function benchWorkerDrainer(
   url: string,
-  options: { jobs: number; reps: number; budgetMs?: number; runNowJobs?: number; rttsMs?: number[]; enqueueRequests?: number },
+  options: {
+    driver: 'neon' | 'hyperdrive';
+    jobs: number;
+    reps: number;
+    budgetMs?: number;
+    runNowJobs?: number;
+    /** Neon path only: round trips the proxy adds, one set of repetitions each. */
+    rttsMs?: number[];
+    /** Neon path only: POST /jobs requests timed at a 10 ms round trip. */
+    enqueueRequests?: number;
+  },
 ): Promise<{ drains: WorkerFigure[]; runNow?: RunNowFigure; enqueueP50At10MsRtt?: number }> {
   const budgetMs = options.budgetMs ?? 5_000;
+  const neon = options.driver === 'neon';
   await migrateDatabase(url);
   const target = new URL(url);
-  const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } });
+  const proxy = neon ? await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } }) : null;
   const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-bench-worker-'));
   await chmod(dir, 0o700);
   const envFile = path.join(dir, 'worker.env');
@@ -58,13 +72,19 @@ export async function benchWorkerDrainer(
   const hookUrl = `http://127.0.0.1:${(hook.address() as { port: number }).port}/hook`;
   await writeFile(
     envFile,
-    `DATABASE_URL=${url}\nNEON_WS_PROXY=${proxy.address}\nAPI_TOKEN=bench-token-0123456789\nDRAIN_BUDGET_MS=${budgetMs}\nWEBHOOK_ALLOWED_HOSTS=127.0.0.1\n`,
+    `${proxy ? `DATABASE_URL=${url}\nNEON_WS_PROXY=${proxy.address}\n` : ''}API_TOKEN=bench-token-0123456789\nDRAIN_BUDGET_MS=${budgetMs}\nWEBHOOK_ALLOWED_HOSTS=127.0.0.1\n`,
     { mode: 0o600 },
   );
   const port = await freePort();
-  const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile], {
+  const args = ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile];
+  if (!neon) args.push('--config', 'wrangler.hyperdrive.toml');
+  const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), args, {
     cwd: root,
-    env: { ...process.env, WRANGLER_SEND_METRICS: 'false' },
+    env: {
+      ...process.env,
+      WRANGLER_SEND_METRICS: 'false',
+      ...(neon ? {} : { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: withPlaceholderPassword(url) }),
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -86,8 +106,8 @@ export async function benchWorkerDrainer(
       if (waited > 30_000 || wrangler.exitCode !== null) throw new Error(`wrangler dev did not start:\n${out}`);
       await new Promise((r) => setTimeout(r, 100));
     }
-    for (const rttMs of options.rttsMs ?? [0]) {
-      proxy.setDelayMs(rttMs / 2);
+    for (const rttMs of neon ? (options.rttsMs ?? [0]) : [0]) {
+      proxy?.setDelayMs(rttMs / 2);
       for (let r = 0; r < options.reps; r++) {
         await pool.query('DELETE FROM pgdrain.jobs');
         await enqueueMany(db, Array.from({ length: options.jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
@@ -103,12 +123,12 @@ export async function benchWorkerDrainer(
         const report = JSON.parse(line.slice(line.indexOf('{'))) as { completed: number; elapsedMs: number };
         const figure = { rttMs, completed: report.completed, elapsedMs: report.elapsedMs, budgetMs, budgetLeftMs: budgetMs - report.elapsedMs, jobsPerSecond: report.completed / (report.elapsedMs / 1000) };
         figures.push(figure);
-        console.log(`  Worker scheduled() at ${rttMs} ms RTT, rep ${r + 1}/${options.reps}: ${figure.completed} jobs in ${figure.elapsedMs} ms = ${Math.round(figure.jobsPerSecond)} jobs/s; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`);
+        console.log(`  Worker (${options.driver}) scheduled() at ${rttMs} ms RTT, rep ${r + 1}/${options.reps}: ${figure.completed} jobs in ${figure.elapsedMs} ms = ${Math.round(figure.jobsPerSecond)} jobs/s; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`);
       }
     }
-    proxy.setDelayMs(0);
+    proxy?.setDelayMs(0);
     // POST /jobs at a 10 ms round trip, request to response.
-    if (options.enqueueRequests) {
+    if (proxy && options.enqueueRequests) {
       proxy.setDelayMs(5);
       const times: number[] = [];
       for (let i = 0; i < options.enqueueRequests; i++) {
@@ -139,14 +159,14 @@ export async function benchWorkerDrainer(
       latencies.sort((a, b) => a - b);
       const at = (p: number) => latencies[Math.min(latencies.length - 1, Math.ceil((p / 100) * latencies.length) - 1)]!;
       runNow = { jobs: latencies.length, p50Ms: at(50), p99Ms: at(99) };
-      console.log(`  Worker runNow: ${latencies.length} webhook jobs, POST → delivery p50 ${runNow.p50Ms.toFixed(1)} ms, p99 ${runNow.p99Ms.toFixed(1)} ms, no cron`);
+      console.log(`  Worker (${options.driver}) runNow: ${latencies.length} webhook jobs, POST → delivery p50 ${runNow.p50Ms.toFixed(1)} ms, p99 ${runNow.p99Ms.toFixed(1)} ms, no cron`);
     }
   } finally {
     await new Promise((r) => hook.close(r));
     wrangler.kill('SIGTERM');
     await new Promise((r) => wrangler.once('exit', r));
     await pool.end();
-    await proxy.close();
+    await proxy?.close();
     await rm(dir, { recursive: true, force: true });
   }
   return { drains: figures, runNow, enqueueP50At10MsRtt };

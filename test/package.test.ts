@@ -115,7 +115,7 @@ describe('the npm package, installed into a project of its own', () => {
     const files = listed.stdout.split('\n').filter(Boolean).map((f) => f.replace(/^package\//, ''));
     expect(files).toEqual(expect.arrayContaining([
       'package.json', 'README.md', 'dist/entry/index.js', 'dist/entry/index.d.ts', 'dist/entry/sidecar.js', 'dist/entry/worker.js',
-      'dist/entry/hono.js', 'dist/entry/cli.js', 'drizzle/0000_schema.sql', 'drizzle/0002_enqueue_function.sql', 'drizzle/meta/_journal.json',
+      'dist/entry/hono.js', 'dist/entry/client.js', 'dist/entry/client.d.ts', 'dist/http/dashboard/script.generated.js', 'dist/entry/cli.js', 'drizzle/0000_schema.sql', 'drizzle/0002_enqueue_function.sql', 'drizzle/meta/_journal.json',
     ]));
     expect(files.filter((f) => /\.ts$/.test(f) && !f.endsWith('.d.ts'))).toEqual([]);
     expect(files.filter((f) => /^(test|bench|src)\//.test(f))).toEqual([]);
@@ -134,6 +134,8 @@ describe('the npm package, installed into a project of its own', () => {
     expect(seen.mountedStats).toMatchObject({ status: 200, body: { kinds: { send_receipt: { pending: 1, ready: 1 } } } });
     expect(seen.apiStatus).toBe(201);
     expect(seen.rejectedStatus).toBe(422);
+    expect(seen.clientJob).toEqual({ kind: 'noop', status: 'pending', payload: { from: 'client' } });
+    expect(seen.clientError).toEqual({ status: 422, code: 'invalid_payload' });
     expect(seen.receipts.map(Number).sort((a: number, b: number) => a - b)).toEqual([seen.placed, 1000]);
     expect(seen.leftInQueue).toEqual([]);
     expect(seen.ownJobs).toEqual([{ id: 1, title: 'plumber', salary: 50 }, { id: 2, title: 'welder', salary: 60 }]);
@@ -208,6 +210,9 @@ describe('the npm package, installed into a project of its own', () => {
     expect(misuse.code).not.toBe(0);
     expect(misuse.stdout).toMatch(/misuse\.ts\(\d+,\d+\): error TS2339: Property 'trackingNumber' does not exist/);
     expect(misuse.stdout).toMatch(/misuse\.ts\(\d+,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/);
+    // The client's types come from the API's contract.
+    expect(misuse.stdout).toMatch(/misuse\.ts\(2\d,\d+\): error TS2367: This comparison appears to be unintentional because the types '"\w+" \| "\w+" \| "\w+"' and '"completed"' have no overlap/);
+    expect(misuse.stdout).toMatch(/misuse\.ts\(2\d,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/);
   }, 60_000);
 
   it('npx pgdrain migrate migrates DATABASE_URL; pgdrain start --jobs runs your kinds on an embedded PostgreSQL and stops on SIGTERM', async () => {

@@ -29,7 +29,7 @@ export const SCOPED_ROUTES: ScopedRoute[] = [
 ];
 
 /** Routes that need no token at all. */
-export const OPEN_ROUTES = ['/healthz', '/', '/dashboard', '/dashboard/script.js', '/dashboard/style.css'];
+export const OPEN_ROUTES = ['/healthz', '/openapi.json', '/docs', '/', '/dashboard', '/dashboard/script.js', '/dashboard/style.css'];
 
 export const allows = (scope: TokenScope, needed: TokenScope) => scope === 'admin' || scope === needed;
 

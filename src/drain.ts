@@ -27,7 +27,7 @@
 //
 // No transaction is ever held open across a handler. A process that dies anywhere in here leaves
 // its jobs `running` with a lock the reaper will expire: never lost.
-import { type ClaimedJob, type Db, type Failure, claim, complete, failMany, release, renewLeases } from './queries/index.ts';
+import { type ClaimedJob, type Db, type Failure, claim, complete, completeAndClaim, failMany, release, renewLeases } from './queries/index.ts';
 import { DEFAULT_TIMEOUT_MS, type JobRegistry, PermanentJobError, RetryLaterError, describeIssues } from './jobs/registry.ts';
 
 export interface DrainOptions {
@@ -56,6 +56,9 @@ export interface DrainOptions {
   /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true;
    * RECORD_COUNTS=false turns it off, and the benchmark does to measure what counting costs. */
   recordCounts?: boolean;
+  /** Send the completions waiting to be settled with the next claim, in one statement
+   * (complete-and-claim.ts): one round trip per cycle instead of two. Default true. */
+  mergeSettleAndClaim?: boolean;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
   /** The reaper's visibility timeout (a job's own visibility_seconds wins): leases are renewed
@@ -201,14 +204,21 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     settling.add(done);
   };
   const settleOptions = { recordCounts: options.recordCounts };
+  let claimsInFlight = 0;
 
   // Successes and failures are each buffered and settled one statement at a time: whatever
   // finished while the previous statement was in flight goes in the next one.
-  const completions = settlementBatcher<ClaimedJob>(settle, (batch) =>
-    complete(db, batch, settleOptions).then((ids) => {
-      report.completed += ids.length;
-      report.lost += batch.length - ids.length;
-    }),
+  // While a claim is in flight, completions wait for the next claim to carry them (one round trip
+  // for both) instead of going alone; when a claim returns and none follows, they go alone.
+  const merge = options.mergeSettleAndClaim !== false;
+  const completions = settlementBatcher<ClaimedJob>(
+    settle,
+    (batch) =>
+      complete(db, batch, settleOptions).then((ids) => {
+        report.completed += ids.length;
+        report.lost += batch.length - ids.length;
+      }),
+    () => merge && claimsInFlight > 0,
   );
   const failures = settlementBatcher<Failure>(settle, (batch) =>
     failMany(db, batch, settleOptions).then((outcomes) => {
@@ -268,7 +278,6 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     return null;
   };
 
-  let claimsInFlight = 0;
   const stopReason = (): DrainReport['stoppedBy'] | null =>
     options.signal?.aborted ? 'signal' : Date.now() >= deadline ? 'budget' : null;
 
@@ -291,7 +300,26 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
       group.inFlight += size;
       // One group of every kind and no caps: no filter beyond the caller's own (as ever).
       const claimKinds = groups.length === 1 ? kinds : group.kinds;
-      claim(db, { batchSize: size, lockToken, kinds: claimKinds, ids: options.ids })
+      const claimOptions = { batchSize: size, lockToken, kinds: claimKinds, ids: options.ids };
+      // Completions waiting for their statement ride with the claim; alone when there are none.
+      const riding = merge ? completions.take() : [];
+      const claimed =
+        riding.length === 0
+          ? claim(db, claimOptions)
+          : completeAndClaim(db, riding, claimOptions, settleOptions).then(
+              (result) => {
+                report.completed += result.completed.length;
+                report.lost += riding.length - result.completed.length;
+                completions.taken();
+                return result.claimed;
+              },
+              (error: unknown) => {
+                // Rolled back with the claim: they settle again on their own.
+                completions.taken(riding);
+                throw error;
+              },
+            );
+      claimed
         .then((jobs) => {
           report.claimed += jobs.length;
           for (const job of jobs) {
@@ -311,6 +339,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
         .finally(() => {
           claimsInFlight--;
           group.inFlight -= size;
+          completions.nudge();
           wake();
         });
       continue; // maybe another claim fits
@@ -363,12 +392,22 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
 /**
  * Buffers items and settles them with one statement at a time. A flush waits for the next
  * macrotask, so handlers that finish in the same burst share one statement instead of the first
- * going alone; while a statement is in flight, new items wait for the next one.
+ * going alone; while a statement is in flight, new items wait for the next one. `take()` hands the
+ * buffer to another statement (a claim) instead, counting as in flight until `taken()`, which gives
+ * back what that statement could not settle; `holdWhile` keeps items for such a statement.
  */
-function settlementBatcher<T>(settle: (work: Promise<void>) => void, run: (batch: T[]) => Promise<void>) {
+function settlementBatcher<T>(settle: (work: Promise<void>) => void, run: (batch: T[]) => Promise<void>, holdWhile: () => boolean = () => false) {
   let buffer: T[] = [];
   let inFlight = false;
   let scheduled = false;
+  const later = (): void => {
+    if (scheduled || buffer.length === 0 || holdWhile()) return;
+    scheduled = true;
+    setTimeout(() => {
+      scheduled = false;
+      flush();
+    }, 0);
+  };
   const flush = (): void => {
     if (inFlight || buffer.length === 0) return;
     inFlight = true;
@@ -382,15 +421,25 @@ function settlementBatcher<T>(settle: (work: Promise<void>) => void, run: (batch
     );
   };
   return {
+    take(): T[] {
+      if (inFlight || buffer.length === 0) return [];
+      inFlight = true;
+      const batch = buffer;
+      buffer = [];
+      return batch;
+    },
+    taken(unsettled: T[] = []): void {
+      buffer = [...unsettled, ...buffer];
+      inFlight = false;
+      // Not at once: the drain's next claim, decided before the next macrotask, may take them.
+      later();
+    },
     add(item: T): void {
       buffer.push(item);
-      if (scheduled || inFlight) return;
-      scheduled = true;
-      setTimeout(() => {
-        scheduled = false;
-        flush();
-      }, 0);
+      if (!inFlight) later();
     },
+    /** Settle what waits, soon, unless it is held or taken first. */
+    nudge: later,
     flush,
   };
 }

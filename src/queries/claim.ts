@@ -81,7 +81,18 @@ function preparedClaim(db: Db, filtered: boolean, byIds: boolean) {
 }
 const prepareClaim = (db: Db, filtered: boolean, byIds: boolean, name: string) => claimStatement(db, filtered, byIds).prepare(name);
 
-function claimStatement(db: Db, filtered: boolean, byIds = false) {
+/** A claim's parameters, bound as values (a one-off statement) rather than placeholders (prepared). */
+export interface ClaimValues {
+  limit: number;
+  token: string;
+  kinds: readonly string[];
+  ids: readonly string[];
+}
+
+/** The claim as a statement: with placeholders to prepare once, or with `values` bound in. */
+export function claimStatement(db: Db, filtered: boolean, byIds = false, values?: ClaimValues) {
+  const param = (name: keyof ClaimValues, cast: string) =>
+    values ? sql`${sql.param(values[name])}::${sql.raw(cast)}` : sql`${sql.placeholder(name)}::${sql.raw(cast)}`;
   // `status = 'pending'` stays a literal: with a parameter there, a generic plan could not prove
   // that the partial index jobs_ready applies and would scan the whole table.
   const ready = db
@@ -91,8 +102,8 @@ function claimStatement(db: Db, filtered: boolean, byIds = false) {
       and(
         sql`${jobs.status} = 'pending'`,
         lte(jobs.runAt, sql`now()`),
-        filtered ? sql`${jobs.kind} = ANY(${sql.placeholder('kinds')}::text[])` : undefined,
-        byIds ? sql`${jobs.id} = ANY(${sql.placeholder('ids')}::bigint[])` : undefined,
+        filtered ? sql`${jobs.kind} = ANY(${param('kinds', 'text[]')})` : undefined,
+        byIds ? sql`${jobs.id} = ANY(${param('ids', 'bigint[]')})` : undefined,
         // Paused kinds: an InitPlan, read once per claim. Wrapped in coalesce (which never changes
         // the result: neither side can be NULL) because the planner estimates a bare
         // `<> ALL(subquery array)` to match almost no row, and then prefers reading and sorting
@@ -103,14 +114,14 @@ function claimStatement(db: Db, filtered: boolean, byIds = false) {
     // Exactly the index's order: jobs_ready is (priority DESC NULLS LAST, run_at, id), and a bare
     // DESC means NULLS FIRST, which the planner would meet with a sort of the whole backlog.
     .orderBy(sql`${jobs.priority} DESC NULLS LAST`, jobs.runAt, jobs.id)
-    .limit(sql.placeholder('limit'))
+    .limit(values ? values.limit : sql.placeholder('limit'))
     .for('update', { skipLocked: true });
   // `id = ANY(ARRAY(subquery))` is `id IN (subquery)` with the subquery pinned as an InitPlan: it
   // runs once and the update then looks its rows up by primary key. With IN, a planner that
   // misjudges the LIMIT (a generic plan, stale statistics) may pick a hash join over the whole table.
   return db
     .update(jobs)
-    .set({ status: sql`'running'`, lockedAt: sql`now()`, lockedBy: sql`${sql.placeholder('token')}`, attempts: sql`${jobs.attempts} + 1` })
+    .set({ status: sql`'running'`, lockedAt: sql`now()`, lockedBy: param('token', 'text'), attempts: sql`${jobs.attempts} + 1` })
     .where(sql`${jobs.id} = ANY(ARRAY(${ready}))`)
     .returning({
       id: jobs.id,

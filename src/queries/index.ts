@@ -5,6 +5,7 @@ export { type Db, NOTIFY_CHANNEL } from './db.ts';
 export { enqueue, enqueueMany, ENQUEUE_CHUNK, type NewJob, type EnqueuedJob } from './enqueue.ts';
 export { claim, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
 export { complete, type HeldJob, type SettleOptions } from './complete.ts';
+export { completeAndClaim, type CompleteAndClaimResult } from './complete-and-claim.ts';
 export { fail, failMany, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
 export { release } from './release.ts';
 export { renewLeases } from './renew.ts';

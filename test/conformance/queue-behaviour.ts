@@ -1,7 +1,8 @@
 // The queue's behaviour, written once and run against every driver we support (node-postgres in
 // Node, neon-serverless inside workerd), the way River runs one conformance suite per driver.
 // Each test reads like one of the article's "Verify" lines and asserts on rows and counts.
-import { sql } from 'drizzle-orm';
+import { type SQL, sql } from 'drizzle-orm';
+import { PgDialect } from 'drizzle-orm/pg-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { drain } from '../../src/drain.ts';
@@ -9,7 +10,7 @@ import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/regist
 import { noopJob } from '../../src/jobs/noop.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
 import {
-  type Db, claim, complete, countTotals, countsByMinute, enqueue, enqueueMany, explainClaim, fail, failMany,
+  type Db, claim, compareIds, complete, completeAndClaim, countTotals, countsByMinute, enqueue, enqueueMany, explainClaim, fail, failMany,
   MAX_ERROR_LENGTH, pauseKind, release, reap, renewLeases, resumeKind, rollUpCounts, stats,
 } from '../../src/queries/index.ts';
 
@@ -707,6 +708,59 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       ]);
       expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.job_counts`)).toEqual([{ n: 3 }]);
       expect(await countTotals(h.db)).toEqual(before);
+    });
+
+    it('complete-and-claim deletes only what its tokens still hold, counts it, and claims the next batch in claim order, in one statement', async () => {
+      const [a, b, c, d] = await enqueueMany(h.db, [
+        { kind: 'k', payload: 1 }, { kind: 'k', payload: 2 }, { kind: 'k', payload: 3, priority: -1 }, { kind: 'k', payload: 4, priority: 5 },
+      ]);
+      const mine = await claim(h.db, { batchSize: 1, lockToken: 'w:1', ids: [a!.id] });
+      const stolen = await claim(h.db, { batchSize: 1, lockToken: 'other:1', ids: [b!.id] });
+      const forged = { ...stolen[0]!, lockedBy: 'w:1' }; // a token that no longer holds it
+      const result = await completeAndClaim(h.db, [mine[0]!, forged], { batchSize: 5, lockToken: 'w:2' });
+      expect(result.completed).toEqual([a!.id]);
+      expect(result.claimed.map((j) => [j.id, j.priority, j.attempts, j.lockedBy])).toEqual([[d!.id, 5, 1, 'w:2'], [c!.id, -1, 1, 'w:2']]);
+      expect(result.claimed[0]).toMatchObject({ kind: 'k', payload: 4, maxAttempts: 3, visibilitySeconds: null, runAt: expect.any(Date), createdAt: expect.any(Date) });
+      expect(await h.query(`SELECT id::text, status, locked_by FROM pgdrain.jobs ORDER BY id`)).toEqual([
+        { id: b!.id, status: 'running', locked_by: 'other:1' },
+        { id: c!.id, status: 'running', locked_by: 'w:2' },
+        { id: d!.id, status: 'running', locked_by: 'w:2' },
+      ]);
+      expect(await countRows()).toEqual([{ kind: 'k', completed: 1, failed: 0, dead: 0, current: true }]);
+      // Nothing left to claim: the deletions are still reported.
+      expect(await completeAndClaim(h.db, result.claimed, { batchSize: 5, lockToken: 'w:3' }, { recordCounts: false })).toEqual({
+        completed: [c!.id, d!.id].sort(compareIds),
+        claimed: [],
+      });
+      expect(await countRows()).toEqual([{ kind: 'k', completed: 1, failed: 0, dead: 0, current: true }]);
+    });
+
+    it('a drain settles its completions with its next claims: one statement per cycle, not two', async () => {
+      const registry = new JobRegistry([defineJob({ kind: 'fine', schema: z.unknown(), handler: () => {} })]);
+      await enqueueMany(h.db, Array.from({ length: 200 }, (_, i) => ({ kind: 'fine', payload: i })));
+      const dialect = new PgDialect();
+      const statements = { merged: 0, deletesAlone: 0 };
+      const counted = new Proxy(h.db, {
+        get: (target, property, receiver) =>
+          property === 'execute'
+            ? (query: SQL) => {
+                const text = dialect.sqlToQuery(query).sql;
+                if (text.includes('claimed AS (')) statements.merged++;
+                else if (text.includes('DELETE FROM pgdrain.jobs')) statements.deletesAlone++;
+                return target.execute(query);
+              }
+            : Reflect.get(target, property, receiver),
+      });
+      const report = await drain(counted, registry, { workerId: 'w', batchSize: 10, concurrency: 10, prefetch: 10 });
+      expect(report).toMatchObject({ claimed: 200, completed: 200, lost: 0 });
+      expect(await count()).toBe(0);
+      expect(statements.merged).toBeGreaterThanOrEqual(10);
+      expect(statements.deletesAlone).toBeLessThan(statements.merged);
+      // Switched off, every completion goes alone.
+      await enqueueMany(h.db, Array.from({ length: 50 }, (_, i) => ({ kind: 'fine', payload: i })));
+      statements.merged = 0;
+      expect(await drain(counted, registry, { workerId: 'w', batchSize: 10, mergeSettleAndClaim: false })).toMatchObject({ completed: 50 });
+      expect(statements.merged).toBe(0);
     });
 
     it('the drain settles a burst of failures in a few statements, not one per job, and counts them', async () => {

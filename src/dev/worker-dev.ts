@@ -45,7 +45,7 @@ const apiToken = process.env.API_TOKEN ?? (await secret('api-token'));
 // The Worker's documented settings, taken from this process's environment when set there, so a
 // local run is configured without editing wrangler.toml (they win over its [vars]).
 const WORKER_SETTINGS = [
-  'DRAIN_BUDGET_MS', 'BATCH_SIZE', 'CONCURRENCY', 'VISIBILITY_TIMEOUT_SECONDS', 'WEBHOOK_ALLOWED_HOSTS', 'OLDEST_READY_WARN_SECONDS',
+  'DRAIN_BUDGET_MS', 'BATCH_SIZE', 'MAX_BATCH_SIZE', 'CONCURRENCY', 'VISIBILITY_TIMEOUT_SECONDS', 'WEBHOOK_ALLOWED_HOSTS', 'OLDEST_READY_WARN_SECONDS',
   'RECORD_COUNTS', 'MAX_BODY_BYTES', 'METRICS_TOKEN', 'API_TOKENS',
 ] as const;
 const passed = WORKER_SETTINGS.filter((name) => process.env[name] !== undefined && !/[\r\n]/.test(process.env[name]!));

@@ -29,7 +29,10 @@ export interface Env extends DatabaseEnv {
   RECORD_COUNTS?: string;
   /** Wall-clock milliseconds an invocation drains. Unset: until a second before the same cron's next tick. */
   DRAIN_BUDGET_MS?: string;
+  /** Jobs per claim, at least. Default 20. */
   BATCH_SIZE?: string;
+  /** Claims grow up to this when handlers are quick next to the database's round trip. Default 500. */
+  MAX_BATCH_SIZE?: string;
   CONCURRENCY?: string;
   VISIBILITY_TIMEOUT_SECONDS?: string;
   WEBHOOK_ALLOWED_HOSTS?: string;
@@ -54,6 +57,8 @@ export interface ScheduledControllerLike {
 /** DRAIN_BUDGET_MS when it is set but unreadable. Unset, the budget follows the cron (cron-budget.ts). */
 export const DEFAULT_BUDGET_MS = FALLBACK_BUDGET_MS;
 const MAX_CONCURRENCY = 5; // 6 simultaneous connections per invocation, one is the database's
+/** The largest claim a cron drain grows to (MAX_BATCH_SIZE overrides). */
+const DEFAULT_MAX_BATCH_SIZE = 500;
 /** A run-now drain ends within this: the platform gives waitUntil work 30 s after the response. */
 const RUN_NOW_BUDGET_MS = 25_000;
 
@@ -145,6 +150,9 @@ export function createWorker(options: WorkerOptions = {}) {
       const report = await drain(db, registryFor(env), {
         workerId: `worker-${controller.scheduledTime}-${crypto.randomUUID().slice(0, 8)}`,
         batchSize,
+        // Far from the database, quick handlers leave the slots idle while a claim of 20 travels:
+        // claims grow to what the slots finish in a round trip (drain.ts), up to MAX_BATCH_SIZE.
+        maxBatchSize: Math.max(batchSize, positive(env.MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_SIZE)),
         concurrency,
         // One batch claimed ahead keeps the slots busy across the claim's round trip; whatever is
         // still unstarted at the deadline is released with its attempt refunded.

@@ -763,6 +763,36 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(statements.merged).toBe(0);
     });
 
+    it('claims grow to what the slots finish in a round trip when handlers are quick, and stay at batchSize when they are slow', async () => {
+      const tokens = new Map<string, number>();
+      const runs = new Map<string, number>();
+      const seen = (job: { id: string; lockedBy: string }) => {
+        tokens.set(job.lockedBy, (tokens.get(job.lockedBy) ?? 0) + 1);
+        runs.set(job.id, (runs.get(job.id) ?? 0) + 1);
+      };
+      const registry = new JobRegistry([
+        defineJob({ kind: 'quick', schema: z.unknown(), handler: (_, { job }) => seen(job) }),
+        defineJob({ kind: 'slow', schema: z.unknown(), handler: async (_, { job }) => { seen(job); await sleep(15); } }),
+      ]);
+      await enqueueMany(h.db, Array.from({ length: 600 }, (_, i) => ({ kind: 'quick', payload: i })));
+      const quick = await drain(h.db, registry, { workerId: 'grow', batchSize: 10, maxBatchSize: 200, concurrency: 5, kinds: ['quick'] });
+      expect(quick).toMatchObject({ claimed: 600, completed: 600, lost: 0 });
+      expect(runs.size).toBe(600);
+      expect([...runs.values()].every((n) => n === 1)).toBe(true);
+      // Fixed claims of 10 would take 60; grown ones take far fewer, none over the cap.
+      expect(tokens.size).toBeLessThan(30);
+      expect(Math.max(...tokens.values())).toBeLessThanOrEqual(200);
+      expect(Math.max(...tokens.values())).toBeGreaterThan(10);
+
+      tokens.clear();
+      runs.clear();
+      await enqueueMany(h.db, Array.from({ length: 60 }, (_, i) => ({ kind: 'slow', payload: i })));
+      const slow = await drain(h.db, registry, { workerId: 'stay', batchSize: 10, maxBatchSize: 200, concurrency: 5, kinds: ['slow'] });
+      expect(slow).toMatchObject({ claimed: 60, completed: 60 });
+      // 15 ms handlers outlast any local round trip: claims stay at 10.
+      expect(Math.max(...tokens.values())).toBeLessThanOrEqual(10);
+    });
+
     it('the drain settles a burst of failures in a few statements, not one per job, and counts them', async () => {
       const registry = new JobRegistry([
         defineJob({ kind: 'flaky', schema: z.unknown(), handler: () => { throw new Error('down'); } }),

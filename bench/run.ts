@@ -10,6 +10,7 @@ import { startEmbeddedPostgres } from '../src/db/embedded.ts';
 import { explainClaim } from '../src/queries/index.ts';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { type BenchSystem, RunCounter, articleSystem, graphileSystem, now, pgBossSystem, pgdrainSystem } from './systems.ts';
+import { drainWithProcesses } from './sidecar-processes.ts';
 import { benchWorkerDrainer } from './worker-drainer.ts';
 
 const args = process.argv.slice(2);
@@ -132,6 +133,25 @@ async function drainOnce(system: BenchSystem, admin: pg.Pool, n: number, analyze
   return n / seconds;
 }
 
+/** A drain right after another drain of as many jobs in the same table, no VACUUM between: the
+ * dead tuples a busy queue always carries (autovacuum runs as it would). Only the second is timed. */
+async function drainChurned(system: BenchSystem, n: number): Promise<number> {
+  await system.reset();
+  await system.enqueue(n);
+  const first = new RunCounter(n);
+  await system.drain(first);
+  await system.enqueue(n);
+  const counter = new RunCounter(n);
+  const t0 = now();
+  await system.drain(counter);
+  const seconds = (now() - t0) / 1000;
+  for (const [which, c] of [['first', first], ['second', counter]] as const) {
+    const [missing, duplicated] = c.check();
+    if (missing || duplicated) throw new Error(`${system.name}: ${missing} jobs never ran and ${duplicated} ran twice in the ${which} churned drain of ${n}`);
+  }
+  return n / seconds;
+}
+
 async function benchSystem(system: BenchSystem, url: string) {
   console.log(`\n${system.name} ${system.version}`);
   await system.install(url);
@@ -150,6 +170,7 @@ async function benchSystem(system: BenchSystem, url: string) {
       await trial(system, `drain ${n / 1000}k (after ANALYZE)`, 'jobs/s', plan.reps, () => drainOnce(system, admin, n, true));
     }
     await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (no ANALYZE)`, 'jobs/s', plan.reps, () => drainOnce(system, admin, plan.noAnalyzeSize, false));
+    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (churned)`, 'jobs/s', plan.reps, () => drainChurned(system, plan.noAnalyzeSize));
 
     await system.reset();
     // Idle workers in a steady state: what autovacuum leaves after the drains above.
@@ -280,6 +301,23 @@ async function main() {
     await b.close();
     await admin.query(`DROP DATABASE bench_${label} WITH (FORCE)`);
     return { label, a: a.name, b: b.name, values };
+  }
+
+  // Several sidecar processes on one database against one (on 2 cores: contention, not scale).
+  if (!only || only.includes('pgdrain')) {
+    console.log('\npgdrain sidecar processes (`pgdrain start`, default settings) on one backlog');
+    for (const processes of [1, 4]) {
+      const values: number[] = [];
+      for (let r = 0; r < plan.reps; r++) {
+        const url = await freshDatabase('bench_processes');
+        const result = await drainWithProcesses(url, processes, plan.noAnalyzeSize);
+        await admin.query('DROP DATABASE bench_processes WITH (FORCE)');
+        if (result.missing || result.duplicated) throw new Error(`${processes} sidecar processes: ${result.missing} jobs never ran and ${result.duplicated} ran twice`);
+        values.push(result.jobsPerSecond);
+        console.log(`  ${processes} process${processes > 1 ? 'es' : ''}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s, every job exactly once`);
+      }
+      record(`drain ${plan.noAnalyzeSize / 1000}k, ${processes} process${processes > 1 ? 'es' : ''}`, 'pgdrain', 'jobs/s', values, [], []);
+    }
   }
 
   const workers: { driver: 'neon' | 'hyperdrive'; figures: Awaited<ReturnType<typeof benchWorkerDrainer>> }[] = [];

@@ -62,7 +62,11 @@ export interface DrainOptions {
    * RECORD_COUNTS=false turns it off, and the benchmark does to measure what counting costs. */
   recordCounts?: boolean;
   /** Send the completions waiting to be settled with the next claim, in one statement
-   * (complete-and-claim.ts): one round trip per cycle instead of two. Default true. */
+   * (complete-and-claim.ts): one round trip per cycle instead of two. For a drainer far from its
+   * database (the Worker: 1.5× the jobs/s at 10 ms a round trip). Default false: next to the
+   * database the separate statements are faster (the merged one is planned each time and returns
+   * its rows as JSON, and completions wait for the claim in flight): a churned 50k sidecar drain
+   * ran at 8-13k jobs/s merged against 23-39k apart. */
   mergeSettleAndClaim?: boolean;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
@@ -222,7 +226,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
   // finished while the previous statement was in flight goes in the next one.
   // While a claim is in flight, completions wait for the next claim to carry them (one round trip
   // for both) instead of going alone; when a claim returns and none follows, they go alone.
-  const merge = options.mergeSettleAndClaim !== false;
+  const merge = options.mergeSettleAndClaim === true;
   const completions = settlementBatcher<ClaimedJob>(
     settle,
     (batch) =>

@@ -153,6 +153,8 @@ export function createWorker(options: WorkerOptions = {}) {
         // Far from the database, quick handlers leave the slots idle while a claim of 20 travels:
         // claims grow to what the slots finish in a round trip (drain.ts), up to MAX_BATCH_SIZE.
         maxBatchSize: Math.max(batchSize, positive(env.MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_SIZE)),
+        // Each statement is a round trip to the database: completions ride the next claim.
+        mergeSettleAndClaim: true,
         concurrency,
         // One batch claimed ahead keeps the slots busy across the claim's round trip; whatever is
         // still unstarted at the deadline is released with its attempt refunded.

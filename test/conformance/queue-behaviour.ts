@@ -751,15 +751,15 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
               }
             : Reflect.get(target, property, receiver),
       });
-      const report = await drain(counted, registry, { workerId: 'w', batchSize: 10, concurrency: 10, prefetch: 10 });
+      const report = await drain(counted, registry, { workerId: 'w', batchSize: 10, concurrency: 10, prefetch: 10, mergeSettleAndClaim: true });
       expect(report).toMatchObject({ claimed: 200, completed: 200, lost: 0 });
       expect(await count()).toBe(0);
       expect(statements.merged).toBeGreaterThanOrEqual(10);
       expect(statements.deletesAlone).toBeLessThan(statements.merged);
-      // Switched off, every completion goes alone.
+      // Off (the default, for drainers next to their database), every completion goes alone.
       await enqueueMany(h.db, Array.from({ length: 50 }, (_, i) => ({ kind: 'fine', payload: i })));
       statements.merged = 0;
-      expect(await drain(counted, registry, { workerId: 'w', batchSize: 10, mergeSettleAndClaim: false })).toMatchObject({ completed: 50 });
+      expect(await drain(counted, registry, { workerId: 'w', batchSize: 10 })).toMatchObject({ completed: 50 });
       expect(statements.merged).toBe(0);
     });
 

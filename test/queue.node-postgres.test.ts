@@ -1,7 +1,7 @@
 // The queue-behaviour suite on node-postgres (the sidecar's driver) against a real PostgreSQL.
 import pg from 'pg';
 import { createTestDatabase } from './support/database.ts';
-import { type Harness, queueBehaviourSuite } from './conformance/queue-behaviour.ts';
+import { type Harness, listenOn, queueBehaviourSuite } from './conformance/queue-behaviour.ts';
 
 queueBehaviourSuite(
   'node-postgres',
@@ -14,12 +14,7 @@ queueBehaviourSuite(
       listen: async (channel) => {
         const client = new pg.Client({ connectionString: t.url });
         await client.connect();
-        const received: string[] = [];
-        client.on('notification', (n) => {
-          if (n.channel === channel) received.push(n.payload ?? '');
-        });
-        await client.query(`LISTEN ${channel}`);
-        return { received, close: () => client.end() };
+        return listenOn(client, channel);
       },
       close: () => t.close(),
     };

@@ -36,6 +36,23 @@ export interface Harness {
   close(): Promise<void>;
 }
 
+/** What LISTEN needs of a driver's client (node-postgres's and Neon's both fit). */
+export interface NotifyingClient {
+  query(text: string): Promise<unknown>;
+  on(event: 'notification', listener: (n: { channel: string; payload?: string }) => void): unknown;
+  end(): Promise<void>;
+}
+
+/** LISTENs on `channel` with a connected client of the harness's driver, collecting payloads. */
+export async function listenOn(client: NotifyingClient, channel: string): Promise<Listener> {
+  const received: string[] = [];
+  client.on('notification', (n) => {
+    if (n.channel === channel) received.push(n.payload ?? '');
+  });
+  await client.query(`LISTEN ${channel}`);
+  return { received, close: () => client.end() };
+}
+
 export interface SuiteOptions {
   /** Scale of the load tests; the Worker runtime uses smaller numbers. */
   drainJobs: number;

@@ -6,34 +6,22 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import type { Db } from '../../src/queries/index.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
+import { poolHarness } from './pool-harness.ts';
 
-export async function createHyperdriveHarness(binding: { connectionString: string }): Promise<Harness> {
-  const pools: pg.Pool[] = [];
-  const open = (max: number) => {
-    const pool = new pg.Pool({ connectionString: binding.connectionString, max });
-    // Mandatory on this path: pg-cloudflare reports every socket closed by end() as an error.
-    pool.on('error', () => {});
-    pools.push(pool);
-    return { pool, db: drizzle({ client: pool }) as unknown as Db };
-  };
-  const main = open(3);
-  return {
-    db: main.db,
-    query: async (text, values) => (await main.pool.query(text, values as unknown[])).rows,
-    connect: async () => open(1).db,
-    listen: async (channel) => {
+export function createHyperdriveHarness(binding: { connectionString: string }): Promise<Harness> {
+  return poolHarness({
+    pool: (max) => {
+      const pool = new pg.Pool({ connectionString: binding.connectionString, max });
+      // Mandatory on this path: pg-cloudflare reports every socket closed by end() as an error.
+      pool.on('error', () => {});
+      return pool;
+    },
+    db: (pool) => drizzle({ client: pool }) as unknown as Db,
+    client: async () => {
       const client = new pg.Client({ connectionString: binding.connectionString });
       client.on('error', () => {});
       await client.connect();
-      const received: string[] = [];
-      client.on('notification', (n) => {
-        if (n.channel === channel) received.push(n.payload ?? '');
-      });
-      await client.query(`LISTEN ${channel}`);
-      return { received, close: () => client.end() };
+      return client;
     },
-    close: async () => {
-      await Promise.all(pools.splice(0).map((p) => p.end()));
-    },
-  };
+  });
 }

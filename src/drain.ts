@@ -19,6 +19,10 @@
 // claim that comes back short marks its kinds drained for this call; the drain ends when every
 // group is drained.
 //
+// Far from the database (the Worker), two options cut round trips: `mergeSettleAndClaim` sends the
+// waiting completions inside the next claim's statement, and `maxBatchSize` lets claims grow to what
+// the running slots finish in one claim round trip (quick handlers: large claims; slow: batchSize).
+//
 // Leases: every `visibility / 3` one statement extends the locks of all the jobs this drain holds
 // (claimed, waiting or running), fenced by their lock tokens. A job missing from the answer was
 // reaped and claimed elsewhere: its handler is aborted (its settlement would be refused anyway).
@@ -308,7 +312,7 @@ export async function drain(db: Db, registry: JobRegistry, options: DrainOptions
     // Claims in flight count as already holding a full batch. A grown claim brings its prefetch
     // along (the next claim is sent while the slots work through this one).
     const batch = batchNow();
-    const ahead = Math.max(prefetch, batch === batchSize ? prefetch : batch);
+    const ahead = batch > batchSize ? Math.max(prefetch, batch) : prefetch;
     const room = concurrency + ahead - waiting.length - running.size - claimsInFlight * batch;
     const wanted = Math.min(batch, room);
     // Claim when a full batch fits, or half the capacity when that is smaller than a batch: a claim

@@ -14,7 +14,7 @@ import {
   resumeKind, retryDead, retryDeadJobs, stats,
 } from '../queries/index.ts';
 import { describeSchedules, type ScheduleDefinition } from '../schedules.ts';
-import { type JobInput, batchInput, bulkInput, jobInput, listQuery, throughputQuery } from './contract.ts';
+import { type Job as JobBody, type JobInput, batchInput, bulkInput, jobInput, listQuery, throughputQuery } from './contract.ts';
 import { dashboardPage } from './dashboard/page.ts';
 import { describe, openApiDocument } from './openapi.ts';
 // Generated from ./dashboard/browser/dashboard.ts by scripts/build-dashboard.mjs (npm start/test/build, wrangler).
@@ -510,11 +510,12 @@ function jobId(c: Context): string {
 
 const notFound = (id: string) => new ApiError(404, 'not_found', `job ${id} does not exist (completed jobs are deleted)`);
 
-function jobJson(job: Job) {
+/** A job as the API shows it; typed by the contract, so the documented shape and this one cannot drift. */
+function jobJson(job: Job): JobBody {
   return {
     id: job.id,
     kind: job.kind,
-    payload: job.payload,
+    payload: job.payload as JobBody['payload'], // read from jsonb: JSON by construction
     status: job.status,
     attempts: job.attempts,
     maxAttempts: job.maxAttempts,

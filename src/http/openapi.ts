@@ -15,6 +15,8 @@ type Responses = NonNullable<DescribeRouteOptions['responses']>;
 
 const json = (schema: z.ZodType) => ({ 'application/json': { schema: resolver(schema) } });
 const ok = (description: string, schema: z.ZodType) => ({ description, content: json(schema) });
+/** A 200 that is not JSON: a page, a script, a stylesheet, metrics. */
+const body = (mediaType: string, description: string) => ({ 200: { description, content: { [mediaType]: { schema: { type: 'string' as const } } } } });
 
 const ERROR_MEANINGS = {
   400: 'The request is malformed (bad JSON, a field out of range, an unknown field); nothing was changed.',
@@ -63,27 +65,15 @@ export const describe = {
   }),
   openapi: describeRoute({
     tags: ['health'], summary: 'This document', ...OPEN,
-    responses: { 200: { description: 'The OpenAPI 3.1 description of the API.', content: { 'application/json': { schema: { type: 'object' } } } } },
+    responses: { 200: { description: 'The OpenAPI 3.1 description of the API.', content: { 'application/json': { schema: { type: 'object' as const } } } } },
   }),
-  docs: describeRoute({
-    tags: ['health'], summary: 'The API reference, rendered from /openapi.json', ...OPEN,
-    responses: { 200: { description: 'An HTML page.', content: { 'text/html': { schema: { type: 'string' } } } } },
-  }),
-  dashboardPage: describeRoute({
-    tags: ['dashboard'], summary: 'The dashboard page (asks for a token in the browser)', ...OPEN,
-    responses: { 200: { description: 'An HTML page.', content: { 'text/html': { schema: { type: 'string' } } } } },
-  }),
-  dashboardScript: describeRoute({
-    tags: ['dashboard'], summary: "The dashboard's script", ...OPEN,
-    responses: { 200: { description: 'JavaScript.', content: { 'text/javascript': { schema: { type: 'string' } } } } },
-  }),
-  dashboardStyle: describeRoute({
-    tags: ['dashboard'], summary: "The dashboard's stylesheet", ...OPEN,
-    responses: { 200: { description: 'CSS.', content: { 'text/css': { schema: { type: 'string' } } } } },
-  }),
+  docs: describeRoute({ tags: ['health'], summary: 'The API reference, rendered from /openapi.json', ...OPEN, responses: body('text/html', 'An HTML page.') }),
+  dashboardPage: describeRoute({ tags: ['dashboard'], summary: 'The dashboard page (asks for a token in the browser)', ...OPEN, responses: body('text/html', 'An HTML page.') }),
+  dashboardScript: describeRoute({ tags: ['dashboard'], summary: "The dashboard's script", ...OPEN, responses: body('text/javascript', 'JavaScript.') }),
+  dashboardStyle: describeRoute({ tags: ['dashboard'], summary: "The dashboard's stylesheet", ...OPEN, responses: body('text/css', 'CSS.') }),
   metrics: describeRoute({
     tags: ['monitoring'], summary: 'Prometheus metrics (the API token, a read token, or METRICS_TOKEN)',
-    responses: { 200: { description: 'Prometheus text format 0.0.4.', content: { 'text/plain': { schema: { type: 'string' } } } }, ...errors(...AUTH_ERRORS) },
+    responses: { ...body('text/plain', 'Prometheus text format 0.0.4.'), ...errors(...AUTH_ERRORS) },
   }),
   enqueue: describeRoute({
     tags: ['jobs'], summary: 'Enqueue a job', description: 'Scope: enqueue.',

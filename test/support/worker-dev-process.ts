@@ -36,7 +36,7 @@ export async function startWorkerDev(options: { databaseUrl: string; hyperdrive:
       PATH: process.env.PATH ?? '',
       HOME: process.env.HOME ?? dataDir,
       WRANGLER_SEND_METRICS: 'false',
-      // Each instance keeps wrangler's local state apart (two may run at once).
+      // wrangler's log files go to this instance's temporary folder, not the user's home.
       WRANGLER_LOG_PATH: path.join(dataDir, 'wrangler-logs'),
       DATABASE_URL: options.databaseUrl,
       PGDRAIN_DATA_DIR: dataDir,

@@ -11,7 +11,8 @@ import { z } from 'zod';
 import { migrateDatabase } from '../src/db/migrate.ts';
 import { JobRegistry, defineJob } from '../src/jobs/index.ts';
 import { type Db, enqueue, enqueueMany } from '../src/queries/index.ts';
-import { DEFAULT_BATCH_SIZE, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CONCURRENCY, Drainer, createDrainPool } from '../src/sidecar/drainer.ts';
+import { createDrainPool } from '../src/sidecar/database.ts';
+import { Drainer } from '../src/sidecar/drainer.ts';
 import { startSidecar } from '../src/sidecar/index.ts';
 
 /** Counts handler runs by job index; a drain must see every index exactly once. */
@@ -83,10 +84,7 @@ export function pgdrainSystem(variant: { recordCounts?: boolean; priorities?: bo
     defineJob({ kind: 'bench', schema: z.object({ i: z.number().optional(), seq: z.number().optional() }), handler: (p) => onRun(p) }),
   ]);
   // The sidecar's defaults and its drain pool: the same path `npm start` runs.
-  const options = {
-    workerId: 'bench', batchSize: DEFAULT_BATCH_SIZE, concurrency: DEFAULT_CONCURRENCY, claimsInFlight: DEFAULT_CLAIMS_IN_FLIGHT,
-    pollIntervalMs: 1000, recordCounts: variant.recordCounts,
-  };
+  const options = { workerId: 'bench', placement: 'near' as const, pollIntervalMs: 1000, recordCounts: variant.recordCounts };
   return {
     name: variant.recordCounts === false ? 'pgdrain, counts off' : variant.priorities ? 'pgdrain, priorities' : 'pgdrain',
     version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version,

@@ -9,7 +9,9 @@
 //                             backfillSeconds = 0, only the latest one); older ones are skipped and
 //                             counted; the state row advances to the latest slot ≤ T
 // The clock T is the database's now() (or the caller's, for tests), never the runtime's.
+import { safeErrorMessage } from './db/url.ts';
 import { Cron } from 'croner';
+import { KIND_PATTERN, KIND_PATTERN_MESSAGE } from './db/schema.ts';
 import { type JobRegistry, JobValidationError } from './jobs/registry.ts';
 import { advanceSchedule, type Db, enqueueMany, listScheduleStates, lockScheduleState } from './queries/index.ts';
 
@@ -38,8 +40,8 @@ const MAX_SLOTS_WALKED = 100_000;
 export const MAX_BACKFILL_SLOTS = 1_000;
 
 export function defineSchedule(definition: ScheduleDefinition): ScheduleDefinition {
-  if (!/^[A-Za-z0-9_.:-]{1,100}$/.test(definition.name)) {
-    throw new Error(`schedule name ${JSON.stringify(definition.name)}: use 1-100 letters, digits, or _ . : -`);
+  if (!KIND_PATTERN.test(definition.name)) {
+    throw new Error(`schedule name ${JSON.stringify(definition.name)}: ${KIND_PATTERN_MESSAGE}`);
   }
   if (definition.backfillSeconds !== undefined && !(definition.backfillSeconds >= 0 && Number.isFinite(definition.backfillSeconds))) {
     throw new Error(`schedule ${definition.name}: backfillSeconds must be a number of seconds, 0 or more`);
@@ -59,7 +61,7 @@ function cronOf(schedule: ScheduleDefinition): Cron {
   try {
     return new Cron(schedule.cron, { timezone: schedule.timezone ?? 'UTC', paused: true });
   } catch (error) {
-    throw new Error(`schedule ${schedule.name}: ${error instanceof Error ? error.message : String(error)}`);
+    throw new Error(`schedule ${schedule.name}: ${safeErrorMessage(error)}`);
   }
 }
 

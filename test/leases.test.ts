@@ -6,7 +6,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { z } from 'zod';
-import { drain } from '../src/drain.ts';
+import { drain } from '../src/drain/index.ts';
 import { JobRegistry, defineJob } from '../src/jobs/index.ts';
 import { type Db, enqueue, reap } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
@@ -39,7 +39,7 @@ it('a drainer that cannot renew a lease for its whole visibility timeout aborts 
   ]);
   const { id } = await enqueue(t.db, { kind: 'waits', payload: {} });
   const settleErrors: unknown[] = [];
-  const drained = drain(db, registry, { workerId: 'cut-off', visibilitySeconds: 2, onSettleError: (e) => settleErrors.push(e) });
+  const drained = drain(db, registry, { workerId: 'cut-off', visibilityTimeoutSeconds: 2, onSettleError: (e) => settleErrors.push(e) });
   await until(() => t.query(`SELECT status FROM pgdrain.jobs WHERE id = $1`, [id]), (r) => r[0]?.status === 'running', 5_000, 'the claim');
   const cutAt = Date.now();
   await proxy.close();

@@ -8,7 +8,7 @@ import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
 import { afterEach, expect, it } from 'vitest';
 import { migrateDatabase } from '../src/db/migrate.ts';
-import { drain } from '../src/drain.ts';
+import { drain } from '../src/drain/index.ts';
 import { JobRegistry, noopJob } from '../src/jobs/index.ts';
 import { enqueue, reap, retryDead } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';

@@ -4,7 +4,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { z } from 'zod';
-import { drain } from '../src/drain.ts';
+import { drain } from '../src/drain/index.ts';
 import { JobRegistry, defineJob, noopJob } from '../src/jobs/index.ts';
 import { NOTIFY_CHANNEL } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';

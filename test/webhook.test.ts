@@ -3,7 +3,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
-import { drain } from '../src/drain.ts';
+import { drain } from '../src/drain/index.ts';
 import { createApp } from '../src/http/app.ts';
 import { JobRegistry, createWebhookJob, isHostAllowed, noopJob } from '../src/jobs/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';

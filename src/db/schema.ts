@@ -1,5 +1,5 @@
 // Every table of the queue, all in the PostgreSQL schema `pgdrain` (nothing in `public`, where an
-// application's own `jobs` table may already live). Read DESIGN.md's state machine next to this file:
+// application's own `jobs` table may already live). A job's states (the README draws the same):
 //   pending --claim--> running --complete--> (row deleted)
 //                              --fail-----> pending (run_at pushed back) | dead (attempts spent)
 //                              --release--> pending (attempt refunded; never started)
@@ -12,6 +12,15 @@ export const PGDRAIN_SCHEMA = 'pgdrain';
 export const pgdrainSchema = pgSchema(PGDRAIN_SCHEMA);
 
 export const JOB_STATUSES = ['pending', 'running', 'dead'] as const;
+
+/** What a job gets when its enqueue says nothing (pgdrain.enqueue() in SQL uses the same; a test
+ * compares them). */
+export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0 } as const;
+
+/** What a job kind's name (and a schedule's) may be; pgdrain.enqueue() in SQL checks the same
+ * pattern (a test compares them). */
+export const KIND_PATTERN = /^[A-Za-z0-9_.:-]{1,100}$/;
+export const KIND_PATTERN_MESSAGE = 'use 1-100 letters, digits, or _ . : -';
 export type JobStatus = (typeof JOB_STATUSES)[number];
 
 /** bigserial that travels as a string: ids outgrow JavaScript's safe integers long before the column does. */
@@ -29,7 +38,7 @@ export const jobs = pgdrainSchema.table(
     payload: jsonb('payload').notNull(),
     runAt: timestamptz('run_at').notNull().defaultNow(),
     attempts: integer('attempts').notNull().default(0),
-    maxAttempts: integer('max_attempts').notNull().default(3),
+    maxAttempts: integer('max_attempts').notNull().default(JOB_DEFAULTS.maxAttempts),
     lockedAt: timestamptz('locked_at'),
     lockedBy: text('locked_by'),
     status: text('status', { enum: JOB_STATUSES }).notNull().default('pending'),
@@ -39,7 +48,7 @@ export const jobs = pgdrainSchema.table(
     /** Per-job visibility timeout; NULL means the reaper's global one. */
     visibilitySeconds: integer('visibility_seconds'),
     /** Higher runs first among ready jobs; -1000..1000, default 0. */
-    priority: integer('priority').notNull().default(0),
+    priority: integer('priority').notNull().default(JOB_DEFAULTS.priority),
     createdAt: timestamptz('created_at').notNull().defaultNow(),
   },
   (t) => [

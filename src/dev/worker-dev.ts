@@ -13,6 +13,7 @@ import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, withPlaceholderPassword } from '../db/url.ts';
+import { settingVariables } from '../settings.ts';
 import { startWsProxy } from './ws-proxy.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -42,12 +43,10 @@ if (hyperdrive && delayMs > 0) console.warn('dev:worker: PROXY_DELAY_MS applies 
 const proxy = hyperdrive ? null : await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) }, delayMs });
 const apiToken = process.env.API_TOKEN ?? (await secret('api-token'));
 
-// The Worker's documented settings, taken from this process's environment when set there, so a
-// local run is configured without editing wrangler.toml (they win over its [vars]).
-const WORKER_SETTINGS = [
-  'DRAIN_BUDGET_MS', 'BATCH_SIZE', 'MAX_BATCH_SIZE', 'CONCURRENCY', 'VISIBILITY_TIMEOUT_SECONDS', 'WEBHOOK_ALLOWED_HOSTS', 'OLDEST_READY_WARN_SECONDS',
-  'RECORD_COUNTS', 'MAX_BODY_BYTES', 'METRICS_TOKEN', 'API_TOKENS',
-] as const;
+// The Worker's settings (src/settings.ts), taken from this process's environment when set there, so a
+// local run is configured without editing wrangler.toml (they win over its [vars]). The database
+// and the API token are set below.
+const WORKER_SETTINGS = settingVariables('worker').filter((name) => name !== 'DATABASE_URL' && name !== 'API_TOKEN');
 const passed = WORKER_SETTINGS.filter((name) => process.env[name] !== undefined && !/[\r\n]/.test(process.env[name]!));
 
 // Secrets go to wrangler in an env file only its owner can read, not on the command line.

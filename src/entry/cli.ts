@@ -58,7 +58,7 @@ async function main(argv: string[]): Promise<void> {
       },
     });
   } catch (error) {
-    fail(`${error instanceof Error ? error.message : String(error)}\nRun pgdrain --help for usage.`);
+    fail(`${safeErrorMessage(error)}\nRun pgdrain --help for usage.`);
   }
   const { values, positionals } = parsed;
   if (values.version) return void console.log(version());
@@ -77,7 +77,7 @@ async function main(argv: string[]): Promise<void> {
         try {
           loaded = await loadJobsModule(values.jobs);
         } catch (error) {
-          fail(error instanceof Error ? error.message : String(error), 1);
+          fail(safeErrorMessage(error), 1);
         }
       }
       return runSidecarCli(loaded.jobs, loaded.schedules);

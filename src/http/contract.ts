@@ -3,8 +3,7 @@
 // generated from them (src/http/openapi.ts), and the typed client's types are inferred from them
 // (src/client/index.ts) — so the three cannot drift apart.
 import { z } from 'zod';
-import { JOB_STATUSES } from '../db/schema.ts';
-import { KIND_PATTERN } from '../jobs/registry.ts';
+import { JOB_STATUSES, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
 import { isJobId } from '../queries/inspect.ts';
 
 export const MAX_BATCH = 1000;
@@ -13,7 +12,7 @@ export const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
 const EARLIEST_RUN_AT = Date.UTC(1970, 0, 1);
 const LATEST_RUN_AT = Date.UTC(10000, 0, 1);
 
-const KIND_MESSAGE = 'not a job kind: 1-100 letters, digits, or _ . : -';
+const KIND_MESSAGE = `not a job kind: ${KIND_PATTERN_MESSAGE}`;
 /** Job ids are PostgreSQL bigints, carried as decimal strings. */
 export const JOB_ID_PATTERN = /^[1-9][0-9]{0,18}$/;
 

@@ -2,6 +2,7 @@
 // The registry validates at enqueue (bad payloads are refused, never stored) and gives the drain
 // loop each kind's handler, timeout and backoff.
 import { z } from 'zod';
+import { JOB_DEFAULTS, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
 import type { Backoff, ClaimedJob, NewJob } from '../queries/index.ts';
 
 export interface JobContext {
@@ -34,14 +35,12 @@ export interface JobDefinition<Payload = unknown> {
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
-export const DEFAULT_MAX_ATTEMPTS = 3;
-
-/** What a kind's name may be (pgdrain.enqueue() in SQL checks the same). */
-export const KIND_PATTERN = /^[A-Za-z0-9_.:-]{1,100}$/;
+export const DEFAULT_MAX_ATTEMPTS = JOB_DEFAULTS.maxAttempts;
+export { KIND_PATTERN };
 
 export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefinition<Payload> {
   if (!KIND_PATTERN.test(definition.kind)) {
-    throw new Error(`job kind ${JSON.stringify(definition.kind)}: use 1-100 letters, digits, or _ . : -`);
+    throw new Error(`job kind ${JSON.stringify(definition.kind)}: ${KIND_PATTERN_MESSAGE}`);
   }
   if (definition.priority !== undefined && !(Number.isInteger(definition.priority) && Math.abs(definition.priority) <= 1000)) {
     throw new Error(`job kind ${definition.kind}: priority must be an integer from -1000 to 1000`);

@@ -2,6 +2,7 @@
 // network errors retry with backoff; any other status is permanent (dead, status in last_error).
 // Hosts are checked against an allow-list at enqueue and again at delivery, and redirects are not
 // followed, so the queue cannot be pointed at internal addresses.
+import { safeErrorMessage } from '../db/url.ts';
 import { z } from 'zod';
 import { PermanentJobError, RetryLaterError, defineJob } from './registry.ts';
 
@@ -84,7 +85,7 @@ export function createWebhookJob(options: WebhookOptions) {
         });
       } catch (error) {
         if (signal.aborted) throw signal.reason;
-        throw new Error(`webhook request failed: ${error instanceof Error ? error.message : String(error)}`);
+        throw new Error(`webhook request failed: ${safeErrorMessage(error)}`);
       }
       // The body is not needed; release the connection.
       await response.body?.cancel().catch(() => {});

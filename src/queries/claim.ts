@@ -43,9 +43,7 @@ export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]
     kinds: options.kinds ?? [],
     ids: options.ids ?? [],
   });
-  // RETURNING does not keep the subquery's order; restore it so work starts in claim order.
-  rows.sort((a, b) => b.priority - a.priority || a.runAt.getTime() - b.runAt.getTime() || compareIds(a.id, b.id));
-  return rows.map((r) => ({ ...r, id: String(r.id), lockedBy: options.lockToken }));
+  return claimedJobs(rows, options.lockToken);
 }
 
 /** The plan PostgreSQL would use for this claim right now (EXPLAIN, not executed). */
@@ -123,18 +121,41 @@ export function claimStatement(db: Db, filtered: boolean, byIds = false, values?
     .update(jobs)
     .set({ status: sql`'running'`, lockedAt: sql`now()`, lockedBy: param('token', 'text'), attempts: sql`${jobs.attempts} + 1` })
     .where(sql`${jobs.id} = ANY(ARRAY(${ready}))`)
-    .returning({
-      id: jobs.id,
-      kind: jobs.kind,
-      payload: jobs.payload,
-      attempts: jobs.attempts,
-      maxAttempts: jobs.maxAttempts,
-      priority: jobs.priority,
-      runAt: jobs.runAt,
-      lockedBy: jobs.lockedBy,
-      visibilitySeconds: jobs.visibilitySeconds,
-      createdAt: jobs.createdAt,
-    });
+    .returning(CLAIMED_COLUMNS);
+}
+
+/** What a claim returns of each job, in this order (claim.ts and complete-and-claim.ts alike). */
+const CLAIMED_COLUMNS = {
+  id: jobs.id,
+  kind: jobs.kind,
+  payload: jobs.payload,
+  attempts: jobs.attempts,
+  maxAttempts: jobs.maxAttempts,
+  priority: jobs.priority,
+  runAt: jobs.runAt,
+  lockedBy: jobs.lockedBy,
+  visibilitySeconds: jobs.visibilitySeconds,
+  createdAt: jobs.createdAt,
+};
+
+type ClaimedRow = Omit<ClaimedJob, 'lockedBy'> & { lockedBy: string | null };
+
+/** A claimed row read by raw SQL (column names, driver values) into what the builder returns. */
+export function claimedRowFromDriver(row: Record<string, unknown>): ClaimedRow {
+  const out: Record<string, unknown> = {};
+  for (const [key, column] of Object.entries(CLAIMED_COLUMNS)) {
+    const value = row[column.name];
+    out[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value as never);
+  }
+  return out as ClaimedRow;
+}
+
+/** Claimed rows as jobs in claim order (RETURNING does not keep the subquery's order), each with
+ * the lock token of its claim. */
+export function claimedJobs(rows: readonly ClaimedRow[], lockToken: string): ClaimedJob[] {
+  return rows
+    .map((r) => ({ ...r, id: String(r.id), lockedBy: lockToken }))
+    .sort((a, b) => b.priority - a.priority || a.runAt.getTime() - b.runAt.getTime() || compareIds(a.id, b.id));
 }
 
 /** Orders bigint ids given as decimal strings without converting them to numbers. */

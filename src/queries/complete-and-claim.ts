@@ -6,7 +6,7 @@
 // the same fencing by lock token, the same claim order and SKIP LOCKED. They run on one snapshot
 // and touch different rows (the DELETE running ones, the claim pending ones), and commit together.
 import { type SQL, sql } from 'drizzle-orm';
-import { type ClaimedJob, type ClaimOptions, claimStatement, compareIds } from './claim.ts';
+import { type ClaimedJob, type ClaimOptions, claimStatement, claimedJobs, claimedRowFromDriver } from './claim.ts';
 import { type HeldJob, type SettleOptions, deleteCompleted } from './complete.ts';
 import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
@@ -15,18 +15,6 @@ export interface CompleteAndClaimResult {
   /** Ids actually deleted (a job reaped and re-claimed elsewhere is refused by its token). */
   completed: string[];
   claimed: ClaimedJob[];
-}
-
-interface ClaimedRow {
-  id: string | number;
-  kind: string;
-  payload: unknown;
-  attempts: number;
-  max_attempts: number;
-  priority: number;
-  run_at: string;
-  visibility_seconds: number | null;
-  created_at: string;
 }
 
 export async function completeAndClaim(
@@ -43,32 +31,16 @@ export async function completeAndClaim(
     ids: options.ids ?? [],
   }).getSQL();
   const counted = settle.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('done')})`;
-  // One row: the claimed rows travel as JSON so that a claim of none still reports the deletions.
-  const [row] = await rowsOf<{ completed: (string | number)[] | null; claimed: ClaimedRow[] | null }>(
+  // A row per claimed job, each carrying the deleted ids; one row of NULLs when nothing was claimed,
+  // so that the deletions are reported either way.
+  const rows = await rowsOf<Record<string, unknown> & { pgdrain_completed: (string | number)[] | null }>(
     db,
     sql`WITH done AS (${deleteCompleted(held)})${counted},
              claimed AS (${claimSql})
-        SELECT (SELECT array_agg(id) FROM done) AS completed,
-               (SELECT json_agg(json_build_object(
-                  'id', id::text, 'kind', kind, 'payload', payload, 'attempts', attempts, 'max_attempts', max_attempts,
-                  'priority', priority, 'run_at', run_at, 'visibility_seconds', visibility_seconds, 'created_at', created_at))
-                  FROM claimed) AS claimed`,
+        SELECT claimed.*, d.pgdrain_completed
+          FROM (SELECT array_agg(id) AS pgdrain_completed FROM done) AS d LEFT JOIN claimed ON true`,
   );
-  const claimed = (row?.claimed ?? []).map(
-    (r): ClaimedJob => ({
-      id: String(r.id),
-      kind: r.kind,
-      payload: r.payload,
-      attempts: r.attempts,
-      maxAttempts: r.max_attempts,
-      priority: r.priority,
-      runAt: new Date(r.run_at),
-      lockedBy: options.lockToken,
-      visibilitySeconds: r.visibility_seconds,
-      createdAt: new Date(r.created_at),
-    }),
-  );
-  // As claim(): work starts in claim order.
-  claimed.sort((a, b) => b.priority - a.priority || a.runAt.getTime() - b.runAt.getTime() || compareIds(a.id, b.id));
-  return { completed: (row?.completed ?? []).map(String), claimed };
+  const completed = (rows[0]?.pgdrain_completed ?? []).map(String);
+  const claimedRows = rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver);
+  return { completed, claimed: claimedJobs(claimedRows, options.lockToken) };
 }

@@ -3,13 +3,12 @@
 // lock was reaped cannot delete the job that another worker now holds. The same statement adds
 // the batch to this minute's completed count (counts.ts).
 import { type SQL, sql } from 'drizzle-orm';
+import { jobs } from '../db/schema.ts';
 import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
+import { FENCED, type HeldJob, heldRows } from './fence.ts';
 
-export interface HeldJob {
-  id: string;
-  lockedBy: string;
-}
+export type { HeldJob } from './fence.ts';
 
 export interface SettleOptions {
   /** Add the settled jobs to job_counts (the dashboard's chart, /metrics). Default true. */
@@ -24,10 +23,7 @@ export function deleteCompleted(held: readonly HeldJob[]): SQL {
   // Not a prepared statement on purpose: a flush can hold one job or thousands, and a generic
   // plan fitted to neither can turn the pair check into a scan per row. Planning it is cheap
   // next to the rows it deletes. The join drives primary-key lookups from the (id, token) pairs.
-  return sql`DELETE FROM pgdrain.jobs j
-         USING unnest(${sql.param(held.map((h) => h.id))}::bigint[], ${sql.param(held.map((h) => h.lockedBy))}::text[]) AS h(id, token)
-         WHERE j.id = h.id AND j.locked_by = h.token AND j.status = 'running'
-     RETURNING j.id, j.kind`;
+  return sql`DELETE FROM ${jobs} j USING ${heldRows(held)} WHERE ${FENCED} RETURNING j.id, j.kind`;
 }
 
 /** Deletes the jobs still held under their tokens; returns the ids actually deleted. */

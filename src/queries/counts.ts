@@ -3,6 +3,7 @@
 // same statement: one upsert per kind per settled batch, never one per job, and a count that can
 // neither drift from the rows nor survive a rollback of the settlement it counts.
 import { type SQL, sql } from 'drizzle-orm';
+import { jobCounts, jobTotals } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 
 /** Per-minute rows older than this are folded into job_totals by rollUpCounts(). */
@@ -24,7 +25,7 @@ export const countFailed = (settled: string): SQL =>
  * (the usual guard against lock-order deadlocks).
  */
 function addToCounts(perKind: SQL): SQL {
-  return sql`INSERT INTO pgdrain.job_counts AS c (minute, kind, completed, failed, dead)
+  return sql`INSERT INTO ${jobCounts} AS c (minute, kind, completed, failed, dead)
       SELECT date_trunc('minute', now()), n.kind, n.completed, n.failed, n.dead FROM (${perKind}) AS n ORDER BY n.kind
       ON CONFLICT (minute, kind) DO UPDATE SET completed = c.completed + excluded.completed,
         failed = c.failed + excluded.failed, dead = c.dead + excluded.dead`;
@@ -47,7 +48,7 @@ export async function countsByMinute(db: Db, options: { minutes: number; kind?: 
                                  date_trunc('minute', now()), interval '1 minute') AS minute)
         SELECT extract(epoch from span.minute)::float8 * 1000 AS minute_ms,
                coalesce(sum(c.completed), 0) AS completed, coalesce(sum(c.failed), 0) AS failed, coalesce(sum(c.dead), 0) AS dead
-          FROM span LEFT JOIN pgdrain.job_counts c ON c.minute = span.minute ${options.kind === undefined ? sql`` : sql`AND c.kind = ${options.kind}`}
+          FROM span LEFT JOIN ${jobCounts} c ON c.minute = span.minute ${options.kind === undefined ? sql`` : sql`AND c.kind = ${options.kind}`}
          GROUP BY span.minute ORDER BY span.minute`,
   );
   return rows.map((r) => ({
@@ -69,8 +70,8 @@ export async function countTotals(db: Db): Promise<Record<string, KindTotals>> {
   const rows = await rowsOf<{ kind: string; completed: string; failed: string; dead: string }>(
     db,
     sql`SELECT kind, sum(completed) AS completed, sum(failed) AS failed, sum(dead) AS dead
-          FROM (SELECT kind, completed, failed, dead FROM pgdrain.job_totals
-                UNION ALL SELECT kind, completed, failed, dead FROM pgdrain.job_counts) AS t
+          FROM (SELECT kind, completed, failed, dead FROM ${jobTotals}
+                UNION ALL SELECT kind, completed, failed, dead FROM ${jobCounts}) AS t
          GROUP BY kind ORDER BY kind`,
   );
   const totals: Record<string, KindTotals> = {};
@@ -87,10 +88,10 @@ export async function rollUpCounts(db: Db, retentionHours = COUNTS_RETENTION_HOU
   const rows = await rowsOf<{ folded: number }>(
     db,
     sql`WITH old AS (
-          DELETE FROM pgdrain.job_counts WHERE minute < now() - make_interval(hours => ${retentionHours}::int)
+          DELETE FROM ${jobCounts} WHERE minute < now() - make_interval(hours => ${retentionHours}::int)
           RETURNING kind, completed, failed, dead),
         added AS (
-          INSERT INTO pgdrain.job_totals AS t (kind, completed, failed, dead)
+          INSERT INTO ${jobTotals} AS t (kind, completed, failed, dead)
           SELECT kind, sum(completed), sum(failed), sum(dead) FROM old GROUP BY kind ORDER BY kind
           ON CONFLICT (kind) DO UPDATE SET completed = t.completed + excluded.completed,
             failed = t.failed + excluded.failed, dead = t.dead + excluded.dead)

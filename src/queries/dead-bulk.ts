@@ -4,6 +4,7 @@
 // so a million dead jobs never mean one long transaction, and pending or running jobs — concurrent
 // enqueues included — are never touched.
 import { sql } from 'drizzle-orm';
+import { jobs } from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
 
 export const DEAD_BATCH = 5_000;
@@ -29,7 +30,7 @@ export function retryDeadJobs(db: Db, options: BulkOptions = {}): Promise<BulkRe
       db,
       sql`WITH batch AS (${deadBatch(options.kind)}),
                retried AS (
-                 UPDATE pgdrain.jobs j SET status = 'pending', attempts = 0, run_at = now()
+                 UPDATE ${jobs} j SET status = 'pending', attempts = 0, run_at = now()
                    FROM batch WHERE j.id = batch.id AND j.status = 'dead'
                  RETURNING j.kind)
           SELECT count(*)::int AS n,
@@ -45,7 +46,7 @@ export function deleteDeadJobs(db: Db, options: BulkOptions = {}): Promise<BulkR
     const [row] = await rowsOf<{ n: number }>(
       db,
       sql`WITH batch AS (${deadBatch(options.kind)}),
-               deleted AS (DELETE FROM pgdrain.jobs j USING batch WHERE j.id = batch.id AND j.status = 'dead' RETURNING 1)
+               deleted AS (DELETE FROM ${jobs} j USING batch WHERE j.id = batch.id AND j.status = 'dead' RETURNING 1)
           SELECT count(*)::int AS n FROM deleted`,
     );
     return row?.n ?? 0;
@@ -53,7 +54,7 @@ export function deleteDeadJobs(db: Db, options: BulkOptions = {}): Promise<BulkR
 }
 
 function deadBatch(kind: string | undefined) {
-  return sql`SELECT id FROM pgdrain.jobs
+  return sql`SELECT id FROM ${jobs}
               WHERE status = 'dead' ${kind === undefined ? sql`` : sql`AND kind = ${kind}`}
               ORDER BY id LIMIT ${DEAD_BATCH} FOR UPDATE SKIP LOCKED`;
 }

@@ -1,7 +1,7 @@
 // enqueue / enqueueMany: an INSERT that joins the caller's transaction, with pg_notify in the
 // same statement, so the wake-up is delivered at COMMIT and never for a rollback.
 import { sql } from 'drizzle-orm';
-import { jobs } from '../db/schema.ts';
+import { JOB_DEFAULTS, PGDRAIN_SCHEMA, jobs } from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
 
 export interface NewJob {
@@ -29,6 +29,8 @@ export interface EnqueuedJob {
  * keep each statement's parameters and memory modest. */
 export const ENQUEUE_CHUNK = 50_000;
 
+const JOBS_ID_SEQUENCE = `${PGDRAIN_SCHEMA}.jobs_id_seq`;
+
 interface Returned {
   id: string;
   status: EnqueuedJob['status'];
@@ -53,9 +55,9 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
       kind: job.kind,
       payload,
       runAt,
-      maxAttempts: job.maxAttempts ?? null,
+      maxAttempts: job.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
       visibility: job.visibilitySeconds ?? null,
-      priority: job.priority ?? null,
+      priority: job.priority ?? JOB_DEFAULTS.priority,
     });
     if (!row) throw new Error('enqueue: the INSERT returned no row');
     return { id: String(row.id), status: row.status, runAt: row.runAt, deduplicated: false };
@@ -67,10 +69,10 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
     const rows = await rowsOf<Returned>(
       db,
       sql`WITH ins AS (
-            INSERT INTO pgdrain.jobs (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority)
+            INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority)
             VALUES (${job.kind}, ${payload}::jsonb, coalesce(${runAt}::timestamptz, now()),
-                    coalesce(${job.maxAttempts ?? null}::int, 3), ${key}::text, ${job.visibilitySeconds ?? null}::int,
-                    coalesce(${job.priority ?? null}::int, 0))
+                    ${job.maxAttempts ?? JOB_DEFAULTS.maxAttempts}::int, ${key}::text, ${job.visibilitySeconds ?? null}::int,
+                    ${job.priority ?? JOB_DEFAULTS.priority}::int)
             ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
             RETURNING id, status, run_at, kind)
           SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, true AS inserted,
@@ -78,7 +80,7 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
             FROM ins
           UNION ALL
           SELECT id, status, extract(epoch from run_at) * 1000, false, NULL
-            FROM pgdrain.jobs
+            FROM ${jobs}
            WHERE dedupe_key = ${key}::text AND NOT EXISTS (SELECT 1 FROM ins)`,
     );
     if (rows[0]) return toEnqueued(rows[0]);
@@ -99,9 +101,9 @@ function prepareInsert(db: Db) {
       kind: sql`${sql.placeholder('kind')}`,
       payload: sql`${sql.placeholder('payload')}::jsonb`,
       runAt: sql`coalesce(${sql.placeholder('runAt')}::timestamptz, now())`,
-      maxAttempts: sql`coalesce(${sql.placeholder('maxAttempts')}::int, 3)`,
+      maxAttempts: sql`${sql.placeholder('maxAttempts')}::int`,
       visibilitySeconds: sql`${sql.placeholder('visibility')}::int`,
-      priority: sql`coalesce(${sql.placeholder('priority')}::int, 0)`,
+      priority: sql`${sql.placeholder('priority')}::int`,
     })
     .returning({
       id: jobs.id,
@@ -135,12 +137,12 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
   const column = (values: unknown[], type: string) => sql`(${sql.param(values)}::${sql.raw(type)}[])[ord]`;
   const kind = chunk.every((j) => j.kind === first.kind) ? sql`${first.kind}::text` : column(chunk.map((j) => j.kind), 'text');
   const runAt = has('runAt') ? sql`coalesce(${column(chunk.map((j) => j.runAt?.toISOString() ?? null), 'timestamptz')}, now())` : sql`now()`;
-  const maxAttempts = has('maxAttempts') ? sql`coalesce(${column(chunk.map((j) => j.maxAttempts ?? null), 'int')}, 3)` : sql`3`;
+  const maxAttempts = has('maxAttempts') ? column(chunk.map((j) => j.maxAttempts ?? JOB_DEFAULTS.maxAttempts), 'int') : sql.raw(String(JOB_DEFAULTS.maxAttempts));
   // ON CONFLICT makes every row a speculative insertion: only pay for it when a job has a key.
   const keyed = has('dedupeKey');
   const key = keyed ? column(chunk.map((j) => j.dedupeKey ?? null), 'text') : sql`NULL::text`;
   const visibility = has('visibilitySeconds') ? column(chunk.map((j) => j.visibilitySeconds ?? null), 'int') : sql`NULL::int`;
-  const priority = has('priority') ? sql`coalesce(${column(chunk.map((j) => j.priority ?? null), 'int')}, 0)` : sql`0`;
+  const priority = has('priority') ? column(chunk.map((j) => j.priority ?? JOB_DEFAULTS.priority), 'int') : sql.raw(String(JOB_DEFAULTS.priority));
   // Delayed jobs are found by the poll when due; only kinds with a job ready now are announced.
   const nowMs = Date.now();
   const readyKinds = [...new Set(chunk.filter((j) => !j.runAt || j.runAt.getTime() <= nowMs).map((j) => j.kind))];
@@ -153,8 +155,8 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
     sql`WITH input AS (
           SELECT value AS payload, ordinality AS ord FROM jsonb_array_elements(${payloads}::jsonb) WITH ORDINALITY),
         ins AS (
-          INSERT INTO pgdrain.jobs (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority)
-          SELECT nextval('pgdrain.jobs_id_seq'::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}, ${priority}
+          INSERT INTO ${jobs} (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority)
+          SELECT nextval(${JOBS_ID_SEQUENCE}::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}, ${priority}
             FROM input ORDER BY ord
           ${keyed ? sql`ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING` : sql``}
           RETURNING id, dedupe_key),
@@ -219,7 +221,7 @@ async function findByKeys(db: Db, keys: string[]): Promise<Map<string, EnqueuedJ
   const rows = await rowsOf<{ id: string; status: EnqueuedJob['status']; run_at_ms: number; dedupe_key: string }>(
     db,
     sql`SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, dedupe_key
-          FROM pgdrain.jobs WHERE dedupe_key = ANY(${sql.param(keys)}::text[])`,
+          FROM ${jobs} WHERE dedupe_key = ANY(${sql.param(keys)}::text[])`,
   );
   return new Map(
     rows.map((r) => [r.dedupe_key, { id: String(r.id), status: r.status, runAt: new Date(Number(r.run_at_ms)), deduplicated: true }]),

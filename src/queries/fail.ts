@@ -2,9 +2,11 @@
 // backoff with jitter (capped); at max_attempts, or for a permanent failure, it becomes dead and
 // waits for a person. Fenced by the claim's lock token like complete.
 import { sql } from 'drizzle-orm';
+import { jobs } from '../db/schema.ts';
+import type { SettleOptions } from './complete.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
-import type { HeldJob, SettleOptions } from './complete.ts';
+import { FENCED, type HeldJob, heldRows } from './fence.ts';
 
 /** last_error is kept to this many characters so a huge stack cannot bloat the row. */
 export const MAX_ERROR_LENGTH = 4000;
@@ -46,19 +48,22 @@ export async function fail(db: Db, job: HeldJob, options: FailOptions & SettleOp
  */
 export async function failMany(db: Db, failures: readonly Failure[], options: SettleOptions = {}): Promise<FailOutcome[]> {
   if (failures.length === 0) return [];
-  const column = <T>(pick: (f: Failure) => T) => sql.param(failures.map(pick));
+  const column = (type: string, pick: (f: Failure) => unknown) => ({ type, values: failures.map(pick) });
   // delay = min(cap, max(retryAfter, base * 2^(attempts-1) * jitter)), jitter uniform in [0.5, 1).
-  const settled = sql`UPDATE pgdrain.jobs j SET
-          status = CASE WHEN j.attempts >= j.max_attempts OR f.permanent THEN 'dead' ELSE 'pending' END,
-          run_at = CASE WHEN j.attempts >= j.max_attempts OR f.permanent THEN j.run_at
-                        ELSE now() + make_interval(secs => least(f.cap, greatest(f.floor,
-                               f.base * power(2, j.attempts - 1) * (0.5 + random() / 2)))) END,
-          locked_at = NULL, locked_by = NULL, last_error = f.error
-        FROM unnest(${column((f) => f.id)}::bigint[], ${column((f) => f.lockedBy)}::text[],
-                    ${column((f) => f.error.slice(0, MAX_ERROR_LENGTH))}::text[], ${column((f) => f.permanent ?? false)}::boolean[],
-                    ${column((f) => f.retryAfterSeconds ?? 0)}::float8[], ${column((f) => f.backoff?.baseSeconds ?? 1)}::float8[],
-                    ${column((f) => f.backoff?.capSeconds ?? 3600)}::float8[]) AS f(id, token, error, permanent, floor, base, cap)
-        WHERE j.id = f.id AND j.locked_by = f.token AND j.status = 'running'
+  const failed = heldRows(failures, {
+    error: column('text', (f) => f.error.slice(0, MAX_ERROR_LENGTH)),
+    permanent: column('boolean', (f) => f.permanent ?? false),
+    floor: column('float8', (f) => f.retryAfterSeconds ?? 0),
+    base: column('float8', (f) => f.backoff?.baseSeconds ?? 1),
+    cap: column('float8', (f) => f.backoff?.capSeconds ?? 3600),
+  });
+  const settled = sql`UPDATE ${jobs} j SET
+          status = CASE WHEN j.attempts >= j.max_attempts OR h.permanent THEN 'dead' ELSE 'pending' END,
+          run_at = CASE WHEN j.attempts >= j.max_attempts OR h.permanent THEN j.run_at
+                        ELSE now() + make_interval(secs => least(h.cap, greatest(h.floor,
+                               h.base * power(2, j.attempts - 1) * (0.5 + random() / 2)))) END,
+          locked_at = NULL, locked_by = NULL, last_error = h.error
+        FROM ${failed} WHERE ${FENCED}
         RETURNING j.id, j.kind, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead'; run_at_ms: number; attempts: number }>(
     db,

@@ -73,7 +73,7 @@ export async function stats(db: Db): Promise<QueueStats> {
                count(*) FILTER (WHERE status = 'running')::int AS running,
                count(*) FILTER (WHERE status = 'dead')::int AS dead,
                extract(epoch from now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_ready_seconds
-          FROM pgdrain.jobs GROUP BY kind ORDER BY kind`,
+          FROM ${jobs} GROUP BY kind ORDER BY kind`,
   );
   const kinds: Record<string, KindStats> = {};
   let oldestReadySeconds: number | null = null;
@@ -116,8 +116,8 @@ export async function deleteJob(db: Db, id: string): Promise<DeleteOutcome> {
   if (!isJobId(id)) return { outcome: 'not_found' };
   const rows = await rowsOf<{ deleted: boolean; status: JobStatus }>(
     db,
-    sql`WITH target AS (SELECT id, status FROM pgdrain.jobs WHERE id = ${id}::bigint),
-             del AS (DELETE FROM pgdrain.jobs WHERE id = ${id}::bigint AND status IN ('pending', 'dead') RETURNING id)
+    sql`WITH target AS (SELECT id, status FROM ${jobs} WHERE id = ${id}::bigint),
+             del AS (DELETE FROM ${jobs} WHERE id = ${id}::bigint AND status IN ('pending', 'dead') RETURNING id)
         SELECT EXISTS (SELECT 1 FROM del) AS deleted, (SELECT status FROM target) AS status`,
   );
   const row = rows[0];

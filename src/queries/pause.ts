@@ -3,13 +3,14 @@
 // its next claim and starts again after resume. Enqueueing a paused kind still works; jobs
 // already running finish.
 import { sql } from 'drizzle-orm';
+import { jobs, pausedKinds } from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
 
 /** Idempotent; returns true when this call paused it (false: it already was). */
 export async function pauseKind(db: Db, kind: string): Promise<boolean> {
   const rows = await rowsOf<{ kind: string }>(
     db,
-    sql`INSERT INTO pgdrain.paused_kinds (kind) VALUES (${kind}) ON CONFLICT (kind) DO NOTHING RETURNING kind`,
+    sql`INSERT INTO ${pausedKinds} (kind) VALUES (${kind}) ON CONFLICT (kind) DO NOTHING RETURNING kind`,
   );
   return rows.length > 0;
 }
@@ -19,14 +20,14 @@ export async function pauseKind(db: Db, kind: string): Promise<boolean> {
 export async function resumeKind(db: Db, kind: string): Promise<boolean> {
   const rows = await rowsOf<{ kind: string }>(
     db,
-    sql`WITH resumed AS (DELETE FROM pgdrain.paused_kinds WHERE kind = ${kind} RETURNING kind)
+    sql`WITH resumed AS (DELETE FROM ${pausedKinds} WHERE kind = ${kind} RETURNING kind)
         SELECT kind, pg_notify(${NOTIFY_CHANNEL}, kind) FROM resumed`,
   );
   return rows.length > 0;
 }
 
 export async function listPausedKinds(db: Db): Promise<string[]> {
-  const rows = await rowsOf<{ kind: string }>(db, sql`SELECT kind FROM pgdrain.paused_kinds ORDER BY kind`);
+  const rows = await rowsOf<{ kind: string }>(db, sql`SELECT kind FROM ${pausedKinds} ORDER BY kind`);
   return rows.map((r) => r.kind);
 }
 
@@ -36,8 +37,8 @@ export async function listPausedKinds(db: Db): Promise<string[]> {
 export async function kindInQueue(db: Db, kind: string): Promise<boolean> {
   const [row] = await rowsOf<{ known: boolean }>(
     db,
-    sql`SELECT EXISTS (SELECT 1 FROM pgdrain.paused_kinds WHERE kind = ${kind})
-            OR EXISTS (SELECT 1 FROM pgdrain.jobs WHERE kind = ${kind}) AS known`,
+    sql`SELECT EXISTS (SELECT 1 FROM ${pausedKinds} WHERE kind = ${kind})
+            OR EXISTS (SELECT 1 FROM ${jobs} WHERE kind = ${kind}) AS known`,
   );
   return row?.known === true;
 }

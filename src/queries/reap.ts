@@ -4,6 +4,7 @@
 // jobs_running index), safe to call from any process at any time. A reaped attempt counts as
 // failed (and dead, when it was the last) in job_counts, in the same statement.
 import { sql } from 'drizzle-orm';
+import { jobs } from '../db/schema.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 
@@ -18,7 +19,7 @@ export async function reap(db: Db, visibilityTimeoutSeconds: number): Promise<Re
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' }>(
     db,
     sql`WITH reaped AS (
-        UPDATE pgdrain.jobs SET
+        UPDATE ${jobs} SET
           status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
           last_error = 'visibility timeout: ' || locked_by || ' held the job for longer than '
                        || coalesce(visibility_seconds, ${visibilityTimeoutSeconds}::int) || ' s',

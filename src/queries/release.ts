@@ -1,17 +1,17 @@
 // release: hands back jobs that were claimed but never started (a Worker's budget ran out, the
 // sidecar is shutting down). They keep their place in line and get their attempt back.
 import { sql } from 'drizzle-orm';
+import { jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
-import type { HeldJob } from './complete.ts';
+import { FENCED, type HeldJob, heldRows } from './fence.ts';
 
 /** Returns the ids released; jobs whose lock token no longer matches are left alone. */
 export async function release(db: Db, held: readonly HeldJob[]): Promise<string[]> {
   if (held.length === 0) return [];
   const rows = await rowsOf<{ id: string }>(
     db,
-    sql`UPDATE pgdrain.jobs j SET status = 'pending', locked_at = NULL, locked_by = NULL, attempts = greatest(j.attempts - 1, 0)
-          FROM unnest(${sql.param(held.map((h) => h.id))}::bigint[], ${sql.param(held.map((h) => h.lockedBy))}::text[]) AS h(id, token)
-         WHERE j.id = h.id AND j.locked_by = h.token AND j.status = 'running'
+    sql`UPDATE ${jobs} j SET status = 'pending', locked_at = NULL, locked_by = NULL, attempts = greatest(j.attempts - 1, 0)
+          FROM ${heldRows(held)} WHERE ${FENCED}
      RETURNING j.id`,
   );
   return rows.map((r) => String(r.id));

@@ -4,18 +4,16 @@
 // claim's lock token: a job that was reaped and claimed by someone else is not renewed, and is
 // missing from the answer.
 import { sql } from 'drizzle-orm';
-import type { HeldJob } from './complete.ts';
+import { jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
+import { FENCED, type HeldJob, heldRows } from './fence.ts';
 
 /** Returns the ids whose lease was extended; the caller has lost the others. */
 export async function renewLeases(db: Db, held: readonly HeldJob[]): Promise<string[]> {
   if (held.length === 0) return [];
   const rows = await rowsOf<{ id: string }>(
     db,
-    sql`UPDATE pgdrain.jobs j SET locked_at = now()
-          FROM unnest(${sql.param(held.map((h) => h.id))}::bigint[], ${sql.param(held.map((h) => h.lockedBy))}::text[]) AS h(id, token)
-         WHERE j.id = h.id AND j.locked_by = h.token AND j.status = 'running'
-        RETURNING j.id::text AS id`,
+    sql`UPDATE ${jobs} j SET locked_at = now() FROM ${heldRows(held)} WHERE ${FENCED} RETURNING j.id::text AS id`,
   );
   return rows.map((r) => String(r.id));
 }

@@ -3,6 +3,7 @@
 // and advances it, so concurrent evaluators — sidecars, Worker invocations — queue behind the lock
 // and then find nothing left to enqueue: each slot is enqueued once.
 import { sql } from 'drizzle-orm';
+import { schedules } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 
 export interface ScheduleState {
@@ -14,12 +15,12 @@ export interface ScheduleState {
 /** Creates the row if needed, locks it until the caller's transaction ends, and returns it with
  * the database's clock. Call inside a transaction. */
 export async function lockScheduleState(tx: Db, name: string): Promise<ScheduleState & { databaseNow: Date }> {
-  await tx.execute(sql`INSERT INTO pgdrain.schedules (name) VALUES (${name}) ON CONFLICT (name) DO NOTHING`);
+  await tx.execute(sql`INSERT INTO ${schedules} (name) VALUES (${name}) ON CONFLICT (name) DO NOTHING`);
   const [row] = await rowsOf<{ last_slot_ms: number | null; skipped: number; now_ms: number }>(
     tx,
     sql`SELECT (extract(epoch from last_slot) * 1000)::float8 AS last_slot_ms, skipped::float8 AS skipped,
                (extract(epoch from now()) * 1000)::float8 AS now_ms
-          FROM pgdrain.schedules WHERE name = ${name} FOR UPDATE`,
+          FROM ${schedules} WHERE name = ${name} FOR UPDATE`,
   );
   if (!row) throw new Error(`schedule ${name}: its state row vanished while being locked`);
   return {
@@ -33,7 +34,7 @@ export async function lockScheduleState(tx: Db, name: string): Promise<ScheduleS
 /** Records the latest slot handled (enqueued or skipped) and adds to the skipped count. */
 export async function advanceSchedule(tx: Db, name: string, lastSlot: Date, skipped: number): Promise<void> {
   await tx.execute(
-    sql`UPDATE pgdrain.schedules SET last_slot = ${lastSlot.toISOString()}::timestamptz, skipped = skipped + ${skipped}::bigint,
+    sql`UPDATE ${schedules} SET last_slot = ${lastSlot.toISOString()}::timestamptz, skipped = skipped + ${skipped}::bigint,
                evaluated_at = now()
          WHERE name = ${name}`,
   );
@@ -42,7 +43,7 @@ export async function advanceSchedule(tx: Db, name: string, lastSlot: Date, skip
 export async function listScheduleStates(db: Db): Promise<Map<string, ScheduleState>> {
   const rows = await rowsOf<{ name: string; last_slot_ms: number | null; skipped: number }>(
     db,
-    sql`SELECT name, (extract(epoch from last_slot) * 1000)::float8 AS last_slot_ms, skipped::float8 AS skipped FROM pgdrain.schedules`,
+    sql`SELECT name, (extract(epoch from last_slot) * 1000)::float8 AS last_slot_ms, skipped::float8 AS skipped FROM ${schedules}`,
   );
   return new Map(
     rows.map((r) => [r.name, { name: r.name, lastSlot: r.last_slot_ms === null ? null : new Date(Number(r.last_slot_ms)), skipped: Number(r.skipped) }]),

@@ -1,6 +1,7 @@
 // `pgdrain start` (src/entry/cli.ts): the sidecar configured from the environment, stopped
 // gracefully by SIGINT/SIGTERM.
 // A second signal exits at once; jobs still running then are returned later by the reaper.
+import { safeErrorMessage } from '../db/url.ts';
 import type { JobDefinition } from '../jobs/index.ts';
 import type { ScheduleDefinition } from '../schedules.ts';
 import { sidecarOptionsFromEnv } from './config.ts';
@@ -11,7 +12,7 @@ export async function runSidecarCli(jobs: readonly JobDefinition<any>[] = [], sc
   try {
     sidecar = await startSidecar({ ...sidecarOptionsFromEnv(process.env), jobs, schedules });
   } catch (error) {
-    console.error(`pgdrain: could not start: ${error instanceof Error ? error.message : String(error)}`);
+    console.error(`pgdrain: could not start: ${safeErrorMessage(error)}`);
     process.exit(1);
   }
   let signals = 0;
@@ -23,7 +24,7 @@ export async function runSidecarCli(jobs: readonly JobDefinition<any>[] = [], sc
     sidecar.stop().then(
       () => process.exit(0),
       (error: unknown) => {
-        console.error(`pgdrain: shutdown failed: ${error instanceof Error ? error.message : String(error)}`);
+        console.error(`pgdrain: shutdown failed: ${safeErrorMessage(error)}`);
         process.exit(1);
       },
     );

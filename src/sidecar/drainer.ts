@@ -4,36 +4,11 @@
 //   draining ──drain() returned──► draining again if woken meanwhile, else sleeping
 //   draining ──drain() threw (database down)──► sleeping for a growing pause (≤ 5 polls)
 //   any ──stop()──► no new claims; the running drain releases unstarted jobs and finishes
-import pg from 'pg';
-import { drain, type DrainOptions, type DrainReport } from '../drain.ts';
+import { drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
 import type { JobRegistry } from '../jobs/index.ts';
 import type { Db } from '../queries/index.ts';
 
-/** Most jobs per claim. A claim is one statement, one round trip and one commit whatever its size,
- * so on a deep backlog larger claims cost far less per job (measured: see the README's benchmark);
- * on a shallow one a claim is only as large as the work that is ready. The jobs held at once —
- * running plus one batch claimed ahead — match graphile-worker's tuned local queue of 500. */
-export const DEFAULT_BATCH_SIZE = 250;
-/** Handlers running at once. */
-export const DEFAULT_CONCURRENCY = 250;
-export const DEFAULT_CLAIMS_IN_FLIGHT = 1;
-
-/**
- * The drainer's own connections commit asynchronously: a claim, completion or failure lost in a
- * server crash only means that job runs again (delivery is at-least-once anyway), while waiting for
- * the WAL flush on every batch costs a large share of drain throughput. Enqueues (the API's pool,
- * your own transactions) stay fully durable.
- */
-export function createDrainPool(databaseUrl: string, claimsInFlight = DEFAULT_CLAIMS_IN_FLIGHT): pg.Pool {
-  return new pg.Pool({
-    connectionString: databaseUrl,
-    max: claimsInFlight + 3, // claims, the completion flush, failures and the reaper
-    application_name: 'pgdrain-drain',
-    options: '-c synchronous_commit=off',
-  });
-}
-
-export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'budgetMs' | 'marginMs'> {
+export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'budgetMs'> {
   pollIntervalMs: number;
   onReport?: (report: DrainReport) => void;
   /** A drain failed (it is retried after a pause). */

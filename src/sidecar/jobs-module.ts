@@ -2,6 +2,7 @@
 // own, so a self-hosted user runs `npx pgdrain start --jobs ./jobs.js` instead of forking. The
 // module may export what defineJob() and defineSchedule() return as the default export (alone or
 // in an array), as named exports, or both.
+import { safeErrorMessage } from '../db/url.ts';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { JobDefinition } from '../jobs/index.ts';
@@ -13,7 +14,7 @@ export async function loadJobsModule(modulePath: string): Promise<{ jobs: JobDef
   try {
     module = (await import(url)) as Record<string, unknown>;
   } catch (error) {
-    throw new Error(`could not load the jobs module ${modulePath}: ${error instanceof Error ? error.message : String(error)}`);
+    throw new Error(`could not load the jobs module ${modulePath}: ${safeErrorMessage(error)}`);
   }
   const jobs = new Set<JobDefinition<any>>();
   const schedules = new Set<ScheduleDefinition>();

@@ -9,8 +9,8 @@ import { Cron } from 'croner';
 export const MAX_CRON_WALL_MS = 15 * 60_000;
 /** Ended this long before the next tick, so the next invocation starts on a quiet queue. */
 export const NEXT_TICK_MARGIN_MS = 1_000;
-/** Used when the cron expression cannot be read (a test's made-up one, say). */
-export const FALLBACK_BUDGET_MS = 25_000;
+/** The budget when the cron expression cannot be read (a test's made-up one, say). */
+export const DEFAULT_BUDGET_MS = 25_000;
 
 /** The wall-clock budget of the invocation that `cron` triggered at `scheduledTime`, from `now`. */
 export function cronBudgetMs(cron: string, scheduledTime: number, now = Date.now()): number {
@@ -19,9 +19,9 @@ export function cronBudgetMs(cron: string, scheduledTime: number, now = Date.now
     // Cloudflare's cron triggers run in UTC.
     next = new Cron(cron, { timezone: 'UTC', paused: true }).nextRun(new Date(scheduledTime));
   } catch {
-    return FALLBACK_BUDGET_MS;
+    return DEFAULT_BUDGET_MS;
   }
-  if (!next) return FALLBACK_BUDGET_MS;
+  if (!next) return DEFAULT_BUDGET_MS;
   const untilNextTick = next.getTime() - now - NEXT_TICK_MARGIN_MS;
   return Math.max(1_000, Math.min(MAX_CRON_WALL_MS - (now - scheduledTime) - NEXT_TICK_MARGIN_MS, untilNextTick));
 }

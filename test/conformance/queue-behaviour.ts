@@ -5,7 +5,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { drain } from '../../src/drain.ts';
+import { drain } from '../../src/drain/index.ts';
 import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/registry.ts';
 import { noopJob } from '../../src/jobs/noop.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
@@ -450,7 +450,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
           await sleep(200);
         }
       })();
-      const report = await drain(h.db, registry, { workerId: 'lease', visibilitySeconds: 1 });
+      const report = await drain(h.db, registry, { workerId: 'lease', visibilityTimeoutSeconds: 1 });
       reaping = false;
       await reaping$;
       expect(report).toMatchObject({ claimed: 1, completed: 1, lost: 0 });
@@ -493,7 +493,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         }),
       ]);
       const { id } = await enqueue(h.db, { kind: 'waits', payload: {} });
-      const drained = drain(h.db, registry, { workerId: 'lease-lost', visibilitySeconds: 1 });
+      const drained = drain(h.db, registry, { workerId: 'lease-lost', visibilityTimeoutSeconds: 1 });
       await until(() => count(`status = 'running'`), 1);
       await h.query(`UPDATE pgdrain.jobs SET locked_by = 'someone-else:1', locked_at = now() WHERE id = $1`, [id]);
       const report = await drained;
@@ -519,7 +519,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         defineJob({ kind: 'sleepy', schema: z.unknown(), handler: async () => { await sleep(150); } }),
       ]);
       const started = Date.now();
-      const report = await drain(h.db, registry, { workerId: 'w', batchSize: 10, concurrency: 2, budgetMs: 600, marginMs: 100 });
+      const report = await drain(h.db, registry, { workerId: 'w', batchSize: 10, concurrency: 2, budgetMs: 600 });
       const elapsed = Date.now() - started;
       expect(elapsed).toBeLessThan(600 + 1000);
       expect(report.stoppedBy).toBe('budget');
@@ -763,12 +763,12 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
             ? (query: SQL) => {
                 const text = dialect.sqlToQuery(query).sql;
                 if (text.includes('claimed AS (')) statements.merged++;
-                else if (text.includes('DELETE FROM pgdrain.jobs')) statements.deletesAlone++;
+                else if (text.includes('DELETE FROM "pgdrain"."jobs"')) statements.deletesAlone++;
                 return target.execute(query);
               }
             : Reflect.get(target, property, receiver),
       });
-      const report = await drain(counted, registry, { workerId: 'w', batchSize: 10, concurrency: 10, prefetch: 10, mergeSettleAndClaim: true });
+      const report = await drain(counted, registry, { workerId: 'w', placement: 'far', batchSize: 10, maxBatchSize: 10, concurrency: 10, prefetch: 10 });
       expect(report).toMatchObject({ claimed: 200, completed: 200, lost: 0 });
       expect(await count()).toBe(0);
       expect(statements.merged).toBeGreaterThanOrEqual(10);

@@ -1,0 +1,217 @@
+// The drain loop, the same for the Worker and the sidecar. One call drains until there is no ready
+// work, the budget is spent, or the caller aborts. It is a short loop over three parts, each the
+// only owner of its state:
+//
+//   ClaimPlanner (claim-planner.ts)  which kinds to claim next and how many: claim groups, per-kind
+//                                    caps, claims that grow far from the database
+//   LeaseKeeper  (lease-keeper.ts)   every job held from its claim to its settlement: renewal,
+//                                    expiry, loss (the handler's signal is aborted)
+//   Settler      (settler.ts)        completions, failures and releases, batched into statements
+//
+// The loop itself owns the jobs claimed but not started (`waiting`, oldest first) and the running
+// handlers (at most `concurrency`). Each turn it is in one of these states:
+//
+//   running    free slots take waiting jobs
+//   claiming   the planner has a claim to send (room for a batch, a group not drained): send it,
+//              and look again at once
+//   sleeping   nothing to do until a handler ends, a claim or settlement returns, the deadline
+//              passes or the caller aborts
+//   stopping   the deadline, an abort or a claim error: no more claims or starts; waiting jobs are
+//              released (attempt refunded); running handlers get until their (budget-clipped)
+//              timeout
+//   done       nothing waiting, running or being claimed, and stopping or every group drained:
+//              every settlement is awaited and the report returned
+//
+// No transaction is ever held open across a handler. A process that dies anywhere in here leaves
+// its jobs `running` with a lock the reaper will expire: never lost.
+import type { JobRegistry } from '../jobs/registry.ts';
+import type { ClaimedJob, Db } from '../queries/index.ts';
+import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
+import { DEFAULT_VISIBILITY_SECONDS, LeaseKeeper } from './lease-keeper.ts';
+import { DRAIN_PROFILES, type Placement } from './profiles.ts';
+import { runHandler } from './run-handler.ts';
+import { type SettledCounts, Settler } from './settler.ts';
+
+export { DEFAULT_VISIBILITY_SECONDS, LeaseLostError } from './lease-keeper.ts';
+export { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
+export { describeError } from './run-handler.ts';
+
+export interface DrainOptions {
+  /** Identifies this process in locked_by (each claim adds a sequence number to it). */
+  workerId: string;
+  /** Where this drainer runs relative to its database; picks the profile (profiles.ts) whose
+   * defaults fill the sizes below. Default 'near'. */
+  placement?: Placement;
+  /** Jobs per claim (far: the least a claim asks for). */
+  batchSize?: number;
+  /** Far: claims grow up to this when handlers are quick next to the claim's round trip. */
+  maxBatchSize?: number;
+  /** Handlers running at once. */
+  concurrency?: number;
+  /** Claimed-but-not-started jobs to keep ready beyond the running ones, so the next claim's round
+   * trip overlaps work. Default: batchSize. Released, attempt refunded, if the drain stops first. */
+  prefetch?: number;
+  /** Claim only these kinds. Default: every kind the registry has a handler for. */
+  kinds?: readonly string[];
+  /** Claim only these jobs, if ready and free (run-now); the drain ends when they are settled. */
+  ids?: readonly string[];
+  /** Stop claiming and clip handler timeouts so that the call returns within this. Default: none. */
+  budgetMs?: number;
+  /** Stop claiming when aborted; in-flight handlers finish (up to their timeout). */
+  signal?: AbortSignal;
+  /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true. */
+  recordCounts?: boolean;
+  /** Leases of jobs without a visibility of their own last this long unless renewed (every third
+   * of it). Default DEFAULT_VISIBILITY_SECONDS. */
+  visibilityTimeoutSeconds?: number;
+  /** Called when a settlement statement fails (the jobs stay running for the reaper). */
+  onSettleError?: (error: unknown) => void;
+}
+
+export interface DrainReport extends SettledCounts {
+  claimed: number;
+  elapsedMs: number;
+  stoppedBy: 'empty' | 'budget' | 'signal';
+}
+
+let claimSequence = 0;
+
+export async function drain(db: Db, registry: JobRegistry, options: DrainOptions): Promise<DrainReport> {
+  const started = Date.now();
+  const profile = DRAIN_PROFILES[options.placement ?? 'near'];
+  const batchSize = Math.max(1, options.batchSize ?? profile.batchSize);
+  const concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
+  const budget = budgetClock(started, options.budgetMs, options.signal);
+  const planner = new ClaimPlanner(registry, {
+    kinds: options.kinds ?? registry.kinds(),
+    batchSize,
+    maxBatchSize: Math.max(batchSize, options.maxBatchSize ?? profile.maxBatchSize ?? batchSize),
+    concurrency,
+    prefetch: Math.max(0, options.prefetch ?? batchSize),
+  });
+  const settler = new Settler(db, { recordCounts: options.recordCounts !== false, settleWithClaim: profile.settleWithClaim, onError: options.onSettleError });
+  const waiting: ClaimedJob[] = [];
+  const running = new Set<Promise<void>>();
+  const wakeup = new Wakeup();
+  let claimed = 0;
+  let lostUnstarted = 0;
+  let claimError: unknown;
+  let stoppedBy: DrainReport['stoppedBy'] = 'empty';
+  const leases = new LeaseKeeper(db, {
+    visibilityTimeoutSeconds: options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS,
+    onLostUnstarted: (job) => {
+      const at = waiting.indexOf(job);
+      if (at < 0) return;
+      waiting.splice(at, 1); // whoever holds it now runs it
+      planner.letGo(job.kind);
+      lostUnstarted++;
+    },
+  });
+  settler.onSettled = () => wakeup.wake();
+
+  const start = (job: ClaimedJob): void => {
+    const startedAt = performance.now();
+    const task = runHandler(registry, job, budget.handlerDeadline, (giveUp) => leases.attach(job.id, giveUp)).then(
+      () => {
+        planner.handlerTook(performance.now() - startedAt);
+        leases.drop(job.id);
+        settler.complete(job);
+      },
+      (error: unknown) => {
+        leases.drop(job.id);
+        settler.fail(job, error, registry.get(job.kind)?.backoff);
+      },
+    );
+    const tracked = task.finally(() => {
+      running.delete(tracked);
+      planner.letGo(job.kind);
+      wakeup.wake();
+    });
+    running.add(tracked);
+  };
+
+  const sendClaim = (plan: PlannedClaim): void => {
+    const lockToken = `${options.workerId}:${++claimSequence}`;
+    const sentAt = Date.now(); // the lock's time is the claim's, at the latest
+    settler
+      .claim({ batchSize: plan.size, lockToken, kinds: plan.kinds, ids: options.ids })
+      .then(
+        (jobs) => {
+          planner.settled(plan, jobs, Date.now() - sentAt);
+          claimed += jobs.length;
+          leases.hold(jobs, sentAt);
+          waiting.push(...jobs);
+        },
+        (error: unknown) => {
+          planner.settled(plan, null, 0);
+          claimError ??= error;
+        },
+      )
+      .finally(() => wakeup.wake());
+  };
+
+  for (;;) {
+    const stop = budget.stopReason();
+    if (stop) stoppedBy = stop;
+    const stopping = stop !== null || claimError !== undefined;
+    if (!stopping) while (waiting.length > 0 && running.size < concurrency) start(waiting.shift()!);
+    const plan = stopping ? null : planner.next(waiting.length + running.size);
+    if (plan) {
+      sendClaim(plan);
+      continue; // maybe another claim fits
+    }
+    if (stopping && waiting.length > 0) {
+      const unstarted = waiting.splice(0);
+      for (const job of unstarted) {
+        planner.letGo(job.kind);
+        leases.drop(job.id);
+      }
+      settler.release(unstarted);
+    }
+    const idle = planner.inFlight === 0 && running.size === 0 && waiting.length === 0;
+    if (idle && (stopping || planner.exhausted)) break;
+    await wakeup.wait(stopping ? Infinity : budget.claimDeadline, options.signal);
+  }
+
+  leases.stop();
+  await settler.finish();
+  if (claimError !== undefined) throw claimError;
+  const counts = settler.counts;
+  return { claimed, ...counts, lost: counts.lost + lostUnstarted, elapsedMs: Date.now() - started, stoppedBy };
+}
+
+/**
+ * The budget's two deadlines: claims stop at `claimDeadline`; handlers already running may go on
+ * for half the margin more, and the other half is left for settling. The margin is 10% of the
+ * budget, at most 1 s.
+ */
+function budgetClock(started: number, budgetMs = Infinity, signal?: AbortSignal) {
+  const margin = Math.min(1000, budgetMs * 0.1);
+  const claimDeadline = started + budgetMs - margin;
+  return {
+    claimDeadline,
+    handlerDeadline: started + budgetMs - margin / 2,
+    stopReason: (): DrainReport['stoppedBy'] | null => (signal?.aborted ? 'signal' : Date.now() >= claimDeadline ? 'budget' : null),
+  };
+}
+
+/** The loop's sleep: until wake() (a handler ended, a claim or settlement returned), the deadline, or an abort. */
+class Wakeup {
+  #resolve: () => void = () => {};
+
+  wake(): void {
+    this.#resolve();
+  }
+
+  async wait(deadline: number, signal?: AbortSignal): Promise<void> {
+    const woken = new Promise<void>((resolve) => {
+      this.#resolve = resolve;
+    });
+    const timer = Number.isFinite(deadline) ? setTimeout(() => this.wake(), Math.max(0, deadline - Date.now())) : undefined;
+    const onAbort = () => this.wake();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    await woken;
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort);
+  }
+}

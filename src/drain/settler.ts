@@ -1,0 +1,206 @@
+// The settler: what happens to a job once its handler has run (or will not run), batched. It owns
+// the buffers of completions and failures and every settlement statement in flight:
+//
+//   complete(job) ─► buffered ─► one DELETE for whatever finished meanwhile (or, with
+//                                settleWithClaim, carried by the next claim's statement)
+//   fail(job, …)  ─► buffered ─► one UPDATE: retry with backoff, or dead
+//   release(jobs) ─► at once  ─► one UPDATE: back to pending, attempt refunded (never started)
+//
+// A statement that fails leaves its jobs running for the reaper (onError says so). finish() flushes
+// what is buffered and resolves when every statement has returned.
+import {
+  type Backoff, type ClaimedJob, type ClaimOptions, type Db, type Failure, claim, complete, completeAndClaim, failMany, release,
+} from '../queries/index.ts';
+import { PermanentJobError, RetryLaterError } from '../jobs/registry.ts';
+import { describeError } from './run-handler.ts';
+
+export interface SettlerOptions {
+  /** Count settled jobs in job_counts (the dashboard's chart, /metrics). */
+  recordCounts: boolean;
+  /** Completions ride the next claim's statement (see DrainProfile). */
+  settleWithClaim: boolean;
+  /** A settlement statement failed: its jobs stay running for the reaper. */
+  onError?: (error: unknown) => void;
+}
+
+export interface SettledCounts {
+  completed: number;
+  /** Failed and scheduled for a retry. */
+  failed: number;
+  /** Failed for the last time (or permanently). */
+  dead: number;
+  released: number;
+  /** Settlements refused by the lock token: the job had been reaped and re-claimed elsewhere. */
+  lost: number;
+}
+
+export class Settler {
+  readonly counts: SettledCounts = { completed: 0, failed: 0, dead: 0, released: 0, lost: 0 };
+  readonly #db: Db;
+  readonly #options: SettlerOptions;
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #completions: SettlementBatcher<ClaimedJob>;
+  readonly #failures: SettlementBatcher<Failure>;
+  #claimsInFlight = 0;
+  /** Called whenever a statement returns (the drain may have more to do). */
+  onSettled: () => void = () => {};
+
+  constructor(db: Db, options: SettlerOptions) {
+    this.#db = db;
+    this.#options = options;
+    const counted = { recordCounts: options.recordCounts };
+    // While a claim is in flight, completions wait for the next claim to carry them.
+    this.#completions = new SettlementBatcher(
+      (work) => this.#track(work),
+      (batch) => complete(db, batch, counted).then((ids) => this.#completed(batch.length, ids.length)),
+      () => options.settleWithClaim && this.#claimsInFlight > 0,
+    );
+    this.#failures = new SettlementBatcher(
+      (work) => this.#track(work),
+      (batch) =>
+        failMany(db, batch, counted).then((outcomes) => {
+          for (const { outcome } of outcomes) this.counts[outcome === 'retry' ? 'failed' : outcome]++;
+        }),
+    );
+  }
+
+  complete(job: ClaimedJob): void {
+    this.#completions.add(job);
+  }
+
+  fail(job: ClaimedJob, error: unknown, backoff: Backoff | undefined): void {
+    this.#failures.add({
+      id: job.id,
+      lockedBy: job.lockedBy,
+      error: describeError(error),
+      permanent: error instanceof PermanentJobError,
+      retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
+      backoff,
+    });
+  }
+
+  release(jobs: readonly ClaimedJob[]): void {
+    if (jobs.length === 0) return;
+    this.#track(
+      release(this.#db, jobs).then((ids) => {
+        this.counts.released += ids.length;
+        this.counts.lost += jobs.length - ids.length;
+      }),
+    );
+  }
+
+  /** Sends a claim, carrying the waiting completions in its statement when the profile says so. */
+  claim(options: ClaimOptions): Promise<ClaimedJob[]> {
+    this.#claimsInFlight++;
+    const riding = this.#options.settleWithClaim ? this.#completions.take() : [];
+    const sent =
+      riding.length === 0
+        ? claim(this.#db, options)
+        : completeAndClaim(this.#db, riding, options, { recordCounts: this.#options.recordCounts }).then(
+            (result) => {
+              this.#completed(riding.length, result.completed.length);
+              this.#completions.taken();
+              return result.claimed;
+            },
+            (error: unknown) => {
+              this.#completions.taken(riding); // rolled back with the claim: they settle on their own
+              throw error;
+            },
+          );
+    return sent.finally(() => {
+      this.#claimsInFlight--;
+      this.#completions.nudge();
+    });
+  }
+
+  /** Flushes what is buffered; resolves when every settlement statement has returned. */
+  async finish(): Promise<void> {
+    this.#completions.flush();
+    this.#failures.flush();
+    while (this.#inFlight.size > 0) {
+      await Promise.all([...this.#inFlight]);
+      this.#completions.flush();
+      this.#failures.flush();
+    }
+  }
+
+  #completed(sent: number, settled: number): void {
+    this.counts.completed += settled;
+    this.counts.lost += sent - settled;
+  }
+
+  #track(work: Promise<void>): void {
+    const done = work
+      .catch((error: unknown) => this.#options.onError?.(error))
+      .finally(() => {
+        this.#inFlight.delete(done);
+        this.onSettled();
+      });
+    this.#inFlight.add(done);
+  }
+}
+
+/**
+ * Buffers items and settles them with one statement at a time. A flush waits for the next
+ * macrotask, so handlers that finish in the same burst share one statement instead of the first
+ * going alone; while a statement is in flight, new items wait for the next one. `take()` hands the
+ * buffer to another statement (a claim) instead, counting as in flight until `taken()`, which gives
+ * back what that statement could not settle; `holdWhile` keeps items for such a statement.
+ */
+class SettlementBatcher<T> {
+  #buffer: T[] = [];
+  #inFlight = false;
+  #scheduled = false;
+  readonly #track: (work: Promise<void>) => void;
+  readonly #run: (batch: T[]) => Promise<void>;
+  readonly #holdWhile: () => boolean;
+
+  constructor(track: (work: Promise<void>) => void, run: (batch: T[]) => Promise<void>, holdWhile: () => boolean = () => false) {
+    this.#track = track;
+    this.#run = run;
+    this.#holdWhile = holdWhile;
+  }
+
+  add(item: T): void {
+    this.#buffer.push(item);
+    if (!this.#inFlight) this.nudge();
+  }
+
+  /** Settle what waits, soon, unless it is held or taken first. */
+  nudge(): void {
+    if (this.#scheduled || this.#buffer.length === 0 || this.#holdWhile()) return;
+    this.#scheduled = true;
+    setTimeout(() => {
+      this.#scheduled = false;
+      this.flush();
+    }, 0);
+  }
+
+  flush(): void {
+    if (this.#inFlight || this.#buffer.length === 0) return;
+    this.#inFlight = true;
+    const batch = this.#buffer;
+    this.#buffer = [];
+    this.#track(
+      this.#run(batch).finally(() => {
+        this.#inFlight = false;
+        this.flush();
+      }),
+    );
+  }
+
+  take(): T[] {
+    if (this.#inFlight || this.#buffer.length === 0) return [];
+    this.#inFlight = true;
+    const batch = this.#buffer;
+    this.#buffer = [];
+    return batch;
+  }
+
+  taken(unsettled: T[] = []): void {
+    this.#buffer = [...unsettled, ...this.#buffer];
+    this.#inFlight = false;
+    // Not at once: the drain's next claim, decided before the next macrotask, may take them.
+    this.nudge();
+  }
+}

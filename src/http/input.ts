@@ -1,0 +1,96 @@
+// Reading a request: JSON bodies (with what PostgreSQL cannot store refused up front), query and
+// path parameters checked against the contract's schemas. Every refusal is a 4xx ApiError naming
+// the field, and nothing has been changed by then.
+import type { Context } from 'hono';
+import type { z } from 'zod';
+import { isJobId } from '../queries/index.ts';
+import { ApiError } from './errors.ts';
+
+/** Deeper JSON is refused: validation walks it recursively, and no job payload needs more. */
+export const MAX_JSON_DEPTH = 64;
+
+export async function readJson(c: Context): Promise<unknown> {
+  const type = c.req.header('content-type') ?? '';
+  if (!/^application\/([\w.+-]+\+)?json\b/i.test(type)) {
+    throw new ApiError(415, 'unsupported_media_type', 'send the body as JSON with `Content-Type: application/json`');
+  }
+  const text = await c.req.text();
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw new ApiError(400, 'malformed_json', `the body is not valid JSON: ${error instanceof SyntaxError ? error.message : 'parse error'}`);
+  }
+  const problem = findUnstorable(body);
+  if (problem) throw new ApiError(400, 'invalid_request', problem);
+  return body;
+}
+
+/** A JSON body, or {} when there is none at all. */
+export async function readOptionalJson(c: Context): Promise<unknown> {
+  const length = c.req.header('content-length');
+  if ((length === undefined || length === '0') && !c.req.header('content-type') && !c.req.header('transfer-encoding')) return {};
+  return readJson(c);
+}
+
+/** `value` checked against `schema`; a 400 naming up to five fields (`prefix` before each) otherwise. */
+export function parseInput<T extends z.ZodType>(schema: T, value: unknown, prefix: string): z.output<T> {
+  const result = schema.safeParse(value);
+  if (result.success) return result.data;
+  const message = result.error.issues
+    .slice(0, 5)
+    .map((i) => `${prefix}${formatPath(i.path) || '(body)'}: ${i.message}`)
+    .join('; ');
+  throw new ApiError(400, 'invalid_request', message);
+}
+
+/** The :id path parameter, a job id (400 otherwise). */
+export function jobIdParam(c: Context): string {
+  const id = c.req.param('id') ?? '';
+  if (!isJobId(id)) throw new ApiError(400, 'invalid_id', `job id ${JSON.stringify(id.slice(0, 40))} is not a positive integer`);
+  return id;
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  return path.reduce<string>((s, p) => (typeof p === 'number' ? `${s}[${p}]` : s ? `${s}.${String(p)}` : String(p)), '');
+}
+
+/**
+ * The first thing in a parsed body that PostgreSQL cannot store or that validation must not
+ * walk: a string or key holding U+0000 (jsonb and text refuse it), a lone UTF-16 surrogate (not
+ * Unicode; jsonb refuses it), or nesting past MAX_JSON_DEPTH. Iterative, so any depth is safe.
+ */
+function findUnstorable(root: unknown): string | null {
+  const stack: [value: unknown, path: string, depth: number][] = [[root, '', 0]];
+  const where = (path: string) => path || '(body)';
+  const badString = (text: string, path: string) =>
+    text.includes('\u0000')
+      ? `${where(path)}: contains the NUL character (\\u0000), which PostgreSQL cannot store`
+      : !text.isWellFormed()
+        ? `${where(path)}: contains a lone UTF-16 surrogate (such as \\ud800), which is not valid Unicode and PostgreSQL cannot store`
+        : null;
+  while (stack.length > 0) {
+    const [value, path, depth] = stack.pop()!;
+    if (typeof value === 'string') {
+      const problem = badString(value, path);
+      if (problem) return problem;
+    } else if (value !== null && typeof value === 'object') {
+      if (depth >= MAX_JSON_DEPTH) return `${where(path)}: nested deeper than ${MAX_JSON_DEPTH} levels`;
+      // Pushed in reverse so that the first problem in document order is the one reported.
+      if (Array.isArray(value)) {
+        for (let i = value.length - 1; i >= 0; i--) stack.push([value[i], `${path}[${i}]`, depth + 1]);
+      } else {
+        const entries = Object.entries(value);
+        for (let i = entries.length - 1; i >= 0; i--) {
+          const [key, child] = entries[i]!;
+          const childPath = path ? `${path}.${key}` : key;
+          const problem = badString(key, childPath);
+          if (problem) return problem;
+          stack.push([child, childPath, depth + 1]);
+        }
+      }
+    }
+  }
+  return null;
+}
+

@@ -1,0 +1,25 @@
+// For machines watching the queue: GET /healthz (no token) and GET /metrics (Prometheus text; the
+// API token, a read token, or the metrics-only token).
+import type { Hono } from 'hono';
+import { countTotals, ping, stats } from '../../queries/index.ts';
+import { access } from '../auth.ts';
+import type { AppEnv } from '../context.ts';
+import { PROMETHEUS_CONTENT_TYPE, renderMetrics } from '../metrics.ts';
+import { describe } from '../openapi.ts';
+
+export function monitoringRoutes(app: Hono<AppEnv>): void {
+  app.get('/healthz', describe.health, access('open'), async (c) => {
+    try {
+      await c.var.api.withDb((db) => ping(db));
+      return c.json({ ok: true });
+    } catch (error) {
+      c.var.api.onError?.(error, 'healthz');
+      return c.json({ ok: false, error: { code: 'database_unavailable', message: 'the database does not answer' } }, 503);
+    }
+  });
+
+  app.get('/metrics', describe.metrics, access({ scope: 'read', metricsToken: true }), async (c) => {
+    const [queue, totals] = await c.var.api.withDb((db) => Promise.all([stats(db), countTotals(db)]));
+    return c.body(renderMetrics(queue, totals, c.var.api.registry.kinds()), 200, { 'Content-Type': PROMETHEUS_CONTENT_TYPE, 'Cache-Control': 'no-store' });
+  });
+}

@@ -1,0 +1,29 @@
+// The fence every settlement passes through: a statement touches a job only while it is still
+// running under the lock token its claim wrote into locked_by. A drainer whose lock was reaped (and
+// whose job another drainer may hold now) can neither complete, fail, release nor renew it.
+//
+//   UPDATE pgdrain.jobs j SET … FROM ${heldRows(held)} WHERE ${FENCED}
+import { type SQL, sql } from 'drizzle-orm';
+
+/** A job as its drainer holds it: the id and the lock token of its claim. */
+export interface HeldJob {
+  id: string;
+  lockedBy: string;
+}
+
+/** More per-job values to carry next to (id, token), as arrays of one PostgreSQL type. */
+export type HeldColumns = Record<string, { type: string; values: readonly unknown[] }>;
+
+/** `unnest(ids, tokens, …) AS h(id, token, …)`: the held jobs as rows, aliased `h`. */
+export function heldRows(held: readonly HeldJob[], extra: HeldColumns = {}): SQL {
+  const columns: [string, string, readonly unknown[]][] = [
+    ['id', 'bigint', held.map((h) => h.id)],
+    ['token', 'text', held.map((h) => h.lockedBy)],
+    ...Object.entries(extra).map(([name, c]): [string, string, readonly unknown[]] => [name, c.type, c.values]),
+  ];
+  const arrays = sql.join(columns.map(([, type, values]) => sql`${sql.param(values)}::${sql.raw(type)}[]`), sql`, `);
+  return sql`unnest(${arrays}) AS h(${sql.raw(columns.map(([name]) => name).join(', '))})`;
+}
+
+/** The job `j` is the held row `h`, still running under its token. */
+export const FENCED = sql`j.id = h.id AND j.locked_by = h.token AND j.status = 'running'`;

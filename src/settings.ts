@@ -1,0 +1,151 @@
+// Every setting of pgdrain in one place: the environment variable that sets it, its bounds, its
+// default and which runtimes read it. The sidecar reads them from its environment (a bad value
+// stops the start with a message naming the variable), the Worker from its bindings (a bad value
+// makes the API answer 503 naming the variable, and a cron invocation fail with the same message),
+// the CLI from its environment. The README's configuration table is checked against this list by
+// test/settings.test.ts, so the two cannot drift.
+import { z } from 'zod';
+import { DRAIN_PROFILES } from './drain/profiles.ts';
+import { parseScopedTokens } from './http/auth.ts';
+
+export type Runtime = 'sidecar' | 'worker';
+
+interface Setting<T> {
+  /** The environment variable (on the Worker: the var or secret of that name). */
+  env: string;
+  runtimes: readonly Runtime[];
+  /** Parses the variable's text; a refusal's message says what is allowed. */
+  parse: z.ZodType<T, string> | { [R in Runtime]?: z.ZodType<T, string> };
+  /** Used when the variable is unset or empty. */
+  default?: T | { [R in Runtime]?: T };
+  /** How the README states the default, where it is not a plain value. */
+  documentedDefault?: string;
+}
+
+const int = (min: number, max: number) => z.coerce.number<string>().int('must be a whole number').min(min, `must be at least ${min}`).max(max, `must be at most ${max}`);
+const token = z.string().min(16, 'use at least 16 characters');
+const bool = z.enum(['true', 'false'], 'must be true or false').transform((v) => v === 'true');
+const list = z.string().transform((v) => v.split(',').map((k) => k.trim()).filter(Boolean));
+const scopedTokens = z.string().transform((value, ctx) => {
+  try {
+    return parseScopedTokens(value);
+  } catch (error) {
+    ctx.addIssue({ code: 'custom', message: (error as Error).message.replace(/^API_TOKENS /, '') });
+    return z.NEVER;
+  }
+});
+
+const setting = <T>(s: Setting<T>) => s;
+const both = ['sidecar', 'worker'] as const;
+const sidecarOnly = ['sidecar'] as const;
+const workerOnly = ['worker'] as const;
+
+/** Concurrency on the Worker: an invocation may hold 6 connections and the database takes one. */
+export const WORKER_MAX_CONCURRENCY = 5;
+
+export const SETTINGS = {
+  databaseUrl: setting({
+    env: 'DATABASE_URL', runtimes: both, documentedDefault: 'embedded PostgreSQL (sidecar)',
+    parse: z.string().regex(/^postgres(ql)?:\/\//, 'must start with postgres:// or postgresql://'),
+  }),
+  dataDir: setting({ env: 'PGDRAIN_DATA_DIR', runtimes: sidecarOnly, parse: z.string(), default: '.pgdrain', documentedDefault: './.pgdrain' }),
+  port: setting({ env: 'PORT', runtimes: sidecarOnly, parse: int(0, 65535), default: 8080 }),
+  host: setting({ env: 'HOST', runtimes: sidecarOnly, parse: z.string(), default: '127.0.0.1' }),
+  apiToken: setting({ env: 'API_TOKEN', runtimes: both, parse: token, documentedDefault: 'generated (sidecar)' }),
+  metricsToken: setting({ env: 'METRICS_TOKEN', runtimes: both, parse: token }),
+  scopedTokens: setting({ env: 'API_TOKENS', runtimes: both, parse: scopedTokens, default: [] }),
+  oldestReadyWarnSeconds: setting({ env: 'OLDEST_READY_WARN_SECONDS', runtimes: both, parse: int(1, 604_800), default: 60 }),
+  recordCounts: setting({ env: 'RECORD_COUNTS', runtimes: both, parse: bool, default: true }),
+  batchSize: setting({
+    env: 'BATCH_SIZE', runtimes: both, parse: int(1, 1000),
+    default: { sidecar: DRAIN_PROFILES.near.batchSize, worker: DRAIN_PROFILES.far.batchSize },
+  }),
+  maxBatchSize: setting({ env: 'MAX_BATCH_SIZE', runtimes: workerOnly, parse: int(1, 10_000), default: DRAIN_PROFILES.far.maxBatchSize }),
+  concurrency: setting({
+    env: 'CONCURRENCY', runtimes: both,
+    parse: { sidecar: int(1, 10_000), worker: int(1, WORKER_MAX_CONCURRENCY) },
+    default: { sidecar: DRAIN_PROFILES.near.concurrency, worker: DRAIN_PROFILES.far.concurrency },
+  }),
+  kinds: setting({ env: 'KINDS', runtimes: both, parse: list, documentedDefault: 'every registered kind' }),
+  pollIntervalMs: setting({ env: 'POLL_INTERVAL_MS', runtimes: sidecarOnly, parse: int(10, 3_600_000), default: 1000 }),
+  reapIntervalMs: setting({ env: 'REAP_INTERVAL_MS', runtimes: sidecarOnly, parse: int(100, 86_400_000), default: 15_000 }),
+  visibilityTimeoutSeconds: setting({ env: 'VISIBILITY_TIMEOUT_SECONDS', runtimes: both, parse: int(1, 604_800), default: 30 }),
+  shutdownGraceMs: setting({ env: 'SHUTDOWN_GRACE_MS', runtimes: sidecarOnly, parse: int(0, 3_600_000), default: 10_000 }),
+  poolSize: setting({ env: 'PG_POOL_MAX', runtimes: sidecarOnly, parse: int(2, 1000), default: 10 }),
+  maxBodyBytes: setting({ env: 'MAX_BODY_BYTES', runtimes: both, parse: int(1024, 100 * 1024 * 1024), default: 1024 * 1024 }),
+  webhookAllowedHosts: setting({ env: 'WEBHOOK_ALLOWED_HOSTS', runtimes: both, parse: z.string(), default: '', documentedDefault: 'empty' }),
+  logLevel: setting({
+    env: 'LOG_LEVEL', runtimes: sidecarOnly, default: 'info',
+    parse: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'must be fatal, error, warn, info, debug, trace or silent'),
+  }),
+  logFormat: setting({ env: 'LOG_FORMAT', runtimes: sidecarOnly, parse: z.enum(['json', 'pretty'], 'must be json or pretty'), documentedDefault: 'by terminal' }),
+  drainBudgetMs: setting({ env: 'DRAIN_BUDGET_MS', runtimes: workerOnly, parse: int(1000, 900_000), documentedDefault: "until 1 s before the cron's next tick" }),
+} satisfies Record<string, Setting<any>>;
+
+type Specs = typeof SETTINGS;
+type ValueOf<S> = S extends Setting<infer T> ? T : never;
+export type SettingName = keyof Specs;
+/** Every setting, parsed; undefined where unset with no default, or not read by the runtime. */
+export type Settings = { [K in SettingName]: ValueOf<Specs[K]> | undefined };
+
+/** One or more settings are unusable; `problems` names each variable and what is allowed. */
+export class SettingsError extends Error {
+  override name = 'SettingsError';
+  readonly problems: readonly { env: string; message: string }[];
+  constructor(problems: { env: string; message: string }[]) {
+    super(`invalid settings: ${problems.map((p) => `${p.env}: ${p.message}`).join('; ')}`);
+    this.problems = problems;
+  }
+}
+
+const forRuntime = <T>(value: T | { [R in Runtime]?: T } | undefined, runtime: Runtime, isPerRuntime: (v: unknown) => boolean): T | undefined =>
+  value !== undefined && isPerRuntime(value) ? (value as { [R in Runtime]?: T })[runtime] : (value as T | undefined);
+
+const isZod = (v: unknown) => v instanceof z.ZodType;
+const hasRuntimeKeys = (v: unknown) => typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).every((k) => k === 'sidecar' || k === 'worker');
+
+/** The settings `runtime` reads, from `env` (an empty variable counts as unset, as in `VAR= cmd`). */
+export function readSettings(env: Record<string, unknown>, runtime: Runtime): Settings {
+  const out: Partial<Record<SettingName, unknown>> = {};
+  const problems: { env: string; message: string }[] = [];
+  for (const [name, spec] of Object.entries(SETTINGS) as [SettingName, Setting<unknown>][]) {
+    if (!spec.runtimes.includes(runtime)) continue;
+    const raw = env[spec.env];
+    if (raw === undefined || raw === '') {
+      out[name] = forRuntime(spec.default, runtime, hasRuntimeKeys);
+      continue;
+    }
+    if (typeof raw !== 'string') {
+      problems.push({ env: spec.env, message: 'must be text' });
+      continue;
+    }
+    const parser = isZod(spec.parse) ? (spec.parse as z.ZodType) : (spec.parse as Record<Runtime, z.ZodType>)[runtime];
+    const parsed = parser.safeParse(raw);
+    if (parsed.success) out[name] = parsed.data;
+    else problems.push({ env: spec.env, message: parsed.error.issues.map((i) => i.message).join(', ') });
+  }
+  if (problems.length > 0) throw new SettingsError(problems);
+  return out as Settings;
+}
+
+/** A setting's default for `runtime`; throws for a setting that has none there. */
+export function defaultFor<K extends SettingName>(name: K, runtime: Runtime): NonNullable<ValueOf<Specs[K]>> {
+  const spec = SETTINGS[name] as Setting<unknown>;
+  const value = forRuntime(spec.default, runtime, hasRuntimeKeys);
+  if (value === undefined || value === null) throw new Error(`${spec.env} has no default on the ${runtime}`);
+  return value as NonNullable<ValueOf<Specs[K]>>;
+}
+
+/** The variables `runtime` reads, in the order of SETTINGS. */
+export const settingVariables = (runtime: Runtime): string[] =>
+  Object.values(SETTINGS as Record<string, Setting<unknown>>).filter((s) => s.runtimes.includes(runtime)).map((s) => s.env);
+
+/** How the README shows a setting's default for `runtime`. */
+export function documentedDefault(name: SettingName, runtime: Runtime): string {
+  const spec = SETTINGS[name] as Setting<unknown>;
+  if (spec.documentedDefault !== undefined) return spec.documentedDefault;
+  const value = forRuntime(spec.default, runtime, hasRuntimeKeys);
+  if (value === undefined) return 'unset';
+  if (Array.isArray(value)) return value.length === 0 ? 'unset' : JSON.stringify(value);
+  return String(value);
+}

@@ -1,0 +1,92 @@
+// The sidecar's database: the one DATABASE_URL names, or an embedded PostgreSQL 18 with its data in
+// the data folder; migrated before anything else runs. Also the API token, generated and kept in
+// the data folder when none is set.
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import pg from 'pg';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import type { Logger } from 'pino';
+import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
+import { startEmbeddedPostgres } from '../db/embedded.ts';
+import { migrateDatabase } from '../db/migrate.ts';
+import { redactUrl, safeErrorMessage } from '../db/url.ts';
+import type { Db } from '../queries/index.ts';
+import type { Incidents } from './incidents.ts';
+
+export interface SidecarDatabase {
+  /** With its password: never log it. */
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** DATABASE_URL, or an embedded server in `dataDir`; migrations applied either way. */
+export async function openDatabase(
+  options: { databaseUrl?: string; dataDir: string; embeddedSettings?: Record<string, string | number> },
+  log: Logger,
+): Promise<SidecarDatabase> {
+  let url = options.databaseUrl;
+  let stop = async () => {};
+  if (!url) {
+    await ensureDataDir(options.dataDir);
+    const embedded = await startEmbeddedPostgres({
+      dataDir: path.join(options.dataDir, 'postgres'),
+      password: await readOrCreateSecret(path.join(options.dataDir, 'postgres-password')),
+      settings: options.embeddedSettings,
+      onLog: (line) => log.debug({ postgres: line.trim() }, 'embedded postgres'),
+    });
+    url = embedded.url;
+    stop = () => embedded.stop();
+    log.info({ database: redactUrl(url), dataDir: options.dataDir }, 'embedded PostgreSQL started');
+  }
+  try {
+    await migrateDatabase(url);
+  } catch (error) {
+    await stop();
+    throw new Error(`migrations failed on ${redactUrl(url)}: ${safeErrorMessage(error)}`);
+  }
+  return { url, stop };
+}
+
+/** The API token: the one given, or one generated once and kept in the data folder. */
+export async function resolveApiToken(given: string | undefined, dataDir: string, log: Logger): Promise<{ token: string; generatedIn: string | null }> {
+  if (given) return { token: given, generatedIn: null };
+  await ensureDataDir(dataDir);
+  const file = path.join(dataDir, 'api-token');
+  const existed = existsSync(file);
+  const token = await readOrCreateSecret(file);
+  log.info({ tokenFile: file }, existed ? 'API token read from the data folder' : 'API token generated and saved; it is printed once below');
+  return { token, generatedIn: existed ? null : file };
+}
+
+export interface SidecarPools {
+  /** The API's and schedules' connections: fully durable commits. */
+  db: Db;
+  /** The drainer's and reaper's connections (see createDrainPool). */
+  drainDb: Db;
+  stop(): Promise<void>;
+}
+
+/**
+ * The drainer's own connections commit asynchronously: a claim, completion or failure lost in a
+ * server crash only means that job runs again (delivery is at-least-once anyway), while waiting for
+ * the WAL flush on every batch costs a large share of drain throughput. Everything that enqueues —
+ * the API, recurring schedules, your own transactions — uses the other pool and stays durable.
+ */
+export function openPools(url: string, apiPoolSize: number, incidents: Incidents): SidecarPools {
+  const pool = new pg.Pool({ connectionString: url, max: apiPoolSize, application_name: 'pgdrain' });
+  const drainPool = createDrainPool(url);
+  // An idle client lost (a server restart): the pool replaces it.
+  for (const p of [pool, drainPool]) p.on('error', (error) => incidents.start('pool', error));
+  return {
+    db: drizzle({ client: pool }) as unknown as Db,
+    drainDb: drizzle({ client: drainPool }) as unknown as Db,
+    stop: async () => {
+      await Promise.all([pool.end().catch(() => {}), drainPool.end().catch(() => {})]);
+    },
+  };
+}
+
+/** The drainer's pool: asynchronous commit; the claim, the completion flush, failures, renewals, the reaper. */
+export function createDrainPool(url: string): pg.Pool {
+  return new pg.Pool({ connectionString: url, max: 4, application_name: 'pgdrain-drain', options: '-c synchronous_commit=off' });
+}

@@ -1,0 +1,59 @@
+// The sidecar's maintenance on a timer: returns jobs whose lock expired (their drainer died or hung)
+// and folds old per-minute counts into the totals. runOnce() is one round; start() runs one at once
+// (a previous process may have died holding locks) and then every `intervalMs`.
+import type { Logger } from 'pino';
+import { type Db, reap, rollUpCounts } from '../queries/index.ts';
+import type { Incidents } from './incidents.ts';
+
+export interface ReaperOptions {
+  intervalMs: number;
+  /** The visibility timeout applied to jobs without one of their own. */
+  visibilityTimeoutSeconds: number;
+  /** Jobs went back to pending: there is work. */
+  onReaped: () => void;
+}
+
+export class Reaper {
+  readonly #db: Db;
+  readonly #options: ReaperOptions;
+  readonly #log: Logger;
+  readonly #incidents: Incidents;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #round: Promise<void> = Promise.resolve();
+
+  constructor(db: Db, options: ReaperOptions, log: Logger, incidents: Incidents) {
+    this.#db = db;
+    this.#options = options;
+    this.#log = log;
+    this.#incidents = incidents;
+  }
+
+  async start(): Promise<this> {
+    await this.runOnce();
+    this.#timer = setInterval(() => void this.runOnce(), this.#options.intervalMs);
+    return this;
+  }
+
+  /** One round; never rejects (a database error is an incident, retried at the next round). */
+  runOnce(): Promise<void> {
+    this.#round = this.#round.then(async () => {
+      try {
+        const result = await reap(this.#db, this.#options.visibilityTimeoutSeconds);
+        await rollUpCounts(this.#db);
+        this.#incidents.end('reaper');
+        const total = result.reclaimed.length + result.dead.length;
+        if (total === 0) return;
+        this.#log.warn({ reclaimed: result.reclaimed.length, dead: result.dead.length }, `reaped ${total} jobs whose lock had expired`);
+        this.#options.onReaped();
+      } catch (error) {
+        this.#incidents.start('reaper', error);
+      }
+    });
+    return this.#round;
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.#round;
+  }
+}

@@ -19,10 +19,10 @@ interface Setting<T> {
   /** Used when the variable is unset or empty. */
   default?: T | { [R in Runtime]?: T };
   /** How the README states the default, where it is not a plain value. */
-  documentedDefault?: string;
+  documentedDefault?: string | { [R in Runtime]?: string };
 }
 
-const int = (min: number, max: number) => z.coerce.number<string>().int('must be a whole number').min(min, `must be at least ${min}`).max(max, `must be at most ${max}`);
+const int = (min: number, max: number) => z.coerce.number<string>({ error: 'must be a whole number' }).int('must be a whole number').min(min, `must be at least ${min}`).max(max, `must be at most ${max}`);
 const token = z.string().min(16, 'use at least 16 characters');
 const bool = z.enum(['true', 'false'], 'must be true or false').transform((v) => v === 'true');
 const list = z.string().transform((v) => v.split(',').map((k) => k.trim()).filter(Boolean));
@@ -45,13 +45,13 @@ export const WORKER_MAX_CONCURRENCY = 5;
 
 export const SETTINGS = {
   databaseUrl: setting({
-    env: 'DATABASE_URL', runtimes: both, documentedDefault: 'embedded PostgreSQL (sidecar)',
+    env: 'DATABASE_URL', runtimes: both, documentedDefault: { sidecar: 'embedded PostgreSQL' },
     parse: z.string().regex(/^postgres(ql)?:\/\//, 'must start with postgres:// or postgresql://'),
   }),
   dataDir: setting({ env: 'PGDRAIN_DATA_DIR', runtimes: sidecarOnly, parse: z.string(), default: '.pgdrain', documentedDefault: './.pgdrain' }),
   port: setting({ env: 'PORT', runtimes: sidecarOnly, parse: int(0, 65535), default: 8080 }),
   host: setting({ env: 'HOST', runtimes: sidecarOnly, parse: z.string(), default: '127.0.0.1' }),
-  apiToken: setting({ env: 'API_TOKEN', runtimes: both, parse: token, documentedDefault: 'generated (sidecar)' }),
+  apiToken: setting({ env: 'API_TOKEN', runtimes: both, parse: token, documentedDefault: { sidecar: 'generated' } }),
   metricsToken: setting({ env: 'METRICS_TOKEN', runtimes: both, parse: token }),
   scopedTokens: setting({ env: 'API_TOKENS', runtimes: both, parse: scopedTokens, default: [] }),
   oldestReadyWarnSeconds: setting({ env: 'OLDEST_READY_WARN_SECONDS', runtimes: both, parse: int(1, 604_800), default: 60 }),
@@ -143,7 +143,8 @@ export const settingVariables = (runtime: Runtime): string[] =>
 /** How the README shows a setting's default for `runtime`. */
 export function documentedDefault(name: SettingName, runtime: Runtime): string {
   const spec = SETTINGS[name] as Setting<unknown>;
-  if (spec.documentedDefault !== undefined) return spec.documentedDefault;
+  const documented = typeof spec.documentedDefault === 'object' ? spec.documentedDefault[runtime] : spec.documentedDefault;
+  if (documented !== undefined) return documented;
   const value = forRuntime(spec.default, runtime, hasRuntimeKeys);
   if (value === undefined) return 'unset';
   if (Array.isArray(value)) return value.length === 0 ? 'unset' : JSON.stringify(value);

@@ -27,8 +27,18 @@ export async function migrateDatabase(databaseUrl: string): Promise<void> {
       migrationsFolder: migrationsFolder(),
       migrationsSchema: PGDRAIN_SCHEMA,
       migrationsTable: MIGRATIONS_TABLE,
+    }).catch((error: unknown) => {
+      throw new Error(describeMigrationError(error), { cause: error });
     });
   } finally {
     await client.end();
   }
+}
+
+/** The database's own message first (drizzle's starts with the whole statement), then where. */
+function describeMigrationError(error: unknown): string {
+  const { cause, query } = error as { cause?: { message?: string }; query?: string };
+  if (!cause?.message) return String((error as Error)?.message ?? error);
+  const statement = query?.trim().split('\n')[0];
+  return statement ? `${cause.message} (in the migration statement ${JSON.stringify(statement.slice(0, 120))})` : cause.message;
 }

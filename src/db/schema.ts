@@ -74,7 +74,8 @@ export type JobRow = typeof jobs.$inferSelect;
 // minute, added to by the statement that settles a batch (never once per job), in the same
 // statement, so a count can neither drift from the rows nor outlive a settlement lost in a crash. `failed` counts
 // failed attempts (a retry or a death, including an attempt the reaper timed out); `dead` counts
-// jobs that became dead. Rows older than a day are folded into job_totals by the reaper.
+// jobs that became dead. Rows older than a day are folded into job_totals by rollUpCounts() (the
+// sidecar's reaper round, every Worker cron invocation).
 const counter = (name: string) => bigint(name, { mode: 'number' }).notNull().default(0);
 
 export const jobCounts = pgdrainSchema.table(

@@ -8,7 +8,7 @@
 //                                    expiry, loss (the handler's signal is aborted)
 //   Settler      (settler.ts)        completions, failures and releases, batched into statements
 //
-// The loop itself owns the jobs claimed but not started (`waiting`, oldest first) and the running
+// The loop itself (DrainRun.run) owns the jobs claimed but not started (`waiting`, oldest first) and the running
 // handlers (at most `concurrency`). Each turn it is in one of these states:
 //
 //   running    free slots take waiting jobs
@@ -28,7 +28,7 @@ import type { JobRegistry } from '../jobs/registry.ts';
 import type { ClaimedJob, Db } from '../queries/index.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { DEFAULT_VISIBILITY_SECONDS, LeaseKeeper } from './lease-keeper.ts';
-import { DRAIN_PROFILES, type Placement } from './profiles.ts';
+import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
 import { runHandler } from './run-handler.ts';
 import { type SettledCounts, Settler } from './settler.ts';
 
@@ -76,108 +76,133 @@ export interface DrainReport extends SettledCounts {
 
 let claimSequence = 0;
 
-export async function drain(db: Db, registry: JobRegistry, options: DrainOptions): Promise<DrainReport> {
-  const started = Date.now();
-  const profile = DRAIN_PROFILES[options.placement ?? 'near'];
-  const batchSize = Math.max(1, options.batchSize ?? profile.batchSize);
-  const concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
-  const budget = budgetClock(started, options.budgetMs, options.signal);
-  const planner = new ClaimPlanner(registry, {
-    kinds: options.kinds ?? registry.kinds(),
-    batchSize,
-    maxBatchSize: Math.max(batchSize, options.maxBatchSize ?? profile.maxBatchSize ?? batchSize),
-    concurrency,
-    prefetch: Math.max(0, options.prefetch ?? batchSize),
-  });
-  const settler = new Settler(db, { recordCounts: options.recordCounts !== false, settleWithClaim: profile.settleWithClaim, onError: options.onSettleError });
-  const waiting: ClaimedJob[] = [];
-  const running = new Set<Promise<void>>();
-  const wakeup = new Wakeup();
-  let claimed = 0;
-  let lostUnstarted = 0;
-  let claimError: unknown;
-  let stoppedBy: DrainReport['stoppedBy'] = 'empty';
-  const leases = new LeaseKeeper(db, {
-    visibilityTimeoutSeconds: options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS,
-    onLostUnstarted: (job) => {
-      const at = waiting.indexOf(job);
-      if (at < 0) return;
-      waiting.splice(at, 1); // whoever holds it now runs it
-      planner.letGo(job.kind);
-      lostUnstarted++;
-    },
-  });
-  settler.onSettled = () => wakeup.wake();
+export function drain(db: Db, registry: JobRegistry, options: DrainOptions): Promise<DrainReport> {
+  return new DrainRun(db, registry, options).run();
+}
 
-  const start = (job: ClaimedJob): void => {
+/** One drain call: the loop of the header comment and the state it owns. */
+class DrainRun {
+  readonly #started = Date.now();
+  readonly #registry: JobRegistry;
+  readonly #options: DrainOptions;
+  readonly #concurrency: number;
+  readonly #budget: ReturnType<typeof budgetClock>;
+  readonly #planner: ClaimPlanner;
+  readonly #settler: Settler;
+  readonly #leases: LeaseKeeper;
+  /** Claimed, not started, oldest first. */
+  readonly #waiting: ClaimedJob[] = [];
+  readonly #running = new Set<Promise<void>>();
+  readonly #wakeup = new Wakeup();
+  #claimed = 0;
+  #lostUnstarted = 0;
+  #claimError: unknown;
+  #stoppedBy: DrainReport['stoppedBy'] = 'empty';
+
+  constructor(db: Db, registry: JobRegistry, options: DrainOptions) {
+    const profile: DrainProfile = DRAIN_PROFILES[options.placement ?? 'near'];
+    const batchSize = Math.max(1, options.batchSize ?? profile.batchSize);
+    this.#registry = registry;
+    this.#options = options;
+    this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
+    this.#budget = budgetClock(this.#started, options.budgetMs, options.signal);
+    this.#planner = new ClaimPlanner(registry, {
+      kinds: options.kinds ?? registry.kinds(),
+      batchSize,
+      maxBatchSize: Math.max(batchSize, options.maxBatchSize ?? profile.maxBatchSize ?? batchSize),
+      concurrency: this.#concurrency,
+      prefetch: Math.max(0, options.prefetch ?? batchSize),
+    });
+    this.#settler = new Settler(db, { recordCounts: options.recordCounts !== false, settleWithClaim: profile.settleWithClaim, onError: options.onSettleError });
+    this.#settler.onSettled = () => this.#wakeup.wake();
+    this.#leases = new LeaseKeeper(db, {
+      visibilityTimeoutSeconds: options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS,
+      onLostUnstarted: (job) => this.#forgetUnstarted(job),
+    });
+  }
+
+  async run(): Promise<DrainReport> {
+    for (;;) {
+      const stop = this.#budget.stopReason();
+      if (stop) this.#stoppedBy = stop;
+      const stopping = stop !== null || this.#claimError !== undefined;
+      if (!stopping) while (this.#waiting.length > 0 && this.#running.size < this.#concurrency) this.#start(this.#waiting.shift()!);
+      const plan = stopping ? null : this.#planner.next(this.#waiting.length + this.#running.size);
+      if (plan) {
+        this.#sendClaim(plan);
+        continue; // maybe another claim fits
+      }
+      if (stopping) this.#releaseWaiting();
+      const idle = this.#planner.inFlight === 0 && this.#running.size === 0 && this.#waiting.length === 0;
+      if (idle && (stopping || this.#planner.exhausted)) break;
+      await this.#wakeup.wait(stopping ? Infinity : this.#budget.claimDeadline, this.#options.signal);
+    }
+    this.#leases.stop();
+    await this.#settler.finish();
+    if (this.#claimError !== undefined) throw this.#claimError;
+    const counts = this.#settler.counts;
+    return { claimed: this.#claimed, ...counts, lost: counts.lost + this.#lostUnstarted, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy };
+  }
+
+  #start(job: ClaimedJob): void {
     const startedAt = performance.now();
-    const task = runHandler(registry, job, budget.handlerDeadline, (giveUp) => leases.attach(job.id, giveUp)).then(
+    const task = runHandler(this.#registry, job, this.#budget.handlerDeadline, (giveUp) => this.#leases.attach(job.id, giveUp)).then(
       () => {
-        planner.handlerTook(performance.now() - startedAt);
-        leases.drop(job.id);
-        settler.complete(job);
+        this.#planner.handlerTook(performance.now() - startedAt);
+        this.#leases.drop(job.id);
+        this.#settler.complete(job);
       },
       (error: unknown) => {
-        leases.drop(job.id);
-        settler.fail(job, error, registry.get(job.kind)?.backoff);
+        this.#leases.drop(job.id);
+        this.#settler.fail(job, error, this.#registry.get(job.kind)?.backoff);
       },
     );
     const tracked = task.finally(() => {
-      running.delete(tracked);
-      planner.letGo(job.kind);
-      wakeup.wake();
+      this.#running.delete(tracked);
+      this.#planner.letGo(job.kind);
+      this.#wakeup.wake();
     });
-    running.add(tracked);
-  };
-
-  const sendClaim = (plan: PlannedClaim): void => {
-    const lockToken = `${options.workerId}:${++claimSequence}`;
-    const sentAt = Date.now(); // the lock's time is the claim's, at the latest
-    settler
-      .claim({ batchSize: plan.size, lockToken, kinds: plan.kinds, ids: options.ids })
-      .then(
-        (jobs) => {
-          planner.settled(plan, jobs, Date.now() - sentAt);
-          claimed += jobs.length;
-          leases.hold(jobs, sentAt);
-          waiting.push(...jobs);
-        },
-        (error: unknown) => {
-          planner.settled(plan, null, 0);
-          claimError ??= error;
-        },
-      )
-      .finally(() => wakeup.wake());
-  };
-
-  for (;;) {
-    const stop = budget.stopReason();
-    if (stop) stoppedBy = stop;
-    const stopping = stop !== null || claimError !== undefined;
-    if (!stopping) while (waiting.length > 0 && running.size < concurrency) start(waiting.shift()!);
-    const plan = stopping ? null : planner.next(waiting.length + running.size);
-    if (plan) {
-      sendClaim(plan);
-      continue; // maybe another claim fits
-    }
-    if (stopping && waiting.length > 0) {
-      const unstarted = waiting.splice(0);
-      for (const job of unstarted) {
-        planner.letGo(job.kind);
-        leases.drop(job.id);
-      }
-      settler.release(unstarted);
-    }
-    const idle = planner.inFlight === 0 && running.size === 0 && waiting.length === 0;
-    if (idle && (stopping || planner.exhausted)) break;
-    await wakeup.wait(stopping ? Infinity : budget.claimDeadline, options.signal);
+    this.#running.add(tracked);
   }
 
-  leases.stop();
-  await settler.finish();
-  if (claimError !== undefined) throw claimError;
-  const counts = settler.counts;
-  return { claimed, ...counts, lost: counts.lost + lostUnstarted, elapsedMs: Date.now() - started, stoppedBy };
+  #sendClaim(plan: PlannedClaim): void {
+    const lockToken = `${this.#options.workerId}:${++claimSequence}`;
+    const sentAt = Date.now(); // the lock's time is the claim's, at the latest
+    this.#settler
+      .claim({ batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids })
+      .then(
+        (jobs) => {
+          this.#planner.settled(plan, jobs, Date.now() - sentAt);
+          this.#claimed += jobs.length;
+          this.#leases.hold(jobs, sentAt);
+          this.#waiting.push(...jobs);
+        },
+        (error: unknown) => {
+          this.#planner.settled(plan, null, 0);
+          this.#claimError ??= error;
+        },
+      )
+      .finally(() => this.#wakeup.wake());
+  }
+
+  /** Stopping: jobs claimed but not started go back, their attempt refunded. */
+  #releaseWaiting(): void {
+    const unstarted = this.#waiting.splice(0);
+    for (const job of unstarted) {
+      this.#planner.letGo(job.kind);
+      this.#leases.drop(job.id);
+    }
+    this.#settler.release(unstarted);
+  }
+
+  /** Its lease was lost before it started: whoever holds it now runs it. */
+  #forgetUnstarted(job: ClaimedJob): void {
+    const at = this.#waiting.indexOf(job);
+    if (at < 0) return;
+    this.#waiting.splice(at, 1);
+    this.#planner.letGo(job.kind);
+    this.#lostUnstarted++;
+  }
 }
 
 /**

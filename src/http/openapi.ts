@@ -57,7 +57,25 @@ function parameters(where: 'query' | 'path', schema: z.ZodObject) {
 
 const OPEN = { security: [] as Record<string, string[]>[] };
 
-/** One `describe` middleware per route of src/http/app.ts; a route without one fails the tests. */
+/** A route behind a token: its scope in the description, its input, and the errors every such
+ * route can answer (401, 403, 503) next to its own. */
+function guarded(
+  tag: string,
+  scope: 'enqueue' | 'read' | 'admin',
+  summary: string,
+  spec: { note?: string; path?: z.ZodObject; query?: z.ZodObject; body?: { schema: z.ZodType; required: boolean }; ok: Responses; errors?: ErrorStatus[] },
+) {
+  return describeRoute({
+    tags: [tag],
+    summary,
+    description: `Scope: ${scope}.${spec.note ? ` ${spec.note}` : ''}`,
+    parameters: [...(spec.path ? parameters('path', spec.path) : []), ...(spec.query ? parameters('query', spec.query) : [])],
+    ...(spec.body ? { requestBody: { required: spec.body.required, content: json(spec.body.schema) } } : {}),
+    responses: { ...spec.ok, ...errors(...(spec.errors ?? []), ...AUTH_ERRORS) },
+  });
+}
+
+/** One `describe` middleware per route of src/http/routes/; a route without one fails the tests. */
 export const describe = {
   health: describeRoute({
     tags: ['health'], summary: 'Is the database reachable?', ...OPEN,
@@ -71,77 +89,47 @@ export const describe = {
   dashboardPage: describeRoute({ tags: ['dashboard'], summary: 'The dashboard page (asks for a token in the browser)', ...OPEN, responses: body('text/html', 'An HTML page.') }),
   dashboardScript: describeRoute({ tags: ['dashboard'], summary: "The dashboard's script", ...OPEN, responses: body('text/javascript', 'JavaScript.') }),
   dashboardStyle: describeRoute({ tags: ['dashboard'], summary: "The dashboard's stylesheet", ...OPEN, responses: body('text/css', 'CSS.') }),
-  metrics: describeRoute({
-    tags: ['monitoring'], summary: 'Prometheus metrics (the API token, a read token, or METRICS_TOKEN)',
-    responses: { ...body('text/plain', 'Prometheus text format 0.0.4.'), ...errors(...AUTH_ERRORS) },
+  metrics: guarded('monitoring', 'read', 'Prometheus metrics (the API token, a read token, or METRICS_TOKEN)', { ok: body('text/plain', 'Prometheus text format 0.0.4.') }),
+  enqueue: guarded('jobs', 'enqueue', 'Enqueue a job', {
+    body: { schema: contract.jobInput, required: true },
+    ok: { 201: ok('Stored, in its own transaction.', contract.enqueued), 200: ok('A job with the same key exists: its id, nothing stored.', contract.enqueued) },
+    errors: [400, 413, 415, 422],
   }),
-  enqueue: describeRoute({
-    tags: ['jobs'], summary: 'Enqueue a job', description: 'Scope: enqueue.',
-    requestBody: { required: true, content: json(contract.jobInput) },
-    responses: {
-      201: ok('Stored, in its own transaction.', contract.enqueued),
-      200: ok('A job with the same key exists: its id, nothing stored.', contract.enqueued),
-      ...errors(400, 413, 415, 422, ...AUTH_ERRORS),
-    },
+  enqueueBatch: guarded('jobs', 'enqueue', 'Enqueue up to 1000 jobs, all or none', {
+    note: 'One transaction; ids in the order of the request.',
+    body: { schema: contract.batchInput, required: true },
+    ok: { 201: ok('Stored.', contract.batchEnqueued) },
+    errors: [400, 413, 415, 422],
   }),
-  enqueueBatch: describeRoute({
-    tags: ['jobs'], summary: 'Enqueue up to 1000 jobs, all or none', description: 'Scope: enqueue. One transaction; ids in the order of the request.',
-    requestBody: { required: true, content: json(contract.batchInput) },
-    responses: { 201: ok('Stored.', contract.batchEnqueued), ...errors(400, 413, 415, 422, ...AUTH_ERRORS) },
+  retryDead: guarded('jobs', 'admin', 'Retry the dead jobs (of one kind, or all)', {
+    note: 'In bounded batches: send it again while done is false.',
+    body: { schema: contract.bulkInput, required: false },
+    ok: { 200: ok('Retried.', contract.deadRetried) },
+    errors: [400, 413, 415],
   }),
-  retryDead: describeRoute({
-    tags: ['jobs'], summary: 'Retry the dead jobs (of one kind, or all)', description: 'Scope: admin. In bounded batches: send it again while done is false.',
-    requestBody: { required: false, content: json(contract.bulkInput) },
-    responses: { 200: ok('Retried.', contract.deadRetried), ...errors(400, 413, 415, ...AUTH_ERRORS) },
+  deleteDead: guarded('jobs', 'admin', 'Delete the dead jobs (of one kind, or all)', {
+    note: 'In bounded batches: send it again while done is false.',
+    body: { schema: contract.bulkInput, required: false },
+    ok: { 200: ok('Deleted.', contract.deadDeleted) },
+    errors: [400, 413, 415],
   }),
-  deleteDead: describeRoute({
-    tags: ['jobs'], summary: 'Delete the dead jobs (of one kind, or all)', description: 'Scope: admin. In bounded batches: send it again while done is false.',
-    requestBody: { required: false, content: json(contract.bulkInput) },
-    responses: { 200: ok('Deleted.', contract.deadDeleted), ...errors(400, 413, 415, ...AUTH_ERRORS) },
+  listJobs: guarded('jobs', 'read', 'List jobs, newest first', { query: contract.listQuery, ok: { 200: ok('A page of jobs.', contract.jobPage) }, errors: [400] }),
+  getJob: guarded('jobs', 'read', 'One job', { path: contract.jobIdParam, ok: { 200: ok('The job.', contract.job) }, errors: [400, 404] }),
+  retryJob: guarded('jobs', 'admin', 'Retry a dead job', {
+    note: 'Attempts start again from 0.', path: contract.jobIdParam, ok: { 200: ok('The job, pending again.', contract.job) }, errors: [400, 404, 409],
   }),
-  listJobs: describeRoute({
-    tags: ['jobs'], summary: 'List jobs, newest first', description: 'Scope: read.',
-    parameters: parameters('query', contract.listQuery),
-    responses: { 200: ok('A page of jobs.', contract.jobPage), ...errors(400, ...AUTH_ERRORS) },
+  deleteJob: guarded('jobs', 'admin', 'Delete a pending or dead job', {
+    note: 'A running job cannot be deleted (409).', path: contract.jobIdParam, ok: { 204: { description: 'Deleted.' } }, errors: [400, 404, 409],
   }),
-  getJob: describeRoute({
-    tags: ['jobs'], summary: 'One job', description: 'Scope: read.',
-    parameters: parameters('path', contract.jobIdParam),
-    responses: { 200: ok('The job.', contract.job), ...errors(400, 404, ...AUTH_ERRORS) },
+  stats: guarded('queue', 'read', 'Counts by kind and state, oldest ready job', { ok: { 200: ok('The queue now.', contract.queueStats) } }),
+  throughput: guarded('queue', 'read', 'Completed, failed and dead jobs per minute', {
+    query: contract.throughputQuery, ok: { 200: ok('Oldest minute first.', contract.throughput) }, errors: [400],
   }),
-  retryJob: describeRoute({
-    tags: ['jobs'], summary: 'Retry a dead job', description: 'Scope: admin. Attempts start again from 0.',
-    parameters: parameters('path', contract.jobIdParam),
-    responses: { 200: ok('The job, pending again.', contract.job), ...errors(400, 404, 409, ...AUTH_ERRORS) },
+  schedules: guarded('queue', 'read', 'The recurring schedules this drainer evaluates', { ok: { 200: ok('Each schedule with its next and last slot.', contract.scheduleList) } }),
+  pauseKind: guarded('queue', 'admin', 'Pause a kind for every drainer', {
+    note: 'Enqueueing still works; nothing of the kind is claimed.', path: contract.kindParam, ok: { 200: ok('Paused.', contract.kindPaused) }, errors: [404],
   }),
-  deleteJob: describeRoute({
-    tags: ['jobs'], summary: 'Delete a pending or dead job', description: 'Scope: admin. A running job cannot be deleted (409).',
-    parameters: parameters('path', contract.jobIdParam),
-    responses: { 204: { description: 'Deleted.' }, ...errors(400, 404, 409, ...AUTH_ERRORS) },
-  }),
-  stats: describeRoute({
-    tags: ['queue'], summary: 'Counts by kind and state, oldest ready job', description: 'Scope: read.',
-    responses: { 200: ok('The queue now.', contract.queueStats), ...errors(...AUTH_ERRORS) },
-  }),
-  throughput: describeRoute({
-    tags: ['queue'], summary: 'Completed, failed and dead jobs per minute', description: 'Scope: read.',
-    parameters: parameters('query', contract.throughputQuery),
-    responses: { 200: ok('Oldest minute first.', contract.throughput), ...errors(400, ...AUTH_ERRORS) },
-  }),
-  schedules: describeRoute({
-    tags: ['queue'], summary: 'The recurring schedules this drainer evaluates', description: 'Scope: read.',
-    responses: { 200: ok('Each schedule with its next and last slot.', contract.scheduleList), ...errors(...AUTH_ERRORS) },
-  }),
-  pauseKind: describeRoute({
-    tags: ['queue'], summary: 'Pause a kind for every drainer', description: 'Scope: admin. Enqueueing still works; nothing of the kind is claimed.',
-    parameters: parameters('path', contract.kindParam),
-    responses: { 200: ok('Paused.', contract.kindPaused), ...errors(404, ...AUTH_ERRORS) },
-  }),
-  resumeKind: describeRoute({
-    tags: ['queue'], summary: 'Resume a paused kind', description: 'Scope: admin.',
-    parameters: parameters('path', contract.kindParam),
-    responses: { 200: ok('Resumed.', contract.kindPaused), ...errors(404, ...AUTH_ERRORS) },
-  }),
+  resumeKind: guarded('queue', 'admin', 'Resume a paused kind', { path: contract.kindParam, ok: { 200: ok('Resumed.', contract.kindPaused) }, errors: [404] }),
 };
 
 const DOCUMENTATION = {

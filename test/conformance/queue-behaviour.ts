@@ -1,5 +1,6 @@
 // The queue's behaviour, written once and run against every driver we support (node-postgres in
-// Node, neon-serverless inside workerd), the way River runs one conformance suite per driver.
+// Node, neon-serverless inside workerd, node-postgres through Hyperdrive inside workerd), the way
+// River runs one conformance suite per driver.
 // Each test reads like one of the article's "Verify" lines and asserts on rows and counts.
 import { type SQL, sql } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';

@@ -108,3 +108,21 @@ it('scoped tokens from the API_TOKENS secret: each scope on each route, allowed 
     }
   }
 });
+
+it('an unusable setting makes the API answer 503 naming it, and the cron invocation fail with the same message', async () => {
+  const misconfigured = { ...env, BATCH_SIZE: '5000' } as unknown as Env;
+  const rows = () => h.query('SELECT id, status, attempts FROM pgdrain.jobs ORDER BY id');
+  const before = await rows();
+  const ctx = createExecutionContext();
+  const res = await worker.fetch(new Request('http://worker/stats', { headers: auth }), misconfigured, ctx as never);
+  await waitOnExecutionContext(ctx);
+  expect(res.status).toBe(503);
+  expect(await res.json()).toEqual({ error: { code: 'not_configured', message: "the Worker's invalid settings: BATCH_SIZE: must be at most 1000" } });
+  // The page and the health check need no settings of the queue's; they still answer.
+  expect((await worker.fetch(new Request('http://worker/healthz'), misconfigured, createExecutionContext() as never)).status).toBe(200);
+  await expect(worker.scheduled(createScheduledController({ cron: '* * * * *' }), misconfigured, createExecutionContext())).rejects.toThrow(
+    'invalid settings: BATCH_SIZE: must be at most 1000',
+  );
+  // Nothing was enqueued or claimed by either.
+  expect(await rows()).toEqual(before);
+});

@@ -5,8 +5,10 @@
 // the CLI from its environment. The README's configuration table is checked against this list by
 // test/settings.test.ts, so the two cannot drift.
 import { z } from 'zod';
+import { JOB_DEFAULTS } from './db/schema.ts';
 import { DRAIN_PROFILES } from './drain/profiles.ts';
 import { parseScopedTokens } from './http/auth.ts';
+import { parseSigningSecrets } from './jobs/webhook-signature.ts';
 
 export type Runtime = 'sidecar' | 'worker';
 
@@ -32,6 +34,14 @@ const scopedTokens = z.string().transform((value, ctx) => {
   } catch (error) {
     ctx.addIssue({ code: 'custom', message: (error as Error).message.replace(/^API_TOKENS /, '') });
     return z.NEVER;
+  }
+});
+
+const signingSecrets = z.string().superRefine((value, ctx) => {
+  try {
+    parseSigningSecrets(value);
+  } catch (error) {
+    ctx.addIssue({ code: 'custom', message: (error as Error).message });
   }
 });
 
@@ -69,11 +79,12 @@ export const SETTINGS = {
   kinds: setting({ env: 'KINDS', runtimes: both, parse: list, documentedDefault: 'every registered kind' }),
   pollIntervalMs: setting({ env: 'POLL_INTERVAL_MS', runtimes: sidecarOnly, parse: int(10, 3_600_000), default: 1000 }),
   reapIntervalMs: setting({ env: 'REAP_INTERVAL_MS', runtimes: sidecarOnly, parse: int(100, 86_400_000), default: 15_000 }),
-  visibilityTimeoutSeconds: setting({ env: 'VISIBILITY_TIMEOUT_SECONDS', runtimes: both, parse: int(1, 604_800), default: 30 }),
+  visibilityTimeoutSeconds: setting({ env: 'VISIBILITY_TIMEOUT_SECONDS', runtimes: both, parse: int(1, 604_800), default: JOB_DEFAULTS.visibilityTimeoutSeconds }),
   shutdownGraceMs: setting({ env: 'SHUTDOWN_GRACE_MS', runtimes: sidecarOnly, parse: int(0, 3_600_000), default: 10_000 }),
   poolSize: setting({ env: 'PG_POOL_MAX', runtimes: sidecarOnly, parse: int(2, 1000), default: 10 }),
   maxBodyBytes: setting({ env: 'MAX_BODY_BYTES', runtimes: both, parse: int(1024, 100 * 1024 * 1024), default: 1024 * 1024 }),
   webhookAllowedHosts: setting({ env: 'WEBHOOK_ALLOWED_HOSTS', runtimes: both, parse: z.string(), default: '', documentedDefault: 'empty' }),
+  webhookSigningSecret: setting({ env: 'WEBHOOK_SIGNING_SECRET', runtimes: both, parse: signingSecrets, documentedDefault: 'unset (unsigned)' }),
   logLevel: setting({
     env: 'LOG_LEVEL', runtimes: sidecarOnly, default: 'info',
     parse: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'must be fatal, error, warn, info, debug, trace or silent'),

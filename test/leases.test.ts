@@ -7,8 +7,9 @@ import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { z } from 'zod';
 import { drain } from '../src/drain/index.ts';
+import { LeaseKeeper } from '../src/drain/lease-keeper.ts';
 import { JobRegistry, defineJob } from '../src/jobs/index.ts';
-import { type Db, enqueue, reap } from '../src/queries/index.ts';
+import { type Db, claim, enqueue, enqueueMany, reap } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { until } from './support/sidecar-process.ts';
 import { startTcpProxy } from './support/tcp-proxy.ts';
@@ -18,6 +19,48 @@ beforeAll(async () => {
   t = await createTestDatabase();
 });
 afterAll(() => t?.close());
+
+it('the lease keeper gives a lease up the moment it runs out, whatever the phase of its renewals', async () => {
+  // Two real claimed jobs, held 1.4 s apart with 3 s leases (renewals every second, in the first
+  // one's phase); the database is cut off after the first renewal. Each must be given up when its
+  // own lease runs out — its last successful renewal's send time (or its claim) plus 3 s — not at
+  // the next renewal tick after that.
+  const target = new URL(t.url);
+  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port) });
+  const pool = new pg.Pool({ connectionString: proxy.urlFor(t.url), max: 2, connectionTimeoutMillis: 300 });
+  pool.on('error', () => {});
+  const keeper = new LeaseKeeper(drizzle({ client: pool }) as unknown as Db, { visibilityTimeoutSeconds: 3, onLostUnstarted: () => {} });
+  const lost = new Map<string, { at: number; why: string }>();
+  const hold = async (token: string) => {
+    const sentAt = Date.now();
+    const [job] = await claim(t.db, { batchSize: 1, lockToken: token, leaseSeconds: 3, kinds: ['held'] });
+    keeper.hold([job!], sentAt);
+    keeper.attach(job!.id, (error) => lost.set(job!.id, { at: Date.now(), why: error.message }));
+    return { job: job!, sentAt };
+  };
+  try {
+    await enqueueMany(t.db, [{ kind: 'held', payload: {} }, { kind: 'held', payload: {} }]);
+    const a = await hold('keeper:1');
+    await new Promise((r) => setTimeout(r, 1_400)); // a's first renewal (at ~1 s) succeeds
+    const renewedA = await t.query(`SELECT locked_at > now() - interval '1 second' AS renewed FROM pgdrain.jobs WHERE id = $1`, [a.job.id]);
+    expect(renewedA).toEqual([{ renewed: true }]);
+    const b = await hold('keeper:2');
+    await new Promise((r) => setTimeout(r, 300));
+    await proxy.close(); // every renewal from here on fails
+    await until(async () => lost.size, (n) => n === 2, 8_000, 'both leases to be given up');
+    const late = (id: string, leaseEnd: number) => lost.get(id)!.at - leaseEnd;
+    // b was never renewed: its lease ends 3 s after its claim was sent. a's ended 3 s after the
+    // renewal that reached the database (sent about 1 s after its claim).
+    expect(late(b.job.id, b.sentAt + 3_000)).toBeGreaterThanOrEqual(0);
+    expect(late(b.job.id, b.sentAt + 3_000)).toBeLessThan(200);
+    expect(late(a.job.id, a.sentAt + 4_000)).toBeGreaterThanOrEqual(-150);
+    expect(late(a.job.id, a.sentAt + 4_000)).toBeLessThan(200);
+    expect(lost.get(b.job.id)!.why).toMatch(/its lease could not be renewed for 3 s/);
+  } finally {
+    keeper.stop();
+    await pool.end();
+  }
+}, 20_000);
 
 it('a drainer that cannot renew a lease for its whole visibility timeout aborts that handler; the reaper then returns the job', async () => {
   const target = new URL(t.url);

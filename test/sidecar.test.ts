@@ -238,6 +238,37 @@ describe('with DATABASE_URL', () => {
     expect(all.every((r) => r.finished && r.attempt === 1)).toBe(true);
   }, 30_000);
 
+  it('SIGTERM with a handler that ignores its signal: abandoned after the grace, its job pending again at once, exit 0, nothing logged as an error', async () => {
+    const p = await start({ SHUTDOWN_GRACE_MS: '1000', POLL_INTERVAL_MS: '200' });
+    // `record` sleeps for `ms` and never looks at its signal.
+    const [job] = await enqueueMany(t.db, [{ kind: 'record', payload: { ms: 30_000 } }]);
+    await until(runs, (r) => r.length === 1, 5_000, 'the handler to start');
+    const signalled = Date.now();
+    p.child.kill('SIGTERM');
+    expect(await p.exited).toEqual({ code: 0, signal: null });
+    expect(Date.now() - signalled).toBeLessThan(1_000 + 4_000);
+    // Not stuck `running` until a reaper: pending now, its attempt refunded, the reason kept.
+    expect(await t.query(`SELECT id::text, status, attempts, locked_by, locked_until, last_error FROM pgdrain.jobs`)).toEqual([
+      { id: job!.id, status: 'pending', attempts: 0, locked_by: null, locked_until: null, last_error: 'the drainer shut down before the handler finished; released to run again' },
+    ]);
+    const levels = p.stdout().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { level: number; msg: string });
+    expect(levels.filter((l) => l.level >= 50)).toEqual([]);
+    expect(levels.map((l) => l.msg)).toContain('grace period over with handlers still running: they were abandoned and their jobs released to run again');
+  });
+
+  it("two sidecars with different visibility timeouts: the short one's reaper never takes the long one's live jobs", async () => {
+    // A rolling config change: the jobs run on a sidecar with 30 s leases, next to one whose own
+    // default is 6 s and which reaps every 300 ms. Each 8 s job must run exactly once.
+    await start({ VISIBILITY_TIMEOUT_SECONDS: '30', POLL_INTERVAL_MS: '200' });
+    const jobs = await enqueueMany(t.db, Array.from({ length: 10 }, () => ({ kind: 'record', payload: { ms: 8000 } })));
+    await until(runs, (r) => r.length === 10, 5_000, 'the long-lease sidecar to start every job');
+    await start({ VISIBILITY_TIMEOUT_SECONDS: '6', REAP_INTERVAL_MS: '300', POLL_INTERVAL_MS: '200' });
+    await until(() => jobCount(), (n) => n === 0, 20_000, 'the jobs to complete');
+    const all = await runs();
+    expect(all.map((r) => r.job_id).sort()).toEqual(jobs.map((j) => j.id).sort()); // one run each
+    expect(all.every((r) => r.finished && r.attempt === 1)).toBe(true);
+  }, 40_000);
+
   it('SIGTERM mid-batch: running handlers finish, unstarted claimed jobs are released with attempts refunded, exit 0', async () => {
     await enqueueMany(t.db, Array.from({ length: 20 }, () => ({ kind: 'record', payload: { ms: 600 } })));
     const p = await start({ BATCH_SIZE: '6', CONCURRENCY: '2', SHUTDOWN_GRACE_MS: '5000' });

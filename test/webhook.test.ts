@@ -2,10 +2,13 @@
 // by the drain loop on a real PostgreSQL.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { Webhook, WebhookVerificationError } from 'standardwebhooks';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { drain } from '../src/drain/index.ts';
 import { createApp } from '../src/http/app.ts';
-import { JobRegistry, createWebhookJob, isHostAllowed, noopJob } from '../src/jobs/index.ts';
+import { JobRegistry, createWebhookJob, isHostAllowed, noopJob, parseSigningSecrets } from '../src/jobs/index.ts';
+import { createSigner } from '../src/jobs/webhook-signature.ts';
+import { enqueue } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 
 let t: TestDatabase;
@@ -140,4 +143,56 @@ it('host patterns: exact names and *.domain subdomains only', () => {
   expect(isHostAllowed('evilexample.org', allowed)).toBe(false);
   expect(isHostAllowed('hooks.example.com.evil.net', allowed)).toBe(false);
   expect(isHostAllowed('127.0.0.1', [])).toBe(false);
+});
+
+describe('signed deliveries (Standard Webhooks), checked by the published verifier', () => {
+  // Two secrets at once, as during a rotation: the receiver may know either.
+  const oldSecret = `whsec_${Buffer.from('a'.repeat(32)).toString('base64')}`;
+  const newSecret = `whsec_${Buffer.from('b'.repeat(32)).toString('base64')}`;
+  const signed = new JobRegistry([createWebhookJob({ allowedHosts: ['127.0.0.1'], timeoutMs: 300, signingKeys: parseSigningSecrets(`${oldSecret} ${newSecret}`) })]);
+  const headersOf = (hit: (typeof hits)[number]) => Object.fromEntries(['webhook-id', 'webhook-timestamp', 'webhook-signature'].map((h) => [h, String(hit.headers[h])]));
+
+  it('every delivery carries an id that is the same for each attempt of a job, and a signature each secret verifies', async () => {
+    const { id } = await enqueue(t.db, { kind: 'webhook', payload: { url: `${base}/flaky-signed`, body: { order: 7, note: 'ünïcode ✓' } } });
+    expect(await drain(t.db, signed, { workerId: 'w' })).toMatchObject({ failed: 1 });
+    await dueNow();
+    expect(await drain(t.db, signed, { workerId: 'w' })).toMatchObject({ completed: 1 });
+    expect(hits).toHaveLength(2);
+    for (const secret of [oldSecret, newSecret]) {
+      for (const hit of hits) expect(new Webhook(secret).verify(hit.body, headersOf(hit))).toEqual({ order: 7, note: 'ünïcode ✓' });
+    }
+    // A retry is the same message: a receiver deduplicates on the id.
+    expect(hits.map((h) => h.headers['webhook-id'])).toEqual([`msg_${id}`, `msg_${id}`]);
+    expect(String(hits[0]!.headers['webhook-signature']).split(' ')).toHaveLength(2);
+  });
+
+  it('a tampered body, a signature from another secret and an old timestamp are refused by the verifier', async () => {
+    await enqueue(t.db, { kind: 'webhook', payload: { url: `${base}/ok`, body: { amount: 10 } } });
+    await drain(t.db, signed, { workerId: 'w' });
+    const [hit] = hits;
+    const verifier = new Webhook(newSecret);
+    expect(() => verifier.verify(hit!.body.replace('10', '1000'), headersOf(hit!))).toThrow(WebhookVerificationError);
+    expect(() => new Webhook(`whsec_${Buffer.from('c'.repeat(32)).toString('base64')}`).verify(hit!.body, headersOf(hit!))).toThrow(WebhookVerificationError);
+    // The same signature replayed ten minutes later: the verifier's tolerance is five.
+    const replayed = await createSigner(parseSigningSecrets(newSecret))!.headers(String(hit!.headers['webhook-id']), hit!.body, new Date(Date.now() - 10 * 60_000));
+    expect(() => verifier.verify(hit!.body, replayed)).toThrow(/timestamp/i);
+  });
+
+  it('WEBHOOK_SIGNING_SECRET is refused when it is not a whsec_ key, naming the entry and never its value', () => {
+    expect(() => parseSigningSecrets(`${oldSecret}, sk_live_123`)).toThrow('secret 2 of 2 does not start with whsec_');
+    expect(() => parseSigningSecrets('whsec_!!!')).toThrow('secret 1 of 1 is not base64 after whsec_');
+    expect(() => parseSigningSecrets(`whsec_${Buffer.from('short').toString('base64')}`)).toThrow('secret 1 of 1 is 5 bytes; use 24 to 64');
+    expect(parseSigningSecrets(undefined)).toEqual([]);
+  });
+
+  it('a payload cannot set the signature headers itself', async () => {
+    const res = await app.request('/jobs', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer tok' },
+      body: JSON.stringify({ kind: 'webhook', payload: { url: `${base}/ok`, headers: { 'Webhook-Signature': 'v1,forged' } } }),
+    });
+    expect(res.status).toBe(422);
+    expect((await res.json()).error.message).toMatch(/webhook-signature are set by pgdrain/);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+  });
 });

@@ -1,11 +1,17 @@
-// Applies the drizzle-kit migrations in drizzle/ with drizzle's own migrator. Node only (it reads
+// Applies the drizzle-kit migrations in drizzle/ (their files, journal and drizzle's migrations
+// table, `pgdrain.migrations`, exactly as drizzle's own migrator keeps them). Node only (it reads
 // the migration files); the Worker's database is migrated from a workstation or CI with
 // `npx pgdrain migrate` (or `npm run db:migrate` in this repo) and DATABASE_URL pointing at Neon.
-// Everything, the migrations table included, is in the schema `pgdrain`: an application's own
-// drizzle migrations (drizzle.__drizzle_migrations) and tables are never touched.
+//
+// Why not drizzle's migrator: it runs every pending migration in one transaction, and PostgreSQL
+// builds an index without blocking writes (CREATE INDEX CONCURRENTLY) only outside a transaction.
+// So a migration whose first line is `-- pgdrain: online` runs here statement by statement, each
+// under a short lock_timeout that is retried (a statement waiting for its lock behind a busy table
+// would otherwise hold every enqueue and claim queued behind it), and is written to be re-run
+// safely if a run stops half way. Other migrations run as drizzle runs them: in a transaction.
+// Which migrations are online is in the README (Upgrading).
 import { fileURLToPath } from 'node:url';
-import { drizzle } from 'drizzle-orm/node-postgres';
-import { migrate } from 'drizzle-orm/node-postgres/migrator';
+import { readMigrationFiles, type MigrationMeta } from 'drizzle-orm/migrator';
 import pg from 'pg';
 import { PGDRAIN_SCHEMA } from './schema.ts';
 
@@ -14,31 +20,98 @@ import { PGDRAIN_SCHEMA } from './schema.ts';
 export const migrationsFolder = (): string => fileURLToPath(new URL('../../drizzle', import.meta.url));
 export const MIGRATIONS_TABLE = 'migrations';
 
+/** The first line of a migration that runs statement by statement, outside a transaction. */
+const ONLINE_MARKER = /^\s*-- pgdrain: online\b/;
+/** An online statement waits at most this long for its lock before trying again later, so the
+ * enqueues and claims queued behind it wait no longer than this either. */
+const LOCK_TIMEOUT_MS = 400;
+const LOCK_RETRIES = 150;
+
+export interface MigrateOptions {
+  /** Another folder of migrations (tests: a copy cut at an older release). */
+  folder?: string;
+}
+
 /** Brings the database at `databaseUrl` up to date; safe to call from several processes at once. */
-export async function migrateDatabase(databaseUrl: string): Promise<void> {
-  const client = new pg.Client({ connectionString: databaseUrl });
+export async function migrateDatabase(databaseUrl: string, options: MigrateOptions = {}): Promise<void> {
+  const client = new pg.Client({ connectionString: databaseUrl, application_name: 'pgdrain-migrate' });
   // An error after connect (server restart) must not crash the caller; the query fails instead.
   client.on('error', () => {});
   await client.connect();
   try {
-    // The advisory lock lets several processes start at once without racing the migrator.
+    // The advisory lock lets several processes start at once without racing each other.
     await client.query('SELECT pg_advisory_lock(7477853620)');
-    await migrate(drizzle({ client }), {
-      migrationsFolder: migrationsFolder(),
-      migrationsSchema: PGDRAIN_SCHEMA,
-      migrationsTable: MIGRATIONS_TABLE,
-    }).catch((error: unknown) => {
-      throw new Error(describeMigrationError(error), { cause: error });
-    });
+    const table = `${pg.escapeIdentifier(PGDRAIN_SCHEMA)}.${pg.escapeIdentifier(MIGRATIONS_TABLE)}`;
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(PGDRAIN_SCHEMA)}`);
+    await client.query(`CREATE TABLE IF NOT EXISTS ${table} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
+    const { rows } = await client.query<{ created_at: string }>(`SELECT created_at FROM ${table} ORDER BY created_at DESC LIMIT 1`);
+    const last = rows[0] ? Number(rows[0].created_at) : -Infinity;
+    for (const migration of readMigrationFiles({ migrationsFolder: options.folder ?? migrationsFolder() })) {
+      if (migration.folderMillis <= last) continue;
+      const record = { text: `INSERT INTO ${table} (hash, created_at) VALUES ($1, $2)`, values: [migration.hash, migration.folderMillis] };
+      if (ONLINE_MARKER.test(migration.sql[0] ?? '')) await applyOnline(client, migration, record);
+      else await applyInTransaction(client, migration, record);
+    }
   } finally {
     await client.end();
   }
 }
 
-/** The database's own message first (drizzle's starts with the whole statement), then where. */
-function describeMigrationError(error: unknown): string {
-  const { cause, query } = error as { cause?: { message?: string }; query?: string };
-  if (!cause?.message) return String((error as Error)?.message ?? error);
-  const statement = query?.trim().split('\n')[0];
-  return statement ? `${cause.message} (in the migration statement ${JSON.stringify(statement.slice(0, 120))})` : cause.message;
+async function applyInTransaction(client: pg.Client, migration: MigrationMeta, record: pg.QueryConfig): Promise<void> {
+  await client.query('BEGIN');
+  try {
+    for (const statement of migration.sql) await run(client, statement);
+    await client.query(record);
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  }
+}
+
+/** Statement by statement, each retried while its lock is not granted within LOCK_TIMEOUT_MS. */
+async function applyOnline(client: pg.Client, migration: MigrationMeta, record: pg.QueryConfig): Promise<void> {
+  await client.query(`SET lock_timeout = ${LOCK_TIMEOUT_MS}`);
+  try {
+    for (const statement of migration.sql) {
+      if (statement.trim() === '') continue;
+      await dropInvalidIndex(client, statement);
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await run(client, statement);
+          break;
+        } catch (error) {
+          const lockNotGranted = (error as { cause?: { code?: string } }).cause?.code === '55P03';
+          if (!lockNotGranted || attempt >= LOCK_RETRIES) throw error;
+          await new Promise((resolve) => setTimeout(resolve, Math.min(2_000, 50 * attempt) * (0.5 + Math.random())));
+        }
+      }
+    }
+    await client.query(record);
+  } finally {
+    await client.query('RESET lock_timeout').catch(() => {});
+  }
+}
+
+/** A CREATE INDEX CONCURRENTLY that failed half way leaves an invalid index that IF NOT EXISTS
+ * would keep: drop it first, so the re-run builds it. */
+async function dropInvalidIndex(client: pg.Client, statement: string): Promise<void> {
+  const name = /CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+"([^"]+)"/i.exec(statement)?.[1];
+  if (!name) return;
+  const { rows } = await client.query(
+    `SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname = $1 AND c.relname = $2 AND NOT i.indisvalid`,
+    [PGDRAIN_SCHEMA, name],
+  );
+  if (rows.length > 0) await client.query(`DROP INDEX CONCURRENTLY IF EXISTS ${pg.escapeIdentifier(PGDRAIN_SCHEMA)}.${pg.escapeIdentifier(name)}`);
+}
+
+/** One statement; a failure says what the database said first, then which statement. */
+async function run(client: pg.Client, statement: string): Promise<void> {
+  try {
+    await client.query(statement);
+  } catch (error) {
+    const first = statement.trim().split('\n').find((line) => line.trim() !== '' && !line.trim().startsWith('--')) ?? '';
+    throw new Error(`${(error as Error).message} (in the migration statement ${JSON.stringify(first.slice(0, 120))})`, { cause: error });
+  }
 }

@@ -14,8 +14,8 @@ export const pgdrainSchema = pgSchema(PGDRAIN_SCHEMA);
 export const JOB_STATUSES = ['pending', 'running', 'dead'] as const;
 
 /** What a job gets when its enqueue says nothing (pgdrain.enqueue() in SQL uses the same; a test
- * compares them). */
-export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0 } as const;
+ * compares them), and the lease it is claimed with when neither its kind nor its drainer says. */
+export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, visibilityTimeoutSeconds: 30 } as const;
 
 /** What a job kind's name (and a schedule's) may be; pgdrain.enqueue() in SQL checks the same
  * pattern (a test compares them). */
@@ -41,11 +41,16 @@ export const jobs = pgdrainSchema.table(
     maxAttempts: integer('max_attempts').notNull().default(JOB_DEFAULTS.maxAttempts),
     lockedAt: timestamptz('locked_at'),
     lockedBy: text('locked_by'),
+    /** When a running job's lease ends unless its drainer renews it: written by the claim and each
+     * renewal from the lease the drainer holds, so every reaper applies that lease and none of its
+     * own. NULL only for jobs locked by a drainer older than this column (the reaper then applies
+     * its own timeout, as before). */
+    lockedUntil: timestamptz('locked_until'),
     status: text('status', { enum: JOB_STATUSES }).notNull().default('pending'),
     lastError: text('last_error'),
     /** Enqueueing the same key again returns the existing job while its row exists. */
     dedupeKey: text('dedupe_key'),
-    /** Per-job visibility timeout; NULL means the reaper's global one. */
+    /** Per-job visibility timeout (the kind's); NULL means the claiming drainer's. */
     visibilitySeconds: integer('visibility_seconds'),
     /** Higher runs first among ready jobs; -1000..1000, default 0. */
     priority: integer('priority').notNull().default(JOB_DEFAULTS.priority),

@@ -29,7 +29,7 @@ import type { ClaimedJob, Db } from '../queries/index.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { DEFAULT_VISIBILITY_SECONDS, LeaseKeeper } from './lease-keeper.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-import { runHandler } from './run-handler.ts';
+import { HandlerAbandonedError, runHandler } from './run-handler.ts';
 import { type SettledCounts, Settler } from './settler.ts';
 
 export { DEFAULT_VISIBILITY_SECONDS, LeaseLostError } from './lease-keeper.ts';
@@ -59,6 +59,10 @@ export interface DrainOptions {
   budgetMs?: number;
   /** Stop claiming when aborted; in-flight handlers finish (up to their timeout). */
   signal?: AbortSignal;
+  /** When aborted (after `signal`, once a shutdown's grace is over): running handlers are given up —
+   * their signals abort, the drain stops waiting for them, and their jobs go back to pending at
+   * once with their attempt refunded, instead of waiting for the reaper. */
+  abandonSignal?: AbortSignal;
   /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true. */
   recordCounts?: boolean;
   /** Leases of jobs without a visibility of their own last this long unless renewed (every third
@@ -86,6 +90,7 @@ class DrainRun {
   readonly #registry: JobRegistry;
   readonly #options: DrainOptions;
   readonly #concurrency: number;
+  readonly #visibilityTimeoutSeconds: number;
   readonly #budget: ReturnType<typeof budgetClock>;
   readonly #planner: ClaimPlanner;
   readonly #settler: Settler;
@@ -105,6 +110,7 @@ class DrainRun {
     this.#registry = registry;
     this.#options = options;
     this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
+    this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS;
     this.#budget = budgetClock(this.#started, options.budgetMs, options.signal);
     this.#planner = new ClaimPlanner(registry, {
       kinds: options.kinds ?? registry.kinds(),
@@ -116,9 +122,14 @@ class DrainRun {
     this.#settler = new Settler(db, { recordCounts: options.recordCounts !== false, settleWithClaim: profile.settleWithClaim, onError: options.onSettleError });
     this.#settler.onSettled = () => this.#wakeup.wake();
     this.#leases = new LeaseKeeper(db, {
-      visibilityTimeoutSeconds: options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS,
+      visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
       onLostUnstarted: (job) => this.#forgetUnstarted(job),
     });
+    options.abandonSignal?.addEventListener(
+      'abort',
+      () => this.#leases.abandonRunning(new HandlerAbandonedError('the drainer shut down before the handler finished; released to run again')),
+      { once: true },
+    );
   }
 
   async run(): Promise<DrainReport> {
@@ -154,7 +165,8 @@ class DrainRun {
       },
       (error: unknown) => {
         this.#leases.drop(job.id);
-        this.#settler.fail(job, error, this.#registry.get(job.kind)?.backoff);
+        if (error instanceof HandlerAbandonedError) this.#settler.release([job], error.message);
+        else this.#settler.fail(job, error, this.#registry.get(job.kind)?.backoff);
       },
     );
     const tracked = task.finally(() => {
@@ -169,7 +181,7 @@ class DrainRun {
     const lockToken = `${this.#options.workerId}:${++claimSequence}`;
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
     this.#settler
-      .claim({ batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids })
+      .claim({ batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, leaseSeconds: this.#visibilityTimeoutSeconds })
       .then(
         (jobs) => {
           this.#planner.settled(plan, jobs, Date.now() - sentAt);

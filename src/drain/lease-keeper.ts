@@ -8,8 +8,12 @@
 //        ──drop() (settled or released)──► gone
 //
 // One statement every third of the shortest visibility held renews the locks of all held jobs,
-// fenced by their lock tokens. A lost job's handler is aborted through the function attached to
-// it; a lost job that never started is reported to the drain, which forgets it.
+// fenced by their lock tokens, each for its own lease (the job's visibility, else the drainer's).
+// A lease is given up the moment it runs out locally — its last successful renewal's send time
+// plus its visibility, never later than the database's own end of it — not at the next renewal.
+// A lost job's handler is aborted through the function attached to it; a lost job that never
+// started is reported to the drain, which forgets it.
+import { JOB_DEFAULTS } from '../db/schema.ts';
 import { type ClaimedJob, type Db, renewLeases } from '../queries/index.ts';
 
 /** The handler's job was reaped (and maybe claimed elsewhere), or its lease could not be renewed. */
@@ -18,7 +22,7 @@ export class LeaseLostError extends Error {
 }
 
 /** A running job's lock expires after this unless its drainer renews it (every third of it). */
-export const DEFAULT_VISIBILITY_SECONDS = 30;
+export const DEFAULT_VISIBILITY_SECONDS = JOB_DEFAULTS.visibilityTimeoutSeconds;
 /** Renewals never come closer together than this. */
 const MIN_RENEWAL_MS = 100;
 
@@ -26,8 +30,8 @@ interface Lease {
   job: ClaimedJob;
   renewedAt: number;
   visibilityMs: number;
-  /** Aborts the running handler; unset while the job waits to start. */
-  lose?: (error: LeaseLostError) => void;
+  /** Gives the running handler up; unset while the job waits to start. */
+  lose?: (error: Error) => void;
 }
 
 export interface LeaseKeeperOptions {
@@ -42,8 +46,9 @@ export class LeaseKeeper {
   readonly #options: LeaseKeeperOptions;
   readonly #leases = new Map<string, Lease>();
   #renewing = false;
+  /** When the next renewal is due (Infinity: none scheduled). */
+  #renewAt = Infinity;
   #timer: ReturnType<typeof setTimeout> | undefined;
-  #due = Infinity;
   #stopped = false;
 
   constructor(db: Db, options: LeaseKeeperOptions) {
@@ -57,11 +62,13 @@ export class LeaseKeeper {
     for (const job of jobs) {
       this.#leases.set(job.id, { job, renewedAt: claimSentAt, visibilityMs: job.visibilitySeconds ? job.visibilitySeconds * 1000 : fallbackMs });
     }
+    // A third of the shortest visibility from now at the latest: a claim of a shorter one brings it forward.
+    this.#renewAt = Math.min(this.#renewAt, Date.now() + this.#renewalInterval());
     this.#schedule();
   }
 
   /** The job's handler started: losing its lease calls `lose`. */
-  attach(jobId: string, lose: (error: LeaseLostError) => void): void {
+  attach(jobId: string, lose: (error: Error) => void): void {
     const lease = this.#leases.get(jobId);
     if (lease) lease.lose = lose;
   }
@@ -69,6 +76,15 @@ export class LeaseKeeper {
   /** Settled or released: no longer renewed. */
   drop(jobId: string): void {
     this.#leases.delete(jobId);
+  }
+
+  /** Gives up every running handler with `error` (the drainer is shutting down); their leases end here. */
+  abandonRunning(error: Error): void {
+    for (const lease of this.#leases.values()) {
+      if (!lease.lose) continue;
+      this.#leases.delete(lease.job.id);
+      lease.lose(error);
+    }
   }
 
   stop(): void {
@@ -82,22 +98,21 @@ export class LeaseKeeper {
     else this.#options.onLostUnstarted(lease.job);
   }
 
-  /** The next renewal comes a third of the shortest held visibility after the last; a claim of a
-   * shorter one brings it forward. */
-  #schedule(): void {
-    if (this.#stopped) return;
+  #renewalInterval(): number {
     let shortest = this.#options.visibilityTimeoutSeconds * 1000;
     for (const lease of this.#leases.values()) shortest = Math.min(shortest, lease.visibilityMs);
-    const due = Date.now() + Math.max(MIN_RENEWAL_MS, Math.floor(shortest / 3));
-    if (this.#timer !== undefined && due >= this.#due) return;
+    return Math.max(MIN_RENEWAL_MS, Math.floor(shortest / 3));
+  }
+
+  /** One timer, for whichever comes first: the next renewal, or the moment a lease runs out (its
+   * handler is given up then, not at the next renewal). */
+  #schedule(): void {
     clearTimeout(this.#timer);
-    this.#due = due;
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      this.#due = Infinity;
-      this.#tick();
-      this.#schedule();
-    }, due - Date.now());
+    this.#timer = undefined;
+    if (this.#stopped || this.#leases.size === 0) return;
+    let next = this.#renewAt;
+    for (const lease of this.#leases.values()) next = Math.min(next, lease.renewedAt + lease.visibilityMs);
+    this.#timer = setTimeout(() => this.#tick(), Math.max(0, next - Date.now()));
   }
 
   #tick(): void {
@@ -107,19 +122,29 @@ export class LeaseKeeper {
         this.#lose(lease, `its lease could not be renewed for ${lease.visibilityMs / 1000} s; the reaper may have handed it on`);
       }
     }
+    if (now >= this.#renewAt) {
+      this.#renewAt = this.#leases.size > 0 ? now + this.#renewalInterval() : Infinity;
+      this.#renew(now);
+    }
+    this.#schedule();
+  }
+
+  /** One statement renews every held lease; a job missing from the answer was reaped elsewhere. */
+  #renew(sentAt: number): void {
     if (this.#renewing || this.#leases.size === 0) return;
     this.#renewing = true;
     const sent = [...this.#leases.values()];
-    renewLeases(this.#db, sent.map((l) => l.job))
+    renewLeases(this.#db, sent.map((l) => ({ id: l.job.id, lockedBy: l.job.lockedBy, leaseSeconds: l.visibilityMs / 1000 })))
       .then((ids) => {
         const renewed = new Set(ids);
         for (const lease of sent) {
           if (this.#leases.get(lease.job.id) !== lease) continue; // settled meanwhile
-          if (renewed.has(lease.job.id)) lease.renewedAt = now;
+          if (renewed.has(lease.job.id)) lease.renewedAt = sentAt;
           else this.#lose(lease, 'its lease was lost: the job was reaped and may be running elsewhere');
         }
+        this.#schedule();
       })
-      .catch(() => {}) // out of reach: the expiry above decides
+      .catch(() => {}) // out of reach: the expiry timer decides
       .finally(() => {
         this.#renewing = false;
       });

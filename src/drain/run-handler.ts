@@ -3,10 +3,13 @@
 // abandoned then (its promise is no longer awaited), never waited for forever.
 import { DEFAULT_TIMEOUT_MS, type JobRegistry, PermanentJobError, describeIssues } from '../jobs/registry.ts';
 import type { ClaimedJob } from '../queries/index.ts';
-import type { LeaseLostError } from './lease-keeper.ts';
-
 /** Gives the job up: aborts its handler's signal and stops waiting for the handler. */
-export type GiveUp = (error: LeaseLostError) => void;
+export type GiveUp = (error: Error) => void;
+
+/** The drainer stopped waiting for a handler at shutdown: its job goes back to pending at once. */
+export class HandlerAbandonedError extends Error {
+  override name = 'HandlerAbandonedError';
+}
 
 export async function runHandler(
   registry: JobRegistry,

@@ -4,7 +4,8 @@
 //   complete(job) ─► buffered ─► one DELETE for whatever finished meanwhile (or, with
 //                                settleWithClaim, carried by the next claim's statement)
 //   fail(job, …)  ─► buffered ─► one UPDATE: retry with backoff, or dead
-//   release(jobs) ─► at once  ─► one UPDATE: back to pending, attempt refunded (never started)
+//   release(jobs) ─► at once  ─► one UPDATE: back to pending, attempt refunded (never started, or
+//                                abandoned at shutdown: `reason` goes into last_error)
 //
 // A statement that fails leaves its jobs running for the reaper (onError says so). finish() flushes
 // what is buffered and resolves when every statement has returned.
@@ -79,10 +80,10 @@ export class Settler {
     });
   }
 
-  release(jobs: readonly ClaimedJob[]): void {
+  release(jobs: readonly ClaimedJob[], reason?: string): void {
     if (jobs.length === 0) return;
     this.#track(
-      release(this.#db, jobs).then((ids) => {
+      release(this.#db, jobs, reason).then((ids) => {
         this.counts.released += ids.length;
         this.counts.lost += jobs.length - ids.length;
       }),

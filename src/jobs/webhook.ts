@@ -1,10 +1,12 @@
-// webhook: delivers a JSON body to an allowed URL. 2xx completes; 5xx, 408, 429, timeouts and
+// webhook: delivers a JSON body to an allowed URL, signed as Standard Webhooks says when signing
+// keys are set (webhook-signature.ts). 2xx completes; 5xx, 408, 429, timeouts and
 // network errors retry with backoff; any other status is permanent (dead, status in last_error).
 // Hosts are checked against an allow-list at enqueue and again at delivery, and redirects are not
 // followed, so the queue cannot be pointed at internal addresses.
 import { safeErrorMessage } from '../db/url.ts';
 import { z } from 'zod';
 import { PermanentJobError, RetryLaterError, defineJob } from './registry.ts';
+import { createSigner } from './webhook-signature.ts';
 
 export interface WebhookOptions {
   /** Host names, or `*.example.com` for any subdomain of example.com. Empty: every URL refused. */
@@ -12,6 +14,9 @@ export interface WebhookOptions {
   /** Default 10 s. */
   timeoutMs?: number;
   maxAttempts?: number;
+  /** Keys to sign every delivery with (Standard Webhooks; see webhook-signature.ts): what
+   * parseSigningSecrets() reads from WEBHOOK_SIGNING_SECRET. None: deliveries are unsigned. */
+  signingKeys?: readonly Uint8Array[];
   /** For tests; default globalThis.fetch. */
   fetch?: typeof fetch;
 }
@@ -31,7 +36,8 @@ export function isHostAllowed(hostname: string, allowedHosts: readonly string[])
   );
 }
 
-const FORBIDDEN_HEADERS = new Set(['host', 'content-length', 'transfer-encoding', 'connection']);
+/** Set by pgdrain: the transport's, and the signature's (see webhook-signature.ts). */
+const FORBIDDEN_HEADERS = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'webhook-id', 'webhook-timestamp', 'webhook-signature']);
 
 export function createWebhookJob(options: WebhookOptions) {
   const allowed = options.allowedHosts.map((h) => h.toLowerCase());
@@ -54,11 +60,12 @@ export function createWebhookJob(options: WebhookOptions) {
     method: z.enum(['POST', 'PUT']).default('POST'),
     headers: z
       .record(z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'not a valid header name'), z.string().max(8192))
-      .refine((h) => Object.keys(h).every((k) => !FORBIDDEN_HEADERS.has(k.toLowerCase())), 'host, content-length, transfer-encoding and connection are set by pgdrain')
+      .refine((h) => Object.keys(h).every((k) => !FORBIDDEN_HEADERS.has(k.toLowerCase())), `${[...FORBIDDEN_HEADERS].join(', ')} are set by pgdrain`)
       .optional(),
     body: z.json().optional(),
   });
   const doFetch = options.fetch ?? ((input: RequestInfo | URL, init?: RequestInit) => fetch(input, init));
+  const signer = createSigner(options.signingKeys ?? []);
 
   return defineJob({
     kind: 'webhook',
@@ -68,6 +75,9 @@ export function createWebhookJob(options: WebhookOptions) {
     handler: async (payload, { signal, job }) => {
       const problem = hostProblem(payload.url);
       if (problem) throw new PermanentJobError(problem);
+      const body = JSON.stringify(payload.body ?? null);
+      // The same webhook-id for every attempt of the job: a receiver deduplicates retries on it.
+      const signature = signer ? await signer.headers(`msg_${job.id}`, body) : {};
       let response: Response;
       try {
         response = await doFetch(payload.url, {
@@ -78,8 +88,9 @@ export function createWebhookJob(options: WebhookOptions) {
             'x-pgdrain-job-id': job.id,
             'x-pgdrain-attempt': String(job.attempts),
             ...payload.headers,
+            ...signature,
           },
-          body: JSON.stringify(payload.body ?? null),
+          body,
           redirect: 'manual',
           signal,
         });

@@ -6,8 +6,8 @@
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before
 // running anything.
 import { Placeholder, and, lte, sql } from 'drizzle-orm';
-import { jobs, pausedKinds } from '../db/schema.ts';
-import { type Db, rowsOf } from './db.ts';
+import { JOB_DEFAULTS, jobs, pausedKinds } from '../db/schema.ts';
+import { type Db, fromDriverRow, rowsOf } from './db.ts';
 
 export interface ClaimedJob {
   id: string;
@@ -27,8 +27,11 @@ export interface ClaimedJob {
 
 export interface ClaimOptions {
   batchSize: number;
-  /** Written to locked_by. Unique per claim (see drain.ts), so it fences settlement exactly. */
+  /** Written to locked_by. Unique per claim (see the drain), so it fences settlement exactly. */
   lockToken: string;
+  /** The lease of jobs without a visibility of their own, written into locked_until with theirs:
+   * every reaper applies what the claiming drainer holds. Default 30 s. */
+  leaseSeconds?: number;
   /** Claim only these kinds; omit for every kind. */
   kinds?: readonly string[];
   /** Claim only these jobs, if they are ready and nobody holds them (run-now after an enqueue). */
@@ -37,19 +40,14 @@ export interface ClaimOptions {
 
 export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]> {
   if (options.batchSize < 1 || options.kinds?.length === 0 || options.ids?.length === 0) return [];
-  const rows = await preparedClaim(db, options.kinds !== undefined, options.ids !== undefined).execute({
-    limit: options.batchSize,
-    token: options.lockToken,
-    kinds: options.kinds ?? [],
-    ids: options.ids ?? [],
-  });
+  const rows = await preparedClaim(db, options.kinds !== undefined, options.ids !== undefined).execute({ ...claimValues(options) });
   return claimedJobs(rows, options.lockToken);
 }
 
 /** The plan PostgreSQL would use for this claim right now (EXPLAIN, not executed). */
 export async function explainClaim(db: Db, options: ClaimOptions): Promise<string> {
   const query = claimStatement(db, options.kinds !== undefined, options.ids !== undefined).toSQL();
-  const values: Record<string, unknown> = { limit: options.batchSize, token: options.lockToken, kinds: options.kinds ?? [], ids: options.ids ?? [] };
+  const values: Record<string, unknown> = { ...claimValues(options) };
   const params = query.params.map((p) => (p instanceof Placeholder ? values[p.name] : p));
   const rows = await rowsOf<{ 'QUERY PLAN': string }>(db, sql.join([sql.raw('EXPLAIN '), rawWithParams({ sql: query.sql, params })]));
   return rows.map((r) => r['QUERY PLAN']).join('\n');
@@ -85,7 +83,16 @@ export interface ClaimValues {
   token: string;
   kinds: readonly string[];
   ids: readonly string[];
+  lease: number;
 }
+
+export const claimValues = (options: ClaimOptions): ClaimValues => ({
+  limit: options.batchSize,
+  token: options.lockToken,
+  kinds: options.kinds ?? [],
+  ids: options.ids ?? [],
+  lease: options.leaseSeconds ?? JOB_DEFAULTS.visibilityTimeoutSeconds,
+});
 
 /** The claim as a statement: with placeholders to prepare once, or with `values` bound in. */
 export function claimStatement(db: Db, filtered: boolean, byIds = false, values?: ClaimValues) {
@@ -119,7 +126,13 @@ export function claimStatement(db: Db, filtered: boolean, byIds = false, values?
   // misjudges the LIMIT (a generic plan, stale statistics) may pick a hash join over the whole table.
   return db
     .update(jobs)
-    .set({ status: sql`'running'`, lockedAt: sql`now()`, lockedBy: param('token', 'text'), attempts: sql`${jobs.attempts} + 1` })
+    .set({
+      status: sql`'running'`,
+      lockedAt: sql`now()`,
+      lockedUntil: sql`now() + make_interval(secs => coalesce(${jobs.visibilitySeconds}, ${param('lease', 'int')}))`,
+      lockedBy: param('token', 'text'),
+      attempts: sql`${jobs.attempts} + 1`,
+    })
     .where(sql`${jobs.id} = ANY(ARRAY(${ready}))`)
     .returning(CLAIMED_COLUMNS);
 }
@@ -141,14 +154,7 @@ const CLAIMED_COLUMNS = {
 type ClaimedRow = Omit<ClaimedJob, 'lockedBy'> & { lockedBy: string | null };
 
 /** A claimed row read by raw SQL (column names, driver values) into what the builder returns. */
-export function claimedRowFromDriver(row: Record<string, unknown>): ClaimedRow {
-  const out: Record<string, unknown> = {};
-  for (const [key, column] of Object.entries(CLAIMED_COLUMNS)) {
-    const value = row[column.name];
-    out[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value as never);
-  }
-  return out as ClaimedRow;
-}
+export const claimedRowFromDriver = (row: Record<string, unknown>): ClaimedRow => fromDriverRow(CLAIMED_COLUMNS, row);
 
 /** Claimed rows as jobs in claim order (RETURNING does not keep the subquery's order), each with
  * the lock token of its claim. */

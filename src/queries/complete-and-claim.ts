@@ -6,7 +6,7 @@
 // the same fencing by lock token, the same claim order and SKIP LOCKED. They run on one snapshot
 // and touch different rows (the DELETE running ones, the claim pending ones), and commit together.
 import { type SQL, sql } from 'drizzle-orm';
-import { type ClaimedJob, type ClaimOptions, claimStatement, claimedJobs, claimedRowFromDriver } from './claim.ts';
+import { type ClaimedJob, type ClaimOptions, claimStatement, claimValues, claimedJobs, claimedRowFromDriver } from './claim.ts';
 import { type HeldJob, type SettleOptions, deleteCompleted } from './complete.ts';
 import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
@@ -25,19 +25,18 @@ export async function completeAndClaim(
 ): Promise<CompleteAndClaimResult> {
   const claiming = options.batchSize >= 1 && options.kinds?.length !== 0 && options.ids?.length !== 0;
   const claimSql: SQL = claimStatement(db, options.kinds !== undefined, options.ids !== undefined, {
+    ...claimValues(options),
     limit: claiming ? options.batchSize : 0,
-    token: options.lockToken,
-    kinds: options.kinds ?? [],
-    ids: options.ids ?? [],
   }).getSQL();
   const counted = settle.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('done')})`;
-  // A row per claimed job, each carrying the deleted ids; one row of NULLs when nothing was claimed,
-  // so that the deletions are reported either way.
+  // A row per claimed job, the first also carrying the deleted ids (once: a claim of 500 must not
+  // bring them back 500 times); one row of NULLs when nothing was claimed, so that the deletions
+  // are reported either way.
   const rows = await rowsOf<Record<string, unknown> & { pgdrain_completed: (string | number)[] | null }>(
     db,
     sql`WITH done AS (${deleteCompleted(held)})${counted},
              claimed AS (${claimSql})
-        SELECT claimed.*, d.pgdrain_completed
+        SELECT claimed.*, CASE WHEN row_number() OVER () = 1 THEN d.pgdrain_completed END AS pgdrain_completed
           FROM (SELECT array_agg(id) AS pgdrain_completed FROM done) AS d LEFT JOIN claimed ON true`,
   );
   const completed = (rows[0]?.pgdrain_completed ?? []).map(String);

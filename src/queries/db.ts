@@ -1,6 +1,6 @@
 // What every query takes: any Drizzle PostgreSQL database or transaction. node-postgres (the
 // sidecar, the tests) and neon-serverless (the Worker) both satisfy it, so they run the same SQL.
-import type { SQL } from 'drizzle-orm';
+import type { Column, SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 
 // The schema generic does not matter to the queue's queries; any database or transaction will do.
@@ -14,4 +14,15 @@ export const NOTIFY_CHANNEL = 'pgdrain_jobs';
 export async function rowsOf<T>(db: Db, query: SQL): Promise<T[]> {
   const result = (await db.execute(query)) as unknown as { rows?: T[] } | T[];
   return Array.isArray(result) ? result : (result.rows ?? []);
+}
+
+/** A row read by raw SQL (column names, driver values) as the query builder returns it: `columns`
+ * maps each property to its column, whose own mapping turns the driver's value into the property's. */
+export function fromDriverRow<T>(columns: Record<string, Column>, row: Record<string, unknown>): T {
+  const out: Record<string, unknown> = {};
+  for (const [key, column] of Object.entries(columns)) {
+    const value = row[column.name];
+    out[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
+  }
+  return out as T;
 }

@@ -62,7 +62,7 @@ export async function failMany(db: Db, failures: readonly Failure[], options: Se
           run_at = CASE WHEN j.attempts >= j.max_attempts OR h.permanent THEN j.run_at
                         ELSE now() + make_interval(secs => least(h.cap, greatest(h.floor,
                                h.base * power(2, j.attempts - 1) * (0.5 + random() / 2)))) END,
-          locked_at = NULL, locked_by = NULL, last_error = h.error
+          locked_at = NULL, locked_by = NULL, locked_until = NULL, last_error = h.error
         FROM ${failed} WHERE ${FENCED}
         RETURNING j.id, j.kind, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead'; run_at_ms: number; attempts: number }>(

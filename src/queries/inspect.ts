@@ -1,13 +1,18 @@
 // Inspection and repair: what a person (or the HTTP API) uses to look at the queue and act on
 // dead jobs. None of these are on the drain's hot path.
-import { and, desc, eq, lt, sql } from 'drizzle-orm';
+import { and, desc, eq, getTableColumns, lt, sql } from 'drizzle-orm';
 import { type JobRow, type JobStatus, jobs } from '../db/schema.ts';
-import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
+import { type Db, NOTIFY_CHANNEL, fromDriverRow, rowsOf } from './db.ts';
 import { listPausedKinds } from './pause.ts';
 
 export type Job = Omit<JobRow, 'dedupeKey' | 'visibilitySeconds'> & {
   dedupeKey: string | null;
   visibilitySeconds: number | null;
+};
+
+const jobFromRow = (row: Record<string, unknown>): Job => {
+  const job = fromDriverRow<JobRow>(getTableColumns(jobs), row);
+  return { ...job, id: String(job.id) };
 };
 
 export async function getJob(db: Db, id: string): Promise<Job | null> {
@@ -93,18 +98,17 @@ export async function stats(db: Db): Promise<QueueStats> {
 
 export type RetryOutcome = { outcome: 'retried'; job: Job } | { outcome: 'not_dead'; status: JobStatus } | { outcome: 'not_found' };
 
-/** A dead job back to pending, due now, with its attempts reset; last_error stays for reference. */
+/** A dead job back to pending, due now, with its attempts reset; last_error stays for reference.
+ * The drainers are notified by the same statement, so the wake-up commits with the retry. */
 export async function retryDead(db: Db, id: string): Promise<RetryOutcome> {
   if (!isJobId(id)) return { outcome: 'not_found' };
-  const [row] = await db
-    .update(jobs)
-    .set({ status: 'pending', attempts: 0, runAt: sql`now()` })
-    .where(and(eq(jobs.id, id), eq(jobs.status, 'dead')))
-    .returning();
-  if (row) {
-    await db.execute(sql`SELECT pg_notify(${NOTIFY_CHANNEL}, ${row.kind})`);
-    return { outcome: 'retried', job: { ...row, id: String(row.id) } };
-  }
+  const [row] = await rowsOf<Record<string, unknown>>(
+    db,
+    sql`WITH retried AS (
+          UPDATE ${jobs} SET status = 'pending', attempts = 0, run_at = now() WHERE id = ${id}::bigint AND status = 'dead' RETURNING *)
+        SELECT retried.*, pg_notify(${NOTIFY_CHANNEL}, retried.kind) AS notified FROM retried`,
+  );
+  if (row) return { outcome: 'retried', job: jobFromRow(row) };
   const current = await getJob(db, id);
   return current ? { outcome: 'not_dead', status: current.status } : { outcome: 'not_found' };
 }

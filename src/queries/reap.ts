@@ -1,10 +1,13 @@
-// reap: running rows whose lock is older than their visibility timeout belong to a worker that
-// died or hung. They go back to pending, or to dead when that claim was their last attempt (a job
-// that reliably kills its worker must not loop forever). Idempotent, cheap (it walks the small
-// jobs_running index), safe to call from any process at any time. A reaped attempt counts as
-// failed (and dead, when it was the last) in job_counts, in the same statement.
+// reap: running rows whose lease has ended belong to a drainer that died or hung. They go back to
+// pending, or to dead when that claim was their last attempt (a job that reliably kills its worker
+// must not loop forever). The lease is the one the claiming drainer wrote into locked_until (and
+// renews), so every reaper — whatever its own settings — applies the lease the holder keeps; only
+// a job locked by a drainer older than that column falls back to the reaper's own timeout.
+// Idempotent, cheap (it walks the small jobs_running index), safe to call from any process at any
+// time. A reaped attempt counts as failed (and dead, when it was the last) in job_counts, in the
+// same statement.
 import { sql } from 'drizzle-orm';
-import { jobs } from '../db/schema.ts';
+import { JOB_DEFAULTS, jobs } from '../db/schema.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 
@@ -15,17 +18,18 @@ export interface ReapResult {
   dead: string[];
 }
 
-export async function reap(db: Db, visibilityTimeoutSeconds: number): Promise<ReapResult> {
+/** `legacyTimeoutSeconds` applies only to jobs locked without a lease end (by an older drainer). */
+export async function reap(db: Db, legacyTimeoutSeconds: number = JOB_DEFAULTS.visibilityTimeoutSeconds): Promise<ReapResult> {
+  const leaseEnd = sql`coalesce(locked_until, locked_at + make_interval(secs => coalesce(visibility_seconds, ${legacyTimeoutSeconds}::int)))`;
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' }>(
     db,
     sql`WITH reaped AS (
         UPDATE ${jobs} SET
           status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-          last_error = 'visibility timeout: ' || locked_by || ' held the job for longer than '
-                       || coalesce(visibility_seconds, ${visibilityTimeoutSeconds}::int) || ' s',
-          locked_at = NULL, locked_by = NULL
-        WHERE status = 'running'
-          AND locked_at < now() - make_interval(secs => coalesce(visibility_seconds, ${visibilityTimeoutSeconds}::int))
+          last_error = 'visibility timeout: ' || locked_by || ' held the job past its lease of '
+                       || round(extract(epoch from ${leaseEnd} - locked_at)) || ' s without renewing it',
+          locked_at = NULL, locked_by = NULL, locked_until = NULL
+        WHERE status = 'running' AND ${leaseEnd} < now()
         RETURNING id, kind, status),
       counted AS (${countFailed('reaped')})
       SELECT id, status FROM reaped`,

@@ -4,16 +4,24 @@
 // claim's lock token: a job that was reaped and claimed by someone else is not renewed, and is
 // missing from the answer.
 import { sql } from 'drizzle-orm';
-import { jobs } from '../db/schema.ts';
+import { JOB_DEFAULTS, jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 import { FENCED, type HeldJob, heldRows } from './fence.ts';
 
+export interface HeldLease extends HeldJob {
+  /** How long the renewed lease lasts; default the job's visibility_seconds, else 30 s. */
+  leaseSeconds?: number;
+}
+
 /** Returns the ids whose lease was extended; the caller has lost the others. */
-export async function renewLeases(db: Db, held: readonly HeldJob[]): Promise<string[]> {
+export async function renewLeases(db: Db, held: readonly HeldLease[]): Promise<string[]> {
   if (held.length === 0) return [];
+  const leases = heldRows(held, { lease: { type: 'int', values: held.map((h) => h.leaseSeconds ?? null) } });
   const rows = await rowsOf<{ id: string }>(
     db,
-    sql`UPDATE ${jobs} j SET locked_at = now() FROM ${heldRows(held)} WHERE ${FENCED} RETURNING j.id::text AS id`,
+    sql`UPDATE ${jobs} j SET locked_at = now(),
+               locked_until = now() + make_interval(secs => coalesce(h.lease, j.visibility_seconds, ${JOB_DEFAULTS.visibilityTimeoutSeconds}))
+          FROM ${leases} WHERE ${FENCED} RETURNING j.id::text AS id`,
   );
   return rows.map((r) => String(r.id));
 }

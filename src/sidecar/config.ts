@@ -25,6 +25,7 @@ export function sidecarOptionsFromEnv(env: Record<string, string | undefined>): 
     poolSize: s.poolSize,
     maxBodyBytes: s.maxBodyBytes,
     webhookAllowedHosts: s.webhookAllowedHosts,
+    webhookSigningSecret: s.webhookSigningSecret,
     logLevel: s.logLevel,
     logFormat: s.logFormat,
   };

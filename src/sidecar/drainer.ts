@@ -3,12 +3,14 @@
 //   sleeping ──wake() (NOTIFY, reaper, listener reconnect) or poll interval──► draining
 //   draining ──drain() returned──► draining again if woken meanwhile, else sleeping
 //   draining ──drain() threw (database down)──► sleeping for a growing pause (≤ 5 polls)
-//   any ──stop()──► no new claims; the running drain releases unstarted jobs and finishes
+//   any ──stop(grace)──► no new claims; the running drain releases unstarted jobs, and its running
+//         handlers get `grace` to finish ──still running──► abandoned: their signals abort, their
+//         jobs go back to pending at once (attempt refunded), the drain returns
 import { drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
 import type { JobRegistry } from '../jobs/index.ts';
 import type { Db } from '../queries/index.ts';
 
-export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'budgetMs'> {
+export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'abandonSignal' | 'budgetMs'> {
   pollIntervalMs: number;
   onReport?: (report: DrainReport) => void;
   /** A drain failed (it is retried after a pause). */
@@ -22,6 +24,7 @@ export class Drainer {
   readonly #registry: JobRegistry;
   readonly #options: DrainerOptions;
   readonly #stop = new AbortController();
+  readonly #abandon = new AbortController();
   #wakeRequested = true;
   #wakeUp: (() => void) | null = null;
   #loop: Promise<void> | null = null;
@@ -44,20 +47,19 @@ export class Drainer {
     this.#wakeUp?.();
   }
 
-  /** Stops claiming; resolves true if the current drain finished within `graceMs`. */
-  async stop(graceMs: number): Promise<boolean> {
+  /**
+   * Stops claiming; resolves true if the current drain finished within `graceMs`. Otherwise its
+   * running handlers are abandoned (their jobs released) and this waits up to `settleMs` more for
+   * those releases to reach the database; resolves false.
+   */
+  async stop(graceMs: number, settleMs = 5_000): Promise<boolean> {
     this.#stop.abort();
     this.#wakeUp?.();
     if (!this.#loop) return true;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const finished = await Promise.race([
-      this.#loop.then(() => true),
-      new Promise<false>((resolve) => {
-        timer = setTimeout(() => resolve(false), graceMs);
-      }),
-    ]);
-    clearTimeout(timer);
-    return finished;
+    if (await settlesWithin(this.#loop, graceMs)) return true;
+    this.#abandon.abort();
+    await settlesWithin(this.#loop, settleMs);
+    return false;
   }
 
   async #run(): Promise<void> {
@@ -69,7 +71,7 @@ export class Drainer {
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
       try {
-        const report = await drain(this.#db, this.#registry, { ...drainOptions, signal: this.#stop.signal });
+        const report = await drain(this.#db, this.#registry, { ...drainOptions, signal: this.#stop.signal, abandonSignal: this.#abandon.signal });
         if (failing) onRecovered?.();
         failing = false;
         pause = 0;
@@ -92,4 +94,12 @@ export class Drainer {
       };
     });
   }
+}
+
+/** True when `work` settles within `ms`. */
+async function settlesWithin(work: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const settled = await Promise.race([work.then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
+  clearTimeout(timer);
+  return settled;
 }

@@ -50,6 +50,8 @@ export interface SidecarOptions {
   registry?: JobRegistry;
   /** Comma-separated allow-list for the webhook kind. */
   webhookAllowedHosts?: string;
+  /** `whsec_…` keys (whitespace- or comma-separated) the webhook kind signs every delivery with. */
+  webhookSigningSecret?: string;
   /** Default 8080; 0 picks a free port. */
   port?: number;
   /** Default 127.0.0.1; use 0.0.0.0 to serve other machines. */
@@ -125,7 +127,8 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   const dataDir = path.resolve(options.dataDir ?? defaultFor('dataDir', 'sidecar'));
   const workerId = `sidecar-${os.hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS;
-  const registry = options.registry ?? createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts }, options.jobs ?? []);
+  const registry =
+    options.registry ?? createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: options.webhookSigningSecret }, options.jobs ?? []);
   const schedules = options.schedules ?? [];
   checkSchedules(registry, schedules);
   const incidents = new Incidents(log);
@@ -202,7 +205,7 @@ function startDrainer(
     settings,
     wake: () => drainer.wake(),
     stop: async () => {
-      if (!(await drainer.stop(graceMs))) log.warn('grace period over with handlers still running; their jobs stay locked until the reaper returns them');
+      if (!(await drainer.stop(graceMs))) log.warn('grace period over with handlers still running: they were abandoned and their jobs released to run again');
     },
   };
 }

@@ -36,6 +36,8 @@ export interface Env extends DatabaseEnv {
   KINDS?: string;
   VISIBILITY_TIMEOUT_SECONDS?: string;
   WEBHOOK_ALLOWED_HOSTS?: string;
+  /** Secret, optional: `whsec_…` keys to sign webhook deliveries with (Standard Webhooks). */
+  WEBHOOK_SIGNING_SECRET?: string;
   MAX_BODY_BYTES?: string;
 }
 
@@ -117,7 +119,7 @@ function readConfiguration(env: Env, jobs: readonly JobDefinition<any>[], schedu
     if (error instanceof SettingsError) return error;
     throw error;
   }
-  const registry = createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: settings.webhookAllowedHosts }, jobs);
+  const registry = createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: settings.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: settings.webhookSigningSecret }, jobs);
   checkSchedules(registry, schedules);
   return { settings, registry };
 }

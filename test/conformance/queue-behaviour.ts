@@ -12,7 +12,7 @@ import { noopJob } from '../../src/jobs/noop.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
 import {
   type Db, claim, compareIds, complete, completeAndClaim, countTotals, countsByMinute, enqueue, enqueueMany, explainClaim, fail, failMany,
-  MAX_ERROR_LENGTH, pauseKind, release, reap, renewLeases, resumeKind, rollUpCounts, stats,
+  MAX_ERROR_LENGTH, pauseKind, release, reap, renewLeases, resumeKind, retryDead, rollUpCounts, stats,
 } from '../../src/queries/index.ts';
 
 /** Polls until `probe` returns `expected` (5 s at most). */
@@ -230,7 +230,8 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it('a worker whose lock was reaped and re-claimed cannot complete, fail or release the job', async () => {
       const { id } = await enqueue(h.db, { kind: 'k', payload: {} });
       const [mine] = await claim(h.db, { batchSize: 1, lockToken: 'slow-worker:1' });
-      await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1`, [id]);
+      // Its lease ended an hour ago.
+      await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour', locked_until = now() - interval '59 minutes' WHERE id = $1`, [id]);
       expect((await reap(h.db, 60)).reclaimed).toEqual([id]);
       const [theirs] = await claim(h.db, { batchSize: 1, lockToken: 'other-worker:7' });
       expect(theirs!.id).toBe(id);
@@ -503,6 +504,40 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(await h.query(`SELECT status, locked_by FROM pgdrain.jobs`)).toEqual([{ status: 'running', locked_by: 'someone-else:1' }]);
     });
 
+    it('retrying a dead job and waking the drainers is one statement: the wake-up commits with the retry, or not at all', async () => {
+      const [{ id }] = (await h.query(
+        `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error) VALUES ('fax', '{}', 'dead', 3, 3, 'busy') RETURNING id::text`,
+      )) as [{ id: string }];
+      const listener = await h.listen('pgdrain_jobs');
+      try {
+        // Rolled back with the caller's transaction: neither retried nor announced.
+        await expect(
+          h.db.transaction(async (tx) => {
+            expect((await retryDead(tx, id)).outcome).toBe('retried');
+            throw new Error('changed my mind');
+          }),
+        ).rejects.toThrow('changed my mind');
+        await sleep(300);
+        expect(listener.received).toEqual([]);
+        expect(await count(`status = 'dead'`)).toBe(1);
+
+        const statements: string[] = [];
+        const counted = new Proxy(h.db, {
+          get: (target, property, receiver) => {
+            if (['execute', 'select', 'update', 'insert', 'delete', 'transaction'].includes(String(property))) statements.push(String(property));
+            return Reflect.get(target, property, receiver);
+          },
+        });
+        const result = await retryDead(counted, id);
+        expect(result).toMatchObject({ outcome: 'retried', job: { id, kind: 'fax', status: 'pending', attempts: 0, lastError: 'busy' } });
+        expect(statements).toEqual(['execute']);
+        await until(async () => listener.received.length, 1);
+        expect(listener.received).toEqual(['fax']);
+      } finally {
+        await listener.close();
+      }
+    });
+
     it('release puts claimed but unstarted jobs back in line with their attempt refunded', async () => {
       const enqueued = await enqueueMany(h.db, Array.from({ length: 5 }, (_, i) => ({ kind: 'k', payload: { i } })));
       const claimed = await claim(h.db, { batchSize: 5, lockToken: 'w:1' });
@@ -657,7 +692,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it('a reaped attempt counts as failed, and as dead when it was the last', async () => {
       await enqueueMany(h.db, [{ kind: 'a', payload: {}, maxAttempts: 1 }, { kind: 'a', payload: {} }, { kind: 'b', payload: {} }]);
       await claim(h.db, { batchSize: 3, lockToken: 'gone:1' });
-      await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour'`);
+      await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour', locked_until = now() - interval '59 minutes'`);
       const reaped = await reap(h.db, 60);
       expect(reaped.dead).toHaveLength(1);
       expect(reaped.reclaimed).toHaveLength(2);

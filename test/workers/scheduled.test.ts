@@ -3,8 +3,10 @@
 import { createExecutionContext, createScheduledController, env, waitOnExecutionContext } from 'cloudflare:test';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { defineJob } from '../../src/jobs/index.ts';
-import { enqueueMany } from '../../src/queries/index.ts';
+import { Webhook } from 'standardwebhooks';
+import { drain } from '../../src/drain/index.ts';
+import { JobRegistry, createWebhookJob, defineJob, parseSigningSecrets } from '../../src/jobs/index.ts';
+import { claim, enqueueMany } from '../../src/queries/index.ts';
 import { createWorker, type Env } from '../../src/worker/create-worker.ts';
 import { defineSchedule } from '../../src/schedules.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
@@ -124,6 +126,38 @@ for (const path of PATHS) {
       expect(report).toMatchObject({ reaped: 1, claimed: 1, completed: 1 });
       expect(runs.get(99)).toBe(1);
       expect(await count()).toBe(0);
+    });
+
+    it('webhook deliveries are signed in workerd as on Node: the published verifier accepts them', async () => {
+      const secret = `whsec_${btoa('k'.repeat(32))}`;
+      const sent: { body: string; headers: Headers }[] = [];
+      const registry = new JobRegistry([
+        createWebhookJob({
+          allowedHosts: ['hooks.example.com'],
+          signingKeys: parseSigningSecrets(secret),
+          fetch: async (_url, init) => {
+            sent.push({ body: String(init?.body), headers: new Headers(init?.headers) });
+            return new Response(null, { status: 204 });
+          },
+        }),
+      ]);
+      const [job] = await enqueueMany(h.db, [{ kind: 'webhook', payload: { url: 'https://hooks.example.com/x', body: { n: 1 } } }]);
+      expect(await drain(h.db, registry, { workerId: 'sign', placement: 'far' })).toMatchObject({ completed: 1 });
+      const headers = Object.fromEntries(['webhook-id', 'webhook-timestamp', 'webhook-signature'].map((name) => [name, sent[0]!.headers.get(name)!]));
+      expect(headers['webhook-id']).toBe(`msg_${job!.id}`);
+      expect(new Webhook(secret).verify(sent[0]!.body, headers)).toEqual({ n: 1 });
+    });
+
+    it("a Worker with a short visibility timeout leaves alone the jobs a sidecar holds on a longer lease", async () => {
+      // A sidecar (VISIBILITY_TIMEOUT_SECONDS=30) claimed these 5 s ago and renews them; the
+      // Worker next to it is set to 2 s. Its reap applies the holder's lease, not its own.
+      await enqueueMany(h.db, Array.from({ length: 3 }, (_, n) => ({ kind: 'count', payload: { n } })));
+      await claim(h.db, { batchSize: 3, lockToken: 'sidecar-elsewhere:1', leaseSeconds: 30 });
+      await h.query(`UPDATE pgdrain.jobs SET locked_at = locked_at - interval '5 seconds', locked_until = locked_until - interval '5 seconds'`);
+      const report = await worker.runScheduled(cron(), testEnv({ VISIBILITY_TIMEOUT_SECONDS: '2', DRAIN_BUDGET_MS: '1000' }));
+      expect(report).toMatchObject({ reaped: 0, reapedDead: 0, claimed: 0 });
+      expect(await count(`status = 'running' AND locked_by = 'sidecar-elsewhere:1'`)).toBe(3);
+      expect(runs.size).toBe(0);
     });
 
     it('two overlapping invocations on the same backlog run every job exactly once', async () => {

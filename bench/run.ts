@@ -12,6 +12,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { type BenchSystem, RunCounter, articleSystem, graphileSystem, now, pgBossSystem, pgdrainSystem } from './systems.ts';
 import { drainWithProcesses } from './sidecar-processes.ts';
 import { benchWorkerDrainer } from './worker-drainer.ts';
+import { drainThroughLongTransaction } from './long-transaction.ts';
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
@@ -19,8 +20,10 @@ const jsonFile = args.includes('--json') ? args[args.indexOf('--json') + 1] : un
 const only = args.includes('--only') ? args[args.indexOf('--only') + 1]?.split(',') : undefined;
 
 const plan = quick
-  ? { reps: 1, enqueueSizes: [5_000], drainSizes: [2_000], noAnalyzeSize: 2_000, history: 100_000, historyDrain: 2_000, latencyJobs: 40, workerJobs: 500, runNowJobs: 20 }
-  : { reps: 3, enqueueSizes: [5_000, 50_000], drainSizes: [5_000, 50_000], noAnalyzeSize: 50_000, history: 1_000_000, historyDrain: 50_000, latencyJobs: 200, workerJobs: 5_000, runNowJobs: 200 };
+  ? { reps: 1, enqueueSizes: [5_000], drainSizes: [2_000], noAnalyzeSize: 2_000, history: 100_000, historyDrain: 2_000, latencyJobs: 40, workerJobs: 500, runNowJobs: 20,
+      longTransaction: { beforeS: 3, holdS: 5, afterS: 3, enqueuePerSecond: 2_000 } }
+  : { reps: 3, enqueueSizes: [5_000, 50_000], drainSizes: [5_000, 50_000], noAnalyzeSize: 50_000, history: 1_000_000, historyDrain: 50_000, latencyJobs: 200, workerJobs: 5_000, runNowJobs: 200,
+      longTransaction: { beforeS: 20, holdS: 60, afterS: 20, enqueuePerSecond: 4_000 } };
 
 /** A trial slower than this is not repeated (the slow systems' 50k drains), so a full run stays
  * under 10 minutes on 2 cores. */
@@ -317,6 +320,20 @@ async function main() {
         console.log(`  ${processes} process${processes > 1 ? 'es' : ''}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s, every job exactly once`);
       }
       record(`drain ${plan.noAnalyzeSize / 1000}k, ${processes} process${processes > 1 ? 'es' : ''}`, 'pgdrain', 'jobs/s', values, [], []);
+    }
+  }
+
+  // A transaction held open elsewhere during a steady load: what it does to the drain and the table.
+  if (!only || only.includes('pgdrain') || only.includes('long-transaction')) {
+    const lt = plan.longTransaction;
+    console.log(`\npgdrain under a steady ${lt.enqueuePerSecond} jobs/s with a REPEATABLE READ transaction held open for ${lt.holdS} s in the middle`);
+    const url = await freshDatabase('bench_long_tx');
+    const phases = await drainThroughLongTransaction(url, lt, (line) => console.log(line));
+    await admin.query('DROP DATABASE bench_long_tx WITH (FORCE)');
+    for (const p of phases) {
+      record(`long transaction, ${p.phase}: drained`, 'pgdrain', 'jobs/s', [p.drainedPerSecond], [], []);
+      record(`long transaction, ${p.phase}: dead tuples`, 'pgdrain', 'rows', [p.deadTuplesAtEnd], [], []);
+      record(`long transaction, ${p.phase}: largest backlog`, 'pgdrain', 'jobs', [p.maxBacklog], [], []);
     }
   }
 

@@ -1,11 +1,13 @@
 // GET /metrics, GET /stats/throughput and the dashboard's page and assets, through app.request()
 // against a real PostgreSQL. The page itself is driven in Chromium by dashboard.browser.test.ts.
 import parsePrometheusTextFormat, { type MetricFamily } from 'parse-prometheus-text-format';
+import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createApp } from '../src/http/app.ts';
 import { createDefaultRegistry } from '../src/jobs/index.ts';
 import { claim, complete, enqueueMany, failMany } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { until } from './support/sidecar-process.ts';
 
 const TOKEN = 'test-token-metrics-1';
 const METRICS_TOKEN = 'scraper-token-2b8e41';
@@ -70,6 +72,10 @@ describe('GET /metrics', () => {
       ['pgdrain_jobs_completed_total', 'COUNTER'],
       ['pgdrain_jobs_failed_total', 'COUNTER'],
       ['pgdrain_jobs_dead_total', 'COUNTER'],
+      ['pgdrain_oldest_snapshot_age_seconds', 'GAUGE'],
+      ['pgdrain_oldest_xmin_age_transactions', 'GAUGE'],
+      ['pgdrain_jobs_table_dead_tuples', 'GAUGE'],
+      ['pgdrain_jobs_table_live_tuples', 'GAUGE'],
     ]);
 
     // Every gauge against the table itself.
@@ -101,6 +107,31 @@ describe('GET /metrics', () => {
     expect(sample(families, 'pgdrain_jobs_dead_total', { kind: mail })).toBe(2);
     // The label with a quote and a backslash is escaped as the format says.
     expect(text).toContain('kind="mail \\"weekly\\"\\\\digest"');
+  });
+
+  it('says what holds vacuum back: a transaction held open elsewhere, and the dead tuples the jobs table carries', async () => {
+    const scrape = async () => parsePrometheusTextFormat(await (await app.request('/metrics', { headers: bearer(TOKEN) })).text());
+    const gauge = (families: MetricFamily[], name: string) => sample(families, name, {});
+    const report = new pg.Client({ connectionString: t.url });
+    await report.connect();
+    try {
+      // A report in another session: a snapshot held for as long as its transaction is open.
+      await report.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await report.query('SELECT count(*) FROM pgdrain.jobs');
+      await new Promise((r) => setTimeout(r, 1_200));
+      await enqueueMany(t.db, Array.from({ length: 500 }, () => ({ kind: 'noop', payload: {} })));
+      await t.query('DELETE FROM pgdrain.jobs');
+      await t.query('VACUUM pgdrain.jobs'); // cannot remove them: the report's snapshot may still see them
+      const held = await until(scrape, (f) => gauge(f, 'pgdrain_jobs_table_dead_tuples') >= 500, 5_000, 'the dead tuples to be counted');
+      expect(gauge(held, 'pgdrain_oldest_snapshot_age_seconds')).toBeGreaterThanOrEqual(1);
+      expect(gauge(held, 'pgdrain_oldest_xmin_age_transactions')).toBeGreaterThan(0);
+      await report.query('COMMIT');
+      await t.query('VACUUM pgdrain.jobs');
+      const released = await until(scrape, (f) => gauge(f, 'pgdrain_jobs_table_dead_tuples') === 0, 5_000, 'vacuum to clean up');
+      expect(gauge(released, 'pgdrain_oldest_snapshot_age_seconds')).toBe(0);
+    } finally {
+      await report.end();
+    }
   });
 
   it('takes the API token or the metrics token; the metrics token opens nothing else', async () => {

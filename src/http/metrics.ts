@@ -3,7 +3,7 @@
 // this is a formatter rather than a metrics registry. prom-client, the usual Node choice, is built
 // around a long-lived in-process registry and Node's cluster and v8 modules, which fit neither a
 // Worker nor a per-scrape snapshot; the format itself is small and fully covered here.
-import type { KindTotals, QueueStats } from '../queries/index.ts';
+import type { KindTotals, QueueStats, TableHealth } from '../queries/index.ts';
 
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
@@ -18,7 +18,7 @@ interface Family {
  * `kinds` lists every kind to report even at zero (the registered ones), so a series does not
  * vanish when its queue empties; kinds found only in the database are added.
  */
-export function renderMetrics(stats: QueueStats, totals: Record<string, KindTotals>, registered: readonly string[]): string {
+export function renderMetrics(stats: QueueStats, totals: Record<string, KindTotals>, registered: readonly string[], health?: TableHealth): string {
   const kinds = [...new Set([...registered, ...Object.keys(stats.kinds), ...Object.keys(totals)])].sort();
   const gauge = (name: string, help: string): Family => ({ name, help, type: 'gauge', samples: [] });
   const counter = (name: string, help: string): Family => ({ name, help, type: 'counter', samples: [] });
@@ -44,7 +44,20 @@ export function renderMetrics(stats: QueueStats, totals: Record<string, KindTota
     dead.samples.push({ labels: { kind }, value: t?.dead ?? 0 });
   }
 
-  return [jobs, ready, oldest, completed, failed, dead].map(renderFamily).join('');
+  const families = [jobs, ready, oldest, completed, failed, dead];
+  if (health) families.push(...healthFamilies(health));
+  return families.map(renderFamily).join('');
+}
+
+/** What holds vacuum back, and what it has not cleaned yet (queries/table-health.ts). */
+function healthFamilies(health: TableHealth): Family[] {
+  const gauge = (name: string, help: string, value: number): Family => ({ name, help, type: 'gauge', samples: [{ labels: {}, value }] });
+  return [
+    gauge('pgdrain_oldest_snapshot_age_seconds', 'How long the oldest open transaction holding a snapshot has run (vacuum cannot clean past it); 0 when none.', health.oldestSnapshotSeconds),
+    gauge('pgdrain_oldest_xmin_age_transactions', 'Transactions since the oldest xmin held by a session, replication slot or prepared transaction.', health.oldestXminAge),
+    gauge('pgdrain_jobs_table_dead_tuples', 'Dead row versions in pgdrain.jobs not yet removed by vacuum (every claim walks past their index entries).', health.deadTuples),
+    gauge('pgdrain_jobs_table_live_tuples', 'Live rows in pgdrain.jobs, as the statistics last counted them.', health.liveTuples),
+  ];
 }
 
 function renderFamily(family: Family): string {

@@ -18,3 +18,4 @@ export {
 export { pauseKind, resumeKind, listPausedKinds, kindInQueue } from './pause.ts';
 export { retryDeadJobs, deleteDeadJobs, DEAD_BATCH, type BulkOptions, type BulkResult } from './dead-bulk.ts';
 export { lockScheduleState, advanceSchedule, listScheduleStates, type ScheduleState } from './schedules.ts';
+export { tableHealth, type TableHealth } from './table-health.ts';

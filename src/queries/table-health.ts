@@ -1,0 +1,40 @@
+// What keeps the queue table healthy, as PostgreSQL reports it: a long transaction anywhere (a
+// report, a stuck session, a forgotten replication slot) holds back vacuum, and a SKIP LOCKED queue
+// then walks ever more dead index entries on every claim. Read by /metrics; an operator alerts on
+// the oldest snapshot's age and on dead tuples growing. Seeing other roles' sessions takes the
+// pg_read_all_stats role (or pg_monitor); without it, only this role's own are counted.
+import { sql } from 'drizzle-orm';
+import { PGDRAIN_SCHEMA } from '../db/schema.ts';
+import { type Db, rowsOf } from './db.ts';
+
+export interface TableHealth {
+  /** How long the oldest transaction still holding a snapshot has been open; 0 when none. */
+  oldestSnapshotSeconds: number;
+  /** Transactions since the oldest xmin still held by a session, a replication slot or a prepared
+   * transaction: what vacuum cannot clean past. */
+  oldestXminAge: number;
+  /** Dead row versions in the jobs table that vacuum has not yet removed. */
+  deadTuples: number;
+  liveTuples: number;
+}
+
+export async function tableHealth(db: Db): Promise<TableHealth> {
+  const jobsTable = `${PGDRAIN_SCHEMA}.jobs`;
+  const [row] = await rowsOf<{ snapshot_seconds: number | null; xmin_age: number | null; dead: string | null; live: string | null }>(
+    db,
+    sql`SELECT
+          (SELECT extract(epoch FROM now() - min(xact_start))::float8 FROM pg_stat_activity
+            WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()) AS snapshot_seconds,
+          greatest((SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE pid <> pg_backend_pid()),
+                   (SELECT max(age(xmin)) FROM pg_replication_slots),
+                   (SELECT max(age(transaction)) FROM pg_prepared_xacts)) AS xmin_age,
+          (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = ${jobsTable}::regclass) AS dead,
+          (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = ${jobsTable}::regclass) AS live`,
+  );
+  return {
+    oldestSnapshotSeconds: Math.max(0, Number(row?.snapshot_seconds ?? 0)),
+    oldestXminAge: Number(row?.xmin_age ?? 0),
+    deadTuples: Number(row?.dead ?? 0),
+    liveTuples: Number(row?.live ?? 0),
+  };
+}

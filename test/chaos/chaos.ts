@@ -5,6 +5,10 @@
 // recorder: every job completed exactly once or is dead by its rule, runs beyond one only for jobs
 // in flight at a fault, nothing left running, and the counters equal what happened.
 //
+// The sidecars do not agree on their visibility timeout (one has 10 s, the others 3 s: a rolling
+// config change), and some jobs' handlers ignore their AbortSignal. Faults: kill -9 of a sidecar,
+// SIGTERM of one while such a handler runs (1 s grace: it is abandoned, its job released), dropped
+// connections, a PostgreSQL restart.
 // Both modes enqueue at a steady rate with a fault every few seconds, then let everything settle.
 // Short (npm test): 15 s at 200 jobs/s. Long (npm run chaos -- --long): 10 minutes, with the RSS
 // and open file descriptors of a sidecar that is never killed sampled once warmed up and at the end.
@@ -46,6 +50,8 @@ export interface ChaosReport {
   completed: number;
   dead: number;
   kills: number;
+  /** Graceful stops (SIGTERM, 1 s grace) that each exited 0. */
+  sigterms: number;
   postgresRestarts: number;
   drops: number;
   workerInvocations: number;
@@ -109,12 +115,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const ws = await startWsProxy({ target: { host: '127.0.0.1', port: pgPort } });
 
   // --- sidecars --------------------------------------------------------------------------------
-  const sidecarEnv = {
-    DATABASE_URL: tcp.urlFor(databaseUrl), API_TOKEN: 'chaos-token-0123456789', VISIBILITY_TIMEOUT_SECONDS: '3',
-    REAP_INTERVAL_MS: '500', POLL_INTERVAL_MS: '200', BATCH_SIZE: '50', CONCURRENCY: '50', SHUTDOWN_GRACE_MS: '3000', LOG_LEVEL: 'info',
-  };
+  const sidecarEnv = (i: number) => ({
+    DATABASE_URL: tcp.urlFor(databaseUrl), API_TOKEN: 'chaos-token-0123456789', VISIBILITY_TIMEOUT_SECONDS: i === 0 ? '10' : '3',
+    REAP_INTERVAL_MS: '500', POLL_INTERVAL_MS: '200', BATCH_SIZE: '50', CONCURRENCY: '50', SHUTDOWN_GRACE_MS: '1000', LOG_LEVEL: 'info',
+  });
   const sidecars: SidecarProcess[] = [];
-  for (let i = 0; i < options.sidecars; i++) sidecars.push(await startSidecarProcess(sidecarEnv, SIDECAR));
+  for (let i = 0; i < options.sidecars; i++) sidecars.push(await startSidecarProcess(sidecarEnv(i), SIDECAR));
 
   // --- the Worker, invoked on a tight loop ------------------------------------------------------
   const envFile = path.join(dir, 'worker.env');
@@ -138,7 +144,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   }
 
   const report: ChaosReport = {
-    jobs: 0, completed: 0, dead: 0, kills: 0, postgresRestarts: 0, drops: 0, workerInvocations: 0, finishedBy: {}, duplicated: 0,
+    jobs: 0, completed: 0, dead: 0, kills: 0, sigterms: 0, postgresRestarts: 0, drops: 0, workerInvocations: 0, finishedBy: {}, duplicated: 0,
     duplicatedOutsideFaults: [], lost: [], leftRunning: 0, leftPending: 0, countersMatch: false, counters: { completed: 0, dead: 0 }, elapsedMs: 0,
   };
   const enqueued = new Set<string>();
@@ -146,9 +152,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const enqueue = async (n: number) => {
     const jobs = Array.from({ length: n }, () => {
       const i = sequence++;
-      // Most jobs are quick; some slow; some fail on purpose a few times; one in 50 is doomed.
+      // Most jobs are quick; some slow; some fail on purpose a few times; one in 50 is doomed; one
+      // in 23 sleeps 2.5 s through its AbortSignal.
       const failUntil = i % 50 === 0 ? CHAOS_MAX_ATTEMPTS : i % 10 === 0 ? 2 : 0;
-      return { kind: CHAOS_KINDS[i % CHAOS_KINDS.length]!, payload: { recorder: recorderUrl, ms: i % 7 === 0 ? 200 : 5, failUntil } };
+      const stubborn = i % 23 === 0;
+      return { kind: CHAOS_KINDS[i % CHAOS_KINDS.length]!, payload: { recorder: recorderUrl, ms: stubborn ? 2_500 : i % 7 === 0 ? 200 : 5, failUntil, ignoreSignal: stubborn } };
     });
     for (const job of await enqueueMany(db, jobs)) enqueued.add(job.id);
   };
@@ -190,21 +198,23 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     return { rss, fds };
   };
 
-  const faults = ['kill', 'drop', 'kill', 'drop', 'postgres'] as const;
+  const faults = ['kill', 'drop', 'sigterm', 'kill', 'drop', 'postgres'] as const;
   let faultIndex = 0;
   const fault = async () => {
     const kind = faults[faultIndex++ % faults.length]!;
     if (kind === 'postgres' && report.postgresRestarts >= 1) return; // one restart per run
     await snapshotRunning();
-    if (kind === 'kill') {
-      const victim = report.kills % Math.max(1, sidecars.length - 1); // never the last one (see rss)
+    if (kind === 'kill' || kind === 'sigterm') {
+      const victim = (report.kills + report.sigterms) % Math.max(1, sidecars.length - 1); // never the last one (see rss)
       const old = sidecars[victim]!;
-      old.child.kill('SIGKILL');
-      await old.exited;
+      old.child.kill(kind === 'kill' ? 'SIGKILL' : 'SIGTERM');
+      const exit = await old.exited;
       await snapshotRunning();
-      sidecars[victim] = await startSidecarProcess(sidecarEnv, SIDECAR);
-      report.kills++;
-      log(`chaos: kill -9 of sidecar ${victim + 1} (pid ${old.child.pid}), restarted`);
+      sidecars[victim] = await startSidecarProcess(sidecarEnv(victim), SIDECAR);
+      if (kind === 'kill') report.kills++;
+      else if (exit.code === 0) report.sigterms++;
+      else throw new Error(`a sidecar stopped by SIGTERM exited with ${JSON.stringify(exit)}:\n${old.stdout()}`);
+      log(`chaos: ${kind === 'kill' ? 'kill -9' : 'SIGTERM (1 s grace)'} of sidecar ${victim + 1} (pid ${old.child.pid}), restarted`);
     } else if (kind === 'drop') {
       const dropped = tcp.dropConnections() + ws.dropConnections();
       report.drops++;
@@ -230,8 +240,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     const sampleAt = Date.now() + options.durationMs / 5;
     const end = Date.now() + options.durationMs;
     let nextFault = Date.now() + options.faultEveryMs;
-    // At least the first four faults (two kills, two drops) even on a slow machine.
-    while (Date.now() < end || faultIndex < 4) {
+    // At least the first five faults (two kills, a SIGTERM, two drops) even on a slow machine.
+    while (Date.now() < end || faultIndex < 5) {
       await enqueue(Math.max(1, Math.round(options.enqueuePerSecond / 4)));
       if (Date.now() >= nextFault) {
         await fault();

@@ -55,8 +55,8 @@ function healthFamilies(health: TableHealth): Family[] {
   return [
     gauge('pgdrain_oldest_snapshot_age_seconds', 'How long the oldest open transaction holding a snapshot has run (vacuum cannot clean past it); 0 when none.', health.oldestSnapshotSeconds),
     gauge('pgdrain_oldest_xmin_age_transactions', 'Transactions since the oldest xmin held by a session, replication slot or prepared transaction.', health.oldestXminAge),
-    gauge('pgdrain_jobs_table_dead_tuples', 'Dead row versions in pgdrain.jobs not yet removed by vacuum (every claim walks past their index entries).', health.deadTuples),
-    gauge('pgdrain_jobs_table_live_tuples', 'Live rows in pgdrain.jobs, as the statistics last counted them.', health.liveTuples),
+    gauge('pgdrain_jobs_table_dead_tuples', 'Dead row versions in the jobs table not yet removed by vacuum (every claim walks past their index entries).', health.deadTuples),
+    gauge('pgdrain_jobs_table_live_tuples', 'Live rows in the jobs table, as the statistics last counted them.', health.liveTuples),
   ];
 }
 

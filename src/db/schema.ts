@@ -21,6 +21,9 @@ export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, visibilityTimeoutSeco
  * pattern (a test compares them). */
 export const KIND_PATTERN = /^[A-Za-z0-9_.:-]{1,100}$/;
 export const KIND_PATTERN_MESSAGE = 'use 1-100 letters, digits, or _ . : -';
+
+/** A group key is 1 to this many characters. */
+export const MAX_GROUP_KEY_LENGTH = 200;
 export type JobStatus = (typeof JOB_STATUSES)[number];
 
 /** bigserial that travels as a string: ids outgrow JavaScript's safe integers long before the column does. */
@@ -54,6 +57,9 @@ export const jobs = pgdrainSchema.table(
     visibilitySeconds: integer('visibility_seconds'),
     /** Higher runs first among ready jobs; -1000..1000, default 0. */
     priority: integer('priority').notNull().default(JOB_DEFAULTS.priority),
+    /** Jobs of one kind with the same key share its groupConcurrency (and, per group, its rate
+     * limit): with a concurrency of 1, a key's jobs run one at a time, in order. */
+    groupKey: text('group_key'),
     createdAt: timestamptz('created_at').notNull().defaultNow(),
   },
   (t) => [
@@ -65,10 +71,14 @@ export const jobs = pgdrainSchema.table(
     // Listing dead jobs newest first without walking the pending backlog.
     index('jobs_dead').on(t.id).where(sql`status = 'dead'`),
     uniqueIndex('jobs_dedupe_key').on(t.dedupeKey).where(sql`dedupe_key IS NOT NULL`),
+    // What holds a group key: its running jobs, and its jobs waiting to retry (so a key's order is
+    // kept across a retry). Only grouped jobs have entries: other kinds write nothing here.
+    index('jobs_group_holders').on(t.kind, t.groupKey).where(sql`group_key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))`),
     check('jobs_status_valid', sql`status IN ('pending', 'running', 'dead')`),
     check('jobs_attempts_valid', sql`attempts >= 0 AND max_attempts >= 1`),
     check('jobs_visibility_valid', sql`visibility_seconds IS NULL OR visibility_seconds > 0`),
     check('jobs_priority_valid', sql`priority BETWEEN -1000 AND 1000`),
+    check('jobs_group_key_valid', sql`group_key IS NULL OR length(group_key) BETWEEN 1 AND ${sql.raw(String(MAX_GROUP_KEY_LENGTH))}`),
     check('jobs_running_is_locked', sql`(status = 'running') = (locked_at IS NOT NULL AND locked_by IS NOT NULL)`),
   ],
 );
@@ -121,3 +131,18 @@ export const schedules = pgdrainSchema.table('schedules', {
   skipped: bigint('skipped', { mode: 'number' }).notNull().default(0),
   evaluatedAt: timestamptz('evaluated_at').notNull().defaultNow(),
 });
+
+// The starts of rate-limited kinds within their window: a claim of such a kind counts the rows of
+// its window (per group key, where the kind limits per group), adds one per job it starts, and
+// deletes what has left the window — all under the kind's claim lock, so the table holds at most
+// `limit` rows per kind (and group) at any time. Kinds without a rate limit write nothing here.
+export const rateStarts = pgdrainSchema.table(
+  'rate_starts',
+  {
+    kind: text('kind').notNull(),
+    /** '' for a kind limited as a whole. */
+    groupKey: text('group_key').notNull().default(''),
+    startedAt: timestamptz('started_at').notNull(),
+  },
+  (t) => [index('rate_starts_window').on(t.kind, t.groupKey, t.startedAt)],
+);

@@ -4,18 +4,37 @@
 //   - a kind with its own `concurrency` is claimed on its own, never more than its free room (the
 //     jobs of it held — claimed, waiting or running — plus its claims in flight stay within the cap),
 //     taking turns with the other groups, so a slow kind cannot take every slot;
+//   - a kind with limits across drainers (globalConcurrency, groupConcurrency, rateLimit) is
+//     claimed on its own too, through the limited claim (queries/claim-limited.ts); when its limits
+//     hold ready jobs back, it is blocked — until its rate window lets the next start in, until a
+//     job of it this drain holds is let go, or for a second (slots held by other drainers) — and
+//     the drain does not spin on it;
 //   - a claim that comes back short marks its group drained for this drain call; the drain is
 //     exhausted when every group is;
 //   - far from the database claims grow from batchSize to what the running slots finish in one
 //     claim round trip (running averages of both), up to maxBatchSize.
-import type { ClaimedJob } from '../queries/index.ts';
-import type { JobRegistry } from '../jobs/registry.ts';
+import type { ClaimedJob, ClaimLimits } from '../queries/index.ts';
+import { type JobRegistry, limitsOf } from '../jobs/registry.ts';
 
 export interface PlannedClaim {
   /** The kinds this claim asks for. */
   kinds: readonly string[];
   size: number;
+  /** Set for a kind limited across drainers: claimed through the limited claim. */
+  limits?: ClaimLimits;
 }
+
+/** What a claim brought back. */
+export interface ClaimOutcome {
+  jobs: readonly ClaimedJob[];
+  /** The kind's limits left ready jobs pending (limited claims only). */
+  heldBack?: boolean;
+  /** When its rate window lets the next start in, if that is what held them back. */
+  nextStartAt?: Date | null;
+}
+
+/** A limited kind whose slots other drainers hold is tried again after this long. */
+export const BLOCKED_RECHECK_MS = 1_000;
 
 export interface ClaimPlannerOptions {
   kinds: readonly string[];
@@ -28,10 +47,15 @@ export interface ClaimPlannerOptions {
 
 interface ClaimGroup {
   kinds: readonly string[];
-  /** Infinity for the group of uncapped kinds. */
+  /** This drainer's own cap for the kind (its `concurrency`); Infinity when it has none. */
   cap: number;
+  limits: ClaimLimits | null;
   inFlight: number;
   drained: boolean;
+  /** Not claimed before this time (its limits held jobs back); 0 when not blocked. */
+  blockedUntil: number;
+  /** Blocked by its rate window (only time frees it), not by slots. */
+  blockedByRate: boolean;
 }
 
 /** A handler that takes no measurable time counts as this long when sizing claims. */
@@ -51,13 +75,17 @@ export class ClaimPlanner {
   constructor(registry: JobRegistry, options: ClaimPlannerOptions) {
     this.#options = options;
     const capOf = (kind: string) => registry.get(kind)?.concurrency;
-    const capped = options.kinds.filter((k) => capOf(k) !== undefined);
-    const uncapped = options.kinds.filter((k) => capOf(k) === undefined);
-    for (const kind of capped) this.#held.set(kind, 0);
+    const own = (kind: string) => capOf(kind) !== undefined || limitsOf(registry.get(kind)) !== null;
+    const apart = options.kinds.filter(own);
+    const together = options.kinds.filter((k) => !own(k));
+    for (const kind of apart) this.#held.set(kind, 0);
+    const group = (kinds: readonly string[], cap: number, limits: ClaimLimits | null): ClaimGroup => ({
+      kinds, cap, limits, inFlight: 0, drained: false, blockedUntil: 0, blockedByRate: false,
+    });
     this.#groups = [
-      // With no caps at all, the one group asks for exactly the drain's kinds.
-      ...(uncapped.length > 0 || capped.length === 0 ? [{ kinds: uncapped.length > 0 ? uncapped : options.kinds, cap: Infinity, inFlight: 0, drained: false }] : []),
-      ...capped.map((kind) => ({ kinds: [kind], cap: capOf(kind) as number, inFlight: 0, drained: false })),
+      // With no kind apart, the one group asks for exactly the drain's kinds.
+      ...(together.length > 0 || apart.length === 0 ? [group(together.length > 0 ? together : options.kinds, Infinity, null)] : []),
+      ...apart.map((kind) => group([kind], capOf(kind) ?? Infinity, limitsOf(registry.get(kind)))),
     ];
   }
 
@@ -66,9 +94,17 @@ export class ClaimPlanner {
     return this.#inFlight;
   }
 
-  /** Every group came back short: there is nothing more to claim in this drain. */
+  /** Every group came back short or is blocked by its limits: nothing more to claim for now. */
   get exhausted(): boolean {
-    return this.#groups.every((g) => g.drained);
+    const now = Date.now();
+    return this.#groups.every((g) => g.drained || g.blockedUntil > now);
+  }
+
+  /** When the earliest blocked group may be claimed again; Infinity when none is blocked. */
+  get nextUnblockAt(): number {
+    let next = Infinity;
+    for (const g of this.#groups) if (!g.drained && g.blockedUntil > 0) next = Math.min(next, g.blockedUntil);
+    return next;
   }
 
   /**
@@ -86,35 +122,48 @@ export class ClaimPlanner {
     // A full batch, or half the capacity when that is smaller: a claim of one or two jobs per round
     // trip would waste the database's time — unless the drain holds nothing at all.
     const minClaim = held === 0 ? 1 : Math.min(batch, Math.ceil((concurrency + ahead) / 2));
+    const now = Date.now();
     for (let i = 0; i < this.#groups.length; i++) {
       const group = this.#groups[(this.#next + i) % this.#groups.length]!;
-      if (group.drained) continue;
-      const capped = Number.isFinite(group.cap);
-      const size = capped ? Math.min(wanted, group.cap - (this.#held.get(group.kinds[0]!) ?? 0) - group.inFlight) : wanted;
-      // A capped kind claims whatever room it has; the rest wait for a worthwhile batch.
-      if (capped ? size <= 0 : size < minClaim) continue;
+      if (group.drained || group.blockedUntil > now) continue;
+      const apart = group.kinds.length === 1 && this.#held.has(group.kinds[0]!);
+      const held = this.#held.get(group.kinds[0]!) ?? 0;
+      const room = Math.min(group.cap, group.limits?.globalConcurrency ?? Infinity) - held - group.inFlight;
+      const size = apart ? Math.min(wanted, room) : wanted;
+      // A kind claimed apart claims whatever room it has; the rest wait for a worthwhile batch.
+      if (apart ? size <= 0 : size < minClaim) continue;
       this.#next = (this.#next + i + 1) % this.#groups.length;
       group.inFlight += size;
+      group.blockedUntil = 0;
       this.#inFlight++;
-      return { kinds: group.kinds, size };
+      return { kinds: group.kinds, size, ...(group.limits ? { limits: group.limits } : {}) };
     }
     return null;
   }
 
-  /** The claim came back with `jobs` after `roundTripMs` (or failed: `jobs` null). */
-  settled(claim: PlannedClaim, jobs: readonly ClaimedJob[] | null, roundTripMs: number): void {
+  /** The claim came back after `roundTripMs` (or failed: null). */
+  settled(claim: PlannedClaim, outcome: ClaimOutcome | null, roundTripMs: number): void {
     const group = this.#groupOf(claim);
     this.#inFlight--;
     group.inFlight -= claim.size;
-    if (!jobs) return;
+    if (!outcome) return;
     this.#claimMs = average(this.#claimMs, roundTripMs);
-    for (const job of jobs) this.#hold(job.kind, 1);
-    if (jobs.length < claim.size) group.drained = true;
+    for (const job of outcome.jobs) this.#hold(job.kind, 1);
+    if (outcome.jobs.length >= claim.size) return;
+    if (!outcome.heldBack) {
+      group.drained = true;
+      return;
+    }
+    group.blockedByRate = Boolean(outcome.nextStartAt);
+    group.blockedUntil = outcome.nextStartAt ? outcome.nextStartAt.getTime() : Date.now() + BLOCKED_RECHECK_MS;
   }
 
-  /** A job is no longer held: settled, released, or lost before it started. */
+  /** A job is no longer held: settled, released, or lost before it started. A kind blocked by its
+   * slots may claim again at once: one of them may be free now. */
   letGo(kind: string): void {
     this.#hold(kind, -1);
+    const group = this.#groups.find((g) => g.kinds.length === 1 && g.kinds[0] === kind);
+    if (group && group.blockedUntil > 0 && !group.blockedByRate) group.blockedUntil = 0;
   }
 
   /** A handler succeeded after `ms` (claims grow with quick handlers). */

@@ -76,6 +76,9 @@ export interface DrainReport extends SettledCounts {
   claimed: number;
   elapsedMs: number;
   stoppedBy: 'empty' | 'budget' | 'signal';
+  /** When a kind whose limits held ready jobs back may be claimed again (epoch ms); null when
+   * nothing was held back. A caller that drains again then finds the limit's next room. */
+  nextClaimAt: number | null;
 }
 
 let claimSequence = 0;
@@ -146,13 +149,15 @@ class DrainRun {
       if (stopping) this.#releaseWaiting();
       const idle = this.#planner.inFlight === 0 && this.#running.size === 0 && this.#waiting.length === 0;
       if (idle && (stopping || this.#planner.exhausted)) break;
-      await this.#wakeup.wait(stopping ? Infinity : this.#budget.claimDeadline, this.#options.signal);
+      // A blocked limited kind may be claimed again at its time: wake then too.
+      await this.#wakeup.wait(stopping ? Infinity : Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt), this.#options.signal);
     }
     this.#leases.stop();
     await this.#settler.finish();
     if (this.#claimError !== undefined) throw this.#claimError;
     const counts = this.#settler.counts;
-    return { claimed: this.#claimed, ...counts, lost: counts.lost + this.#lostUnstarted, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy };
+    const nextClaimAt = this.#stoppedBy === 'empty' && Number.isFinite(this.#planner.nextUnblockAt) ? this.#planner.nextUnblockAt : null;
+    return { claimed: this.#claimed, ...counts, lost: counts.lost + this.#lostUnstarted, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy, nextClaimAt };
   }
 
   #start(job: ClaimedJob): void {
@@ -180,14 +185,15 @@ class DrainRun {
   #sendClaim(plan: PlannedClaim): void {
     const lockToken = `${this.#options.workerId}:${++claimSequence}`;
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
+    const claim = { batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, leaseSeconds: this.#visibilityTimeoutSeconds };
     this.#settler
-      .claim({ batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, leaseSeconds: this.#visibilityTimeoutSeconds })
+      .claim(claim, plan.limits)
       .then(
-        (jobs) => {
-          this.#planner.settled(plan, jobs, Date.now() - sentAt);
-          this.#claimed += jobs.length;
-          this.#leases.hold(jobs, sentAt);
-          this.#waiting.push(...jobs);
+        (outcome) => {
+          this.#planner.settled(plan, outcome, Date.now() - sentAt);
+          this.#claimed += outcome.jobs.length;
+          this.#leases.hold(outcome.jobs, sentAt);
+          this.#waiting.push(...outcome.jobs);
         },
         (error: unknown) => {
           this.#planner.settled(plan, null, 0);

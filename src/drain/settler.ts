@@ -10,8 +10,9 @@
 // A statement that fails leaves its jobs running for the reaper (onError says so). finish() flushes
 // what is buffered and resolves when every statement has returned.
 import {
-  type Backoff, type ClaimedJob, type ClaimOptions, type Db, type Failure, claim, complete, completeAndClaim, failMany, release,
+  type Backoff, type ClaimedJob, type ClaimLimits, type ClaimOptions, type Db, type Failure, claim, claimLimited, complete, completeAndClaim, failMany, release,
 } from '../queries/index.ts';
+import type { ClaimOutcome } from './claim-planner.ts';
 import { PermanentJobError, RetryLaterError } from '../jobs/registry.ts';
 import { describeError } from './run-handler.ts';
 
@@ -90,11 +91,16 @@ export class Settler {
     );
   }
 
-  /** Sends a claim, carrying the waiting completions in its statement when the profile says so. */
-  claim(options: ClaimOptions): Promise<ClaimedJob[]> {
+  /** Sends a claim, carrying the waiting completions in its statement when the profile says so. A
+   * kind limited across drainers is claimed through the limited claim, with nothing riding along. */
+  claim(options: ClaimOptions, limits?: ClaimLimits): Promise<ClaimOutcome> {
+    if (limits) {
+      const { kinds, ...rest } = options;
+      return claimLimited(this.#db, { ...rest, kind: kinds![0]!, limits });
+    }
     this.#claimsInFlight++;
     const riding = this.#options.settleWithClaim ? this.#completions.take() : [];
-    const sent =
+    const sent: Promise<ClaimedJob[]> =
       riding.length === 0
         ? claim(this.#db, options)
         : completeAndClaim(this.#db, riding, options, { recordCounts: this.#options.recordCounts }).then(
@@ -108,10 +114,12 @@ export class Settler {
               throw error;
             },
           );
-    return sent.finally(() => {
-      this.#claimsInFlight--;
-      this.#completions.nudge();
-    });
+    return sent
+      .then((jobs) => ({ jobs }))
+      .finally(() => {
+        this.#claimsInFlight--;
+        this.#completions.nudge();
+      });
   }
 
   /** Flushes what is buffered; resolves when every settlement statement has returned. */

@@ -3,7 +3,7 @@
 // generated from them (src/http/openapi.ts), and the typed client's types are inferred from them
 // (src/client/index.ts) — so the three cannot drift apart.
 import { z } from 'zod';
-import { JOB_STATUSES, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
+import { JOB_STATUSES, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH } from '../db/schema.ts';
 import { isJobId } from '../queries/inspect.ts';
 
 export const MAX_BATCH = 1000;
@@ -35,6 +35,19 @@ export const jobInput = z
     delaySeconds: z.number().min(0).max(MAX_DELAY_SECONDS).optional().meta({ description: 'Run no sooner than this many seconds from now. Not with runAt.' }),
     maxAttempts: z.int().min(1).max(100).optional().meta({ description: "Attempts before the job goes dead; default the kind's, else 3." }),
     key: z.string().min(1).max(500).optional().meta({ description: 'Dedupe key: while a job with this key exists, its id is returned instead.' }),
+    dedupeMode: z
+      .enum(['keep', 'replace'])
+      .optional()
+      .meta({
+        description:
+          "With key: 'keep' (default) returns the existing job as it is; 'replace' (debounce) gives a pending job of the kind this payload and run time, or, when the key's job is running or dead, enqueues this one (that job gives up the key).",
+      }),
+    groupKey: z
+      .string()
+      .min(1)
+      .max(MAX_GROUP_KEY_LENGTH)
+      .optional()
+      .meta({ description: "Jobs of the kind with the same group key share its groupConcurrency (1 runs them one at a time, in order) and, where asked, its rate limit." }),
     priority: z.int().min(-1000).max(1000).optional().meta({ description: "Higher runs first; default the kind's, else 0." }),
     runNow: z.boolean().optional().meta({ description: 'Run it right after the response (the Worker); the sidecar runs it at once anyway.' }),
   })
@@ -42,6 +55,7 @@ export const jobInput = z
     message: 'give runAt or delaySeconds, not both',
     path: ['delaySeconds'],
   })
+  .refine((j) => j.dedupeMode === undefined || j.key !== undefined, { message: 'dedupeMode needs a key', path: ['dedupeMode'] })
   .meta({ id: 'JobInput' });
 export type JobInput = z.input<typeof jobInput>;
 
@@ -84,6 +98,7 @@ export const enqueued = z
     status: jobStatus,
     runAt: timestamp,
     deduplicated: z.literal(true).optional().meta({ description: 'Present (200) when a job with the same key already existed.' }),
+    replaced: z.literal(true).optional().meta({ description: "Present (200) when dedupeMode 'replace' gave the pending job with the key this payload and run time." }),
   })
   .meta({ id: 'Enqueued' });
 export type Enqueued = z.output<typeof enqueued>;
@@ -108,6 +123,7 @@ export const job = z
     attempts: z.int().min(0),
     maxAttempts: z.int().min(1),
     priority: z.int(),
+    groupKey: z.string().nullable(),
     runAt: timestamp,
     lockedAt: timestamp.nullable(),
     lockedBy: z.string().nullable(),
@@ -131,6 +147,16 @@ export const kindStats = z
     dead: z.int().min(0),
     oldestReadySeconds: z.number().min(0).nullable(),
     paused: z.boolean(),
+    limits: z
+      .object({
+        globalConcurrency: z.object({ limit: z.int().min(1), running: z.int().min(0) }).optional(),
+        groupConcurrency: z.object({ limit: z.int().min(1), keysWaiting: z.int().min(0).meta({ description: 'Group keys with jobs ready to run.' }) }).optional(),
+        rateLimit: z
+          .object({ limit: z.int().min(1), periodSeconds: z.number().positive(), perGroup: z.boolean(), startsInWindow: z.int().min(0).meta({ description: 'Starts in the current window, all keys together.' }) })
+          .optional(),
+      })
+      .optional()
+      .meta({ description: "The kind's limits across every drainer and how much of them is in use (kinds limited in this drainer's code)." }),
   })
   .meta({ id: 'KindStats' });
 

@@ -3,7 +3,8 @@
 // this is a formatter rather than a metrics registry. prom-client, the usual Node choice, is built
 // around a long-lived in-process registry and Node's cluster and v8 modules, which fit neither a
 // Worker nor a per-scrape snapshot; the format itself is small and fully covered here.
-import type { KindTotals, QueueStats, TableHealth } from '../queries/index.ts';
+import type { KindTotals, TableHealth } from '../queries/index.ts';
+import type { QueueStats } from './contract.ts';
 
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
@@ -44,9 +45,32 @@ export function renderMetrics(stats: QueueStats, totals: Record<string, KindTota
     dead.samples.push({ labels: { kind }, value: t?.dead ?? 0 });
   }
 
-  const families = [jobs, ready, oldest, completed, failed, dead];
+  const families = [jobs, ready, oldest, completed, failed, dead, ...limitFamilies(stats)];
   if (health) families.push(...healthFamilies(health));
   return families.map(renderFamily).join('');
+}
+
+/** Each limit across drainers of each kind, and how much of it is in use (only kinds that have limits). */
+function limitFamilies(stats: QueueStats): Family[] {
+  const limit: Family = { name: 'pgdrain_kind_limit', help: 'A limit across every drainer: limit=global_concurrency|group_concurrency|rate (starts per period).', type: 'gauge', samples: [] };
+  const used: Family = {
+    name: 'pgdrain_kind_limit_in_use',
+    help: 'How much of the limit is in use: running jobs (global_concurrency), group keys with ready jobs (group_concurrency), starts in the current window (rate).',
+    type: 'gauge',
+    samples: [],
+  };
+  for (const [kind, s] of Object.entries(stats.kinds).sort(([a], [b]) => (a < b ? -1 : 1))) {
+    const l = s.limits;
+    if (!l) continue;
+    const add = (name: string, value: number, inUse: number) => {
+      limit.samples.push({ labels: { kind, limit: name }, value });
+      used.samples.push({ labels: { kind, limit: name }, value: inUse });
+    };
+    if (l.globalConcurrency) add('global_concurrency', l.globalConcurrency.limit, l.globalConcurrency.running);
+    if (l.groupConcurrency) add('group_concurrency', l.groupConcurrency.limit, l.groupConcurrency.keysWaiting);
+    if (l.rateLimit) add('rate', l.rateLimit.limit, l.rateLimit.startsInWindow);
+  }
+  return limit.samples.length > 0 ? [limit, used] : [];
 }
 
 /** What holds vacuum back, and what it has not cleaned yet (queries/table-health.ts). */

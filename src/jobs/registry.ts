@@ -2,8 +2,8 @@
 // The registry validates at enqueue (bad payloads are refused, never stored) and gives the drain
 // loop each kind's handler, timeout and backoff.
 import { z } from 'zod';
-import { JOB_DEFAULTS, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
-import type { Backoff, ClaimedJob, NewJob } from '../queries/index.ts';
+import { JOB_DEFAULTS, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH } from '../db/schema.ts';
+import type { Backoff, ClaimedJob, ClaimLimits, DedupeMode, NewJob } from '../queries/index.ts';
 
 export interface JobContext {
   job: ClaimedJob;
@@ -29,10 +29,39 @@ export interface JobDefinition<Payload = unknown> {
   /** Most handlers of this kind running at once in one drainer (a slow kind cannot take every
    * slot). Default: no limit beyond the drainer's own concurrency. */
   concurrency?: number;
+  /** Most jobs of this kind running at once across every drainer sharing the database (sidecars,
+   * Worker invocations, run-now). Default: no such limit. */
+  globalConcurrency?: number;
+  /** Most jobs of this kind running at once per group key, across every drainer; 1 runs a key's
+   * jobs one at a time in order. Jobs without a group key are not limited by it. */
+  groupConcurrency?: number;
+  /** At most `limit` starts of this kind in any rolling window of `periodSeconds`, across every
+   * drainer (per group key with `perGroup`). A job held back is not an attempt: it stays pending. */
+  rateLimit?: RateLimit;
   /** On the Worker, run every job of this kind enqueued through its HTTP API at once, in the
    * same invocation (as `"runNow": true`), instead of at the next cron. */
   eager?: boolean;
 }
+
+export interface RateLimit {
+  limit: number;
+  periodSeconds: number;
+  /** Count each group key's starts apart (jobs without a key share one window). */
+  perGroup?: boolean;
+}
+
+/** What limits a kind across drainers, if anything (the claim enforces it in the database). */
+export type KindLimits = ClaimLimits;
+
+/** The limits of a kind that has any, else null: such kinds are claimed under their own lock. */
+export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits | null {
+  if (!definition) return null;
+  const { globalConcurrency, groupConcurrency, rateLimit } = definition;
+  return globalConcurrency === undefined && groupConcurrency === undefined && rateLimit === undefined ? null : { globalConcurrency, groupConcurrency, rateLimit };
+}
+
+/** The longest rolling window a rate limit may have. */
+export const MAX_RATE_PERIOD_SECONDS = 86_400;
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
 export const DEFAULT_MAX_ATTEMPTS = JOB_DEFAULTS.maxAttempts;
@@ -45,8 +74,20 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
   if (definition.priority !== undefined && !(Number.isInteger(definition.priority) && Math.abs(definition.priority) <= 1000)) {
     throw new Error(`job kind ${definition.kind}: priority must be an integer from -1000 to 1000`);
   }
-  if (definition.concurrency !== undefined && !(Number.isInteger(definition.concurrency) && definition.concurrency >= 1)) {
-    throw new Error(`job kind ${definition.kind}: concurrency must be a positive integer`);
+  const positiveInteger = (name: string, value: unknown) => {
+    if (value !== undefined && !(Number.isInteger(value) && (value as number) >= 1)) {
+      throw new Error(`job kind ${definition.kind}: ${name} must be a positive integer, not ${JSON.stringify(value)}`);
+    }
+  };
+  positiveInteger('concurrency', definition.concurrency);
+  positiveInteger('globalConcurrency', definition.globalConcurrency);
+  positiveInteger('groupConcurrency', definition.groupConcurrency);
+  if (definition.rateLimit !== undefined) {
+    const { limit, periodSeconds } = definition.rateLimit;
+    positiveInteger('rateLimit.limit', limit);
+    if (!(typeof periodSeconds === 'number' && periodSeconds > 0 && periodSeconds <= MAX_RATE_PERIOD_SECONDS)) {
+      throw new Error(`job kind ${definition.kind}: rateLimit.periodSeconds must be a number of seconds above 0 and at most ${MAX_RATE_PERIOD_SECONDS}, not ${JSON.stringify(periodSeconds)}`);
+    }
   }
   return definition;
 }
@@ -73,14 +114,20 @@ export interface EnqueueRequest {
   runAt?: Date;
   maxAttempts?: number;
   dedupeKey?: string;
+  /** With a dedupeKey: 'keep' (default) or 'replace' (debounce). */
+  dedupeMode?: DedupeMode;
   /** Default: the kind's priority, else 0. */
   priority?: number;
+  /** 1-200 characters: jobs of the kind with the same key share its groupConcurrency. */
+  groupKey?: string;
 }
+
+export type JobValidationCode = 'unknown_kind' | 'invalid_payload' | 'invalid_option';
 
 export class JobValidationError extends Error {
   override name = 'JobValidationError';
-  code: 'unknown_kind' | 'invalid_payload';
-  constructor(code: 'unknown_kind' | 'invalid_payload', message: string) {
+  code: JobValidationCode;
+  constructor(code: JobValidationCode, message: string) {
     super(message);
     this.code = code;
   }
@@ -104,6 +151,14 @@ export class JobRegistry {
     return [...this.#byKind.keys()];
   }
 
+  /** The kinds limited across drainers, with their limits. */
+  limitedKinds(): { kind: string; limits: KindLimits }[] {
+    return [...this.#byKind.values()].flatMap((d) => {
+      const limits = limitsOf(d);
+      return limits ? [{ kind: d.kind, limits }] : [];
+    });
+  }
+
   /** Checks kind and payload and fills in the kind's limits; throws JobValidationError. */
   prepare(request: EnqueueRequest): NewJob {
     const definition = this.#byKind.get(request.kind);
@@ -124,6 +179,10 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
   if (!parsed.success) {
     throw new JobValidationError('invalid_payload', `payload rejected by kind ${definition.kind}: ${describeIssues(parsed.error)}`);
   }
+  const { groupKey } = request;
+  if (groupKey !== undefined && !(typeof groupKey === 'string' && groupKey.length >= 1 && groupKey.length <= MAX_GROUP_KEY_LENGTH)) {
+    throw new JobValidationError('invalid_option', `groupKey must be 1 to ${MAX_GROUP_KEY_LENGTH} characters`);
+  }
   return {
     kind: definition.kind,
     // Store what the caller sent (validated), not the parse output, so the handler's own parse
@@ -132,8 +191,10 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
     runAt: request.runAt,
     maxAttempts: request.maxAttempts ?? definition.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     dedupeKey: request.dedupeKey,
+    dedupeMode: request.dedupeMode,
     visibilitySeconds: definition.visibilitySeconds,
     priority: request.priority ?? definition.priority,
+    groupKey: request.groupKey,
   };
 }
 

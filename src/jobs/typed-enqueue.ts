@@ -3,7 +3,7 @@
 // as given (like pgdrain.enqueue() in SQL; a drainer sends a payload its kind rejects to dead).
 // Both join whatever Drizzle database or transaction they are given.
 import * as queries from '../queries/index.ts';
-import type { Db, EnqueuedJob, NewJob } from '../queries/index.ts';
+import type { DedupeMode, Db, EnqueuedJob, NewJob } from '../queries/index.ts';
 import { type JobDefinition, prepareJob } from './registry.ts';
 
 /** When and how a job of a defined kind runs; the kind's own settings fill the rest. */
@@ -16,6 +16,11 @@ export interface EnqueueOptions {
   dedupeKey?: string;
   /** -1000..1000, higher runs first; default: the kind's priority, else 0. */
   priority?: number;
+  /** With a dedupeKey: 'keep' (default) returns the existing job; 'replace' gives a pending one this
+   * payload and run_at, or, when it runs, enqueues this one after giving up its key. */
+  dedupeMode?: DedupeMode;
+  /** Jobs of the kind with the same key share its groupConcurrency (1-200 characters). */
+  groupKey?: string;
 }
 
 /**

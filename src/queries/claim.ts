@@ -5,7 +5,7 @@
 // SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before
 // running anything.
-import { Placeholder, and, lte, sql } from 'drizzle-orm';
+import { Placeholder, type SQL, and, lte, sql } from 'drizzle-orm';
 import { JOB_DEFAULTS, jobs, pausedKinds } from '../db/schema.ts';
 import { type Db, fromDriverRow, rowsOf } from './db.ts';
 
@@ -18,6 +18,8 @@ export interface ClaimedJob {
   maxAttempts: number;
   /** Higher ran first. */
   priority: number;
+  /** Its group key, if it was enqueued with one. */
+  groupKey: string | null;
   runAt: Date;
   /** The lock token this claim wrote into locked_by; complete/fail/release must present it. */
   lockedBy: string;
@@ -124,16 +126,22 @@ export function claimStatement(db: Db, filtered: boolean, byIds = false, values?
   // `id = ANY(ARRAY(subquery))` is `id IN (subquery)` with the subquery pinned as an InitPlan: it
   // runs once and the update then looks its rows up by primary key. With IN, a planner that
   // misjudges the LIMIT (a generic plan, stale statistics) may pick a hash join over the whole table.
+  return claimUpdate(db, sql`${jobs.id} = ANY(ARRAY(${ready}))`, param('token', 'text'), param('lease', 'int'));
+}
+
+/** The claim's write, whichever rows `which` picks: running under `token`, its lease written, one
+ * more attempt; returning what a drainer needs of each job (the same for every kind of claim). */
+export function claimUpdate(db: Db, which: SQL, token: SQL, leaseSeconds: SQL) {
   return db
     .update(jobs)
     .set({
       status: sql`'running'`,
       lockedAt: sql`now()`,
-      lockedUntil: sql`now() + make_interval(secs => coalesce(${jobs.visibilitySeconds}, ${param('lease', 'int')}))`,
-      lockedBy: param('token', 'text'),
+      lockedUntil: sql`now() + make_interval(secs => coalesce(${jobs.visibilitySeconds}, ${leaseSeconds}))`,
+      lockedBy: token,
       attempts: sql`${jobs.attempts} + 1`,
     })
-    .where(sql`${jobs.id} = ANY(ARRAY(${ready}))`)
+    .where(which)
     .returning(CLAIMED_COLUMNS);
 }
 
@@ -145,6 +153,7 @@ const CLAIMED_COLUMNS = {
   attempts: jobs.attempts,
   maxAttempts: jobs.maxAttempts,
   priority: jobs.priority,
+  groupKey: jobs.groupKey,
   runAt: jobs.runAt,
   lockedBy: jobs.lockedBy,
   visibilitySeconds: jobs.visibilitySeconds,

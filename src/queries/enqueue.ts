@@ -12,10 +12,18 @@ export interface NewJob {
   maxAttempts?: number;
   /** While a job with this key exists, enqueueing the key again returns that job instead. */
   dedupeKey?: string;
+  /** With a dedupeKey: 'keep' (default) returns the existing job as it is; 'replace' (debounce)
+   * gives a pending job of the same kind this payload and run_at, and when the key's job is
+   * running or dead, leaves it be (it gives up the key) and enqueues this one. */
+  dedupeMode?: DedupeMode;
   visibilitySeconds?: number;
   /** -1000..1000, higher runs first among ready jobs; default 0. */
   priority?: number;
+  /** Jobs of one kind with the same key share the kind's groupConcurrency (1-200 characters). */
+  groupKey?: string;
 }
+
+export type DedupeMode = 'keep' | 'replace';
 
 export interface EnqueuedJob {
   id: string;
@@ -23,6 +31,8 @@ export interface EnqueuedJob {
   runAt: Date;
   /** True when the dedupe key matched an existing job and nothing was inserted. */
   deduplicated: boolean;
+  /** dedupeMode 'replace': a pending job with the key took this payload and run_at. */
+  replaced?: boolean;
 }
 
 /** Rows per statement of enqueueMany: large enough to amortise the round trip, small enough to
@@ -45,47 +55,89 @@ const toEnqueued = (r: Returned): EnqueuedJob => ({
   deduplicated: !r.inserted,
 });
 
+/** A job's columns as statement values; what the enqueue leaves unsaid gets the defaults. */
+function values(job: NewJob) {
+  return {
+    kind: job.kind,
+    payload: JSON.stringify(job.payload ?? null),
+    runAt: job.runAt ? job.runAt.toISOString() : null,
+    maxAttempts: job.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
+    visibility: job.visibilitySeconds ?? null,
+    priority: job.priority ?? JOB_DEFAULTS.priority,
+    groupKey: job.groupKey ?? null,
+  };
+}
+
 export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
-  const payload = JSON.stringify(job.payload ?? null);
-  const runAt = job.runAt ? job.runAt.toISOString() : null;
   if (job.dedupeKey === undefined) {
     // The common case, on every request of the API: one prepared INSERT whose RETURNING also
     // sends the notification (for a job that is due now).
-    const [row] = await preparedInsert(db).execute({
-      kind: job.kind,
-      payload,
-      runAt,
-      maxAttempts: job.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
-      visibility: job.visibilitySeconds ?? null,
-      priority: job.priority ?? JOB_DEFAULTS.priority,
-    });
+    const [row] = await preparedInsert(db).execute(values(job));
     if (!row) throw new Error('enqueue: the INSERT returned no row');
     return { id: String(row.id), status: row.status, runAt: row.runAt, deduplicated: false };
   }
-  const key = job.dedupeKey;
+  if (job.dedupeMode === 'replace') return db.transaction((tx) => enqueueReplacing(tx, job, job.dedupeKey!));
   // A concurrent enqueue of the same key can commit between our INSERT's conflict check and our
   // snapshot, leaving neither branch with a row; trying again then finds the committed job.
   for (let attempt = 0; attempt < 5; attempt++) {
-    const rows = await rowsOf<Returned>(
+    const [row] = await rowsOf<Returned>(
       db,
-      sql`WITH ins AS (
-            INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority)
-            VALUES (${job.kind}, ${payload}::jsonb, coalesce(${runAt}::timestamptz, now()),
-                    ${job.maxAttempts ?? JOB_DEFAULTS.maxAttempts}::int, ${key}::text, ${job.visibilitySeconds ?? null}::int,
-                    ${job.priority ?? JOB_DEFAULTS.priority}::int)
-            ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-            RETURNING id, status, run_at, kind)
+      sql`WITH ins AS (${insertKeyed(job, job.dedupeKey)})
           SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, true AS inserted,
                  CASE WHEN run_at <= now() THEN pg_notify(${NOTIFY_CHANNEL}, kind) END AS notified
             FROM ins
           UNION ALL
           SELECT id, status, extract(epoch from run_at) * 1000, false, NULL
             FROM ${jobs}
-           WHERE dedupe_key = ${key}::text AND NOT EXISTS (SELECT 1 FROM ins)`,
+           WHERE dedupe_key = ${job.dedupeKey}::text AND NOT EXISTS (SELECT 1 FROM ins)`,
     );
-    if (rows[0]) return toEnqueued(rows[0]);
+    if (row) return toEnqueued(row);
   }
-  throw new Error(`enqueue: could not insert or find the job with dedupe key ${JSON.stringify(key)}`);
+  throw new Error(`enqueue: could not insert or find the job with dedupe key ${JSON.stringify(job.dedupeKey)}`);
+}
+
+/** INSERT of one job with a dedupe key, nothing when the key is taken; RETURNING what enqueue reports. */
+function insertKeyed(job: NewJob, key: string) {
+  const v = values(job);
+  return sql`INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key)
+             VALUES (${v.kind}, ${v.payload}::jsonb, coalesce(${v.runAt}::timestamptz, now()), ${v.maxAttempts}::int, ${key}::text,
+                     ${v.visibility}::int, ${v.priority}::int, ${v.groupKey}::text)
+             ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+             RETURNING id, status, run_at, kind`;
+}
+
+/**
+ * dedupeMode 'replace' (debounce), statement by statement in one transaction (each sees the
+ * last): a pending job of the kind with the key takes the new payload and run_at; else the key's
+ * running or dead job gives up the key (it runs on, or stays dead, untouched otherwise) and the job
+ * is inserted. A key held by another kind's job is left alone, as 'keep' would. pgdrain.enqueue()
+ * in SQL does the same.
+ */
+async function enqueueReplacing(tx: Db, job: NewJob, key: string): Promise<EnqueuedJob> {
+  const v = values(job);
+  const notify = sql`CASE WHEN run_at <= now() THEN pg_notify(${NOTIFY_CHANNEL}, kind) END`;
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const [replaced] = await rowsOf<Returned>(
+      tx,
+      sql`UPDATE ${jobs} SET payload = ${v.payload}::jsonb, run_at = coalesce(${v.runAt}::timestamptz, now())
+           WHERE dedupe_key = ${key}::text AND kind = ${v.kind} AND status = 'pending'
+       RETURNING id, status, extract(epoch from run_at) * 1000 AS run_at_ms, false AS inserted, ${notify} AS notified`,
+    );
+    if (replaced) return { ...toEnqueued(replaced), replaced: true };
+    await tx.execute(sql`UPDATE ${jobs} SET dedupe_key = NULL WHERE dedupe_key = ${key}::text AND kind = ${v.kind} AND status IN ('running', 'dead')`);
+    const [inserted] = await rowsOf<Returned>(
+      tx,
+      sql`WITH ins AS (${insertKeyed(job, key)})
+          SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, true AS inserted, ${notify} AS notified FROM ins`,
+    );
+    if (inserted) return toEnqueued(inserted);
+    const [holder] = await rowsOf<Returned & { kind: string }>(
+      tx,
+      sql`SELECT id, status, kind, extract(epoch from run_at) * 1000 AS run_at_ms, false AS inserted FROM ${jobs} WHERE dedupe_key = ${key}::text`,
+    );
+    if (holder && holder.kind !== v.kind) return toEnqueued(holder);
+  }
+  throw new Error(`enqueue: could not replace or insert the job with dedupe key ${JSON.stringify(key)}`);
 }
 
 const prepared = new WeakMap<Db, ReturnType<typeof prepareInsert>>();
@@ -104,6 +156,7 @@ function prepareInsert(db: Db) {
       maxAttempts: sql`${sql.placeholder('maxAttempts')}::int`,
       visibilitySeconds: sql`${sql.placeholder('visibility')}::int`,
       priority: sql`${sql.placeholder('priority')}::int`,
+      groupKey: sql`${sql.placeholder('groupKey')}::text`,
     })
     .returning({
       id: jobs.id,
@@ -117,13 +170,25 @@ function prepareInsert(db: Db) {
 /**
  * Inserts many jobs with one statement per chunk of ENQUEUE_CHUNK (a jsonb array of payloads
  * expanded on the server, not a loop of INSERTs) and one pg_notify per distinct ready kind. Returns the jobs in input order; an input
- * whose dedupe key matched an existing job (or an earlier input) returns that job.
+ * whose dedupe key matched an existing job (or an earlier input) returns that job. Jobs that ask
+ * to replace a keyed job (dedupeMode 'replace') go one by one after the others, in input order.
  */
 export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
+  const replacing = input.some((j) => j.dedupeKey !== undefined && j.dedupeMode === 'replace');
+  if (replacing) return db.transaction((tx) => enqueueManyReplacing(tx, input));
   const out: EnqueuedJob[] = [];
   for (let start = 0; start < input.length; start += ENQUEUE_CHUNK) {
     out.push(...(await enqueueChunk(db, input.slice(start, start + ENQUEUE_CHUNK))));
   }
+  return out;
+}
+
+async function enqueueManyReplacing(tx: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
+  const isReplacing = (j: NewJob) => j.dedupeKey !== undefined && j.dedupeMode === 'replace';
+  const bulk = await enqueueMany(tx, input.filter((j) => !isReplacing(j)));
+  const out: EnqueuedJob[] = [];
+  let next = 0;
+  for (const job of input) out.push(isReplacing(job) ? await enqueue(tx, job) : bulk[next++]!);
   return out;
 }
 
@@ -143,6 +208,7 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
   const key = keyed ? column(chunk.map((j) => j.dedupeKey ?? null), 'text') : sql`NULL::text`;
   const visibility = has('visibilitySeconds') ? column(chunk.map((j) => j.visibilitySeconds ?? null), 'int') : sql`NULL::int`;
   const priority = has('priority') ? column(chunk.map((j) => j.priority ?? JOB_DEFAULTS.priority), 'int') : sql.raw(String(JOB_DEFAULTS.priority));
+  const groupKey = has('groupKey') ? column(chunk.map((j) => j.groupKey ?? null), 'text') : sql`NULL::text`;
   // Delayed jobs are found by the poll when due; only kinds with a job ready now are announced.
   const nowMs = Date.now();
   const readyKinds = [...new Set(chunk.filter((j) => !j.runAt || j.runAt.getTime() <= nowMs).map((j) => j.kind))];
@@ -155,8 +221,8 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
     sql`WITH input AS (
           SELECT value AS payload, ordinality AS ord FROM jsonb_array_elements(${payloads}::jsonb) WITH ORDINALITY),
         ins AS (
-          INSERT INTO ${jobs} (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority)
-          SELECT nextval(${JOBS_ID_SEQUENCE}::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}, ${priority}
+          INSERT INTO ${jobs} (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key)
+          SELECT nextval(${JOBS_ID_SEQUENCE}::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}, ${priority}, ${groupKey}
             FROM input ORDER BY ord
           ${keyed ? sql`ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING` : sql``}
           RETURNING id, dedupe_key),

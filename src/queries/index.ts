@@ -2,8 +2,9 @@
 // Drizzle database or transaction, so the Worker (neon-serverless), the sidecar (node-postgres)
 // and the tests run identical SQL, and enqueue joins whatever transaction the caller has open.
 export { type Db, NOTIFY_CHANNEL } from './db.ts';
-export { enqueue, enqueueMany, ENQUEUE_CHUNK, type NewJob, type EnqueuedJob } from './enqueue.ts';
+export { enqueue, enqueueMany, ENQUEUE_CHUNK, type NewJob, type EnqueuedJob, type DedupeMode } from './enqueue.ts';
 export { claim, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
+export { claimLimited, type ClaimLimits, type LimitedClaim, type LimitedClaimOptions } from './claim-limited.ts';
 export { complete, type HeldJob, type SettleOptions } from './complete.ts';
 export { completeAndClaim, type CompleteAndClaimResult } from './complete-and-claim.ts';
 export { fail, failMany, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
@@ -19,3 +20,4 @@ export { pauseKind, resumeKind, listPausedKinds, kindInQueue } from './pause.ts'
 export { retryDeadJobs, deleteDeadJobs, DEAD_BATCH, type BulkOptions, type BulkResult } from './dead-bulk.ts';
 export { lockScheduleState, advanceSchedule, listScheduleStates, type ScheduleState } from './schedules.ts';
 export { tableHealth, type TableHealth } from './table-health.ts';
+export { limitUsage, type LimitUsage } from './limit-usage.ts';

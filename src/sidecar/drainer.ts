@@ -1,6 +1,7 @@
 // The sidecar's drain scheduler: runs drain() whenever something says there may be work.
 //
-//   sleeping ──wake() (NOTIFY, reaper, listener reconnect) or poll interval──► draining
+//   sleeping ──wake() (NOTIFY, reaper, listener reconnect), poll interval, or the time a limited
+//             kind's limits allow its next claim──► draining
 //   draining ──drain() returned──► draining again if woken meanwhile, else sleeping
 //   draining ──drain() threw (database down)──► sleeping for a growing pause (≤ 5 polls)
 //   any ──stop(grace)──► no new claims; the running drain releases unstarted jobs, and its running
@@ -66,8 +67,11 @@ export class Drainer {
     const { pollIntervalMs, onReport, onError, onRecovered, ...drainOptions } = this.#options;
     let pause = 0;
     let failing = false;
+    let nextClaimAt: number | null = null;
     while (!this.#stop.signal.aborted) {
-      if (!this.#wakeRequested) await this.#sleep(pause || pollIntervalMs);
+      // A limited kind held back by its limits is claimed again when they allow, if that is sooner than the poll.
+      const untilAllowed = nextClaimAt === null ? Infinity : Math.max(0, nextClaimAt - Date.now());
+      if (!this.#wakeRequested) await this.#sleep(pause || Math.min(pollIntervalMs, untilAllowed));
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
       try {
@@ -75,6 +79,7 @@ export class Drainer {
         if (failing) onRecovered?.();
         failing = false;
         pause = 0;
+        nextClaimAt = report.nextClaimAt;
         onReport?.(report);
       } catch (error) {
         failing = true;

@@ -12,8 +12,7 @@
 // Both modes enqueue at a steady rate with a fault every few seconds, then let everything settle.
 // Short (npm test): 15 s at 200 jobs/s. Long (npm run chaos -- --long): 10 minutes, with the RSS
 // and open file descriptors of a sidecar that is never killed sampled once warmed up and at the end.
-import { type ChildProcess, spawn } from 'node:child_process';
-import { readFile, readdir, chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { readFile, readdir, chmod, mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -26,9 +25,9 @@ import { startWsProxy } from '../../src/dev/ws-proxy.ts';
 import { type Db, enqueueMany } from '../../src/queries/index.ts';
 import { CHAOS_KINDS, CHAOS_MAX_ATTEMPTS } from '../fixtures/chaos/kinds.ts';
 import { type SidecarProcess, startSidecarProcess } from '../support/sidecar-process.ts';
+import { startFixtureWorker } from '../support/fixture-worker.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const SIDECAR = fileURLToPath(new URL('../fixtures/chaos/sidecar.ts', import.meta.url));
 const WORKER_CONFIG = fileURLToPath(new URL('../fixtures/chaos/wrangler.toml', import.meta.url));
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -123,25 +122,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   for (let i = 0; i < options.sidecars; i++) sidecars.push(await startSidecarProcess(sidecarEnv(i), SIDECAR));
 
   // --- the Worker, invoked on a tight loop ------------------------------------------------------
-  const envFile = path.join(dir, 'worker.env');
-  await writeFile(
-    envFile,
-    `DATABASE_URL=${databaseUrl}\nNEON_WS_PROXY=${ws.address}\nAPI_TOKEN=chaos-token-0123456789\nDRAIN_BUDGET_MS=2000\nVISIBILITY_TIMEOUT_SECONDS=3\nBATCH_SIZE=20\n`,
-    { mode: 0o600 },
-  );
-  const workerPort = await freePort();
-  const wrangler: ChildProcess = spawn(
-    path.join(ROOT, 'node_modules/.bin/wrangler'),
-    ['dev', '--config', WORKER_CONFIG, '--ip', '127.0.0.1', '--port', String(workerPort), '--test-scheduled', '--env-file', envFile],
-    { cwd: ROOT, env: { ...process.env, WRANGLER_SEND_METRICS: 'false' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
-  );
-  let wranglerOut = '';
-  wrangler.stdout!.on('data', (c) => (wranglerOut += c));
-  wrangler.stderr!.on('data', (c) => (wranglerOut += c));
-  for (let waited = 0; !wranglerOut.includes('Ready on'); waited += 100) {
-    if (waited > 30_000 || wrangler.exitCode !== null) throw new Error(`wrangler dev did not start:\n${wranglerOut}`);
-    await sleep(100);
-  }
+  const worker = await startFixtureWorker({
+    config: WORKER_CONFIG,
+    dir,
+    env: { DATABASE_URL: databaseUrl, NEON_WS_PROXY: ws.address, API_TOKEN: 'chaos-token-0123456789', DRAIN_BUDGET_MS: '2000', VISIBILITY_TIMEOUT_SECONDS: '3', BATCH_SIZE: '20' },
+  });
 
   const report: ChaosReport = {
     jobs: 0, completed: 0, dead: 0, kills: 0, sigterms: 0, postgresRestarts: 0, drops: 0, workerInvocations: 0, finishedBy: {}, duplicated: 0,
@@ -165,8 +150,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const workerLoop = (async () => {
     while (running) {
       try {
-        const res = await fetch(`http://127.0.0.1:${workerPort}/__scheduled?cron=*+*+*+*+*`);
-        await res.text();
+        await worker.scheduled();
         report.workerInvocations++;
       } catch {
         // workerd busy or restarting: the next round tries again
@@ -269,14 +253,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       s.child.kill('SIGTERM');
       await s.exited;
     }));
-    if (wrangler.pid) {
-      try {
-        process.kill(-wrangler.pid, 'SIGTERM');
-      } catch {
-        // gone
-      }
-    }
-    await new Promise((r) => (wrangler.exitCode !== null ? r(null) : wrangler.once('exit', r)));
+    await worker.stop();
   }
 
   // --- the verdict --------------------------------------------------------------------------------

@@ -212,7 +212,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         const res = await get(`/jobs/${id}`);
         expect(res.status).toBe(200);
         expect(await res.json()).toEqual({
-          id, kind: 'noop', payload: { a: 1 }, status: 'pending', attempts: 0, maxAttempts: 3, priority: 0,
+          id, kind: 'noop', payload: { a: 1 }, status: 'pending', attempts: 0, maxAttempts: 3, priority: 0, groupKey: null,
           runAt: expect.any(String), lockedAt: null, lockedBy: null, lastError: null, createdAt: expect.any(String),
         });
         await expectError(await get('/jobs/999999999'), 404, 'not_found', 'does not exist');

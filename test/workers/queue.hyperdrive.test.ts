@@ -2,6 +2,7 @@
 // (node-postgres over Cloudflare sockets) inside workerd: the third driver next to node-postgres in
 // Node and neon-serverless in workerd.
 import { env } from 'cloudflare:test';
+import { flowControlSuite } from '../conformance/flow-control.ts';
 import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
 import { createHyperdriveHarness } from './hyperdrive-harness.ts';
 
@@ -9,3 +10,5 @@ queueBehaviourSuite('node-postgres through Hyperdrive in workerd', () => createH
   drainJobs: 1_000,
   historyRows: 100_000,
 });
+
+flowControlSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE));

@@ -1,6 +1,7 @@
 // The same queue-behaviour suite as test/queue.node-postgres.test.ts, on the Worker's driver
 // (neon-serverless over a WebSocket) inside workerd. Smaller load: every statement crosses the proxy.
 import { env } from 'cloudflare:test';
+import { flowControlSuite } from '../conformance/flow-control.ts';
 import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
 import { createNeonHarness } from './neon-harness.ts';
 
@@ -8,3 +9,5 @@ queueBehaviourSuite('neon-serverless in workerd', () => createNeonHarness(env.CO
   drainJobs: 1_000,
   historyRows: 100_000,
 });
+
+flowControlSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL));

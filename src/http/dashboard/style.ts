@@ -66,6 +66,7 @@ td.error { max-width: 420px; }
 td.error code { display: block; white-space: pre-wrap; word-break: break-word; font-size: 12px; max-height: 4.5em; overflow: hidden; }
 td.actions { white-space: nowrap; text-align: right; }
 td.actions button + button { margin-left: 6px; }
+.limits { font-size: 11px; color: var(--muted); }
 .paused-badge { margin-left: 6px; padding: 1px 6px; border-radius: 8px; font-size: 11px; background: var(--line); color: var(--muted); }
 tr[data-paused="true"] td { opacity: 0.75; }
 .bulk button + button { margin-left: 8px; }

@@ -20,6 +20,7 @@ export function jobRoutes(app: Hono<AppEnv>): void {
     // After the commit: the runner claims it like any drainer, so whoever gets it first runs it.
     if (wantsRunNow(c.var.api, input) && result.status === 'pending') c.var.api.runNow?.([result.id]);
     const body = { id: result.id, status: result.status, runAt: result.runAt.toISOString() };
+    if (result.replaced) return c.json({ ...body, deduplicated: true as const, replaced: true as const }, 200);
     return result.deduplicated ? c.json({ ...body, deduplicated: true as const }, 200) : c.json(body, 201);
   });
 
@@ -59,7 +60,10 @@ function wantsRunNow(api: ApiRuntime, input: JobInput): boolean {
 function prepare(registry: JobRegistry, input: JobInput, prefix: string) {
   const runAt = input.runAt !== undefined ? new Date(input.runAt) : input.delaySeconds !== undefined ? new Date(Date.now() + input.delaySeconds * 1000) : undefined;
   try {
-    return registry.prepare({ kind: input.kind, payload: input.payload, runAt, maxAttempts: input.maxAttempts, dedupeKey: input.key, priority: input.priority });
+    return registry.prepare({
+      kind: input.kind, payload: input.payload, runAt, maxAttempts: input.maxAttempts, dedupeKey: input.key, dedupeMode: input.dedupeMode,
+      priority: input.priority, groupKey: input.groupKey,
+    });
   } catch (error) {
     if (error instanceof JobValidationError) throw new ApiError(422, error.code, prefix ? `${prefix.slice(0, -1)}: ${error.message}` : error.message);
     throw error;
@@ -76,6 +80,7 @@ export function jobJson(job: Job): JobBody {
     attempts: job.attempts,
     maxAttempts: job.maxAttempts,
     priority: job.priority,
+    groupKey: job.groupKey,
     runAt: job.runAt.toISOString(),
     lockedAt: job.lockedAt?.toISOString() ?? null,
     lockedBy: job.lockedBy,

@@ -1,6 +1,8 @@
 // The queue at a glance: GET /stats, GET /stats/throughput, GET /schedules.
 import type { Hono } from 'hono';
-import { countsByMinute, stats } from '../../queries/index.ts';
+import type { JobRegistry } from '../../jobs/registry.ts';
+import { type Db, countsByMinute, limitUsage, stats } from '../../queries/index.ts';
+import type { QueueStats } from '../contract.ts';
 import { describeSchedules } from '../../schedules.ts';
 import { access } from '../auth.ts';
 import type { AppEnv } from '../context.ts';
@@ -9,7 +11,7 @@ import { parseInput } from '../input.ts';
 import { describe } from '../openapi.ts';
 
 export function queueRoutes(app: Hono<AppEnv>): void {
-  app.get('/stats', describe.stats, access('read'), async (c) => c.json(await c.var.api.withDb((db) => stats(db))));
+  app.get('/stats', describe.stats, access('read'), async (c) => c.json(await c.var.api.withDb((db) => statsWithLimits(db, c.var.api.registry))));
 
   app.get('/stats/throughput', describe.throughput, access('read'), async (c) => {
     const query = parseInput(throughputQuery, c.req.query(), 'query.');
@@ -21,4 +23,26 @@ export function queueRoutes(app: Hono<AppEnv>): void {
     const schedules = c.var.api.schedules ?? [];
     return c.json({ schedules: await c.var.api.withDb((db) => describeSchedules(db, schedules)) });
   });
+}
+
+/** The queue's counts, and for each kind limited across drainers, its limits and their use. */
+export async function statsWithLimits(db: Db, registry: JobRegistry): Promise<QueueStats> {
+  const limited = registry.limitedKinds();
+  const [queue, usage] = await Promise.all([stats(db), limitUsage(db, limited)]);
+  const kinds: QueueStats['kinds'] = { ...queue.kinds };
+  for (const { kind, limits } of limited) {
+    const used = usage[kind];
+    if (!used) continue;
+    kinds[kind] = {
+      ...(kinds[kind] ?? { pending: 0, ready: 0, delayed: 0, running: 0, dead: 0, oldestReadySeconds: null, paused: false }),
+      limits: {
+        ...(limits.globalConcurrency !== undefined ? { globalConcurrency: { limit: limits.globalConcurrency, running: used.running } } : {}),
+        ...(limits.groupConcurrency !== undefined ? { groupConcurrency: { limit: limits.groupConcurrency, keysWaiting: used.keysWaiting ?? 0 } } : {}),
+        ...(limits.rateLimit
+          ? { rateLimit: { limit: limits.rateLimit.limit, periodSeconds: limits.rateLimit.periodSeconds, perGroup: limits.rateLimit.perGroup === true, startsInWindow: used.startsInWindow ?? 0 } }
+          : {}),
+      },
+    };
+  }
+  return { ...queue, kinds };
 }

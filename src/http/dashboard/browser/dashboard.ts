@@ -205,6 +205,19 @@ function fillTable(id: string, rows: HTMLTableRowElement[]): void {
   table(id).tBodies[0]!.replaceChildren(...rows);
 }
 
+/** A kind's limits across drainers and their use: `2/3 running · 7/10 starts per 1 s · 4 keys waiting (1 each)`. */
+function describeLimits(limits: QueueStats['kinds'][string]['limits']): string | null {
+  if (!limits) return null;
+  const parts: string[] = [];
+  if (limits.globalConcurrency) parts.push(`${limits.globalConcurrency.running}/${limits.globalConcurrency.limit} running`);
+  if (limits.rateLimit) {
+    const r = limits.rateLimit;
+    parts.push(`${r.startsInWindow}/${r.limit} starts per ${r.periodSeconds} s${r.perGroup ? ' per key' : ''}`);
+  }
+  if (limits.groupConcurrency) parts.push(`${limits.groupConcurrency.keysWaiting} keys waiting (${limits.groupConcurrency.limit} each)`);
+  return parts.join(' · ');
+}
+
 function renderStats(stats: QueueStats): void {
   const kinds = Object.keys(stats.kinds).sort();
   const totals: Record<State, number> = { ready: 0, delayed: 0, running: 0, dead: 0 };
@@ -235,6 +248,8 @@ function renderStats(stats: QueueStats): void {
     const age = s.oldestReadySeconds;
     const kindCell = element('td', { text: kind });
     if (s.paused) kindCell.appendChild(element('span', { class: 'paused-badge', text: 'paused' }));
+    const limits = describeLimits(s.limits);
+    if (limits) kindCell.appendChild(element('div', { class: 'limits', 'data-col': 'limits', text: limits }));
     return element('tr', { 'data-kind': kind, 'data-paused': String(Boolean(s.paused)) }, [
       kindCell,
       countCell('pending', s.pending, 'pending'),

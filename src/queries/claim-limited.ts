@@ -1,0 +1,120 @@
+// claim, for a kind with limits that hold across every drainer (globalConcurrency,
+// groupConcurrency, rateLimit): the same write as claim.ts, under the kind's own lock.
+//
+// How concurrent claimers agree: each claim of a limited kind runs in a short transaction that
+// first takes a transaction-level advisory lock named after the kind, then claims in a statement
+// of its own. In READ COMMITTED that statement's snapshot is taken after the lock is granted, so it
+// sees every claim of the kind committed before it: two drainers that both see 2 of 3 running
+// cannot both take one more; the second waits for the first and then counts 3. Only claims of that
+// kind wait on each other: unlimited kinds never take the lock and their claim is unchanged.
+// Settlements take no lock either; one that lands during a claim only makes that claim count one
+// job too many as running (it claims less, never more).
+//
+// What the statement counts, over small sets: the kind's running jobs (the jobs_running index);
+// for groups, each candidate key's holders — running jobs, and jobs waiting to retry, which keep
+// their key so its order holds (jobs_group_holders, which only grouped jobs enter); for rate
+// limits, the kind's starts in the rolling window (pgdrain.rate_starts, written and pruned here).
+// Candidates are the first ready jobs of the kind in claim order (a window of them); within a key,
+// a job waiting to retry goes first, then claim order.
+import { type SQL, sql } from 'drizzle-orm';
+import { jobs, pausedKinds, rateStarts } from '../db/schema.ts';
+import { type ClaimedJob, type ClaimOptions, claimUpdate, claimValues, claimedJobs, claimedRowFromDriver } from './claim.ts';
+import { type Db, rowsOf } from './db.ts';
+
+export interface ClaimLimits {
+  globalConcurrency?: number;
+  groupConcurrency?: number;
+  rateLimit?: { limit: number; periodSeconds: number; perGroup?: boolean };
+}
+
+export interface LimitedClaimOptions extends Omit<ClaimOptions, 'kinds'> {
+  kind: string;
+  limits: ClaimLimits;
+}
+
+export interface LimitedClaim {
+  jobs: ClaimedJob[];
+  /** Ready jobs of the kind were left pending by its limits (not a short backlog). */
+  heldBack: boolean;
+  /** When the rate limit's window lets the next start in, if that is what held jobs back. */
+  nextStartAt: Date | null;
+}
+
+/** How many ready jobs of the kind one claim looks at: enough to find free keys past busy ones. */
+const candidateWindow = (size: number) => Math.min(5_000, Math.max(500, size * 8));
+
+export async function claimLimited(db: Db, options: LimitedClaimOptions): Promise<LimitedClaim> {
+  if (options.batchSize < 1 || options.ids?.length === 0) return { jobs: [], heldBack: false, nextStartAt: null };
+  return db.transaction(async (tx) => {
+    await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`pgdrain.limits:${options.kind}`}, 0))`);
+    const rows = await rowsOf<Record<string, unknown> & { pgdrain_candidates: number; pgdrain_next_start_ms: number | null }>(tx, limitedClaim(tx, options));
+    const claimed = claimedJobs(rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver), options.lockToken);
+    const candidates = Number(rows[0]?.pgdrain_candidates ?? 0);
+    const nextStart = rows[0]?.pgdrain_next_start_ms;
+    return {
+      jobs: claimed,
+      heldBack: claimed.length < Math.min(options.batchSize, candidates),
+      nextStartAt: nextStart === null || nextStart === undefined ? null : new Date(Number(nextStart)),
+    };
+  });
+}
+
+function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
+  const { kind, limits } = options;
+  const v = claimValues(options);
+  const size = sql`${v.limit}::int`;
+  const group = sql`${limits.groupConcurrency ?? null}::int`;
+  const rate = limits.rateLimit;
+  const perGroup = rate?.perGroup === true;
+  const period = sql`make_interval(secs => ${rate?.periodSeconds ?? 0}::float8)`;
+  const update = claimUpdate(db, sql`${jobs.id} IN (SELECT id FROM chosen)`, sql`${v.token}::text`, sql`${v.lease}::int`).getSQL();
+  return sql`
+    WITH clock AS (SELECT clock_timestamp() AS t),
+    cand AS (
+      SELECT id, group_key, attempts, priority, run_at FROM ${jobs}
+       WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}
+         AND NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind})
+         ${options.ids ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``}
+       ORDER BY priority DESC NULLS LAST, run_at, id
+       LIMIT ${candidateWindow(v.limit)}
+       FOR UPDATE SKIP LOCKED),
+    running AS (SELECT count(*)::int AS n FROM ${jobs} WHERE status = 'running' AND kind = ${kind}),
+    holders AS (
+      SELECT group_key, count(*) FILTER (WHERE status = 'running')::int AS running, count(*) FILTER (WHERE status = 'pending')::int AS retrying
+        FROM ${jobs}
+       WHERE ${group} IS NOT NULL AND kind = ${kind} AND group_key IN (SELECT group_key FROM cand)
+         AND group_key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))
+       GROUP BY group_key),
+    window_starts AS (
+      SELECT group_key, count(*)::int AS n, min(started_at) AS oldest FROM ${rateStarts}
+       WHERE ${rate ? sql`true` : sql`false`} AND kind = ${kind} AND started_at > (SELECT t FROM clock) - ${period}
+       GROUP BY group_key),
+    ranked AS (
+      SELECT c.id, c.group_key, c.priority, c.run_at,
+             row_number() OVER (PARTITION BY c.group_key ORDER BY (c.attempts > 0) DESC, c.priority DESC NULLS LAST, c.run_at, c.id) AS in_group,
+             count(*) FILTER (WHERE c.attempts > 0) OVER (PARTITION BY c.group_key) AS retrying_here
+        FROM cand c),
+    allowed AS (
+      SELECT r.id, r.priority, r.run_at FROM ranked r
+        LEFT JOIN holders h ON h.group_key = r.group_key
+        LEFT JOIN window_starts w ON ${perGroup ? sql`w.group_key = coalesce(r.group_key, '')` : sql`false`}
+       WHERE (${group} IS NULL OR r.group_key IS NULL
+              OR coalesce(h.running, 0) + coalesce(h.retrying, 0) - r.retrying_here + r.in_group <= ${group})
+         AND ${perGroup ? sql`coalesce(w.n, 0) + r.in_group <= ${rate!.limit}::int` : sql`true`}),
+    room AS (
+      SELECT least(${size},
+                   coalesce(${limits.globalConcurrency ?? null}::int - (SELECT n FROM running), ${size}),
+                   ${rate && !perGroup ? sql`${rate.limit}::int - coalesce((SELECT sum(n) FROM window_starts), 0)::int` : size}) AS n),
+    chosen AS (SELECT id FROM allowed ORDER BY priority DESC NULLS LAST, run_at, id LIMIT greatest(0, (SELECT n FROM room))),
+    claimed AS (${update}),
+    started AS (
+      INSERT INTO ${rateStarts} (kind, group_key, started_at)
+      SELECT ${kind}, ${perGroup ? sql`coalesce(claimed.group_key, '')` : sql`''`}, (SELECT t FROM clock) FROM claimed
+       WHERE ${rate ? sql`true` : sql`false`}),
+    pruned AS (
+      DELETE FROM ${rateStarts} WHERE ${rate ? sql`true` : sql`false`} AND kind = ${kind} AND started_at <= (SELECT t FROM clock) - ${period})
+    SELECT claimed.*, s.pgdrain_candidates, s.pgdrain_next_start_ms
+      FROM (SELECT (SELECT count(*) FROM cand)::int AS pgdrain_candidates,
+                   (SELECT extract(epoch FROM min(oldest) + ${period}) * 1000 FROM window_starts)::float8 AS pgdrain_next_start_ms) AS s
+      LEFT JOIN claimed ON true`;
+}

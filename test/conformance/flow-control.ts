@@ -1,0 +1,179 @@
+// Flow control across drainers, written once and run on every driver (node-postgres in Node,
+// neon-serverless and node-postgres through Hyperdrive inside workerd): several drains on separate
+// connections stand for several drainers. Limits are counted from the handlers themselves, not
+// from the table. The same limits across sidecar processes and Worker invocations are in
+// test/flow-control-processes.test.ts.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { drain } from '../../src/drain/index.ts';
+import { JobRegistry, JobValidationError, defineJob } from '../../src/jobs/registry.ts';
+import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
+import { enqueue, enqueueMany } from '../../src/queries/index.ts';
+import type { Harness } from './queue-behaviour.ts';
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Runs counted by the handlers: how many at once at most, and when each started. */
+function recorder() {
+  let now = 0;
+  const peak = { value: 0 };
+  const starts: { key: string | null; n: number; at: number; attempt: number }[] = [];
+  const ends: { key: string | null; n: number; at: number }[] = [];
+  return {
+    peak,
+    starts,
+    ends,
+    async run(job: { groupKey: string | null; attempts: number }, n: number, ms: number) {
+      now++;
+      peak.value = Math.max(peak.value, now);
+      starts.push({ key: job.groupKey, n, at: performance.now(), attempt: job.attempts });
+      await sleep(ms);
+      ends.push({ key: job.groupKey, n, at: performance.now() });
+      now--;
+    },
+  };
+}
+
+export function flowControlSuite(name: string, createHarness: () => Promise<Harness>) {
+  describe(`flow control across drainers (${name})`, () => {
+    let h: Harness;
+    beforeAll(async () => {
+      h = await createHarness();
+    });
+    afterAll(() => h?.close());
+    beforeEach(async () => {
+      await h.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.paused_kinds');
+    });
+    /** `n` drains of `registry` at once, each on connections of its own, like `n` drainers. */
+    const drainers = async (n: number, registry: JobRegistry) => {
+      const dbs = await Promise.all(Array.from({ length: n }, () => h.connect()));
+      return Promise.all(dbs.map((db, i) => drain(db, registry, { workerId: `drainer-${i}`, batchSize: 10, concurrency: 10 })));
+    };
+
+    it('globalConcurrency: three drainers claiming at once never run more than the limit, and reach it', async () => {
+      const r = recorder();
+      const registry = new JobRegistry([
+        defineJob({ kind: 'limited', schema: z.object({ n: z.number() }), globalConcurrency: 3, handler: ({ n }, { job }) => r.run(job, n, 60) }),
+        defineJob({ kind: 'free', schema: z.unknown(), handler: () => {} }),
+      ]);
+      await enqueueMany(h.db, [
+        ...Array.from({ length: 18 }, (_, n) => ({ kind: 'limited', payload: { n } })),
+        ...Array.from({ length: 40 }, () => ({ kind: 'free', payload: {} })),
+      ]);
+      // Each drain ends when the limit holds the rest back; drain again as a sidecar's next wake-up would.
+      for (let round = 0; round < 50 && Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n) > 0; round++) await drainers(3, registry);
+      expect(r.starts).toHaveLength(18);
+      expect(r.peak.value).toBe(3);
+      // A job held back by the limit is not an attempt.
+      expect(r.starts.every((s) => s.attempt === 1)).toBe(true);
+    });
+
+    it('groupConcurrency 1: a key runs one job at a time, in order, while different keys run side by side', async () => {
+      const r = recorder();
+      const registry = new JobRegistry([
+        defineJob({ kind: 'grouped', schema: z.object({ n: z.number() }), groupConcurrency: 1, handler: ({ n }, { job }) => r.run(job, n, 30) }),
+      ]);
+      // 4 keys × 5 jobs, interleaved key by key.
+      await enqueueMany(h.db, Array.from({ length: 20 }, (_, n) => ({ kind: 'grouped', payload: { n }, groupKey: `customer-${n % 4}` })));
+      for (let round = 0; round < 100 && Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n) > 0; round++) await drainers(2, registry);
+      expect(r.starts).toHaveLength(20);
+      for (let key = 0; key < 4; key++) {
+        const mine = r.starts.filter((s) => s.key === `customer-${key}`).sort((a, b) => a.at - b.at);
+        expect(mine.map((s) => s.n)).toEqual([0, 1, 2, 3, 4].map((i) => i * 4 + key)); // enqueue order
+        const ended = r.ends.filter((e) => e.key === `customer-${key}`);
+        for (let i = 1; i < mine.length; i++) expect(mine[i]!.at).toBeGreaterThanOrEqual(ended.find((e) => e.n === mine[i - 1]!.n)!.at); // never two at once
+      }
+      expect(r.peak.value).toBeGreaterThan(1); // keys overlap
+    });
+
+    it('a key whose job waits to retry holds the key: the next job of that key waits, and order is kept', async () => {
+      const order: number[] = [];
+      const registry = new JobRegistry([
+        defineJob({
+          kind: 'ledger',
+          schema: z.object({ n: z.number() }),
+          groupConcurrency: 1,
+          backoff: { baseSeconds: 0.3, capSeconds: 0.3 },
+          handler: ({ n }, { job }) => {
+            if (n === 0 && job.attempts === 1) throw new Error('first try fails');
+            order.push(n);
+          },
+        }),
+      ]);
+      await enqueueMany(h.db, [0, 1, 2].map((n) => ({ kind: 'ledger', payload: { n }, groupKey: 'account-7' })));
+      const first = await drain(h.db, registry, { workerId: 'w' });
+      expect(first).toMatchObject({ failed: 1, completed: 0 });
+      expect(await h.query(`SELECT payload->>'n' AS n, status, attempts FROM pgdrain.jobs ORDER BY id`)).toEqual([
+        { n: '0', status: 'pending', attempts: 1 },
+        { n: '1', status: 'pending', attempts: 0 },
+        { n: '2', status: 'pending', attempts: 0 },
+      ]);
+      for (let round = 0; round < 40 && order.length < 3; round++) {
+        await drain(h.db, registry, { workerId: 'w' });
+        await sleep(50);
+      }
+      expect(order).toEqual([0, 1, 2]);
+    });
+
+    it('rateLimit: no rolling window holds more starts than the limit, the rest wait as pending (not attempts), at the limit pace', async () => {
+      const starts: number[] = [];
+      const registry = new JobRegistry([
+        defineJob({ kind: 'rated', schema: z.unknown(), rateLimit: { limit: 4, periodSeconds: 1 }, handler: () => void starts.push(performance.now()) }),
+      ]);
+      await enqueueMany(h.db, Array.from({ length: 12 }, () => ({ kind: 'rated', payload: {} })));
+      const first = await drain(h.db, registry, { workerId: 'w' });
+      expect(first.completed).toBe(4);
+      expect(first.nextClaimAt).toBeGreaterThan(Date.now()); // held back until the window allows
+      expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'pending' AND attempts = 0`)).toEqual([{ n: 8 }]);
+      const began = performance.now();
+      let report = first;
+      while (starts.length < 12) {
+        await sleep(Math.max(0, (report.nextClaimAt ?? Date.now()) - Date.now()));
+        const reports = await drainers(2, registry);
+        report = reports.find((r) => r.nextClaimAt !== null) ?? reports[0]!;
+      }
+      const sorted = [...starts].sort((a, b) => a - b);
+      for (const t of sorted) expect(sorted.filter((s) => s >= t && s < t + 950).length).toBeLessThanOrEqual(4);
+      // 8 more at 4 a second: about two more windows, not slower.
+      expect(performance.now() - began).toBeLessThan(3_500);
+    });
+
+    it("debounce: 'replace' keeps one pending job with the last payload and run_at; a running one is left alone and a new one follows", async () => {
+      const later = new Date(Date.now() + 60_000);
+      const a = await enqueue(h.db, { kind: 'index', payload: { v: 1 }, dedupeKey: 'doc-9', dedupeMode: 'replace' });
+      const b = await enqueue(h.db, { kind: 'index', payload: { v: 2 }, dedupeKey: 'doc-9', dedupeMode: 'replace', runAt: later });
+      expect(b).toMatchObject({ id: a.id, deduplicated: true, replaced: true });
+      expect(await h.query(`SELECT payload, run_at = $1::timestamptz AS moved FROM pgdrain.jobs`, [later.toISOString()])).toEqual([{ payload: { v: 2 }, moved: true }]);
+      // 'keep' (the default) leaves it as it is.
+      expect(await enqueue(h.db, { kind: 'index', payload: { v: 3 }, dedupeKey: 'doc-9' })).toMatchObject({ id: a.id, deduplicated: true });
+      await h.query(`UPDATE pgdrain.jobs SET status = 'running', locked_at = now(), locked_by = 'busy:1', attempts = 1`);
+      const c = await enqueue(h.db, { kind: 'index', payload: { v: 4 }, dedupeKey: 'doc-9', dedupeMode: 'replace' });
+      expect(c.id).not.toBe(a.id);
+      expect(c).toMatchObject({ deduplicated: false, status: 'pending' });
+      expect(await h.query(`SELECT id::text, status, payload, dedupe_key, locked_by FROM pgdrain.jobs ORDER BY id`)).toEqual([
+        { id: a.id, status: 'running', payload: { v: 2 }, dedupe_key: null, locked_by: 'busy:1' },
+        { id: c.id, status: 'pending', payload: { v: 4 }, dedupe_key: 'doc-9', locked_by: null },
+      ]);
+      // A key held by another kind's job is not that kind's to replace.
+      const other = await enqueue(h.db, { kind: 'mail', payload: { v: 5 }, dedupeKey: 'doc-9', dedupeMode: 'replace' });
+      expect(other).toMatchObject({ id: c.id, deduplicated: true });
+      expect(await h.query(`SELECT payload FROM pgdrain.jobs WHERE id = $1`, [c.id])).toEqual([{ payload: { v: 4 } }]);
+    });
+
+    it('bad limits are refused by defineJob; a bad group key is refused before anything is stored', async () => {
+      const kind = { kind: 'k', schema: z.unknown(), handler: () => {} };
+      expect(() => defineJob({ ...kind, globalConcurrency: 0 })).toThrow('globalConcurrency must be a positive integer, not 0');
+      expect(() => defineJob({ ...kind, groupConcurrency: 1.5 })).toThrow('groupConcurrency must be a positive integer, not 1.5');
+      expect(() => defineJob({ ...kind, rateLimit: { limit: -1, periodSeconds: 1 } })).toThrow('rateLimit.limit must be a positive integer');
+      expect(() => defineJob({ ...kind, rateLimit: { limit: 5, periodSeconds: 0 } })).toThrow('rateLimit.periodSeconds must be a number of seconds above 0');
+      const typed = defineJob(kind);
+      // Validation throws before anything is sent to the database.
+      expect(() => enqueueTyped(h.db, typed, {}, { groupKey: '' })).toThrow(JobValidationError);
+      expect(() => enqueueTyped(h.db, typed, {}, { groupKey: 'x'.repeat(201) })).toThrow('groupKey must be 1 to 200 characters');
+      await expect(h.query(`SELECT pgdrain.enqueue('k', '{}', group_key => '')`)).rejects.toThrow(/group_key is 0 characters long/);
+      await expect(h.query(`SELECT pgdrain.enqueue('k', '{}', dedupe_key => 'x', dedupe_mode => 'merge')`)).rejects.toThrow(/dedupe_mode is 'merge'/);
+      await expect(h.query(`INSERT INTO pgdrain.jobs (kind, payload, group_key) VALUES ('k', '{}', '')`)).rejects.toThrow(/jobs_group_key_valid/);
+      expect(await h.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+    });
+  });
+}

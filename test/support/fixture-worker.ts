@@ -1,0 +1,52 @@
+// A Worker of the tests' own (a fixture's wrangler.toml) under `wrangler dev --test-scheduled`, in a
+// process group of its own so stop() ends wrangler and workerd together. Its settings and secrets
+// go in an env file only the owner can read, never on the command line.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../../src/db/embedded.ts';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+export interface FixtureWorker {
+  url: string;
+  /** Runs scheduled() once; resolves when it has returned. */
+  scheduled(): Promise<void>;
+  output(): string;
+  stop(): Promise<void>;
+}
+
+export async function startFixtureWorker(options: { config: string; env: Record<string, string>; dir: string }): Promise<FixtureWorker> {
+  const envFile = path.join(options.dir, `worker-${Date.now()}.env`);
+  await writeFile(envFile, Object.entries(options.env).map(([k, v]) => `${k}=${v}`).join('\n'), { mode: 0o600 });
+  const port = await freePort();
+  const child: ChildProcess = spawn(
+    path.join(ROOT, 'node_modules/.bin/wrangler'),
+    ['dev', '--config', options.config, '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile],
+    { cwd: ROOT, env: { ...process.env, WRANGLER_SEND_METRICS: 'false' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+  );
+  let out = '';
+  child.stdout!.on('data', (c) => (out += c));
+  child.stderr!.on('data', (c) => (out += c));
+  for (let waited = 0; !out.includes('Ready on'); waited += 100) {
+    if (waited > 30_000 || child.exitCode !== null) throw new Error(`wrangler dev did not start:\n${out}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const url = `http://127.0.0.1:${port}`;
+  return {
+    url,
+    scheduled: async () => void (await (await fetch(`${url}/__scheduled?cron=*+*+*+*+*`)).text()),
+    output: () => out,
+    stop: async () => {
+      if (child.pid && child.exitCode === null) {
+        try {
+          process.kill(-child.pid, 'SIGTERM');
+        } catch {
+          // gone
+        }
+        await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
+      }
+    },
+  };
+}

@@ -277,6 +277,24 @@ async function main() {
     record(`drain ${n / 1000}k, counts off`, 'pgdrain', 'jobs/s', paired[0]!.values[1], [], []);
     record(`drain ${n / 1000}k, 21 priorities`, 'pgdrain', 'jobs/s', paired[1]!.values[0], [], []);
     record(`drain ${n / 1000}k, one priority`, 'pgdrain', 'jobs/s', paired[1]!.values[1], [], []);
+    paired.push(await drainPairs('limits', `drain ${n / 1000}k of an unlimited kind, with limited kinds registered beside it and without`, pgdrainSystem({ unusedLimits: true }), pgdrainSystem(), n, pairs));
+    record(`drain ${n / 1000}k, limited kinds beside it`, 'pgdrain', 'jobs/s', paired[2]!.values[0], [], []);
+    record(`drain ${n / 1000}k, no limits anywhere`, 'pgdrain', 'jobs/s', paired[2]!.values[1], [], []);
+    // The limits themselves: every claim of the kind under its lock, counting what it holds.
+    for (const variant of [{ globalConcurrency: 50 }, { groups: 100 }]) {
+      const system = pgdrainSystem(variant);
+      const name = `bench_${variant.groups ? 'groups' : 'global'}`;
+      const url = await freshDatabase(name);
+      await system.install(url);
+      const limitedAdmin = new pg.Pool({ connectionString: url, max: 1 });
+      console.log(`\n${system.name}`);
+      const f = await trial(system, `drain ${n / 1000}k`, 'jobs/s', plan.reps, () => drainOnce(system, limitedAdmin, n, true));
+      figures.pop();
+      record(variant.groups ? `drain ${n / 1000}k, ${variant.groups} groups (1 at a time each)` : `drain ${n / 1000}k, globalConcurrency ${variant.globalConcurrency}`, 'pgdrain', 'jobs/s', f.values, f.cpuNodeMs, f.cpuPostgresMs);
+      await limitedAdmin.end();
+      await system.close();
+      await admin.query(`DROP DATABASE ${name} WITH (FORCE)`);
+    }
   }
 
   /** Drains of `n` by two variants in ABBA order on one fresh database, a VACUUM before each

@@ -72,8 +72,19 @@ const payloads = (n: number) => Array.from({ length: n }, (_, i) => ({ i }));
 
 // --- pgdrain: the sidecar's own drain path ------------------------------------------------------
 /** `recordCounts: false` drains without adding to job_counts: what counting costs. `priorities`
- * enqueues the jobs with 21 different priorities (-10..10) instead of all at 0: what they cost. */
-export function pgdrainSystem(variant: { recordCounts?: boolean; priorities?: boolean } = {}): BenchSystem {
+ * enqueues the jobs with 21 different priorities (-10..10) instead of all at 0: what they cost.
+ * `globalConcurrency` and `groups` (keys, one job at a time each) limit the bench kind across
+ * drainers; `unusedLimits` registers limited kinds next to it that have no jobs: what limits cost
+ * the kinds that have none. */
+export interface PgdrainVariant {
+  recordCounts?: boolean;
+  priorities?: boolean;
+  globalConcurrency?: number;
+  groups?: number;
+  unusedLimits?: boolean;
+}
+
+export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
   let pool: pg.Pool;
   let db: Db;
   let drainPool: pg.Pool;
@@ -81,12 +92,30 @@ export function pgdrainSystem(variant: { recordCounts?: boolean; priorities?: bo
   let url: string;
   let onRun: (payload: { i?: number; seq?: number }) => void = () => {};
   const registry = new JobRegistry([
-    defineJob({ kind: 'bench', schema: z.object({ i: z.number().optional(), seq: z.number().optional() }), handler: (p) => onRun(p) }),
+    defineJob({
+      kind: 'bench',
+      schema: z.object({ i: z.number().optional(), seq: z.number().optional() }),
+      handler: (p) => onRun(p),
+      globalConcurrency: variant.globalConcurrency,
+      groupConcurrency: variant.groups ? 1 : undefined,
+    }),
+    ...(variant.unusedLimits
+      ? [
+          defineJob({ kind: 'bench-limited', schema: z.unknown(), handler: () => {}, globalConcurrency: 5 }),
+          defineJob({ kind: 'bench-rated', schema: z.unknown(), handler: () => {}, rateLimit: { limit: 10, periodSeconds: 1 } }),
+        ]
+      : []),
   ]);
   // The sidecar's defaults and its drain pool: the same path `npm start` runs.
   const options = { workerId: 'bench', placement: 'near' as const, pollIntervalMs: 1000, recordCounts: variant.recordCounts };
   return {
-    name: variant.recordCounts === false ? 'pgdrain, counts off' : variant.priorities ? 'pgdrain, priorities' : 'pgdrain',
+    name:
+      variant.recordCounts === false ? 'pgdrain, counts off'
+      : variant.priorities ? 'pgdrain, priorities'
+      : variant.globalConcurrency ? `pgdrain, globalConcurrency ${variant.globalConcurrency}`
+      : variant.groups ? `pgdrain, ${variant.groups} groups`
+      : variant.unusedLimits ? 'pgdrain, other kinds limited'
+      : 'pgdrain',
     version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version,
     table: 'pgdrain.jobs',
     async install(u) {
@@ -103,7 +132,12 @@ export function pgdrainSystem(variant: { recordCounts?: boolean; priorities?: bo
       await pool.query(`DELETE FROM pgdrain.jobs WHERE status <> 'dead'`);
     },
     async enqueue(n) {
-      await enqueueMany(db, payloads(n).map((payload, i) => ({ kind: 'bench', payload, priority: variant.priorities ? (i % 21) - 10 : undefined })));
+      await enqueueMany(
+        db,
+        payloads(n).map((payload, i) => ({
+          kind: 'bench', payload, priority: variant.priorities ? (i % 21) - 10 : undefined, groupKey: variant.groups ? `g${i % variant.groups}` : undefined,
+        })),
+      );
     },
     async drain(counter) {
       onRun = (p) => counter.hit(p.i as number);

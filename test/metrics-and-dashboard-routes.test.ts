@@ -4,8 +4,9 @@ import parsePrometheusTextFormat, { type MetricFamily } from 'parse-prometheus-t
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createApp } from '../src/http/app.ts';
-import { createDefaultRegistry } from '../src/jobs/index.ts';
-import { claim, complete, enqueueMany, failMany } from '../src/queries/index.ts';
+import { z } from 'zod';
+import { JobRegistry, createDefaultRegistry, defineJob } from '../src/jobs/index.ts';
+import { claim, claimLimited, complete, enqueueMany, failMany } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { until } from './support/sidecar-process.ts';
 
@@ -26,7 +27,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals');
+  await t.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals, pgdrain.rate_starts');
 });
 
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
@@ -150,6 +151,36 @@ describe('GET /metrics', () => {
     });
     expect(enqueue.status).toBe(401);
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+  });
+});
+
+describe('limits across drainers in /stats and /metrics', () => {
+  it("shows each limited kind's limits and how much of them is in use", async () => {
+    const limited = createApp({
+      withDb: (fn) => fn(t.db),
+      registry: new JobRegistry([
+        defineJob({ kind: 'mailer', schema: z.unknown(), handler: () => {}, globalConcurrency: 3, rateLimit: { limit: 10, periodSeconds: 60 } }),
+        defineJob({ kind: 'ledger', schema: z.unknown(), handler: () => {}, groupConcurrency: 1 }),
+        defineJob({ kind: 'plain', schema: z.unknown(), handler: () => {} }),
+      ]),
+      apiToken: TOKEN,
+    });
+    await enqueueMany(t.db, [
+      ...Array.from({ length: 4 }, () => ({ kind: 'mailer', payload: {} })),
+      ...['a', 'a', 'b', 'c'].map((groupKey) => ({ kind: 'ledger', payload: {}, groupKey })),
+    ]);
+    const mailer = await claimLimited(t.db, { kind: 'mailer', limits: { globalConcurrency: 3, rateLimit: { limit: 10, periodSeconds: 60 } }, batchSize: 4, lockToken: 'm:1' });
+    expect(mailer).toMatchObject({ heldBack: true });
+    expect(mailer.jobs).toHaveLength(3);
+    const stats = await (await limited.request('/stats', { headers: bearer(TOKEN) })).json();
+    expect(stats.kinds.mailer.limits).toEqual({ globalConcurrency: { limit: 3, running: 3 }, rateLimit: { limit: 10, periodSeconds: 60, perGroup: false, startsInWindow: 3 } });
+    expect(stats.kinds.ledger.limits).toEqual({ groupConcurrency: { limit: 1, keysWaiting: 3 } });
+    expect(stats.kinds.plain).toBeUndefined(); // no jobs, no limits
+    const families = parsePrometheusTextFormat(await (await limited.request('/metrics', { headers: bearer(TOKEN) })).text());
+    expect(sample(families, 'pgdrain_kind_limit', { kind: 'mailer', limit: 'global_concurrency' })).toBe(3);
+    expect(sample(families, 'pgdrain_kind_limit_in_use', { kind: 'mailer', limit: 'global_concurrency' })).toBe(3);
+    expect(sample(families, 'pgdrain_kind_limit_in_use', { kind: 'mailer', limit: 'rate' })).toBe(3);
+    expect(sample(families, 'pgdrain_kind_limit_in_use', { kind: 'ledger', limit: 'group_concurrency' })).toBe(3);
   });
 });
 

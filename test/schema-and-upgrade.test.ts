@@ -56,7 +56,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
   expect(objects.relations).toEqual(
     expect.arrayContaining(['pgdrain.jobs', 'pgdrain.jobs_ready', 'pgdrain.jobs_id_seq', 'pgdrain.job_counts', 'pgdrain.job_totals', 'pgdrain.migrations']),
   );
-  expect(objects.functions).toEqual(['pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer)']);
+  expect(objects.functions).toEqual(['pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text)']);
   // Applying the migrations again changes nothing.
   await migrateDatabase(t.url);
   expect(await userObjects(t)).toEqual(objects);

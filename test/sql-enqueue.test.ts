@@ -52,8 +52,8 @@ async function inTransaction<T>(commit: boolean, fn: (client: pg.PoolClient) => 
   }
 }
 /** Runs a statement that selects one job id `AS id`; returns it. */
-async function sqlId(text: string): Promise<string> {
-  const [row] = await t.query<{ id: string }>(text);
+async function sqlId(text: string, values?: unknown[]): Promise<string> {
+  const [row] = await t.query<{ id: string }>(text, values);
   if (!row) throw new Error(`no id from ${text}`);
   return row.id;
 }
@@ -147,6 +147,22 @@ it('takes a priority (higher runs first), and refuses one outside -1000..1000', 
   expect(order).toEqual([high, plain, low]);
   await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', priority => 1001)`)).rejects.toThrow(/priority is 1001, it must be between -1000 and 1000/);
   expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+});
+
+it("takes a group key, and dedupe_mode 'replace': a pending job takes the new payload, a running one gives up its key", async () => {
+  const id = await sqlId(`SELECT pgdrain.enqueue('noop', '{"v":1}', dedupe_key => 'sync-1', group_key => 'tenant-1', dedupe_mode => 'replace')::text AS id`);
+  const later = new Date(Date.now() + 3_600_000).toISOString();
+  expect(await sqlId(`SELECT pgdrain.enqueue('noop', '{"v":2}', $1::timestamptz, dedupe_key => 'sync-1', dedupe_mode => 'replace')::text AS id`, [later])).toBe(id);
+  expect(await t.query('SELECT id::text, payload, group_key, run_at = $1::timestamptz AS moved FROM pgdrain.jobs', [later])).toEqual([
+    { id, payload: { v: 2 }, group_key: 'tenant-1', moved: true },
+  ]);
+  await t.query(`UPDATE pgdrain.jobs SET status = 'running', locked_at = now(), locked_by = 'busy:1', attempts = 1`);
+  const next = await sqlId(`SELECT pgdrain.enqueue('noop', '{"v":3}', dedupe_key => 'sync-1', dedupe_mode => 'replace')::text AS id`);
+  expect(next).not.toBe(id);
+  expect(await t.query('SELECT id::text, status, payload, dedupe_key FROM pgdrain.jobs ORDER BY id')).toEqual([
+    { id, status: 'running', payload: { v: 2 }, dedupe_key: null },
+    { id: next, status: 'pending', payload: { v: 3 }, dedupe_key: 'sync-1' },
+  ]);
 });
 
 it('refuses a bad kind, a NULL payload or max_attempts below 1 with a clear error, and stores nothing', async () => {

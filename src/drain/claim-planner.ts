@@ -5,10 +5,11 @@
 //     jobs of it held — claimed, waiting or running — plus its claims in flight stay within the cap),
 //     taking turns with the other groups, so a slow kind cannot take every slot;
 //   - a kind with limits across drainers (globalConcurrency, groupConcurrency, rateLimit) is
-//     claimed on its own too, through the limited claim (queries/claim-limited.ts); when its limits
-//     hold ready jobs back, it is blocked — until its rate window lets the next start in, until a
-//     job of it this drain holds is let go, or for a second (slots held by other drainers) — and
-//     the drain does not spin on it;
+//     claimed on its own too, through the limited claim (queries/claim-limited.ts), never more than
+//     its limit less the jobs of it this drain claimed and has not yet seen settled in the database
+//     (until then the database counts them as running); when its limits hold ready jobs back, it is
+//     blocked — until its rate window lets the next start in, until a settlement of it frees a
+//     slot, or for a second (slots held by other drainers) — and the drain does not spin on it;
 //   - a claim that comes back short marks its group drained for this drain call; the drain is
 //     exhausted when every group is;
 //   - far from the database claims grow from batchSize to what the running slots finish in one
@@ -65,8 +66,11 @@ const average = (previous: number, sample: number) => (Number.isNaN(previous) ? 
 export class ClaimPlanner {
   readonly #options: ClaimPlannerOptions;
   readonly #groups: ClaimGroup[];
-  /** Jobs held per capped kind, from their claim until they are settled, released or lost. */
+  /** Jobs held per kind claimed apart, from their claim until their handler ends or they are
+   * released or lost (this drainer's own `concurrency` counts these). */
   readonly #held = new Map<string, number>();
+  /** Jobs per limited kind claimed and not yet settled in the database (its running count). */
+  readonly #unsettled = new Map<string, number>();
   #next = 0;
   #inFlight = 0;
   #handlerMs = Number.NaN;
@@ -78,7 +82,10 @@ export class ClaimPlanner {
     const own = (kind: string) => capOf(kind) !== undefined || limitsOf(registry.get(kind)) !== null;
     const apart = options.kinds.filter(own);
     const together = options.kinds.filter((k) => !own(k));
-    for (const kind of apart) this.#held.set(kind, 0);
+    for (const kind of apart) {
+      this.#held.set(kind, 0);
+      if (limitsOf(registry.get(kind))) this.#unsettled.set(kind, 0);
+    }
     const group = (kinds: readonly string[], cap: number, limits: ClaimLimits | null): ClaimGroup => ({
       kinds, cap, limits, inFlight: 0, drained: false, blockedUntil: 0, blockedByRate: false,
     });
@@ -126,9 +133,9 @@ export class ClaimPlanner {
     for (let i = 0; i < this.#groups.length; i++) {
       const group = this.#groups[(this.#next + i) % this.#groups.length]!;
       if (group.drained || group.blockedUntil > now) continue;
-      const apart = group.kinds.length === 1 && this.#held.has(group.kinds[0]!);
-      const held = this.#held.get(group.kinds[0]!) ?? 0;
-      const room = Math.min(group.cap, group.limits?.globalConcurrency ?? Infinity) - held - group.inFlight;
+      const kind = group.kinds[0]!;
+      const apart = group.kinds.length === 1 && this.#held.has(kind);
+      const room = Math.min(group.cap - (this.#held.get(kind) ?? 0), (group.limits?.globalConcurrency ?? Infinity) - (this.#unsettled.get(kind) ?? 0)) - group.inFlight;
       const size = apart ? Math.min(wanted, room) : wanted;
       // A kind claimed apart claims whatever room it has; the rest wait for a worthwhile batch.
       if (apart ? size <= 0 : size < minClaim) continue;
@@ -148,7 +155,10 @@ export class ClaimPlanner {
     group.inFlight -= claim.size;
     if (!outcome) return;
     this.#claimMs = average(this.#claimMs, roundTripMs);
-    for (const job of outcome.jobs) this.#hold(job.kind, 1);
+    for (const job of outcome.jobs) {
+      this.#hold(job.kind, 1);
+      this.#add(this.#unsettled, job.kind, 1);
+    }
     if (outcome.jobs.length >= claim.size) return;
     if (!outcome.heldBack) {
       group.drained = true;
@@ -158,10 +168,16 @@ export class ClaimPlanner {
     group.blockedUntil = outcome.nextStartAt ? outcome.nextStartAt.getTime() : Date.now() + BLOCKED_RECHECK_MS;
   }
 
-  /** A job is no longer held: settled, released, or lost before it started. A kind blocked by its
-   * slots may claim again at once: one of them may be free now. */
+  /** A job is no longer held: its handler ended, or it was released or lost before it started. */
   letGo(kind: string): void {
     this.#hold(kind, -1);
+  }
+
+  /** A job's settlement reached the database (or gave up): it no longer counts as running there.
+   * A kind blocked by its slots may claim again at once: one of them may be free now. */
+  settledInDatabase(kind: string): void {
+    if (!this.#unsettled.has(kind)) return;
+    this.#add(this.#unsettled, kind, -1);
     const group = this.#groups.find((g) => g.kinds.length === 1 && g.kinds[0] === kind);
     if (group && group.blockedUntil > 0 && !group.blockedByRate) group.blockedUntil = 0;
   }
@@ -182,7 +198,11 @@ export class ClaimPlanner {
   }
 
   #hold(kind: string, delta: number): void {
-    const n = this.#held.get(kind);
-    if (n !== undefined) this.#held.set(kind, n + delta);
+    this.#add(this.#held, kind, delta);
+  }
+
+  #add(counts: Map<string, number>, kind: string, delta: number): void {
+    const n = counts.get(kind);
+    if (n !== undefined) counts.set(kind, n + delta);
   }
 }

@@ -122,7 +122,14 @@ class DrainRun {
       concurrency: this.#concurrency,
       prefetch: Math.max(0, options.prefetch ?? batchSize),
     });
-    this.#settler = new Settler(db, { recordCounts: options.recordCounts !== false, settleWithClaim: profile.settleWithClaim, onError: options.onSettleError });
+    this.#settler = new Settler(db, {
+      recordCounts: options.recordCounts !== false,
+      settleWithClaim: profile.settleWithClaim,
+      onError: options.onSettleError,
+      onJobsSettled: (jobs) => {
+        for (const job of jobs) this.#planner.settledInDatabase(job.kind);
+      },
+    });
     this.#settler.onSettled = () => this.#wakeup.wake();
     this.#leases = new LeaseKeeper(db, {
       visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
@@ -148,7 +155,8 @@ class DrainRun {
       }
       if (stopping) this.#releaseWaiting();
       const idle = this.#planner.inFlight === 0 && this.#running.size === 0 && this.#waiting.length === 0;
-      if (idle && (stopping || this.#planner.exhausted)) break;
+      // Settlements still on their way may free a limited kind's slots: wait for them first.
+      if (idle && (stopping || (this.#planner.exhausted && !this.#settler.busy))) break;
       // A blocked limited kind may be claimed again at its time: wake then too.
       await this.#wakeup.wait(stopping ? Infinity : Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt), this.#options.signal);
     }
@@ -219,6 +227,7 @@ class DrainRun {
     if (at < 0) return;
     this.#waiting.splice(at, 1);
     this.#planner.letGo(job.kind);
+    this.#planner.settledInDatabase(job.kind); // another drainer holds it now
     this.#lostUnstarted++;
   }
 }

@@ -23,6 +23,9 @@ export interface SettlerOptions {
   settleWithClaim: boolean;
   /** A settlement statement failed: its jobs stay running for the reaper. */
   onError?: (error: unknown) => void;
+  /** A settlement statement returned (or failed): these jobs are no longer running in the
+   * database's count (what a limited kind's next claim sees). */
+  onJobsSettled?: (jobs: readonly ClaimedJob[]) => void;
 }
 
 export interface SettledCounts {
@@ -42,7 +45,7 @@ export class Settler {
   readonly #options: SettlerOptions;
   readonly #inFlight = new Set<Promise<void>>();
   readonly #completions: SettlementBatcher<ClaimedJob>;
-  readonly #failures: SettlementBatcher<Failure>;
+  readonly #failures: SettlementBatcher<{ job: ClaimedJob; failure: Failure }>;
   #claimsInFlight = 0;
   /** Called whenever a statement returns (the drain may have more to do). */
   onSettled: () => void = () => {};
@@ -54,15 +57,18 @@ export class Settler {
     // While a claim is in flight, completions wait for the next claim to carry them.
     this.#completions = new SettlementBatcher(
       (work) => this.#track(work),
-      (batch) => complete(db, batch, counted).then((ids) => this.#completed(batch.length, ids.length)),
+      (batch) => this.#settling(batch, complete(db, batch, counted).then((ids) => this.#completed(batch.length, ids.length))),
       () => options.settleWithClaim && this.#claimsInFlight > 0,
     );
     this.#failures = new SettlementBatcher(
       (work) => this.#track(work),
       (batch) =>
-        failMany(db, batch, counted).then((outcomes) => {
-          for (const { outcome } of outcomes) this.counts[outcome === 'retry' ? 'failed' : outcome]++;
-        }),
+        this.#settling(
+          batch.map((b) => b.job),
+          failMany(db, batch.map((b) => b.failure), counted).then((outcomes) => {
+            for (const { outcome } of outcomes) this.counts[outcome === 'retry' ? 'failed' : outcome]++;
+          }),
+        ),
     );
   }
 
@@ -72,22 +78,28 @@ export class Settler {
 
   fail(job: ClaimedJob, error: unknown, backoff: Backoff | undefined): void {
     this.#failures.add({
-      id: job.id,
-      lockedBy: job.lockedBy,
-      error: describeError(error),
-      permanent: error instanceof PermanentJobError,
-      retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
-      backoff,
+      job,
+      failure: {
+        id: job.id,
+        lockedBy: job.lockedBy,
+        error: describeError(error),
+        permanent: error instanceof PermanentJobError,
+        retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
+        backoff,
+      },
     });
   }
 
   release(jobs: readonly ClaimedJob[], reason?: string): void {
     if (jobs.length === 0) return;
     this.#track(
-      release(this.#db, jobs, reason).then((ids) => {
-        this.counts.released += ids.length;
-        this.counts.lost += jobs.length - ids.length;
-      }),
+      this.#settling(
+        jobs,
+        release(this.#db, jobs, reason).then((ids) => {
+          this.counts.released += ids.length;
+          this.counts.lost += jobs.length - ids.length;
+        }),
+      ),
     );
   }
 
@@ -107,6 +119,7 @@ export class Settler {
             (result) => {
               this.#completed(riding.length, result.completed.length);
               this.#completions.taken();
+              this.#options.onJobsSettled?.(riding);
               return result.claimed;
             },
             (error: unknown) => {
@@ -122,6 +135,11 @@ export class Settler {
       });
   }
 
+  /** Settlements are buffered or in flight. */
+  get busy(): boolean {
+    return this.#inFlight.size > 0 || this.#completions.size > 0 || this.#failures.size > 0;
+  }
+
   /** Flushes what is buffered; resolves when every settlement statement has returned. */
   async finish(): Promise<void> {
     this.#completions.flush();
@@ -131,6 +149,11 @@ export class Settler {
       this.#completions.flush();
       this.#failures.flush();
     }
+  }
+
+  /** `work` settles `jobs`; whether it succeeds or not, they are reported settled when it returns. */
+  #settling(jobs: readonly ClaimedJob[], work: Promise<void>): Promise<void> {
+    return work.finally(() => this.#options.onJobsSettled?.(jobs));
   }
 
   #completed(sent: number, settled: number): void {
@@ -168,6 +191,10 @@ class SettlementBatcher<T> {
     this.#track = track;
     this.#run = run;
     this.#holdWhile = holdWhile;
+  }
+
+  get size(): number {
+    return this.#buffer.length;
   }
 
   add(item: T): void {

@@ -102,6 +102,27 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         expect(await jobCount()).toBe(1);
       });
 
+      it("keeps a group key; dedupeMode 'replace' gives the pending job the new payload; bad ones are 400 and store nothing", async () => {
+        const first = await (await post('/jobs', { kind: 'noop', payload: { v: 1 }, key: 'sync-3', dedupeMode: 'replace', groupKey: 'tenant-3' })).json();
+        expect((await (await get(`/jobs/${first.id}`)).json()).groupKey).toBe('tenant-3');
+        const res = await post('/jobs', { kind: 'noop', payload: { v: 2 }, key: 'sync-3', dedupeMode: 'replace', delaySeconds: 60 });
+        expect(res.status).toBe(200);
+        const replaced = await res.json();
+        expect(replaced).toMatchObject({ id: first.id, status: 'pending', deduplicated: true, replaced: true });
+        expect(Date.parse(replaced.runAt)).toBeGreaterThan(Date.now() + 50_000);
+        expect((await (await get(`/jobs/${first.id}`)).json()).payload).toEqual({ v: 2 });
+        const batch = await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 1, groupKey: 'tenant-4' }, { kind: 'noop', payload: 2, key: 'sync-3', dedupeMode: 'replace' }] });
+        expect(batch.status).toBe(201);
+        const { ids } = await batch.json();
+        expect(ids[1]).toBe(first.id);
+        expect((await (await get(`/jobs/${first.id}`)).json()).payload).toBe(2);
+        await expectError(await post('/jobs', { kind: 'noop', payload: {}, groupKey: '' }), 400, 'invalid_request', 'groupKey');
+        await expectError(await post('/jobs', { kind: 'noop', payload: {}, groupKey: 'x'.repeat(201) }), 400, 'invalid_request', 'groupKey');
+        await expectError(await post('/jobs', { kind: 'noop', payload: {}, dedupeMode: 'replace' }), 400, 'invalid_request', 'dedupeMode needs a key');
+        await expectError(await post('/jobs', { kind: 'noop', payload: {}, key: 'k', dedupeMode: 'merge' }), 400, 'invalid_request', 'dedupeMode');
+        expect(await jobCount()).toBe(2);
+      });
+
       it('stores SQL-looking strings verbatim', async () => {
         const nasty = "'); DROP TABLE jobs; -- \\ \" $1 \u2028 😀";
         const res = await post('/jobs', { kind: 'noop', payload: { nasty }, key: nasty });

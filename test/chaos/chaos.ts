@@ -59,6 +59,8 @@ export interface ChaosReport {
   /** Jobs whose handler finished more than once (allowed only for jobs in flight at a fault). */
   duplicated: number;
   duplicatedOutsideFaults: string[];
+  /** For each of those: its finished runs (who, which attempt, when) and the faults around them. */
+  duplicateDetails: { id: string; runs: { lock: string; attempt: number; atMs: number }[]; faults: { kind: string; atMs: number }[] }[];
   /** Jobs gone from the table with no finished run, or dead before their rule said so. */
   lost: string[];
   leftRunning: number;
@@ -89,15 +91,18 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
 
   // --- the recorder: every handler run reports here ------------------------------------------
   const runs = new Map<string, { start: number; fail: number; done: number }>();
+  const dones = new Map<string, { lock: string; attempt: number; atMs: number }[]>();
+  const faultLog: { kind: string; atMs: number }[] = [];
   const doneBy = new Map<string, number>();
   const recorder = http.createServer((req, res) => {
     let body = '';
     req.on('data', (c) => (body += c));
     req.on('end', () => {
       try {
-        const event = JSON.parse(body) as { id: string; phase: 'start' | 'fail' | 'done'; by?: string };
+        const event = JSON.parse(body) as { id: string; phase: 'start' | 'fail' | 'done'; by?: string; lock?: string; attempt?: number };
         const entry = runs.get(event.id) ?? { start: 0, fail: 0, done: 0 };
         entry[event.phase]++;
+        if (event.phase === 'done') dones.set(event.id, [...(dones.get(event.id) ?? []), { lock: event.lock ?? '', attempt: event.attempt ?? 0, atMs: Date.now() - started }]);
         if (event.by) doneBy.set(event.by, (doneBy.get(event.by) ?? 0) + 1);
         runs.set(event.id, entry);
       } catch {
@@ -130,7 +135,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
 
   const report: ChaosReport = {
     jobs: 0, completed: 0, dead: 0, kills: 0, sigterms: 0, postgresRestarts: 0, drops: 0, workerInvocations: 0, finishedBy: {}, duplicated: 0,
-    duplicatedOutsideFaults: [], lost: [], leftRunning: 0, leftPending: 0, countersMatch: false, counters: { completed: 0, dead: 0 }, elapsedMs: 0,
+    duplicatedOutsideFaults: [], duplicateDetails: [], lost: [], leftRunning: 0, leftPending: 0, countersMatch: false, counters: { completed: 0, dead: 0 }, elapsedMs: 0,
   };
   const enqueued = new Set<string>();
   let sequence = 0;
@@ -187,6 +192,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const fault = async () => {
     const kind = faults[faultIndex++ % faults.length]!;
     if (kind === 'postgres' && report.postgresRestarts >= 1) return; // one restart per run
+    faultLog.push({ kind, atMs: Date.now() - started });
     await snapshotRunning();
     if (kind === 'kill' || kind === 'sigterm') {
       const victim = (report.kills + report.sigterms) % Math.max(1, sidecars.length - 1); // never the last one (see rss)
@@ -273,7 +279,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       else report.completed++;
       if (done > 1) {
         report.duplicated++;
-        if (!inFlightAtFault.has(id)) report.duplicatedOutsideFaults.push(id);
+        if (!inFlightAtFault.has(id)) {
+          report.duplicatedOutsideFaults.push(id);
+          const runsOfJob = dones.get(id) ?? [];
+          const near = (f: { atMs: number }) => runsOfJob.some((r) => Math.abs(r.atMs - f.atMs) < 15_000);
+          report.duplicateDetails.push({ id, runs: runsOfJob, faults: faultLog.filter(near) });
+        }
       }
     } else if (row.status === 'dead') {
       report.dead++;

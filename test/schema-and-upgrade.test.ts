@@ -54,9 +54,15 @@ it('a fresh migration puts every table, index, sequence and function in the sche
   expect(objects.schemas).toEqual(['pgdrain', 'public']);
   expect(objects.relations.filter((r) => !r.startsWith('pgdrain.'))).toEqual([]);
   expect(objects.relations).toEqual(
-    expect.arrayContaining(['pgdrain.jobs', 'pgdrain.jobs_ready', 'pgdrain.jobs_id_seq', 'pgdrain.job_counts', 'pgdrain.job_totals', 'pgdrain.migrations']),
+    expect.arrayContaining([
+      'pgdrain.jobs', 'pgdrain.jobs_ready', 'pgdrain.jobs_id_seq', 'pgdrain.job_counts', 'pgdrain.job_totals', 'pgdrain.migrations',
+      'pgdrain.job_dependencies', 'pgdrain.finished_jobs', 'pgdrain.jobs_kept',
+    ]),
   );
-  expect(objects.functions).toEqual(['pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text)']);
+  expect(objects.functions).toEqual([
+    'pgdrain.cancel(bigint)',
+    'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer)',
+  ]);
   // Applying the migrations again changes nothing.
   await migrateDatabase(t.url);
   expect(await userObjects(t)).toEqual(objects);

@@ -7,14 +7,18 @@
 //   const queue = createClient({ baseUrl: 'https://queue.example.com', token: process.env.PGDRAIN_TOKEN });
 //   const { id } = await queue.enqueue({ kind: 'send_receipt', payload: { orderId: 17 } });
 import type {
-  ApiErrorBody, BatchEnqueued, DeadDeleted, DeadRetried, Enqueued, Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats,
-  ScheduleList, Throughput, ThroughputQuery,
+  ApiErrorBody, BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, GoneJob, Health, Job, JobInput, JobPage, KindPaused, ListQuery,
+  QueueStats, ScheduleList, Throughput, ThroughputQuery,
 } from '../http/contract.ts';
 
 export type {
-  BatchEnqueued, DeadDeleted, DeadRetried, Enqueued, Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats, ScheduleList,
-  Throughput, ThroughputQuery,
+  BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, GoneJob, Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats,
+  ScheduleList, Throughput, ThroughputQuery,
 };
+
+/** The longest one request waits (GET /jobs/:id?waitSeconds); waitFor() asks again for longer waits. */
+const MAX_WAIT_SECONDS = 60;
+const FINAL = new Set(['completed', 'dead', 'cancelled', 'deleted']);
 
 export interface ClientOptions {
   /** Where the API is served, with its mount prefix if any: `https://queue.example.com`, `http://127.0.0.1:8080/queue`. */
@@ -75,13 +79,30 @@ export function createClient(options: ClientOptions) {
   }
 
   const idPath = (id: string) => encodeURIComponent(id);
+
+  /** The job once it is completed, dead or cancelled, or as it is after `timeoutSeconds` (default 60). */
+  async function waitFor(id: string, { timeoutSeconds = MAX_WAIT_SECONDS }: { timeoutSeconds?: number } = {}): Promise<Job | GoneJob> {
+    const deadline = Date.now() + timeoutSeconds * 1000;
+    for (;;) {
+      const waitSeconds = Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.ceil((deadline - Date.now()) / 1000)));
+      const job = await call<Job | GoneJob>('GET', `/jobs/${idPath(id)}`, { query: { waitSeconds } });
+      if (FINAL.has(job.status) || Date.now() >= deadline) return job;
+    }
+  }
+
   return {
     /** POST /jobs: 201, or the existing job (`deduplicated: true`) for a key still queued. */
     enqueue: (job: JobInput) => call<Enqueued>('POST', '/jobs', { body: job }),
     /** POST /jobs/batch: 1..1000 jobs in one transaction, all or none; ids in input order. */
     enqueueBatch: (jobs: JobInput[]) => call<BatchEnqueued>('POST', '/jobs/batch', { body: { jobs } }),
-    /** GET /jobs/:id (404: unknown, or completed — completed jobs are deleted). */
+    /** GET /jobs/:id (404: unknown, or completed and deleted — its kind keeps no history). */
     getJob: (id: string) => call<Job>('GET', `/jobs/${idPath(id)}`),
+    /** GET /jobs/:id?waitSeconds: the job as soon as it is completed, dead or cancelled (a job whose
+     * kind keeps no history answers as a GoneJob: how it ended), else as it is after the timeout. */
+    waitFor,
+    /** POST /jobs/:id/cancel: `cancelled` at once if it was not running; `running` while its handler
+     * is being stopped (it ends cancelled). 409 for a completed or dead job. */
+    cancel: (id: string) => call<CancelAnswer>('POST', `/jobs/${idPath(id)}/cancel`),
     /** GET /jobs: newest first; pass `nextCursor` back as `cursor` for the next page. */
     listJobs: (query: ListQuery = {}) => call<JobPage>('GET', '/jobs', { query }),
     /** POST /jobs/:id/retry: a dead job back to pending (409 for one that is not dead). */

@@ -1,17 +1,31 @@
 // Every table of the queue, all in the PostgreSQL schema `pgdrain` (nothing in `public`, where an
 // application's own `jobs` table may already live). A job's states (the README draws the same):
-//   pending --claim--> running --complete--> (row deleted)
+//
+//   waiting --every job it waits for (after) completed--> pending
+//           --one of them ended dead or cancelled--------> dead
+//   pending --claim--> running --complete--> completed (kept: keepCompletedSeconds) | row deleted
 //                              --fail-----> pending (run_at pushed back) | dead (attempts spent)
 //                              --release--> pending (attempt refunded; never started)
-//                              --reap-----> pending | dead (lock older than the visibility timeout)
+//                              --reap-----> pending | dead (its lease ran out)
+//   pending, waiting --cancel--> cancelled (kept like completed, else deleted)
+//   running --cancel--> running with cancel_requested_at: its drainer stops the handler, and
+//                       whichever way the attempt ends (complete, fail, release, reap) it ends cancelled
+//   completed, cancelled --keep_until passed--> deleted (the reaper's prune)
+//   dead --retry--> pending; dead --delete--> deleted
 import { sql } from 'drizzle-orm';
-import { bigint, check, customType, index, integer, jsonb, pgSchema, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
+import { bigint, boolean, check, customType, index, integer, jsonb, pgSchema, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
 
 /** The PostgreSQL schema that holds every table, function and the migrations table of pgdrain. */
 export const PGDRAIN_SCHEMA = 'pgdrain';
 export const pgdrainSchema = pgSchema(PGDRAIN_SCHEMA);
 
-export const JOB_STATUSES = ['pending', 'running', 'dead'] as const;
+/** pending, running and waiting are live; dead waits for a person; completed and cancelled are kept
+ * only for kinds with keepCompletedSeconds (otherwise the row is deleted when it gets there). */
+export const JOB_STATUSES = ['pending', 'running', 'dead', 'completed', 'cancelled', 'waiting'] as const;
+/** The states a job can leave: what the queue still has to do something about. */
+export const LIVE_STATUSES = ['pending', 'running', 'dead', 'waiting'] as const;
+/** Where a job stays once it got there (a person may still retry or delete a dead one). */
+export const FINAL_STATUSES = ['completed', 'dead', 'cancelled'] as const;
 
 /** What a job gets when its enqueue says nothing (pgdrain.enqueue() in SQL uses the same; a test
  * compares them), and the lease it is claimed with when neither its kind nor its drainer says. */
@@ -22,6 +36,10 @@ export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, visibilityTimeoutSeco
 export const KIND_PATTERN = /^[A-Za-z0-9_.:-]{1,100}$/;
 export const KIND_PATTERN_MESSAGE = 'use 1-100 letters, digits, or _ . : -';
 
+/** A job's own handler timeout (an enqueue's timeoutMs) lies within these; pgdrain.enqueue()'s
+ * timeout_ms too. */
+export const JOB_TIMEOUT_BOUNDS_MS = { min: 100, max: 86_400_000 } as const;
+
 /** A group key is 1 to this many characters. */
 export const MAX_GROUP_KEY_LENGTH = 200;
 export type JobStatus = (typeof JOB_STATUSES)[number];
@@ -30,6 +48,9 @@ export type JobStatus = (typeof JOB_STATUSES)[number];
 const bigserialAsString = customType<{ data: string; driverData: string; notNull: true; default: true }>({
   dataType: () => 'bigserial',
 });
+
+/** A bigint (a job's id elsewhere) that travels as a string, as ids do. */
+const bigintAsString = customType<{ data: string; driverData: string }>({ dataType: () => 'bigint' });
 
 const timestamptz = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
 
@@ -60,6 +81,26 @@ export const jobs = pgdrainSchema.table(
     /** Jobs of one kind with the same key share its groupConcurrency (and, per group, its rate
      * limit): with a concurrency of 1, a key's jobs run one at a time, in order. */
     groupKey: text('group_key'),
+    /** The handler's timeout for this job (an enqueue may override its kind's); NULL: the kind's. */
+    timeoutMs: integer('timeout_ms'),
+    /** How long the job stays once completed or cancelled (its kind's keepCompletedSeconds); NULL: deleted at once. */
+    keepSeconds: integer('keep_seconds'),
+    /** A kept job is deleted after this (the reaper prunes). */
+    keepUntil: timestamptz('keep_until'),
+    /** When it completed, died or was cancelled. */
+    finishedAt: timestamptz('finished_at'),
+    /** What the handler returned (kinds that keep their jobs). */
+    result: jsonb('result'),
+    /** What the handler last reported with ctx.progress(). */
+    progress: jsonb('progress'),
+    /** Someone asked to cancel it while it ran: its drainer aborts the handler at the next renewal. */
+    cancelRequestedAt: timestamptz('cancel_requested_at'),
+    /** Someone waits for it to finish (GET /jobs/:id?waitSeconds): its settlement says so. */
+    watchedUntil: timestamptz('watched_until'),
+    /** Jobs it waits for (`after`) that have not completed yet; it is `waiting` until 0. */
+    waitingFor: integer('waiting_for'),
+    /** Jobs wait for it: its settlement settles their counters. NULL: none. */
+    hasDependents: boolean('has_dependents'),
     createdAt: timestamptz('created_at').notNull().defaultNow(),
   },
   (t) => [
@@ -70,11 +111,14 @@ export const jobs = pgdrainSchema.table(
     index('jobs_running').on(t.lockedAt).where(sql`status = 'running'`),
     // Listing dead jobs newest first without walking the pending backlog.
     index('jobs_dead').on(t.id).where(sql`status = 'dead'`),
+    // Kept jobs (kinds with keepCompletedSeconds): pruned when their time is up, listed newest first.
+    index('jobs_kept').on(t.keepUntil).where(sql`status IN ('completed', 'cancelled')`),
+    index('jobs_finished').on(t.id).where(sql`status IN ('completed', 'cancelled')`),
     uniqueIndex('jobs_dedupe_key').on(t.dedupeKey).where(sql`dedupe_key IS NOT NULL`),
     // What holds a group key: its running jobs, and its jobs waiting to retry (so a key's order is
     // kept across a retry). Only grouped jobs have entries: other kinds write nothing here.
     index('jobs_group_holders').on(t.kind, t.groupKey).where(sql`group_key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))`),
-    check('jobs_status_valid', sql`status IN ('pending', 'running', 'dead')`),
+    check('jobs_status_valid', sql`status IN ('pending', 'running', 'dead', 'completed', 'cancelled', 'waiting')`),
     check('jobs_attempts_valid', sql`attempts >= 0 AND max_attempts >= 1`),
     check('jobs_visibility_valid', sql`visibility_seconds IS NULL OR visibility_seconds > 0`),
     check('jobs_priority_valid', sql`priority BETWEEN -1000 AND 1000`),
@@ -146,3 +190,26 @@ export const rateStarts = pgdrainSchema.table(
   },
   (t) => [index('rate_starts_window').on(t.kind, t.groupKey, t.startedAt)],
 );
+
+// `after`: a job that waits for others. A row per (job, what it waits for); the waiting job counts
+// the ones not completed yet in jobs.waiting_for, and the statement that completes a job it waits for
+// lowers that count (or, when one ends dead or cancelled, makes it dead). Rows of jobs that are gone
+// are pruned by the reaper: no foreign key, so completing a job costs no lookup here unless it has
+// dependents.
+export const jobDependencies = pgdrainSchema.table(
+  'job_dependencies',
+  {
+    dependsOn: bigintAsString('depends_on').notNull(),
+    jobId: bigintAsString('job_id').notNull(),
+  },
+  (t) => [primaryKey({ name: 'job_dependencies_pkey', columns: [t.dependsOn, t.jobId] }), index('job_dependencies_job').on(t.jobId)],
+);
+
+// How a job someone waited for ended, when its row was not kept: written by the statement that
+// deletes it (only for watched jobs), read by GET /jobs/:id?waitSeconds, pruned after a few minutes.
+export const finishedJobs = pgdrainSchema.table('finished_jobs', {
+  id: bigintAsString('id').primaryKey(),
+  kind: text('kind').notNull(),
+  status: text('status', { enum: JOB_STATUSES }).notNull(),
+  finishedAt: timestamptz('finished_at').notNull().defaultNow(),
+});

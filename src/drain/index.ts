@@ -22,19 +22,30 @@
 //   done       nothing waiting, running or being claimed, and stopping or every group drained:
 //              every settlement is awaited and the report returned
 //
-// No transaction is ever held open across a handler. A process that dies anywhere in here leaves
-// its jobs `running` with a lock the reaper will expire: never lost.
+// No transaction is held open across a handler, except a transactional kind's own (run-handler.ts),
+// on a connection of its own. A process that dies anywhere in here leaves its jobs `running` with
+// a lease the reaper will expire: never lost.
+//
+// A handler ends in one of these ways, and its job is settled by the settler accordingly:
+//   returned                 complete (deleted, or kept with its result); a transactional job
+//                            completed inside its own transaction already
+//   threw / timed out        fail: retried with backoff, or dead
+//   lease lost               fail, refused by the lock token (counted lost): someone else holds it
+//   cancelled (lease keeper) complete, which ends it cancelled (someone asked to cancel it)
+//   abandoned at shutdown    release: pending again, attempt refunded
 import type { JobRegistry } from '../jobs/registry.ts';
 import type { ClaimedJob, Db } from '../queries/index.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
-import { DEFAULT_VISIBILITY_SECONDS, LeaseKeeper } from './lease-keeper.ts';
+import { DEFAULT_VISIBILITY_SECONDS, JobCancelledError, type LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-import { HandlerAbandonedError, runHandler } from './run-handler.ts';
+import { HandlerAbandonedError, type HandlerEnvironment, type HandlerOutcome, type OpenTransactionConnection, runHandler } from './run-handler.ts';
 import { type SettledCounts, Settler } from './settler.ts';
 
-export { DEFAULT_VISIBILITY_SECONDS, LeaseLostError } from './lease-keeper.ts';
+export { DEFAULT_VISIBILITY_SECONDS, JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 export { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-export { describeError } from './run-handler.ts';
+export {
+  describeError, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, type OpenTransactionConnection, type TransactionConnection,
+} from './run-handler.ts';
 
 export interface DrainOptions {
   /** Identifies this process in locked_by (each claim adds a sequence number to it). */
@@ -70,6 +81,27 @@ export interface DrainOptions {
   visibilityTimeoutSeconds?: number;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
+  /** Connections for transactional kinds' handlers, each held for one handler's run. Default:
+   * transactions on `db` itself (which cannot be cut short when a handler is given up). */
+  transactions?: OpenTransactionConnection;
+  /** A runtime that hears of cancels as they happen (the sidecar's LISTEN) passes them here, and a
+   * job held by this drain is checked at once instead of at its next lease renewal. */
+  cancelNotices?: CancelNotices;
+}
+
+/** Cancel requests heard by the runtime (job ids), for the drains running at the time. */
+export class CancelNotices {
+  readonly #listeners = new Set<(jobId: string) => void>();
+
+  notify(jobId: string): void {
+    for (const listener of this.#listeners) listener(jobId);
+  }
+
+  /** Returns the unsubscribe function. */
+  subscribe(listener: (jobId: string) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
 }
 
 export interface DrainReport extends SettledCounts {
@@ -98,6 +130,8 @@ class DrainRun {
   readonly #planner: ClaimPlanner;
   readonly #settler: Settler;
   readonly #leases: LeaseKeeper;
+  readonly #handlerEnvironment: HandlerEnvironment;
+  readonly #unsubscribe: () => void;
   /** Claimed, not started, oldest first. */
   readonly #waiting: ClaimedJob[] = [];
   readonly #running = new Set<Promise<void>>();
@@ -133,8 +167,16 @@ class DrainRun {
     this.#settler.onSettled = () => this.#wakeup.wake();
     this.#leases = new LeaseKeeper(db, {
       visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
-      onLostUnstarted: (job) => this.#forgetUnstarted(job),
+      onLostUnstarted: (job, error) => this.#forgetUnstarted(job, error),
     });
+    this.#handlerEnvironment = {
+      db,
+      transactions: options.transactions,
+      progress: (jobId, json) => this.#leases.progress(jobId, json),
+      unsavedProgress: (jobId) => this.#leases.unsavedProgress(jobId),
+      recordCounts: options.recordCounts !== false,
+    };
+    this.#unsubscribe = options.cancelNotices?.subscribe((jobId) => this.#leases.checkNow(jobId)) ?? (() => {});
     options.abandonSignal?.addEventListener(
       'abort',
       () => this.#leases.abandonRunning(new HandlerAbandonedError('the drainer shut down before the handler finished; released to run again')),
@@ -161,6 +203,7 @@ class DrainRun {
       await this.#wakeup.wait(stopping ? Infinity : Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt), this.#options.signal);
     }
     this.#leases.stop();
+    this.#unsubscribe();
     await this.#settler.finish();
     if (this.#claimError !== undefined) throw this.#claimError;
     const counts = this.#settler.counts;
@@ -170,15 +213,17 @@ class DrainRun {
 
   #start(job: ClaimedJob): void {
     const startedAt = performance.now();
-    const task = runHandler(this.#registry, job, this.#budget.handlerDeadline, (giveUp) => this.#leases.attach(job.id, giveUp)).then(
-      () => {
+    const attach = (giveUp: (error: Error) => void) => this.#leases.attach(job.id, giveUp);
+    const task = runHandler(this.#registry, job, this.#budget.handlerDeadline, this.#handlerEnvironment, attach).then(
+      (outcome) => {
         this.#planner.handlerTook(performance.now() - startedAt);
-        this.#leases.drop(job.id);
-        this.#settler.complete(job);
+        const progressJson = this.#leases.drop(job.id);
+        this.#settle(job, outcome, progressJson);
       },
       (error: unknown) => {
         this.#leases.drop(job.id);
         if (error instanceof HandlerAbandonedError) this.#settler.release([job], error.message);
+        else if (error instanceof JobCancelledError) this.#settleCancelled(job);
         else this.#settler.fail(job, error, this.#registry.get(job.kind)?.backoff);
       },
     );
@@ -188,6 +233,19 @@ class DrainRun {
       this.#wakeup.wake();
     });
     this.#running.add(tracked);
+  }
+
+  /** `progressJson`: its last progress report, not saved yet (a kept job keeps it). */
+  #settle(job: ClaimedJob, outcome: HandlerOutcome, progressJson: string | undefined): void {
+    if (outcome.settledInTransaction) this.#settler.settledInTransaction(job);
+    else this.#settler.complete(job, outcome.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome.kept);
+  }
+
+  /** Someone asked to cancel it: the completing statement ends it cancelled (kept like a completed
+   * job of its kind, without a result). */
+  #settleCancelled(job: ClaimedJob): void {
+    const keepSeconds = this.#registry.get(job.kind)?.keepCompletedSeconds ?? 0;
+    this.#settler.complete(job, keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined);
   }
 
   #sendClaim(plan: PlannedClaim): void {
@@ -221,12 +279,17 @@ class DrainRun {
     this.#settler.release(unstarted);
   }
 
-  /** Its lease was lost before it started: whoever holds it now runs it. */
-  #forgetUnstarted(job: ClaimedJob): void {
+  /** Its lease was lost before it started (whoever holds it now runs it), or someone cancelled it
+   * (it ends cancelled without running). */
+  #forgetUnstarted(job: ClaimedJob, error: LeaseLostError | JobCancelledError): void {
     const at = this.#waiting.indexOf(job);
     if (at < 0) return;
     this.#waiting.splice(at, 1);
     this.#planner.letGo(job.kind);
+    if (error instanceof JobCancelledError) {
+      this.#settleCancelled(job);
+      return;
+    }
     this.#planner.settledInDatabase(job.kind); // another drainer holds it now
     this.#lostUnstarted++;
   }

@@ -13,18 +13,30 @@
 // plus its visibility, never later than the database's own end of it — not at the next renewal.
 // A lost job's handler is aborted through the function attached to it; a lost job that never
 // started is reported to the drain, which forgets it.
+//
+// The renewal also carries what handlers reported with ctx.progress() (a report brings the next
+// renewal forward, but never to less than a second after the previous one), and its answer says
+// which jobs someone asked to cancel: those are given up like lost ones, with JobCancelledError,
+// and the drain ends them cancelled. checkNow() renews at once (a sidecar heard of a cancel).
 import { JOB_DEFAULTS } from '../db/schema.ts';
-import { type ClaimedJob, type Db, renewLeases } from '../queries/index.ts';
+import { type ClaimedJob, type Db, renew } from '../queries/index.ts';
 
 /** The handler's job was reaped (and maybe claimed elsewhere), or its lease could not be renewed. */
 export class LeaseLostError extends Error {
   override name = 'LeaseLostError';
 }
 
+/** Someone asked to cancel the job (POST /jobs/:id/cancel, pgdrain.cancel()): it ends cancelled. */
+export class JobCancelledError extends Error {
+  override name = 'JobCancelledError';
+}
+
 /** A running job's lock expires after this unless its drainer renews it (every third of it). */
 export const DEFAULT_VISIBILITY_SECONDS = JOB_DEFAULTS.visibilityTimeoutSeconds;
 /** Renewals never come closer together than this. */
 const MIN_RENEWAL_MS = 100;
+/** Progress is saved at most this often. */
+export const PROGRESS_INTERVAL_MS = 1_000;
 
 interface Lease {
   job: ClaimedJob;
@@ -32,13 +44,16 @@ interface Lease {
   visibilityMs: number;
   /** Gives the running handler up; unset while the job waits to start. */
   lose?: (error: Error) => void;
+  /** Reported by the handler and not saved yet (JSON text). */
+  progressJson?: string;
 }
 
 export interface LeaseKeeperOptions {
   /** Applies to jobs without a visibility_seconds of their own. */
   visibilityTimeoutSeconds: number;
-  /** A job lost before its handler started: the drain must not start it. */
-  onLostUnstarted: (job: ClaimedJob) => void;
+  /** A job lost (LeaseLostError) or cancelled (JobCancelledError) before its handler started:
+   * the drain must not start it. */
+  onLostUnstarted: (job: ClaimedJob, error: LeaseLostError | JobCancelledError) => void;
 }
 
 export class LeaseKeeper {
@@ -46,6 +61,9 @@ export class LeaseKeeper {
   readonly #options: LeaseKeeperOptions;
   readonly #leases = new Map<string, Lease>();
   #renewing = false;
+  /** A renewal wanted while one was in flight: due then, not before it returns. */
+  #renewAgainAt = Infinity;
+  #lastRenewalAt = 0;
   /** When the next renewal is due (Infinity: none scheduled). */
   #renewAt = Infinity;
   #timer: ReturnType<typeof setTimeout> | undefined;
@@ -73,9 +91,29 @@ export class LeaseKeeper {
     if (lease) lease.lose = lose;
   }
 
-  /** Settled or released: no longer renewed. */
-  drop(jobId: string): void {
+  /** The handler reported progress (JSON text): saved with a renewal within about a second. */
+  progress(jobId: string, json: string): void {
+    const lease = this.#leases.get(jobId);
+    if (!lease) return;
+    lease.progressJson = json;
+    this.#bringRenewalForward(this.#lastRenewalAt + PROGRESS_INTERVAL_MS);
+  }
+
+  /** Renew now if `jobId` is held: someone may have asked to cancel it. */
+  checkNow(jobId: string): void {
+    if (this.#leases.has(jobId)) this.#bringRenewalForward(0);
+  }
+
+  /** Settled or released: no longer renewed. Returns its progress report not saved yet, if any. */
+  drop(jobId: string): string | undefined {
+    const progressJson = this.#leases.get(jobId)?.progressJson;
     this.#leases.delete(jobId);
+    return progressJson;
+  }
+
+  /** The job's progress report not saved yet, if any. */
+  unsavedProgress(jobId: string): string | undefined {
+    return this.#leases.get(jobId)?.progressJson;
   }
 
   /** Gives up every running handler with `error` (the drainer is shutting down); their leases end here. */
@@ -92,10 +130,22 @@ export class LeaseKeeper {
     clearTimeout(this.#timer);
   }
 
-  #lose(lease: Lease, why: string): void {
+  #lose(lease: Lease, error: LeaseLostError | JobCancelledError): void {
     this.#leases.delete(lease.job.id);
-    if (lease.lose) lease.lose(new LeaseLostError(`job ${lease.job.id}: ${why}`));
-    else this.#options.onLostUnstarted(lease.job);
+    if (lease.lose) lease.lose(error);
+    else this.#options.onLostUnstarted(lease.job, error);
+  }
+
+  #bringRenewalForward(at: number): void {
+    if (this.#stopped) return;
+    if (this.#renewing) {
+      this.#renewAgainAt = Math.min(this.#renewAgainAt, at);
+      return;
+    }
+    const due = Math.max(Date.now(), at);
+    if (due >= this.#renewAt) return;
+    this.#renewAt = due;
+    this.#schedule();
   }
 
   #renewalInterval(): number {
@@ -119,7 +169,8 @@ export class LeaseKeeper {
     const now = Date.now();
     for (const lease of this.#leases.values()) {
       if (now - lease.renewedAt >= lease.visibilityMs) {
-        this.#lose(lease, `its lease could not be renewed for ${lease.visibilityMs / 1000} s; the reaper may have handed it on`);
+        const why = `its lease could not be renewed for ${lease.visibilityMs / 1000} s; the reaper may have handed it on`;
+        this.#lose(lease, new LeaseLostError(`job ${lease.job.id}: ${why}`));
       }
     }
     if (now >= this.#renewAt) {
@@ -129,24 +180,37 @@ export class LeaseKeeper {
     this.#schedule();
   }
 
-  /** One statement renews every held lease; a job missing from the answer was reaped elsewhere. */
+  /** One statement renews every held lease (saving reported progress); a job missing from the
+   * answer was reaped elsewhere, one marked cancelRequested is given up as cancelled. */
   #renew(sentAt: number): void {
     if (this.#renewing || this.#leases.size === 0) return;
     this.#renewing = true;
-    const sent = [...this.#leases.values()];
-    renewLeases(this.#db, sent.map((l) => ({ id: l.job.id, lockedBy: l.job.lockedBy, leaseSeconds: l.visibilityMs / 1000 })))
-      .then((ids) => {
-        const renewed = new Set(ids);
-        for (const lease of sent) {
+    this.#lastRenewalAt = sentAt;
+    const sent = [...this.#leases.values()].map((lease) => ({ lease, progressJson: lease.progressJson }));
+    renew(
+      this.#db,
+      sent.map(({ lease, progressJson }) => ({ id: lease.job.id, lockedBy: lease.job.lockedBy, leaseSeconds: lease.visibilityMs / 1000, progressJson })),
+    )
+      .then((answers) => {
+        const renewed = new Map(answers.map((a) => [a.id, a]));
+        for (const { lease, progressJson } of sent) {
           if (this.#leases.get(lease.job.id) !== lease) continue; // settled meanwhile
-          if (renewed.has(lease.job.id)) lease.renewedAt = sentAt;
-          else this.#lose(lease, 'its lease was lost: the job was reaped and may be running elsewhere');
+          const answer = renewed.get(lease.job.id);
+          if (!answer) {
+            this.#lose(lease, new LeaseLostError(`job ${lease.job.id}: its lease was lost: the job was reaped and may be running elsewhere`));
+            continue;
+          }
+          lease.renewedAt = sentAt;
+          if (lease.progressJson === progressJson) lease.progressJson = undefined;
+          if (answer.cancelRequested) this.#lose(lease, new JobCancelledError(`job ${lease.job.id} was cancelled while it ran`));
         }
-        this.#schedule();
       })
       .catch(() => {}) // out of reach: the expiry timer decides
       .finally(() => {
         this.#renewing = false;
+        if (this.#renewAgainAt < Infinity) this.#renewAt = Math.min(this.#renewAt, Math.max(Date.now(), this.#renewAgainAt));
+        this.#renewAgainAt = Infinity;
+        this.#schedule();
       });
   }
 }

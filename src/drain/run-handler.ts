@@ -1,8 +1,25 @@
-// One job's handler, run with the kind's timeout clipped to the drain's deadline and an AbortSignal
-// that fires at the timeout or when the job's lease is lost. A handler that ignores its signal is
+// One job's handler, run with its timeout (the job's own, else its kind's) clipped to the drain's
+// deadline and an AbortSignal that fires at the timeout, when the job's lease is lost, when someone
+// cancels it, or when a stopping drainer gives up on it. A handler that ignores its signal is
 // abandoned then (its promise is no longer awaited), never waited for forever.
-import { DEFAULT_TIMEOUT_MS, type JobRegistry, PermanentJobError, describeIssues } from '../jobs/registry.ts';
-import type { ClaimedJob } from '../queries/index.ts';
+//
+// What the handler returns is the job's result: serialized (at most MAX_RESULT_BYTES) only when its
+// kind keeps its jobs. A transactional kind's handler runs inside a transaction on a connection of
+// its own, and the job's completion is written, fenced by its lock token, in that same transaction:
+//
+//   BEGIN ─► handler(payload, ctx.tx) ─► complete (fenced) ─► COMMIT     the writes and the completion
+//             │ throws                    │ lease lost or cancelled        commit together …
+//             ▼                           ▼
+//           ROLLBACK, the attempt fails  ROLLBACK, the job is lost / ends cancelled   … or neither does
+//
+// Given up mid-transaction (timeout, lost lease, cancel, shutdown), its connection is destroyed, so
+// the server rolls back at once and nothing the handler does afterwards can reach the database.
+import {
+  DEFAULT_TIMEOUT_MS, type JobContext, type JobDefinition, type JobRegistry, PermanentJobError, describeIssues,
+} from '../jobs/registry.ts';
+import { type ClaimedJob, type Db, completeJobs, getDependencies } from '../queries/index.ts';
+import { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
+
 /** Gives the job up: aborts its handler's signal and stops waiting for the handler. */
 export type GiveUp = (error: Error) => void;
 
@@ -11,43 +28,237 @@ export class HandlerAbandonedError extends Error {
   override name = 'HandlerAbandonedError';
 }
 
+/** A kept job's result, as JSON, is at most this long (bytes). */
+export const MAX_RESULT_BYTES = 64 * 1024;
+/** ctx.progress() takes JSON of at most this many bytes. */
+export const MAX_PROGRESS_BYTES = 8 * 1024;
+
+/** A connection of its own for one transactional handler. */
+export interface TransactionConnection {
+  db: Db;
+  /** Back to its pool; `destroy`: close it instead (the server rolls back what it had open). */
+  release(destroy: boolean): void;
+}
+/** Opens connections for transactional handlers (each runtime has its own; see DrainOptions). */
+export type OpenTransactionConnection = () => Promise<TransactionConnection>;
+
+export interface HandlerEnvironment {
+  /** The drain's database: ctx.dependencies() reads through it. */
+  db: Db;
+  /** Connections for transactional handlers; default: transactions on `db` (which cannot be cut
+   * short when a handler is given up: the rollback waits for its statement in flight). */
+  transactions?: OpenTransactionConnection;
+  /** The handler reported progress (JSON text). */
+  progress: (jobId: string, json: string) => void;
+  /** Its last report not saved yet (a transactional completion saves it). */
+  unsavedProgress: (jobId: string) => string | undefined;
+  /** A transactional completion adds itself to job_counts. */
+  recordCounts: boolean;
+}
+
+export interface HandlerOutcome {
+  /** Its kind keeps its jobs: for how long, and what the handler returned. */
+  kept?: { keepSeconds: number; resultJson: string | null; progressJson?: string };
+  /** A transactional handler's job, completed in its transaction (nothing left to settle). */
+  settledInTransaction: boolean;
+}
+
 export async function runHandler(
   registry: JobRegistry,
   job: ClaimedJob,
   /** Epoch ms by which the handler must be done (the drain's budget). */
   deadline: number,
+  environment: HandlerEnvironment,
   /** Receives the function that gives the job up (the lease keeper calls it when the lease is lost). */
   onStart: (giveUp: GiveUp) => void,
-): Promise<void> {
+): Promise<HandlerOutcome> {
   const definition = registry.get(job.kind);
   if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
   const parsed = definition.schema.safeParse(job.payload);
   if (!parsed.success) throw new PermanentJobError(`payload rejected by kind ${job.kind}: ${describeIssues(parsed.error)}`);
 
-  const kindTimeout = definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const left = deadline - Date.now();
-  const timeoutMs = Math.max(0, Math.min(kindTimeout, left));
-  const controller = new AbortController();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const givenUp = new Promise<never>((_, reject) => {
-    const stop = (error: Error) => {
-      controller.abort(error);
-      reject(error);
-    };
-    onStart(stop);
-    timer = setTimeout(() => {
+  const attempt = new Attempt(job, definition, deadline);
+  onStart((error) => attempt.giveUp(error));
+  try {
+    if (definition.transactional) return await runInTransaction(attempt, parsed.data, environment);
+    const value = await attempt.race(Promise.resolve().then(() => definition.handler(parsed.data, new HandlerContext(job, attempt.signal, environment))));
+    return { kept: keptResult(definition, value), settledInTransaction: false };
+  } finally {
+    attempt.end();
+  }
+}
+
+/** One run of a handler: its timer, its signal, and the promise that rejects when it is given up. */
+class Attempt {
+  readonly #controller = new AbortController();
+  readonly #timer: ReturnType<typeof setTimeout>;
+  readonly #givenUp: Promise<never>;
+  #reject: (error: Error) => void = () => {};
+  /** Called once if the attempt is given up (a transaction's connection is destroyed). */
+  onGiveUp: (() => void) | undefined;
+  givenUpWith: Error | undefined;
+  readonly job: ClaimedJob;
+  readonly definition: JobDefinition<unknown>;
+
+  constructor(job: ClaimedJob, definition: JobDefinition<unknown>, deadline: number) {
+    this.job = job;
+    this.definition = definition;
+    this.#givenUp = new Promise<never>((_, reject) => {
+      this.#reject = reject;
+    });
+    this.#givenUp.catch(() => {}); // observed through race(); never an unhandled rejection
+    const timeoutMs = job.timeoutMs ?? definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const left = deadline - Date.now();
+    const allowedMs = Math.max(0, Math.min(timeoutMs, left));
+    this.#timer = setTimeout(() => {
       const error = new Error(
-        left < kindTimeout ? `handler did not finish within the drain's remaining budget of ${timeoutMs} ms` : `handler timed out after ${timeoutMs} ms`,
+        left < timeoutMs ? `handler did not finish within the drain's remaining budget of ${allowedMs} ms` : `handler timed out after ${allowedMs} ms`,
       );
       error.name = 'TimeoutError';
-      stop(error);
-    }, timeoutMs);
-  });
-  try {
-    await Promise.race([Promise.resolve().then(() => definition.handler(parsed.data, { job, signal: controller.signal })), givenUp]);
-  } finally {
-    clearTimeout(timer);
+      this.giveUp(error);
+    }, allowedMs);
   }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  giveUp(error: Error): void {
+    if (this.givenUpWith) return;
+    this.givenUpWith = error;
+    this.#controller.abort(error);
+    this.#reject(error);
+    this.onGiveUp?.();
+  }
+
+  /** `work`, unless the attempt is given up first. */
+  race<T>(work: Promise<T>): Promise<T> {
+    return Promise.race([work, this.#givenUp]);
+  }
+
+  end(): void {
+    clearTimeout(this.#timer);
+  }
+}
+
+/** The handler's `ctx`. */
+class HandlerContext implements JobContext {
+  readonly job: ClaimedJob;
+  readonly signal: AbortSignal;
+  readonly #environment: HandlerEnvironment;
+  readonly #tx: Db | undefined;
+
+  constructor(job: ClaimedJob, signal: AbortSignal, environment: HandlerEnvironment, tx?: Db) {
+    this.job = job;
+    this.signal = signal;
+    this.#environment = environment;
+    this.#tx = tx;
+  }
+
+  progress(value: unknown): void {
+    const json = toJson(value, 'ctx.progress()');
+    if (json === null) throw new TypeError('ctx.progress() needs a JSON value, not undefined');
+    if (longerThan(json, MAX_PROGRESS_BYTES)) {
+      throw new RangeError(`ctx.progress() takes at most ${MAX_PROGRESS_BYTES} bytes of JSON; this value is ${utf8Length(json)}`);
+    }
+    this.#environment.progress(this.job.id, json);
+  }
+
+  dependencies(): ReturnType<JobContext['dependencies']> {
+    return getDependencies(this.#environment.db, this.job.id);
+  }
+
+  get tx(): Db {
+    if (!this.#tx) throw new Error(`ctx.tx: kind ${this.job.kind} is not transactional; define it with transactional: true to get a transaction`);
+    return this.#tx;
+  }
+}
+
+async function runInTransaction(attempt: Attempt, payload: unknown, environment: HandlerEnvironment): Promise<HandlerOutcome> {
+  const { job, definition } = attempt;
+  const open = environment.transactions ?? (async () => ({ db: environment.db, release: () => {} }));
+  const opening = open();
+  const connection = await attempt.race(opening).catch((error: unknown) => {
+    opening.then((late) => late.release(true), () => {}); // given up while connecting
+    throw attempt.givenUpWith ?? error;
+  });
+  let over = false;
+  attempt.onGiveUp = () => {
+    over = true;
+    connection.release(true);
+  };
+  if (attempt.givenUpWith) attempt.onGiveUp();
+  let kept: HandlerOutcome['kept'];
+  try {
+    await connection.db.transaction(async (tx) => {
+      const guarded = guardTransaction(tx as unknown as Db, () => over);
+      const value = await attempt.race(Promise.resolve().then(() => definition.handler(payload, new HandlerContext(job, attempt.signal, environment, guarded))));
+      kept = keptResult(definition, value);
+      const [ended] = await attempt.race(
+        completeJobs(tx as unknown as Db, [{ id: job.id, lockedBy: job.lockedBy, ...kept, progressJson: environment.unsavedProgress(job.id) }], {
+          recordCounts: environment.recordCounts,
+        }),
+      );
+      if (!ended) throw new LeaseLostError(`job ${job.id}: its lease was lost before its transaction committed; rolled back`);
+      if (ended.status === 'cancelled') throw new JobCancelledError(`job ${job.id} was cancelled while it ran; its transaction was rolled back`);
+    });
+  } catch (error) {
+    // A rollback on a destroyed connection fails too: the reason it was given up is the one to report.
+    throw attempt.givenUpWith ?? error;
+  } finally {
+    over = true;
+    if (!attempt.givenUpWith) connection.release(false);
+  }
+  return { kept, settledInTransaction: true };
+}
+
+/** ctx.tx, refusing use once its transaction is over (a handler that ignored its signal). */
+function guardTransaction(tx: Db, isOver: () => boolean): Db {
+  return new Proxy(tx, {
+    get(target, property, receiver) {
+      if (isOver()) throw new Error('ctx.tx: this job\'s transaction is over (its handler was given up); nothing more can be written through it');
+      const value = Reflect.get(target, property, receiver) as unknown;
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
+/** The result to keep, for kinds that keep their jobs; a result that cannot be kept fails the job. */
+function keptResult(definition: JobDefinition<unknown>, value: unknown): HandlerOutcome['kept'] {
+  const keepSeconds = definition.keepCompletedSeconds ?? 0;
+  if (keepSeconds === 0) return undefined;
+  let resultJson: string | null;
+  try {
+    resultJson = toJson(value, 'the handler\'s result');
+  } catch (error) {
+    throw new PermanentJobError((error as Error).message);
+  }
+  if (resultJson !== null && longerThan(resultJson, MAX_RESULT_BYTES)) {
+    throw new PermanentJobError(`the handler's result is ${utf8Length(resultJson)} bytes of JSON; a kept result is at most ${MAX_RESULT_BYTES}`);
+  }
+  return { keepSeconds, resultJson };
+}
+
+/** JSON text of `value` (null for undefined); TypeError naming `what` when it has none. */
+function toJson(value: unknown, what: string): string | null {
+  if (value === undefined) return null;
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value);
+  } catch (error) {
+    throw new TypeError(`${what} is not JSON: ${(error as Error).message}`);
+  }
+  if (json === undefined) throw new TypeError(`${what} is not JSON (a ${typeof value})`);
+  return json;
+}
+
+/** More than `bytes` bytes of UTF-8. Every UTF-16 unit is at most 3 bytes: short texts are not encoded. */
+function longerThan(text: string, bytes: number): boolean {
+  return text.length * 3 > bytes && utf8Length(text) > bytes;
+}
+
+function utf8Length(text: string): number {
+  return new TextEncoder().encode(text).length;
 }
 
 /** A readable last_error for anything a handler can throw. */

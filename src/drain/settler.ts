@@ -1,20 +1,30 @@
 // The settler: what happens to a job once its handler has run (or will not run), batched. It owns
 // the buffers of completions and failures and every settlement statement in flight:
 //
-//   complete(job) ─► buffered ─► one DELETE for whatever finished meanwhile (or, with
-//                                settleWithClaim, carried by the next claim's statement)
+//   complete(job) ─► buffered ─► one statement for whatever finished meanwhile: DELETE, or UPDATE to
+//                                completed for kinds that keep their jobs, and to cancelled for
+//                                jobs someone asked to cancel (or, with settleWithClaim, carried by
+//                                the next claim's statement)
+//   settledInTransaction(job)    a transactional handler completed it itself: counted only
 //   fail(job, …)  ─► buffered ─► one UPDATE: retry with backoff, or dead
 //   release(jobs) ─► at once  ─► one UPDATE: back to pending, attempt refunded (never started, or
 //                                abandoned at shutdown: `reason` goes into last_error)
 //
-// A statement that fails leaves its jobs running for the reaper (onError says so). finish() flushes
-// what is buffered and resolves when every statement has returned.
+// A statement the database rolled back for a lock conflict (a deadlock, a serialization failure)
+// is sent again, up to SETTLE_ATTEMPTS times; one that fails otherwise leaves its jobs running for
+// the reaper (onError says so). finish() flushes what is buffered and resolves when every
+// statement has returned.
 import {
-  type Backoff, type ClaimedJob, type ClaimLimits, type ClaimOptions, type Db, type Failure, claim, claimLimited, complete, completeAndClaim, failMany, release,
+  type Backoff, type ClaimedJob, type ClaimLimits, type ClaimOptions, type CompletedJob, type Db, type EndedJob, type Failure, claim, claimLimited,
+  completeAndClaim, completeJobs, failMany, release,
 } from '../queries/index.ts';
 import type { ClaimOutcome } from './claim-planner.ts';
+import { isTransientConflict } from '../db/errors.ts';
 import { PermanentJobError, RetryLaterError } from '../jobs/registry.ts';
 import { describeError } from './run-handler.ts';
+
+/** A settlement statement rolled back by a lock conflict is sent at most this many times in all. */
+export const SETTLE_ATTEMPTS = 3;
 
 export interface SettlerOptions {
   /** Count settled jobs in job_counts (the dashboard's chart, /metrics). */
@@ -35,16 +45,18 @@ export interface SettledCounts {
   /** Failed for the last time (or permanently). */
   dead: number;
   released: number;
+  /** Ended cancelled: someone asked to while they were held. */
+  cancelled: number;
   /** Settlements refused by the lock token: the job had been reaped and re-claimed elsewhere. */
   lost: number;
 }
 
 export class Settler {
-  readonly counts: SettledCounts = { completed: 0, failed: 0, dead: 0, released: 0, lost: 0 };
+  readonly counts: SettledCounts = { completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0 };
   readonly #db: Db;
   readonly #options: SettlerOptions;
   readonly #inFlight = new Set<Promise<void>>();
-  readonly #completions: SettlementBatcher<ClaimedJob>;
+  readonly #completions: SettlementBatcher<Completion>;
   readonly #failures: SettlementBatcher<{ job: ClaimedJob; failure: Failure }>;
   #claimsInFlight = 0;
   /** Called whenever a statement returns (the drain may have more to do). */
@@ -57,7 +69,8 @@ export class Settler {
     // While a claim is in flight, completions wait for the next claim to carry them.
     this.#completions = new SettlementBatcher(
       (work) => this.#track(work),
-      (batch) => this.#settling(batch, complete(db, batch, counted).then((ids) => this.#completed(batch.length, ids.length))),
+      (batch) =>
+        this.#settling(batch, resend(() => completeJobs(db, batch, counted)).then((ended) => this.#completed(batch.length, ended.length, cancelledIn(ended)))),
       () => options.settleWithClaim && this.#claimsInFlight > 0,
     );
     this.#failures = new SettlementBatcher(
@@ -65,15 +78,23 @@ export class Settler {
       (batch) =>
         this.#settling(
           batch.map((b) => b.job),
-          failMany(db, batch.map((b) => b.failure), counted).then((outcomes) => {
+          resend(() => failMany(db, batch.map((b) => b.failure), counted)).then((outcomes) => {
             for (const { outcome } of outcomes) this.counts[outcome === 'retry' ? 'failed' : outcome]++;
           }),
         ),
     );
   }
 
-  complete(job: ClaimedJob): void {
-    this.#completions.add(job);
+  /** `kept`: its kind keeps its jobs (for how long, and the result). */
+  complete(job: ClaimedJob, kept?: Pick<CompletedJob, 'keepSeconds' | 'resultJson' | 'progressJson'>): void {
+    this.#completions.add(kept ? { ...job, ...kept } : job);
+  }
+
+  /** A transactional handler's job, completed in its own transaction. */
+  settledInTransaction(job: ClaimedJob): void {
+    this.counts.completed++;
+    this.#options.onJobsSettled?.([job]);
+    this.onSettled();
   }
 
   fail(job: ClaimedJob, error: unknown, backoff: Backoff | undefined): void {
@@ -95,7 +116,7 @@ export class Settler {
     this.#track(
       this.#settling(
         jobs,
-        release(this.#db, jobs, reason).then((ids) => {
+        resend(() => release(this.#db, jobs, reason)).then((ids) => {
           this.counts.released += ids.length;
           this.counts.lost += jobs.length - ids.length;
         }),
@@ -117,7 +138,7 @@ export class Settler {
         ? claim(this.#db, options)
         : completeAndClaim(this.#db, riding, options, { recordCounts: this.#options.recordCounts }).then(
             (result) => {
-              this.#completed(riding.length, result.completed.length);
+              this.#completed(riding.length, result.completed.length, result.cancelled.length);
               this.#completions.taken();
               this.#options.onJobsSettled?.(riding);
               return result.claimed;
@@ -156,8 +177,9 @@ export class Settler {
     return work.finally(() => this.#options.onJobsSettled?.(jobs));
   }
 
-  #completed(sent: number, settled: number): void {
-    this.counts.completed += settled;
+  #completed(sent: number, settled: number, cancelled: number): void {
+    this.counts.completed += settled - cancelled;
+    this.counts.cancelled += cancelled;
     this.counts.lost += sent - settled;
   }
 
@@ -171,6 +193,23 @@ export class Settler {
     this.#inFlight.add(done);
   }
 }
+
+/** `statement()`, sent again (after a short random pause) while the database rolls it back for a lock conflict. */
+async function resend<T>(statement: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await statement();
+    } catch (error) {
+      if (attempt >= SETTLE_ATTEMPTS || !isTransientConflict(error)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 5 + Math.random() * 20 * attempt));
+    }
+  }
+}
+
+const cancelledIn = (ended: readonly EndedJob[]) => ended.reduce((n, e) => n + (e.status === 'cancelled' ? 1 : 0), 0);
+
+/** A job to complete; kinds that keep their jobs add how long, and the result. */
+type Completion = ClaimedJob & Pick<CompletedJob, 'keepSeconds' | 'resultJson' | 'progressJson'>;
 
 /**
  * Buffers items and settles them with one statement at a time. A flush waits for the next

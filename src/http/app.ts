@@ -14,7 +14,7 @@ import { pageRoutes } from './routes/pages.ts';
 import { queueRoutes } from './routes/queue.ts';
 
 export { parseScopedTokens, TOKEN_SCOPES, type ScopedToken, type TokenScope } from './auth.ts';
-export { DEFAULT_MAX_BODY_BYTES, type ApiConfig, type ApiRuntime, type WithDb } from './context.ts';
+export { DEFAULT_MAX_BODY_BYTES, type ApiConfig, type ApiRuntime, type FinishedJobs, type WithDb } from './context.ts';
 export { isDatabaseUnavailable } from '../db/errors.ts';
 export { MAX_JSON_DEPTH } from './input.ts';
 export { MAX_RUN_NOW } from './routes/jobs.ts';

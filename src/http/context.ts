@@ -27,6 +27,9 @@ export interface ApiRuntime {
   /** Runs just-enqueued jobs now, after the response (the Worker: in waitUntil). Unset: the flag
    * is accepted and the drainer's own wake-up runs them (the sidecar's NOTIFY). */
   runNow?: (ids: string[]) => void;
+  /** Hears when a job reached a final state (the sidecar's LISTEN on pgdrain_finished), so that
+   * GET /jobs/:id?waitSeconds answers at once. Unset: the wait reads the job every 250 ms. */
+  finishedJobs?: FinishedJobs;
   /** The dashboard's warning threshold for the oldest ready job. Default 60 s. */
   oldestReadyWarnSeconds?: number;
   /** False when the drainer does not count settled jobs: the dashboard says why its chart is empty. */
@@ -37,6 +40,12 @@ export interface ApiRuntime {
   maxBodyBytes?: number;
   /** Where unexpected errors go (already stripped of secrets by the caller's logger). */
   onError?: (error: unknown, where: string) => void;
+}
+
+/** Announcements of jobs that reached a final state, by id. */
+export interface FinishedJobs {
+  /** Calls `listener` when job `id` is announced; returns the unsubscribe function. */
+  subscribe(id: string, listener: () => void): () => void;
 }
 
 export type ApiConfig = ApiRuntime | ((c: Context) => ApiRuntime);

@@ -3,10 +3,14 @@
 // generated from them (src/http/openapi.ts), and the typed client's types are inferred from them
 // (src/client/index.ts) — so the three cannot drift apart.
 import { z } from 'zod';
-import { JOB_STATUSES, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH } from '../db/schema.ts';
+import { FINAL_STATUSES, JOB_STATUSES, JOB_TIMEOUT_BOUNDS_MS as TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH } from '../db/schema.ts';
 import { isJobId } from '../queries/inspect.ts';
 
 export const MAX_BATCH = 1000;
+/** An enqueue waits for at most this many jobs (`after`). */
+export const MAX_AFTER = 100;
+/** GET /jobs/:id?waitSeconds= lies within these. */
+export const WAIT_SECONDS_BOUNDS = { min: 1, max: 60 } as const;
 export const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
 // PostgreSQL's timestamptz has no year 0 ("0000-01-01" is refused): runAt stays in a sane range.
 const EARLIEST_RUN_AT = Date.UTC(1970, 0, 1);
@@ -50,6 +54,20 @@ export const jobInput = z
       .meta({ description: "Jobs of the kind with the same group key share its groupConcurrency (1 runs them one at a time, in order) and, where asked, its rate limit." }),
     priority: z.int().min(-1000).max(1000).optional().meta({ description: "Higher runs first; default the kind's, else 0." }),
     runNow: z.boolean().optional().meta({ description: 'Run it right after the response (the Worker); the sidecar runs it at once anyway.' }),
+    after: z
+      .array(jobId)
+      .min(1)
+      .max(MAX_AFTER)
+      .optional()
+      .meta({
+        description: `Ids of jobs (at most ${MAX_AFTER}) this one waits for: it stays \`waiting\` until every one of them has completed, and becomes dead if one ends dead or cancelled. Unknown ids are refused (400). Not with key.`,
+      }),
+    timeoutMs: z
+      .int()
+      .min(TIMEOUT_BOUNDS_MS.min)
+      .max(TIMEOUT_BOUNDS_MS.max)
+      .optional()
+      .meta({ description: `The handler's timeout for this job in milliseconds (${TIMEOUT_BOUNDS_MS.min} to ${TIMEOUT_BOUNDS_MS.max}); default its kind's.` }),
   })
   .refine((j) => j.runAt === undefined || j.delaySeconds === undefined, {
     message: 'give runAt or delaySeconds, not both',
@@ -68,6 +86,17 @@ export const listQuery = z.strictObject({
   cursor: z.string().regex(JOB_ID_PATTERN, 'not a cursor returned by this API').refine(isJobId, 'not a cursor returned by this API').optional().meta({ description: 'nextCursor of the previous page.' }),
 });
 export type ListQuery = z.input<typeof listQuery>;
+
+export const getJobQuery = z.strictObject({
+  waitSeconds: z.coerce
+    .number<number>()
+    .int()
+    .min(WAIT_SECONDS_BOUNDS.min)
+    .max(WAIT_SECONDS_BOUNDS.max)
+    .optional()
+    .meta({ description: `Wait up to this many seconds (${WAIT_SECONDS_BOUNDS.min}-${WAIT_SECONDS_BOUNDS.max}) for the job to be completed, dead or cancelled; the answer comes as soon as it is, else with its state then.` }),
+});
+export type GetJobQuery = z.input<typeof getJobQuery>;
 
 export const bulkInput = z.strictObject({ kind: z.string().min(1).max(100).optional().meta({ description: 'Only this kind; every kind when absent.' }) });
 
@@ -129,9 +158,35 @@ export const job = z
     lockedBy: z.string().nullable(),
     lastError: z.string().nullable(),
     createdAt: timestamp,
+    finishedAt: timestamp.nullable().meta({ description: 'When it was completed, cancelled or became dead.' }),
+    result: jsonValue.nullable().meta({ description: "What its handler returned (kinds with keepCompletedSeconds; null otherwise)." }),
+    progress: jsonValue.nullable().meta({ description: 'What its handler last reported with ctx.progress().' }),
+    cancelRequested: z.boolean().meta({ description: 'Someone asked to cancel it while it ran: it ends cancelled.' }),
+    waitingFor: z.int().min(0).nullable().meta({ description: 'While waiting: how many of the jobs it waits for (after) have not completed yet.' }),
+    timeoutMs: z.int().nullable().meta({ description: "The handler's timeout for this job, when its enqueue set one." }),
   })
   .meta({ id: 'Job' });
 export type Job = z.output<typeof job>;
+
+export const goneJob = z
+  .object({
+    id: jobId,
+    kind: z.string(),
+    status: z.enum([...FINAL_STATUSES, 'deleted']),
+    finishedAt: timestamp,
+    gone: z.literal(true).meta({ description: 'Its row is gone (its kind keeps no history): only how it ended is left.' }),
+  })
+  .meta({ id: 'GoneJob' });
+export type GoneJob = z.output<typeof goneJob>;
+
+export const cancelAnswer = z
+  .object({
+    id: jobId,
+    status: z.enum(['cancelled', 'running']).meta({ description: "cancelled (200): it never ran, or already ended so. running (202): its handler is being stopped; it ends cancelled." }),
+    cancelRequested: z.literal(true),
+  })
+  .meta({ id: 'CancelAnswer' });
+export type CancelAnswer = z.output<typeof cancelAnswer>;
 
 export const jobPage = z
   .object({ jobs: z.array(job), nextCursor: jobId.nullable().meta({ description: 'Pass as cursor for the next page; null on the last.' }) })
@@ -145,6 +200,7 @@ export const kindStats = z
     delayed: z.int().min(0).meta({ description: 'Pending with a future run_at (a delay or a backoff).' }),
     running: z.int().min(0),
     dead: z.int().min(0),
+    waiting: z.int().min(0).meta({ description: 'Waiting for other jobs to complete (after).' }),
     oldestReadySeconds: z.number().min(0).nullable(),
     paused: z.boolean(),
     limits: z

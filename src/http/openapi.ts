@@ -19,10 +19,10 @@ const ok = (description: string, schema: z.ZodType) => ({ description, content: 
 const body = (mediaType: string, description: string) => ({ 200: { description, content: { [mediaType]: { schema: { type: 'string' as const } } } } });
 
 const ERROR_MEANINGS = {
-  400: 'The request is malformed (bad JSON, a field out of range, an unknown field); nothing was changed.',
+  400: 'The request is malformed (bad JSON, a field out of range, an unknown field, an `after` naming jobs that do not exist); nothing was changed.',
   401: 'No API token, or a wrong one.',
   403: "The token's scope does not allow this route.",
-  404: 'No such job (completed jobs are deleted) or kind.',
+  404: 'No such job (completed jobs are deleted unless their kind keeps them) or kind.',
   409: 'The job is not in a state that allows this.',
   413: 'The body is over the size limit; the connection is closed.',
   415: 'The body is not sent as application/json.',
@@ -114,7 +114,23 @@ export const describe = {
     errors: [400, 413, 415],
   }),
   listJobs: guarded('jobs', 'read', 'List jobs, newest first', { query: contract.listQuery, ok: { 200: ok('A page of jobs.', contract.jobPage) }, errors: [400] }),
-  getJob: guarded('jobs', 'read', 'One job', { path: contract.jobIdParam, ok: { 200: ok('The job.', contract.job) }, errors: [400, 404] }),
+  getJob: guarded('jobs', 'read', 'One job, or wait for it to finish', {
+    note:
+      'With waitSeconds, the answer comes as soon as the job is completed, dead or cancelled (or when the time is up, with its state then). ' +
+      "A job whose row was deleted meanwhile (its kind keeps no history) answers with how it ended (GoneJob).",
+    path: contract.jobIdParam,
+    query: contract.getJobQuery,
+    ok: { 200: ok('The job (or, after a wait, how a deleted one ended).', z.union([contract.job, contract.goneJob])) },
+    errors: [400, 404],
+  }),
+  cancelJob: guarded('jobs', 'admin', 'Cancel a job', {
+    note:
+      'A pending, delayed or waiting job is cancelled at once (200). A running one is asked to stop (202): its handler\'s signal is aborted within a third of its ' +
+      'visibility timeout plus a second, and it ends cancelled whatever the handler does after; never retried. A completed or dead job answers 409.',
+    path: contract.jobIdParam,
+    ok: { 200: ok('Cancelled.', contract.cancelAnswer), 202: ok('Running: being stopped.', contract.cancelAnswer) },
+    errors: [400, 404, 409],
+  }),
   retryJob: guarded('jobs', 'admin', 'Retry a dead job', {
     note: 'Attempts start again from 0.', path: contract.jobIdParam, ok: { 200: ok('The job, pending again.', contract.job) }, errors: [400, 404, 409],
   }),

@@ -2,21 +2,39 @@
 // The registry validates at enqueue (bad payloads are refused, never stored) and gives the drain
 // loop each kind's handler, timeout and backoff.
 import { z } from 'zod';
-import { JOB_DEFAULTS, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH } from '../db/schema.ts';
-import type { Backoff, ClaimedJob, ClaimLimits, DedupeMode, NewJob } from '../queries/index.ts';
+import { JOB_DEFAULTS, JOB_TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH } from '../db/schema.ts';
+import type { Backoff, ClaimedJob, ClaimLimits, Db, DedupeMode, NewJob } from '../queries/index.ts';
 
 export interface JobContext {
   job: ClaimedJob;
-  /** Aborted when the handler's time is up (its timeout, or the drain's budget). */
+  /** Aborted when the handler's time is up (its timeout, or the drain's budget), when its lease is
+   * lost, when someone cancels the job, or when a stopping drainer gives up on it. */
   signal: AbortSignal;
+  /** Reports how far it got (small JSON, at most 8 KiB): saved with the next lease renewal, at
+   * most about once a second, and shown by GET /jobs/:id and the dashboard while it runs. */
+  progress(value: unknown): void;
+  /** The jobs this one waited for (`after`), with their state and, where their kind keeps them,
+   * their results. */
+  dependencies(): Promise<{ id: string; kind: string | null; status: string | null; result: unknown }[]>;
+  /** Kinds defined with `transactional: true`: the transaction the job's completion commits in.
+   * Write through it, and your writes and the completion commit together or not at all. Any other
+   * kind: reading it throws. */
+  tx: Db;
 }
 
 export interface JobDefinition<Payload = unknown> {
   kind: string;
   /** Validated at enqueue and again before the handler runs. */
   schema: z.ZodType<Payload>;
-  /** Must be idempotent: delivery is at-least-once (retries and reaped locks run a job again). */
-  handler: (payload: Payload, ctx: JobContext) => Promise<void> | void;
+  /** Must be idempotent: delivery is at-least-once (retries and reaped locks run a job again).
+   * What it returns is the job's result (JSON, at most 64 KiB), kept for kinds with keepCompletedSeconds. */
+  handler: (payload: Payload, ctx: JobContext) => unknown;
+  /** Keep a job this long once it completed or was cancelled, with its result (GET /jobs/:id,
+   * waitSeconds, dependencies' results). Default 0: deleted at once (the fastest). */
+  keepCompletedSeconds?: number;
+  /** Run the handler inside a database transaction (ctx.tx) in which the job's completion commits:
+   * exactly once for work inside PostgreSQL. It holds a connection for the handler's whole run. */
+  transactional?: boolean;
   /** Default 3. */
   maxAttempts?: number;
   /** Default 30 s. A handler still running then is recorded as failed. */
@@ -64,6 +82,10 @@ export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits
 export const MAX_RATE_PERIOD_SECONDS = 86_400;
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
+/** A per-job timeout (an enqueue's timeoutMs) lies within these. */
+export const TIMEOUT_BOUNDS_MS = JOB_TIMEOUT_BOUNDS_MS;
+/** keepCompletedSeconds at most: 30 days. */
+export const MAX_KEEP_SECONDS = 30 * 86_400;
 export const DEFAULT_MAX_ATTEMPTS = JOB_DEFAULTS.maxAttempts;
 export { KIND_PATTERN };
 
@@ -80,6 +102,10 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
     }
   };
   positiveInteger('concurrency', definition.concurrency);
+  const keep = definition.keepCompletedSeconds;
+  if (keep !== undefined && !(Number.isInteger(keep) && keep >= 0 && keep <= MAX_KEEP_SECONDS)) {
+    throw new Error(`job kind ${definition.kind}: keepCompletedSeconds must be a whole number of seconds from 0 to ${MAX_KEEP_SECONDS}, not ${JSON.stringify(keep)}`);
+  }
   positiveInteger('globalConcurrency', definition.globalConcurrency);
   positiveInteger('groupConcurrency', definition.groupConcurrency);
   if (definition.rateLimit !== undefined) {
@@ -120,6 +146,10 @@ export interface EnqueueRequest {
   priority?: number;
   /** 1-200 characters: jobs of the kind with the same key share its groupConcurrency. */
   groupKey?: string;
+  /** The handler's timeout for this job (100 ms to a day); default the kind's. */
+  timeoutMs?: number;
+  /** Ids of jobs it waits for: claimed once all of them completed. */
+  after?: readonly string[];
 }
 
 export type JobValidationCode = 'unknown_kind' | 'invalid_payload' | 'invalid_option';
@@ -179,9 +209,15 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
   if (!parsed.success) {
     throw new JobValidationError('invalid_payload', `payload rejected by kind ${definition.kind}: ${describeIssues(parsed.error)}`);
   }
-  const { groupKey } = request;
+  const { groupKey, timeoutMs, after } = request;
   if (groupKey !== undefined && !(typeof groupKey === 'string' && groupKey.length >= 1 && groupKey.length <= MAX_GROUP_KEY_LENGTH)) {
     throw new JobValidationError('invalid_option', `groupKey must be 1 to ${MAX_GROUP_KEY_LENGTH} characters`);
+  }
+  if (timeoutMs !== undefined && !(Number.isInteger(timeoutMs) && timeoutMs >= TIMEOUT_BOUNDS_MS.min && timeoutMs <= TIMEOUT_BOUNDS_MS.max)) {
+    throw new JobValidationError('invalid_option', `timeoutMs must be a whole number of milliseconds from ${TIMEOUT_BOUNDS_MS.min} to ${TIMEOUT_BOUNDS_MS.max}`);
+  }
+  if (after !== undefined && after.length > 0 && request.dedupeKey !== undefined) {
+    throw new JobValidationError('invalid_option', 'a job that waits for others (after) cannot also have a dedupe key');
   }
   return {
     kind: definition.kind,
@@ -195,6 +231,9 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
     visibilitySeconds: definition.visibilitySeconds,
     priority: request.priority ?? definition.priority,
     groupKey: request.groupKey,
+    timeoutMs: request.timeoutMs,
+    keepSeconds: definition.keepCompletedSeconds || undefined,
+    after: request.after,
   };
 }
 

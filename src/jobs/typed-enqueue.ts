@@ -21,6 +21,11 @@ export interface EnqueueOptions {
   dedupeMode?: DedupeMode;
   /** Jobs of the kind with the same key share its groupConcurrency (1-200 characters). */
   groupKey?: string;
+  /** The handler's timeout for this job (100 ms to a day); default the kind's. */
+  timeoutMs?: number;
+  /** Ids of jobs this one waits for: it runs once all of them completed, and is dead at once if
+   * one ends dead or cancelled. They must exist (enqueue them in the same transaction). */
+  after?: readonly string[];
 }
 
 /**

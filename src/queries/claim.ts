@@ -20,6 +20,8 @@ export interface ClaimedJob {
   priority: number;
   /** Its group key, if it was enqueued with one. */
   groupKey: string | null;
+  /** The handler's timeout for this job, if its enqueue set one (else the kind's). */
+  timeoutMs: number | null;
   runAt: Date;
   /** The lock token this claim wrote into locked_by; complete/fail/release must present it. */
   lockedBy: string;
@@ -154,6 +156,7 @@ const CLAIMED_COLUMNS = {
   maxAttempts: jobs.maxAttempts,
   priority: jobs.priority,
   groupKey: jobs.groupKey,
+  timeoutMs: jobs.timeoutMs,
   runAt: jobs.runAt,
   lockedBy: jobs.lockedBy,
   visibilitySeconds: jobs.visibilitySeconds,

@@ -1,12 +1,16 @@
-// complete: success deletes the row (completed rows are what make queue tables slow). One DELETE
-// settles a whole batch; each row is fenced by the lock token its claim wrote, so a worker whose
-// lock was reaped cannot delete the job that another worker now holds. The same statement adds
-// the batch to this minute's completed count (counts.ts).
+// complete: success deletes the row (completed rows are what make queue tables slow), unless the
+// job's kind keeps its jobs (keepCompletedSeconds): then the row stays `completed` with the
+// handler's result until the reaper prunes it. One statement settles a whole batch; each row is
+// fenced by the lock token its claim wrote, so a worker whose lock was reaped cannot settle the
+// job that another worker now holds. The same statement adds the batch to this minute's completed
+// count (counts.ts) and does what follows a job's end (job-ended.ts: jobs waiting for these, and
+// people waiting on them).
 import { type SQL, sql } from 'drizzle-orm';
 import { jobs } from '../db/schema.ts';
 import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 import { FENCED, type HeldJob, heldRows } from './fence.ts';
+import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 export type { HeldJob } from './fence.ts';
 
@@ -15,28 +19,68 @@ export interface SettleOptions {
   recordCounts?: boolean;
 }
 
-/**
- * The DELETE of the jobs still held under their tokens, returning (id, kind): a statement of its
- * own here, and the first part of the merged settle-and-claim (complete-and-claim.ts).
- */
-export function deleteCompleted(held: readonly HeldJob[]): SQL {
-  // Not a prepared statement on purpose: a flush can hold one job or thousands, and a generic
-  // plan fitted to neither can turn the pair check into a scan per row. Planning it is cheap
-  // next to the rows it deletes. The join drives primary-key lookups from the (id, token) pairs.
-  return sql`DELETE FROM ${jobs} j USING ${heldRows(held)} WHERE ${FENCED} RETURNING j.id, j.kind`;
+/** A held job that completed, and how it is kept. */
+export interface CompletedJob extends HeldJob {
+  /** Keep the row this long (its kind's keepCompletedSeconds); 0 or unset: delete it. */
+  keepSeconds?: number;
+  /** What the handler returned, as JSON text (kept jobs only). */
+  resultJson?: string | null;
+  /** Its last progress report not yet saved (kept jobs only). */
+  progressJson?: string;
 }
 
-/** Deletes the jobs still held under their tokens; returns the ids actually deleted. */
-export async function complete(db: Db, held: readonly HeldJob[], options: SettleOptions = {}): Promise<string[]> {
+/** How a completing statement ended a job: `cancelled` when someone had asked to cancel it (its
+ * handler's result is then dropped). */
+export interface EndedJob {
+  id: string;
+  status: 'completed' | 'cancelled';
+}
+
+const isKept = (job: CompletedJob) => (job.keepSeconds ?? 0) > 0;
+/** A job someone asked to cancel ends cancelled, whatever its handler did. */
+const ENDING_STATUS = sql`CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'completed' END`;
+
+/**
+ * The CTEs that end the held jobs, as `deleted` and/or `kept`, and `ended` over both: the first
+ * part of a completing statement, here and in the merged settle-and-claim (complete-and-claim.ts).
+ */
+export function completingCtes(held: readonly CompletedJob[]): SQL {
+  const deleted = held.filter((h) => !isKept(h));
+  const kept = held.filter(isKept);
+  const parts: SQL[] = [];
+  if (deleted.length > 0) {
+    // Not a prepared statement on purpose: a flush can hold one job or thousands, and a generic
+    // plan fitted to neither can turn the pair check into a scan per row. Planning it is cheap
+    // next to the rows it deletes. The join drives primary-key lookups from the (id, token) pairs.
+    parts.push(sql`deleted AS (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${FENCED} RETURNING ${ENDED_COLUMNS}, ${ENDING_STATUS} AS status)`);
+  }
+  if (kept.length > 0) {
+    const rows = heldRows(kept, {
+      keep: { type: 'int', values: kept.map((k) => k.keepSeconds ?? 0) },
+      result: { type: 'jsonb', values: kept.map((k) => k.resultJson ?? null) },
+      progress: { type: 'jsonb', values: kept.map((k) => k.progressJson ?? null) },
+    });
+    parts.push(sql`kept AS (
+      UPDATE ${jobs} j SET status = ${ENDING_STATUS},
+             result = CASE WHEN j.cancel_requested_at IS NOT NULL THEN NULL ELSE h.result END, progress = coalesce(h.progress, j.progress),
+             finished_at = now(), keep_until = now() + make_interval(secs => h.keep), locked_at = NULL, locked_by = NULL, locked_until = NULL
+        FROM ${rows} WHERE ${FENCED}
+      RETURNING ${ENDED_COLUMNS}, j.status)`);
+  }
+  const union = [deleted.length > 0 ? sql`SELECT * FROM deleted` : undefined, kept.length > 0 ? sql`SELECT * FROM kept` : undefined].filter((x) => x !== undefined);
+  parts.push(sql`ended AS (${sql.join(union, sql` UNION ALL `)})`);
+  return sql`${sql.join(parts, sql`, `)}${afterJobsEnded({ deleted: deleted.length > 0 })}`;
+}
+
+/** Completes the jobs still held under their tokens; returns the ids actually settled. */
+export async function complete(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<string[]> {
+  return (await completeJobs(db, held, options)).map((e) => e.id);
+}
+
+/** complete(), saying how each settled job ended. */
+export async function completeJobs(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<EndedJob[]> {
   if (held.length === 0) return [];
-  const deleted = deleteCompleted(held);
-  const rows = await rowsOf<{ id: string }>(
-    db,
-    options.recordCounts === false
-      ? deleted
-      : sql`WITH done AS (${deleted}),
-              counted AS (${countCompleted('done')})
-            SELECT id FROM done`,
-  );
-  return rows.map((r) => String(r.id));
+  const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('ended')})`;
+  const rows = await rowsOf<EndedJob>(db, sql`WITH RECURSIVE ${completingCtes(held)}${counted} SELECT id, status, ${ENDED_FOLLOWED} FROM ended`);
+  return rows.map((r) => ({ id: String(r.id), status: r.status }));
 }

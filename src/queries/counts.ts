@@ -9,14 +9,16 @@ import { type Db, rowsOf } from './db.ts';
 /** Per-minute rows older than this are folded into job_totals by rollUpCounts(). */
 export const COUNTS_RETENTION_HOURS = 24;
 
-/** Adds the rows of the CTE `deleted` (kind per row) to this minute's completed counts. */
-export const countCompleted = (deleted: string): SQL =>
-  addToCounts(sql`SELECT kind, count(*) AS completed, 0 AS failed, 0 AS dead FROM ${sql.identifier(deleted)} GROUP BY kind`);
+/** Adds the rows of the CTE `ended` (kind, new status per row) that completed to this minute's
+ * completed counts (a job cancelled while it ran is not counted). */
+export const countCompleted = (ended: string): SQL =>
+  addToCounts(sql`SELECT kind, count(*) AS completed, 0 AS failed, 0 AS dead FROM ${sql.identifier(ended)} WHERE status = 'completed' GROUP BY kind`);
 
-/** Adds the rows of the CTE `settled` (kind, new status per row) to this minute's failed and dead counts. */
+/** Adds the rows of the CTE `settled` (kind, new status per row) to this minute's failed and dead
+ * counts: a retry or a death is a failed attempt; a job cancelled while it ran is neither. */
 export const countFailed = (settled: string): SQL =>
   addToCounts(sql`SELECT kind, 0 AS completed, count(*) AS failed, count(*) FILTER (WHERE status = 'dead') AS dead
-                    FROM ${sql.identifier(settled)} GROUP BY kind`);
+                    FROM ${sql.identifier(settled)} WHERE status IN ('pending', 'dead') GROUP BY kind`);
 
 /**
  * A statement that adds `perKind` (rows of kind, completed, failed, dead) to this minute's

@@ -1,7 +1,8 @@
 // enqueue / enqueueMany: an INSERT that joins the caller's transaction, with pg_notify in the
 // same statement, so the wake-up is delivered at COMMIT and never for a rollback.
 import { sql } from 'drizzle-orm';
-import { JOB_DEFAULTS, PGDRAIN_SCHEMA, jobs } from '../db/schema.ts';
+import { JOB_DEFAULTS, type JobStatus, PGDRAIN_SCHEMA, jobDependencies, jobs } from '../db/schema.ts';
+import { compareIds } from './claim.ts';
 import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
 
 export interface NewJob {
@@ -21,13 +22,30 @@ export interface NewJob {
   priority?: number;
   /** Jobs of one kind with the same key share the kind's groupConcurrency (1-200 characters). */
   groupKey?: string;
+  /** The handler's timeout for this job (100 ms to a day); default the kind's. */
+  timeoutMs?: number;
+  /** Keep it this long once completed or cancelled (its kind's keepCompletedSeconds). */
+  keepSeconds?: number;
+  /** Ids of jobs this one waits for: it is claimed once every one of them has completed, and is
+   * dead at once if one of them ends dead or cancelled. Every id must exist. */
+  after?: readonly string[];
+}
+
+/** `after` named jobs that do not exist (completed jobs are deleted unless their kind keeps them). */
+export class UnknownDependencyError extends Error {
+  override name = 'UnknownDependencyError';
+  readonly ids: readonly string[];
+  constructor(ids: readonly string[]) {
+    super(`after names jobs that do not exist: ${ids.join(', ')} (completed jobs are deleted unless their kind keeps them: enqueue a job with the jobs it waits for, in one transaction)`);
+    this.ids = ids;
+  }
 }
 
 export type DedupeMode = 'keep' | 'replace';
 
 export interface EnqueuedJob {
   id: string;
-  status: 'pending' | 'running' | 'dead';
+  status: JobStatus;
   runAt: Date;
   /** True when the dedupe key matched an existing job and nothing was inserted. */
   deduplicated: boolean;
@@ -65,10 +83,13 @@ function values(job: NewJob) {
     visibility: job.visibilitySeconds ?? null,
     priority: job.priority ?? JOB_DEFAULTS.priority,
     groupKey: job.groupKey ?? null,
+    timeoutMs: job.timeoutMs ?? null,
+    keepSeconds: job.keepSeconds ?? null,
   };
 }
 
 export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
+  if (job.after !== undefined && job.after.length > 0) return db.transaction((tx) => enqueueWaiting(tx, job, job.after!));
   if (job.dedupeKey === undefined) {
     // The common case, on every request of the API: one prepared INSERT whose RETURNING also
     // sends the notification (for a job that is due now).
@@ -99,9 +120,9 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
 /** INSERT of one job with a dedupe key, nothing when the key is taken; RETURNING what enqueue reports. */
 function insertKeyed(job: NewJob, key: string) {
   const v = values(job);
-  return sql`INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key)
+  return sql`INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key, timeout_ms, keep_seconds)
              VALUES (${v.kind}, ${v.payload}::jsonb, coalesce(${v.runAt}::timestamptz, now()), ${v.maxAttempts}::int, ${key}::text,
-                     ${v.visibility}::int, ${v.priority}::int, ${v.groupKey}::text)
+                     ${v.visibility}::int, ${v.priority}::int, ${v.groupKey}::text, ${v.timeoutMs}::int, ${v.keepSeconds}::int)
              ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
              RETURNING id, status, run_at, kind`;
 }
@@ -157,6 +178,8 @@ function prepareInsert(db: Db) {
       visibilitySeconds: sql`${sql.placeholder('visibility')}::int`,
       priority: sql`${sql.placeholder('priority')}::int`,
       groupKey: sql`${sql.placeholder('groupKey')}::text`,
+      timeoutMs: sql`${sql.placeholder('timeoutMs')}::int`,
+      keepSeconds: sql`${sql.placeholder('keepSeconds')}::int`,
     })
     .returning({
       id: jobs.id,
@@ -174,8 +197,7 @@ function prepareInsert(db: Db) {
  * to replace a keyed job (dedupeMode 'replace') go one by one after the others, in input order.
  */
 export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
-  const replacing = input.some((j) => j.dedupeKey !== undefined && j.dedupeMode === 'replace');
-  if (replacing) return db.transaction((tx) => enqueueManyReplacing(tx, input));
+  if (input.some(oneByOne)) return db.transaction((tx) => enqueueManyOneByOne(tx, input));
   const out: EnqueuedJob[] = [];
   for (let start = 0; start < input.length; start += ENQUEUE_CHUNK) {
     out.push(...(await enqueueChunk(db, input.slice(start, start + ENQUEUE_CHUNK))));
@@ -183,13 +205,53 @@ export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<Enq
   return out;
 }
 
-async function enqueueManyReplacing(tx: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
-  const isReplacing = (j: NewJob) => j.dedupeKey !== undefined && j.dedupeMode === 'replace';
-  const bulk = await enqueueMany(tx, input.filter((j) => !isReplacing(j)));
+/** Jobs that replace a keyed one or wait for others go one by one (after the others, in input order). */
+const oneByOne = (j: NewJob) => (j.dedupeKey !== undefined && j.dedupeMode === 'replace') || (j.after !== undefined && j.after.length > 0);
+
+async function enqueueManyOneByOne(tx: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
+  const bulk = await enqueueMany(tx, input.filter((j) => !oneByOne(j)));
   const out: EnqueuedJob[] = [];
   let next = 0;
-  for (const job of input) out.push(isReplacing(job) ? await enqueue(tx, job) : bulk[next++]!);
+  for (const job of input) out.push(oneByOne(job) ? await enqueue(tx, job) : bulk[next++]!);
   return out;
+}
+
+/**
+ * A job that waits for others (`after`), in one transaction: the jobs it waits for are marked as
+ * having dependents — which locks them, so none can complete before this job is committed and
+ * counted —, then it is inserted `waiting` with the count of those not completed yet (`dead` at
+ * once if one of them ended dead or cancelled), with a dependency row per id. pgdrain.enqueue()
+ * in SQL does the same.
+ */
+async function enqueueWaiting(tx: Db, job: NewJob, after: readonly string[]): Promise<EnqueuedJob> {
+  const ids = [...new Set(after)];
+  const parents = await rowsOf<{ id: string; status: JobStatus }>(
+    tx,
+    // Locked in id order, so that two enqueues waiting for the same jobs cannot deadlock.
+    sql`WITH parents AS MATERIALIZED (SELECT id FROM ${jobs} WHERE id = ANY(${sql.param(ids)}::bigint[]) ORDER BY id FOR UPDATE)
+        UPDATE ${jobs} j SET has_dependents = true FROM parents p WHERE j.id = p.id RETURNING j.id::text AS id, j.status`,
+  );
+  const missing = ids.filter((id) => !parents.some((p) => p.id === id));
+  if (missing.length > 0) throw new UnknownDependencyError(missing);
+  const ended = parents.filter((p) => p.status === 'dead' || p.status === 'cancelled').sort((a, b) => compareIds(a.id, b.id))[0];
+  const unfinished = parents.filter((p) => p.status !== 'completed').length;
+  const v = values(job);
+  const [row] = await rowsOf<Returned>(
+    tx,
+    sql`WITH ins AS (
+          INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, visibility_seconds, priority, group_key, timeout_ms, keep_seconds, status, waiting_for, last_error, finished_at)
+          VALUES (${v.kind}, ${v.payload}::jsonb, coalesce(${v.runAt}::timestamptz, now()), ${v.maxAttempts}::int, ${v.visibility}::int, ${v.priority}::int,
+                  ${v.groupKey}::text, ${v.timeoutMs}::int, ${v.keepSeconds}::int,
+                  ${ended ? 'dead' : unfinished > 0 ? 'waiting' : 'pending'}, ${ended || unfinished === 0 ? null : unfinished}::int,
+                  ${ended ? `job ${ended.id} it waits for ended ${ended.status}` : null}::text, ${ended ? sql`now()` : sql`NULL`})
+          RETURNING id, status, run_at, kind),
+        deps AS (INSERT INTO ${jobDependencies} (depends_on, job_id) SELECT unnest(${sql.param(ids)}::bigint[]), id FROM ins)
+        SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, true AS inserted,
+               CASE WHEN status = 'pending' AND run_at <= now() THEN pg_notify(${NOTIFY_CHANNEL}, kind) END AS notified
+          FROM ins`,
+  );
+  if (!row) throw new Error('enqueue: the INSERT returned no row');
+  return toEnqueued(row);
 }
 
 async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJob[]> {
@@ -209,6 +271,8 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
   const visibility = has('visibilitySeconds') ? column(chunk.map((j) => j.visibilitySeconds ?? null), 'int') : sql`NULL::int`;
   const priority = has('priority') ? column(chunk.map((j) => j.priority ?? JOB_DEFAULTS.priority), 'int') : sql.raw(String(JOB_DEFAULTS.priority));
   const groupKey = has('groupKey') ? column(chunk.map((j) => j.groupKey ?? null), 'text') : sql`NULL::text`;
+  const timeoutMs = has('timeoutMs') ? column(chunk.map((j) => j.timeoutMs ?? null), 'int') : sql`NULL::int`;
+  const keepSeconds = has('keepSeconds') ? column(chunk.map((j) => j.keepSeconds ?? null), 'int') : sql`NULL::int`;
   // Delayed jobs are found by the poll when due; only kinds with a job ready now are announced.
   const nowMs = Date.now();
   const readyKinds = [...new Set(chunk.filter((j) => !j.runAt || j.runAt.getTime() <= nowMs).map((j) => j.kind))];
@@ -221,8 +285,9 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
     sql`WITH input AS (
           SELECT value AS payload, ordinality AS ord FROM jsonb_array_elements(${payloads}::jsonb) WITH ORDINALITY),
         ins AS (
-          INSERT INTO ${jobs} (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key)
-          SELECT nextval(${JOBS_ID_SEQUENCE}::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}, ${priority}, ${groupKey}
+          INSERT INTO ${jobs} (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key, timeout_ms, keep_seconds)
+          SELECT nextval(${JOBS_ID_SEQUENCE}::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}, ${priority}, ${groupKey},
+                 ${timeoutMs}, ${keepSeconds}
             FROM input ORDER BY ord
           ${keyed ? sql`ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING` : sql``}
           RETURNING id, dedupe_key),

@@ -7,6 +7,7 @@ import type { SettleOptions } from './complete.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 import { FENCED, type HeldJob, heldRows } from './fence.ts';
+import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 /** last_error is kept to this many characters so a huge stack cannot bloat the row. */
 export const MAX_ERROR_LENGTH = 4000;
@@ -30,6 +31,8 @@ export interface FailOptions {
 export type FailOutcome =
   | { outcome: 'retry'; runAt: Date; attempts: number }
   | { outcome: 'dead'; attempts: number }
+  /** It had been asked to cancel: it ends cancelled, never retried. */
+  | { outcome: 'cancelled' }
   /** The lock token no longer matches: the job was reaped and belongs to someone else now. */
   | { outcome: 'lost' };
 
@@ -57,26 +60,30 @@ export async function failMany(db: Db, failures: readonly Failure[], options: Se
     base: column('float8', (f) => f.backoff?.baseSeconds ?? 1),
     cap: column('float8', (f) => f.backoff?.capSeconds ?? 3600),
   });
+  // A job asked to cancel ends cancelled (never retried), kept like a completed one; one whose
+  // attempts are spent, or that failed for good, ends dead; the rest wait out their backoff.
+  const ending = sql`CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' WHEN j.attempts >= j.max_attempts OR h.permanent THEN 'dead' END`;
   const settled = sql`UPDATE ${jobs} j SET
-          status = CASE WHEN j.attempts >= j.max_attempts OR h.permanent THEN 'dead' ELSE 'pending' END,
-          run_at = CASE WHEN j.attempts >= j.max_attempts OR h.permanent THEN j.run_at
+          status = coalesce(${ending}, 'pending'),
+          run_at = CASE WHEN ${ending} IS NOT NULL THEN j.run_at
                         ELSE now() + make_interval(secs => least(h.cap, greatest(h.floor,
                                h.base * power(2, j.attempts - 1) * (0.5 + random() / 2)))) END,
+          finished_at = CASE WHEN ${ending} IS NOT NULL THEN now() END,
+          keep_until = CASE WHEN j.cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(j.keep_seconds, 0)) END,
           locked_at = NULL, locked_by = NULL, locked_until = NULL, last_error = h.error
         FROM ${failed} WHERE ${FENCED}
-        RETURNING j.id, j.kind, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;
-  const rows = await rowsOf<{ id: string; status: 'pending' | 'dead'; run_at_ms: number; attempts: number }>(
+        RETURNING ${ENDED_COLUMNS}, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;
+  const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countFailed('ended')})`;
+  const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' | 'cancelled'; run_at_ms: number; attempts: number }>(
     db,
-    options.recordCounts === false
-      ? settled
-      : sql`WITH settled AS (${settled}),
-              counted AS (${countFailed('settled')})
-            SELECT id, status, run_at_ms, attempts FROM settled`,
+    sql`WITH RECURSIVE ended AS (${settled})${counted}${afterJobsEnded({ deleted: false })}
+        SELECT id, status, run_at_ms, attempts, ${ENDED_FOLLOWED} FROM ended`,
   );
   const byId = new Map(rows.map((r) => [String(r.id), r]));
   return failures.map((f): FailOutcome => {
     const row = byId.get(String(f.id));
     if (!row) return { outcome: 'lost' };
+    if (row.status === 'cancelled') return { outcome: 'cancelled' };
     return row.status === 'dead'
       ? { outcome: 'dead', attempts: row.attempts }
       : { outcome: 'retry', runAt: new Date(Number(row.run_at_ms)), attempts: row.attempts };

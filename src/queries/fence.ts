@@ -14,16 +14,25 @@ export interface HeldJob {
 /** More per-job values to carry next to (id, token), as arrays of one PostgreSQL type. */
 export type HeldColumns = Record<string, { type: string; values: readonly unknown[] }>;
 
-/** `unnest(ids, tokens, …) AS h(id, token, …)`: the held jobs as rows, aliased `h`. */
+/**
+ * `unnest(ids, tokens, …) AS h(id, token, …)`: the held jobs as rows, aliased `h`, in id order — so
+ * that statements touching overlapping jobs (a drainer's renewal and its completion, run on two
+ * connections) visit, and lock, them in the same order rather than deadlocking.
+ */
 export function heldRows(held: readonly HeldJob[], extra: HeldColumns = {}): SQL {
+  const order = held.map((_, i) => i).sort((a, b) => compareDecimal(held[a]!.id, held[b]!.id));
+  const inOrder = <T>(values: readonly T[]) => order.map((i) => values[i]);
   const columns: [string, string, readonly unknown[]][] = [
-    ['id', 'bigint', held.map((h) => h.id)],
-    ['token', 'text', held.map((h) => h.lockedBy)],
-    ...Object.entries(extra).map(([name, c]): [string, string, readonly unknown[]] => [name, c.type, c.values]),
+    ['id', 'bigint', inOrder(held.map((h) => h.id))],
+    ['token', 'text', inOrder(held.map((h) => h.lockedBy))],
+    ...Object.entries(extra).map(([name, c]): [string, string, readonly unknown[]] => [name, c.type, inOrder(c.values)]),
   ];
   const arrays = sql.join(columns.map(([, type, values]) => sql`${sql.param(values)}::${sql.raw(type)}[]`), sql`, `);
   return sql`unnest(${arrays}) AS h(${sql.raw(columns.map(([name]) => name).join(', '))})`;
 }
+
+/** Job ids are decimal strings without leading zeros: the shorter is the smaller. */
+const compareDecimal = (a: string, b: string) => a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
 
 /** The job `j` is the held row `h`, still running under its token. */
 export const FENCED = sql`j.id = h.id AND j.locked_by = h.token AND j.status = 'running'`;

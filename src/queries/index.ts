@@ -1,19 +1,19 @@
 // Every SQL statement of the queue lives in this folder, one verb per file. Each function takes a
 // Drizzle database or transaction, so the Worker (neon-serverless), the sidecar (node-postgres)
 // and the tests run identical SQL, and enqueue joins whatever transaction the caller has open.
-export { type Db, NOTIFY_CHANNEL } from './db.ts';
-export { enqueue, enqueueMany, ENQUEUE_CHUNK, type NewJob, type EnqueuedJob, type DedupeMode } from './enqueue.ts';
+export { type Db, NOTIFY_CHANNEL, FINISHED_CHANNEL, CANCEL_CHANNEL } from './db.ts';
+export { enqueue, enqueueMany, ENQUEUE_CHUNK, UnknownDependencyError, type NewJob, type EnqueuedJob, type DedupeMode } from './enqueue.ts';
 export { claim, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
 export { claimLimited, type ClaimLimits, type LimitedClaim, type LimitedClaimOptions } from './claim-limited.ts';
-export { complete, type HeldJob, type SettleOptions } from './complete.ts';
+export { complete, completeJobs, type CompletedJob, type EndedJob, type HeldJob, type SettleOptions } from './complete.ts';
 export { completeAndClaim, type CompleteAndClaimResult } from './complete-and-claim.ts';
 export { fail, failMany, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
 export { release } from './release.ts';
-export { renewLeases } from './renew.ts';
+export { renew, renewLeases, type HeldLease, type RenewedLease } from './renew.ts';
 export { reap, type ReapResult } from './reap.ts';
 export { countsByMinute, countTotals, rollUpCounts, COUNTS_RETENTION_HOURS, type MinuteCounts, type KindTotals } from './counts.ts';
 export {
-  getJob, listJobs, stats, retryDead, deleteJob, ping, isJobId,
+  getJob, getFinishedJob, watchJob, getDependencies, listJobs, stats, emptyKindStats, retryDead, deleteJob, ping, isJobId,
   type Job, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
 } from './inspect.ts';
 export { pauseKind, resumeKind, listPausedKinds, kindInQueue } from './pause.ts';
@@ -21,3 +21,5 @@ export { retryDeadJobs, deleteDeadJobs, DEAD_BATCH, type BulkOptions, type BulkR
 export { lockScheduleState, advanceSchedule, listScheduleStates, type ScheduleState } from './schedules.ts';
 export { tableHealth, type TableHealth } from './table-health.ts';
 export { limitUsage, type LimitUsage } from './limit-usage.ts';
+export { cancel, type CancelOutcome } from './cancel.ts';
+export { pruneFinished, PRUNE_BATCH, type PruneResult } from './prune.ts';

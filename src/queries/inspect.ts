@@ -1,8 +1,9 @@
 // Inspection and repair: what a person (or the HTTP API) uses to look at the queue and act on
 // dead jobs. None of these are on the drain's hot path.
 import { and, desc, eq, getTableColumns, lt, sql } from 'drizzle-orm';
-import { type JobRow, type JobStatus, jobs } from '../db/schema.ts';
+import { type JobRow, type JobStatus, finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, fromDriverRow, rowsOf } from './db.ts';
+import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 import { listPausedKinds } from './pause.ts';
 
 export type Job = Omit<JobRow, 'dedupeKey' | 'visibilitySeconds'> & {
@@ -19,6 +20,39 @@ export async function getJob(db: Db, id: string): Promise<Job | null> {
   if (!isJobId(id)) return null;
   const [row] = await db.select().from(jobs).where(eq(jobs.id, id)).limit(1);
   return row ? { ...row, id: String(row.id) } : null;
+}
+
+/** How a job someone waited for ended, when its row is gone (pgdrain.finished_jobs). */
+export async function getFinishedJob(db: Db, id: string): Promise<{ id: string; kind: string; status: JobStatus; finishedAt: Date } | null> {
+  if (!isJobId(id)) return null;
+  const [row] = await db.select().from(finishedJobs).where(eq(finishedJobs.id, id)).limit(1);
+  return row ? { ...row, id: String(row.id) } : null;
+}
+
+/** Someone will wait up to `seconds` for the job: if its row is deleted meanwhile (completed and
+ * not kept, cancelled), the deleting statement leaves a note of how it ended and announces it.
+ * Returns false when the job is not there to watch (finished already, or unknown). */
+export async function watchJob(db: Db, id: string, seconds: number): Promise<boolean> {
+  if (!isJobId(id)) return false;
+  const rows = await rowsOf<{ id: string }>(
+    db,
+    sql`UPDATE ${jobs} SET watched_until = greatest(watched_until, now() + make_interval(secs => ${seconds}::int + 60))
+         WHERE id = ${id}::bigint AND status IN ('pending', 'running', 'waiting') RETURNING id`,
+  );
+  return rows.length > 0;
+}
+
+/** The jobs `id` waits for (or waited for), with their state and, where kept, their results. */
+export async function getDependencies(db: Db, id: string): Promise<{ id: string; kind: string | null; status: JobStatus | null; result: unknown }[]> {
+  const rows = await rowsOf<{ id: string; kind: string | null; status: JobStatus | null; result: unknown }>(
+    db,
+    sql`SELECT d.depends_on::text AS id, coalesce(j.kind, f.kind) AS kind, coalesce(j.status, f.status) AS status, j.result
+          FROM ${jobDependencies} d
+          LEFT JOIN ${jobs} j ON j.id = d.depends_on
+          LEFT JOIN ${finishedJobs} f ON f.id = d.depends_on
+         WHERE d.job_id = ${id}::bigint ORDER BY d.depends_on`,
+  );
+  return rows.map((r) => ({ ...r, id: String(r.id) }));
 }
 
 export interface ListOptions {
@@ -54,11 +88,16 @@ export interface KindStats {
   delayed: number;
   running: number;
   dead: number;
+  /** Waiting for other jobs to complete (`after`). */
+  waiting: number;
   /** How long this kind's oldest ready job has waited past its run_at; null when none is ready. */
   oldestReadySeconds: number | null;
   /** No drainer claims it until it is resumed. */
   paused: boolean;
 }
+
+/** A kind with no live jobs. */
+export const emptyKindStats = (): KindStats => ({ pending: 0, ready: 0, delayed: 0, running: 0, dead: 0, waiting: 0, oldestReadySeconds: null, paused: false });
 
 export interface QueueStats {
   kinds: Record<string, KindStats>;
@@ -70,28 +109,30 @@ export interface QueueStats {
  * which kinds are paused (a paused kind with no jobs is listed too). */
 export async function stats(db: Db): Promise<QueueStats> {
   const paused = new Set(await listPausedKinds(db));
-  const rows = await rowsOf<{ kind: string; pending: number; ready: number; running: number; dead: number; oldest_ready_seconds: number | null }>(
+  // The live states only: kept completed and cancelled jobs are history (GET /jobs lists them).
+  const rows = await rowsOf<{ kind: string; pending: number; ready: number; running: number; dead: number; waiting: number; oldest_ready_seconds: number | null }>(
     db,
     sql`SELECT kind,
                count(*) FILTER (WHERE status = 'pending')::int AS pending,
                count(*) FILTER (WHERE status = 'pending' AND run_at <= now())::int AS ready,
                count(*) FILTER (WHERE status = 'running')::int AS running,
                count(*) FILTER (WHERE status = 'dead')::int AS dead,
+               count(*) FILTER (WHERE status = 'waiting')::int AS waiting,
                extract(epoch from now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_ready_seconds
-          FROM ${jobs} GROUP BY kind ORDER BY kind`,
+          FROM ${jobs} WHERE status IN ('pending', 'running', 'dead', 'waiting') GROUP BY kind ORDER BY kind`,
   );
   const kinds: Record<string, KindStats> = {};
   let oldestReadySeconds: number | null = null;
   for (const r of rows) {
     const oldest = r.oldest_ready_seconds == null ? null : Math.max(0, Number(r.oldest_ready_seconds));
     kinds[r.kind] = {
-      pending: r.pending, ready: r.ready, delayed: r.pending - r.ready, running: r.running, dead: r.dead,
+      pending: r.pending, ready: r.ready, delayed: r.pending - r.ready, running: r.running, dead: r.dead, waiting: r.waiting,
       oldestReadySeconds: oldest, paused: paused.has(r.kind),
     };
     if (oldest !== null && (oldestReadySeconds === null || oldest > oldestReadySeconds)) oldestReadySeconds = oldest;
   }
   for (const kind of paused) {
-    kinds[kind] ??= { pending: 0, ready: 0, delayed: 0, running: 0, dead: 0, oldestReadySeconds: null, paused: true };
+    kinds[kind] ??= { ...emptyKindStats(), paused: true };
   }
   return { kinds, oldestReadySeconds };
 }
@@ -115,14 +156,16 @@ export async function retryDead(db: Db, id: string): Promise<RetryOutcome> {
 
 export type DeleteOutcome = { outcome: 'deleted' } | { outcome: 'running' } | { outcome: 'not_found' };
 
-/** Deletes a pending or dead job. A running job is refused: its worker still holds it. */
+/** Deletes a job that is not running (pending, waiting, dead, or kept once finished). A running
+ * job is refused: its worker still holds it. Jobs waiting for the deleted one become dead. */
 export async function deleteJob(db: Db, id: string): Promise<DeleteOutcome> {
   if (!isJobId(id)) return { outcome: 'not_found' };
   const rows = await rowsOf<{ deleted: boolean; status: JobStatus }>(
     db,
-    sql`WITH target AS (SELECT id, status FROM ${jobs} WHERE id = ${id}::bigint),
-             del AS (DELETE FROM ${jobs} WHERE id = ${id}::bigint AND status IN ('pending', 'dead') RETURNING id)
-        SELECT EXISTS (SELECT 1 FROM del) AS deleted, (SELECT status FROM target) AS status`,
+    sql`WITH RECURSIVE target AS (SELECT id, status FROM ${jobs} WHERE id = ${id}::bigint),
+             ended AS (DELETE FROM ${jobs} j WHERE id = ${id}::bigint AND status <> 'running' RETURNING ${ENDED_COLUMNS}, 'deleted'::text AS status)
+             ${afterJobsEnded({ deleted: true })}
+        SELECT EXISTS (SELECT 1 FROM ended) AS deleted, (SELECT status FROM target) AS status, ${ENDED_FOLLOWED}`,
   );
   const row = rows[0];
   if (row?.deleted) return { outcome: 'deleted' };

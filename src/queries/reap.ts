@@ -10,31 +10,36 @@ import { sql } from 'drizzle-orm';
 import { JOB_DEFAULTS, jobs } from '../db/schema.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
+import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 export interface ReapResult {
   /** Back to pending. */
   reclaimed: string[];
   /** Their last attempt timed out: now dead. */
   dead: string[];
+  /** Asked to cancel while their drainer was gone: now cancelled. */
+  cancelled: string[];
 }
 
 /** `legacyTimeoutSeconds` applies only to jobs locked without a lease end (by an older drainer). */
 export async function reap(db: Db, legacyTimeoutSeconds: number = JOB_DEFAULTS.visibilityTimeoutSeconds): Promise<ReapResult> {
   const leaseEnd = sql`coalesce(locked_until, locked_at + make_interval(secs => coalesce(visibility_seconds, ${legacyTimeoutSeconds}::int)))`;
-  const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' }>(
+  const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' | 'cancelled' }>(
     db,
-    sql`WITH reaped AS (
-        UPDATE ${jobs} SET
-          status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+    sql`WITH RECURSIVE ended AS (
+        UPDATE ${jobs} j SET
+          status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
           last_error = 'visibility timeout: ' || locked_by || ' held the job past its lease of '
                        || round(extract(epoch from ${leaseEnd} - locked_at)) || ' s without renewing it',
+          finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempts >= max_attempts THEN now() END,
+          keep_until = CASE WHEN cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(keep_seconds, 0)) END,
           locked_at = NULL, locked_by = NULL, locked_until = NULL
         WHERE status = 'running' AND ${leaseEnd} < now()
-        RETURNING id, kind, status),
-      counted AS (${countFailed('reaped')})
-      SELECT id, status FROM reaped`,
+        RETURNING ${ENDED_COLUMNS}, j.status),
+      counted AS (${countFailed('ended')})${afterJobsEnded({ deleted: false })}
+      SELECT id, status, ${ENDED_FOLLOWED} FROM ended`,
   );
-  const result: ReapResult = { reclaimed: [], dead: [] };
-  for (const r of rows) (r.status === 'dead' ? result.dead : result.reclaimed).push(String(r.id));
+  const result: ReapResult = { reclaimed: [], dead: [], cancelled: [] };
+  for (const r of rows) (r.status === 'dead' ? result.dead : r.status === 'cancelled' ? result.cancelled : result.reclaimed).push(String(r.id));
   return result;
 }

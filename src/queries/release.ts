@@ -5,16 +5,24 @@ import { sql } from 'drizzle-orm';
 import { jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 import { FENCED, type HeldJob, heldRows } from './fence.ts';
+import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 /** Returns the ids released; jobs whose lock token no longer matches are left alone. */
 export async function release(db: Db, held: readonly HeldJob[], reason?: string): Promise<string[]> {
   if (held.length === 0) return [];
+  // A job asked to cancel is not handed back: it ends cancelled, kept like a completed one.
+  const cancelled = sql`j.cancel_requested_at IS NOT NULL`;
   const rows = await rowsOf<{ id: string }>(
     db,
-    sql`UPDATE ${jobs} j SET status = 'pending', locked_at = NULL, locked_by = NULL, locked_until = NULL, attempts = greatest(j.attempts - 1, 0),
-               last_error = coalesce(${reason ?? null}::text, j.last_error)
-          FROM ${heldRows(held)} WHERE ${FENCED}
-     RETURNING j.id`,
+    sql`WITH RECURSIVE ended AS (
+          UPDATE ${jobs} j SET status = CASE WHEN ${cancelled} THEN 'cancelled' ELSE 'pending' END,
+                 locked_at = NULL, locked_by = NULL, locked_until = NULL, attempts = greatest(j.attempts - 1, 0),
+                 last_error = coalesce(${reason ?? null}::text, j.last_error),
+                 finished_at = CASE WHEN ${cancelled} THEN now() END,
+                 keep_until = CASE WHEN ${cancelled} THEN now() + make_interval(secs => coalesce(j.keep_seconds, 0)) END
+            FROM ${heldRows(held)} WHERE ${FENCED}
+          RETURNING ${ENDED_COLUMNS}, j.status)${afterJobsEnded({ deleted: false })}
+        SELECT id, ${ENDED_FOLLOWED} FROM ended`,
   );
   return rows.map((r) => String(r.id));
 }

@@ -10,6 +10,7 @@ import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
+import type { OpenTransactionConnection } from '../drain/index.ts';
 import type { Db } from '../queries/index.ts';
 import type { Incidents } from './incidents.ts';
 
@@ -63,6 +64,8 @@ export interface SidecarPools {
   db: Db;
   /** The drainer's and reaper's connections (see createDrainPool). */
   drainDb: Db;
+  /** A connection for one transactional handler (see openPools). */
+  transactions: OpenTransactionConnection;
   stop(): Promise<void>;
 }
 
@@ -72,16 +75,25 @@ export interface SidecarPools {
  * the WAL flush on every batch costs a large share of drain throughput. Everything that enqueues —
  * the API, recurring schedules, your own transactions — uses the other pool and stays durable.
  */
-export function openPools(url: string, apiPoolSize: number, incidents: Incidents): SidecarPools {
-  const pool = new pg.Pool({ connectionString: url, max: apiPoolSize, application_name: 'pgdrain' });
+export function openPools(url: string, poolSize: number, incidents: Incidents): SidecarPools {
+  const pool = new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain' });
   const drainPool = createDrainPool(url);
+  // Transactional handlers' own connections: durable commits (their writes are your data), as many
+  // as the API's pool, opened only when such a handler runs. A handler given up mid-transaction has
+  // its connection destroyed, so the server rolls back at once.
+  const handlerPool = new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain-handlers' });
+  const pools = [pool, drainPool, handlerPool];
   // An idle client lost (a server restart): the pool replaces it.
-  for (const p of [pool, drainPool]) p.on('error', (error) => incidents.start('pool', error));
+  for (const p of pools) p.on('error', (error) => incidents.start('pool', error));
   return {
     db: drizzle({ client: pool }) as unknown as Db,
     drainDb: drizzle({ client: drainPool }) as unknown as Db,
+    transactions: async () => {
+      const client = await handlerPool.connect();
+      return { db: drizzle({ client }) as unknown as Db, release: (destroy) => client.release(destroy) };
+    },
     stop: async () => {
-      await Promise.all([pool.end().catch(() => {}), drainPool.end().catch(() => {})]);
+      await Promise.all(pools.map((p) => p.end().catch(() => {})));
     },
   };
 }

@@ -6,8 +6,11 @@
 //   pools     the API's durable pool and the drainer's async-commit pool  (database.ts)
 //   drainer   drain() whenever there may be work; stop: no new claims,
 //             in-flight handlers get `shutdownGraceMs`                    (drainer.ts)
-//   listener  LISTEN on the queue's channel, reconnecting with backoff    (listener.ts)
-//   reaper    expired locks back to pending, old counts folded            (reaper.ts)
+//   listener  LISTEN on the queue's channels, reconnecting with backoff:  (listener.ts)
+//             ready kinds wake the drainer, cancels reach running jobs,
+//             finished jobs answer those waiting for them                 (finished-jobs.ts)
+//   reaper    expired leases back to pending, old counts folded, kept
+//             jobs pruned                                                 (reaper.ts)
 //   scheduler recurring schedules at their slots                          (scheduler.ts)
 //   http      the API and dashboard on a port                             (http.ts)
 //
@@ -18,14 +21,15 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { DEFAULT_VISIBILITY_SECONDS, DRAIN_PROFILES } from '../drain/index.ts';
+import { CancelNotices, DEFAULT_VISIBILITY_SECONDS, DRAIN_PROFILES, type OpenTransactionConnection } from '../drain/index.ts';
 import { createApp, type ScopedToken } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
-import { type Db, NOTIFY_CHANNEL } from '../queries/index.ts';
+import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL } from '../queries/index.ts';
 import { checkSchedules, type ScheduleDefinition } from '../schedules.ts';
 import { defaultFor } from '../settings.ts';
 import { openDatabase, openPools, resolveApiToken } from './database.ts';
 import { Drainer } from './drainer.ts';
+import { FinishedJobsHub } from './finished-jobs.ts';
 import { serveHttp } from './http.ts';
 import { Incidents, describeError } from './incidents.ts';
 import { NotificationListener } from './listener.ts';
@@ -136,9 +140,13 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   const database = await parts.start('database', () => openDatabase({ databaseUrl: options.databaseUrl, dataDir, embeddedSettings: options.embeddedSettings }, log));
   const apiToken = await resolveApiToken(options.apiToken, dataDir, log);
   const pools = await parts.start('pools', () => openPools(database.url, options.poolSize ?? defaultFor('poolSize', 'sidecar'), incidents));
-  const drainer = await parts.start('drainer', () => startDrainer(pools.drainDb, registry, options, { workerId, visibilityTimeoutSeconds, log, incidents }));
+  const cancelNotices = new CancelNotices();
+  const finishedJobs = new FinishedJobsHub();
+  const drainer = await parts.start('drainer', () =>
+    startDrainer(pools.drainDb, registry, options, { workerId, visibilityTimeoutSeconds, log, incidents, transactions: pools.transactions, cancelNotices }),
+  );
   const wake = () => drainer.wake();
-  await parts.start('listener', () => startListener(database.url, options.kinds, wake, log));
+  await parts.start('listener', () => startListener(database.url, { kinds: options.kinds, wake, cancelNotices, finishedJobs }, log));
   await parts.start('reaper', () =>
     new Reaper(pools.drainDb, { intervalMs: options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS, visibilityTimeoutSeconds, onReaped: wake }, log, incidents).start(),
   );
@@ -147,6 +155,7 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
     withDb: (fn) => fn(pools.db),
     registry,
     schedules,
+    finishedJobs,
     apiToken: apiToken.token,
     metricsToken: options.metricsToken,
     scopedTokens: options.scopedTokens,
@@ -178,7 +187,14 @@ function startDrainer(
   db: Db,
   registry: JobRegistry,
   options: SidecarOptions,
-  context: { workerId: string; visibilityTimeoutSeconds: number; log: Logger; incidents: Incidents },
+  context: {
+    workerId: string;
+    visibilityTimeoutSeconds: number;
+    log: Logger;
+    incidents: Incidents;
+    transactions: OpenTransactionConnection;
+    cancelNotices: CancelNotices;
+  },
 ) {
   const { log, incidents } = context;
   const settings = {
@@ -194,6 +210,8 @@ function startDrainer(
     kinds: options.kinds,
     visibilityTimeoutSeconds: context.visibilityTimeoutSeconds,
     recordCounts: options.recordCounts,
+    transactions: context.transactions,
+    cancelNotices: context.cancelNotices,
     onSettleError: (error) => incidents.start('settle', error),
     onError: (error) => incidents.start('drain', error),
     onRecovered: () => incidents.end('drain'),
@@ -210,17 +228,27 @@ function startDrainer(
   };
 }
 
-/** The LISTEN connection as a part: a notification of one of our kinds (or any, without KINDS) wakes the drainer. */
-function startListener(url: string, kinds: readonly string[] | undefined, wake: () => void, log: Logger) {
+/** The LISTEN connection as a part. A ready job of one of our kinds (or any, without KINDS) wakes
+ * the drainer; a cancelled running job is checked at once by the drain holding it; a finished job
+ * answers whoever waits for it. */
+function startListener(
+  url: string,
+  to: { kinds: readonly string[] | undefined; wake: () => void; cancelNotices: CancelNotices; finishedJobs: FinishedJobsHub },
+  log: Logger,
+) {
   const listener = new NotificationListener({
     connectionString: url,
-    channel: NOTIFY_CHANNEL,
-    onNotify: (kind) => {
-      if (!kinds || kinds.includes(kind)) wake();
+    channels: [NOTIFY_CHANNEL, CANCEL_CHANNEL, FINISHED_CHANNEL],
+    onNotify: (channel, payload) => {
+      if (channel === FINISHED_CHANNEL) to.finishedJobs.announce(payload);
+      else if (channel === CANCEL_CHANNEL) to.cancelNotices.notify(payload);
+      else if (!to.kinds || to.kinds.includes(payload)) to.wake();
     },
     onUp: () => {
       log.info('listener up: waking on NOTIFY');
-      wake(); // anything announced while we were not listening
+      // Anything announced while we were not listening.
+      to.wake();
+      to.finishedJobs.announceAll();
     },
     onDown: (error) => log.warn({ err: describeError(error) }, 'listener down: reconnecting; the poll keeps jobs moving meanwhile'),
   });

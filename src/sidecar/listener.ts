@@ -1,4 +1,4 @@
-// The sidecar's wake-up line: one dedicated connection that LISTENs on the queue's channel.
+// The sidecar's wake-up line: one dedicated connection that LISTENs on the queue's channels.
 //
 //   connecting ──LISTEN ok──► up ──error / end / failed health query──► down ──backoff──► connecting
 //
@@ -10,8 +10,8 @@ import pg from 'pg';
 
 export interface ListenerOptions {
   connectionString: string;
-  channel: string;
-  onNotify: (payload: string) => void;
+  channels: readonly string[];
+  onNotify: (channel: string, payload: string) => void;
   onUp: () => void;
   onDown: (error: unknown) => void;
   /** Default 15 s. */
@@ -70,11 +70,11 @@ export class NotificationListener {
     client.on('error', fail);
     client.on('end', () => fail(new Error('the LISTEN connection closed')));
     client.on('notification', (message) => {
-      if (message.channel === this.#options.channel) this.#options.onNotify(message.payload ?? '');
+      if (this.#options.channels.includes(message.channel)) this.#options.onNotify(message.channel, message.payload ?? '');
     });
     try {
       await client.connect();
-      await client.query(`LISTEN ${pg.escapeIdentifier(this.#options.channel)}`);
+      for (const channel of this.#options.channels) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
     } catch (error) {
       fail(error);
       return;

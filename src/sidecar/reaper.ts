@@ -1,8 +1,8 @@
-// The sidecar's maintenance on a timer: returns jobs whose lock expired (their drainer died or hung)
-// and folds old per-minute counts into the totals. runOnce() is one round; start() runs one at once
+// The sidecar's maintenance on a timer: returns jobs whose lease ran out (their drainer died or
+// hung), folds old per-minute counts into the totals, and prunes kept jobs whose time is up. runOnce() is one round; start() runs one at once
 // (a previous process may have died holding locks) and then every `intervalMs`.
 import type { Logger } from 'pino';
-import { type Db, reap, rollUpCounts } from '../queries/index.ts';
+import { type Db, pruneFinished, reap, rollUpCounts } from '../queries/index.ts';
 import type { Incidents } from './incidents.ts';
 
 export interface ReaperOptions {
@@ -40,10 +40,13 @@ export class Reaper {
       try {
         const result = await reap(this.#db, this.#options.visibilityTimeoutSeconds);
         await rollUpCounts(this.#db);
+        const pruned = await pruneFinished(this.#db);
         this.#incidents.end('reaper');
-        const total = result.reclaimed.length + result.dead.length;
+        if (pruned.jobs > 0) this.#log.debug({ ...pruned }, 'pruned kept jobs past their time');
+        const total = result.reclaimed.length + result.dead.length + result.cancelled.length;
         if (total === 0) return;
-        this.#log.warn({ reclaimed: result.reclaimed.length, dead: result.dead.length }, `reaped ${total} jobs whose lock had expired`);
+        const counts = { reclaimed: result.reclaimed.length, dead: result.dead.length, cancelled: result.cancelled.length };
+        this.#log.warn(counts, `reaped ${total} jobs whose lease had run out`);
         this.#options.onReaped();
       } catch (error) {
         this.#incidents.start('reaper', error);

@@ -1,5 +1,6 @@
 // The Cloudflare Worker: `fetch` serves the HTTP API and the dashboard, `scheduled` (the cron
-// trigger) reaps stale locks, folds old per-minute counts into the totals, evaluates the schedules,
+// trigger) reaps stale locks, folds old per-minute counts into the totals, prunes kept jobs whose
+// time is up, evaluates the schedules,
 // drains until the invocation's budget is spent, releases what it claimed but did not start, and
 // logs one JSON line. Each request and invocation opens its own connection (database.ts: Hyperdrive
 // when bound, else Neon) and closes it when done. Settings come from the env through the one
@@ -12,7 +13,7 @@ import { safeErrorMessage } from '../db/url.ts';
 import { drain, type DrainReport } from '../drain/index.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
-import { reap, rollUpCounts } from '../queries/index.ts';
+import { pruneFinished, reap, rollUpCounts } from '../queries/index.ts';
 import { checkSchedules, evaluateSchedules, type ScheduleDefinition } from '../schedules.ts';
 import { type Settings, SettingsError, readSettings } from '../settings.ts';
 import { cronBudgetMs } from './cron-budget.ts';
@@ -45,6 +46,8 @@ export interface ScheduledReport extends DrainReport {
   cron: string;
   reaped: number;
   reapedDead: number;
+  /** Kept (completed or cancelled) jobs deleted because their time was up. */
+  pruned: number;
   /** Jobs enqueued by recurring schedules in this invocation. */
   scheduled: number;
   budgetMs: number;
@@ -165,9 +168,10 @@ function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: 
  * one skips it. Failures settle as usual; if the isolate dies, the reaper returns the jobs.
  */
 async function runNow(env: Env, { settings, registry }: Configured, ids: string[]): Promise<void> {
-  const { db, end } = openWorkerDatabase(env);
+  const { db, transactions, end } = openWorkerDatabase(env);
   try {
     const report = await drain(db, registry, {
+      transactions,
       workerId: `worker-now-${crypto.randomUUID().slice(0, 8)}`,
       placement: 'far',
       ids,
@@ -192,16 +196,18 @@ async function cronDrain(controller: ScheduledControllerLike, env: Env, { settin
   const started = Date.now();
   // Unset: until a second before this cron's next invocation (see cron-budget.ts).
   const budgetMs = settings.drainBudgetMs ?? cronBudgetMs(controller.cron, controller.scheduledTime, started);
-  const { db, end } = openWorkerDatabase(env);
+  const { db, transactions, end } = openWorkerDatabase(env);
   try {
     const reaped = await reap(db, settings.visibilityTimeoutSeconds!);
     await rollUpCounts(db);
+    const pruned = await pruneFinished(db);
     const scheduled = schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
     const deadline = started + budgetMs;
     const workerId = `worker-${controller.scheduledTime}-${crypto.randomUUID().slice(0, 8)}`;
     const drainFor = (ms: number) =>
       drain(db, registry, {
         workerId,
+        transactions,
         placement: 'far',
         batchSize: settings.batchSize,
         maxBatchSize: settings.maxBatchSize,
@@ -219,7 +225,7 @@ async function cronDrain(controller: ScheduledControllerLike, env: Env, { settin
       report = addReports(report, await drainFor(deadline - Date.now()));
     }
     return {
-      cron: controller.cron, ...report, reaped: reaped.reclaimed.length, reapedDead: reaped.dead.length,
+      cron: controller.cron, ...report, reaped: reaped.reclaimed.length, reapedDead: reaped.dead.length, pruned: pruned.jobs,
       scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), budgetMs, elapsedMs: Date.now() - started,
     };
   } finally {
@@ -231,6 +237,6 @@ async function cronDrain(controller: ScheduledControllerLike, env: Env, { settin
 function addReports(a: DrainReport, b: DrainReport): DrainReport {
   return {
     claimed: a.claimed + b.claimed, completed: a.completed + b.completed, failed: a.failed + b.failed, dead: a.dead + b.dead,
-    released: a.released + b.released, lost: a.lost + b.lost, elapsedMs: a.elapsedMs + b.elapsedMs, stoppedBy: b.stoppedBy, nextClaimAt: b.nextClaimAt,
+    released: a.released + b.released, cancelled: a.cancelled + b.cancelled, lost: a.lost + b.lost, elapsedMs: a.elapsedMs + b.elapsedMs, stoppedBy: b.stoppedBy, nextClaimAt: b.nextClaimAt,
   };
 }

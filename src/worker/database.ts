@@ -7,11 +7,14 @@
 //   current (see README "Deploying with Hyperdrive").
 // - Neon (env.DATABASE_URL): Neon's serverless driver over a WebSocket.
 // Each path holds one connection: an invocation may have 6 open at once and handlers need the rest.
-import { Pool as NeonPool, neonConfig } from '@neondatabase/serverless';
+// Transactional handlers get connections of their own from a second pool, opened only when one
+// runs, of at most TRANSACTION_CONNECTIONS.
+import { Pool as NeonPool, type PoolClient as NeonPoolClient, neonConfig } from '@neondatabase/serverless';
 import { drizzle as drizzleNeon } from 'drizzle-orm/neon-serverless';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { safeErrorMessage } from '../db/url.ts';
+import type { OpenTransactionConnection } from '../drain/index.ts';
 import type { Db } from '../queries/index.ts';
 
 /** The part of a Hyperdrive binding the Worker uses. */
@@ -33,17 +36,26 @@ export type WorkerDriver = 'hyperdrive' | 'neon';
 export interface WorkerDatabase {
   db: Db;
   driver: WorkerDriver;
-  /** Closes the connection; never rejects. */
+  /** A connection of its own for one transactional handler. */
+  transactions: OpenTransactionConnection;
+  /** Closes the connections; never rejects. */
   end(): Promise<void>;
 }
+
+/** Transactional handlers of one invocation hold at most this many connections (one more is the drain's). */
+export const TRANSACTION_CONNECTIONS = 4;
 
 export function openWorkerDatabase(env: DatabaseEnv): WorkerDatabase {
   return env.HYPERDRIVE ? openHyperdrive(env.HYPERDRIVE) : openNeon(env);
 }
 
 function openHyperdrive(binding: HyperdriveBinding): WorkerDatabase {
-  const pool = new pg.Pool({ connectionString: binding.connectionString, max: 1 });
-  return { db: drizzlePg({ client: pool }) as unknown as Db, driver: 'hyperdrive', end: quietEnd(pool, 'hyperdrive') };
+  const open = (max: number) => {
+    const pool = new pg.Pool({ connectionString: binding.connectionString, max });
+    return { pool, db: drizzlePg({ client: pool }) as unknown as Db, end: quietEnd(pool, 'hyperdrive') };
+  };
+  const wrap = (client: pg.PoolClient) => drizzlePg({ client }) as unknown as Db;
+  return withTransactionPool(open(1), 'hyperdrive', () => open(TRANSACTION_CONNECTIONS), wrap);
 }
 
 function openNeon(env: DatabaseEnv): WorkerDatabase {
@@ -51,8 +63,41 @@ function openNeon(env: DatabaseEnv): WorkerDatabase {
     throw new Error('no database: bind Hyperdrive as HYPERDRIVE, or `wrangler secret put DATABASE_URL` with your Neon connection string');
   }
   if (env.NEON_WS_PROXY) useLocalProxy(env.NEON_WS_PROXY);
-  const pool = new NeonPool({ connectionString: env.DATABASE_URL, max: 1 });
-  return { db: drizzleNeon({ client: pool }) as unknown as Db, driver: 'neon', end: quietEnd(pool, 'neon') };
+  const url = env.DATABASE_URL;
+  const open = (max: number) => {
+    const pool = new NeonPool({ connectionString: url, max });
+    return { pool, db: drizzleNeon({ client: pool }) as unknown as Db, end: quietEnd(pool, 'neon') };
+  };
+  const wrap = (client: NeonPoolClient) => drizzleNeon({ client }) as unknown as Db;
+  return withTransactionPool(open(1), 'neon', () => open(TRANSACTION_CONNECTIONS), wrap);
+}
+
+interface OpenedPool<Client> {
+  pool: { connect(): Promise<Client> };
+  db: Db;
+  end(): Promise<void>;
+}
+
+/** The main connection, and the transactional handlers' pool opened on first use; end() closes both. */
+function withTransactionPool<Client extends { release(destroy?: boolean): void }>(
+  main: OpenedPool<Client>,
+  driver: WorkerDriver,
+  openTransactionPool: () => OpenedPool<Client>,
+  wrap: (client: Client) => Db,
+): WorkerDatabase {
+  let transactionPool: OpenedPool<Client> | undefined;
+  return {
+    db: main.db,
+    driver,
+    transactions: async () => {
+      transactionPool ??= openTransactionPool();
+      const client = await transactionPool.pool.connect();
+      return { db: wrap(client), release: (destroy) => client.release(destroy) };
+    },
+    end: async () => {
+      await Promise.all([main.end(), transactionPool?.end()]);
+    },
+  };
 }
 
 /**

@@ -235,6 +235,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         expect(await res.json()).toEqual({
           id, kind: 'noop', payload: { a: 1 }, status: 'pending', attempts: 0, maxAttempts: 3, priority: 0, groupKey: null,
           runAt: expect.any(String), lockedAt: null, lockedBy: null, lastError: null, createdAt: expect.any(String),
+          finishedAt: null, result: null, progress: null, cancelRequested: false, waitingFor: null, timeoutMs: null,
         });
         await expectError(await get('/jobs/999999999'), 404, 'not_found', 'does not exist');
         await expectError(await get('/jobs/abc'), 400, 'invalid_id');
@@ -292,12 +293,80 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         expect(res.status).toBe(200);
         const body = await res.json();
         expect(body.kinds).toEqual({
-          noop: { pending: 2, ready: 1, delayed: 1, running: 0, dead: 1, oldestReadySeconds: expect.any(Number), paused: false },
-          webhook: { pending: 0, ready: 0, delayed: 0, running: 1, dead: 0, oldestReadySeconds: null, paused: false },
+          noop: { pending: 2, ready: 1, delayed: 1, running: 0, dead: 1, waiting: 0, oldestReadySeconds: expect.any(Number), paused: false },
+          webhook: { pending: 0, ready: 0, delayed: 0, running: 1, dead: 0, waiting: 0, oldestReadySeconds: null, paused: false },
         });
         expect(body.kinds.noop.oldestReadySeconds).toBeGreaterThanOrEqual(10);
         expect(body.kinds.noop.oldestReadySeconds).toBeLessThan(15);
         expect(body.oldestReadySeconds).toBe(body.kinds.noop.oldestReadySeconds);
+      });
+    });
+
+    describe("a job's life: waiting for others, a timeout of its own, waiting for it, cancelling it", () => {
+      const insert = async (columns: string) =>
+        (await t.query(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_by, locked_at, finished_at, result, progress)
+                        VALUES ${columns} RETURNING id::text`))[0]!.id as string;
+
+      it('POST /jobs with after waits for existing jobs; an unknown id is a 400 naming it and stores nothing; timeoutMs is bounded', async () => {
+        const parent = (await (await post('/jobs', { kind: 'noop', payload: 1 })).json()).id;
+        const child = await post('/jobs', { kind: 'noop', payload: 2, after: [parent], timeoutMs: 5_000 });
+        expect(child.status).toBe(201);
+        expect(await child.json()).toMatchObject({ status: 'waiting' });
+        const before = await jobCount();
+        await expectError(await post('/jobs', { kind: 'noop', payload: 3, after: [parent, '987654321'] }), 400, 'unknown_dependency', '987654321');
+        await expectError(await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 4 }, { kind: 'noop', payload: 5, after: ['987654321'] }] }), 400, 'unknown_dependency', 'jobs: ');
+        await expectError(await post('/jobs', { kind: 'noop', payload: 6, after: ['x'] }), 400, 'invalid_request', 'after[0]');
+        await expectError(await post('/jobs', { kind: 'noop', payload: 7, after: [] }), 400, 'invalid_request', 'after');
+        await expectError(await post('/jobs', { kind: 'noop', payload: 8, timeoutMs: 99 }), 400, 'invalid_request', 'timeoutMs');
+        await expectError(await post('/jobs', { kind: 'noop', payload: 9, after: [parent], key: 'k' }), 422, 'invalid_option', 'dedupe key');
+        expect(await jobCount()).toBe(before);
+        const shown = await (await get(`/jobs/${(await (await post('/jobs', { kind: 'noop', payload: 10, after: [parent] })).json()).id}`)).json();
+        expect(shown).toMatchObject({ status: 'waiting', waitingFor: 1, timeoutMs: null });
+      });
+
+      it('GET /jobs/:id?waitSeconds answers a finished job at once, a live one when the time is up, and refuses a wait out of range', async () => {
+        const dead = await insert(`('noop', '{}', 'dead', 3, NULL, NULL, now(), NULL, NULL)`);
+        let started = Date.now();
+        expect(await (await get(`/jobs/${dead}?waitSeconds=30`)).json()).toMatchObject({ id: dead, status: 'dead' });
+        expect(Date.now() - started).toBeLessThan(2_000);
+        const pending = (await (await post('/jobs', { kind: 'noop', payload: 1 })).json()).id;
+        started = Date.now();
+        expect(await (await get(`/jobs/${pending}?waitSeconds=1`)).json()).toMatchObject({ id: pending, status: 'pending' });
+        expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+        for (const bad of ['0', '61', '1.5', 'soon']) await expectError(await get(`/jobs/${pending}?waitSeconds=${bad}`), 400, 'invalid_request', 'query.waitSeconds');
+        await expectError(await get('/jobs/987654321?waitSeconds=1'), 404, 'not_found');
+      });
+
+      it('a kept job shows its result, progress and finish time; GET /jobs lists completed and cancelled ones', async () => {
+        const done = await insert(`('noop', '{}', 'completed', 1, NULL, NULL, now(), '{"total": 3}', '{"step": 3}')`);
+        const stopped = await insert(`('noop', '{}', 'cancelled', 1, NULL, NULL, now(), NULL, NULL)`);
+        expect(await (await get(`/jobs/${done}`)).json()).toMatchObject({
+          status: 'completed', result: { total: 3 }, progress: { step: 3 }, finishedAt: expect.any(String), cancelRequested: false,
+        });
+        expect((await (await get('/jobs?status=completed')).json()).jobs.map((j: { id: string }) => j.id)).toEqual([done]);
+        expect((await (await get('/jobs?status=cancelled')).json()).jobs.map((j: { id: string }) => j.id)).toEqual([stopped]);
+        // History is not the queue: /stats counts live jobs only.
+        expect((await (await get('/stats')).json()).kinds).toEqual({});
+      });
+
+      it('POST /jobs/:id/cancel: pending 200, running 202 (asked to stop), completed or dead 409, unknown 404, malformed 400', async () => {
+        const pending = (await (await post('/jobs', { kind: 'noop', payload: 1 })).json()).id;
+        const res = await post(`/jobs/${pending}/cancel`, undefined);
+        expect(res.status).toBe(200);
+        expect(await res.json()).toEqual({ id: pending, status: 'cancelled', cancelRequested: true });
+        expect(await t.query('SELECT id FROM pgdrain.jobs WHERE id = $1', [pending])).toEqual([]); // noop keeps nothing
+        const running = await insert(`('noop', '{}', 'running', 1, 'elsewhere:1', now(), NULL, NULL, NULL)`);
+        const asked = await post(`/jobs/${running}/cancel`, undefined);
+        expect(asked.status).toBe(202);
+        expect(await asked.json()).toEqual({ id: running, status: 'running', cancelRequested: true });
+        expect(await (await get(`/jobs/${running}`)).json()).toMatchObject({ status: 'running', cancelRequested: true });
+        const completed = await insert(`('noop', '{}', 'completed', 1, NULL, NULL, now(), NULL, NULL)`);
+        await expectError(await post(`/jobs/${completed}/cancel`, undefined), 409, 'not_cancellable', 'is completed');
+        const dead = await insert(`('noop', '{}', 'dead', 3, NULL, NULL, now(), NULL, NULL)`);
+        await expectError(await post(`/jobs/${dead}/cancel`, undefined), 409, 'not_cancellable', 'is dead');
+        await expectError(await post('/jobs/987654321/cancel', undefined), 404, 'not_found');
+        await expectError(await post('/jobs/abc/cancel', undefined), 400, 'invalid_id');
+        expect(await t.query('SELECT status FROM pgdrain.jobs WHERE id = $1', [dead])).toEqual([{ status: 'dead' }]);
       });
     });
 

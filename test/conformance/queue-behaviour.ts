@@ -6,7 +6,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { drain } from '../../src/drain/index.ts';
+import { type OpenTransactionConnection, drain } from '../../src/drain/index.ts';
 import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/registry.ts';
 import { noopJob } from '../../src/jobs/noop.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
@@ -34,6 +34,8 @@ export interface Harness {
   /** A database on connections of its own, like a separate worker process would have. */
   connect(): Promise<Db>;
   listen(channel: string): Promise<Listener>;
+  /** Connections for transactional handlers, as each runtime opens them (destroyable). */
+  transactions: OpenTransactionConnection;
   close(): Promise<void>;
 }
 
@@ -224,7 +226,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         { name: 'long', status: 'running', locked_by: 'w:3' },
         { name: 'last', status: 'dead', locked_by: null },
       ]);
-      expect(await reap(h.db, 300)).toEqual({ reclaimed: [], dead: [] });
+      expect(await reap(h.db, 300)).toEqual({ reclaimed: [], dead: [], cancelled: [] });
     });
 
     it('a worker whose lock was reaped and re-claimed cannot complete, fail or release the job', async () => {
@@ -783,6 +785,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       // Nothing left to claim: the deletions are still reported.
       expect(await completeAndClaim(h.db, result.claimed, { batchSize: 5, lockToken: 'w:3' }, { recordCounts: false })).toEqual({
         completed: [c!.id, d!.id].sort(compareIds),
+        cancelled: [],
         claimed: [],
       });
       expect(await countRows()).toEqual([{ kind: 'k', completed: 1, failed: 0, dead: 0, current: true }]);

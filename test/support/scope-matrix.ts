@@ -18,6 +18,7 @@ export const SCOPED_ROUTES: ScopedRoute[] = [
   { method: 'GET', path: '/jobs/999999', pattern: '/jobs/:id', needs: 'read' },
   { method: 'POST', path: '/jobs/999999/retry', pattern: '/jobs/:id/retry', needs: 'admin' },
   { method: 'DELETE', path: '/jobs/999999', pattern: '/jobs/:id', needs: 'admin' },
+  { method: 'POST', path: '/jobs/999999/cancel', pattern: '/jobs/:id/cancel', needs: 'admin' },
   { method: 'POST', path: '/jobs/retry-dead', pattern: '/jobs/retry-dead', body: { kind: 'nothing-dead' }, needs: 'admin' },
   { method: 'POST', path: '/jobs/delete-dead', pattern: '/jobs/delete-dead', body: { kind: 'nothing-dead' }, needs: 'admin' },
   { method: 'GET', path: '/stats', pattern: '/stats', needs: 'read' },

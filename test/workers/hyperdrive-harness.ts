@@ -17,6 +17,7 @@ export function createHyperdriveHarness(binding: { connectionString: string }): 
       return pool;
     },
     db: (pool) => drizzle({ client: pool }) as unknown as Db,
+    clientDb: (client: pg.PoolClient) => drizzle({ client }) as unknown as Db,
     client: async () => {
       const client = new pg.Client({ connectionString: binding.connectionString });
       client.on('error', () => {});

@@ -1,5 +1,5 @@
 // The queue-behaviour suite's harness on the Neon serverless driver, inside workerd.
-import { Client, Pool } from '@neondatabase/serverless';
+import { Client, Pool, type PoolClient } from '@neondatabase/serverless';
 import { drizzle } from 'drizzle-orm/neon-serverless';
 import { env } from 'cloudflare:test';
 import { useLocalProxy } from '../../src/worker/database.ts';
@@ -18,6 +18,7 @@ export function createNeonHarness(url: string): Promise<Harness> {
   return poolHarness({
     pool: (max) => neonPool(url, max),
     db: (pool) => drizzle({ client: pool }) as unknown as Db,
+    clientDb: (client: PoolClient) => drizzle({ client }) as unknown as Db,
     client: async () => {
       useLocalProxy(env.NEON_WS_PROXY);
       const client = new Client(url);

@@ -4,15 +4,18 @@
 import type { Db } from '../../src/queries/index.ts';
 import { type Harness, listenOn, type NotifyingClient } from '../conformance/queue-behaviour.ts';
 
-export interface PoolLike {
+export interface PoolLike<C> {
   query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+  connect(): Promise<C>;
   end(): Promise<void>;
 }
 
-export async function poolHarness<P extends PoolLike>(driver: {
+export async function poolHarness<C extends { release(destroy?: boolean): void }, P extends PoolLike<C>>(driver: {
   /** A pool of `max` connections, its error listener attached. */
   pool(max: number): P;
   db(pool: P): Db;
+  /** A database on one client taken from a pool (a transactional handler's connection). */
+  clientDb(client: C): Db;
   /** A client of its own, connected, for LISTEN. */
   client(): Promise<NotifyingClient>;
 }): Promise<Harness> {
@@ -23,11 +26,17 @@ export async function poolHarness<P extends PoolLike>(driver: {
     return { pool, db: driver.db(pool) };
   };
   const main = open(3);
+  let transactionPool: P | undefined;
   return {
     db: main.db,
     query: async (text, values) => (await main.pool.query(text, values)).rows,
     connect: async () => open(1).db,
     listen: async (channel) => listenOn(await driver.client(), channel),
+    transactions: async () => {
+      transactionPool ??= open(3).pool;
+      const client = await transactionPool.connect();
+      return { db: driver.clientDb(client), release: (destroy) => client.release(destroy) };
+    },
     close: async () => {
       await Promise.all(pools.splice(0).map((p) => p.end()));
     },

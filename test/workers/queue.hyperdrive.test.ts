@@ -3,6 +3,7 @@
 // Node and neon-serverless in workerd.
 import { env } from 'cloudflare:test';
 import { flowControlSuite } from '../conformance/flow-control.ts';
+import { jobLifecycleSuite } from '../conformance/job-lifecycle.ts';
 import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
 import { createHyperdriveHarness } from './hyperdrive-harness.ts';
 
@@ -12,3 +13,5 @@ queueBehaviourSuite('node-postgres through Hyperdrive in workerd', () => createH
 });
 
 flowControlSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE));
+
+jobLifecycleSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE), { fanIn: 1_000 });

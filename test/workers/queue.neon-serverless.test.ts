@@ -2,6 +2,7 @@
 // (neon-serverless over a WebSocket) inside workerd. Smaller load: every statement crosses the proxy.
 import { env } from 'cloudflare:test';
 import { flowControlSuite } from '../conformance/flow-control.ts';
+import { jobLifecycleSuite } from '../conformance/job-lifecycle.ts';
 import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
 import { createNeonHarness } from './neon-harness.ts';
 
@@ -11,3 +12,5 @@ queueBehaviourSuite('neon-serverless in workerd', () => createNeonHarness(env.CO
 });
 
 flowControlSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL));
+
+jobLifecycleSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL), { fanIn: 1_000 });

@@ -1,6 +1,7 @@
 // The Worker's cron drainer and run-now inside workerd against a real PostgreSQL, on both of the
 // Worker's paths: Neon's driver (DATABASE_URL) and node-postgres through Hyperdrive (HYPERDRIVE).
 import { createExecutionContext, createScheduledController, env, waitOnExecutionContext } from 'cloudflare:test';
+import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { Webhook } from 'standardwebhooks';
@@ -28,7 +29,42 @@ const hangJob = defineJob({ kind: 'hang', schema: z.unknown(), handler: () => ne
 const failJob = defineJob({ kind: 'fails', schema: z.unknown(), handler: () => { throw new Error('run-now failure'); } });
 const eagerJob = defineJob({ kind: 'eager', schema: z.object({ n: z.number() }), eager: true, handler: ({ n }) => void runs.set(n, (runs.get(n) ?? 0) + 1) });
 
-const worker = createWorker({ jobs: [countJob, sleepJob, hangJob, failJob, eagerJob] });
+// A job's whole life through the Worker itself: a transactional kind on the Worker's own
+// connections, a kept result read by a waiting request, a cancel that reaches a cron's handler.
+const txJob = defineJob({
+  kind: 'tx',
+  schema: z.unknown(),
+  transactional: true,
+  keepCompletedSeconds: 60,
+  handler: async (_, ctx) => {
+    await ctx.tx.execute(sql`INSERT INTO public.lifecycle_writes (job_id, attempt) VALUES (${ctx.job.id}::bigint, ${ctx.job.attempts})`);
+    if (ctx.job.attempts === 1) throw new Error('first attempt fails after writing');
+    return { attempt: ctx.job.attempts };
+  },
+});
+const keptJob = defineJob({
+  kind: 'kept',
+  schema: z.object({ ms: z.number() }),
+  keepCompletedSeconds: 60,
+  handler: async ({ ms }) => {
+    await new Promise((r) => setTimeout(r, ms));
+    return { slept: ms };
+  },
+});
+const abortedAt = new Map<string, number>();
+const cancellableJob = defineJob({
+  kind: 'cancellable',
+  schema: z.unknown(),
+  handler: (_, { job, signal }) =>
+    new Promise<void>((_resolve, reject) => {
+      signal.addEventListener('abort', () => {
+        abortedAt.set(job.id, Date.now());
+        reject(signal.reason);
+      });
+    }),
+});
+
+const worker = createWorker({ jobs: [countJob, sleepJob, hangJob, failJob, eagerJob, txJob, keptJob, cancellableJob] });
 const cron = () => createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() });
 
 const PATHS = [
@@ -49,11 +85,58 @@ for (const path of PATHS) {
   describe(`scheduled() in workerd, ${path.name} path`, () => {
     beforeAll(async () => {
       h = await path.harness();
+      await h.query('CREATE TABLE IF NOT EXISTS public.lifecycle_writes (job_id bigint NOT NULL, attempt int NOT NULL)');
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds, pgdrain.schedules');
+      await h.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds, pgdrain.schedules, pgdrain.job_dependencies, pgdrain.finished_jobs, public.lifecycle_writes');
       runs.clear();
+    });
+
+    const api = (method: string, path: string, body?: unknown) => {
+      const headers: Record<string, string> = { authorization: `Bearer ${env.API_TOKEN}` };
+      if (body !== undefined) headers['content-type'] = 'application/json';
+      return worker.fetch(new Request(`http://worker${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }), testEnv(), createExecutionContext() as never);
+    };
+
+    it('a transactional kind on the Worker\'s own connections: the failed attempt\'s write is rolled back, the second commits once with its completion', async () => {
+      const [job] = await enqueueMany(h.db, [{ kind: 'tx', payload: {}, keepSeconds: 60 }]);
+      expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ failed: 1, completed: 0 });
+      expect(await h.query('SELECT attempt FROM public.lifecycle_writes')).toEqual([]);
+      await h.query(`UPDATE pgdrain.jobs SET run_at = now()`);
+      expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ completed: 1 });
+      expect(await h.query('SELECT job_id::text, attempt FROM public.lifecycle_writes')).toEqual([{ job_id: job!.id, attempt: 2 }]);
+      const read = await (await api('GET', `/jobs/${job!.id}`)).json();
+      expect(read).toMatchObject({ status: 'completed', attempts: 2, result: { attempt: 2 }, finishedAt: expect.any(String) });
+    });
+
+    it('GET /jobs/:id?waitSeconds on the Worker polls within its request and answers once a cron completes the job', async () => {
+      const [job] = await enqueueMany(h.db, [{ kind: 'kept', payload: { ms: 300 }, keepSeconds: 60 }]);
+      const started = Date.now();
+      const waiting = api('GET', `/jobs/${job!.id}?waitSeconds=10`);
+      await new Promise((r) => setTimeout(r, 200));
+      await worker.runScheduled(cron(), testEnv());
+      const res = await waiting;
+      expect(res.status).toBe(200);
+      expect(await res.json()).toMatchObject({ id: job!.id, status: 'completed', result: { slept: 300 } });
+      expect(Date.now() - started).toBeLessThan(5_000);
+      // Out of range: refused before anything is read.
+      expect((await api('GET', `/jobs/${job!.id}?waitSeconds=61`)).status).toBe(400);
+    });
+
+    it('POST /jobs/:id/cancel reaches a handler a cron invocation runs: aborted within a third of the visibility plus a second, the job ends cancelled', async () => {
+      const [job] = await enqueueMany(h.db, [{ kind: 'cancellable', payload: {} }]);
+      const draining = worker.runScheduled(cron(), testEnv({ VISIBILITY_TIMEOUT_SECONDS: '3', DRAIN_BUDGET_MS: '8000' }));
+      for (let i = 0; i < 100 && (await count(`status = 'running'`)) === 0; i++) await new Promise((r) => setTimeout(r, 30));
+      const askedAt = Date.now();
+      const res = await api('POST', `/jobs/${job!.id}/cancel`);
+      expect(res.status).toBe(202);
+      expect(await res.json()).toEqual({ id: job!.id, status: 'running', cancelRequested: true });
+      const report = await draining;
+      expect(report).toMatchObject({ cancelled: 1, failed: 0 });
+      expect(abortedAt.get(job!.id)! - askedAt).toBeLessThan(2_000);
+      expect(await count()).toBe(0); // cancelled, and its kind keeps nothing
+      expect((await api('POST', `/jobs/${job!.id}/cancel`)).status).toBe(404);
     });
 
     it('a job enqueued through the Worker API runs at the next cron, its row is gone, and one JSON line is logged', async () => {

@@ -22,6 +22,16 @@ const STATES = [
   ['delayed', 'Delayed', 'waiting for run_at'],
   ['running', 'Running', 'claimed by a worker'],
   ['dead', 'Dead', 'needs a person'],
+  ['waiting', 'Waiting', 'for other jobs (after)'],
+] as const;
+
+/** The statuses the jobs list can show: running first (its progress), then the rest of a job's life. */
+const LISTED = [
+  ['running', 'Running'],
+  ['waiting', 'Waiting for other jobs'],
+  ['pending', 'Pending'],
+  ['completed', 'Completed (kinds that keep them)'],
+  ['cancelled', 'Cancelled (kinds that keep them)'],
 ] as const;
 
 export function dashboardPage(options: DashboardPageOptions) {
@@ -55,7 +65,7 @@ export function dashboardPage(options: DashboardPageOptions) {
 </form>
 
 <main id="view" hidden>
-  <p id="readonly-note" class="banner info" hidden>Read-only: this token can read the queue but not change it. Retry, delete and pause need an admin token.</p>
+  <p id="readonly-note" class="banner info" hidden>Read-only: this token can read the queue but not change it. Retry, delete, pause and cancel need an admin token.</p>
   <section class="cards" aria-label="Totals">
     ${STATES.map(
       ([key, label, hint]) => html`<div class="card ${key}"><span class="label">${label}</span><span class="value" id="total-${key}">–</span><span class="hint">${hint}</span></div>`,
@@ -67,7 +77,7 @@ export function dashboardPage(options: DashboardPageOptions) {
     <h2>By kind</h2>
     <div class="scroll">
       <table id="kinds">
-        <thead><tr><th>Kind</th><th class="num pending">Pending</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Running</th><th class="num">Dead</th><th class="num oldest">Oldest ready</th><th class="bars">Backlog</th><th><span class="sr">Actions</span></th></tr></thead>
+        <thead><tr><th>Kind</th><th class="num pending">Pending</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Running</th><th class="num">Dead</th><th class="num waiting">Waiting</th><th class="num oldest">Oldest ready</th><th class="bars">Backlog</th><th><span class="sr">Actions</span></th></tr></thead>
         <tbody></tbody>
       </table>
     </div>
@@ -81,6 +91,19 @@ export function dashboardPage(options: DashboardPageOptions) {
     <p id="throughput-summary" class="muted"></p>
     <div id="chart" class="chart" role="img" aria-label="Jobs completed and failed per minute over the last hour"></div>
     <p class="legend"><span class="swatch completed"></span>Completed <span class="swatch failed"></span>Failed attempts</p>
+  </section>
+
+  <section>
+    <h2>Jobs <span id="jobs-count" class="muted"></span></h2>
+    <p class="filter"><label for="jobs-status">Showing</label>
+      <select id="jobs-status">${LISTED.map(([value, label]) => html`<option value="${value}">${label}</option>`)}</select></p>
+    <div class="scroll">
+      <table id="jobs">
+        <thead><tr><th>Job</th><th>Kind</th><th>Status</th><th>Progress or result</th><th>When</th><th><span class="sr">Actions</span></th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </div>
+    <p id="jobs-empty" class="muted" hidden>No jobs in this state.</p>
   </section>
 
   <section>

@@ -1,11 +1,11 @@
 // The dashboard's stylesheet, served by the app at /dashboard/style.css (no build step). Works at
 // laptop and phone widths: the cards wrap, the kind table scrolls inside its box, and below
-// 640 px each dead job becomes a small card of its own.
+// 640 px each listed job and each dead job becomes a small card of its own.
 export const DASHBOARD_CSS = `
 :root {
   --bg: #f7f7f5; --panel: #fff; --text: #1c1f23; --muted: #5f6670; --line: #e2e4e8;
   --ready: #2f6fdf; --delayed: #9aa7bd; --running: #e0a100; --dead: #d0392b;
-  --completed: #2e9d5b; --failed: #d0392b; --warn-bg: #fdecea; --info-bg: #eef3fd;
+  --completed: #2e9d5b; --failed: #d0392b; --waiting: #8a63c9; --warn-bg: #fdecea; --info-bg: #eef3fd;
   color-scheme: light;
 }
 * { box-sizing: border-box; }
@@ -34,6 +34,7 @@ button.danger { color: var(--dead); }
 .card { background: var(--panel); border: 1px solid var(--line); border-left: 4px solid var(--line); border-radius: 8px; padding: 10px 12px; display: flex; flex-direction: column; }
 .card.ready { border-left-color: var(--ready); } .card.delayed { border-left-color: var(--delayed); }
 .card.running { border-left-color: var(--running); } .card.dead { border-left-color: var(--dead); }
+.card.waiting { border-left-color: var(--waiting); }
 .card .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: 0.04em; }
 .card .value { font-size: 24px; font-weight: 600; font-variant-numeric: tabular-nums; }
 .card .hint { color: var(--muted); font-size: 12px; }
@@ -50,19 +51,23 @@ th.bars, td.bars { width: 32%; min-width: 140px; }
 .bar { display: flex; height: 12px; border-radius: 3px; overflow: hidden; background: #eef0f3; margin-top: 3px; }
 .bar span { display: block; height: 100%; }
 .ready-bg { background: var(--ready); } .delayed-bg { background: var(--delayed); }
-.running-bg { background: var(--running); } .dead-bg { background: var(--dead); }
+.running-bg { background: var(--running); } .dead-bg { background: var(--dead); } .waiting-bg { background: var(--waiting); }
 .legend { color: var(--muted); font-size: 12px; margin: 6px 0 0; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin: 0 4px 0 8px; vertical-align: -1px; }
 .swatch:first-child { margin-left: 0; }
 .swatch.ready { background: var(--ready); } .swatch.delayed { background: var(--delayed); }
-.swatch.running { background: var(--running); } .swatch.dead { background: var(--dead); }
+.swatch.running { background: var(--running); } .swatch.dead { background: var(--dead); } .swatch.waiting { background: var(--waiting); }
 .swatch.completed { background: var(--completed); } .swatch.failed { background: var(--failed); }
 .chart { background: var(--panel); border: 1px solid var(--line); border-radius: 8px; padding: 8px; }
 .chart svg { display: block; width: 100%; height: 180px; }
 .chart .axis { fill: var(--muted); font-size: 11px; }
 .chart .grid { stroke: var(--line); }
 .chart .completed { fill: var(--completed); } .chart .failed { fill: var(--failed); }
-td.error { max-width: 420px; }
+td.error, td.detail { max-width: 420px; }
+td.detail code { display: block; white-space: pre-wrap; word-break: break-word; font-size: 12px; max-height: 4.5em; overflow: hidden; }
+.status { padding: 1px 6px; border-radius: 8px; font-size: 12px; background: var(--line); }
+.status.cancelling { background: var(--warn-bg); }
+.filter { margin: 0 0 8px; } .filter select { font: inherit; margin-left: 6px; }
 td.error code { display: block; white-space: pre-wrap; word-break: break-word; font-size: 12px; max-height: 4.5em; overflow: hidden; }
 td.actions { white-space: nowrap; text-align: right; }
 td.actions button + button { margin-left: 6px; }
@@ -76,17 +81,17 @@ tr[data-paused="true"] td { opacity: 0.75; }
   body { padding: 0 10px 24px; }
   /* pending is ready + delayed, the oldest age is on its card, the bars repeat the counts: the
      rest, with the pause button, fits a phone */
-  #kinds .pending, #kinds .oldest, #kinds .bars { display: none; }
+  #kinds .pending, #kinds .oldest, #kinds .bars, #kinds .waiting { display: none; }
   #kinds th, #kinds td { padding: 7px 6px; }
   #kinds td.actions button { padding: 3px 6px; font-size: 12px; }
   .card .value { font-size: 20px; }
-  #dead thead { display: none; }
-  #dead, #dead tbody, #dead tr, #dead td { display: block; width: 100%; }
-  #dead tr { border-bottom: 1px solid var(--line); padding: 6px 0; }
-  #dead td { border: 0; padding: 3px 10px; text-align: left; }
-  #dead td::before { content: attr(data-label); display: inline-block; min-width: 78px; color: var(--muted); font-size: 12px; }
-  #dead td.error { max-width: none; }
-  #dead td.actions { text-align: left; }
-  #dead td.actions::before { content: none; }
+  #dead thead, #jobs thead { display: none; }
+  #dead, #dead tbody, #dead tr, #dead td, #jobs, #jobs tbody, #jobs tr, #jobs td { display: block; width: 100%; }
+  #dead tr, #jobs tr { border-bottom: 1px solid var(--line); padding: 6px 0; }
+  #dead td, #jobs td { border: 0; padding: 3px 10px; text-align: left; }
+  #dead td::before, #jobs td::before { content: attr(data-label); display: inline-block; min-width: 78px; color: var(--muted); font-size: 12px; }
+  #dead td.error, #jobs td.detail { max-width: none; }
+  #dead td.actions, #jobs td.actions { text-align: left; }
+  #dead td.actions::before, #jobs td.actions::before { content: none; }
 }
 `;

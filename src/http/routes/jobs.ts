@@ -1,10 +1,12 @@
-// Enqueue and read jobs: POST /jobs, POST /jobs/batch, GET /jobs, GET /jobs/:id.
+// Enqueue and read jobs: POST /jobs, POST /jobs/batch, GET /jobs, GET /jobs/:id (?waitSeconds: wait
+// for it to finish), POST /jobs/:id/cancel.
 import type { Context, Hono } from 'hono';
+import { FINAL_STATUSES } from '../../db/schema.ts';
 import { JobValidationError, type JobRegistry } from '../../jobs/registry.ts';
-import { type Job, enqueue, enqueueMany, getJob, listJobs } from '../../queries/index.ts';
+import { type Db, type Job, UnknownDependencyError, cancel, enqueue, enqueueMany, getFinishedJob, getJob, listJobs, watchJob } from '../../queries/index.ts';
 import { access } from '../auth.ts';
 import type { ApiRuntime, AppEnv } from '../context.ts';
-import { type Job as JobBody, type JobInput, batchInput, jobInput, listQuery } from '../contract.ts';
+import { type GoneJob, type Job as JobBody, type JobInput, batchInput, getJobQuery, jobInput, listQuery } from '../contract.ts';
 import { ApiError, jobNotFound } from '../errors.ts';
 import { jobIdParam, parseInput, readJson } from '../input.ts';
 import { describe } from '../openapi.ts';
@@ -16,7 +18,7 @@ export function jobRoutes(app: Hono<AppEnv>): void {
   app.post('/jobs', describe.enqueue, access('enqueue'), async (c) => {
     const input = parseInput(jobInput, await readJson(c), '');
     const job = prepare(c.var.api.registry, input, '');
-    const result = await c.var.api.withDb((db) => enqueue(db, job));
+    const result = await c.var.api.withDb((db) => enqueue(db, job)).catch(refuseUnknownDependency(''));
     // After the commit: the runner claims it like any drainer, so whoever gets it first runs it.
     if (wantsRunNow(c.var.api, input) && result.status === 'pending') c.var.api.runNow?.([result.id]);
     const body = { id: result.id, status: result.status, runAt: result.runAt.toISOString() };
@@ -28,7 +30,7 @@ export function jobRoutes(app: Hono<AppEnv>): void {
     const input = parseInput(batchInput, await readJson(c), '');
     const jobs = input.jobs.map((j, i) => prepare(c.var.api.registry, j, `jobs[${i}].`));
     // One transaction: the batch is stored whole or not at all.
-    const result = await c.var.api.withDb((db) => db.transaction((tx) => enqueueMany(tx, jobs)));
+    const result = await c.var.api.withDb((db) => db.transaction((tx) => enqueueMany(tx, jobs))).catch(refuseUnknownDependency('jobs: '));
     const ids = result.map((j) => j.id);
     const asked = result.filter((j, i) => wantsRunNow(c.var.api, input.jobs[i]!) && j.status === 'pending').map((j) => j.id);
     if (asked.length === 0 || !c.var.api.runNow) return c.json({ ids }, 201);
@@ -46,10 +48,98 @@ export function jobRoutes(app: Hono<AppEnv>): void {
 
   app.get('/jobs/:id', describe.getJob, access('read'), async (c: Context<AppEnv>) => {
     const id = jobIdParam(c);
+    const { waitSeconds } = parseInput(getJobQuery, c.req.query(), 'query.');
+    if (waitSeconds !== undefined) return c.json(await waitForJob(c.var.api, id, waitSeconds));
     const job = await c.var.api.withDb((db) => getJob(db, id));
     if (!job) throw jobNotFound(id);
     return c.json(jobJson(job));
   });
+
+  app.post('/jobs/:id/cancel', describe.cancelJob, access('admin'), async (c) => {
+    const id = jobIdParam(c);
+    const result = await c.var.api.withDb((db) => cancel(db, id));
+    if (result.outcome === 'not_found') throw jobNotFound(id);
+    if (result.outcome === 'not_cancellable') throw new ApiError(409, 'not_cancellable', `job ${id} is ${result.status}; only a pending, waiting or running job can be cancelled`);
+    if (result.outcome === 'cancelling') return c.json({ id, status: 'running' as const, cancelRequested: true as const }, 202);
+    return c.json({ id, status: 'cancelled' as const, cancelRequested: true as const }, 200);
+  });
+}
+
+/** Nothing more will happen to it: completed, dead, cancelled (or deleted, for a GoneJob). */
+const isFinal = (status: string) => status === 'deleted' || (FINAL_STATUSES as readonly string[]).includes(status);
+/** Without the runtime's notifications (the Worker), a waiting request reads the job this often. */
+const WAIT_POLL_MS = 250;
+/** With them (the sidecar), it still reads it this often, in case a notification is lost. */
+const WAIT_RECHECK_MS = 1_000;
+
+/**
+ * GET /jobs/:id?waitSeconds: the job as soon as it is completed, dead or cancelled, else after
+ * `seconds` as it is then. The job is marked watched first, so that the statement that finishes
+ * it announces it (NOTIFY pgdrain_finished) and, if it deletes the row, leaves a note of how it
+ * ended. One connection for the whole wait.
+ */
+async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise<JobBody | GoneJob> {
+  const deadline = Date.now() + seconds * 1000;
+  const heard = new Wakeup();
+  const unsubscribe = api.finishedJobs?.subscribe(id, () => heard.wake()) ?? (() => {});
+  try {
+    return await api.withDb(async (db) => {
+      let current = await readJobOrNote(db, id);
+      if (current && !isFinal(current.status)) {
+        await watchJob(db, id, seconds);
+        for (;;) {
+          current = await readJobOrNote(db, id);
+          if (!current || isFinal(current.status) || Date.now() >= deadline) break;
+          await heard.wait(Math.min(api.finishedJobs ? WAIT_RECHECK_MS : WAIT_POLL_MS, deadline - Date.now()));
+        }
+      }
+      if (!current) throw jobNotFound(id);
+      return current;
+    });
+  } finally {
+    unsubscribe();
+  }
+}
+
+/** The job, or the note of how a watched job ended when its row is gone. */
+async function readJobOrNote(db: Db, id: string): Promise<JobBody | GoneJob | null> {
+  const job = await getJob(db, id);
+  if (job) return jobJson(job);
+  const note = await getFinishedJob(db, id);
+  return note ? { id: note.id, kind: note.kind, status: note.status as GoneJob['status'], finishedAt: note.finishedAt.toISOString(), gone: true } : null;
+}
+
+/** A sleep that wake() ends early (a wake with nobody sleeping is kept for the next sleep). */
+class Wakeup {
+  #woken = false;
+  #resolve: (() => void) | undefined;
+
+  wake(): void {
+    this.#woken = true;
+    this.#resolve?.();
+  }
+
+  async wait(ms: number): Promise<void> {
+    if (!this.#woken) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, Math.max(0, ms));
+        this.#resolve = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+    this.#woken = false;
+    this.#resolve = undefined;
+  }
+}
+
+/** An `after` naming jobs that do not exist: a 400 saying which. */
+function refuseUnknownDependency(prefix: string) {
+  return (error: unknown): never => {
+    if (error instanceof UnknownDependencyError) throw new ApiError(400, 'unknown_dependency', `${prefix}${error.message}`);
+    throw error;
+  };
 }
 
 /** runNow on the request, or `eager` on the kind. */
@@ -62,7 +152,7 @@ function prepare(registry: JobRegistry, input: JobInput, prefix: string) {
   try {
     return registry.prepare({
       kind: input.kind, payload: input.payload, runAt, maxAttempts: input.maxAttempts, dedupeKey: input.key, dedupeMode: input.dedupeMode,
-      priority: input.priority, groupKey: input.groupKey,
+      priority: input.priority, groupKey: input.groupKey, timeoutMs: input.timeoutMs, after: input.after,
     });
   } catch (error) {
     if (error instanceof JobValidationError) throw new ApiError(422, error.code, prefix ? `${prefix.slice(0, -1)}: ${error.message}` : error.message);
@@ -86,5 +176,11 @@ export function jobJson(job: Job): JobBody {
     lockedBy: job.lockedBy,
     lastError: job.lastError,
     createdAt: job.createdAt.toISOString(),
+    finishedAt: job.finishedAt?.toISOString() ?? null,
+    result: (job.result ?? null) as JobBody['result'],
+    progress: (job.progress ?? null) as JobBody['progress'],
+    cancelRequested: job.cancelRequestedAt !== null,
+    waitingFor: job.waitingFor,
+    timeoutMs: job.timeoutMs,
   };
 }

@@ -1,7 +1,7 @@
 // The queue at a glance: GET /stats, GET /stats/throughput, GET /schedules.
 import type { Hono } from 'hono';
 import type { JobRegistry } from '../../jobs/registry.ts';
-import { type Db, countsByMinute, limitUsage, stats } from '../../queries/index.ts';
+import { type Db, countsByMinute, emptyKindStats, limitUsage, stats } from '../../queries/index.ts';
 import type { QueueStats } from '../contract.ts';
 import { describeSchedules } from '../../schedules.ts';
 import { access } from '../auth.ts';
@@ -34,7 +34,7 @@ export async function statsWithLimits(db: Db, registry: JobRegistry): Promise<Qu
     const used = usage[kind];
     if (!used) continue;
     kinds[kind] = {
-      ...(kinds[kind] ?? { pending: 0, ready: 0, delayed: 0, running: 0, dead: 0, oldestReadySeconds: null, paused: false }),
+      ...(kinds[kind] ?? emptyKindStats()),
       limits: {
         ...(limits.globalConcurrency !== undefined ? { globalConcurrency: { limit: limits.globalConcurrency, running: used.running } } : {}),
         ...(limits.groupConcurrency !== undefined ? { groupConcurrency: { limit: limits.groupConcurrency, keysWaiting: used.keysWaiting ?? 0 } } : {}),

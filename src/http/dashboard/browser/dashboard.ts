@@ -5,15 +5,17 @@
 // HTTP API with the token the person typed (sessionStorage: this tab only), refreshes every few
 // seconds while the tab is visible, and builds every element with textContent, so nothing from the
 // database is ever parsed as HTML. The API's types come from the contract the server validates with.
-import type { DeadDeleted, DeadRetried, JobPage, QueueStats, ScheduleList, Throughput } from '../../contract.ts';
+import type { CancelAnswer, DeadDeleted, DeadRetried, Job, JobPage, QueueStats, ScheduleList, Throughput } from '../../contract.ts';
 
-type State = 'ready' | 'delayed' | 'running' | 'dead';
+type State = 'ready' | 'delayed' | 'running' | 'dead' | 'waiting';
 type Scope = 'enqueue' | 'read' | 'admin';
 type FailureKind = 'network' | 'auth' | 'database' | 'http';
 type BannerKind = 'error' | 'info' | 'action';
 
 const TOKEN_KEY = 'pgdrain.token';
-const STATES: readonly State[] = ['ready', 'delayed', 'running', 'dead'];
+const STATES: readonly State[] = ['ready', 'delayed', 'running', 'dead', 'waiting'];
+/** Jobs in these states can still be cancelled. */
+const CANCELLABLE = new Set(['pending', 'running', 'waiting']);
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
 const body = document.body;
@@ -143,17 +145,19 @@ function refresh(): Promise<void> {
   }
   if (inFlight) return inFlight;
   // /stats first: one request tells whether the token works (a refused token costs one request,
-  // not four), then the chart, the dead jobs and the schedules together.
+  // not five), then the chart, the jobs of the chosen state, the dead jobs and the schedules together.
+  const listed = byId<HTMLSelectElement>('jobs-status').value;
   inFlight = api<QueueStats>('GET', '/stats')
     .then((stats) =>
       Promise.all([
         stats,
         api<Throughput>('GET', '/stats/throughput?minutes=60'),
+        api<JobPage>('GET', `/jobs?status=${encodeURIComponent(listed)}&limit=50`),
         api<JobPage>('GET', '/jobs?status=dead&limit=100'),
         api<ScheduleList>('GET', '/schedules'),
       ]),
     )
-    .then(([stats, throughput, dead, schedules]) => {
+    .then(([stats, throughput, jobs, dead, schedules]) => {
       // Visible first: the chart is drawn to the width its box has.
       byId('login').hidden = true;
       byId('view').hidden = false;
@@ -161,6 +165,7 @@ function refresh(): Promise<void> {
       renderStats(stats);
       lastThroughput = throughput;
       renderThroughput(throughput);
+      renderJobs(jobs);
       renderDead(dead);
       renderSchedules(schedules);
       applyScope();
@@ -220,12 +225,12 @@ function describeLimits(limits: QueueStats['kinds'][string]['limits']): string |
 
 function renderStats(stats: QueueStats): void {
   const kinds = Object.keys(stats.kinds).sort();
-  const totals: Record<State, number> = { ready: 0, delayed: 0, running: 0, dead: 0 };
+  const totals: Record<State, number> = { ready: 0, delayed: 0, running: 0, dead: 0, waiting: 0 };
   let largest = 0;
   for (const kind of kinds) {
     const s = stats.kinds[kind]!;
     for (const state of STATES) totals[state] += s[state];
-    largest = Math.max(largest, s.ready + s.delayed + s.running + s.dead);
+    largest = Math.max(largest, STATES.reduce((sum, state) => sum + s[state], 0));
   }
   for (const state of STATES) {
     const cell = byId(`total-${state}`);
@@ -257,6 +262,7 @@ function renderStats(stats: QueueStats): void {
       countCell('delayed', s.delayed),
       countCell('running', s.running),
       countCell('dead', s.dead),
+      countCell('waiting', s.waiting, 'waiting'),
       element('td', { class: `num oldest${age != null && age > warnSeconds ? ' warn' : ''}`, text: age == null ? '–' : formatAge(age) }),
       element('td', { class: 'bars' }, [bar]),
       element('td', { class: 'actions' }, [
@@ -374,13 +380,52 @@ function renderDead(page: JobPage): void {
   byId('dead-bulk').hidden = rows.length === 0;
 }
 
+/** JSON for a table cell: compact, cut to a few lines (the full text in its title). */
+function jsonCell(value: unknown): HTMLElement {
+  const text = JSON.stringify(value);
+  return element('code', { title: text, text: text.length > 240 ? `${text.slice(0, 240)}…` : text });
+}
+
+/** What a job of the list shows beside its state: progress while it runs, its result once kept,
+ * how many jobs it still waits for, or why it was stopped. */
+function jobDetail(job: Job): Node {
+  if (job.status === 'waiting') return document.createTextNode(`waits for ${job.waitingFor ?? '?'} more`);
+  if (job.status === 'completed' && job.result !== null) return jsonCell(job.result);
+  if (job.progress !== null) return jsonCell(job.progress);
+  if (job.lastError) return element('code', { title: job.lastError, text: job.lastError });
+  return document.createTextNode('–');
+}
+
+function renderJobs(page: JobPage): void {
+  const now = Date.now();
+  const rows = page.jobs.map((job) => {
+    const stopping = job.status === 'running' && job.cancelRequested;
+    const at = job.finishedAt ?? job.lockedAt ?? job.createdAt;
+    const when = job.finishedAt ? 'finished' : job.lockedAt ? 'started' : 'created';
+    return element('tr', { 'data-job': job.id, 'data-status': job.status }, [
+      element('td', { 'data-label': 'Job', text: `#${job.id}` }),
+      element('td', { 'data-label': 'Kind', text: job.kind }),
+      element('td', { 'data-label': 'Status' }, [element('span', { class: `status${stopping ? ' cancelling' : ''}`, text: stopping ? 'cancelling' : job.status })]),
+      element('td', { class: 'detail', 'data-label': 'Detail', 'data-col': 'detail' }, [jobDetail(job)]),
+      element('td', { 'data-label': 'When', title: new Date(at).toLocaleString(), text: `${when} ${formatAge((now - Date.parse(at)) / 1000)} ago` }),
+      element('td', { class: 'actions' }, CANCELLABLE.has(job.status) && !stopping
+        ? [element('button', { type: 'button', class: 'danger', 'data-action': 'cancel', 'data-id': job.id, text: 'Cancel' })]
+        : []),
+    ]);
+  });
+  fillTable('jobs', rows);
+  byId('jobs-empty').hidden = rows.length > 0;
+  (table('jobs').parentNode as HTMLElement).hidden = rows.length === 0;
+  byId('jobs-count').textContent = rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
+}
+
 /** A read token sees everything and changes nothing: every action button is disabled, with why. */
 function applyScope(): void {
   const readOnly = tokenScope === 'read';
   byId('readonly-note').hidden = !readOnly;
   for (const button of document.querySelectorAll<HTMLButtonElement>('button[data-action]')) {
     button.disabled = readOnly;
-    if (readOnly) button.title = 'This token can only read (scope read): retry, delete and pause need an admin token.';
+    if (readOnly) button.title = 'This token can only read (scope read): retry, delete, pause and cancel need an admin token.';
   }
 }
 
@@ -416,6 +461,12 @@ const kindOf = (b: HTMLButtonElement) => b.dataset.kind ?? '';
 
 const ACTIONS: Record<string, Action<unknown>> = {
   retry: action({ run: (b) => api('POST', `/jobs/${idOf(b)}/retry`), done: (b) => `Job #${idOf(b)} is pending again.` }),
+  cancel: action<CancelAnswer>({
+    confirm: (b) => `Cancel job #${idOf(b)}? It will not run (again); a running handler is asked to stop.`,
+    run: (b) => api('POST', `/jobs/${idOf(b)}/cancel`),
+    done: (b, result) =>
+      result.status === 'running' ? `Job #${idOf(b)} is being stopped: its handler is aborted and it ends cancelled.` : `Job #${idOf(b)} is cancelled.`,
+  }),
   delete: action({
     confirm: (b) => `Delete dead job #${idOf(b)}? This cannot be undone.`,
     run: (b) => api('DELETE', `/jobs/${idOf(b)}`),
@@ -456,7 +507,10 @@ async function act(button: HTMLButtonElement): Promise<void> {
   await refresh();
 }
 
-for (const id of ['dead', 'kinds', 'dead-bulk']) {
+// A refresh already on its way asked for the previous state: ask again once it is back.
+byId<HTMLSelectElement>('jobs-status').addEventListener('change', () => void (inFlight ?? Promise.resolve()).then(refresh));
+
+for (const id of ['dead', 'kinds', 'dead-bulk', 'jobs']) {
   byId(id).addEventListener('click', (event) => {
     const button = (event.target as Element | null)?.closest<HTMLButtonElement>('button[data-action]');
     if (button && !button.disabled) void act(button);

@@ -1,0 +1,60 @@
+// What follows, in the same statement, when jobs end — whichever statement ended them (complete,
+// fail, release, reap). Each is a CTE over the ended rows (a CTE named `ended` with id, kind,
+// status — the new one —, watched_until and has_dependents), so it commits or rolls back with the
+// ending itself, and costs a scan of those few returned rows when nothing depends on them:
+//   - jobs waiting (`after`) for one that completed count one fewer; at zero they are pending and
+//     their drainers are woken;
+//   - jobs waiting for one that ended dead or cancelled (or was deleted) — and, transitively, jobs
+//     waiting for them — become dead, saying which (grandchildren of a dead job are still
+//     `waiting`, so the recursion reaches them all);
+//   - someone waiting for a job that reached a final state or was deleted (GET /jobs/:id?waitSeconds)
+//     is notified, and when its row is deleted, a line in pgdrain.finished_jobs says how it ended.
+// The statement must begin `WITH RECURSIVE` (the dead ones are found recursively) and select
+// `ENDED_FOLLOWED` so that the notifications, which only read, are evaluated.
+import { type SQL, sql } from 'drizzle-orm';
+import { finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
+import { FINISHED_CHANNEL, NOTIFY_CHANNEL } from './db.ts';
+
+/** The RETURNING list a statement that ends jobs gives its `ended` CTE (`status` computed by it). */
+export const ENDED_COLUMNS = sql`j.id, j.kind, j.watched_until, j.has_dependents`;
+
+/** The CTEs that follow `ended`, to append after it: `, released AS (…), …`. `deleted`: the rows are
+ * gone, so a watcher's answer is written to finished_jobs. */
+export function afterJobsEnded(options: { deleted: boolean }): SQL {
+  // Jobs waiting for the ended ones are locked first, in id order: two settlements that release
+  // the same waiting jobs then queue up behind each other instead of deadlocking.
+  return sql`,
+    touched AS MATERIALIZED (
+      SELECT d.job_id, d.depends_on FROM ${jobDependencies} d WHERE d.depends_on IN (SELECT id FROM ended WHERE has_dependents)),
+    doomed(id, cause, cause_status) AS (
+      SELECT t.job_id, e.id, e.status FROM touched t JOIN ended e ON t.depends_on = e.id
+       WHERE e.status IN ('dead', 'cancelled', 'deleted')
+      UNION
+      SELECT d.job_id, doomed.cause, doomed.cause_status FROM ${jobDependencies} d JOIN doomed ON d.depends_on = doomed.id),
+    locked AS MATERIALIZED (
+      SELECT c.id FROM ${jobs} c WHERE c.id IN (SELECT job_id FROM touched UNION SELECT id FROM doomed) AND c.status = 'waiting'
+       ORDER BY c.id FOR UPDATE),
+    released AS (
+      UPDATE ${jobs} c SET waiting_for = c.waiting_for - x.n, status = CASE WHEN c.waiting_for - x.n <= 0 THEN 'pending' ELSE 'waiting' END
+        FROM (SELECT t.job_id, count(*)::int AS n FROM touched t JOIN ended e ON t.depends_on = e.id WHERE e.status = 'completed' GROUP BY t.job_id) x
+       WHERE c.id = x.job_id AND c.status = 'waiting' AND c.id IN (SELECT id FROM locked) AND c.id NOT IN (SELECT id FROM doomed)
+      RETURNING c.id, c.kind, c.status),
+    killed AS (
+      UPDATE ${jobs} c SET status = 'dead', finished_at = now(), waiting_for = NULL,
+             last_error = 'job ' || x.cause || ' it waits for ended ' || x.cause_status
+        FROM (SELECT DISTINCT ON (id) id, cause, cause_status FROM doomed ORDER BY id, cause) x
+       WHERE c.id = x.id AND c.status = 'waiting' AND c.id IN (SELECT id FROM locked)
+      RETURNING c.id, c.watched_until),
+    ${options.deleted ? sql`told AS (
+      INSERT INTO ${finishedJobs} (id, kind, status)
+      SELECT id, kind, status FROM ended WHERE watched_until > now() ON CONFLICT (id) DO NOTHING),` : sql``}
+    woken AS (
+      SELECT count(pg_notify(${NOTIFY_CHANNEL}, kind)) AS n FROM (SELECT DISTINCT kind FROM released WHERE status = 'pending') AS k),
+    watchers AS (
+      SELECT count(pg_notify(${FINISHED_CHANNEL}, id::text)) AS n
+        FROM (SELECT id, watched_until FROM ended WHERE status IN ('completed', 'dead', 'cancelled', 'deleted') UNION ALL SELECT id, watched_until FROM killed) f
+       WHERE watched_until > now())`;
+}
+
+/** Select this from the statement's main query: it evaluates the notifications. */
+export const ENDED_FOLLOWED = sql`(SELECT n FROM woken) + (SELECT n FROM watchers) AS pgdrain_notified`;

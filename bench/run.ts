@@ -280,6 +280,10 @@ async function main() {
     paired.push(await drainPairs('limits', `drain ${n / 1000}k of an unlimited kind, with limited kinds registered beside it and without`, pgdrainSystem({ unusedLimits: true }), pgdrainSystem(), n, pairs));
     record(`drain ${n / 1000}k, limited kinds beside it`, 'pgdrain', 'jobs/s', paired[2]!.values[0], [], []);
     record(`drain ${n / 1000}k, no limits anywhere`, 'pgdrain', 'jobs/s', paired[2]!.values[1], [], []);
+    // A history: each completed job stays, with its result, instead of being deleted.
+    paired.push(await drainPairs('results', `drain ${n / 1000}k, results kept and deleted at once`, pgdrainSystem({ keepResults: true }), pgdrainSystem(), n, pairs));
+    record(`drain ${n / 1000}k, results kept`, 'pgdrain', 'jobs/s', paired[3]!.values[0], [], []);
+    record(`drain ${n / 1000}k, results deleted at once`, 'pgdrain', 'jobs/s', paired[3]!.values[1], [], []);
     // The limits themselves: every claim of the kind under its lock, counting what it holds.
     for (const variant of [{ globalConcurrency: 50 }, { groups: 100 }]) {
       const system = pgdrainSystem(variant);

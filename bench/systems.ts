@@ -75,13 +75,15 @@ const payloads = (n: number) => Array.from({ length: n }, (_, i) => ({ i }));
  * enqueues the jobs with 21 different priorities (-10..10) instead of all at 0: what they cost.
  * `globalConcurrency` and `groups` (keys, one job at a time each) limit the bench kind across
  * drainers; `unusedLimits` registers limited kinds next to it that have no jobs: what limits cost
- * the kinds that have none. */
+ * the kinds that have none. `keepResults`: the kind keeps its completed jobs (keepCompletedSeconds)
+ * with what the handler returns: what a history costs. */
 export interface PgdrainVariant {
   recordCounts?: boolean;
   priorities?: boolean;
   globalConcurrency?: number;
   groups?: number;
   unusedLimits?: boolean;
+  keepResults?: boolean;
 }
 
 export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
@@ -95,7 +97,11 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
     defineJob({
       kind: 'bench',
       schema: z.object({ i: z.number().optional(), seq: z.number().optional() }),
-      handler: (p) => onRun(p),
+      handler: (p) => {
+        onRun(p);
+        return variant.keepResults ? { ran: p.i } : undefined;
+      },
+      keepCompletedSeconds: variant.keepResults ? 3_600 : undefined,
       globalConcurrency: variant.globalConcurrency,
       groupConcurrency: variant.groups ? 1 : undefined,
     }),
@@ -115,6 +121,7 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
       : variant.globalConcurrency ? `pgdrain, globalConcurrency ${variant.globalConcurrency}`
       : variant.groups ? `pgdrain, ${variant.groups} groups`
       : variant.unusedLimits ? 'pgdrain, other kinds limited'
+      : variant.keepResults ? 'pgdrain, results kept'
       : 'pgdrain',
     version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version,
     table: 'pgdrain.jobs',
@@ -136,6 +143,7 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
         db,
         payloads(n).map((payload, i) => ({
           kind: 'bench', payload, priority: variant.priorities ? (i % 21) - 10 : undefined, groupKey: variant.groups ? `g${i % variant.groups}` : undefined,
+          keepSeconds: variant.keepResults ? 3_600 : undefined,
         })),
       );
     },

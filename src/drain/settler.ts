@@ -16,7 +16,7 @@
 // statement has returned.
 import {
   type Backoff, type ClaimedJob, type ClaimLimits, type ClaimOptions, type CompletedJob, type Db, type EndedJob, type Failure, claim, claimLimited,
-  completeAndClaim, completeJobs, failMany, release,
+  completeAndClaim, completeFollowed, completeJobs, failMany, release,
 } from '../queries/index.ts';
 import type { ClaimOutcome } from './claim-planner.ts';
 import { isTransientConflict } from '../db/errors.ts';
@@ -138,9 +138,12 @@ export class Settler {
         ? claim(this.#db, options)
         : completeAndClaim(this.#db, riding, options, { recordCounts: this.#options.recordCounts }).then(
             (result) => {
-              this.#completed(riding.length, result.completed.length, result.cancelled.length);
+              const settled = new Set(result.completed);
+              this.counts.completed += settled.size;
               this.#completions.taken();
-              this.#options.onJobsSettled?.(riding);
+              this.#options.onJobsSettled?.(riding.filter((job) => settled.has(job.id)));
+              // Left running: something follows their end, or they are no longer ours.
+              this.#completeFollowed(riding.filter((job) => !settled.has(job.id)));
               return result.claimed;
             },
             (error: unknown) => {
@@ -154,6 +157,13 @@ export class Settler {
         this.#claimsInFlight--;
         this.#completions.nudge();
       });
+  }
+
+  /** Completions a merged settle-and-claim left running, through the statement with what follows a job's end. */
+  #completeFollowed(jobs: Completion[]): void {
+    if (jobs.length === 0) return;
+    const counted = { recordCounts: this.#options.recordCounts };
+    this.#track(this.#settling(jobs, resend(() => completeFollowed(this.#db, jobs, counted)).then((ended) => this.#completed(jobs.length, ended.length, cancelledIn(ended)))));
   }
 
   /** Settlements are buffered or in flight. */

@@ -1,6 +1,6 @@
 // complete-and-claim: ONE statement settles the jobs that finished and claims the next batch —
-//   WITH RECURSIVE ended AS (DELETE … RETURNING), counted AS (INSERT INTO job_counts …), what follows
-//   their end (job-ended.ts), claimed AS (UPDATE … claim … RETURNING) SELECT the ids settled, the rows claimed
+//   WITH ended AS (DELETE … RETURNING), counted AS (INSERT INTO job_counts …),
+//   claimed AS (UPDATE … claim … RETURNING) SELECT the ids settled, the rows claimed
 // — so a drainer far from its database (a Worker at 10-30 ms from Neon) pays one round trip per
 // cycle instead of two. Both parts are exactly the standalone statements (complete.ts, claim.ts):
 // the same fencing by lock token, the same claim order and SKIP LOCKED. They run on one snapshot
@@ -10,13 +10,12 @@ import { type ClaimedJob, type ClaimOptions, claimStatement, claimValues, claime
 import { type CompletedJob, type SettleOptions, completingCtes } from './complete.ts';
 import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
-import { ENDED_FOLLOWED } from './job-ended.ts';
 
 export interface CompleteAndClaimResult {
-  /** Ids actually settled (a job reaped and re-claimed elsewhere is refused by its token). */
+  /** Ids actually deleted or kept: the others are still running, either no longer held (reaped
+   * and re-claimed elsewhere: the token refuses them) or with something to follow their end
+   * (jobs waiting for them, someone watching, a cancel asked): end those with completeFollowed(). */
   completed: string[];
-  /** Those of them that ended cancelled (someone had asked to cancel them). */
-  cancelled: string[];
   claimed: ClaimedJob[];
 }
 
@@ -35,18 +34,15 @@ export async function completeAndClaim(
   // A row per claimed job, the first also carrying the deleted ids (once: a claim of 500 must not
   // bring them back 500 times); one row of NULLs when nothing was claimed, so that the deletions
   // are reported either way.
-  type Row = Record<string, unknown> & { pgdrain_completed: (string | number)[] | null; pgdrain_cancelled: (string | number)[] | null };
+  type Row = Record<string, unknown> & { pgdrain_completed: (string | number)[] | null };
   const rows = await rowsOf<Row>(
     db,
-    sql`WITH RECURSIVE ${completingCtes(held)}${counted},
+    sql`WITH ${completingCtes(held, { followed: false })}${counted},
              claimed AS (${claimSql})
-        SELECT claimed.*, CASE WHEN row_number() OVER () = 1 THEN d.pgdrain_completed END AS pgdrain_completed,
-               CASE WHEN row_number() OVER () = 1 THEN d.pgdrain_cancelled END AS pgdrain_cancelled
-          FROM (SELECT array_agg(id) AS pgdrain_completed, array_agg(id) FILTER (WHERE status = 'cancelled') AS pgdrain_cancelled, ${ENDED_FOLLOWED}
-                  FROM ended) AS d LEFT JOIN claimed ON true`,
+        SELECT claimed.*, CASE WHEN row_number() OVER () = 1 THEN d.pgdrain_completed END AS pgdrain_completed
+          FROM (SELECT array_agg(id) AS pgdrain_completed FROM ended) AS d LEFT JOIN claimed ON true`,
   );
   const completed = (rows[0]?.pgdrain_completed ?? []).map(String);
-  const cancelled = (rows[0]?.pgdrain_cancelled ?? []).map(String);
   const claimedRows = rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver);
-  return { completed, cancelled, claimed: claimedJobs(claimedRows, options.lockToken) };
+  return { completed, claimed: claimedJobs(claimedRows, options.lockToken) };
 }

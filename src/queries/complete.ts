@@ -39,20 +39,31 @@ export interface EndedJob {
 const isKept = (job: CompletedJob) => (job.keepSeconds ?? 0) > 0;
 /** A job someone asked to cancel ends cancelled, whatever its handler did. */
 const ENDING_STATUS = sql`CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'completed' END`;
+/** Nothing follows this job's end: no job waits for it, nobody waits on it, no cancel was asked.
+ * Rechecked on the newest row version if a concurrent enqueue, watch or cancel changed it. */
+const UNEVENTFUL = sql`j.has_dependents IS NOT TRUE AND j.cancel_requested_at IS NULL AND (j.watched_until IS NULL OR j.watched_until <= now())`;
 
 /**
  * The CTEs that end the held jobs, as `deleted` and/or `kept`, and `ended` over both: the first
  * part of a completing statement, here and in the merged settle-and-claim (complete-and-claim.ts).
+ *
+ * `followed: false` is the statement almost every completion takes: it ends only jobs after which
+ * nothing has to happen (UNEVENTFUL), and has none of what follows a job's end (job-ended.ts), so
+ * it costs what a plain DELETE does. The others stay running, and the caller ends them with
+ * `followed: true`: jobs waiting for them are counted down or killed, watchers are told, a
+ * cancelled one ends cancelled.
  */
-export function completingCtes(held: readonly CompletedJob[]): SQL {
+export function completingCtes(held: readonly CompletedJob[], { followed }: { followed: boolean }): SQL {
   const deleted = held.filter((h) => !isKept(h));
   const kept = held.filter(isKept);
   const parts: SQL[] = [];
+  const fence = followed ? FENCED : sql`${FENCED} AND ${UNEVENTFUL}`;
+  const status = followed ? ENDING_STATUS : sql`'completed'::text`;
   if (deleted.length > 0) {
     // Not a prepared statement on purpose: a flush can hold one job or thousands, and a generic
     // plan fitted to neither can turn the pair check into a scan per row. Planning it is cheap
     // next to the rows it deletes. The join drives primary-key lookups from the (id, token) pairs.
-    parts.push(sql`deleted AS (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${FENCED} RETURNING ${ENDED_COLUMNS}, ${ENDING_STATUS} AS status)`);
+    parts.push(sql`deleted AS (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${fence} RETURNING ${ENDED_COLUMNS}, ${status} AS status)`);
   }
   if (kept.length > 0) {
     const rows = heldRows(kept, {
@@ -61,15 +72,16 @@ export function completingCtes(held: readonly CompletedJob[]): SQL {
       progress: { type: 'jsonb', values: kept.map((k) => k.progressJson ?? null) },
     });
     parts.push(sql`kept AS (
-      UPDATE ${jobs} j SET status = ${ENDING_STATUS},
+      UPDATE ${jobs} j SET status = ${status},
              result = CASE WHEN j.cancel_requested_at IS NOT NULL THEN NULL ELSE h.result END, progress = coalesce(h.progress, j.progress),
              finished_at = now(), keep_until = now() + make_interval(secs => h.keep), locked_at = NULL, locked_by = NULL, locked_until = NULL
-        FROM ${rows} WHERE ${FENCED}
+        FROM ${rows} WHERE ${fence}
       RETURNING ${ENDED_COLUMNS}, j.status)`);
   }
   const union = [deleted.length > 0 ? sql`SELECT * FROM deleted` : undefined, kept.length > 0 ? sql`SELECT * FROM kept` : undefined].filter((x) => x !== undefined);
   parts.push(sql`ended AS (${sql.join(union, sql` UNION ALL `)})`);
-  return sql`${sql.join(parts, sql`, `)}${afterJobsEnded({ deleted: deleted.length > 0 })}`;
+  const ending = sql.join(parts, sql`, `);
+  return followed ? sql`${ending}${afterJobsEnded({ deleted: deleted.length > 0 })}` : ending;
 }
 
 /** Completes the jobs still held under their tokens; returns the ids actually settled. */
@@ -77,10 +89,29 @@ export async function complete(db: Db, held: readonly CompletedJob[], options: S
   return (await completeJobs(db, held, options)).map((e) => e.id);
 }
 
-/** complete(), saying how each settled job ended. */
+/** complete(), saying how each settled job ended: one plain statement, and a second, with what
+ * follows a job's end, only for the jobs the first left (and for those it does not hold any more,
+ * which the second leaves too). */
 export async function completeJobs(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<EndedJob[]> {
+  const plain = await completing(db, held, false, options);
+  if (plain.length === held.length) return plain;
+  const settled = new Set(plain.map((e) => e.id));
+  return [...plain, ...(await completeFollowed(db, held.filter((h) => !settled.has(h.id)), options))];
+}
+
+/** Completes the jobs with what follows their end (for jobs a plain completion left running). */
+export function completeFollowed(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<EndedJob[]> {
+  return completing(db, held, true, options);
+}
+
+async function completing(db: Db, held: readonly CompletedJob[], followed: boolean, options: SettleOptions): Promise<EndedJob[]> {
   if (held.length === 0) return [];
   const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('ended')})`;
-  const rows = await rowsOf<EndedJob>(db, sql`WITH RECURSIVE ${completingCtes(held)}${counted} SELECT id, status, ${ENDED_FOLLOWED} FROM ended`);
+  const rows = await rowsOf<EndedJob>(
+    db,
+    followed
+      ? sql`WITH RECURSIVE ${completingCtes(held, { followed })}${counted} SELECT id, status, ${ENDED_FOLLOWED} FROM ended`
+      : sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id, status FROM ended`,
+  );
   return rows.map((r) => ({ id: String(r.id), status: r.status }));
 }

@@ -285,6 +285,23 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         expect((await getDependencies(h.db, child.id))[0]).toMatchObject({ kind: null, status: null, result: null });
       });
 
+      it('a far drainer, whose completions ride its next claims, ends jobs with dependents, watchers and cancels the same way', async () => {
+        let childRuns = 0;
+        const registry = new JobRegistry([
+          kind({ kind: 'parent', schema: z.object({ n: z.number() }), handler: () => sleep(20) }),
+          kind({ kind: 'child', schema: z.unknown(), handler: () => { childRuns++; } }),
+        ]);
+        const parents = await enqueueMany(h.db, Array.from({ length: 40 }, (_, n) => ({ kind: 'parent', payload: { n } })));
+        const child = await enqueue(h.db, { kind: 'child', payload: {}, after: parents.slice(0, 30).map((p) => p.id) });
+        expect(await watchJob(h.db, parents[35]!.id, 30)).toBe(true);
+        const report = await run(registry, { placement: 'far', batchSize: 5, concurrency: 5 });
+        expect(report).toMatchObject({ completed: 41, lost: 0 });
+        expect(childRuns).toBe(1);
+        expect(await count()).toBe(0);
+        expect(await h.query('SELECT id::text, status FROM pgdrain.finished_jobs')).toEqual([{ id: parents[35]!.id, status: 'completed' }]);
+        expect(await row(child.id)).toBeUndefined();
+      });
+
       it('an `after` naming a job that does not exist is refused and nothing is stored; `after` with a dedupe key is refused', async () => {
         const registry = new JobRegistry([kind({ kind: 'k', schema: z.unknown(), handler: () => {} })]);
         const real = await add(registry, 'k', {});

@@ -237,8 +237,8 @@ class DrainRun {
 
   /** `progressJson`: its last progress report, not saved yet (a kept job keeps it). */
   #settle(job: ClaimedJob, outcome: HandlerOutcome, progressJson: string | undefined): void {
-    if (outcome.settledInTransaction) this.#settler.settledInTransaction(job);
-    else this.#settler.complete(job, outcome.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome.kept);
+    if (outcome?.settledInTransaction) this.#settler.settledInTransaction(job);
+    else this.#settler.complete(job, outcome?.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome?.kept);
   }
 
   /** Someone asked to cancel it: the completing statement ends it cancelled (kept like a completed

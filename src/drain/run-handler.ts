@@ -56,12 +56,18 @@ export interface HandlerEnvironment {
   recordCounts: boolean;
 }
 
-export interface HandlerOutcome {
+/** How a handler that returned left its job; undefined (the common case) when its kind keeps
+ * nothing and it is not transactional: the job is simply to be completed. */
+export type HandlerOutcome = SettledOutcome | undefined;
+
+interface SettledOutcome {
   /** Its kind keeps its jobs: for how long, and what the handler returned. */
-  kept?: { keepSeconds: number; resultJson: string | null; progressJson?: string };
+  kept?: KeptResult;
   /** A transactional handler's job, completed in its transaction (nothing left to settle). */
   settledInTransaction: boolean;
 }
+
+type KeptResult = { keepSeconds: number; resultJson: string | null; progressJson?: string };
 
 export async function runHandler(
   registry: JobRegistry,
@@ -82,17 +88,17 @@ export async function runHandler(
   try {
     if (definition.transactional) return await runInTransaction(attempt, parsed.data, environment);
     const value = await attempt.race(Promise.resolve().then(() => definition.handler(parsed.data, new HandlerContext(job, attempt.signal, environment))));
-    return { kept: keptResult(definition, value), settledInTransaction: false };
+    return definition.keepCompletedSeconds ? { kept: keptResult(definition, value), settledInTransaction: false } : undefined;
   } finally {
     attempt.end();
   }
 }
 
-/** One run of a handler: its timer, its signal, and the promise that rejects when it is given up. */
+/** One run of a handler: its timer, its signal, and what it waits for, cut short when it is given up. */
 class Attempt {
   readonly #controller = new AbortController();
   readonly #timer: ReturnType<typeof setTimeout>;
-  readonly #givenUp: Promise<never>;
+  /** Rejects what race() waits for now (a no-op once that has settled). */
   #reject: (error: Error) => void = () => {};
   /** Called once if the attempt is given up (a transaction's connection is destroyed). */
   onGiveUp: (() => void) | undefined;
@@ -103,10 +109,6 @@ class Attempt {
   constructor(job: ClaimedJob, definition: JobDefinition<unknown>, deadline: number) {
     this.job = job;
     this.definition = definition;
-    this.#givenUp = new Promise<never>((_, reject) => {
-      this.#reject = reject;
-    });
-    this.#givenUp.catch(() => {}); // observed through race(); never an unhandled rejection
     const timeoutMs = job.timeoutMs ?? definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const left = deadline - Date.now();
     const allowedMs = Math.max(0, Math.min(timeoutMs, left));
@@ -131,9 +133,17 @@ class Attempt {
     this.onGiveUp?.();
   }
 
-  /** `work`, unless the attempt is given up first. */
+  /** `work`, unless the attempt is given up first (or was already). One promise per call, and a
+   * rejection nobody waits for cannot happen: giveUp() only rejects what is being waited for. */
   race<T>(work: Promise<T>): Promise<T> {
-    return Promise.race([work, this.#givenUp]);
+    if (this.givenUpWith) {
+      work.catch(() => {});
+      return Promise.reject(this.givenUpWith);
+    }
+    return new Promise<T>((resolve, reject) => {
+      this.#reject = reject;
+      work.then(resolve, reject);
+    });
   }
 
   end(): void {
@@ -188,7 +198,7 @@ async function runInTransaction(attempt: Attempt, payload: unknown, environment:
     connection.release(true);
   };
   if (attempt.givenUpWith) attempt.onGiveUp();
-  let kept: HandlerOutcome['kept'];
+  let kept: KeptResult | undefined;
   try {
     await connection.db.transaction(async (tx) => {
       const guarded = guardTransaction(tx as unknown as Db, () => over);
@@ -224,7 +234,7 @@ function guardTransaction(tx: Db, isOver: () => boolean): Db {
 }
 
 /** The result to keep, for kinds that keep their jobs; a result that cannot be kept fails the job. */
-function keptResult(definition: JobDefinition<unknown>, value: unknown): HandlerOutcome['kept'] {
+function keptResult(definition: JobDefinition<unknown>, value: unknown): KeptResult | undefined {
   const keepSeconds = definition.keepCompletedSeconds ?? 0;
   if (keepSeconds === 0) return undefined;
   let resultJson: string | null;

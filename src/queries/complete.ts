@@ -111,7 +111,7 @@ async function completing(db: Db, held: readonly CompletedJob[], followed: boole
     db,
     followed
       ? sql`WITH RECURSIVE ${completingCtes(held, { followed })}${counted} SELECT id, status, ${ENDED_FOLLOWED} FROM ended`
-      : sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id, status FROM ended`,
+      : sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id FROM ended`,
   );
-  return rows.map((r) => ({ id: String(r.id), status: r.status }));
+  return rows.map((r) => ({ id: String(r.id), status: r.status ?? 'completed' }));
 }

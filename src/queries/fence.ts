@@ -20,8 +20,9 @@ export type HeldColumns = Record<string, { type: string; values: readonly unknow
  * connections) visit, and lock, them in the same order rather than deadlocking.
  */
 export function heldRows(held: readonly HeldJob[], extra: HeldColumns = {}): SQL {
-  const order = held.map((_, i) => i).sort((a, b) => compareDecimal(held[a]!.id, held[b]!.id));
-  const inOrder = <T>(values: readonly T[]) => order.map((i) => values[i]);
+  const sorted = held.every((h, i) => i === 0 || compareDecimal(held[i - 1]!.id, h.id) <= 0);
+  const order = sorted ? null : held.map((_, i) => i).sort((a, b) => compareDecimal(held[a]!.id, held[b]!.id));
+  const inOrder = <T>(values: readonly T[]) => (order ? order.map((i) => values[i]) : values);
   const columns: [string, string, readonly unknown[]][] = [
     ['id', 'bigint', inOrder(held.map((h) => h.id))],
     ['token', 'text', inOrder(held.map((h) => h.lockedBy))],

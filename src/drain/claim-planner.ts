@@ -10,8 +10,9 @@
 //     (until then the database counts them as running); when its limits hold ready jobs back, it is
 //     blocked — until its rate window lets the next start in, until a settlement of it frees a
 //     slot, or for a second (slots held by other drainers) — and the drain does not spin on it;
-//   - a claim that comes back short marks its group drained for this drain call; the drain is
-//     exhausted when every group is;
+//   - a claim that comes back short marks its group drained for this drain call — until a
+//     completion makes jobs of its kinds pending (they waited for the completed ones); the drain
+//     is exhausted when every group is;
 //   - far from the database claims grow from batchSize to what the running slots finish in one
 //     claim round trip (running averages of both), up to maxBatchSize.
 import type { ClaimedJob, ClaimLimits } from '../queries/index.ts';
@@ -180,6 +181,11 @@ export class ClaimPlanner {
     this.#add(this.#unsettled, kind, -1);
     const group = this.#groups.find((g) => g.kinds.length === 1 && g.kinds[0] === kind);
     if (group && group.blockedUntil > 0 && !group.blockedByRate) group.blockedUntil = 0;
+  }
+
+  /** Completions made jobs of these kinds pending: their groups are worth claiming again. */
+  released(kinds: readonly string[]): void {
+    for (const group of this.#groups) if (group.drained && group.kinds.some((k) => kinds.includes(k))) group.drained = false;
   }
 
   /** A handler succeeded after `ms` (claims grow with quick handlers). */

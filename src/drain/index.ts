@@ -163,6 +163,8 @@ class DrainRun {
       onJobsSettled: (jobs) => {
         for (const job of jobs) this.#planner.settledInDatabase(job.kind);
       },
+      // Jobs that waited for ours are pending now: this drain runs them too.
+      onReleased: (kinds) => this.#planner.released(kinds),
     });
     this.#settler.onSettled = () => this.#wakeup.wake();
     this.#leases = new LeaseKeeper(db, {
@@ -237,7 +239,7 @@ class DrainRun {
 
   /** `progressJson`: its last progress report, not saved yet (a kept job keeps it). */
   #settle(job: ClaimedJob, outcome: HandlerOutcome, progressJson: string | undefined): void {
-    if (outcome?.settledInTransaction) this.#settler.settledInTransaction(job);
+    if (outcome?.settledInTransaction) this.#settler.settledInTransaction(job, outcome.releasedKinds);
     else this.#settler.complete(job, outcome?.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome?.kept);
   }
 

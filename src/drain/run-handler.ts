@@ -65,6 +65,8 @@ interface SettledOutcome {
   kept?: KeptResult;
   /** A transactional handler's job, completed in its transaction (nothing left to settle). */
   settledInTransaction: boolean;
+  /** Its completion made jobs of these kinds pending (they waited for it). */
+  releasedKinds?: string[];
 }
 
 type KeptResult = { keepSeconds: number; resultJson: string | null; progressJson?: string };
@@ -199,18 +201,20 @@ async function runInTransaction(attempt: Attempt, payload: unknown, environment:
   };
   if (attempt.givenUpWith) attempt.onGiveUp();
   let kept: KeptResult | undefined;
+  let released: string[] = [];
   try {
     await connection.db.transaction(async (tx) => {
       const guarded = guardTransaction(tx as unknown as Db, () => over);
       const value = await attempt.race(Promise.resolve().then(() => definition.handler(payload, new HandlerContext(job, attempt.signal, environment, guarded))));
       kept = keptResult(definition, value);
-      const [ended] = await attempt.race(
+      const { ended: [ended], releasedKinds } = await attempt.race(
         completeJobs(tx as unknown as Db, [{ id: job.id, lockedBy: job.lockedBy, ...kept, progressJson: environment.unsavedProgress(job.id) }], {
           recordCounts: environment.recordCounts,
         }),
       );
       if (!ended) throw new LeaseLostError(`job ${job.id}: its lease was lost before its transaction committed; rolled back`);
       if (ended.status === 'cancelled') throw new JobCancelledError(`job ${job.id} was cancelled while it ran; its transaction was rolled back`);
+      released = releasedKinds;
     });
   } catch (error) {
     // A rollback on a destroyed connection fails too: the reason it was given up is the one to report.
@@ -219,7 +223,7 @@ async function runInTransaction(attempt: Attempt, payload: unknown, environment:
     over = true;
     if (!attempt.givenUpWith) connection.release(false);
   }
-  return { kept, settledInTransaction: true };
+  return { kept, settledInTransaction: true, releasedKinds: released };
 }
 
 /** ctx.tx, refusing use once its transaction is over (a handler that ignored its signal). */

@@ -15,7 +15,7 @@
 // the reaper (onError says so). finish() flushes what is buffered and resolves when every
 // statement has returned.
 import {
-  type Backoff, type ClaimedJob, type ClaimLimits, type ClaimOptions, type CompletedJob, type Db, type EndedJob, type Failure, claim, claimLimited,
+  type Backoff, type ClaimedJob, type ClaimLimits, type ClaimOptions, type CompletedJob, type Completion as CompletionResult, type Db, type Failure, claim, claimLimited,
   completeAndClaim, completeFollowed, completeJobs, failMany, release,
 } from '../queries/index.ts';
 import type { ClaimOutcome } from './claim-planner.ts';
@@ -36,6 +36,8 @@ export interface SettlerOptions {
   /** A settlement statement returned (or failed): these jobs are no longer running in the
    * database's count (what a limited kind's next claim sees). */
   onJobsSettled?: (jobs: readonly ClaimedJob[]) => void;
+  /** Completions made jobs of these kinds pending (they were waiting for them): claim again. */
+  onReleased?: (kinds: readonly string[]) => void;
 }
 
 export interface SettledCounts {
@@ -70,7 +72,7 @@ export class Settler {
     this.#completions = new SettlementBatcher(
       (work) => this.#track(work),
       (batch) =>
-        this.#settling(batch, resend(() => completeJobs(db, batch, counted)).then((ended) => this.#completed(batch.length, ended.length, cancelledIn(ended)))),
+        this.#settling(batch, resend(() => completeJobs(db, batch, counted)).then((done) => this.#completed(batch.length, done))),
       () => options.settleWithClaim && this.#claimsInFlight > 0,
     );
     this.#failures = new SettlementBatcher(
@@ -90,10 +92,12 @@ export class Settler {
     this.#completions.add(kept ? { ...job, ...kept } : job);
   }
 
-  /** A transactional handler's job, completed in its own transaction. */
-  settledInTransaction(job: ClaimedJob): void {
+  /** A transactional handler's job, completed in its own transaction (which made jobs of
+   * `releasedKinds` pending). */
+  settledInTransaction(job: ClaimedJob, releasedKinds: readonly string[] = []): void {
     this.counts.completed++;
     this.#options.onJobsSettled?.([job]);
+    if (releasedKinds.length > 0) this.#options.onReleased?.(releasedKinds);
     this.onSettled();
   }
 
@@ -163,7 +167,7 @@ export class Settler {
   #completeFollowed(jobs: Completion[]): void {
     if (jobs.length === 0) return;
     const counted = { recordCounts: this.#options.recordCounts };
-    this.#track(this.#settling(jobs, resend(() => completeFollowed(this.#db, jobs, counted)).then((ended) => this.#completed(jobs.length, ended.length, cancelledIn(ended)))));
+    this.#track(this.#settling(jobs, resend(() => completeFollowed(this.#db, jobs, counted)).then((done) => this.#completed(jobs.length, done))));
   }
 
   /** Settlements are buffered or in flight. */
@@ -187,10 +191,12 @@ export class Settler {
     return work.finally(() => this.#options.onJobsSettled?.(jobs));
   }
 
-  #completed(sent: number, settled: number, cancelled: number): void {
-    this.counts.completed += settled - cancelled;
+  #completed(sent: number, { ended, releasedKinds }: CompletionResult): void {
+    const cancelled = ended.reduce((n, e) => n + (e.status === 'cancelled' ? 1 : 0), 0);
+    this.counts.completed += ended.length - cancelled;
     this.counts.cancelled += cancelled;
-    this.counts.lost += sent - settled;
+    this.counts.lost += sent - ended.length;
+    if (releasedKinds.length > 0) this.#options.onReleased?.(releasedKinds);
   }
 
   #track(work: Promise<void>): void {
@@ -215,8 +221,6 @@ async function resend<T>(statement: () => Promise<T>): Promise<T> {
     }
   }
 }
-
-const cancelledIn = (ended: readonly EndedJob[]) => ended.reduce((n, e) => n + (e.status === 'cancelled' ? 1 : 0), 0);
 
 /** A job to complete; kinds that keep their jobs add how long, and the result. */
 type Completion = ClaimedJob & Pick<CompletedJob, 'keepSeconds' | 'resultJson' | 'progressJson'>;

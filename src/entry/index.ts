@@ -17,7 +17,12 @@ export { defineSchedule, evaluateSchedules, type ScheduleDefinition, type Schedu
 
 // Enqueue, in your Drizzle database or transaction.
 export { enqueue, enqueueMany, type EnqueueOptions } from '../jobs/typed-enqueue.ts';
+export { UnknownDependencyError } from '../queries/index.ts';
 export type { Db, NewJob, EnqueuedJob, ClaimedJob, Backoff } from '../queries/index.ts';
+
+// A job's life: stop one, read what it waited for; the limits on what a handler reports.
+export { cancel, getDependencies, type CancelOutcome } from '../queries/index.ts';
+export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, JobCancelledError, LeaseLostError } from '../drain/index.ts';
 
 // Inspect and repair.
 export {
@@ -29,5 +34,8 @@ export {
 
 // The database: migrations and the Drizzle tables (for your own queries and drizzle-kit).
 export { migrateDatabase as migrate } from '../db/migrate.ts';
-export { jobs, jobCounts, jobTotals, pausedKinds, schedules, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, type JobRow, type JobStatus } from '../db/schema.ts';
+export {
+  jobs, jobCounts, jobTotals, pausedKinds, schedules, jobDependencies, finishedJobs, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, FINAL_STATUSES,
+  type JobRow, type JobStatus,
+} from '../db/schema.ts';
 export { NOTIFY_CHANNEL } from '../queries/index.ts';

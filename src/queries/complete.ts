@@ -86,32 +86,47 @@ export function completingCtes(held: readonly CompletedJob[], { followed }: { fo
 
 /** Completes the jobs still held under their tokens; returns the ids actually settled. */
 export async function complete(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<string[]> {
-  return (await completeJobs(db, held, options)).map((e) => e.id);
+  return (await completeJobs(db, held, options)).ended.map((e) => e.id);
 }
 
-/** complete(), saying how each settled job ended: one plain statement, and a second, with what
- * follows a job's end, only for the jobs the first left (and for those it does not hold any more,
- * which the second leaves too). */
-export async function completeJobs(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<EndedJob[]> {
+/** What a completion did: how each settled job ended, and the kinds of jobs that were waiting for
+ * them and are pending now (a drain may claim them at once). */
+export interface Completion {
+  ended: EndedJob[];
+  releasedKinds: string[];
+}
+
+/** complete(), saying what it did: one plain statement, and a second, with what follows a job's
+ * end, only for the jobs the first left (and for those it does not hold any more, which the
+ * second leaves too). */
+export async function completeJobs(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<Completion> {
   const plain = await completing(db, held, false, options);
-  if (plain.length === held.length) return plain;
-  const settled = new Set(plain.map((e) => e.id));
-  return [...plain, ...(await completeFollowed(db, held.filter((h) => !settled.has(h.id)), options))];
+  if (plain.ended.length === held.length) return plain;
+  const settled = new Set(plain.ended.map((e) => e.id));
+  const followed = await completeFollowed(db, held.filter((h) => !settled.has(h.id)), options);
+  return { ended: [...plain.ended, ...followed.ended], releasedKinds: followed.releasedKinds };
 }
 
 /** Completes the jobs with what follows their end (for jobs a plain completion left running). */
-export function completeFollowed(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<EndedJob[]> {
+export function completeFollowed(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<Completion> {
   return completing(db, held, true, options);
 }
 
-async function completing(db: Db, held: readonly CompletedJob[], followed: boolean, options: SettleOptions): Promise<EndedJob[]> {
-  if (held.length === 0) return [];
+async function completing(db: Db, held: readonly CompletedJob[], followed: boolean, options: SettleOptions): Promise<Completion> {
+  if (held.length === 0) return { ended: [], releasedKinds: [] };
   const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('ended')})`;
-  const rows = await rowsOf<EndedJob>(
+  if (!followed) {
+    const rows = await rowsOf<{ id: string }>(db, sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id FROM ended`);
+    return { ended: rows.map((r) => ({ id: String(r.id), status: 'completed' })), releasedKinds: [] };
+  }
+  // One row per ended job, and one more (id NULL) with the kinds it released.
+  const rows = await rowsOf<{ id: string | null; status: EndedJob['status']; released: string[] | null }>(
     db,
-    followed
-      ? sql`WITH RECURSIVE ${completingCtes(held, { followed })}${counted} SELECT id, status, ${ENDED_FOLLOWED} FROM ended`
-      : sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id FROM ended`,
+    sql`WITH RECURSIVE ${completingCtes(held, { followed })}${counted}
+        SELECT id, status, NULL::text[] AS released FROM ended
+        UNION ALL
+        SELECT NULL, NULL, (SELECT array_agg(DISTINCT kind) FROM released WHERE status = 'pending') FROM (SELECT ${ENDED_FOLLOWED}) AS notified`,
   );
-  return rows.map((r) => ({ id: String(r.id), status: r.status ?? 'completed' }));
+  const ended = rows.filter((r) => r.id !== null).map((r) => ({ id: String(r.id), status: r.status }));
+  return { ended, releasedKinds: rows.find((r) => r.id === null)?.released ?? [] };
 }

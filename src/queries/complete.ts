@@ -119,13 +119,14 @@ async function completing(db: Db, held: readonly CompletedJob[], followed: boole
     const rows = await rowsOf<{ id: string }>(db, sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id FROM ended`);
     return { ended: rows.map((r) => ({ id: String(r.id), status: 'completed' })), releasedKinds: [] };
   }
-  // One row per ended job, and one more (id NULL) with the kinds it released.
+  // One row per ended job, and one more (id NULL) with the kinds it released. The notifications
+  // are in that row's output, or they would not be evaluated at all.
   const rows = await rowsOf<{ id: string | null; status: EndedJob['status']; released: string[] | null }>(
     db,
     sql`WITH RECURSIVE ${completingCtes(held, { followed })}${counted}
-        SELECT id, status, NULL::text[] AS released FROM ended
+        SELECT id, status, NULL::text[] AS released, NULL::bigint AS pgdrain_notified FROM ended
         UNION ALL
-        SELECT NULL, NULL, (SELECT array_agg(DISTINCT kind) FROM released WHERE status = 'pending') FROM (SELECT ${ENDED_FOLLOWED}) AS notified`,
+        SELECT NULL, NULL, (SELECT array_agg(DISTINCT kind) FROM released WHERE status = 'pending'), ${ENDED_FOLLOWED}`,
   );
   const ended = rows.filter((r) => r.id !== null).map((r) => ({ id: String(r.id), status: r.status }));
   return { ended, releasedKinds: rows.find((r) => r.id === null)?.released ?? [] };

@@ -233,9 +233,14 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         expect(order).toEqual(['parent 1']);
         expect(await row(child.id)).toMatchObject({ status: 'waiting', waiting_for: 1 });
         await h.query(`UPDATE pgdrain.jobs SET run_at = now() WHERE id = $1`, [b.id]);
+        const woken = await h.listen('pgdrain_jobs');
         await run(registry, { kinds: ['parent'] });
-        // Released by the statement that completed its last parent: pending, nobody polled.
+        // Released by the statement that completed its last parent: pending, nobody polled, and
+        // its kind's drainers woken by that statement.
         expect(await row(child.id)).toMatchObject({ status: 'pending', waiting_for: 0 });
+        for (let i = 0; i < 50 && !woken.received.includes('child'); i++) await sleep(20);
+        await woken.close();
+        expect(woken.received).toContain('child');
         await run(registry);
         expect(order).toEqual(['parent 1', 'parent 2', 'child']);
         expect(readBack).toEqual([
@@ -396,11 +401,17 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
       expect(await count()).toBe(1);
     });
 
-    it('a watched job that is completed and deleted leaves a note of how it ended', async () => {
+    it('a watched job that is completed and deleted is announced, and leaves a note of how it ended', async () => {
       const registry = new JobRegistry([kind({ kind: 'gone', schema: z.unknown(), handler: () => {} })]);
       const job = await add(registry, 'gone', {});
+      const unwatched = await add(registry, 'gone', {});
       expect(await watchJob(h.db, job.id, 5)).toBe(true);
+      const listener = await h.listen('pgdrain_finished');
       await run(registry);
+      for (let i = 0; i < 50 && listener.received.length === 0; i++) await sleep(20);
+      await listener.close();
+      expect(listener.received).toEqual([job.id]); // not the job nobody watched
+      expect(await row(unwatched.id)).toBeUndefined();
       expect(await row(job.id)).toBeUndefined();
       expect(await h.query('SELECT id::text, kind, status FROM pgdrain.finished_jobs')).toEqual([{ id: job.id, kind: 'gone', status: 'completed' }]);
       expect(await watchJob(h.db, job.id, 5)).toBe(false);

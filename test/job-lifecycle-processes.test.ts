@@ -67,6 +67,17 @@ describe('a job\'s life on sidecar processes', () => {
     await expect(client.getJob(id)).rejects.toMatchObject({ status: 404 });
   }, 60_000);
 
+  it("the reaper prunes kept jobs once their time is up, and not before", async () => {
+    const { client } = await startSidecar({ REAP_INTERVAL_MS: '300' });
+    const { id: old } = await client.enqueue({ kind: 'kept', payload: { ms: 0 } });
+    const { id: fresh } = await client.enqueue({ kind: 'kept', payload: { ms: 0 } });
+    await client.waitFor(old, { timeoutSeconds: 10 });
+    await client.waitFor(fresh, { timeoutSeconds: 10 });
+    await t.query(`UPDATE pgdrain.jobs SET keep_until = now() - interval '1 second' WHERE id = $1`, [old]);
+    await until(async () => (await t.query('SELECT id::text FROM pgdrain.jobs ORDER BY id')).map((r) => r.id), (ids) => ids.length === 1, 5_000, 'the prune');
+    expect(await t.query('SELECT id::text, status FROM pgdrain.jobs')).toEqual([{ id: fresh, status: 'completed' }]);
+  }, 30_000);
+
   it('progress is visible while the job runs', async () => {
     const { client } = await startSidecar();
     const { id } = await client.enqueue({ kind: 'kept', payload: { ms: 4_000, steps: 4 } });

@@ -182,3 +182,47 @@ it("a payload the kind's schema rejects cannot be checked in SQL: the drainer se
   expect(row).toMatchObject({ status: 'dead' });
   expect(row!.last_error).toMatch(/payload rejected by kind send_receipt: payload\.orderId/);
 });
+
+
+/** The one value of a statement's one row. */
+const one = async (text: string, values?: unknown[]): Promise<string> => Object.values((await t.query(text, values))[0]!)[0] as string;
+
+it('takes after (the job waits until every one completed; unknown ids are refused) and timeout_ms', async () => {
+  const a = await one(`SELECT pgdrain.enqueue('send_receipt', '{"orderId": 1}')::text AS a`);
+  const b = await one(`SELECT pgdrain.enqueue('send_receipt', '{"orderId": 2}')::text AS b`);
+  const child = await one(
+    `SELECT pgdrain.enqueue('send_receipt', '{"orderId": 3}', after => ARRAY[$1, $2, $1]::bigint[], timeout_ms => 5000)::text AS child`,
+    [a, b],
+  );
+  expect(await t.query(`SELECT status, waiting_for, timeout_ms FROM pgdrain.jobs WHERE id = $1`, [child])).toEqual([{ status: 'waiting', waiting_for: 2, timeout_ms: 5000 }]);
+  expect(notified).toEqual(['send_receipt', 'send_receipt']); // the waiting one is not announced
+  // One drain: the completion of the child's last parent makes it pending, and the drain claims again.
+  expect(await drainAll()).toMatchObject({ completed: 3 });
+  expect(ran).toHaveLength(3);
+  expect(ran.at(-1)).toEqual({ orderId: 3 });
+  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', after => ARRAY[987654321]::bigint[])`)).rejects.toThrow(/after names jobs that do not exist: \{987654321\}/);
+  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', timeout_ms => 50)`)).rejects.toThrow(/timeout_ms is 50, use 100/);
+  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+});
+
+it('pgdrain.cancel(): pending → cancelled at once, running → asked to stop (its drainer is told), completed or unknown → an error saying which', async () => {
+  const pending = await one(`SELECT pgdrain.enqueue('noop', '{}', run_at => now() + interval '1 hour')::text AS pending`);
+  expect(await t.query(`SELECT pgdrain.cancel($1) AS s`, [pending])).toEqual([{ s: 'cancelled' }]);
+  expect(await t.query(`SELECT id FROM pgdrain.jobs WHERE id = $1`, [pending])).toEqual([]); // noop keeps nothing
+  const cancels = new pg.Client({ connectionString: t.url });
+  await cancels.connect();
+  const heard: string[] = [];
+  cancels.on('notification', (n) => heard.push(`${n.channel}:${n.payload}`));
+  await cancels.query('LISTEN pgdrain_cancel');
+  const running = await one(
+    `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_by, locked_at) VALUES ('noop', '{}', 'running', 1, 'elsewhere:1', now()) RETURNING id::text AS running`,
+  );
+  expect(await t.query(`SELECT pgdrain.cancel($1) AS s`, [running])).toEqual([{ s: 'cancelling' }]);
+  for (let i = 0; i < 50 && heard.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+  await cancels.end();
+  expect(heard).toEqual([`pgdrain_cancel:${running}`]);
+  expect(await t.query(`SELECT status, cancel_requested_at IS NOT NULL AS asked FROM pgdrain.jobs WHERE id = $1`, [running])).toEqual([{ status: 'running', asked: true }]);
+  const done = await one(`INSERT INTO pgdrain.jobs (kind, payload, status) VALUES ('noop', '{}', 'completed') RETURNING id::text AS done`);
+  await expect(t.query(`SELECT pgdrain.cancel($1)`, [done])).rejects.toMatchObject({ code: '55000', message: expect.stringContaining(`job ${done} is completed`) });
+  await expect(t.query(`SELECT pgdrain.cancel(987654321)`)).rejects.toMatchObject({ code: 'P0002', message: expect.stringContaining('does not exist') });
+});

@@ -110,6 +110,14 @@ for (const path of PATHS) {
       expect(read).toMatchObject({ status: 'completed', attempts: 2, result: { attempt: 2 }, finishedAt: expect.any(String) });
     });
 
+    it('each cron invocation prunes the kept jobs whose time is up', async () => {
+      await h.query(`INSERT INTO pgdrain.jobs (kind, payload, status, finished_at, keep_until)
+                     SELECT 'kept', '{}', 'completed', now(), now() + CASE WHEN n <= 3 THEN interval '-1 second' ELSE interval '1 hour' END
+                       FROM generate_series(1, 5) AS n`);
+      expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ pruned: 3, claimed: 0 });
+      expect(await count(`status = 'completed'`)).toBe(2);
+    });
+
     it('GET /jobs/:id?waitSeconds on the Worker polls within its request and answers once a cron completes the job', async () => {
       const [job] = await enqueueMany(h.db, [{ kind: 'kept', payload: { ms: 300 }, keepSeconds: 60 }]);
       const started = Date.now();

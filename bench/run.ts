@@ -331,17 +331,25 @@ async function main() {
   // Several sidecar processes on one database against one (on 2 cores: contention, not scale).
   if (!only || only.includes('pgdrain')) {
     console.log('\npgdrain sidecar processes (`pgdrain start`, default settings) on one backlog');
-    for (const processes of [1, 4]) {
+    const n = plan.noAnalyzeSize;
+    const variants = [
+      { label: `drain ${n / 1000}k, 1 process`, processes: 1, options: {} },
+      { label: `drain ${n / 1000}k, 4 processes`, processes: 4, options: {} },
+      // An idle queue (its table analyzed empty, its claims planned then) meets a burst in one transaction.
+      { label: `drain ${n / 1000}k burst, one transaction, idle process`, processes: 1, options: { burst: true } },
+      { label: `drain ${n / 1000}k burst, ANALYZE before the wake`, processes: 1, options: { burst: true, analyzeBeforeWake: true } },
+    ];
+    for (const variant of variants) {
       const values: number[] = [];
       for (let r = 0; r < plan.reps; r++) {
         const url = await freshDatabase('bench_processes');
-        const result = await drainWithProcesses(url, processes, plan.noAnalyzeSize);
+        const result = await drainWithProcesses(url, variant.processes, n, variant.options);
         await admin.query('DROP DATABASE bench_processes WITH (FORCE)');
-        if (result.missing || result.duplicated) throw new Error(`${processes} sidecar processes: ${result.missing} jobs never ran and ${result.duplicated} ran twice`);
+        if (result.missing || result.duplicated) throw new Error(`${variant.label}: ${result.missing} jobs never ran and ${result.duplicated} ran twice`);
         values.push(result.jobsPerSecond);
-        console.log(`  ${processes} process${processes > 1 ? 'es' : ''}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s, every job exactly once`);
+        console.log(`  ${variant.label}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s, every job exactly once`);
       }
-      record(`drain ${plan.noAnalyzeSize / 1000}k, ${processes} process${processes > 1 ? 'es' : ''}`, 'pgdrain', 'jobs/s', values, [], []);
+      record(variant.label, 'pgdrain', 'jobs/s', values, [], []);
     }
   }
 

@@ -61,6 +61,8 @@ it('a fresh migration puts every table, index, sequence and function in the sche
   );
   expect(objects.functions).toEqual([
     'pgdrain.cancel(bigint)',
+    'pgdrain.claim(integer,text[],text,integer)',
+    'pgdrain.claim_ids(bigint[],integer,text[],text,integer)',
     'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer)',
   ]);
   // Applying the migrations again changes nothing.

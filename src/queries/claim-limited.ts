@@ -46,7 +46,13 @@ const candidateWindow = (size: number) => Math.min(5_000, Math.max(500, size * 8
 export async function claimLimited(db: Db, options: LimitedClaimOptions): Promise<LimitedClaim> {
   if (options.batchSize < 1 || options.ids?.length === 0) return { jobs: [], heldBack: false, nextStartAt: null };
   return db.transaction(async (tx) => {
-    await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`pgdrain.limits:${options.kind}`}, 0))`);
+    // The lock, and for the claim that follows in this transaction the planner settings of
+    // pgdrain.claim() (drizzle/0007_claim_plan.sql): its candidates are found by walking jobs_ready,
+    // whatever statistics a burst into an idle table meets.
+    await tx.execute(
+      sql`SELECT pg_advisory_xact_lock(hashtextextended(${`pgdrain.limits:${options.kind}`}, 0)),
+                 set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`,
+    );
     const rows = await rowsOf<Record<string, unknown> & { pgdrain_candidates: number; pgdrain_next_start_ms: number | null }>(tx, limitedClaim(tx, options));
     const claimed = claimedJobs(rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver), options.lockToken);
     const candidates = Number(rows[0]?.pgdrain_candidates ?? 0);

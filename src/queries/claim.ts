@@ -1,12 +1,15 @@
-// claim: ONE statement selects, locks, marks and returns a batch —
+// claim: ONE statement selects, locks, marks and returns a batch — SELECT * FROM pgdrain.claim(n, kinds,
+// token, lease), which is
 //   UPDATE pgdrain.jobs SET status = 'running', … WHERE id = ANY(ARRAY(SELECT id … ORDER BY priority DESC,
 //     run_at, id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING …
+// under planner settings that leave it one plan, the walk of jobs_ready (drizzle/0007_claim_plan.sql:
+// why, and pgdrain.claim_ids for run-now).
 // Kinds listed in pgdrain.paused_kinds are skipped (read once per claim, in the same statement).
 // SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before
 // running anything.
-import { Placeholder, type SQL, and, lte, sql } from 'drizzle-orm';
-import { JOB_DEFAULTS, jobs, pausedKinds } from '../db/schema.ts';
+import { type SQL, sql } from 'drizzle-orm';
+import { JOB_DEFAULTS, PGDRAIN_SCHEMA, jobs } from '../db/schema.ts';
 import { type Db, fromDriverRow, rowsOf } from './db.ts';
 
 export interface ClaimedJob {
@@ -44,44 +47,52 @@ export interface ClaimOptions {
 
 export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]> {
   if (options.batchSize < 1 || options.kinds?.length === 0 || options.ids?.length === 0) return [];
-  const rows = await preparedClaim(db, options.kinds !== undefined, options.ids !== undefined).execute({ ...claimValues(options) });
-  return claimedJobs(rows, options.lockToken);
+  const rows = await rowsOf<Record<string, unknown>>(db, claimStatement(claimValues(options), options.kinds !== undefined, options.ids !== undefined));
+  return claimedJobs(rows.map(claimedRowFromDriver), options.lockToken);
 }
 
-/** The plan PostgreSQL would use for this claim right now (EXPLAIN, not executed). */
-export async function explainClaim(db: Db, options: ClaimOptions): Promise<string> {
-  const query = claimStatement(db, options.kinds !== undefined, options.ids !== undefined).toSQL();
-  const values: Record<string, unknown> = { ...claimValues(options) };
-  const params = query.params.map((p) => (p instanceof Placeholder ? values[p.name] : p));
-  const rows = await rowsOf<{ 'QUERY PLAN': string }>(db, sql.join([sql.raw('EXPLAIN '), rawWithParams({ sql: query.sql, params })]));
-  return rows.map((r) => r['QUERY PLAN']).join('\n');
+/**
+ * The plan PostgreSQL uses for the claim's statement right now (EXPLAIN, not executed): the body
+ * of pgdrain.claim() as the catalog holds it, under the function's own settings, with the options
+ * bound to its arguments. `generic`: the plan a cached, parameter-blind plan would be (PostgreSQL 16+).
+ */
+export async function explainClaim(db: Db, options: ClaimOptions, { generic = false } = {}): Promise<string> {
+  return db.transaction(async (tx) => {
+    const [fn] = await rowsOf<{ body: string; config: string[] | null; args: string[] }>(
+      tx,
+      sql`SELECT prosrc AS body, proconfig AS config, proargnames AS args FROM pg_proc WHERE oid = ${CLAIM_FUNCTION}::regprocedure`,
+    );
+    if (!fn) throw new Error(`${CLAIM_FUNCTION} is missing: run the migrations`);
+    for (const setting of fn.config ?? []) {
+      const [name, value] = setting.split(/=(.*)/s) as [string, string];
+      await tx.execute(sql`SELECT set_config(${name}, ${value}, true)`);
+    }
+    // The input arguments (how_many, only_kinds, token, lease_seconds; the output columns follow) as $1..$4.
+    const types = ['int', 'text[]', 'text', 'int'];
+    let body = fn.body;
+    fn.args.slice(0, types.length).forEach((name, i) => {
+      body = body.replace(new RegExp(`\\b${name}\\b`, 'g'), `$${i + 1}::${types[i]}`);
+    });
+    const v = claimValues(options);
+    const explain = generic ? 'EXPLAIN (GENERIC_PLAN) ' : 'EXPLAIN ';
+    const params = generic ? [] : [v.limit, options.kinds ?? null, v.token, v.lease];
+    const rows = await rowsOf<{ 'QUERY PLAN': string }>(tx, sql.join([sql.raw(explain), bindPositional(body, params)]));
+    return rows.map((r) => r['QUERY PLAN']).join('\n');
+  });
 }
 
+const CLAIM_FUNCTION = `${PGDRAIN_SCHEMA}.claim(integer,text[],text,integer)`;
 
-function rawWithParams(query: { sql: string; params: unknown[] }) {
-  // Re-binds the builder's $n placeholders as parameters of the EXPLAIN statement.
-  const parts = query.sql.split(/\$(\d+)/);
+/** `text` whose $1, $2, … are bound to `params` (left as they are when there are none: a generic plan). */
+function bindPositional(text: string, params: readonly unknown[]) {
+  if (params.length === 0) return sql.raw(text);
+  const parts = text.split(/\$(\d+)/);
   const chunks = [sql.raw(parts[0] ?? '')];
-  for (let i = 1; i < parts.length; i += 2) {
-    chunks.push(sql`${sql.param(query.params[Number(parts[i]) - 1])}`, sql.raw(parts[i + 1] ?? ''));
-  }
+  for (let i = 1; i < parts.length; i += 2) chunks.push(sql`${sql.param(params[Number(parts[i]) - 1])}`, sql.raw(parts[i + 1] ?? ''));
   return sql.join(chunks);
 }
 
-// The claim runs thousands of times a second: it is a named prepared statement per connection
-// (parsed and planned once), with the batch size, lock token, kinds and ids as parameters.
-const prepared = new WeakMap<Db, Map<string, ReturnType<typeof prepareClaim>>>();
-function preparedClaim(db: Db, filtered: boolean, byIds: boolean) {
-  let byDb = prepared.get(db);
-  if (!byDb) prepared.set(db, (byDb = new Map()));
-  const name = `pgdrain_claim${filtered ? '_kinds' : ''}${byIds ? '_ids' : ''}`;
-  let statement = byDb.get(name);
-  if (!statement) byDb.set(name, (statement = prepareClaim(db, filtered, byIds, name)));
-  return statement;
-}
-const prepareClaim = (db: Db, filtered: boolean, byIds: boolean, name: string) => claimStatement(db, filtered, byIds).prepare(name);
-
-/** A claim's parameters, bound as values (a one-off statement) rather than placeholders (prepared). */
+/** A claim's parameters. */
 export interface ClaimValues {
   limit: number;
   token: string;
@@ -98,37 +109,13 @@ export const claimValues = (options: ClaimOptions): ClaimValues => ({
   lease: options.leaseSeconds ?? JOB_DEFAULTS.visibilityTimeoutSeconds,
 });
 
-/** The claim as a statement: with placeholders to prepare once, or with `values` bound in. */
-export function claimStatement(db: Db, filtered: boolean, byIds = false, values?: ClaimValues) {
-  const param = (name: keyof ClaimValues, cast: string) =>
-    values ? sql`${sql.param(values[name])}::${sql.raw(cast)}` : sql`${sql.placeholder(name)}::${sql.raw(cast)}`;
-  // `status = 'pending'` stays a literal: with a parameter there, a generic plan could not prove
-  // that the partial index jobs_ready applies and would scan the whole table.
-  const ready = db
-    .select({ id: jobs.id })
-    .from(jobs)
-    .where(
-      and(
-        sql`${jobs.status} = 'pending'`,
-        lte(jobs.runAt, sql`now()`),
-        filtered ? sql`${jobs.kind} = ANY(${param('kinds', 'text[]')})` : undefined,
-        byIds ? sql`${jobs.id} = ANY(${param('ids', 'bigint[]')})` : undefined,
-        // Paused kinds: an InitPlan, read once per claim. Wrapped in coalesce (which never changes
-        // the result: neither side can be NULL) because the planner estimates a bare
-        // `<> ALL(subquery array)` to match almost no row, and then prefers reading and sorting
-        // the whole backlog over walking jobs_ready in order: a drain three times slower.
-        sql`coalesce(${jobs.kind} <> ALL(ARRAY(SELECT paused.kind FROM ${pausedKinds} AS paused)), true)`,
-      ),
-    )
-    // Exactly the index's order: jobs_ready is (priority DESC NULLS LAST, run_at, id), and a bare
-    // DESC means NULLS FIRST, which the planner would meet with a sort of the whole backlog.
-    .orderBy(sql`${jobs.priority} DESC NULLS LAST`, jobs.runAt, jobs.id)
-    .limit(values ? values.limit : sql.placeholder('limit'))
-    .for('update', { skipLocked: true });
-  // `id = ANY(ARRAY(subquery))` is `id IN (subquery)` with the subquery pinned as an InitPlan: it
-  // runs once and the update then looks its rows up by primary key. With IN, a planner that
-  // misjudges the LIMIT (a generic plan, stale statistics) may pick a hash join over the whole table.
-  return claimUpdate(db, sql`${jobs.id} = ANY(ARRAY(${ready}))`, param('token', 'text'), param('lease', 'int'));
+/** The claim as a statement, its values bound (a claim of given ids through pgdrain.claim_ids). */
+export function claimStatement(values: ClaimValues, filtered: boolean, byIds = false): SQL {
+  const kinds = filtered ? sql`${sql.param(values.kinds)}::text[]` : sql`NULL::text[]`;
+  const rest = sql`${sql.param(values.limit)}::int, ${kinds}, ${sql.param(values.token)}::text, ${sql.param(values.lease)}::int`;
+  return byIds
+    ? sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.claim_ids(${sql.param(values.ids)}::bigint[], ${rest})`
+    : sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.claim(${rest})`;
 }
 
 /** The claim's write, whichever rows `which` picks: running under `token`, its lease written, one

@@ -26,10 +26,7 @@ export async function completeAndClaim(
   settle: SettleOptions = {},
 ): Promise<CompleteAndClaimResult> {
   const claiming = options.batchSize >= 1 && options.kinds?.length !== 0 && options.ids?.length !== 0;
-  const claimSql: SQL = claimStatement(db, options.kinds !== undefined, options.ids !== undefined, {
-    ...claimValues(options),
-    limit: claiming ? options.batchSize : 0,
-  }).getSQL();
+  const claimSql: SQL = claimStatement({ ...claimValues(options), limit: claiming ? options.batchSize : 0 }, options.kinds !== undefined, options.ids !== undefined);
   const counted = settle.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('ended')})`;
   // A row per claimed job, the first also carrying the deleted ids (once: a claim of 500 must not
   // bring them back 500 times); one row of NULLs when nothing was claimed, so that the deletions

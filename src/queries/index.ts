@@ -3,7 +3,7 @@
 // and the tests run identical SQL, and enqueue joins whatever transaction the caller has open.
 export { type Db, NOTIFY_CHANNEL, FINISHED_CHANNEL, CANCEL_CHANNEL } from './db.ts';
 export { enqueue, enqueueMany, ENQUEUE_CHUNK, UnknownDependencyError, type NewJob, type EnqueuedJob, type DedupeMode } from './enqueue.ts';
-export { claim, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
+export { claim, claimStatement, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
 export { claimLimited, type ClaimLimits, type LimitedClaim, type LimitedClaimOptions } from './claim-limited.ts';
 export { complete, completeJobs, completeFollowed, type CompletedJob, type Completion, type EndedJob, type HeldJob, type SettleOptions } from './complete.ts';
 export { completeAndClaim, type CompleteAndClaimResult } from './complete-and-claim.ts';

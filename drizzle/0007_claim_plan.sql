@@ -13,10 +13,14 @@
 -- ones; marked running under `token` with one more attempt and a lease of the job's own visibility,
 -- else `lease_seconds`. pgdrain.claim_ids(only_ids, …): the same for given jobs (run-now), found by
 -- primary key (sorting a handful of rows is allowed there). src/queries/claim.ts calls both; the
--- rows they return are the columns a drainer needs.
+-- rows they return are the columns a drainer needs, the job's trace context among them: the W3C
+-- `traceparent` of its enqueue, a new nullable column (catalog only), so the handler's span links to
+-- the span that enqueued it (src/tracing.ts).
+ALTER TABLE "pgdrain"."jobs" ADD COLUMN IF NOT EXISTS "traceparent" text;
+--> statement-breakpoint
 CREATE OR REPLACE FUNCTION pgdrain.claim(how_many integer, only_kinds text[], token text, lease_seconds integer)
 RETURNS TABLE (id bigint, kind text, payload jsonb, attempts integer, max_attempts integer, priority integer, group_key text,
-               timeout_ms integer, run_at timestamptz, locked_by text, visibility_seconds integer, created_at timestamptz)
+               timeout_ms integer, run_at timestamptz, locked_by text, visibility_seconds integer, traceparent text, created_at timestamptz)
 LANGUAGE sql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -36,12 +40,12 @@ AS $claim$
             LIMIT how_many
             FOR UPDATE OF r SKIP LOCKED))
   RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.group_key, j.timeout_ms, j.run_at, j.locked_by,
-            j.visibility_seconds, j.created_at
+            j.visibility_seconds, j.traceparent, j.created_at
 $claim$;
 --> statement-breakpoint
 CREATE OR REPLACE FUNCTION pgdrain.claim_ids(only_ids bigint[], how_many integer, only_kinds text[], token text, lease_seconds integer)
 RETURNS TABLE (id bigint, kind text, payload jsonb, attempts integer, max_attempts integer, priority integer, group_key text,
-               timeout_ms integer, run_at timestamptz, locked_by text, visibility_seconds integer, created_at timestamptz)
+               timeout_ms integer, run_at timestamptz, locked_by text, visibility_seconds integer, traceparent text, created_at timestamptz)
 LANGUAGE sql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -60,5 +64,5 @@ AS $claim_ids$
             LIMIT how_many
             FOR UPDATE OF r SKIP LOCKED))
   RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.group_key, j.timeout_ms, j.run_at, j.locked_by,
-            j.visibility_seconds, j.created_at
+            j.visibility_seconds, j.traceparent, j.created_at
 $claim_ids$;

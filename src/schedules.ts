@@ -149,7 +149,9 @@ export async function evaluateSchedules(
             })),
           );
         }
-        if (state.lastSlot === null || due.latest > state.lastSlot) await advanceSchedule(tx, schedule.name, due.latest, due.skipped);
+        if (state.lastSlot === null || due.latest > state.lastSlot) {
+          await advanceSchedule(tx, schedule.name, due.latest, due.skipped, due.enqueue.at(-1) ?? null);
+        }
         return { name: schedule.name, enqueued: due.enqueue.length, skipped: due.skipped };
       }),
     );
@@ -163,6 +165,8 @@ export interface ScheduleView {
   timezone: string;
   kind: string;
   nextRunAt: string | null;
+  /** The last slot a job was enqueued for; null: never (a schedule's first evaluation enqueues
+   * nothing from before it existed). */
   lastRunAt: string | null;
 }
 
@@ -175,7 +179,7 @@ export async function describeSchedules(db: Db, schedules: readonly ScheduleDefi
     timezone: s.timezone ?? 'UTC',
     kind: s.kind,
     nextRunAt: cronOf(s).nextRun(now)?.toISOString() ?? null,
-    lastRunAt: states.get(s.name)?.lastSlot?.toISOString() ?? null,
+    lastRunAt: states.get(s.name)?.lastEnqueuedSlot?.toISOString() ?? null,
   }));
 }
 

@@ -102,6 +102,23 @@ describe('recurring schedules', () => {
     ]);
   });
 
+  it("'Last enqueued' is the last slot a job was enqueued for: never, for a schedule whose first evaluation came after its slot", async () => {
+    // `0 3 * * *` deployed at 03:17: its first evaluation owes nothing (03:00 was before it existed).
+    const nightly = defineSchedule({ name: 'nightly', cron: '0 3 * * *', kind: 'noop', payload: {} });
+    await evaluateSchedules(t.db, registry, [nightly], { now: at('2026-06-01T03:17:00Z') });
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`)).toEqual([{ n: 0 }]);
+    expect((await describeSchedules(t.db, [nightly], at('2026-06-01T03:18:00Z')))[0]).toMatchObject({ lastRunAt: null, nextRunAt: '2026-06-02T03:00:00.000Z' });
+    // Evaluated again the same day: still nothing enqueued, still never.
+    await evaluateSchedules(t.db, registry, [nightly], { now: at('2026-06-01T12:00:00Z') });
+    expect((await describeSchedules(t.db, [nightly], at('2026-06-01T12:00:00Z')))[0]!.lastRunAt).toBeNull();
+    // The next night's slot is enqueued: that is the last enqueued.
+    await evaluateSchedules(t.db, registry, [nightly], { now: at('2026-06-02T03:00:05Z') });
+    expect((await describeSchedules(t.db, [nightly], at('2026-06-02T03:01:00Z')))[0]!.lastRunAt).toBe('2026-06-02T03:00:00.000Z');
+    // Days of downtime: the missed slots are skipped, only the latest is enqueued, and that one is the last enqueued.
+    await evaluateSchedules(t.db, registry, [nightly], { now: at('2026-06-05T12:00:00Z') });
+    expect((await describeSchedules(t.db, [nightly], at('2026-06-05T12:00:00Z')))[0]!.lastRunAt).toBe('2026-06-05T03:00:00.000Z');
+  });
+
   it('refuses a bad cron expression, an unknown time zone, an unknown kind, a payload the kind rejects, and a name used twice', () => {
     expect(() => defineSchedule({ name: 'x', cron: 'every day', kind: 'noop', payload: {} })).toThrow(/schedule x: .*five, six, or seven/);
     expect(() => defineSchedule({ name: 'x', cron: '* * * * *', timezone: 'Mars/Olympus', kind: 'noop', payload: {} })).toThrow(/schedule x: unknown time zone "Mars\/Olympus"/);

@@ -101,6 +101,9 @@ export const jobs = pgdrainSchema.table(
     waitingFor: integer('waiting_for'),
     /** Jobs wait for it: its settlement settles their counters. NULL: none. */
     hasDependents: boolean('has_dependents'),
+    /** The W3C trace context of the enqueue (`00-<trace id>-<span id>-<flags>`): the handler's span
+     * links to it. NULL when nothing traced the enqueue. */
+    traceparent: text('traceparent'),
     createdAt: timestamptz('created_at').notNull().defaultNow(),
   },
   (t) => [
@@ -169,8 +172,11 @@ export const pausedKinds = pgdrainSchema.table('paused_kinds', {
 // Worker invocations) enqueue each slot once. A schedule removed from code leaves its row unused.
 export const schedules = pgdrainSchema.table('schedules', {
   name: text('name').primaryKey(),
-  /** The latest slot enqueued (or skipped); NULL until the first evaluation. */
+  /** The latest slot handled — enqueued, skipped, or, at the first evaluation, the time it
+   * happened; NULL until then. Evaluation starts after it. */
   lastSlot: timestamptz('last_slot'),
+  /** The latest slot a job was actually enqueued for; NULL: never (what the dashboard shows). */
+  lastEnqueuedSlot: timestamptz('last_enqueued_slot'),
   /** Slots missed beyond the schedule's backfill window, skipped rather than enqueued. */
   skipped: bigint('skipped', { mode: 'number' }).notNull().default(0),
   evaluatedAt: timestamptz('evaluated_at').notNull().defaultNow(),

@@ -237,7 +237,7 @@ export const scheduleList = z.object({
       timezone: z.string(),
       kind: z.string(),
       nextRunAt: timestamp.nullable(),
-      lastRunAt: timestamp.nullable(),
+      lastRunAt: timestamp.nullable().meta({ description: 'The last slot a job was enqueued for; null: never.' }),
     }),
   ),
 });

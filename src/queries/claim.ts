@@ -29,6 +29,8 @@ export interface ClaimedJob {
   /** The lock token this claim wrote into locked_by; complete/fail/release must present it. */
   lockedBy: string;
   visibilitySeconds: number | null;
+  /** The W3C trace context of its enqueue, if one was traced. */
+  traceparent: string | null;
   createdAt: Date;
 }
 
@@ -147,6 +149,7 @@ const CLAIMED_COLUMNS = {
   runAt: jobs.runAt,
   lockedBy: jobs.lockedBy,
   visibilitySeconds: jobs.visibilitySeconds,
+  traceparent: jobs.traceparent,
   createdAt: jobs.createdAt,
 };
 

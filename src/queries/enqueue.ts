@@ -29,6 +29,9 @@ export interface NewJob {
   /** Ids of jobs this one waits for: it is claimed once every one of them has completed, and is
    * dead at once if one of them ends dead or cancelled. Every id must exist. */
   after?: readonly string[];
+  /** The W3C trace context of the span that enqueued it (`00-<trace>-<span>-<flags>`): the handler's
+   * span links to it. Set by enqueue() when a tracer is registered (src/tracing.ts). */
+  traceparent?: string;
 }
 
 /** `after` named jobs that do not exist (completed jobs are deleted unless their kind keeps them). */
@@ -85,6 +88,7 @@ function values(job: NewJob) {
     groupKey: job.groupKey ?? null,
     timeoutMs: job.timeoutMs ?? null,
     keepSeconds: job.keepSeconds ?? null,
+    traceparent: job.traceparent ?? null,
   };
 }
 
@@ -120,9 +124,9 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
 /** INSERT of one job with a dedupe key, nothing when the key is taken; RETURNING what enqueue reports. */
 function insertKeyed(job: NewJob, key: string) {
   const v = values(job);
-  return sql`INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key, timeout_ms, keep_seconds)
+  return sql`INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key, timeout_ms, keep_seconds, traceparent)
              VALUES (${v.kind}, ${v.payload}::jsonb, coalesce(${v.runAt}::timestamptz, now()), ${v.maxAttempts}::int, ${key}::text,
-                     ${v.visibility}::int, ${v.priority}::int, ${v.groupKey}::text, ${v.timeoutMs}::int, ${v.keepSeconds}::int)
+                     ${v.visibility}::int, ${v.priority}::int, ${v.groupKey}::text, ${v.timeoutMs}::int, ${v.keepSeconds}::int, ${v.traceparent}::text)
              ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
              RETURNING id, status, run_at, kind`;
 }
@@ -180,6 +184,7 @@ function prepareInsert(db: Db) {
       groupKey: sql`${sql.placeholder('groupKey')}::text`,
       timeoutMs: sql`${sql.placeholder('timeoutMs')}::int`,
       keepSeconds: sql`${sql.placeholder('keepSeconds')}::int`,
+      traceparent: sql`${sql.placeholder('traceparent')}::text`,
     })
     .returning({
       id: jobs.id,
@@ -239,9 +244,9 @@ async function enqueueWaiting(tx: Db, job: NewJob, after: readonly string[]): Pr
   const [row] = await rowsOf<Returned>(
     tx,
     sql`WITH ins AS (
-          INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, visibility_seconds, priority, group_key, timeout_ms, keep_seconds, status, waiting_for, last_error, finished_at)
+          INSERT INTO ${jobs} (kind, payload, run_at, max_attempts, visibility_seconds, priority, group_key, timeout_ms, keep_seconds, traceparent, status, waiting_for, last_error, finished_at)
           VALUES (${v.kind}, ${v.payload}::jsonb, coalesce(${v.runAt}::timestamptz, now()), ${v.maxAttempts}::int, ${v.visibility}::int, ${v.priority}::int,
-                  ${v.groupKey}::text, ${v.timeoutMs}::int, ${v.keepSeconds}::int,
+                  ${v.groupKey}::text, ${v.timeoutMs}::int, ${v.keepSeconds}::int, ${v.traceparent}::text,
                   ${ended ? 'dead' : unfinished > 0 ? 'waiting' : 'pending'}, ${ended || unfinished === 0 ? null : unfinished}::int,
                   ${ended ? `job ${ended.id} it waits for ended ${ended.status}` : null}::text, ${ended ? sql`now()` : sql`NULL`})
           RETURNING id, status, run_at, kind),
@@ -273,6 +278,7 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
   const groupKey = has('groupKey') ? column(chunk.map((j) => j.groupKey ?? null), 'text') : sql`NULL::text`;
   const timeoutMs = has('timeoutMs') ? column(chunk.map((j) => j.timeoutMs ?? null), 'int') : sql`NULL::int`;
   const keepSeconds = has('keepSeconds') ? column(chunk.map((j) => j.keepSeconds ?? null), 'int') : sql`NULL::int`;
+  const traceparent = has('traceparent') ? column(chunk.map((j) => j.traceparent ?? null), 'text') : sql`NULL::text`;
   // Delayed jobs are found by the poll when due; only kinds with a job ready now are announced.
   const nowMs = Date.now();
   const readyKinds = [...new Set(chunk.filter((j) => !j.runAt || j.runAt.getTime() <= nowMs).map((j) => j.kind))];
@@ -285,9 +291,9 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
     sql`WITH input AS (
           SELECT value AS payload, ordinality AS ord FROM jsonb_array_elements(${payloads}::jsonb) WITH ORDINALITY),
         ins AS (
-          INSERT INTO ${jobs} (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key, timeout_ms, keep_seconds)
+          INSERT INTO ${jobs} (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key, timeout_ms, keep_seconds, traceparent)
           SELECT nextval(${JOBS_ID_SEQUENCE}::regclass), ${kind}, payload, ${runAt}, ${maxAttempts}, ${key}, ${visibility}, ${priority}, ${groupKey},
-                 ${timeoutMs}, ${keepSeconds}
+                 ${timeoutMs}, ${keepSeconds}, ${traceparent}
             FROM input ORDER BY ord
           ${keyed ? sql`ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING` : sql``}
           RETURNING id, dedupe_key),

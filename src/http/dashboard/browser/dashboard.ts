@@ -429,8 +429,8 @@ function applyScope(): void {
   }
 }
 
-function formatWhen(iso: string | null): string {
-  if (!iso) return '–';
+function formatWhen(iso: string | null, none = '–'): string {
+  if (!iso) return none;
   return new Date(iso).toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
 }
 
@@ -441,7 +441,7 @@ function renderSchedules(data: ScheduleList): void {
       element('td', {}, [element('code', { text: s.cron }), document.createTextNode(` ${s.timezone}`)]),
       element('td', { text: s.kind }),
       element('td', { 'data-col': 'next', text: formatWhen(s.nextRunAt) }),
-      element('td', { 'data-col': 'last', text: formatWhen(s.lastRunAt) }),
+      element('td', { 'data-col': 'last', text: formatWhen(s.lastRunAt, 'never') }),
     ]),
   );
   fillTable('schedules', rows);

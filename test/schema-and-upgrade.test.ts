@@ -63,7 +63,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.cancel(bigint)',
     'pgdrain.claim(integer,text[],text,integer)',
     'pgdrain.claim_ids(bigint[],integer,text[],text,integer)',
-    'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer)',
+    'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer,text)',
   ]);
   // Applying the migrations again changes nothing.
   await migrateDatabase(t.url);

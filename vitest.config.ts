@@ -36,7 +36,11 @@ export default defineConfig({
           cloudflareTest(({ inject }) => {
             const urls = JSON.parse(inject('workerDatabaseUrls')) as Record<string, string>;
             // Local Hyperdrive bindings read their target from these variables (miniflare wants a password).
-            const hyperdrives = { HYPERDRIVE_CONFORMANCE: withPlaceholderPassword(urls.hyperdrive_conformance!), HYPERDRIVE_SCHEDULED: withPlaceholderPassword(urls.hyperdrive_scheduled!) };
+            const hyperdrives = {
+              HYPERDRIVE_CONFORMANCE: withPlaceholderPassword(urls.hyperdrive_conformance!),
+              HYPERDRIVE_SCHEDULED: withPlaceholderPassword(urls.hyperdrive_scheduled!),
+              HYPERDRIVE_TRACING: withPlaceholderPassword(urls.hyperdrive_tracing!),
+            };
             for (const [name, url] of Object.entries(hyperdrives)) process.env[`CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_${name}`] = url;
             return {
               wrangler: { configPath: './wrangler.toml' },
@@ -49,6 +53,7 @@ export default defineConfig({
                   SCHEDULED_DATABASE_URL: urls.scheduled!,
                   HOSTILE_DATABASE_URL: urls.hostile!,
                   CLIENT_DATABASE_URL: urls.client!,
+                  TRACING_DATABASE_URL: urls.tracing!,
                   // Tests that do not say otherwise drain for a fixed 25 s, whatever the clock's second.
                   DRAIN_BUDGET_MS: '25000',
                   API_TOKEN: 'worker-test-token-0123456789',

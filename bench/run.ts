@@ -284,6 +284,10 @@ async function main() {
     paired.push(await drainPairs('results', `drain ${n / 1000}k, results kept and deleted at once`, pgdrainSystem({ keepResults: true }), pgdrainSystem(), n, pairs));
     record(`drain ${n / 1000}k, results kept`, 'pgdrain', 'jobs/s', paired[3]!.values[0], [], []);
     record(`drain ${n / 1000}k, results deleted at once`, 'pgdrain', 'jobs/s', paired[3]!.values[1], [], []);
+    // Tracing: every claim and every handler run a span, batched to an exporter, against no API at all.
+    paired.push(await drainPairs('tracing', `drain ${n / 1000}k with an OpenTelemetry tracer provider registered and without`, pgdrainSystem({ tracing: true }), pgdrainSystem(), n, pairs));
+    record(`drain ${n / 1000}k, traced (OpenTelemetry)`, 'pgdrain', 'jobs/s', paired[4]!.values[0], [], []);
+    record(`drain ${n / 1000}k, not traced`, 'pgdrain', 'jobs/s', paired[4]!.values[1], [], []);
     // The limits themselves: every claim of the kind under its lock, counting what it holds.
     for (const variant of [{ globalConcurrency: 50 }, { groups: 100 }]) {
       const system = pgdrainSystem(variant);

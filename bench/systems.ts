@@ -4,6 +4,9 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { performance } from 'node:perf_hooks';
+import * as otel from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { BatchSpanProcessor, InMemorySpanExporter, TracerProvider } from '@opentelemetry/sdk-trace';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import pino from 'pino';
@@ -14,6 +17,7 @@ import { type Db, enqueue, enqueueMany } from '../src/queries/index.ts';
 import { createDrainPool } from '../src/sidecar/database.ts';
 import { Drainer } from '../src/sidecar/drainer.ts';
 import { startSidecar } from '../src/sidecar/index.ts';
+import { useOpenTelemetry } from '../src/tracing.ts';
 
 /** Counts handler runs by job index; a drain must see every index exactly once. */
 export class RunCounter {
@@ -76,7 +80,9 @@ const payloads = (n: number) => Array.from({ length: n }, (_, i) => ({ i }));
  * `globalConcurrency` and `groups` (keys, one job at a time each) limit the bench kind across
  * drainers; `unusedLimits` registers limited kinds next to it that have no jobs: what limits cost
  * the kinds that have none. `keepResults`: the kind keeps its completed jobs (keepCompletedSeconds)
- * with what the handler returns: what a history costs. */
+ * with what the handler returns: what a history costs. `tracing`: an OpenTelemetry tracer provider
+ * (the real SDK, batching spans to an in-memory exporter) is registered during the drain, so every
+ * claim and every handler run is a span: what tracing costs; the others run with no API at all. */
 export interface PgdrainVariant {
   recordCounts?: boolean;
   priorities?: boolean;
@@ -84,6 +90,7 @@ export interface PgdrainVariant {
   groups?: number;
   unusedLimits?: boolean;
   keepResults?: boolean;
+  tracing?: boolean;
 }
 
 export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
@@ -122,6 +129,7 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
       : variant.groups ? `pgdrain, ${variant.groups} groups`
       : variant.unusedLimits ? 'pgdrain, other kinds limited'
       : variant.keepResults ? 'pgdrain, results kept'
+      : variant.tracing ? 'pgdrain, traced'
       : 'pgdrain',
     version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version,
     table: 'pgdrain.jobs',
@@ -149,9 +157,15 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
     },
     async drain(counter) {
       onRun = (p) => counter.hit(p.i as number);
-      const drainer = new Drainer(drainDb, registry, options).start();
-      await counter.done();
-      await drainer.stop(10_000);
+      const traced = variant.tracing ? startTracing() : null;
+      if (!traced) useOpenTelemetry(null);
+      try {
+        const drainer = new Drainer(drainDb, registry, options).start();
+        await counter.done();
+        await drainer.stop(10_000);
+      } finally {
+        await traced?.stop();
+      }
     },
     async idle(onStart) {
       onRun = (p) => onStart(p.seq as number);
@@ -168,6 +182,25 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
     close: async () => {
       await pool.end();
       await drainPool.end();
+    },
+  };
+}
+
+/** The real SDK, registered globally for one drain: batched spans to an in-memory exporter. */
+function startTracing() {
+  const exporter = new InMemorySpanExporter();
+  const provider = new TracerProvider({ spanProcessors: [new BatchSpanProcessor({ exporter })] });
+  otel.trace.setGlobalTracerProvider(provider);
+  otel.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  useOpenTelemetry(otel);
+  return {
+    stop: async () => {
+      await provider.forceFlush();
+      await provider.shutdown();
+      exporter.reset();
+      otel.trace.disable();
+      otel.context.disable();
+      useOpenTelemetry(null);
     },
   };
 }

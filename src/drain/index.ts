@@ -33,10 +33,11 @@
 //   lease lost               fail, refused by the lock token (counted lost): someone else holds it
 //   cancelled (lease keeper) complete, which ends it cancelled (someone asked to cancel it)
 //   abandoned at shutdown    release: pending again, attempt refunded
-import type { JobRegistry } from '../jobs/registry.ts';
+import { PermanentJobError, type JobRegistry } from '../jobs/registry.ts';
+import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '../tracing.ts';
 import type { ClaimedJob, Db } from '../queries/index.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
-import { DEFAULT_VISIBILITY_SECONDS, JobCancelledError, type LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
+import { DEFAULT_VISIBILITY_SECONDS, JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
 import { HandlerAbandonedError, type HandlerEnvironment, type HandlerOutcome, type OpenTransactionConnection, runHandler } from './run-handler.ts';
 import { type SettledCounts, Settler } from './settler.ts';
@@ -136,6 +137,10 @@ class DrainRun {
   readonly #waiting: ClaimedJob[] = [];
   readonly #running = new Set<Promise<void>>();
   readonly #wakeup = new Wakeup();
+  /** Tracing (src/tracing.ts): the API when the app uses OpenTelemetry, and each claimed job's
+   * claim span context. */
+  #tracing: OpenTelemetryApi | null = null;
+  readonly #claimContexts = new WeakMap<ClaimedJob, ReturnType<typeof traceClaim>>();
   #claimed = 0;
   #lostUnstarted = 0;
   #claimError: unknown;
@@ -187,6 +192,7 @@ class DrainRun {
   }
 
   async run(): Promise<DrainReport> {
+    this.#tracing = await openTelemetry();
     for (;;) {
       const stop = this.#budget.stopReason();
       if (stop) this.#stoppedBy = stop;
@@ -216,14 +222,18 @@ class DrainRun {
   #start(job: ClaimedJob): void {
     const startedAt = performance.now();
     const attach = (giveUp: (error: Error) => void) => this.#leases.attach(job.id, giveUp);
-    const task = runHandler(this.#registry, job, this.#budget.handlerDeadline, this.#handlerEnvironment, attach).then(
+    const claimContext = this.#tracing ? this.#claimContexts.get(job) : undefined;
+    const span = this.#tracing && claimContext ? new ProcessSpan(this.#tracing, job, claimContext) : undefined;
+    const task = runHandler(this.#registry, job, this.#budget.handlerDeadline, this.#handlerEnvironment, attach, span).then(
       (outcome) => {
         this.#planner.handlerTook(performance.now() - startedAt);
         const progressJson = this.#leases.drop(job.id);
         this.#settle(job, outcome, progressJson);
+        span?.end('completed');
       },
       (error: unknown) => {
         this.#leases.drop(job.id);
+        span?.end(outcomeOf(job, error), error);
         if (error instanceof HandlerAbandonedError) this.#settler.release([job], error.message);
         else if (error instanceof JobCancelledError) this.#settleCancelled(job);
         else this.#settler.fail(job, error, this.#registry.get(job.kind)?.backoff);
@@ -237,7 +247,6 @@ class DrainRun {
     this.#running.add(tracked);
   }
 
-  /** `progressJson`: its last progress report, not saved yet (a kept job keeps it). */
   #settle(job: ClaimedJob, outcome: HandlerOutcome, progressJson: string | undefined): void {
     if (outcome?.settledInTransaction) this.#settler.settledInTransaction(job, outcome.releasedKinds);
     else this.#settler.complete(job, outcome?.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome?.kept);
@@ -260,6 +269,10 @@ class DrainRun {
         (outcome) => {
           this.#planner.settled(plan, outcome, Date.now() - sentAt);
           this.#claimed += outcome.jobs.length;
+          if (this.#tracing && outcome.jobs.length > 0) {
+            const context = traceClaim(this.#tracing, [...new Set(outcome.jobs.map((j) => j.kind))], outcome.jobs.length, sentAt);
+            for (const job of outcome.jobs) this.#claimContexts.set(job, context);
+          }
           this.#leases.hold(outcome.jobs, sentAt);
           this.#waiting.push(...outcome.jobs);
         },
@@ -295,6 +308,14 @@ class DrainRun {
     this.#planner.settledInDatabase(job.kind); // another drainer holds it now
     this.#lostUnstarted++;
   }
+}
+
+/** What a failed attempt leads to, for its trace: `retry`, `dead`, `cancelled`, `released`, `lost`. */
+function outcomeOf(job: ClaimedJob, error: unknown): string {
+  if (error instanceof JobCancelledError) return 'cancelled';
+  if (error instanceof HandlerAbandonedError) return 'released';
+  if (error instanceof LeaseLostError) return 'lost';
+  return error instanceof PermanentJobError || job.attempts >= job.maxAttempts ? 'dead' : 'retry';
 }
 
 /**

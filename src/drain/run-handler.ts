@@ -18,6 +18,7 @@ import {
   DEFAULT_TIMEOUT_MS, type JobContext, type JobDefinition, type JobRegistry, PermanentJobError, describeIssues,
 } from '../jobs/registry.ts';
 import { type ClaimedJob, type Db, completeJobs, getDependencies } from '../queries/index.ts';
+import type { ProcessSpan } from '../tracing.ts';
 import { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 
 /** Gives the job up: aborts its handler's signal and stops waiting for the handler. */
@@ -79,6 +80,8 @@ export async function runHandler(
   environment: HandlerEnvironment,
   /** Receives the function that gives the job up (the lease keeper calls it when the lease is lost). */
   onStart: (giveUp: GiveUp) => void,
+  /** Tracing: the handler runs with this `process` span active. */
+  span?: ProcessSpan,
 ): Promise<HandlerOutcome> {
   const definition = registry.get(job.kind);
   if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
@@ -88,8 +91,9 @@ export async function runHandler(
   const attempt = new Attempt(job, definition, deadline);
   onStart((error) => attempt.giveUp(error));
   try {
-    if (definition.transactional) return await runInTransaction(attempt, parsed.data, environment);
-    const value = await attempt.race(Promise.resolve().then(() => definition.handler(parsed.data, new HandlerContext(job, attempt.signal, environment))));
+    if (definition.transactional) return await runInTransaction(attempt, parsed.data, environment, span);
+    const invoke = () => definition.handler(parsed.data, new HandlerContext(job, attempt.signal, environment));
+    const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
     return definition.keepCompletedSeconds ? { kept: keptResult(definition, value), settledInTransaction: false } : undefined;
   } finally {
     attempt.end();
@@ -186,7 +190,7 @@ class HandlerContext implements JobContext {
   }
 }
 
-async function runInTransaction(attempt: Attempt, payload: unknown, environment: HandlerEnvironment): Promise<HandlerOutcome> {
+async function runInTransaction(attempt: Attempt, payload: unknown, environment: HandlerEnvironment, span?: ProcessSpan): Promise<HandlerOutcome> {
   const { job, definition } = attempt;
   const open = environment.transactions ?? (async () => ({ db: environment.db, release: () => {} }));
   const opening = open();
@@ -205,7 +209,8 @@ async function runInTransaction(attempt: Attempt, payload: unknown, environment:
   try {
     await connection.db.transaction(async (tx) => {
       const guarded = guardTransaction(tx as unknown as Db, () => over);
-      const value = await attempt.race(Promise.resolve().then(() => definition.handler(payload, new HandlerContext(job, attempt.signal, environment, guarded))));
+      const invoke = () => definition.handler(payload, new HandlerContext(job, attempt.signal, environment, guarded));
+      const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
       kept = keptResult(definition, value);
       const { ended: [ended], releasedKinds } = await attempt.race(
         completeJobs(tx as unknown as Db, [{ id: job.id, lockedBy: job.lockedBy, ...kept, progressJson: environment.unsavedProgress(job.id) }], {

@@ -20,6 +20,9 @@ export { enqueue, enqueueMany, type EnqueueOptions } from '../jobs/typed-enqueue
 export { UnknownDependencyError } from '../queries/index.ts';
 export type { Db, NewJob, EnqueuedJob, ClaimedJob, Backoff } from '../queries/index.ts';
 
+// Tracing: found by itself in Node once you register a tracer provider; pass the API in a Worker.
+export { useOpenTelemetry, type OpenTelemetryApi } from '../tracing.ts';
+
 // A job's life: stop one, read what it waited for; the limits on what a handler reports.
 export { cancel, getDependencies, type CancelOutcome } from '../queries/index.ts';
 export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, JobCancelledError, LeaseLostError } from '../drain/index.ts';

@@ -4,6 +4,7 @@
 // Both join whatever Drizzle database or transaction they are given.
 import * as queries from '../queries/index.ts';
 import type { DedupeMode, Db, EnqueuedJob, NewJob } from '../queries/index.ts';
+import { traceEnqueue } from '../tracing.ts';
 import { type JobDefinition, prepareJob } from './registry.ts';
 
 /** When and how a job of a defined kind runs; the kind's own settings fill the rest. */
@@ -36,13 +37,15 @@ export interface EnqueueOptions {
  *   await enqueue(tx, { kind: 'send_receipt', payload }); // by name, validated when it runs
  *
  * Throws JobValidationError (code 'invalid_payload') when a defined kind's schema rejects the payload.
+ * With OpenTelemetry in use and a span active, the enqueue is a `create` span and the job carries
+ * its trace context (src/tracing.ts).
  */
 export function enqueue<Payload>(db: Db, job: JobDefinition<Payload>, payload: Payload, options?: EnqueueOptions): Promise<EnqueuedJob>;
 export function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob>;
 export function enqueue<Payload>(db: Db, job: JobDefinition<Payload> | NewJob, payload?: Payload, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
-  if (!isDefinition(job)) return queries.enqueue(db, job);
   // Validation throws before anything is sent to the database.
-  return queries.enqueue(db, prepareJob(job, { ...options, payload }));
+  const prepared = isDefinition(job) ? prepareJob(job, { ...options, payload }) : job;
+  return traceEnqueue([prepared], ([one]) => queries.enqueue(db, one!), { ids: (r) => [r.id] });
 }
 
 /**
@@ -60,8 +63,8 @@ export function enqueueMany<Payload>(
   payloads: readonly Payload[] = [],
   options: Omit<EnqueueOptions, 'dedupeKey'> = {},
 ): Promise<EnqueuedJob[]> {
-  if (!isDefinition(job)) return queries.enqueueMany(db, job);
-  return queries.enqueueMany(db, payloads.map((payload) => prepareJob(job, { ...options, payload })));
+  const prepared = isDefinition(job) ? payloads.map((payload) => prepareJob(job, { ...options, payload })) : job;
+  return traceEnqueue(prepared, (all) => queries.enqueueMany(db, all), { ids: (r) => r.map((e) => e.id) });
 }
 
 function isDefinition<Payload>(job: JobDefinition<Payload> | NewJob | readonly NewJob[]): job is JobDefinition<Payload> {

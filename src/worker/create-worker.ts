@@ -16,6 +16,7 @@ import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../
 import { pruneFinished, reap, rollUpCounts } from '../queries/index.ts';
 import { checkSchedules, evaluateSchedules, type ScheduleDefinition } from '../schedules.ts';
 import { type Settings, SettingsError, readSettings } from '../settings.ts';
+import { type OpenTelemetryApi, useOpenTelemetry } from '../tracing.ts';
 import { cronBudgetMs } from './cron-budget.ts';
 import { type DatabaseEnv, openWorkerDatabase } from './database.ts';
 
@@ -66,6 +67,9 @@ const RUN_NOW_BUDGET_MS = 25_000;
 export interface WorkerOptions {
   /** Your job kinds, next to the built-in noop and webhook. */
   jobs?: readonly JobDefinition<any>[];
+  /** `import * as openTelemetry from '@opentelemetry/api'`, when your Worker registers a tracer
+   * provider: a Worker cannot load it by name, so it is passed in (README, Tracing). */
+  openTelemetry?: OpenTelemetryApi;
   /** Recurring schedules, evaluated by every cron invocation before it drains. */
   schedules?: readonly ScheduleDefinition[];
 }
@@ -78,6 +82,7 @@ interface Configured {
 
 export function createWorker(options: WorkerOptions = {}) {
   const schedules = options.schedules ?? [];
+  if (options.openTelemetry) useOpenTelemetry(options.openTelemetry);
   const configured = new WeakMap<object, Configured | SettingsError>();
   /** The env's settings and registry; throws SettingsError naming what is unusable. */
   const configure = (env: Env): Configured => {

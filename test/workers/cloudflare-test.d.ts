@@ -6,9 +6,11 @@ declare module 'cloudflare:test' {
     SCHEDULED_DATABASE_URL: string;
     HOSTILE_DATABASE_URL: string;
     CLIENT_DATABASE_URL: string;
+    TRACING_DATABASE_URL: string;
     /** Local Hyperdrive bindings in front of the test PostgreSQL (one database each). */
     HYPERDRIVE_CONFORMANCE: { connectionString: string };
     HYPERDRIVE_SCHEDULED: { connectionString: string };
+    HYPERDRIVE_TRACING: { connectionString: string };
     NEON_WS_PROXY: string;
     API_TOKEN: string;
     API_TOKENS: string;

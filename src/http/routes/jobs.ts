@@ -4,6 +4,7 @@ import type { Context, Hono } from 'hono';
 import { FINAL_STATUSES } from '../../db/schema.ts';
 import { JobValidationError, type JobRegistry } from '../../jobs/registry.ts';
 import { type Db, type Job, UnknownDependencyError, cancel, enqueue, enqueueMany, getFinishedJob, getJob, listJobs, watchJob } from '../../queries/index.ts';
+import { traceEnqueue } from '../../tracing.ts';
 import { access } from '../auth.ts';
 import type { ApiRuntime, AppEnv } from '../context.ts';
 import { type GoneJob, type Job as JobBody, type JobInput, batchInput, getJobQuery, jobInput, listQuery } from '../contract.ts';
@@ -18,7 +19,8 @@ export function jobRoutes(app: Hono<AppEnv>): void {
   app.post('/jobs', describe.enqueue, access('enqueue'), async (c) => {
     const input = parseInput(jobInput, await readJson(c), '');
     const job = prepare(c.var.api.registry, input, '');
-    const result = await c.var.api.withDb((db) => enqueue(db, job)).catch(refuseUnknownDependency(''));
+    const traced = { parent: c.req.header('traceparent'), ids: (r: { id: string }) => [r.id] };
+    const result = await traceEnqueue([job], ([one]) => c.var.api.withDb((db) => enqueue(db, one!)), traced).catch(refuseUnknownDependency(''));
     // After the commit: the runner claims it like any drainer, so whoever gets it first runs it.
     if (wantsRunNow(c.var.api, input) && result.status === 'pending') c.var.api.runNow?.([result.id]);
     const body = { id: result.id, status: result.status, runAt: result.runAt.toISOString() };
@@ -30,7 +32,10 @@ export function jobRoutes(app: Hono<AppEnv>): void {
     const input = parseInput(batchInput, await readJson(c), '');
     const jobs = input.jobs.map((j, i) => prepare(c.var.api.registry, j, `jobs[${i}].`));
     // One transaction: the batch is stored whole or not at all.
-    const result = await c.var.api.withDb((db) => db.transaction((tx) => enqueueMany(tx, jobs))).catch(refuseUnknownDependency('jobs: '));
+    const traced = { parent: c.req.header('traceparent'), ids: (r: { id: string }[]) => r.map((j) => j.id) };
+    const result = await traceEnqueue(jobs, (all) => c.var.api.withDb((db) => db.transaction((tx) => enqueueMany(tx, all))), traced).catch(
+      refuseUnknownDependency('jobs: '),
+    );
     const ids = result.map((j) => j.id);
     const asked = result.filter((j, i) => wantsRunNow(c.var.api, input.jobs[i]!) && j.status === 'pending').map((j) => j.id);
     if (asked.length === 0 || !c.var.api.runNow) return c.json({ ids }, 201);

@@ -233,6 +233,87 @@ describe('the npm package, installed into a project of its own', () => {
     expect(misuse.stdout).toMatch(/misuse\.ts\(2\d,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/);
   }, 60_000);
 
+  it('npx pgdrain, the operator\'s commands: straight to DATABASE_URL, tables for people, --json for scripts, exit codes 0/1/2', async () => {
+    const t = await database(true);
+    const password = new URL(t.url).password;
+    const outputs: string[] = [];
+    // The first through npx, the rest through the same bin directly (npx adds a second per call).
+    let viaNpx = true;
+    const pgdrain = async (...args: string[]) => {
+      const [command, prefix] = viaNpx ? ['npx', ['--no-install', 'pgdrain']] : [path.join(dir, 'node_modules', '.bin', 'pgdrain'), []];
+      viaNpx = false;
+      const result = await run(command, [...prefix, ...args], dir, { DATABASE_URL: t.url });
+      outputs.push(result.stdout, result.stderr);
+      return result;
+    };
+    const jobCount = async () => (await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs'))[0]!.n as number;
+
+    // enqueue prints the id, and nothing else: JOB=$(pgdrain enqueue …)
+    const first = await pgdrain('enqueue', 'send_receipt', '{"orderId":42}');
+    expect(first).toMatchObject({ code: 0, stdout: expect.stringMatching(/^\d+\n$/) });
+    const id = first.stdout.trim();
+    expect((await pgdrain('enqueue', 'send_receipt', '{"orderId":43}', '--priority', '5', '--dedupe-key', 'order-43')).code).toBe(0);
+    expect((await pgdrain('enqueue', 'report', '--run-at', '2030-01-01T00:00:00Z')).code).toBe(0);
+    const [dead] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error)
+      VALUES ('webhook', '{}', 'dead', 8, 8, 'HTTP 500 from https://hooks.example.com/x: the receipt service is down for maintenance') RETURNING id::text`);
+    expect(await t.query(`SELECT kind, payload, priority, dedupe_key, run_at > now() AS later FROM pgdrain.jobs ORDER BY id`)).toEqual([
+      { kind: 'send_receipt', payload: { orderId: 42 }, priority: 0, dedupe_key: null, later: false },
+      { kind: 'send_receipt', payload: { orderId: 43 }, priority: 5, dedupe_key: 'order-43', later: false },
+      { kind: 'report', payload: {}, priority: 0, dedupe_key: null, later: true },
+      { kind: 'webhook', payload: {}, priority: 0, dedupe_key: null, later: false },
+    ]);
+
+    // stats and jobs: tables that fit 80 columns; --json parsed.
+    const stats = await pgdrain('stats');
+    expect(stats.code).toBe(0);
+    expect(stats.stdout.split('\n')[0]).toMatch(/^KIND\s+READY\s+DELAYED\s+RUNNING\s+DEAD\s+WAITING\s+PAUSED\s+OLDEST READY$/);
+    expect(stats.stdout).toMatch(/^send_receipt\s+2\s+0\s+0\s+0\s+0\s+no\s+\d+ s$/m);
+    expect(JSON.parse((await pgdrain('stats', '--json')).stdout)).toMatchObject({ kinds: { report: { delayed: 1, paused: false }, webhook: { dead: 1 } }, schedules: [] });
+    const jobs = await pgdrain('jobs');
+    expect(jobs.stdout.split('\n').filter(Boolean).every((line) => line.length <= 80)).toBe(true);
+    expect(jobs.stdout).toMatch(new RegExp(`^\\s*${dead!.id}\\s+webhook\\s+dead\\s+8/8\\s+\\S+ \\S+\\s+HTTP 500 from .*…$`, 'm'));
+    const lines = (await pgdrain('jobs', '--status', 'pending', '--kind', 'send_receipt', '--json')).stdout.trim().split('\n').map((l) => JSON.parse(l));
+    expect(lines.map((j) => [j.id, j.payload])).toEqual([[String(Number(id) + 1), { orderId: 43 }], [id, { orderId: 42 }]]);
+    expect(JSON.parse((await pgdrain('job', id, '--json')).stdout)).toMatchObject({ id, kind: 'send_receipt', status: 'pending', attempts: 0 });
+    expect((await pgdrain('job', id)).stdout).toMatch(/^payload\s+\{"orderId":42\}$/m);
+
+    // Repairs: pause and resume, retry and delete (a script must say --yes), cancel.
+    expect((await pgdrain('pause', 'report')).stdout).toMatch(/report is paused/);
+    expect(await t.query('SELECT kind FROM pgdrain.paused_kinds')).toEqual([{ kind: 'report' }]);
+    expect((await pgdrain('resume', 'report')).stdout).toMatch(/report is resumed/);
+    const unconfirmed = await pgdrain('delete', '--dead');
+    expect(unconfirmed).toMatchObject({ code: 2, stderr: expect.stringMatching(/pass --yes/) });
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'dead'`)).toEqual([{ n: 1 }]);
+    expect(await pgdrain('retry', dead!.id)).toMatchObject({ code: 0, stdout: `job ${dead!.id} is pending again\n` });
+    expect(await pgdrain('retry', dead!.id)).toMatchObject({ code: 1, stderr: expect.stringMatching(/is pending; only dead jobs can be retried/) });
+    expect(await pgdrain('cancel', id)).toMatchObject({ code: 0, stdout: `job ${id} is cancelled\n` });
+    expect(await pgdrain('cancel', id)).toMatchObject({ code: 1, stderr: expect.stringMatching(/does not exist/) });
+    expect(await pgdrain('delete', dead!.id, '--yes')).toMatchObject({ code: 0, stdout: `job ${dead!.id} deleted\n` });
+
+    // Bad arguments: exit 2, one line on stderr naming the problem, nothing changed.
+    const before = await jobCount();
+    for (const [args, problem] of [
+      [['jobs', '--status', 'finished'], /"finished" is not a status/],
+      [['job', 'abc'], /"abc" is not a job id/],
+      [['enqueue', 'noop', '{bad'], /the payload is not JSON/],
+      [['enqueue', 'no spaces allowed'], /is not a job kind/],
+      [['enqueue', 'noop', '--priority', 'high'], /--priority must be a whole number/],
+      [['retry', '--dead', '12'], /give a job id or --dead, not both/],
+      [['jobs', '--colour'], /Unknown option '--colour'/],
+    ] as const) {
+      const result = await pgdrain(...args);
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr.trim().split('\n'), args.join(' ')).toHaveLength(1);
+      expect(result.stderr).toMatch(problem);
+    }
+    expect(await jobCount()).toBe(before);
+    expect((await pgdrain('stats', '--help')).stdout).toMatch(/^Usage: pgdrain stats \[--json\]/);
+    const unreachable = await run('npx', ['--no-install', 'pgdrain', 'stats'], dir, { DATABASE_URL: `postgres://app:${password}x@127.0.0.1:1/none` });
+    expect(unreachable).toMatchObject({ code: 1, stderr: expect.stringMatching(/postgres:\/\/app:\*\*\*@127\.0\.0\.1:1\/none: connect ECONNREFUSED/) });
+    outputs.push(unreachable.stderr);
+    for (const output of outputs) expect(output).not.toContain(password);
+  }, 120_000);
+
   it('npx pgdrain migrate migrates DATABASE_URL; pgdrain start --jobs runs your kinds on an embedded PostgreSQL and stops on SIGTERM', async () => {
     const t = await database(false);
     const migrated = await run('npx', ['--no-install', 'pgdrain', 'migrate'], dir, { DATABASE_URL: t.url });

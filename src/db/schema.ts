@@ -15,34 +15,14 @@
 import { sql } from 'drizzle-orm';
 import { bigint, boolean, check, customType, index, integer, jsonb, pgSchema, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
 
-/** The PostgreSQL schema that holds every table, function and the migrations table of pgdrain. */
-export const PGDRAIN_SCHEMA = 'pgdrain';
+import { JOB_DEFAULTS, JOB_STATUSES, MAX_GROUP_KEY_LENGTH, PGDRAIN_SCHEMA } from './constants.ts';
+
+export {
+  FINAL_STATUSES, JOB_DEFAULTS, JOB_STATUSES, JOB_TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, LIVE_STATUSES, MAX_GROUP_KEY_LENGTH,
+  PGDRAIN_SCHEMA, type JobStatus,
+} from './constants.ts';
+
 export const pgdrainSchema = pgSchema(PGDRAIN_SCHEMA);
-
-/** pending, running and waiting are live; dead waits for a person; completed and cancelled are kept
- * only for kinds with keepCompletedSeconds (otherwise the row is deleted when it gets there). */
-export const JOB_STATUSES = ['pending', 'running', 'dead', 'completed', 'cancelled', 'waiting'] as const;
-/** The states a job can leave: what the queue still has to do something about. */
-export const LIVE_STATUSES = ['pending', 'running', 'dead', 'waiting'] as const;
-/** Where a job stays once it got there (a person may still retry or delete a dead one). */
-export const FINAL_STATUSES = ['completed', 'dead', 'cancelled'] as const;
-
-/** What a job gets when its enqueue says nothing (pgdrain.enqueue() in SQL uses the same; a test
- * compares them), and the lease it is claimed with when neither its kind nor its drainer says. */
-export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, visibilityTimeoutSeconds: 30 } as const;
-
-/** What a job kind's name (and a schedule's) may be; pgdrain.enqueue() in SQL checks the same
- * pattern (a test compares them). */
-export const KIND_PATTERN = /^[A-Za-z0-9_.:-]{1,100}$/;
-export const KIND_PATTERN_MESSAGE = 'use 1-100 letters, digits, or _ . : -';
-
-/** A job's own handler timeout (an enqueue's timeoutMs) lies within these; pgdrain.enqueue()'s
- * timeout_ms too. */
-export const JOB_TIMEOUT_BOUNDS_MS = { min: 100, max: 86_400_000 } as const;
-
-/** A group key is 1 to this many characters. */
-export const MAX_GROUP_KEY_LENGTH = 200;
-export type JobStatus = (typeof JOB_STATUSES)[number];
 
 /** bigserial that travels as a string: ids outgrow JavaScript's safe integers long before the column does. */
 const bigserialAsString = customType<{ data: string; driverData: string; notNull: true; default: true }>({

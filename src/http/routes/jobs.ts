@@ -3,11 +3,12 @@
 import type { Context, Hono } from 'hono';
 import { FINAL_STATUSES } from '../../db/schema.ts';
 import { JobValidationError, type JobRegistry } from '../../jobs/registry.ts';
-import { type Db, type Job, UnknownDependencyError, cancel, enqueue, enqueueMany, getFinishedJob, getJob, listJobs, watchJob } from '../../queries/index.ts';
+import { type Db, UnknownDependencyError, cancel, enqueue, enqueueMany, getFinishedJob, getJob, listJobs, watchJob } from '../../queries/index.ts';
 import { traceEnqueue } from '../../tracing.ts';
 import { access } from '../auth.ts';
 import type { ApiRuntime, AppEnv } from '../context.ts';
 import { type GoneJob, type Job as JobBody, type JobInput, batchInput, getJobQuery, jobInput, listQuery } from '../contract.ts';
+import { jobJson } from '../job-json.ts';
 import { ApiError, jobNotFound } from '../errors.ts';
 import { jobIdParam, parseInput, readJson } from '../input.ts';
 import { describe } from '../openapi.ts';
@@ -167,27 +168,4 @@ function prepare(registry: JobRegistry, input: JobInput, prefix: string) {
   }
 }
 
-/** A job as the API shows it; typed by the contract, so the documented shape and this one cannot drift. */
-export function jobJson(job: Job): JobBody {
-  return {
-    id: job.id,
-    kind: job.kind,
-    payload: job.payload as JobBody['payload'], // read from jsonb: JSON by construction
-    status: job.status,
-    attempts: job.attempts,
-    maxAttempts: job.maxAttempts,
-    priority: job.priority,
-    groupKey: job.groupKey,
-    runAt: job.runAt.toISOString(),
-    lockedAt: job.lockedAt?.toISOString() ?? null,
-    lockedBy: job.lockedBy,
-    lastError: job.lastError,
-    createdAt: job.createdAt.toISOString(),
-    finishedAt: job.finishedAt?.toISOString() ?? null,
-    result: (job.result ?? null) as JobBody['result'],
-    progress: (job.progress ?? null) as JobBody['progress'],
-    cancelRequested: job.cancelRequestedAt !== null,
-    waitingFor: job.waitingFor,
-    timeoutMs: job.timeoutMs,
-  };
-}
+export { jobJson };

@@ -1,0 +1,328 @@
+// The operator's commands: the queue straight from DATABASE_URL — no HTTP, no token — through the
+// same query module the API uses. For people at a terminal (tables that fit 80 columns,
+// confirmation before deleting) and for scripts (--json, exit codes, one-line errors):
+//
+//   0  done        1  failed (the database refused or is out of reach, no such job, declined)
+//   2  usage       (an unknown command or option, a bad argument: nothing was changed)
+//
+// The connection string is never printed; errors show it with its password masked.
+import { createInterface } from 'node:readline/promises';
+import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
+import { redactUrl, safeErrorMessage } from '../db/url.ts';
+import { jobJson } from '../http/job-json.ts';
+import {
+  type Db, cancel, deleteDeadJobs, deleteJob, enqueue, getJob, isJobId, listJobs, listScheduleStates, pauseKind, resumeKind, retryDead,
+  retryDeadJobs, stats,
+} from '../queries/index.ts';
+import { type Column, formatAge, formatDate, record, table } from './output.ts';
+import { MAX_LISTED, OPERATOR_USAGE as USAGE, type OperatorCommand, operatorCommandHelp } from './usage.ts';
+
+/** A mistake in the command line: exit 2, nothing changed. */
+export class UsageError extends Error {}
+/** The command could not do what was asked: exit 1. */
+export class CommandFailed extends Error {}
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+type Values = Record<string, string | boolean | undefined>;
+
+interface Io {
+  out: (text: string) => void;
+  /** Asks on the terminal; false when declined. */
+  confirm: (question: string) => Promise<boolean>;
+  interactive: boolean;
+}
+
+interface Command {
+  usage: string;
+  options: Options;
+  /** How many positional arguments it takes. */
+  positionals: [min: number, max: number];
+  run: (db: Db, values: Values, positionals: string[], io: Io) => Promise<void>;
+}
+
+const json = { type: 'boolean' } as const;
+const yes = { type: 'boolean', short: 'y' } as const;
+
+export const OPERATOR_COMMANDS: Record<OperatorCommand, Command> = {
+  stats: {
+    usage: USAGE.stats,
+    options: { json },
+    positionals: [0, 0],
+    run: showStats,
+  },
+  jobs: {
+    usage: USAGE.jobs,
+    options: { status: { type: 'string' }, kind: { type: 'string' }, limit: { type: 'string' }, json },
+    positionals: [0, 0],
+    run: showJobs,
+  },
+  job: { usage: USAGE.job, options: { json }, positionals: [1, 1], run: showJob },
+  enqueue: {
+    usage: USAGE.enqueue,
+    options: { 'run-at': { type: 'string' }, priority: { type: 'string' }, 'dedupe-key': { type: 'string' } },
+    positionals: [1, 2],
+    run: enqueueJob,
+  },
+  retry: {
+    usage: USAGE.retry,
+    options: { dead: { type: 'boolean' }, kind: { type: 'string' }, yes },
+    positionals: [0, 1],
+    run: retry,
+  },
+  delete: {
+    usage: USAGE.delete,
+    options: { dead: { type: 'boolean' }, kind: { type: 'string' }, yes },
+    positionals: [0, 1],
+    run: remove,
+  },
+  pause: { usage: USAGE.pause, options: {}, positionals: [1, 1], run: pause },
+  resume: { usage: USAGE.resume, options: {}, positionals: [1, 1], run: resume },
+  cancel: {
+    usage: USAGE.cancel,
+    options: {},
+    positionals: [1, 1],
+    run: cancelJob,
+  },
+};
+
+/** Runs `pgdrain <name> …args`; resolves with the exit code. */
+export async function runOperatorCommand(name: OperatorCommand, args: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const command = OPERATOR_COMMANDS[name]!;
+  let values: Values;
+  let positionals: string[];
+  try {
+    ({ values, positionals } = parseArgs({ args: [...args], allowPositionals: true, strict: true, options: { ...command.options, help: { type: 'boolean', short: 'h' } } }));
+  } catch (error) {
+    return usage(name, safeErrorMessage(error));
+  }
+  if (values.help) {
+    process.stdout.write(operatorCommandHelp(name));
+    return 0;
+  }
+  const [min, max] = command.positionals;
+  if (positionals.length < min) return usage(name, 'missing argument');
+  if (positionals.length > max) return usage(name, `unexpected argument ${JSON.stringify(positionals[max])}`);
+  const url = env.DATABASE_URL;
+  if (!url) return usage(name, 'set DATABASE_URL to the database to use, e.g. DATABASE_URL=postgres://user:pass@host/db');
+
+  const pool = new pg.Pool({ connectionString: url, max: 1, application_name: `pgdrain ${name}`, connectionTimeoutMillis: 10_000 });
+  pool.on('error', () => {}); // an idle client lost while we exit
+  const io: Io = { out: (text) => process.stdout.write(`${text}\n`), confirm, interactive: Boolean(process.stdin.isTTY && process.stdout.isTTY) };
+  try {
+    await command.run(drizzle({ client: pool }) as unknown as Db, values, positionals, io);
+    return 0;
+  } catch (error) {
+    if (error instanceof UsageError) return usage(name, error.message);
+    const message = error instanceof CommandFailed ? error.message : `${redactUrl(url)}: ${safeErrorMessage(databaseCause(error))}`;
+    process.stderr.write(`pgdrain ${name}: ${oneLine(message)}\n`);
+    return 1;
+  } finally {
+    await pool.end().catch(() => {});
+  }
+}
+
+function usage(name: OperatorCommand, message: string): number {
+  process.stderr.write(`pgdrain ${name}: ${oneLine(message)} (usage: ${OPERATOR_COMMANDS[name]!.usage})\n`);
+  return 2;
+}
+
+const oneLine = (text: string) => text.replace(/\s*\n\s*/g, ' ');
+
+/** What the database or the network said, under Drizzle's "Failed query: <sql>" wrapping. */
+function databaseCause(error: unknown): unknown {
+  let e = error as { cause?: unknown; message?: unknown } | undefined;
+  while (e && typeof e.message === 'string' && e.message.startsWith('Failed query') && e.cause) e = e.cause as typeof e;
+  return e;
+}
+
+async function confirm(question: string): Promise<boolean> {
+  const prompt = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return /^y(es)?$/i.test((await prompt.question(`${question} [y/N] `)).trim());
+  } finally {
+    prompt.close();
+  }
+}
+
+// --- arguments -------------------------------------------------------------------------------------
+
+function jobId(text: string | undefined): string {
+  if (text === undefined || !isJobId(text)) throw new UsageError(`${JSON.stringify(text ?? '')} is not a job id (a positive whole number)`);
+  return text;
+}
+
+function kindName(text: unknown, what = 'kind'): string {
+  if (typeof text !== 'string' || !KIND_PATTERN.test(text)) throw new UsageError(`${what} ${JSON.stringify(text)} is not a job kind: ${KIND_PATTERN_MESSAGE}`);
+  return text;
+}
+
+function wholeNumber(text: unknown, name: string, min: number, max: number): number | undefined {
+  if (text === undefined) return undefined;
+  const n = Number(text);
+  if (typeof text !== 'string' || !/^-?\d+$/.test(text) || n < min || n > max) throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, not ${JSON.stringify(text)}`);
+  return n;
+}
+
+function payloadOf(text: string | undefined): unknown {
+  if (text === undefined) return {};
+  let payload: unknown;
+  try {
+    payload = JSON.parse(text);
+  } catch (error) {
+    throw new UsageError(`the payload is not JSON: ${safeErrorMessage(error)}`);
+  }
+  if (text.includes('\\u0000')) throw new UsageError('the payload contains the NUL character (\\u0000), which PostgreSQL cannot store');
+  return payload;
+}
+
+/** The bulk form (--dead) or one id, never both. */
+function target(values: Values, positionals: string[]): { dead: true; kind?: string } | { dead: false; id: string } {
+  if (values.dead) {
+    if (positionals.length > 0) throw new UsageError('give a job id or --dead, not both');
+    return { dead: true, kind: values.kind === undefined ? undefined : kindName(values.kind) };
+  }
+  if (values.kind !== undefined) throw new UsageError('--kind goes with --dead');
+  return { dead: false, id: jobId(positionals[0]) };
+}
+
+async function confirmed(io: Io, values: Values, question: string): Promise<void> {
+  if (values.yes) return;
+  if (!io.interactive) throw new UsageError('this asks for confirmation on a terminal; pass --yes to do it from a script');
+  if (!(await io.confirm(question))) throw new CommandFailed('nothing was changed');
+}
+
+// --- commands --------------------------------------------------------------------------------------
+
+async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<void> {
+  const [queue, schedules] = await Promise.all([stats(db), listScheduleStates(db)]);
+  const scheduleRows = [...schedules.values()].sort((a, b) => (a.name < b.name ? -1 : 1));
+  if (values.json) {
+    const states = scheduleRows.map((s) => ({ name: s.name, lastEnqueuedAt: s.lastEnqueuedSlot?.toISOString() ?? null, skipped: s.skipped }));
+    return io.out(JSON.stringify({ ...queue, schedules: states }));
+  }
+  const kinds = Object.entries(queue.kinds).sort(([a], [b]) => (a < b ? -1 : 1));
+  if (kinds.length === 0) io.out('The queue is empty.');
+  else {
+    type Row = (typeof kinds)[number];
+    const count = (title: string, key: 'ready' | 'delayed' | 'running' | 'dead' | 'waiting'): Column<Row> => ({ title, value: ([, s]) => s[key], right: true });
+    io.out(
+      table(kinds, [
+        { title: 'kind', value: ([kind]) => kind, flexible: true },
+        count('ready', 'ready'), count('delayed', 'delayed'), count('running', 'running'), count('dead', 'dead'), count('waiting', 'waiting'),
+        { title: 'paused', value: ([, s]) => (s.paused ? 'yes' : 'no') },
+        { title: 'oldest ready', value: ([, s]) => formatAge(s.oldestReadySeconds), right: true },
+      ]),
+    );
+  }
+  if (scheduleRows.length > 0) {
+    io.out('');
+    io.out(table(scheduleRows, [
+      { title: 'schedule', value: (s) => s.name, flexible: true },
+      { title: 'last enqueued', value: (s) => (s.lastEnqueuedSlot ? formatDate(s.lastEnqueuedSlot) : 'never') },
+      { title: 'skipped', value: (s) => s.skipped, right: true },
+    ]));
+  }
+}
+
+async function showJobs(db: Db, values: Values, _: string[], io: Io): Promise<void> {
+  const status = values.status;
+  if (status !== undefined && !(JOB_STATUSES as readonly unknown[]).includes(status)) {
+    throw new UsageError(`--status ${JSON.stringify(status)} is not a status: use one of ${JOB_STATUSES.join(', ')}`);
+  }
+  const kind = values.kind === undefined ? undefined : kindName(values.kind);
+  const limit = wholeNumber(values.limit, 'limit', 1, MAX_LISTED) ?? 50;
+  const { jobs } = await listJobs(db, { status: status as JobStatus | undefined, kind, limit });
+  if (values.json) {
+    for (const job of jobs) io.out(JSON.stringify(jobJson(job)));
+    return;
+  }
+  if (jobs.length === 0) return io.out('No jobs.');
+  io.out(
+    table(jobs, [
+      { title: 'id', value: (j) => j.id, right: true },
+      { title: 'kind', value: (j) => j.kind },
+      { title: 'status', value: (j) => (j.status === 'running' && j.cancelRequestedAt ? 'cancelling' : j.status) },
+      { title: 'tries', value: (j) => `${j.attempts}/${j.maxAttempts}`, right: true },
+      { title: 'run at', value: (j) => j.runAt },
+      { title: 'last error', value: (j) => j.lastError ?? '', flexible: true },
+    ]),
+  );
+}
+
+async function showJob(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
+  const id = jobId(positionals[0]);
+  const job = await getJob(db, id);
+  if (!job) throw new CommandFailed(`job ${id} does not exist (completed jobs are deleted unless their kind keeps them)`);
+  const shown = jobJson(job);
+  if (values.json) return io.out(JSON.stringify(shown));
+  io.out(record(Object.entries(shown).map(([key, value]) => [key, typeof value === 'string' && /At$/.test(key) && value ? formatDate(new Date(value)) : value])));
+}
+
+async function enqueueJob(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
+  const kind = kindName(positionals[0]);
+  const payload = payloadOf(positionals[1]);
+  const runAtText = values['run-at'];
+  let runAt: Date | undefined;
+  if (runAtText !== undefined) {
+    runAt = new Date(String(runAtText));
+    if (Number.isNaN(runAt.getTime()) || !/^\d{4}-\d\d-\d\d/.test(String(runAtText))) throw new UsageError(`--run-at ${JSON.stringify(runAtText)} is not an ISO-8601 date and time`);
+  }
+  const priority = wholeNumber(values.priority, 'priority', -1000, 1000);
+  const dedupeKey = values['dedupe-key'];
+  if (dedupeKey !== undefined && !(typeof dedupeKey === 'string' && dedupeKey.length >= 1 && dedupeKey.length <= 500)) throw new UsageError('--dedupe-key must be 1 to 500 characters');
+  const job = await enqueue(db, { kind, payload, runAt, priority, dedupeKey: dedupeKey as string | undefined });
+  io.out(job.id);
+  if (job.deduplicated) process.stderr.write(`pgdrain enqueue: a job with that dedupe key exists (${job.status}): its id is printed, nothing was enqueued\n`);
+}
+
+async function retry(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
+  const which = target(values, positionals);
+  if (which.dead) {
+    await confirmed(io, values, `Retry every dead job${which.kind ? ` of ${which.kind}` : ''}?`);
+    const { count } = await retryDeadJobs(db, { kind: which.kind });
+    return io.out(`${count} dead job${count === 1 ? ' is' : 's are'} pending again`);
+  }
+  const result = await retryDead(db, which.id);
+  if (result.outcome === 'not_found') throw new CommandFailed(`job ${which.id} does not exist`);
+  if (result.outcome === 'not_dead') throw new CommandFailed(`job ${which.id} is ${result.status}; only dead jobs can be retried`);
+  io.out(`job ${which.id} is pending again`);
+}
+
+async function remove(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
+  const which = target(values, positionals);
+  if (which.dead) {
+    await confirmed(io, values, `Delete every dead job${which.kind ? ` of ${which.kind}` : ''}? This cannot be undone.`);
+    const { count } = await deleteDeadJobs(db, { kind: which.kind });
+    return io.out(`${count} dead job${count === 1 ? '' : 's'} deleted`);
+  }
+  await confirmed(io, values, `Delete job ${which.id}? This cannot be undone.`);
+  const result = await deleteJob(db, which.id);
+  if (result.outcome === 'not_found') throw new CommandFailed(`job ${which.id} does not exist`);
+  if (result.outcome === 'running') throw new CommandFailed(`job ${which.id} is running; cancel it (pgdrain cancel ${which.id}) or wait until it settles`);
+  io.out(`job ${which.id} deleted`);
+}
+
+async function pause(db: Db, _: Values, positionals: string[], io: Io): Promise<void> {
+  const kind = kindName(positionals[0]);
+  const changed = await pauseKind(db, kind);
+  io.out(changed ? `${kind} is paused: no drainer claims it until it is resumed` : `${kind} was already paused`);
+}
+
+async function resume(db: Db, _: Values, positionals: string[], io: Io): Promise<void> {
+  const kind = kindName(positionals[0]);
+  const changed = await resumeKind(db, kind);
+  io.out(changed ? `${kind} is resumed` : `${kind} was not paused`);
+}
+
+async function cancelJob(db: Db, _: Values, positionals: string[], io: Io): Promise<void> {
+  const id = jobId(positionals[0]);
+  const result = await cancel(db, id);
+  if (result.outcome === 'not_found') throw new CommandFailed(`job ${id} does not exist`);
+  if (result.outcome === 'not_cancellable') throw new CommandFailed(`job ${id} is ${result.status}; only a pending, waiting or running job can be cancelled`);
+  io.out(result.outcome === 'cancelling' ? `job ${id} is running: its drainer stops it, and it ends cancelled` : `job ${id} is cancelled`);
+}
+
+

@@ -265,9 +265,10 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
   // One jsonb array for the payloads (a single parse on the server, a single JSON.stringify here);
   // the other columns travel as arrays only when some job sets them, else as constants.
   const payloads = JSON.stringify(chunk.map((j) => j.payload ?? null));
-  const has = (field: keyof NewJob) => chunk.some((j) => j[field] !== undefined);
+  const { present, oneKind, readyKinds } = survey(chunk);
+  const has = (field: Optional) => present.has(field);
   const column = (values: unknown[], type: string) => sql`(${sql.param(values)}::${sql.raw(type)}[])[ord]`;
-  const kind = chunk.every((j) => j.kind === first.kind) ? sql`${first.kind}::text` : column(chunk.map((j) => j.kind), 'text');
+  const kind = oneKind ? sql`${first.kind}::text` : column(chunk.map((j) => j.kind), 'text');
   const runAt = has('runAt') ? sql`coalesce(${column(chunk.map((j) => j.runAt?.toISOString() ?? null), 'timestamptz')}, now())` : sql`now()`;
   const maxAttempts = has('maxAttempts') ? column(chunk.map((j) => j.maxAttempts ?? JOB_DEFAULTS.maxAttempts), 'int') : sql.raw(String(JOB_DEFAULTS.maxAttempts));
   // ON CONFLICT makes every row a speculative insertion: only pay for it when a job has a key.
@@ -279,9 +280,7 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
   const timeoutMs = has('timeoutMs') ? column(chunk.map((j) => j.timeoutMs ?? null), 'int') : sql`NULL::int`;
   const keepSeconds = has('keepSeconds') ? column(chunk.map((j) => j.keepSeconds ?? null), 'int') : sql`NULL::int`;
   const traceparent = has('traceparent') ? column(chunk.map((j) => j.traceparent ?? null), 'text') : sql`NULL::text`;
-  // Delayed jobs are found by the poll when due; only kinds with a job ready now are announced.
   const nowMs = Date.now();
-  const readyKinds = [...new Set(chunk.filter((j) => !j.runAt || j.runAt.getTime() <= nowMs).map((j) => j.kind))];
 
   // ids come from nextval in input order (the ORDER BY runs below the projection), so the inserted
   // ids in ascending order are the inserted inputs in order. They usually form one contiguous
@@ -307,10 +306,15 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
           FROM range`,
   );
   const ids = row?.ids?.map(String) ?? idRange(row?.lo ?? null, row?.hi ?? null);
+  const statementNow = new Date(Number(row?.now_ms ?? nowMs));
+  if (!keyed) {
+    // Every input was inserted, in order: the common case pays for nothing else.
+    if (ids.length !== chunk.length) throw new Error('enqueueMany: fewer rows came back than were inserted');
+    return chunk.map((job, i) => ({ id: ids[i]!, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false }));
+  }
   const keyOf = new Map<string, string>();
   (row?.keyed_ids ?? []).forEach((id, i) => keyOf.set(String(id), String(row?.keys?.[i])));
   const insertedKeys = ids.map((id) => keyOf.get(id) ?? null);
-  const statementNow = new Date(Number(row?.now_ms ?? nowMs));
   const inserted = (job: NewJob, id: string): EnqueuedJob => ({ id, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false });
 
   const byKey = new Map<string, string>();
@@ -340,6 +344,26 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
     if (!found) throw new Error(`enqueueMany: the job with dedupe key ${JSON.stringify(k)} vanished while enqueueing`);
     return { ...found, deduplicated: true };
   });
+}
+
+type Optional = 'runAt' | 'maxAttempts' | 'dedupeKey' | 'visibilitySeconds' | 'priority' | 'groupKey' | 'timeoutMs' | 'keepSeconds' | 'traceparent';
+const OPTIONAL: readonly Optional[] = ['runAt', 'maxAttempts', 'dedupeKey', 'visibilitySeconds', 'priority', 'groupKey', 'timeoutMs', 'keepSeconds', 'traceparent'];
+
+/** One pass over a chunk: which optional columns some job sets (the others travel as constants),
+ * whether it is all one kind, and the kinds with a job ready now (only those are announced;
+ * delayed jobs are found by the poll when due). */
+function survey(chunk: readonly NewJob[]) {
+  const present = new Set<Optional>();
+  const readyKinds = new Set<string>();
+  const nowMs = Date.now();
+  const kind = chunk[0]?.kind;
+  let oneKind = true;
+  for (const job of chunk) {
+    if (job.kind !== kind) oneKind = false;
+    if (present.size < OPTIONAL.length) for (const field of OPTIONAL) if (job[field] !== undefined) present.add(field);
+    if (!job.runAt || job.runAt.getTime() <= nowMs) readyKinds.add(job.kind);
+  }
+  return { present, oneKind, readyKinds: [...readyKinds] };
 }
 
 /** "lo".."hi" as decimal strings; ids stay exact beyond 2^53. */

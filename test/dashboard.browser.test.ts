@@ -78,6 +78,25 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     );
   }
 
+  /** A page logged in with the admin token, accepting every dialog and collecting console errors. */
+  async function openDashboard() {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    const consoleErrors: string[] = [];
+    page.on('pageerror', (e) => consoleErrors.push(e.message));
+    page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
+    const dialogs: string[] = [];
+    page.on('dialog', (dialog) => {
+      dialogs.push(dialog.message());
+      void dialog.accept();
+    });
+    await page.goto(sidecar.url);
+    await page.fill('#token', TOKEN);
+    await page.click('#login button[type=submit]');
+    await page.locator('#view').waitFor({ state: 'visible' });
+    return { context, page, consoleErrors, dialogs };
+  }
+
   const cell = (page: Page, kind: string, column: string) =>
     page.locator(`#kinds tr[data-kind="${kind}"] td[data-col="${column}"]`).getAttribute('data-value').then(Number);
 
@@ -209,20 +228,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
 
   it('pauses and resumes a kind for the drainer, and retries every dead job at once after a confirmation', async () => {
     await t.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds');
-    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-    const page = await context.newPage();
-    const consoleErrors: string[] = [];
-    page.on('pageerror', (e) => consoleErrors.push(e.message));
-    page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
-    const dialogs: string[] = [];
-    page.on('dialog', (dialog) => {
-      dialogs.push(dialog.message());
-      void dialog.accept();
-    });
-    await page.goto(sidecar.url);
-    await page.fill('#token', TOKEN);
-    await page.click('#login button[type=submit]');
-    await page.locator('#view').waitFor({ state: 'visible' });
+    const { context, page, consoleErrors, dialogs } = await openDashboard();
 
     // Pause `record` (a delayed job keeps its row on the page): the pause is in the database, and
     // the sidecar leaves ready record jobs alone.
@@ -270,20 +276,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
       VALUES ('report', '{}', 'completed', 1, now(), now() + interval '1 hour', '{"rows": 42, "html": "<b>bold</b>"}') RETURNING id::text`);
     const [pending] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload) VALUES ('email', '{}') RETURNING id::text`);
     const [waiting] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status, waiting_for) VALUES ('email', '{}', 'waiting', 2) RETURNING id::text`);
-    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-    const page = await context.newPage();
-    const consoleErrors: string[] = [];
-    page.on('pageerror', (e) => consoleErrors.push(e.message));
-    page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
-    const dialogs: string[] = [];
-    page.on('dialog', (dialog) => {
-      dialogs.push(dialog.message());
-      void dialog.accept();
-    });
-    await page.goto(sidecar.url);
-    await page.fill('#token', TOKEN);
-    await page.click('#login button[type=submit]');
-    await page.locator('#view').waitFor({ state: 'visible' });
+    const { context, page, consoleErrors, dialogs } = await openDashboard();
 
     // Running (the default): its last progress report.
     await page.locator(`#jobs tr[data-job="${running!.id}"]`).waitFor();

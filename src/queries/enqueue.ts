@@ -312,18 +312,29 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
     if (ids.length !== chunk.length) throw new Error('enqueueMany: fewer rows came back than were inserted');
     return chunk.map((job, i) => ({ id: ids[i]!, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false }));
   }
-  const keyOf = new Map<string, string>();
-  (row?.keyed_ids ?? []).forEach((id, i) => keyOf.set(String(id), String(row?.keys?.[i])));
-  const insertedKeys = ids.map((id) => keyOf.get(id) ?? null);
-  const inserted = (job: NewJob, id: string): EnqueuedJob => ({ id, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false });
+  return keyedResults(db, chunk, ids, row?.keyed_ids ?? [], row?.keys ?? [], statementNow);
+}
 
+/** Each input of a chunk with dedupe keys: the job inserted for it, or the one that held its key
+ * (an earlier input of the chunk, or a job already in the table). */
+async function keyedResults(
+  db: Db,
+  chunk: readonly NewJob[],
+  ids: readonly string[],
+  keyedIds: readonly string[],
+  keys: readonly string[],
+  statementNow: Date,
+): Promise<EnqueuedJob[]> {
+  const keyOf = new Map<string, string>();
+  keyedIds.forEach((id, i) => keyOf.set(String(id), String(keys[i])));
+  const inserted = (job: NewJob, id: string): EnqueuedJob => ({ id, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false });
   const byKey = new Map<string, string>();
   const plainIds: string[] = [];
-  ids.forEach((id, i) => {
-    const k = insertedKeys[i];
-    if (k === null || k === undefined) plainIds.push(id);
+  for (const id of ids) {
+    const k = keyOf.get(id);
+    if (k === undefined) plainIds.push(id);
     else byKey.set(k, id);
-  });
+  }
   const missingKeys = [...new Set(chunk.map((j) => j.dedupeKey).filter((k): k is string => k !== undefined && !byKey.has(k)))];
   const existing = missingKeys.length === 0 ? new Map<string, EnqueuedJob>() : await findByKeys(db, missingKeys);
   const seen = new Set<string>();

@@ -388,7 +388,10 @@ async function main() {
       const system = driver === 'neon' ? 'pgdrain worker' : 'pgdrain worker (Hyperdrive)';
       for (const rtt of [0, 10, 30]) {
         const drains = result.drains.filter((d) => d.rttMs === rtt);
-        if (drains.length > 0) record(`worker drain, ${rtt} ms RTT`, system, 'jobs/s', drains.map((d) => d.jobsPerSecond), [], []);
+        if (drains.length > 0) {
+          record(`worker drain, ${rtt} ms RTT`, system, 'jobs/s', drains.map((d) => d.jobsPerSecond), [], []);
+          record(`worker CPU per 1,000 jobs, ${rtt} ms RTT`, system, 'ms', drains.map((d) => d.cpuMsPer1000), [], []);
+        }
       }
       if (result.enqueueP50At10MsRtt !== undefined) record('worker enqueue p50, 10 ms RTT', system, 'ms', [result.enqueueP50At10MsRtt], [], []);
       if (result.runNow) {
@@ -410,6 +413,16 @@ async function main() {
   }
   for (const { driver, figures: worker } of workers) {
     console.log(`\nWorker (${driver}) scheduled(): ${worker.drains.map((w) => `${fmt(w.jobsPerSecond)} jobs/s at ${w.rttMs} ms RTT, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
+    // Workers Paid bills CPU time: 30M CPU-ms a month included, then $0.02 per million CPU-ms.
+    const at10 = worker.drains.filter((w) => w.rttMs === (driver === 'neon' ? 10 : 0));
+    if (at10.length > 0) {
+      const cpuPer1000 = median(at10.map((w) => w.cpuMsPer1000));
+      const perMinute = median(at10.map((w) => w.jobsPerSecond)) * 60;
+      console.log(
+        `Worker (${driver}) CPU: ${cpuPer1000.toFixed(1)} ms per 1,000 jobs; a busy minute (${fmt(perMinute)} jobs) is ${fmt((cpuPer1000 * perMinute) / 1000)} CPU-ms, ` +
+          `$${((cpuPer1000 * perMinute) / 1000 / 1e6 * 0.02).toFixed(6)} at $0.02 per million CPU-ms`,
+      );
+    }
     if (worker.runNow) console.log(`Worker (${driver}) runNow: POST /jobs → webhook delivered, p50 ${worker.runNow.p50Ms.toFixed(1)} ms, p99 ${worker.runNow.p99Ms.toFixed(1)} ms over ${worker.runNow.jobs} jobs`);
   }
   const elapsed = Math.round((now() - started) / 1000);

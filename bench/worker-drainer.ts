@@ -4,7 +4,7 @@
 // `scheduled()` invocation per repetition over a backlog of noop jobs.
 import { spawn } from 'node:child_process';
 import http from 'node:http';
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,6 +22,9 @@ export interface WorkerFigure {
   /** The round trip the proxy added between workerd and PostgreSQL. */
   rttMs: number;
   completed: number;
+  /** workerd's process CPU (user + system) over the invocation, per 1,000 jobs it completed: what
+   * Workers bill is CPU time, not wall time. */
+  cpuMsPer1000: number;
   elapsedMs: number;
   budgetMs: number;
   budgetLeftMs: number;
@@ -33,6 +36,20 @@ export interface RunNowFigure {
   /** POST /jobs sent → the webhook handler's request arriving, per job. */
   p50Ms: number;
   p99Ms: number;
+}
+
+/** CPU time (user + system, ms) of the workerd process serving `port`, from /proc (Linux). */
+async function workerdCpuMs(port: number): Promise<number> {
+  for (const pid of await readdir('/proc').catch(() => [] as string[])) {
+    if (!/^\d+$/.test(pid)) continue;
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (!cmdline.includes('workerd') || !cmdline.includes(`entry=127.0.0.1:${port}`)) continue;
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticksPerSecond = 100; // USER_HZ
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
+  }
+  return Number.NaN;
 }
 
 export async function benchWorkerDrainer(
@@ -112,6 +129,7 @@ export async function benchWorkerDrainer(
         await pool.query('DELETE FROM pgdrain.jobs');
         await enqueueMany(db, Array.from({ length: options.jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
         const before = out.length;
+        const cpuBefore = await workerdCpuMs(port);
         const res = await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`);
         if (!res.ok) throw new Error(`/__scheduled answered ${res.status}`);
         let line: string | undefined;
@@ -121,9 +139,16 @@ export async function benchWorkerDrainer(
         }
         if (!line) throw new Error(`no scheduled report in wrangler's output:\n${out.slice(before)}`);
         const report = JSON.parse(line.slice(line.indexOf('{'))) as { completed: number; elapsedMs: number };
-        const figure = { rttMs, completed: report.completed, elapsedMs: report.elapsedMs, budgetMs, budgetLeftMs: budgetMs - report.elapsedMs, jobsPerSecond: report.completed / (report.elapsedMs / 1000) };
+        const cpuMs = (await workerdCpuMs(port)) - cpuBefore;
+        const figure = {
+          rttMs, completed: report.completed, cpuMsPer1000: (cpuMs / Math.max(1, report.completed)) * 1000, elapsedMs: report.elapsedMs, budgetMs,
+          budgetLeftMs: budgetMs - report.elapsedMs, jobsPerSecond: report.completed / (report.elapsedMs / 1000),
+        };
         figures.push(figure);
-        console.log(`  Worker (${options.driver}) scheduled() at ${rttMs} ms RTT, rep ${r + 1}/${options.reps}: ${figure.completed} jobs in ${figure.elapsedMs} ms = ${Math.round(figure.jobsPerSecond)} jobs/s; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`);
+        console.log(
+          `  Worker (${options.driver}) scheduled() at ${rttMs} ms RTT, rep ${r + 1}/${options.reps}: ${figure.completed} jobs in ${figure.elapsedMs} ms = ` +
+            `${Math.round(figure.jobsPerSecond)} jobs/s, workerd CPU ${figure.cpuMsPer1000.toFixed(1)} ms per 1,000 jobs; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`,
+        );
       }
     }
     proxy?.setDelayMs(0);

@@ -38,18 +38,32 @@ export interface RunNowFigure {
   p99Ms: number;
 }
 
-/** CPU time (user + system, ms) of the workerd process serving `port`, from /proc (Linux). */
-async function workerdCpuMs(port: number): Promise<number> {
-  for (const pid of await readdir('/proc').catch(() => [] as string[])) {
-    if (!/^\d+$/.test(pid)) continue;
-    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (!cmdline.includes('workerd') || !cmdline.includes(`entry=127.0.0.1:${port}`)) continue;
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+/** CPU time (user + system, ms) of the workerd processes of one `wrangler dev`, from /proc (Linux). */
+async function workerdCpuMs(wranglerPid: number): Promise<number> {
+  // wrangler dev runs more than one workerd (its own proxy in front, the Worker behind it): every
+  // workerd descended from this wrangler counts.
+  const processes = new Map<number, { ppid: number; name: string; cpuMs: number }>();
+  for (const entry of await readdir('/proc').catch(() => [] as string[])) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    if (!stat) continue;
+    const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     const ticksPerSecond = 100; // USER_HZ
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond;
+    processes.set(Number(entry), { ppid: Number(fields[1]), name, cpuMs: ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond });
   }
-  return Number.NaN;
+  const descends = (pid: number): boolean => {
+    for (let p = processes.get(pid)?.ppid; p !== undefined && p > 1; p = processes.get(p)?.ppid) if (p === wranglerPid) return true;
+    return false;
+  };
+  let total = 0;
+  let found = false;
+  for (const [pid, p] of processes) {
+    if (p.name !== 'workerd' || !descends(pid)) continue;
+    total += p.cpuMs;
+    found = true;
+  }
+  return found ? total : Number.NaN;
 }
 
 export async function benchWorkerDrainer(
@@ -129,7 +143,7 @@ export async function benchWorkerDrainer(
         await pool.query('DELETE FROM pgdrain.jobs');
         await enqueueMany(db, Array.from({ length: options.jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
         const before = out.length;
-        const cpuBefore = await workerdCpuMs(port);
+        const cpuBefore = await workerdCpuMs(wrangler.pid!);
         const res = await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`);
         if (!res.ok) throw new Error(`/__scheduled answered ${res.status}`);
         let line: string | undefined;
@@ -139,7 +153,7 @@ export async function benchWorkerDrainer(
         }
         if (!line) throw new Error(`no scheduled report in wrangler's output:\n${out.slice(before)}`);
         const report = JSON.parse(line.slice(line.indexOf('{'))) as { completed: number; elapsedMs: number };
-        const cpuMs = (await workerdCpuMs(port)) - cpuBefore;
+        const cpuMs = (await workerdCpuMs(wrangler.pid!)) - cpuBefore;
         const figure = {
           rttMs, completed: report.completed, cpuMsPer1000: (cpuMs / Math.max(1, report.completed)) * 1000, elapsedMs: report.elapsedMs, budgetMs,
           budgetLeftMs: budgetMs - report.elapsedMs, jobsPerSecond: report.completed / (report.elapsedMs / 1000),

@@ -50,7 +50,8 @@ const both = ['sidecar', 'worker'] as const;
 const sidecarOnly = ['sidecar'] as const;
 const workerOnly = ['worker'] as const;
 
-/** Concurrency on the Worker: an invocation may hold 6 connections and the database takes one. */
+/** Concurrency on the Worker: an invocation may hold 6 connections and the drain's statements take
+ * one (two while a second claim is in flight: a fetch beyond six waits for one to close). */
 export const WORKER_MAX_CONCURRENCY = 5;
 
 export const SETTINGS = {

@@ -14,7 +14,9 @@
 //     completion makes jobs of its kinds pending (they waited for the completed ones); the drain
 //     is exhausted when every group is;
 //   - far from the database claims grow from batchSize to what the running slots finish in one
-//     claim round trip (running averages of both), up to maxBatchSize.
+//     claim round trip (running averages of both), up to maxBatchSize; grown claims may be
+//     `claimsInFlight` at a time (the second goes while the first is on its way), with as many
+//     batches held ahead.
 import type { ClaimedJob, ClaimLimits } from '../queries/index.ts';
 import { type JobRegistry, limitsOf } from '../jobs/registry.ts';
 
@@ -45,6 +47,8 @@ export interface ClaimPlannerOptions {
   concurrency: number;
   /** Claimed-but-not-started jobs kept beyond the running ones. */
   prefetch: number;
+  /** Claims in flight at once once claims have grown (before that, and next to the database, one). */
+  claimsInFlight: number;
 }
 
 interface ClaimGroup {
@@ -74,6 +78,8 @@ export class ClaimPlanner {
   readonly #unsettled = new Map<string, number>();
   #next = 0;
   #inFlight = 0;
+  /** Jobs asked for by the claims in flight. */
+  #inFlightSize = 0;
   #handlerMs = Number.NaN;
   #claimMs = Number.NaN;
 
@@ -97,7 +103,7 @@ export class ClaimPlanner {
     ];
   }
 
-  /** Claims in flight (at most one at a time). */
+  /** Claims in flight. */
   get inFlight(): number {
     return this.#inFlight;
   }
@@ -117,19 +123,23 @@ export class ClaimPlanner {
 
   /**
    * The claim to send now, given how many jobs the drain holds (waiting and running), or null when
-   * none should go: one is in flight, there is no room for a worthwhile batch, or all are drained.
+   * none should go: as many as may be are in flight, there is no room for a worthwhile batch, or
+   * all are drained.
    */
   next(held: number): PlannedClaim | null {
-    if (this.#inFlight > 0 || this.exhausted) return null;
-    const { batchSize, concurrency, prefetch } = this.#options;
+    if (this.#inFlight > 0 && (this.#inFlight >= this.#options.claimsInFlight || !this.#grown)) return null;
+    if (this.exhausted) return null;
+    const { batchSize, concurrency, prefetch, claimsInFlight } = this.#options;
     const batch = this.#batchNow();
-    // A grown claim brings its prefetch along (the next claim goes while the slots work through it).
-    const ahead = batch > batchSize ? Math.max(prefetch, batch) : prefetch;
-    const wanted = Math.min(batch, concurrency + ahead - held);
+    // Grown claims bring their prefetch along: a batch for each claim that may be in flight, so the
+    // next claims go while the slots work through the last one.
+    const ahead = batch > batchSize ? Math.max(prefetch, batch * claimsInFlight) : prefetch;
+    const coming = held + this.#inFlightSize;
+    const wanted = Math.min(batch, concurrency + ahead - coming);
     if (wanted <= 0) return null;
     // A full batch, or half the capacity when that is smaller: a claim of one or two jobs per round
-    // trip would waste the database's time — unless the drain holds nothing at all.
-    const minClaim = held === 0 ? 1 : Math.min(batch, Math.ceil((concurrency + ahead) / 2));
+    // trip would waste the database's time — unless the drain holds and awaits nothing at all.
+    const minClaim = coming === 0 ? 1 : Math.min(batch, Math.ceil((concurrency + ahead) / 2));
     const now = Date.now();
     for (let i = 0; i < this.#groups.length; i++) {
       const group = this.#groups[(this.#next + i) % this.#groups.length]!;
@@ -144,6 +154,7 @@ export class ClaimPlanner {
       group.inFlight += size;
       group.blockedUntil = 0;
       this.#inFlight++;
+      this.#inFlightSize += size;
       return { kinds: group.kinds, size, ...(group.limits ? { limits: group.limits } : {}) };
     }
     return null;
@@ -153,6 +164,7 @@ export class ClaimPlanner {
   settled(claim: PlannedClaim, outcome: ClaimOutcome | null, roundTripMs: number): void {
     const group = this.#groupOf(claim);
     this.#inFlight--;
+    this.#inFlightSize -= claim.size;
     group.inFlight -= claim.size;
     if (!outcome) return;
     this.#claimMs = average(this.#claimMs, roundTripMs);
@@ -191,6 +203,11 @@ export class ClaimPlanner {
   /** A handler succeeded after `ms` (claims grow with quick handlers). */
   handlerTook(ms: number): void {
     this.#handlerMs = average(this.#handlerMs, ms);
+  }
+
+  /** Claims have grown past batchSize (handlers are quick next to the round trip). */
+  get #grown(): boolean {
+    return this.#batchNow() > this.#options.batchSize;
   }
 
   #batchNow(): number {

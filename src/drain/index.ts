@@ -160,6 +160,7 @@ class DrainRun {
       maxBatchSize: Math.max(batchSize, options.maxBatchSize ?? profile.maxBatchSize ?? batchSize),
       concurrency: this.#concurrency,
       prefetch: Math.max(0, options.prefetch ?? batchSize),
+      claimsInFlight: profile.claimsInFlight,
     });
     this.#settler = new Settler(db, {
       recordCounts: options.recordCounts !== false,

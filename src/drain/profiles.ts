@@ -14,6 +14,9 @@ export interface DrainProfile {
    * the database the separate statements are faster (measured: a churned sidecar drain ran at
    * 8-13k jobs/s merged against 23-39k apart), far from it the merged one is (1.5× at 10 ms). */
   readonly settleWithClaim: boolean;
+  /** Claims in flight at once. Far from the database a second claim goes out while the first is on
+   * its way, on a connection of its own, so the round trip is paid once for two batches. */
+  readonly claimsInFlight: number;
 }
 
 export type Placement = 'near' | 'far';
@@ -22,8 +25,9 @@ export const DRAIN_PROFILES = {
   // 250 per claim: a claim is one statement, one round trip and one commit whatever its size, so
   // on a deep backlog larger claims cost far less per job; running plus one batch claimed ahead
   // match graphile-worker's tuned local queue of 500.
-  near: { batchSize: 250, maxBatchSize: null, concurrency: 250, settleWithClaim: false },
+  near: { batchSize: 250, maxBatchSize: null, concurrency: 250, settleWithClaim: false, claimsInFlight: 1 },
   // 20 per claim at least (the article's measured sweet spot), growing to 500 for quick handlers;
-  // 5 handlers: a Worker invocation holds 6 connections and the database takes one.
-  far: { batchSize: 20, maxBatchSize: 500, concurrency: 5, settleWithClaim: true },
+  // 5 handlers and two claims in flight: a Worker invocation holds 6 connections at once, and the
+  // drain's database connections take at most two of them (src/worker/database.ts).
+  far: { batchSize: 20, maxBatchSize: 500, concurrency: 5, settleWithClaim: true, claimsInFlight: 2 },
 } as const satisfies Record<Placement, DrainProfile>;

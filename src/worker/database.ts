@@ -6,9 +6,13 @@
 //   relies on session state or LISTEN; its query cache must be off for the queue's reads to be
 //   current (see README "Deploying with Hyperdrive").
 // - Neon (env.DATABASE_URL): Neon's serverless driver over a WebSocket.
-// Each path holds one connection: an invocation may have 6 open at once and handlers need the rest.
-// Transactional handlers get connections of their own from a second pool, opened only when one
-// runs, of at most TRANSACTION_CONNECTIONS.
+// An invocation may have 6 connections open at once (sockets and fetches alike), so each path holds
+// at most DRAIN_CONNECTIONS: the drain's statements, and a second claim in flight while the first
+// is on its way (the round trip, not PostgreSQL, limits a Worker far from its database); the second
+// opens only when a statement is sent while another is out. Transactional handlers get connections
+// of their own from a second pool, opened only when one runs, of at most TRANSACTION_CONNECTIONS.
+// Together they leave a connection for handlers' fetches even when every pool is full (a
+// transactional handler that fetches would otherwise wait for a slot nobody frees).
 import { Pool as NeonPool, type PoolClient as NeonPoolClient, neonConfig } from '@neondatabase/serverless';
 import { drizzle as drizzleNeon } from 'drizzle-orm/neon-serverless';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
@@ -42,8 +46,10 @@ export interface WorkerDatabase {
   end(): Promise<void>;
 }
 
-/** Transactional handlers of one invocation hold at most this many connections (one more is the drain's). */
-export const TRANSACTION_CONNECTIONS = 4;
+/** The drain's own connections: its statements, and a second claim while the first is in flight. */
+export const DRAIN_CONNECTIONS = 2;
+/** Transactional handlers of one invocation hold at most this many connections. */
+export const TRANSACTION_CONNECTIONS = 3;
 
 export function openWorkerDatabase(env: DatabaseEnv): WorkerDatabase {
   return env.HYPERDRIVE ? openHyperdrive(env.HYPERDRIVE) : openNeon(env);
@@ -55,7 +61,7 @@ function openHyperdrive(binding: HyperdriveBinding): WorkerDatabase {
     return { pool, db: drizzlePg({ client: pool }) as unknown as Db, end: quietEnd(pool, 'hyperdrive') };
   };
   const wrap = (client: pg.PoolClient) => drizzlePg({ client }) as unknown as Db;
-  return withTransactionPool(open(1), 'hyperdrive', () => open(TRANSACTION_CONNECTIONS), wrap);
+  return withTransactionPool(open(DRAIN_CONNECTIONS), 'hyperdrive', () => open(TRANSACTION_CONNECTIONS), wrap);
 }
 
 function openNeon(env: DatabaseEnv): WorkerDatabase {
@@ -69,7 +75,7 @@ function openNeon(env: DatabaseEnv): WorkerDatabase {
     return { pool, db: drizzleNeon({ client: pool }) as unknown as Db, end: quietEnd(pool, 'neon') };
   };
   const wrap = (client: NeonPoolClient) => drizzleNeon({ client }) as unknown as Db;
-  return withTransactionPool(open(1), 'neon', () => open(TRANSACTION_CONNECTIONS), wrap);
+  return withTransactionPool(open(DRAIN_CONNECTIONS), 'neon', () => open(TRANSACTION_CONNECTIONS), wrap);
 }
 
 interface OpenedPool<Client> {

@@ -866,6 +866,48 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(Math.max(...tokens.values())).toBeLessThanOrEqual(10);
     });
 
+    it('far from the database, a second claim goes out while the first is on its way once claims have grown, never a third', async () => {
+      const runs = new Map<string, number>();
+      const registry = new JobRegistry([
+        defineJob({ kind: 'quick', schema: z.unknown(), handler: (_, { job }) => void runs.set(job.id, (runs.get(job.id) ?? 0) + 1) }),
+      ]);
+      await enqueueMany(h.db, Array.from({ length: 3_000 }, (_, i) => ({ kind: 'quick', payload: i })));
+      // Every statement takes 15 ms longer, as from a Worker to its database: the round trip, not the
+      // handlers, is what limits this drain.
+      const dialect = new PgDialect();
+      const claims = { out: 0, most: 0, sent: 0 };
+      const distant = new Proxy(h.db, {
+        get: (target, property, receiver) =>
+          property === 'execute'
+            ? async (query: SQL) => {
+                const text = dialect.sqlToQuery(query).sql;
+                const isClaim = text.includes('.claim(') || text.includes('claimed AS (');
+                if (isClaim) {
+                  claims.sent++;
+                  claims.most = Math.max(claims.most, ++claims.out);
+                }
+                try {
+                  await sleep(15);
+                  return await target.execute(query);
+                } finally {
+                  if (isClaim) claims.out--;
+                }
+              }
+            : Reflect.get(target, property, receiver),
+      });
+      const report = await drain(distant, registry, { workerId: 'far', placement: 'far', batchSize: 10, maxBatchSize: 200, concurrency: 5 });
+      expect(report).toMatchObject({ claimed: 3_000, completed: 3_000, lost: 0 });
+      expect(runs.size).toBe(3_000);
+      expect([...runs.values()].every((n) => n === 1)).toBe(true);
+      expect(await count()).toBe(0);
+      expect(claims.most).toBe(2);
+      // Near the database (the sidecar's profile) one claim at a time, whatever the distance.
+      await enqueueMany(h.db, Array.from({ length: 500 }, (_, i) => ({ kind: 'quick', payload: i })));
+      claims.most = 0;
+      expect(await drain(distant, registry, { workerId: 'near', batchSize: 10, concurrency: 5 })).toMatchObject({ completed: 500 });
+      expect(claims.most).toBe(1);
+    });
+
     it('the drain settles a burst of failures in a few statements, not one per job, and counts them', async () => {
       const registry = new JobRegistry([
         defineJob({ kind: 'flaky', schema: z.unknown(), handler: () => { throw new Error('down'); } }),

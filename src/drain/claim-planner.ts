@@ -49,6 +49,9 @@ export interface ClaimPlannerOptions {
   prefetch: number;
   /** Claims in flight at once once claims have grown (before that, and next to the database, one). */
   claimsInFlight: number;
+  /** The drain claims only this many jobs in all (run-now's ids): once claimed, nothing more is
+   * asked for. */
+  claimLimit?: number;
 }
 
 interface ClaimGroup {
@@ -80,6 +83,8 @@ export class ClaimPlanner {
   #inFlight = 0;
   /** Jobs asked for by the claims in flight. */
   #inFlightSize = 0;
+  /** Jobs claimed so far. */
+  #claimedTotal = 0;
   #handlerMs = Number.NaN;
   #claimMs = Number.NaN;
 
@@ -168,6 +173,8 @@ export class ClaimPlanner {
     group.inFlight -= claim.size;
     if (!outcome) return;
     this.#claimMs = average(this.#claimMs, roundTripMs);
+    this.#claimedTotal += outcome.jobs.length;
+    if (this.#claimedTotal >= (this.#options.claimLimit ?? Infinity)) for (const g of this.#groups) g.drained = true;
     for (const job of outcome.jobs) {
       this.#hold(job.kind, 1);
       this.#add(this.#unsettled, job.kind, 1);
@@ -197,6 +204,7 @@ export class ClaimPlanner {
 
   /** Completions made jobs of these kinds pending: their groups are worth claiming again. */
   released(kinds: readonly string[]): void {
+    if (this.#claimedTotal >= (this.#options.claimLimit ?? Infinity)) return;
     for (const group of this.#groups) if (group.drained && group.kinds.some((k) => kinds.includes(k))) group.drained = false;
   }
 

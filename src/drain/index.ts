@@ -161,6 +161,7 @@ class DrainRun {
       concurrency: this.#concurrency,
       prefetch: Math.max(0, options.prefetch ?? batchSize),
       claimsInFlight: profile.claimsInFlight,
+      claimLimit: options.ids ? new Set(options.ids).size : undefined,
     });
     this.#settler = new Settler(db, {
       recordCounts: options.recordCounts !== false,

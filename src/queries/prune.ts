@@ -1,7 +1,7 @@
 // prune: what a kept history leaves behind, removed once its time is up — completed and cancelled
 // jobs past their keep_until (kinds with keepCompletedSeconds), notes of how watched jobs ended
-// (kept 10 minutes), and dependency rows of jobs that are gone. In bounded batches, each its own
-// short statement, so a large history never means one long transaction. Run with the reaper's round
+// (kept 10 minutes), and dependency rows of jobs that are gone. In bounded batches, each round its
+// own short statement, so a large history never means one long transaction. Run with the reaper's round
 // on the sidecar and every cron invocation on the Worker.
 import { sql } from 'drizzle-orm';
 import { finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
@@ -18,38 +18,39 @@ export interface PruneResult {
   dependencies: number;
 }
 
-/** Up to `maxBatches` batches of each; call again if more is left. */
+/**
+ * Up to `maxBatches` batches of each; call again if more is left. A round is one statement that
+ * deletes a batch of each of the three (one round trip: the Worker runs this at every invocation,
+ * usually with nothing to do); rounds go on for those whose batch was full. Dependency rows of jobs
+ * deleted in the same round go in the next one (a statement does not see its own deletions).
+ */
 export async function pruneFinished(db: Db, maxBatches = 20): Promise<PruneResult> {
   const result: PruneResult = { jobs: 0, notes: 0, dependencies: 0 };
-  const batches = async (statement: () => Promise<number>) => {
-    let total = 0;
-    for (let i = 0; i < maxBatches; i++) {
-      const n = await statement();
-      total += n;
-      if (n < PRUNE_BATCH) break;
+  const more = { jobs: true, notes: true, dependencies: true };
+  for (let round = 0; round < maxBatches && (more.jobs || more.notes || more.dependencies); round++) {
+    const [n] = await rowsOf<PruneResult>(
+      db,
+      sql`WITH kept AS (
+            DELETE FROM ${jobs} WHERE ${more.jobs} AND id IN (
+              SELECT id FROM ${jobs} WHERE status IN ('completed', 'cancelled') AND keep_until < now()
+               ORDER BY keep_until LIMIT ${PRUNE_BATCH} FOR UPDATE SKIP LOCKED)
+            RETURNING 1),
+          notes AS (
+            DELETE FROM ${finishedJobs} WHERE ${more.notes} AND id IN (
+              SELECT id FROM ${finishedJobs} WHERE finished_at < now() - make_interval(mins => ${FINISHED_NOTE_MINUTES}) LIMIT ${PRUNE_BATCH})
+            RETURNING 1),
+          dependencies AS (
+            DELETE FROM ${jobDependencies} d WHERE ${more.dependencies} AND (d.depends_on, d.job_id) IN (
+              SELECT depends_on, job_id FROM ${jobDependencies} o WHERE NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id) LIMIT ${PRUNE_BATCH})
+            RETURNING 1)
+          SELECT (SELECT count(*) FROM kept)::int AS jobs, (SELECT count(*) FROM notes)::int AS notes,
+                 (SELECT count(*) FROM dependencies)::int AS dependencies`,
+    );
+    for (const part of ['jobs', 'notes', 'dependencies'] as const) {
+      const deleted = Number(n?.[part] ?? 0);
+      result[part] += deleted;
+      more[part] &&= deleted >= PRUNE_BATCH;
     }
-    return total;
-  };
-  const count = async (query: ReturnType<typeof sql>) => Number((await rowsOf<{ n: number }>(db, query))[0]?.n ?? 0);
-  result.jobs = await batches(() =>
-    count(sql`WITH gone AS (
-                DELETE FROM ${jobs} WHERE id IN (SELECT id FROM ${jobs} WHERE status IN ('completed', 'cancelled') AND keep_until < now()
-                                                  ORDER BY keep_until LIMIT ${PRUNE_BATCH} FOR UPDATE SKIP LOCKED)
-                RETURNING 1)
-              SELECT count(*)::int AS n FROM gone`),
-  );
-  result.notes = await batches(() =>
-    count(sql`WITH gone AS (
-                DELETE FROM ${finishedJobs} WHERE id IN (SELECT id FROM ${finishedJobs}
-                  WHERE finished_at < now() - make_interval(mins => ${FINISHED_NOTE_MINUTES}) LIMIT ${PRUNE_BATCH}) RETURNING 1)
-              SELECT count(*)::int AS n FROM gone`),
-  );
-  result.dependencies = await batches(() =>
-    count(sql`WITH gone AS (
-                DELETE FROM ${jobDependencies} d WHERE (d.depends_on, d.job_id) IN (
-                  SELECT depends_on, job_id FROM ${jobDependencies} o WHERE NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id) LIMIT ${PRUNE_BATCH})
-                RETURNING 1)
-              SELECT count(*)::int AS n FROM gone`),
-  );
+  }
   return result;
 }

@@ -18,7 +18,7 @@ import { checkSchedules, evaluateSchedules, type ScheduleDefinition } from '../s
 import { type Settings, SettingsError, readSettings } from '../settings.ts';
 import { type OpenTelemetryApi, useOpenTelemetry } from '../tracing.ts';
 import { cronBudgetMs } from './cron-budget.ts';
-import { type DatabaseEnv, openWorkerDatabase } from './database.ts';
+import { type DatabaseEnv, type WorkerDatabase, openWorkerDatabase } from './database.ts';
 
 /** The Worker's bindings: the settings of src/settings.ts as vars and secrets, and the database's. */
 export interface Env extends DatabaseEnv {
@@ -52,6 +52,8 @@ export interface ScheduledReport extends DrainReport {
   /** Jobs enqueued by recurring schedules in this invocation. */
   scheduled: number;
   budgetMs: number;
+  /** Of elapsedMs, what came before the drain: the connection, reap, roll-up, prune, schedules. */
+  housekeepingMs: number;
 }
 
 /** The part of the runtime's ScheduledController the drainer uses. */
@@ -95,7 +97,7 @@ export function createWorker(options: WorkerOptions = {}) {
     return entry;
   };
 
-  const app = createApp((c: Context) => apiRuntime(c, configure, schedules, (env, ids) => runNow(env, configure(env), ids)));
+  const app = createApp((c: Context) => apiRuntime(c, configure, schedules, (env, ids, database) => runNow(database, configure(env), ids)));
 
   /** One cron invocation; resolves within the budget (plus settling), with what it did. */
   async function runScheduled(controller: ScheduledControllerLike, env: Env): Promise<ScheduledReport> {
@@ -132,15 +134,34 @@ function readConfiguration(env: Env, jobs: readonly JobDefinition<any>[], schedu
   return { settings, registry };
 }
 
-/** What the HTTP app needs for one request: a connection of its own, the settings, the tokens. */
-function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: readonly ScheduleDefinition[], runNow: (env: Env, ids: string[]) => Promise<void>): ApiRuntime {
+type RunNow = (env: Env, ids: string[], database: WorkerDatabase) => Promise<void>;
+
+/**
+ * What the HTTP app needs for one request: a connection of its own, the settings, the tokens. The
+ * connection is opened on first use and closed when its last user is done; run-now work started
+ * by the request goes on with it after the response, instead of paying for a connection of its own
+ * (the handshake is most of a run-now's wait).
+ */
+function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: readonly ScheduleDefinition[], runNow: RunNow): ApiRuntime {
   const env = c.env as Env;
+  let open: { database: WorkerDatabase; users: number } | undefined;
+  const use = () => {
+    open ??= { database: openWorkerDatabase(env), users: 0 };
+    open.users++;
+    return open;
+  };
+  const done = (used: { database: WorkerDatabase; users: number }) => {
+    if (--used.users > 0) return;
+    if (open === used) open = undefined;
+    c.executionCtx.waitUntil(used.database.end());
+  };
   const withDb: ApiRuntime['withDb'] = async (fn) => {
-    const { db, end } = openWorkerDatabase(env);
+    const used = use();
     try {
-      return await fn(db);
+      return await fn(used.database.db);
     } finally {
-      c.executionCtx.waitUntil(end());
+      // Not at once: a run-now the route starts as soon as this returns takes the connection over.
+      c.executionCtx.waitUntil(new Promise((resolve) => setTimeout(resolve, 0)).then(() => done(used)));
     }
   };
   let config: Configured;
@@ -163,7 +184,10 @@ function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: 
     recordCounts: s.recordCounts,
     maxBodyBytes: s.maxBodyBytes,
     onError: (error, where) => console.error(JSON.stringify({ event: 'request_failed', where, error: safeErrorMessage(error) })),
-    runNow: (ids) => c.executionCtx.waitUntil(runNow(env, ids)),
+    runNow: (ids) => {
+      const used = use();
+      c.executionCtx.waitUntil(runNow(env, ids, used.database).finally(() => done(used)));
+    },
   };
 }
 
@@ -172,8 +196,8 @@ function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: 
  * (restricted to their ids): a cron or another invocation that claimed one first runs it, this
  * one skips it. Failures settle as usual; if the isolate dies, the reaper returns the jobs.
  */
-async function runNow(env: Env, { settings, registry }: Configured, ids: string[]): Promise<void> {
-  const { db, transactions, end } = openWorkerDatabase(env);
+async function runNow({ db, transactions }: WorkerDatabase, { settings, registry }: Configured, ids: string[]): Promise<void> {
+  // The request's connection (the caller closes it).
   try {
     const report = await drain(db, registry, {
       transactions,
@@ -191,23 +215,24 @@ async function runNow(env: Env, { settings, registry }: Configured, ids: string[
     console.log(JSON.stringify({ event: 'run_now', ids: ids.length, ...report }));
   } catch (error) {
     console.error(JSON.stringify({ event: 'run_now_failed', error: safeErrorMessage(error) }));
-  } finally {
-    await end();
   }
 }
 
-/** A cron invocation: reap, fold counts, evaluate schedules, drain far from the database until the budget is spent. */
+/** A cron invocation: reap, fold counts, prune, evaluate schedules, drain far from the database until the budget is spent. */
 async function cronDrain(controller: ScheduledControllerLike, env: Env, { settings, registry }: Configured, schedules: readonly ScheduleDefinition[]): Promise<ScheduledReport> {
   const started = Date.now();
   // Unset: until a second before this cron's next invocation (see cron-budget.ts).
   const budgetMs = settings.drainBudgetMs ?? cronBudgetMs(controller.cron, controller.scheduledTime, started);
   const { db, transactions, end } = openWorkerDatabase(env);
   try {
+    // Each a round trip (pruneFinished one when there is little to prune). Run beside the drain they
+    // cost it more than they save: they hold the second connection its pipelined claims want.
     const reaped = await reap(db, settings.visibilityTimeoutSeconds!);
     await rollUpCounts(db);
     const pruned = await pruneFinished(db);
     const scheduled = schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
     const deadline = started + budgetMs;
+    const housekeepingMs = Date.now() - started;
     const workerId = `worker-${controller.scheduledTime}-${crypto.randomUUID().slice(0, 8)}`;
     const drainFor = (ms: number) =>
       drain(db, registry, {
@@ -231,7 +256,7 @@ async function cronDrain(controller: ScheduledControllerLike, env: Env, { settin
     }
     return {
       cron: controller.cron, ...report, reaped: reaped.reclaimed.length, reapedDead: reaped.dead.length, pruned: pruned.jobs,
-      scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), budgetMs, elapsedMs: Date.now() - started,
+      scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), budgetMs, elapsedMs: Date.now() - started, housekeepingMs,
     };
   } finally {
     await end();

@@ -908,6 +908,30 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(claims.most).toBe(1);
     });
 
+    it('a drain of given ids (run-now) claims once when it gets them all, and settles them with nothing more', async () => {
+      const registry = new JobRegistry([defineJob({ kind: 'fine', schema: z.unknown(), handler: () => {} })]);
+      const jobs = await enqueueMany(h.db, Array.from({ length: 3 }, (_, i) => ({ kind: 'fine', payload: i })));
+      const other = await enqueue(h.db, { kind: 'fine', payload: 'not asked for' });
+      const dialect = new PgDialect();
+      const claims: string[] = [];
+      const counted = new Proxy(h.db, {
+        get: (target, property, receiver) =>
+          property === 'execute'
+            ? (query: SQL) => {
+                const text = dialect.sqlToQuery(query).sql;
+                if (text.includes('.claim_ids(') || text.includes('claimed AS (')) claims.push(text);
+                return target.execute(query);
+              }
+            : Reflect.get(target, property, receiver),
+      });
+      const ids = jobs.map((j) => j.id);
+      const report = await drain(counted, registry, { workerId: 'now', placement: 'far', ids, batchSize: ids.length, concurrency: ids.length, prefetch: 0 });
+      expect(report).toMatchObject({ claimed: 3, completed: 3, lost: 0 });
+      expect(claims).toHaveLength(1);
+      expect(await count()).toBe(1);
+      expect(await count(`id = ${other.id} AND status = 'pending'`)).toBe(1);
+    });
+
     it('the drain settles a burst of failures in a few statements, not one per job, and counts them', async () => {
       const registry = new JobRegistry([
         defineJob({ kind: 'flaky', schema: z.unknown(), handler: () => { throw new Error('down'); } }),

@@ -9,7 +9,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import { jobs } from '../db/schema.ts';
 import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
-import { FENCED, type HeldJob, heldRows } from './fence.ts';
+import { type HeldJob, fenced, heldRows } from './fence.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 export type { HeldJob } from './fence.ts';
@@ -57,13 +57,13 @@ export function completingCtes(held: readonly CompletedJob[], { followed }: { fo
   const deleted = held.filter((h) => !isKept(h));
   const kept = held.filter(isKept);
   const parts: SQL[] = [];
-  const fence = followed ? FENCED : sql`${FENCED} AND ${UNEVENTFUL}`;
+  const fence = (rows: readonly HeldJob[]) => (followed ? fenced(rows) : sql`${fenced(rows)} AND ${UNEVENTFUL}`);
   const status = followed ? ENDING_STATUS : sql`'completed'::text`;
   if (deleted.length > 0) {
     // Not a prepared statement on purpose: a flush can hold one job or thousands, and a generic
     // plan fitted to neither can turn the pair check into a scan per row. Planning it is cheap
-    // next to the rows it deletes. The join drives primary-key lookups from the (id, token) pairs.
-    parts.push(sql`deleted AS (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${fence} RETURNING ${ENDED_COLUMNS}, ${status} AS status)`);
+    // next to the rows it deletes. The fence's id array drives primary-key lookups.
+    parts.push(sql`deleted AS (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${fence(deleted)} RETURNING ${ENDED_COLUMNS}, ${status} AS status)`);
   }
   if (kept.length > 0) {
     const rows = heldRows(kept, {
@@ -75,7 +75,7 @@ export function completingCtes(held: readonly CompletedJob[], { followed }: { fo
       UPDATE ${jobs} j SET status = ${status},
              result = CASE WHEN j.cancel_requested_at IS NOT NULL THEN NULL ELSE h.result END, progress = coalesce(h.progress, j.progress),
              finished_at = now(), keep_until = now() + make_interval(secs => h.keep), locked_at = NULL, locked_by = NULL, locked_until = NULL
-        FROM ${rows} WHERE ${fence}
+        FROM ${rows} WHERE ${fence(kept)}
       RETURNING ${ENDED_COLUMNS}, j.status)`);
   }
   const union = [deleted.length > 0 ? sql`SELECT * FROM deleted` : undefined, kept.length > 0 ? sql`SELECT * FROM kept` : undefined].filter((x) => x !== undefined);

@@ -6,7 +6,7 @@ import { jobs } from '../db/schema.ts';
 import type { SettleOptions } from './complete.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
-import { FENCED, type HeldJob, heldRows } from './fence.ts';
+import { type HeldJob, fenced, heldRows } from './fence.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 /** last_error is kept to this many characters so a huge stack cannot bloat the row. */
@@ -71,7 +71,7 @@ export async function failMany(db: Db, failures: readonly Failure[], options: Se
           finished_at = CASE WHEN ${ending} IS NOT NULL THEN now() END,
           keep_until = CASE WHEN j.cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(j.keep_seconds, 0)) END,
           locked_at = NULL, locked_by = NULL, locked_until = NULL, last_error = h.error
-        FROM ${failed} WHERE ${FENCED}
+        FROM ${failed} WHERE ${fenced(failures)}
         RETURNING ${ENDED_COLUMNS}, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;
   const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countFailed('ended')})`;
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' | 'cancelled'; run_at_ms: number; attempts: number }>(

@@ -2,7 +2,7 @@
 // running under the lock token its claim wrote into locked_by. A drainer whose lock was reaped (and
 // whose job another drainer may hold now) can neither complete, fail, release nor renew it.
 //
-//   UPDATE pgdrain.jobs j SET … FROM ${heldRows(held)} WHERE ${FENCED}
+//   UPDATE pgdrain.jobs j SET … FROM ${heldRows(held)} WHERE ${fenced(held)}
 import { type SQL, sql } from 'drizzle-orm';
 
 /** A job as its drainer holds it: the id and the lock token of its claim. */
@@ -35,5 +35,13 @@ export function heldRows(held: readonly HeldJob[], extra: HeldColumns = {}): SQL
 /** Job ids are decimal strings without leading zeros: the shorter is the smaller. */
 const compareDecimal = (a: string, b: string) => a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
 
-/** The job `j` is the held row `h`, still running under its token. */
-export const FENCED = sql`j.id = h.id AND j.locked_by = h.token AND j.status = 'running'`;
+/**
+ * The job `j` is the held row `h`, still running under its token. The ids are given once more as
+ * an array for the primary key: without them PostgreSQL may start from the `jobs_running` index and
+ * compare every running job with every held one (a completion of 50 among 2,000 running took 17 ms
+ * that way — four sidecars on one database drained at a third of one's speed); with them it looks
+ * up exactly the held jobs.
+ */
+export function fenced(held: readonly HeldJob[]): SQL {
+  return sql`j.id = ANY(${sql.param(held.map((h) => h.id))}::bigint[]) AND j.id = h.id AND j.locked_by = h.token AND j.status = 'running'`;
+}

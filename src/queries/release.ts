@@ -4,7 +4,7 @@
 import { sql } from 'drizzle-orm';
 import { jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
-import { FENCED, type HeldJob, heldRows } from './fence.ts';
+import { type HeldJob, fenced, heldRows } from './fence.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 /** Returns the ids released; jobs whose lock token no longer matches are left alone. */
@@ -20,7 +20,7 @@ export async function release(db: Db, held: readonly HeldJob[], reason?: string)
                  last_error = coalesce(${reason ?? null}::text, j.last_error),
                  finished_at = CASE WHEN ${cancelled} THEN now() END,
                  keep_until = CASE WHEN ${cancelled} THEN now() + make_interval(secs => coalesce(j.keep_seconds, 0)) END
-            FROM ${heldRows(held)} WHERE ${FENCED}
+            FROM ${heldRows(held)} WHERE ${fenced(held)}
           RETURNING ${ENDED_COLUMNS}, j.status)${afterJobsEnded({ deleted: false })}
         SELECT id, ${ENDED_FOLLOWED} FROM ended`,
   );

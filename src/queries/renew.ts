@@ -7,7 +7,7 @@
 import { sql } from 'drizzle-orm';
 import { JOB_DEFAULTS, jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
-import { FENCED, type HeldJob, heldRows } from './fence.ts';
+import { type HeldJob, fenced, heldRows } from './fence.ts';
 
 export interface HeldLease extends HeldJob {
   /** How long the renewed lease lasts; default the job's visibility_seconds, else 30 s. */
@@ -34,7 +34,7 @@ export async function renew(db: Db, held: readonly HeldLease[]): Promise<Renewed
     sql`UPDATE ${jobs} j SET locked_at = now(),
                locked_until = now() + make_interval(secs => coalesce(h.lease, j.visibility_seconds, ${JOB_DEFAULTS.visibilityTimeoutSeconds})),
                progress = coalesce(h.progress, j.progress)
-          FROM ${leases} WHERE ${FENCED} RETURNING j.id::text AS id, j.cancel_requested_at IS NOT NULL AS cancel`,
+          FROM ${leases} WHERE ${fenced(held)} RETURNING j.id::text AS id, j.cancel_requested_at IS NOT NULL AS cancel`,
   );
   return rows.map((r) => ({ id: String(r.id), cancelRequested: r.cancel === true }));
 }

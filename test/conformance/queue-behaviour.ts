@@ -64,6 +64,14 @@ export interface SuiteOptions {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/** A node of EXPLAIN (ANALYZE, FORMAT JSON)'s plan, the fields the tests read. */
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Actual Rows': number;
+  Plans?: PlanNode[];
+}
+
 export function queueBehaviourSuite(name: string, createHarness: () => Promise<Harness>, options: SuiteOptions) {
   describe(`queue behaviour (${name})`, () => {
     let h: Harness;
@@ -155,6 +163,39 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         expect(deep).toContain('Index Scan using jobs_ready');
         expect(deep).not.toMatch(/Sort|Seq Scan on jobs/);
       }
+    });
+
+    it('settling a few of many running jobs looks up those jobs, not every running one', async () => {
+      // Four sidecars hold 2,000 jobs running at once; a completion of 50 of them compared every
+      // running job with every held one (100,000 comparisons, 17 ms) before the fence gave the ids
+      // to the primary key.
+      await enqueueMany(h.db, Array.from({ length: 5_000 }, () => ({ kind: 'noop', payload: {} })));
+      const held = [];
+      for (let i = 0; i < 8; i++) held.push(...(await claim(h.db, { batchSize: 250, lockToken: `many:${i}` })));
+      expect(held).toHaveLength(2_000);
+      const scanned: number[] = [];
+      const explaining = new Proxy(h.db, {
+        get: (target, property, receiver) =>
+          property === 'execute'
+            ? async (query: SQL) => {
+                const result = (await target.execute(sql`EXPLAIN (ANALYZE, FORMAT JSON) ${query}`)) as unknown as { rows?: Record<string, unknown>[] } | Record<string, unknown>[];
+                const [row] = Array.isArray(result) ? result : (result.rows ?? []);
+                const raw = Object.values(row!)[0];
+                const [{ Plan }] = (typeof raw === 'string' ? JSON.parse(raw) : raw) as [{ Plan: PlanNode }];
+                const visit = (node: PlanNode) => {
+                  if (node['Relation Name'] === 'jobs' && node['Node Type'] !== 'Delete' && node['Node Type'] !== 'Update') scanned.push(node['Actual Rows']);
+                  for (const child of node.Plans ?? []) visit(child);
+                };
+                visit(Plan);
+                return { rows: [] };
+              }
+            : Reflect.get(target, property, receiver),
+      });
+      await complete(explaining, held.slice(0, 50), { recordCounts: false });
+      await fail(explaining, held[60]!, { error: 'boom' });
+      await release(explaining, held.slice(100, 150));
+      expect(scanned.length).toBeGreaterThanOrEqual(3);
+      expect(Math.max(...scanned)).toBeLessThanOrEqual(50);
     });
 
     it('a burst into a table analyzed while it was empty is claimed by walking jobs_ready, with no sort, the cached plan included', async () => {

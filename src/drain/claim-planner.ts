@@ -174,7 +174,7 @@ export class ClaimPlanner {
     if (!outcome) return;
     this.#claimMs = average(this.#claimMs, roundTripMs);
     this.#claimedTotal += outcome.jobs.length;
-    if (this.#claimedTotal >= (this.#options.claimLimit ?? Infinity)) for (const g of this.#groups) g.drained = true;
+    if (this.#claimedAll) for (const g of this.#groups) g.drained = true;
     for (const job of outcome.jobs) {
       this.#hold(job.kind, 1);
       this.#add(this.#unsettled, job.kind, 1);
@@ -204,13 +204,18 @@ export class ClaimPlanner {
 
   /** Completions made jobs of these kinds pending: their groups are worth claiming again. */
   released(kinds: readonly string[]): void {
-    if (this.#claimedTotal >= (this.#options.claimLimit ?? Infinity)) return;
+    if (this.#claimedAll) return;
     for (const group of this.#groups) if (group.drained && group.kinds.some((k) => kinds.includes(k))) group.drained = false;
   }
 
   /** A handler succeeded after `ms` (claims grow with quick handlers). */
   handlerTook(ms: number): void {
     this.#handlerMs = average(this.#handlerMs, ms);
+  }
+
+  /** The drain has every job it may claim (claimLimit). */
+  get #claimedAll(): boolean {
+    return this.#claimedTotal >= (this.#options.claimLimit ?? Infinity);
   }
 
   /** Claims have grown past batchSize (handlers are quick next to the round trip). */

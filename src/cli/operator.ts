@@ -10,7 +10,7 @@ import { createInterface } from 'node:readline/promises';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
+import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH, PRIORITY_BOUNDS } from '../db/schema.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
 import { jobJson } from '../http/job-json.ts';
 import {
@@ -270,9 +270,11 @@ async function enqueueJob(db: Db, values: Values, positionals: string[], io: Io)
     runAt = new Date(String(runAtText));
     if (Number.isNaN(runAt.getTime()) || !/^\d{4}-\d\d-\d\d/.test(String(runAtText))) throw new UsageError(`--run-at ${JSON.stringify(runAtText)} is not an ISO-8601 date and time`);
   }
-  const priority = wholeNumber(values.priority, 'priority', -1000, 1000);
+  const priority = wholeNumber(values.priority, 'priority', PRIORITY_BOUNDS.min, PRIORITY_BOUNDS.max);
   const dedupeKey = values['dedupe-key'];
-  if (dedupeKey !== undefined && !(typeof dedupeKey === 'string' && dedupeKey.length >= 1 && dedupeKey.length <= 500)) throw new UsageError('--dedupe-key must be 1 to 500 characters');
+  if (dedupeKey !== undefined && !(typeof dedupeKey === 'string' && dedupeKey.length >= 1 && dedupeKey.length <= MAX_DEDUPE_KEY_LENGTH)) {
+    throw new UsageError(`--dedupe-key must be 1 to ${MAX_DEDUPE_KEY_LENGTH} characters`);
+  }
   const job = await enqueue(db, { kind, payload, runAt, priority, dedupeKey: dedupeKey as string | undefined });
   io.out(job.id);
   if (job.deduplicated) process.stderr.write(`pgdrain enqueue: a job with that dedupe key exists (${job.status}): its id is printed, nothing was enqueued\n`);

@@ -26,6 +26,12 @@ export const KIND_PATTERN_MESSAGE = 'use 1-100 letters, digits, or _ . : -';
  * timeout_ms too. */
 export const JOB_TIMEOUT_BOUNDS_MS = { min: 100, max: 86_400_000 } as const;
 
+/** A job's priority lies within these (higher runs first); the table's CHECK says the same. */
+export const PRIORITY_BOUNDS = { min: -1000, max: 1000 } as const;
+
+/** A dedupe key is 1 to this many characters. */
+export const MAX_DEDUPE_KEY_LENGTH = 500;
+
 /** A group key is 1 to this many characters. */
 export const MAX_GROUP_KEY_LENGTH = 200;
 export type JobStatus = (typeof JOB_STATUSES)[number];

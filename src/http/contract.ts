@@ -3,7 +3,9 @@
 // generated from them (src/http/openapi.ts), and the typed client's types are inferred from them
 // (src/client/index.ts) — so the three cannot drift apart.
 import { z } from 'zod';
-import { FINAL_STATUSES, JOB_STATUSES, JOB_TIMEOUT_BOUNDS_MS as TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH } from '../db/schema.ts';
+import {
+  FINAL_STATUSES, JOB_STATUSES, JOB_TIMEOUT_BOUNDS_MS as TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH, MAX_GROUP_KEY_LENGTH, PRIORITY_BOUNDS,
+} from '../db/schema.ts';
 import { isJobId } from '../queries/inspect.ts';
 
 export const MAX_BATCH = 1000;
@@ -38,7 +40,7 @@ export const jobInput = z
       .meta({ description: 'When it may run (ISO-8601). Not with delaySeconds.' }),
     delaySeconds: z.number().min(0).max(MAX_DELAY_SECONDS).optional().meta({ description: 'Run no sooner than this many seconds from now. Not with runAt.' }),
     maxAttempts: z.int().min(1).max(100).optional().meta({ description: "Attempts before the job goes dead; default the kind's, else 3." }),
-    key: z.string().min(1).max(500).optional().meta({ description: 'Dedupe key: while a job with this key exists, its id is returned instead.' }),
+    key: z.string().min(1).max(MAX_DEDUPE_KEY_LENGTH).optional().meta({ description: 'Dedupe key: while a job with this key exists, its id is returned instead.' }),
     dedupeMode: z
       .enum(['keep', 'replace'])
       .optional()
@@ -52,7 +54,7 @@ export const jobInput = z
       .max(MAX_GROUP_KEY_LENGTH)
       .optional()
       .meta({ description: "Jobs of the kind with the same group key share its groupConcurrency (1 runs them one at a time, in order) and, where asked, its rate limit." }),
-    priority: z.int().min(-1000).max(1000).optional().meta({ description: "Higher runs first; default the kind's, else 0." }),
+    priority: z.int().min(PRIORITY_BOUNDS.min).max(PRIORITY_BOUNDS.max).optional().meta({ description: "Higher runs first; default the kind's, else 0." }),
     runNow: z.boolean().optional().meta({ description: 'Run it right after the response (the Worker); the sidecar runs it at once anyway.' }),
     after: z
       .array(jobId)

@@ -2,7 +2,7 @@
 // The registry validates at enqueue (bad payloads are refused, never stored) and gives the drain
 // loop each kind's handler, timeout and backoff.
 import { z } from 'zod';
-import { JOB_DEFAULTS, JOB_TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH } from '../db/schema.ts';
+import { JOB_DEFAULTS, JOB_TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH, PRIORITY_BOUNDS } from '../db/schema.ts';
 import type { Backoff, ClaimedJob, ClaimLimits, Db, DedupeMode, NewJob } from '../queries/index.ts';
 
 export interface JobContext {
@@ -93,8 +93,9 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
   if (!KIND_PATTERN.test(definition.kind)) {
     throw new Error(`job kind ${JSON.stringify(definition.kind)}: ${KIND_PATTERN_MESSAGE}`);
   }
-  if (definition.priority !== undefined && !(Number.isInteger(definition.priority) && Math.abs(definition.priority) <= 1000)) {
-    throw new Error(`job kind ${definition.kind}: priority must be an integer from -1000 to 1000`);
+  const { min, max } = PRIORITY_BOUNDS;
+  if (definition.priority !== undefined && !(Number.isInteger(definition.priority) && definition.priority >= min && definition.priority <= max)) {
+    throw new Error(`job kind ${definition.kind}: priority must be an integer from ${min} to ${max}`);
   }
   const positiveInteger = (name: string, value: unknown) => {
     if (value !== undefined && !(Number.isInteger(value) && (value as number) >= 1)) {

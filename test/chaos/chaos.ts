@@ -56,11 +56,14 @@ export interface ChaosReport {
   workerInvocations: number;
   /** Finished runs by runtime: both must have taken part. */
   finishedBy: Record<string, number>;
-  /** Jobs whose handler finished more than once (allowed only for jobs in flight at a fault). */
+  /** Jobs whose handler finished more than once (allowed only for jobs in flight at a fault, and
+   * for runs the drain gave up while they reported done: see `revoked` in the chaos kinds). */
   duplicated: number;
+  /** Finished runs the drain gave up as they reported (counted as not done, run again). */
+  revoked: number;
   duplicatedOutsideFaults: string[];
   /** For each of those: its finished runs (who, which attempt, when) and the faults around them. */
-  duplicateDetails: { id: string; runs: { lock: string; attempt: number; atMs: number }[]; faults: { kind: string; atMs: number }[] }[];
+  duplicateDetails: { id: string; runs: { lock: string; attempt: number; atMs: number; revoked?: true }[]; faults: { kind: string; atMs: number }[] }[];
   /** Jobs gone from the table with no finished run, or dead before their rule said so. */
   lost: string[];
   leftRunning: number;
@@ -90,8 +93,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const db = drizzle({ client: pool }) as unknown as Db;
 
   // --- the recorder: every handler run reports here ------------------------------------------
-  const runs = new Map<string, { start: number; fail: number; done: number }>();
-  const dones = new Map<string, { lock: string; attempt: number; atMs: number }[]>();
+  const runs = new Map<string, { start: number; fail: number; done: number; revoked: number }>();
+  const dones = new Map<string, { lock: string; attempt: number; atMs: number; revoked?: true }[]>();
   const faultLog: { kind: string; atMs: number }[] = [];
   const doneBy = new Map<string, number>();
   const recorder = http.createServer((req, res) => {
@@ -99,10 +102,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     req.on('data', (c) => (body += c));
     req.on('end', () => {
       try {
-        const event = JSON.parse(body) as { id: string; phase: 'start' | 'fail' | 'done'; by?: string; lock?: string; attempt?: number };
-        const entry = runs.get(event.id) ?? { start: 0, fail: 0, done: 0 };
+        const event = JSON.parse(body) as { id: string; phase: 'start' | 'fail' | 'done' | 'revoked'; by?: string; lock?: string; attempt?: number };
+        const entry = runs.get(event.id) ?? { start: 0, fail: 0, done: 0, revoked: 0 };
         entry[event.phase]++;
         if (event.phase === 'done') dones.set(event.id, [...(dones.get(event.id) ?? []), { lock: event.lock ?? '', attempt: event.attempt ?? 0, atMs: Date.now() - started }]);
+        if (event.phase === 'revoked') {
+          const run = dones.get(event.id)?.find((d) => d.lock === event.lock && d.attempt === event.attempt);
+          if (run) run.revoked = true;
+        }
         if (event.by) doneBy.set(event.by, (doneBy.get(event.by) ?? 0) + 1);
         runs.set(event.id, entry);
       } catch {
@@ -134,7 +141,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   });
 
   const report: ChaosReport = {
-    jobs: 0, completed: 0, dead: 0, kills: 0, sigterms: 0, postgresRestarts: 0, drops: 0, workerInvocations: 0, finishedBy: {}, duplicated: 0,
+    jobs: 0, completed: 0, dead: 0, kills: 0, sigterms: 0, postgresRestarts: 0, drops: 0, workerInvocations: 0, finishedBy: {}, duplicated: 0, revoked: 0,
     duplicatedOutsideFaults: [], duplicateDetails: [], lost: [], leftRunning: 0, leftPending: 0, countersMatch: false, counters: { completed: 0, dead: 0 }, elapsedMs: 0,
   };
   const enqueued = new Set<string>();
@@ -273,13 +280,15 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   for (const id of enqueued) {
     const row = inTable.get(id);
     const done = runs.get(id)?.done ?? 0;
+    const revoked = runs.get(id)?.revoked ?? 0;
+    report.revoked += revoked;
     if (!row) {
-      // Deleted: it must have finished at least once.
-      if (done === 0) report.lost.push(id);
+      // Deleted: it must have finished at least once, in a run the drain did not give up.
+      if (done - revoked === 0) report.lost.push(id);
       else report.completed++;
       if (done > 1) {
         report.duplicated++;
-        if (!inFlightAtFault.has(id)) {
+        if (done - revoked > 1 && !inFlightAtFault.has(id)) {
           report.duplicatedOutsideFaults.push(id);
           const runsOfJob = dones.get(id) ?? [];
           const near = (f: { atMs: number }) => runsOfJob.some((r) => Math.abs(r.atMs - f.atMs) < 15_000);

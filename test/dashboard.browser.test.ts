@@ -197,9 +197,14 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
 
     // Someone else retried a job while this page still lists it as dead: Retry is refused with
     // 409, the page says why, and the message outlives the refresh that removes the row. The
-    // page's timers are paused so no scheduled refresh removes the row before the click.
+    // page's timers are paused so no scheduled refresh removes the row before the click. The
+    // pause lies a little ahead of the page's clock (a pause in its past throws, and the page's
+    // clock runs on while this test's message reaches it); a refresh that the fast-forward fires
+    // is given time to finish before the job changes under the page.
     const [raced] = await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'dead' AND kind = 'report'`);
-    await page.clock.pauseAt((await page.evaluate(() => Date.now())) + 1);
+    await page.clock.pauseAt((await page.evaluate(() => Date.now())) + 250);
+    await page.waitForTimeout(300);
+    await page.locator(`#dead tr[data-job="${raced!.id}"]`).waitFor({ state: 'attached' });
     await t.query(`UPDATE pgdrain.jobs SET status = 'pending', attempts = 0 WHERE id = $1`, [raced!.id]);
     await page.click(`#dead tr[data-job="${raced!.id}"] button[data-action="retry"]`);
     await page.locator(`#dead tr[data-job="${raced!.id}"]`).waitFor({ state: 'detached' });

@@ -57,8 +57,10 @@ export interface EnqueuedJob {
 }
 
 /** Rows per statement of enqueueMany: large enough to amortise the round trip, small enough to
- * keep each statement's parameters and memory modest. */
-export const ENQUEUE_CHUNK = 50_000;
+ * keep each statement's parameters and memory modest. Measured (PostgreSQL 18, 2 cores, 50k jobs
+ * in one transaction, four rounds): chunks of 5-10k insert at 145-205k jobs/s, 25k at 135-146k,
+ * one 50k statement at 115-119k. */
+export const ENQUEUE_CHUNK = 10_000;
 
 const JOBS_ID_SEQUENCE = `${PGDRAIN_SCHEMA}.jobs_id_seq`;
 
@@ -197,17 +199,28 @@ function prepareInsert(db: Db) {
 
 /**
  * Inserts many jobs with one statement per chunk of ENQUEUE_CHUNK (a jsonb array of payloads
- * expanded on the server, not a loop of INSERTs) and one pg_notify per distinct ready kind. Returns the jobs in input order; an input
+ * expanded on the server, not a loop of INSERTs) and one pg_notify per distinct ready kind; all or
+ * nothing (more than one chunk run in one transaction). Returns the jobs in input order; an input
  * whose dedupe key matched an existing job (or an earlier input) returns that job. Jobs that ask
  * to replace a keyed job (dedupeMode 'replace') go one by one after the others, in input order.
  */
 export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
   if (input.some(oneByOne)) return db.transaction((tx) => enqueueManyOneByOne(tx, input));
-  const out: EnqueuedJob[] = [];
-  for (let start = 0; start < input.length; start += ENQUEUE_CHUNK) {
-    out.push(...(await enqueueChunk(db, input.slice(start, start + ENQUEUE_CHUNK))));
-  }
-  return out;
+  if (input.length <= ENQUEUE_CHUNK) return chunkStatement(input).run(db);
+  return db.transaction(async (tx) => {
+    // The next chunk's statement is built while the one before it is on its way.
+    const out: EnqueuedJob[] = [];
+    let inFlight: Promise<EnqueuedJob[]> | undefined;
+    for (let start = 0; start < input.length; start += ENQUEUE_CHUNK) {
+      const statement = chunkStatement(input.slice(start, start + ENQUEUE_CHUNK));
+      if (inFlight) out.push(...(await inFlight));
+      inFlight = statement.run(tx);
+      // Awaited above or below; a failure while building the next chunk must not leave it unhandled.
+      inFlight.catch(() => {});
+    }
+    out.push(...(await inFlight!));
+    return out;
+  });
 }
 
 /** Jobs that replace a keyed one or wait for others go one by one (after the others, in input order). */
@@ -259,9 +272,10 @@ async function enqueueWaiting(tx: Db, job: NewJob, after: readonly string[]): Pr
   return toEnqueued(row);
 }
 
-async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJob[]> {
+/** One chunk's INSERT, built; run() sends it and reads the jobs back in input order. */
+function chunkStatement(chunk: readonly NewJob[]): { run(db: Db): Promise<EnqueuedJob[]> } {
   const first = chunk[0];
-  if (!first) return [];
+  if (!first) return { run: async () => [] };
   // One jsonb array for the payloads (a single parse on the server, a single JSON.stringify here);
   // the other columns travel as arrays only when some job sets them, else as constants.
   const payloads = JSON.stringify(chunk.map((j) => j.payload ?? null));
@@ -280,14 +294,11 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
   const timeoutMs = has('timeoutMs') ? column(chunk.map((j) => j.timeoutMs ?? null), 'int') : sql`NULL::int`;
   const keepSeconds = has('keepSeconds') ? column(chunk.map((j) => j.keepSeconds ?? null), 'int') : sql`NULL::int`;
   const traceparent = has('traceparent') ? column(chunk.map((j) => j.traceparent ?? null), 'text') : sql`NULL::text`;
-  const nowMs = Date.now();
 
   // ids come from nextval in input order (the ORDER BY runs below the projection), so the inserted
   // ids in ascending order are the inserted inputs in order. They usually form one contiguous
   // range; only when a concurrent enqueue interleaved does the full list travel back.
-  const [row] = await rowsOf<{ lo: string | null; hi: string | null; n: number; ids: string[] | null; keyed_ids: string[] | null; keys: string[] | null; now_ms: number }>(
-    db,
-    sql`WITH input AS (
+  const statement = sql`WITH input AS (
           SELECT value AS payload, ordinality AS ord FROM jsonb_array_elements(${payloads}::jsonb) WITH ORDINALITY),
         ins AS (
           INSERT INTO ${jobs} (id, kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key, timeout_ms, keep_seconds, traceparent)
@@ -303,16 +314,23 @@ async function enqueueChunk(db: Db, chunk: readonly NewJob[]): Promise<EnqueuedJ
                ${keyed ? sql`(SELECT array_agg(dedupe_key ORDER BY id) FROM ins WHERE dedupe_key IS NOT NULL)` : sql`NULL::text[]`} AS keys,
                (extract(epoch from now()) * 1000)::float8 AS now_ms,
                (SELECT count(pg_notify(${NOTIFY_CHANNEL}, k)) FROM unnest(${sql.param(readyKinds)}::text[]) AS k) AS notified
-          FROM range`,
-  );
-  const ids = row?.ids?.map(String) ?? idRange(row?.lo ?? null, row?.hi ?? null);
-  const statementNow = new Date(Number(row?.now_ms ?? nowMs));
-  if (!keyed) {
-    // Every input was inserted, in order: the common case pays for nothing else.
-    if (ids.length !== chunk.length) throw new Error('enqueueMany: fewer rows came back than were inserted');
-    return chunk.map((job, i) => ({ id: ids[i]!, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false }));
-  }
-  return keyedResults(db, chunk, ids, row?.keyed_ids ?? [], row?.keys ?? [], statementNow);
+          FROM range`;
+  return {
+    async run(db) {
+      const [row] = await rowsOf<{ lo: string | null; hi: string | null; n: number; ids: string[] | null; keyed_ids: string[] | null; keys: string[] | null; now_ms: number }>(
+        db,
+        statement,
+      );
+      const ids = row?.ids?.map(String) ?? idRange(row?.lo ?? null, row?.hi ?? null);
+      const statementNow = new Date(Number(row?.now_ms ?? Date.now()));
+      if (!keyed) {
+        // Every input was inserted, in order: the common case pays for nothing else.
+        if (ids.length !== chunk.length) throw new Error('enqueueMany: fewer rows came back than were inserted');
+        return chunk.map((job, i) => ({ id: ids[i]!, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false }));
+      }
+      return keyedResults(db, chunk, ids, row?.keyed_ids ?? [], row?.keys ?? [], statementNow);
+    },
+  };
 }
 
 /** Each input of a chunk with dedupe keys: the job inserted for it, or the one that held its key

@@ -11,7 +11,7 @@ import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/regist
 import { noopJob } from '../../src/jobs/noop.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
 import {
-  type Db, claim, compareIds, complete, completeAndClaim, countTotals, countsByMinute, enqueue, enqueueMany, explainClaim, fail, failMany,
+  type Db, claim, compareIds, complete, completeAndClaim, countTotals, countsByMinute, ENQUEUE_CHUNK, enqueue, enqueueMany, explainClaim, fail, failMany,
   MAX_ERROR_LENGTH, pauseKind, release, reap, renewLeases, resumeKind, retryDead, rollUpCounts, stats,
 } from '../../src/queries/index.ts';
 
@@ -668,6 +668,31 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         { id: jobs[2]!.id, kind: 'a', payload: "it's \"quoted\" -- ; DROP TABLE jobs", max_attempts: 3, visibility_seconds: null, delayed: false },
       ]);
       expect(jobs[1]!.runAt.getTime()).toBe(later.getTime());
+    });
+
+    it('enqueueMany over several statements is all or nothing, keeps input order and dedupes across statements', async () => {
+      const n = ENQUEUE_CHUNK * 2 + 3;
+      const many = (last: Partial<Parameters<typeof enqueue>[1]>) =>
+        Array.from({ length: n }, (_, i) => ({
+          kind: 'bulk',
+          payload: { i },
+          // The same key at the start of the first statement and the end of the second.
+          ...(i === 1 || i === ENQUEUE_CHUNK * 2 - 1 ? { dedupeKey: 'import-7' } : {}),
+          ...(i === n - 1 ? last : {}),
+        }));
+      // The last job breaks a CHECK in the last statement: the two before it are rolled back too.
+      await expect(enqueueMany(h.db, many({ priority: 5_000 }))).rejects.toThrow();
+      expect(await count()).toBe(0);
+
+      const jobs = await enqueueMany(h.db, many({ priority: 3 }));
+      expect(jobs).toHaveLength(n);
+      const rows = await h.query<{ id: string; i: number; priority: number }>(`SELECT id::text, (payload->>'i')::int AS i, priority FROM pgdrain.jobs ORDER BY id`);
+      expect(rows).toHaveLength(n - 1);
+      expect(rows.map((r) => r.i)).toEqual([...Array(n).keys()].filter((i) => i !== ENQUEUE_CHUNK * 2 - 1));
+      const idOf = new Map(rows.map((r) => [r.i, r.id]));
+      expect(jobs.map((j, i) => (i === ENQUEUE_CHUNK * 2 - 1 ? idOf.get(1) : idOf.get(i)))).toEqual(jobs.map((j) => j.id));
+      expect(jobs.filter((j) => j.deduplicated).map((j) => jobs.indexOf(j))).toEqual([ENQUEUE_CHUNK * 2 - 1]);
+      expect(rows.at(-1)!.priority).toBe(3);
     });
 
     it('after repeated enqueue and drain cycles the table is empty and its size stops growing', async () => {

@@ -29,7 +29,7 @@ export interface WorkerFigure {
   budgetMs: number;
   budgetLeftMs: number;
   jobsPerSecond: number;
-  /** Of elapsedMs, the invocation's start before its drain (connection, reap, roll-up, prune, schedules). */
+  /** Reap, roll-up and prune (with their connection), beside the drain. */
   housekeepingMs: number;
 }
 
@@ -163,7 +163,7 @@ export async function benchWorkerDrainer(
         figures.push(figure);
         console.log(
           `  Worker (${options.driver}) scheduled() at ${rttMs} ms RTT, rep ${r + 1}/${options.reps}: ${figure.completed} jobs in ${figure.elapsedMs} ms = ` +
-            `${Math.round(figure.jobsPerSecond)} jobs/s (${figure.housekeepingMs} ms of it before the drain), workerd CPU ${figure.cpuMsPer1000.toFixed(1)} ms per 1,000 jobs; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`,
+            `${Math.round(figure.jobsPerSecond)} jobs/s (housekeeping beside the drain: ${figure.housekeepingMs} ms), workerd CPU ${figure.cpuMsPer1000.toFixed(1)} ms per 1,000 jobs; ${figure.budgetLeftMs} ms of the ${budgetMs} ms budget left`,
         );
       }
     }

@@ -10,7 +10,8 @@
 // at most DRAIN_CONNECTIONS: the drain's statements, and a second claim in flight while the first
 // is on its way (the round trip, not PostgreSQL, limits a Worker far from its database); the second
 // opens only when a statement is sent while another is out. Transactional handlers get connections
-// of their own from a second pool, opened only when one runs, of at most TRANSACTION_CONNECTIONS.
+// of their own from a second pool, opened only when one runs, of at most TRANSACTION_CONNECTIONS
+// (the cron's housekeeping borrows one of them beside its drain, and gives it back when done).
 // Together they leave a connection for handlers' fetches even when every pool is full (a
 // transactional handler that fetches would otherwise wait for a slot nobody frees).
 import { Pool as NeonPool, type PoolClient as NeonPoolClient, neonConfig } from '@neondatabase/serverless';

@@ -51,3 +51,34 @@ it('forwards only to its own database', async () => {
   });
   expect(refused).toBe(403);
 });
+
+it("authenticates for the driver as Neon's proxy does: start-up, password and first query in one round trip", async () => {
+  // At 100 ms each way, the pipelined connect and its first query take one round trip (200 ms);
+  // SCRAM through the proxy would take four (800 ms).
+  proxy.setDelayMs(100);
+  const pool = new Pool({ connectionString: t.url, max: 1 });
+  pool.on('error', () => {});
+  try {
+    const started = performance.now();
+    const { rows } = await pool.query<{ user: string }>('SELECT current_user AS user');
+    const elapsed = performance.now() - started;
+    expect(rows).toEqual([{ user: new URL(t.url).username }]);
+    expect(elapsed).toBeGreaterThanOrEqual(195);
+    expect(elapsed).toBeLessThan(500);
+  } finally {
+    proxy.setDelayMs(0);
+    await pool.end();
+  }
+});
+
+it('passes on the server refusing a wrong password, and forwards nothing for that client', async () => {
+  const wrong = new URL(t.url);
+  wrong.password = 'not-the-password';
+  const pool = new Pool({ connectionString: wrong.toString(), max: 1 });
+  pool.on('error', () => {});
+  try {
+    await expect(pool.query('SELECT 1')).rejects.toThrow(/password authentication failed/);
+  } finally {
+    await pool.end().catch(() => {});
+  }
+});

@@ -1,10 +1,14 @@
 // A WebSocket-to-TCP proxy so the Neon serverless driver (which speaks PostgreSQL over a
 // WebSocket) can reach a plain local PostgreSQL: for `npm run dev:worker`, the Worker tests and
 // the Worker benchmark. Node only, never deployed. It listens on 127.0.0.1 only and forwards only
-// to the one database address it was given, so it cannot be used to reach anything else.
+// to the one database address it was given, so it cannot be used to reach anything else. Like
+// Neon's proxy, it takes the client's password in cleartext and authenticates to PostgreSQL
+// itself (password-handshake.ts), so the driver connects as it does in production: start-up,
+// password and first query in one flight.
 import { createRequire } from 'node:module';
 import http from 'node:http';
 import net from 'node:net';
+import { PasswordHandshake } from './password-handshake.ts';
 
 // Loaded through Node's own resolver: under the Workers test project, Vite resolves 'ws' with
 // browser conditions to a stub that has no server.
@@ -54,18 +58,19 @@ export async function startWsProxy(options: {
         connected = true;
         for (const chunk of pending.splice(0)) tcp.write(chunk);
       });
-      ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
-        const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-        later(() => {
-          if (connected) tcp.write(chunk);
-          else pending.push(chunk);
-        });
-      });
-      tcp.on('data', (chunk) => {
+      const toServer = (chunk: Buffer) => (connected ? tcp.write(chunk) : pending.push(chunk));
+      // The delay is the Worker's distance from the database, so it is added between the client and
+      // the proxy; the proxy authenticates to PostgreSQL right next to it, as Neon's does.
+      const toClient = (chunk: Buffer) =>
         later(() => {
           if (ws.readyState === ws.OPEN) ws.send(chunk);
         });
+      const handshake = new PasswordHandshake(toClient, toServer, () => closeBoth());
+      ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
+        const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
+        later(() => (handshake.done ? toServer(chunk) : handshake.fromClient(chunk)));
       });
+      tcp.on('data', (chunk) => (handshake.done ? toClient(chunk) : handshake.fromServer(chunk)));
       const closeBoth = () => {
         sockets.delete(tcp);
         tcp.destroy();

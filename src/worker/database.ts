@@ -124,10 +124,12 @@ function quietEnd(pool: { on(event: 'error', fn: (error: Error) => void): unknow
   };
 }
 
-/** Plain ws:// to a local proxy; production connects to Neon as Neon documents. */
+/** Plain ws:// to a local proxy (src/dev/ws-proxy.ts); production connects to Neon as Neon
+ * documents. The connect is pipelined as against Neon: the local proxy, like Neon's, takes the
+ * password in cleartext and authenticates to PostgreSQL itself. */
 export function useLocalProxy(proxy: string): void {
   neonConfig.wsProxy = (host, port) => `${proxy}/v1?address=${host}:${port}`;
   neonConfig.useSecureWebSocket = false;
   neonConfig.pipelineTLS = false;
-  neonConfig.pipelineConnect = false;
+  neonConfig.pipelineConnect = 'password';
 }

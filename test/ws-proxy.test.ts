@@ -82,3 +82,44 @@ it('passes on the server refusing a wrong password, and forwards nothing for tha
     await pool.end().catch(() => {});
   }
 });
+
+it("keeps logged-in backends for the next client, as Neon's pooled endpoint does: the session reset, a client's open transaction never passed on", async () => {
+  const session = async (fn: (pool: Pool) => Promise<void>) => {
+    const pool = new Pool({ connectionString: t.url, max: 1 });
+    pool.on('error', () => {});
+    try {
+      await fn(pool);
+    } finally {
+      await pool.end();
+    }
+  };
+  const pid = async (pool: Pool) => (await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+  let first = 0;
+  await session(async (pool) => {
+    first = await pid(pool);
+    await pool.query(`SET application_name = 'first-client'`);
+    await pool.query('SELECT pg_advisory_lock(4242)');
+  });
+  // Handed back only once DISCARD ALL has run on it.
+  for (let waited = 0; waited < 2_000; waited += 20) {
+    const [row] = await t.query<{ state: string; query: string }>(`SELECT state, query FROM pg_stat_activity WHERE pid = $1`, [first]);
+    if (row?.state === 'idle' && row.query === 'DISCARD ALL') break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await new Promise((r) => setTimeout(r, 100)); // its ReadyForQuery on its way to the proxy
+  await session(async (pool) => {
+    expect(await pid(pool)).toBe(first);
+    const { rows } = await pool.query<{ name: string; locks: number }>(
+      `SELECT current_setting('application_name') AS name, (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS locks`,
+    );
+    // Back to what the driver's start-up set; the first client's session lock is gone.
+    expect(rows).toEqual([{ name: expect.stringMatching(/^pkg:npm\/%40neondatabase\/serverless/), locks: 0 }]);
+    // This client leaves inside a transaction: its backend is closed, not passed on.
+    await pool.query('BEGIN');
+    await pool.query('CREATE TABLE proxy_left_open (n int)');
+  });
+  await session(async (pool) => {
+    expect(await pid(pool)).not.toBe(first);
+    expect((await pool.query(`SELECT to_regclass('proxy_left_open') AS t`)).rows).toEqual([{ t: null }]);
+  });
+});

@@ -123,3 +123,33 @@ it("keeps logged-in backends for the next client, as Neon's pooled endpoint does
     expect((await pool.query(`SELECT to_regclass('proxy_left_open') AS t`)).rows).toEqual([{ t: null }]);
   });
 });
+
+it('passes on what a client sends while its backend is still logging in', async () => {
+  // By hand, as three WebSocket messages sent at once: start-up, password, then a query.
+  const { username, password, pathname } = new URL(t.url);
+  const params = Buffer.from(`user\0${decodeURIComponent(username)}\0database\0${pathname.slice(1)}\0\0`);
+  const startup = Buffer.alloc(8);
+  startup.writeInt32BE(8 + params.length, 0);
+  startup.writeInt32BE(196608, 4);
+  const message = (type: string, body: Buffer) => {
+    const header = Buffer.alloc(5);
+    header.write(type, 0);
+    header.writeInt32BE(body.length + 4, 1);
+    return Buffer.concat([header, body]);
+  };
+  const socket = new ws(`ws://${proxy.address}/v1?address=${new URL(t.url).host}`);
+  const received: Buffer[] = [];
+  socket.on('message', (data: Buffer) => received.push(Buffer.from(data)));
+  await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+  socket.send(Buffer.concat([startup, params]));
+  socket.send(message('p', Buffer.from(`${decodeURIComponent(password)}\0`)));
+  socket.send(message('Q', Buffer.from(`SELECT 'early bird' AS said\0`)));
+  try {
+    for (let waited = 0; !Buffer.concat(received).includes('early bird'); waited += 10) {
+      if (waited > 3_000) throw new Error(`no answer to the query: ${Buffer.concat(received).toString('latin1')}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  } finally {
+    socket.close();
+  }
+});

@@ -129,6 +129,8 @@ export async function startWsProxy(options: {
   function serve(ws: import('ws').WebSocket): void {
     let backend: Backend | null = null;
     let send: ((bytes: Buffer) => void) | null = null;
+    /** What the client sends after its password while its backend is logging in. */
+    const early: Buffer[] = [];
     const toClient = (chunk: Buffer) =>
       later(() => {
         if (ws.readyState === ws.OPEN) ws.send(chunk);
@@ -151,7 +153,10 @@ export async function startWsProxy(options: {
         if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close();
       };
       // A client that left while its backend was logging in: the backend goes back to the pool.
-      if (ws.readyState !== ws.OPEN) closed();
+      if (ws.readyState !== ws.OPEN) return closed();
+    };
+    const passOn = (rest: Buffer) => {
+      for (const bytes of [rest, ...early.splice(0)]) if (bytes.length > 0) send?.(bytes);
     };
     const greeting = new ClientGreeting({
       toClient,
@@ -167,8 +172,7 @@ export async function startWsProxy(options: {
         if (reused) {
           toClient(reused.hello);
           attach(reused);
-          if (g.rest.length > 0) send?.(g.rest);
-          return;
+          return passOn(g.rest);
         }
         let login: ServerLogin | undefined;
         const opened = openBackend(
@@ -178,9 +182,9 @@ export async function startWsProxy(options: {
             if (b.tail.length === 6 && b.tail[0] === 0x5a) b.busy = false;
             b.owner?.(chunk);
           },
-          () => (b.onClose ?? (() => ws.close()))(),
+          () => b.onClose?.(),
         );
-        const b: Backend = { tcp: opened.tcp, key, hello: Buffer.alloc(0), tail: Buffer.alloc(0), busy: false, owner: null, onClose: null };
+        const b: Backend = { tcp: opened.tcp, key, hello: Buffer.alloc(0), tail: Buffer.alloc(0), busy: false, owner: null, onClose: () => ws.close() };
         login = new ServerLogin(g, {
           toServer: opened.send,
           toClient,
@@ -193,14 +197,14 @@ export async function startWsProxy(options: {
             b.tail = Buffer.concat([hello, rest]).subarray(-6);
             toClient(Buffer.concat([hello, rest]));
             attach(b);
-            if (g.rest.length > 0) send?.(g.rest);
+            passOn(g.rest);
           },
         });
       },
     });
     ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
       const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-      later(() => (send ? send(chunk) : greeting.read(chunk)));
+      later(() => (send ? send(chunk) : greeting.finished ? early.push(chunk) : greeting.read(chunk)));
     });
     const closed = () => {
       const b = backend;

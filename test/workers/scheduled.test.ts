@@ -208,6 +208,28 @@ for (const path of PATHS) {
       ]);
     });
 
+    it('housekeeping goes beside the drain: a roll-up held up by a lock does not hold the jobs back', async () => {
+      await enqueueMany(h.db, Array.from({ length: 20 }, (_, n) => ({ kind: 'count', payload: { n } })));
+      // Another session holds the totals table the roll-up writes; the drain never touches it.
+      const holder = await h.transactions();
+      await holder.db.execute(sql`BEGIN`);
+      await holder.db.execute(sql`LOCK TABLE pgdrain.job_totals IN ACCESS EXCLUSIVE MODE`);
+      let settled = false;
+      const invocation = worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '10000' })).finally(() => (settled = true));
+      try {
+        for (let waited = 0; (await count()) > 0; waited += 50) {
+          if (waited > 8_000) throw new Error(`the drain waited for the housekeeping: ${await count()} jobs left`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        expect(runs.size).toBe(20);
+        expect(settled).toBe(false); // the invocation still waits for its housekeeping
+      } finally {
+        await holder.db.execute(sql`ROLLBACK`);
+        holder.release(false);
+      }
+      expect(await invocation).toMatchObject({ claimed: 20, completed: 20, reaped: 0 });
+    });
+
     it('a stale running row is reaped by the next cron and then completed', async () => {
       await h.query(
         `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_at, locked_by)

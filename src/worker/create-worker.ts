@@ -1,8 +1,9 @@
 // The Cloudflare Worker: `fetch` serves the HTTP API and the dashboard, `scheduled` (the cron
 // trigger) evaluates the schedules and drains until the invocation's budget is spent (releasing
 // what it claimed but did not start), while beside it it reaps stale locks, folds old per-minute
-// counts into the totals and prunes kept jobs whose time is up; it logs one JSON line. Each request and invocation opens its own connection (database.ts: Hyperdrive
-// when bound, else Neon) and closes it when done. Settings come from the env through the one
+// counts into the totals and prunes kept jobs whose time is up; it logs one JSON line. Each
+// request and invocation opens its own connection (database.ts: Hyperdrive when bound, else Neon)
+// and closes it when done. Settings come from the env through the one
 // settings schema (src/settings.ts); an unusable one makes the API answer 503 naming it.
 //
 // The deployed entry is src/worker/index.ts; build your own with your job kinds:

@@ -1,7 +1,14 @@
 // Limits that hold across every drainer, tried the way they are deployed: two `pgdrain start`
 // processes and the Worker under `wrangler dev` (cron invocations back to back, and run-now jobs
-// posted to its API) drain one database. Each handler reports its start and end to a recorder here,
-// so what ran at once is counted from the handlers themselves.
+// posted to its API) drain one database. Two records prove what ran at once:
+//   - the rows: a trigger on pgdrain.jobs logs every change of a job (its lock token, clock time),
+//     so each claim's hold of a job — from the claim to its settlement, under one lock token — is
+//     known exactly, whichever drainer made it;
+//   - the handlers: each reports its start and end to a recorder here. A run the drain gave up
+//     (its timeout, a Worker's budget) may report its end after its job was settled; such runs are
+//     counted by the rows, not by their reports.
+// The recorder can hold its answer to a start, so the test decides which drainer holds which
+// slot when it matters: nothing here depends on which process wins a race.
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
@@ -25,7 +32,18 @@ interface RunEvent {
   id: string;
   phase: 'start' | 'end';
   by: string;
+  token: string;
+  givenUp?: boolean;
   at: number;
+}
+
+/** One claim's hold of a job, from the rows: claimed under `token` until settled or reaped. */
+interface Hold {
+  id: string;
+  key: string | null;
+  token: string;
+  from: number;
+  to: number;
 }
 
 let t: TestDatabase;
@@ -37,16 +55,46 @@ let recorder: http.Server;
 const events: RunEvent[] = [];
 const sidecars: SidecarProcess[] = [];
 
+/** While holding, the recorder keeps its answers to starts until released: those runs wait. */
+const gate = {
+  holding: false,
+  held: [] as (() => void)[],
+  hold() {
+    this.holding = true;
+  },
+  /** Lets the held runs go on; runs that start from now on are held too. */
+  releaseHeld() {
+    for (const answer of this.held.splice(0)) answer();
+  },
+  open() {
+    this.holding = false;
+    this.releaseHeld();
+  },
+};
+
 beforeAll(async () => {
   t = await createTestDatabase();
+  await t.query(`CREATE TABLE public.job_log (at timestamptz NOT NULL DEFAULT clock_timestamp(), id bigint, kind text, group_key text, status text, locked_by text)`);
+  await t.query(`CREATE FUNCTION public.log_job() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF TG_OP = 'DELETE' THEN
+        INSERT INTO public.job_log (id, kind, group_key, status, locked_by) VALUES (OLD.id, OLD.kind, OLD.group_key, 'deleted', NULL);
+        RETURN OLD;
+      END IF;
+      INSERT INTO public.job_log (id, kind, group_key, status, locked_by) VALUES (NEW.id, NEW.kind, NEW.group_key, NEW.status, NEW.locked_by);
+      RETURN NEW;
+    END $$`);
+  await t.query(`CREATE TRIGGER log_job AFTER INSERT OR UPDATE OR DELETE ON pgdrain.jobs FOR EACH ROW EXECUTE FUNCTION public.log_job()`);
   dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-limits-'));
   await chmod(dir, 0o755);
   recorder = http.createServer((req, res) => {
     let body = '';
     req.on('data', (c) => (body += c));
     req.on('end', () => {
-      events.push({ ...(JSON.parse(body) as Omit<RunEvent, 'at'>), at: performance.now() });
-      res.end('ok');
+      const event = { ...(JSON.parse(body) as Omit<RunEvent, 'at'>), at: performance.now() };
+      events.push(event);
+      if (event.phase === 'start' && gate.holding) gate.held.push(() => res.end('ok'));
+      else res.end('ok');
     });
   });
   await new Promise<void>((resolve) => recorder.listen(0, '127.0.0.1', resolve));
@@ -61,6 +109,7 @@ beforeAll(async () => {
   });
 }, 60_000);
 afterAll(async () => {
+  gate.open();
   await worker?.stop();
   await closeProxy?.();
   await new Promise((r) => recorder?.close(r));
@@ -69,18 +118,21 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   events.length = 0;
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts');
+  await t.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, public.job_log');
 });
 afterEach(async () => {
+  gate.open();
   for (const s of sidecars.splice(0)) {
     s.kill();
     await s.exited;
   }
 });
 
-const startSidecars = async (n: number) => {
+const startSidecars = async (n: number, env: Record<string, string> = {}) => {
   for (let i = 0; i < n; i++) {
-    sidecars.push(await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, POLL_INTERVAL_MS: '200', VISIBILITY_TIMEOUT_SECONDS: '3', REAP_INTERVAL_MS: '500' }, SIDECAR));
+    sidecars.push(
+      await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, POLL_INTERVAL_MS: '200', VISIBILITY_TIMEOUT_SECONDS: '3', REAP_INTERVAL_MS: '500', ...env }, SIDECAR),
+    );
   }
 };
 
@@ -91,20 +143,9 @@ async function cronUntil(done: () => boolean, timeoutMs: number): Promise<number
   return invocations;
 }
 
-/** The most runs of `kind` at once. A run that never ended (its process was killed; the job ran
- * again later) counts as ended at `cutAt`. */
-function peak(kind: string, cutAt = Infinity): number {
-  const marks: { at: number; delta: number }[] = [];
-  const byJob = new Map<string, RunEvent[]>();
-  for (const e of events.filter((x) => x.kind === kind)) byJob.set(e.id, [...(byJob.get(e.id) ?? []), e]);
-  for (const runs of byJob.values()) {
-    runs.sort((a, b) => a.at - b.at);
-    runs.forEach((e, i) => {
-      if (e.phase !== 'start') return;
-      const next = runs[i + 1];
-      marks.push({ at: e.at, delta: 1 }, { at: next?.phase === 'end' ? next.at : cutAt, delta: -1 });
-    });
-  }
+/** The most of `intervals` open at once (an interval ending when another starts does not overlap it). */
+function mostAtOnce(intervals: readonly { from: number; to: number }[]): number {
+  const marks = intervals.flatMap((i) => [{ at: i.from, delta: 1 }, { at: i.to, delta: -1 }]);
   marks.sort((a, b) => a.at - b.at || a.delta - b.delta);
   let now = 0;
   let most = 0;
@@ -112,7 +153,44 @@ function peak(kind: string, cutAt = Infinity): number {
   return most;
 }
 
-const ended = (kind: string) => new Set(events.filter((e) => e.kind === kind && e.phase === 'end').map((e) => e.n));
+/** Every claim's hold of a job of `kind`, from the rows. A hold not settled yet ends at `openUntil`. */
+async function holds(kind: string, openUntil = Infinity): Promise<Hold[]> {
+  const log = await t.query<{ at_ms: number; id: string; group_key: string | null; status: string; locked_by: string | null }>(
+    `SELECT extract(epoch FROM at) * 1000 AS at_ms, id::text, group_key, status, locked_by FROM public.job_log WHERE kind = $1 ORDER BY at, id`,
+    [kind],
+  );
+  const open = new Map<string, Hold>();
+  const out: Hold[] = [];
+  for (const row of log) {
+    const at = Number(row.at_ms);
+    const current = open.get(row.id);
+    if (current && !(row.status === 'running' && row.locked_by === current.token)) {
+      out.push({ ...current, to: at });
+      open.delete(row.id);
+    }
+    if (row.status === 'running' && row.locked_by && !open.has(row.id)) open.set(row.id, { id: row.id, key: row.group_key, token: row.locked_by, from: at, to: Infinity });
+  }
+  return [...out, ...[...open.values()].map((h) => ({ ...h, to: openUntil }))];
+}
+
+/** Each handler run of `kind` its report tells of, with the run's end; a run whose end was never
+ * reported (its process was killed) ends at `cutAt`. */
+function reportedRuns(kind: string, cutAt = Infinity): { token: string; n: number; key: string | null; from: number; to: number; givenUp: boolean }[] {
+  const ends = new Map(events.filter((e) => e.kind === kind && e.phase === 'end').map((e) => [e.token, e]));
+  return events
+    .filter((e) => e.kind === kind && e.phase === 'start')
+    .map((s) => {
+      const end = ends.get(s.token);
+      return { token: s.token, n: s.n, key: s.key, from: s.at, to: end?.at ?? cutAt, givenUp: end?.givenUp === true };
+    });
+}
+
+/** The most handler runs of `kind` at once, among runs that were not given up (a given-up run's
+ * hold ended when its job was settled, which may be before its report arrives). */
+const handlersAtOnce = (kind: string, cutAt = Infinity) => mostAtOnce(reportedRuns(kind, cutAt).filter((r) => !r.givenUp));
+
+const ended = (kind: string) => new Set(events.filter((e) => e.kind === kind && e.phase === 'end' && !e.givenUp).map((e) => e.n));
+const startsBy = (by: string) => events.filter((e) => e.phase === 'start' && e.by === by);
 
 /** Every drainer's first handler run loads its HTTP client (a tenth of a second): done before timing starts. */
 async function warmUp(): Promise<void> {
@@ -129,19 +207,35 @@ const postRunNow = (n: number) =>
     body: JSON.stringify({ kind: 'limited', payload: { recorder: recorderUrl, ms: 300, n }, runNow: true }),
   }).then((r) => r.status);
 
+const jobsLeft = async () => (await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs'))[0]!.n as number;
+
 describe('limits across two sidecar processes and the Worker', () => {
-  it('globalConcurrency 3: never more than 3 running across sidecars, cron invocations and run-now, and it reaches 3', async () => {
-    await startSidecars(2);
+  it('globalConcurrency 3: never more than 3 held across sidecars, cron invocations and run-now, and each of them holds slots', async () => {
+    // Each sidecar runs one job at a time, so the third slot is only ever the Worker's.
+    await startSidecars(2, { CONCURRENCY: '1' });
+    gate.hold();
     await enqueueMany(t.db, Array.from({ length: 20 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 300, n } })));
-    const posted = await Promise.all(Array.from({ length: 10 }, (_, i) => postRunNow(20 + i)));
-    expect(posted.every((s) => s === 201)).toBe(true);
-    await cronUntil(() => ended('limited').size === 30, 60_000);
-    await until(async () => ended('limited').size, (n) => n === 30, 20_000, 'every limited job to run');
-    expect(peak('limited')).toBe(3);
-    const by = new Set(events.filter((e) => e.phase === 'end').map((e) => e.by));
-    expect(by.has('sidecar')).toBe(true);
-    expect(by.has('worker') || by.has('run-now')).toBe(true);
-    await until(async () => (await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs'))[0]!.n, (n) => n === 0, 5_000, 'the last completions');
+    await until(async () => startsBy('sidecar').length, (n) => n === 2, 10_000, 'both sidecars to hold a slot');
+    // The third slot, taken by a run-now job while both sidecars hold theirs.
+    expect(await postRunNow(20)).toBe(201);
+    await until(async () => startsBy('run-now').length, (n) => n === 1, 10_000, 'the run-now job to hold the third slot');
+    // The limit is full: cron invocations claim nothing now. Let the three go on; when the run-now
+    // job ends, its slot can only be taken by a cron invocation (each sidecar holds its one).
+    const crons = cronUntil(() => ended('limited').size === 21, 60_000);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(startsBy('worker')).toHaveLength(0);
+    gate.releaseHeld();
+    await until(async () => startsBy('worker').length, (n) => n >= 1, 20_000, 'a cron invocation to take the freed slot');
+    gate.open();
+    await crons;
+    await until(async () => ended('limited').size, (n) => n === 21, 20_000, 'every limited job to run');
+    await until(jobsLeft, (n) => n === 0, 5_000, 'the last completions');
+    const held = await holds('limited');
+    expect(mostAtOnce(held)).toBe(3);
+    expect(handlersAtOnce('limited')).toBeLessThanOrEqual(3);
+    // Every run the handlers reported ran under a claim the rows show.
+    const tokens = new Set(held.map((h) => h.token));
+    expect(events.filter((e) => e.phase === 'start' && !tokens.has(e.token))).toEqual([]);
   }, 90_000);
 
   it('groupConcurrency 1: per key one at a time and in enqueue order, keys side by side', async () => {
@@ -149,13 +243,18 @@ describe('limits across two sidecar processes and the Worker', () => {
     await enqueueMany(t.db, Array.from({ length: 30 }, (_, n) => ({ kind: 'grouped', payload: { recorder: recorderUrl, ms: 150, n }, groupKey: `customer-${n % 6}` })));
     await cronUntil(() => ended('grouped').size === 30, 60_000);
     await until(async () => ended('grouped').size, (n) => n === 30, 20_000, 'every grouped job to run');
+    await until(jobsLeft, (n) => n === 0, 5_000, 'the last completions');
+    const held = await holds('grouped');
+    const runs = reportedRuns('grouped');
     for (let key = 0; key < 6; key++) {
-      const mine = events.filter((e) => e.kind === 'grouped' && e.key === `customer-${key}`).sort((a, b) => a.at - b.at);
-      // start, end, start, end, … in the order they were enqueued: never two of a key at once.
-      expect(mine.map((e) => e.phase)).toEqual(Array.from({ length: 10 }, (_, i) => (i % 2 === 0 ? 'start' : 'end')));
-      expect(mine.filter((e) => e.phase === 'start').map((e) => e.n)).toEqual([0, 1, 2, 3, 4].map((i) => i * 6 + key));
+      // Never two holds of a key at once, by the rows.
+      expect(mostAtOnce(held.filter((h) => h.key === `customer-${key}`))).toBe(1);
+      // The runs that completed, in the order they were enqueued (a run given up is retried first).
+      const completed = runs.filter((r) => r.key === `customer-${key}` && !r.givenUp).sort((a, b) => a.from - b.from);
+      expect(mostAtOnce(completed)).toBe(1);
+      expect(completed.map((r) => r.n)).toEqual([0, 1, 2, 3, 4].map((i) => i * 6 + key));
     }
-    expect(peak('grouped')).toBeGreaterThan(1);
+    expect(mostAtOnce(held)).toBeGreaterThan(1);
   }, 90_000);
 
   it('rateLimit 5 a second: no window holds more starts, and the backlog drains at that pace, not slower', async () => {
@@ -175,19 +274,21 @@ describe('limits across two sidecar processes and the Worker', () => {
 
   it('kill -9 of a sidecar holding slots: they come back when its leases end, nothing is lost, the limit still holds', async () => {
     await startSidecars(2);
-    await enqueueMany(t.db, Array.from({ length: 6 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 3_000, n } })));
+    gate.hold();
+    await enqueueMany(t.db, Array.from({ length: 6 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 300, n } })));
     await until(async () => events.filter((e) => e.phase === 'start').length, (n) => n === 3, 10_000, 'three slots taken');
     // The process holding most of them, by the pid in its lock token (sidecar-<host>-<pid>-…).
-    const holders = await t.query<{ locked_by: string }>(`SELECT locked_by FROM pgdrain.jobs WHERE status = 'running'`);
-    const pids = holders.map((h) => Number(/^sidecar-.+-(\d+)-[0-9a-f]+:\d+$/.exec(h.locked_by)?.[1]));
+    const pids = events.filter((e) => e.phase === 'start').map((e) => Number(/^sidecar-.+-(\d+)-[0-9a-f]+:\d+$/.exec(e.token)?.[1]));
     const victimPid = [...new Set(pids)].sort((a, b) => pids.filter((p) => p === b).length - pids.filter((p) => p === a).length)[0];
     const victim = sidecars.find((s) => s.child.pid === victimPid)!;
     victim.child.kill('SIGKILL');
     await victim.exited;
     const cutAt = performance.now();
+    gate.open();
     await until(async () => ended('limited').size, (n) => n === 6, 30_000, 'every job to run after the leases end');
-    expect(peak('limited', cutAt)).toBeLessThanOrEqual(3);
-    // A handler reports its end just before it returns: its completion follows within moments.
-    await until(async () => (await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs'))[0]!.n, (n) => n === 0, 5_000, 'the last completions');
+    await until(jobsLeft, (n) => n === 0, 5_000, 'the last completions');
+    // The killed process's holds end when the reaper takes its jobs back, not before.
+    expect(mostAtOnce(await holds('limited'))).toBe(3);
+    expect(handlersAtOnce('limited', cutAt)).toBeLessThanOrEqual(3);
   }, 60_000);
 });

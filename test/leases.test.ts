@@ -87,12 +87,13 @@ it('a drainer that cannot renew a lease for its whole visibility timeout aborts 
   const cutAt = Date.now();
   await proxy.close();
 
-  const report = await drained;
+  // The claims it keeps sending while the handler runs cannot reach the database either: the
+  // drain ends saying so.
+  await expect(drained).rejects.toThrow();
   // Given up within the visibility timeout (plus one renewal tick), not at the 20 s handler timeout.
   expect(String(abortedWith)).toMatch(/LeaseLostError: job \d+: its lease could not be renewed for 2 s/);
   expect(abortedAt - cutAt).toBeLessThan(2_000 + 1_000);
-  // Its settlement could not reach the database either: the job is still running there…
-  expect(report).toMatchObject({ claimed: 1, completed: 0 });
+  // Its settlement could not reach the database: the job is still running there…
   expect(settleErrors.length).toBeGreaterThan(0);
   expect(await t.query(`SELECT status, attempts FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([{ status: 'running', attempts: 1 }]);
   // …until the reaper, on a connection of its own, hands it back once the lease has expired.

@@ -163,6 +163,23 @@ describe('with DATABASE_URL', () => {
     expect((bad as Error).message).toContain('RECORD_COUNTS: must be true or false');
   });
 
+  it('a slow handler holds nothing back: quick jobs enqueued while it runs start at once (NOTIFY), a delayed one when due (the poll), all before it ends', async () => {
+    await start({ POLL_INTERVAL_MS: '300' });
+    const slow = await enqueue(t.db, { kind: 'record', payload: { ms: 6_000 } });
+    await until(runs, (r) => r.length === 1, 5_000, 'the slow job to start');
+    const quick: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      quick.push((await enqueue(t.db, { kind: 'record', payload: {} })).id);
+      await sleep(300);
+    }
+    const delayed = await enqueue(t.db, { kind: 'record', payload: {}, runAt: new Date(Date.now() + 1_000) });
+    const done = await until(runs, (r) => r.filter((x) => x.finished).length === 4, 5_000, 'the quick and the delayed jobs');
+    // All of them ran while the slow one was still running.
+    expect(done.find((r) => r.job_id === slow.id)).toMatchObject({ finished: false });
+    for (const id of quick) expect(done.find((r) => r.job_id === id)!.latency_ms).toBeLessThan(1_000);
+    expect(done.find((r) => r.job_id === delayed.id)!.late_ms).toBeLessThan(1_500);
+  });
+
   it('a delayed job runs within one poll interval of its run_at, with no notification', async () => {
     const p = await start({ POLL_INTERVAL_MS: '400' });
     const sent = Date.now();

@@ -7,12 +7,17 @@
 //   - a kind with limits across drainers (globalConcurrency, groupConcurrency, rateLimit) is
 //     claimed on its own too, through the limited claim (queries/claim-limited.ts), never more than
 //     its limit less the jobs of it this drain claimed and has not yet seen settled in the database
-//     (until then the database counts them as running); when its limits hold ready jobs back, it is
+//     (until then the database counts them as running), and never more than the drain has free
+//     slots for (nothing claimed ahead: a claimed job holds a slot of the limit on every drainer,
+//     running or not); when its limits hold ready jobs back, it is
 //     blocked — until its rate window lets the next start in, until a settlement of it frees a
 //     slot, or for a second (slots held by other drainers) — and the drain does not spin on it;
-//   - a claim that comes back short marks its group drained for this drain call — until a
-//     completion makes jobs of its kinds pending (they waited for the completed ones); the drain
-//     is exhausted when every group is;
+//   - a claim that comes back short marks its group drained — until something says its kinds may
+//     have ready jobs again (a NOTIFY, a completion that made jobs waiting for it pending: reopen())
+//     or the poll interval has passed since (reopenDrainedBefore()), so a drain held open by a slow
+//     handler still claims what becomes ready meanwhile; the drain is exhausted when every group is;
+//   - whenever a slot is free and no claimed job waits for it, a claim of any size goes: a slow
+//     handler never keeps the other slots empty;
 //   - far from the database claims grow from batchSize to what the running slots finish in one
 //     claim round trip (running averages of both), up to maxBatchSize; grown claims may be
 //     `claimsInFlight` at a time (the second goes while the first is on its way), with as many
@@ -61,6 +66,8 @@ interface ClaimGroup {
   limits: ClaimLimits | null;
   inFlight: number;
   drained: boolean;
+  /** When its last claim came back short (Date.now()); meaningful while drained. */
+  drainedAt: number;
   /** Not claimed before this time (its limits held jobs back); 0 when not blocked. */
   blockedUntil: number;
   /** Blocked by its rate window (only time frees it), not by slots. */
@@ -99,7 +106,7 @@ export class ClaimPlanner {
       if (limitsOf(registry.get(kind))) this.#unsettled.set(kind, 0);
     }
     const group = (kinds: readonly string[], cap: number, limits: ClaimLimits | null): ClaimGroup => ({
-      kinds, cap, limits, inFlight: 0, drained: false, blockedUntil: 0, blockedByRate: false,
+      kinds, cap, limits, inFlight: 0, drained: false, drainedAt: 0, blockedUntil: 0, blockedByRate: false,
     });
     this.#groups = [
       // With no kind apart, the one group asks for exactly the drain's kinds.
@@ -126,12 +133,20 @@ export class ClaimPlanner {
     return next;
   }
 
+  /** When the group that came back short longest ago did (Infinity: none is drained). */
+  get oldestDrainedAt(): number {
+    let oldest = Infinity;
+    for (const g of this.#groups) if (g.drained) oldest = Math.min(oldest, g.drainedAt);
+    return oldest;
+  }
+
   /**
-   * The claim to send now, given how many jobs the drain holds (waiting and running), or null when
-   * none should go: as many as may be are in flight, there is no room for a worthwhile batch, or
-   * all are drained.
+   * The claim to send now, given the jobs the drain holds (claimed and waiting to start, and
+   * running), or null when none should go: as many as may be are in flight, there is no room for a
+   * worthwhile batch, or all are drained.
    */
-  next(held: number): PlannedClaim | null {
+  next({ waiting, running }: { waiting: number; running: number }): PlannedClaim | null {
+    const held = waiting + running;
     if (this.#inFlight > 0 && (this.#inFlight >= this.#options.claimsInFlight || !this.#grown)) return null;
     if (this.exhausted) return null;
     const { batchSize, concurrency, prefetch, claimsInFlight } = this.#options;
@@ -143,8 +158,10 @@ export class ClaimPlanner {
     const wanted = Math.min(batch, concurrency + ahead - coming);
     if (wanted <= 0) return null;
     // A full batch, or half the capacity when that is smaller: a claim of one or two jobs per round
-    // trip would waste the database's time — unless the drain holds and awaits nothing at all.
-    const minClaim = coming === 0 ? 1 : Math.min(batch, Math.ceil((concurrency + ahead) / 2));
+    // trip would waste the database's time while claimed jobs wait for slots — but a free slot with
+    // nothing claimed for it takes any claim (slow handlers may hold every other slot for long).
+    const slotFree = running < concurrency && waiting + this.#inFlightSize === 0;
+    const minClaim = coming === 0 || slotFree ? 1 : Math.min(batch, Math.ceil((concurrency + ahead) / 2));
     const now = Date.now();
     for (let i = 0; i < this.#groups.length; i++) {
       const group = this.#groups[(this.#next + i) % this.#groups.length]!;
@@ -152,7 +169,11 @@ export class ClaimPlanner {
       const kind = group.kinds[0]!;
       const apart = group.kinds.length === 1 && this.#held.has(kind);
       const room = Math.min(group.cap - (this.#held.get(kind) ?? 0), (group.limits?.globalConcurrency ?? Infinity) - (this.#unsettled.get(kind) ?? 0)) - group.inFlight;
-      const size = apart ? Math.min(wanted, room) : wanted;
+      // A kind limited across drainers claims no more than there are free slots to run it now:
+      // a job it claimed counts against its limit everywhere, so one held waiting here would keep
+      // another drainer's free slot from running it.
+      const freeSlots = group.limits ? concurrency - coming : Infinity;
+      const size = apart ? Math.min(wanted, room, freeSlots) : wanted;
       // A kind claimed apart claims whatever room it has; the rest wait for a worthwhile batch.
       if (apart ? size <= 0 : size < minClaim) continue;
       this.#next = (this.#next + i + 1) % this.#groups.length;
@@ -171,7 +192,12 @@ export class ClaimPlanner {
     this.#inFlight--;
     this.#inFlightSize -= claim.size;
     group.inFlight -= claim.size;
-    if (!outcome) return;
+    if (!outcome) {
+      // The claim failed: like a short one, tried again at the next poll.
+      group.drained = true;
+      group.drainedAt = Date.now();
+      return;
+    }
     this.#claimMs = average(this.#claimMs, roundTripMs);
     this.#claimedTotal += outcome.jobs.length;
     if (this.#claimedAll) for (const g of this.#groups) g.drained = true;
@@ -182,6 +208,7 @@ export class ClaimPlanner {
     if (outcome.jobs.length >= claim.size) return;
     if (!outcome.heldBack) {
       group.drained = true;
+      group.drainedAt = Date.now();
       return;
     }
     group.blockedByRate = Boolean(outcome.nextStartAt);
@@ -202,10 +229,19 @@ export class ClaimPlanner {
     if (group && group.blockedUntil > 0 && !group.blockedByRate) group.blockedUntil = 0;
   }
 
-  /** Completions made jobs of these kinds pending: their groups are worth claiming again. */
-  released(kinds: readonly string[]): void {
+  /** Jobs of these kinds (any kind: undefined) may be ready now — a NOTIFY announced one, or a
+   * completion made jobs waiting for it pending: their groups are worth claiming again. */
+  reopen(kinds?: readonly string[]): void {
     if (this.#claimedAll) return;
-    for (const group of this.#groups) if (group.drained && group.kinds.some((k) => kinds.includes(k))) group.drained = false;
+    for (const group of this.#groups) if (group.drained && (!kinds || group.kinds.some((k) => kinds.includes(k)))) group.drained = false;
+  }
+
+  /** The poll: groups that came back short at or before `time` are worth claiming again (jobs
+   * may have become due since, or been enqueued where no notification reaches this drain). */
+  reopenDrainedBefore(time: number): void {
+    // A drain of given ids (run-now) does not poll: one it did not get is another drainer's.
+    if (this.#options.claimLimit !== undefined) return;
+    for (const group of this.#groups) if (group.drained && group.drainedAt <= time) group.drained = false;
   }
 
   /** A handler succeeded after `ms` (claims grow with quick handlers). */

@@ -16,7 +16,7 @@
 //              and look again at once
 //   sleeping   nothing to do until a handler ends, a claim or settlement returns, the deadline
 //              passes or the caller aborts
-//   stopping   the deadline, an abort or a claim error: no more claims or starts; waiting jobs are
+//   stopping   the deadline or an abort: no more claims or starts; waiting jobs are
 //              released (attempt refunded); running handlers get until their (budget-clipped)
 //              timeout
 //   done       nothing waiting, running or being claimed, and stopping or every group drained:
@@ -82,24 +82,43 @@ export interface DrainOptions {
   visibilityTimeoutSeconds?: number;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
+  /** Called when a claim fails. The drain goes on with what it holds and claims again at the next
+   * poll; if it ends with its last claim failed, it throws that error. */
+  onClaimError?: (error: unknown) => void;
   /** Connections for transactional kinds' handlers, each held for one handler's run. Default:
    * transactions on `db` itself (which cannot be cut short when a handler is given up). */
   transactions?: OpenTransactionConnection;
-  /** A runtime that hears of cancels as they happen (the sidecar's LISTEN) passes them here, and a
-   * job held by this drain is checked at once instead of at its next lease renewal. */
-  cancelNotices?: CancelNotices;
+  /** What the runtime hears as it happens (the sidecar's LISTEN): jobs that became ready are
+   * claimed at once, even while other handlers keep the drain open, and a cancel of a job held
+   * here is checked at once instead of at its next lease renewal. */
+  notices?: DrainNotices;
+  /** While the drain is open (handlers running) and a claim came back short, it looks again this
+   * often for jobs that became due or were enqueued where no notice reaches it. Default: the
+   * profile's (1 s). */
+  pollIntervalMs?: number;
 }
 
-/** Cancel requests heard by the runtime (job ids), for the drains running at the time. */
-export class CancelNotices {
-  readonly #listeners = new Set<(jobId: string) => void>();
+interface NoticeListener {
+  ready?: (kind: string | undefined) => void;
+  cancelRequested?: (jobId: string) => void;
+}
 
-  notify(jobId: string): void {
-    for (const listener of this.#listeners) listener(jobId);
+/** What a runtime hears about the queue as it happens, for whichever drains are open then. */
+export class DrainNotices {
+  readonly #listeners = new Set<NoticeListener>();
+
+  /** Jobs of `kind` (any kind: undefined) may be ready to claim. */
+  ready(kind?: string): void {
+    for (const listener of this.#listeners) listener.ready?.(kind);
+  }
+
+  /** Someone asked to cancel the job. */
+  cancelRequested(jobId: string): void {
+    for (const listener of this.#listeners) listener.cancelRequested?.(jobId);
   }
 
   /** Returns the unsubscribe function. */
-  subscribe(listener: (jobId: string) => void): () => void {
+  subscribe(listener: NoticeListener): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
   }
@@ -126,6 +145,7 @@ class DrainRun {
   readonly #registry: JobRegistry;
   readonly #options: DrainOptions;
   readonly #concurrency: number;
+  readonly #pollIntervalMs: number;
   readonly #visibilityTimeoutSeconds: number;
   readonly #budget: ReturnType<typeof budgetClock>;
   readonly #planner: ClaimPlanner;
@@ -143,6 +163,7 @@ class DrainRun {
   readonly #claimContexts = new WeakMap<ClaimedJob, ReturnType<typeof traceClaim>>();
   #claimed = 0;
   #lostUnstarted = 0;
+  /** The last claim's error, until a claim succeeds again (the drain throws it if it ends so). */
   #claimError: unknown;
   #stoppedBy: DrainReport['stoppedBy'] = 'empty';
 
@@ -152,6 +173,7 @@ class DrainRun {
     this.#registry = registry;
     this.#options = options;
     this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
+    this.#pollIntervalMs = Math.max(10, options.pollIntervalMs ?? profile.pollIntervalMs);
     this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS;
     this.#budget = budgetClock(this.#started, options.budgetMs, options.signal);
     this.#planner = new ClaimPlanner(registry, {
@@ -171,7 +193,7 @@ class DrainRun {
         for (const job of jobs) this.#planner.settledInDatabase(job.kind);
       },
       // Jobs that waited for ours are pending now: this drain runs them too.
-      onReleased: (kinds) => this.#planner.released(kinds),
+      onReleased: (kinds) => this.#planner.reopen(kinds),
     });
     this.#settler.onSettled = () => this.#wakeup.wake();
     this.#leases = new LeaseKeeper(db, {
@@ -185,7 +207,14 @@ class DrainRun {
       unsavedProgress: (jobId) => this.#leases.unsavedProgress(jobId),
       recordCounts: options.recordCounts !== false,
     };
-    this.#unsubscribe = options.cancelNotices?.subscribe((jobId) => this.#leases.checkNow(jobId)) ?? (() => {});
+    this.#unsubscribe =
+      options.notices?.subscribe({
+        ready: (kind) => {
+          this.#planner.reopen(kind === undefined ? undefined : [kind]);
+          this.#wakeup.wake();
+        },
+        cancelRequested: (jobId) => this.#leases.checkNow(jobId),
+      }) ?? (() => {});
     options.abandonSignal?.addEventListener(
       'abort',
       () => this.#leases.abandonRunning(new HandlerAbandonedError('the drainer shut down before the handler finished; released to run again')),
@@ -198,9 +227,12 @@ class DrainRun {
     for (;;) {
       const stop = this.#budget.stopReason();
       if (stop) this.#stoppedBy = stop;
-      const stopping = stop !== null || this.#claimError !== undefined;
+      const stopping = stop !== null;
       if (!stopping) while (this.#waiting.length > 0 && this.#running.size < this.#concurrency) this.#start(this.#waiting.shift()!);
-      const plan = stopping ? null : this.#planner.next(this.#waiting.length + this.#running.size);
+      // Held open by running handlers: look again for what came due since a claim came back short.
+      const pollAt = this.#planner.oldestDrainedAt + this.#pollIntervalMs;
+      if (!stopping && Date.now() >= pollAt) this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
+      const plan = stopping ? null : this.#planner.next({ waiting: this.#waiting.length, running: this.#running.size });
       if (plan) {
         this.#sendClaim(plan);
         continue; // maybe another claim fits
@@ -209,8 +241,9 @@ class DrainRun {
       const idle = this.#planner.inFlight === 0 && this.#running.size === 0 && this.#waiting.length === 0;
       // Settlements still on their way may free a limited kind's slots: wait for them first.
       if (idle && (stopping || (this.#planner.exhausted && !this.#settler.busy))) break;
-      // A blocked limited kind may be claimed again at its time: wake then too.
-      await this.#wakeup.wait(stopping ? Infinity : Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt), this.#options.signal);
+      // A blocked limited kind may be claimed again at its time, and the poll comes due: wake then too.
+      const wakeAt = Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt, this.#planner.oldestDrainedAt + this.#pollIntervalMs);
+      await this.#wakeup.wait(stopping ? Infinity : wakeAt, this.#options.signal);
     }
     this.#leases.stop();
     this.#unsubscribe();
@@ -270,6 +303,7 @@ class DrainRun {
       .then(
         (outcome) => {
           this.#planner.settled(plan, outcome, Date.now() - sentAt);
+          this.#claimError = undefined;
           this.#claimed += outcome.jobs.length;
           if (this.#tracing && outcome.jobs.length > 0) {
             const context = traceClaim(this.#tracing, [...new Set(outcome.jobs.map((j) => j.kind))], outcome.jobs.length, sentAt);
@@ -279,8 +313,10 @@ class DrainRun {
           this.#waiting.push(...outcome.jobs);
         },
         (error: unknown) => {
+          // Tried again at the next poll while handlers hold the drain open; thrown if it ends so.
           this.#planner.settled(plan, null, 0);
-          this.#claimError ??= error;
+          this.#claimError = error;
+          this.#options.onClaimError?.(error);
         },
       )
       .finally(() => this.#wakeup.wake());

@@ -17,6 +17,9 @@ export interface DrainProfile {
   /** Claims in flight at once. Far from the database a second claim goes out while the first is on
    * its way, on a connection of its own, so the round trip is paid once for two batches. */
   readonly claimsInFlight: number;
+  /** While handlers hold the drain open, a claim that came back short is tried again after this
+   * long (jobs come due; on the Worker nothing else announces them). */
+  readonly pollIntervalMs: number;
 }
 
 export type Placement = 'near' | 'far';
@@ -25,9 +28,9 @@ export const DRAIN_PROFILES = {
   // 250 per claim: a claim is one statement, one round trip and one commit whatever its size, so
   // on a deep backlog larger claims cost far less per job; running plus one batch claimed ahead
   // match graphile-worker's tuned local queue of 500.
-  near: { batchSize: 250, maxBatchSize: null, concurrency: 250, settleWithClaim: false, claimsInFlight: 1 },
+  near: { batchSize: 250, maxBatchSize: null, concurrency: 250, settleWithClaim: false, claimsInFlight: 1, pollIntervalMs: 1000 },
   // 20 per claim at least (the article's measured sweet spot), growing to 500 for quick handlers;
   // 5 handlers and two claims in flight: a Worker invocation holds 6 connections at once, and the
   // drain's database connections take at most two of them (src/worker/database.ts).
-  far: { batchSize: 20, maxBatchSize: 500, concurrency: 5, settleWithClaim: true, claimsInFlight: 2 },
+  far: { batchSize: 20, maxBatchSize: 500, concurrency: 5, settleWithClaim: true, claimsInFlight: 2, pollIntervalMs: 1000 },
 } as const satisfies Record<Placement, DrainProfile>;

@@ -2,17 +2,21 @@
 //
 //   sleeping ──wake() (NOTIFY, reaper, listener reconnect), poll interval, or the time a limited
 //             kind's limits allow its next claim──► draining
-//   draining ──drain() returned──► draining again if woken meanwhile, else sleeping
+//   draining ──wake()──► the open drain claims at once (slow handlers do not hold new jobs back)
+//   draining ──drain() returned (nothing running, nothing to claim)──► draining again if woken
+//             meanwhile, else sleeping
 //   draining ──drain() threw (database down)──► sleeping for a growing pause (≤ 5 polls)
 //   any ──stop(grace)──► no new claims; the running drain releases unstarted jobs, and its running
 //         handlers get `grace` to finish ──still running──► abandoned: their signals abort, their
 //         jobs go back to pending at once (attempt refunded), the drain returns
-import { drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
+import { DrainNotices, drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
 import type { JobRegistry } from '../jobs/index.ts';
 import type { Db } from '../queries/index.ts';
 
 export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'abandonSignal' | 'budgetMs'> {
   pollIntervalMs: number;
+  /** What the runtime hears (NOTIFY): a ready notice wakes the drainer, or the open drain. */
+  notices?: DrainNotices;
   onReport?: (report: DrainReport) => void;
   /** A drain failed (it is retried after a pause). */
   onError?: (error: unknown) => void;
@@ -26,6 +30,8 @@ export class Drainer {
   readonly #options: DrainerOptions;
   readonly #stop = new AbortController();
   readonly #abandon = new AbortController();
+  readonly #notices: DrainNotices;
+  #unsubscribe: () => void = () => {};
   #wakeRequested = true;
   #wakeUp: (() => void) | null = null;
   #loop: Promise<void> | null = null;
@@ -34,16 +40,24 @@ export class Drainer {
     this.#db = db;
     this.#registry = registry;
     this.#options = options;
+    this.#notices = options.notices ?? new DrainNotices();
   }
 
   /** Starts the loop; its first drain runs at once. */
   start(): this {
-    this.#loop ??= this.#run();
+    if (!this.#loop) {
+      this.#unsubscribe = this.#notices.subscribe({ ready: () => this.#wokenUp() });
+      this.#loop = this.#run().finally(() => this.#unsubscribe());
+    }
     return this;
   }
 
-  /** There may be work: drain now, or right after the current drain. */
+  /** There may be work of any kind: the open drain claims now, or a drain starts. */
   wake(): void {
+    this.#notices.ready();
+  }
+
+  #wokenUp(): void {
     this.#wakeRequested = true;
     this.#wakeUp?.();
   }
@@ -64,9 +78,14 @@ export class Drainer {
   }
 
   async #run(): Promise<void> {
-    const { pollIntervalMs, onReport, onError, onRecovered, ...drainOptions } = this.#options;
+    const { pollIntervalMs, onReport, onError, onRecovered, onClaimError, ...drainOptions } = this.#options;
     let pause = 0;
     let failing = false;
+    // A claim that failed inside a drain that went on (handlers held it open) is a failure too.
+    const claimFailed = (error: unknown) => {
+      failing = true;
+      onClaimError?.(error);
+    };
     let nextClaimAt: number | null = null;
     while (!this.#stop.signal.aborted) {
       // A limited kind held back by its limits is claimed again when they allow, if that is sooner than the poll.
@@ -75,7 +94,9 @@ export class Drainer {
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
       try {
-        const report = await drain(this.#db, this.#registry, { ...drainOptions, signal: this.#stop.signal, abandonSignal: this.#abandon.signal });
+        const report = await drain(this.#db, this.#registry, {
+          ...drainOptions, pollIntervalMs, onClaimError: claimFailed, notices: this.#notices, signal: this.#stop.signal, abandonSignal: this.#abandon.signal,
+        });
         if (failing) onRecovered?.();
         failing = false;
         pause = 0;

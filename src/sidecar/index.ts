@@ -21,7 +21,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { CancelNotices, DEFAULT_VISIBILITY_SECONDS, DRAIN_PROFILES, type OpenTransactionConnection } from '../drain/index.ts';
+import { DEFAULT_VISIBILITY_SECONDS, DRAIN_PROFILES, DrainNotices, type OpenTransactionConnection } from '../drain/index.ts';
 import { createApp, type ScopedToken } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL } from '../queries/index.ts';
@@ -140,13 +140,13 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   const database = await parts.start('database', () => openDatabase({ databaseUrl: options.databaseUrl, dataDir, embeddedSettings: options.embeddedSettings }, log));
   const apiToken = await resolveApiToken(options.apiToken, dataDir, log);
   const pools = await parts.start('pools', () => openPools(database.url, options.poolSize ?? defaultFor('poolSize', 'sidecar'), incidents));
-  const cancelNotices = new CancelNotices();
+  const notices = new DrainNotices();
   const finishedJobs = new FinishedJobsHub();
   const drainer = await parts.start('drainer', () =>
-    startDrainer(pools.drainDb, registry, options, { workerId, visibilityTimeoutSeconds, log, incidents, transactions: pools.transactions, cancelNotices }),
+    startDrainer(pools.drainDb, registry, options, { workerId, visibilityTimeoutSeconds, log, incidents, transactions: pools.transactions, notices }),
   );
   const wake = () => drainer.wake();
-  await parts.start('listener', () => startListener(database.url, { kinds: options.kinds, wake, cancelNotices, finishedJobs }, log));
+  await parts.start('listener', () => startListener(database.url, { kinds: options.kinds, notices, finishedJobs }, log));
   await parts.start('reaper', () =>
     new Reaper(pools.drainDb, { intervalMs: options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS, visibilityTimeoutSeconds, onReaped: wake }, log, incidents).start(),
   );
@@ -193,7 +193,7 @@ function startDrainer(
     log: Logger;
     incidents: Incidents;
     transactions: OpenTransactionConnection;
-    cancelNotices: CancelNotices;
+    notices: DrainNotices;
   },
 ) {
   const { log, incidents } = context;
@@ -211,8 +211,9 @@ function startDrainer(
     visibilityTimeoutSeconds: context.visibilityTimeoutSeconds,
     recordCounts: options.recordCounts,
     transactions: context.transactions,
-    cancelNotices: context.cancelNotices,
+    notices: context.notices,
     onSettleError: (error) => incidents.start('settle', error),
+    onClaimError: (error) => incidents.start('drain', error),
     onError: (error) => incidents.start('drain', error),
     onRecovered: () => incidents.end('drain'),
     onReport: (r) => {
@@ -228,26 +229,22 @@ function startDrainer(
   };
 }
 
-/** The LISTEN connection as a part. A ready job of one of our kinds (or any, without KINDS) wakes
- * the drainer; a cancelled running job is checked at once by the drain holding it; a finished job
- * answers whoever waits for it. */
-function startListener(
-  url: string,
-  to: { kinds: readonly string[] | undefined; wake: () => void; cancelNotices: CancelNotices; finishedJobs: FinishedJobsHub },
-  log: Logger,
-) {
+/** The LISTEN connection as a part. A ready job of one of our kinds (or any, without KINDS) is
+ * claimed at once, by the open drain or a new one; a cancelled running job is checked at once by
+ * the drain holding it; a finished job answers whoever waits for it. */
+function startListener(url: string, to: { kinds: readonly string[] | undefined; notices: DrainNotices; finishedJobs: FinishedJobsHub }, log: Logger) {
   const listener = new NotificationListener({
     connectionString: url,
     channels: [NOTIFY_CHANNEL, CANCEL_CHANNEL, FINISHED_CHANNEL],
     onNotify: (channel, payload) => {
       if (channel === FINISHED_CHANNEL) to.finishedJobs.announce(payload);
-      else if (channel === CANCEL_CHANNEL) to.cancelNotices.notify(payload);
-      else if (!to.kinds || to.kinds.includes(payload)) to.wake();
+      else if (channel === CANCEL_CHANNEL) to.notices.cancelRequested(payload);
+      else if (!to.kinds || to.kinds.includes(payload)) to.notices.ready(payload);
     },
     onUp: () => {
       log.info('listener up: waking on NOTIFY');
       // Anything announced while we were not listening.
-      to.wake();
+      to.notices.ready();
       to.finishedJobs.announceAll();
     },
     onDown: (error) => log.warn({ err: describeError(error) }, 'listener down: reconnecting; the poll keeps jobs moving meanwhile'),

@@ -196,6 +196,19 @@ for (const path of PATHS) {
       expect(await count()).toBe(first.failed); // only the budget-cut ones, waiting out their backoff
     });
 
+    it('a slow handler holds nothing back in a cron drain: jobs enqueued behind its back while it runs start within the poll, before it ends', async () => {
+      await enqueueMany(h.db, [{ kind: 'sleep', payload: { ms: 5_000 } }]);
+      const invocation = worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '12000' }));
+      for (let i = 0; i < 100 && (await count(`status = 'running'`)) === 0; i++) await new Promise((r) => setTimeout(r, 30));
+      await enqueueMany(h.db, Array.from({ length: 3 }, (_, n) => ({ kind: 'count', payload: { n } })));
+      for (let waited = 0; runs.size < 3; waited += 50) {
+        if (waited > 4_000) throw new Error(`the quick jobs waited for the slow one: ${runs.size} of 3 ran`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(await count(`kind = 'sleep' AND status = 'running'`)).toBe(1);
+      expect(await invocation).toMatchObject({ claimed: 4, completed: 4 });
+    });
+
     it('a handler that never resolves: the invocation still ends within budget + 1 s and the job is failed, not lost', async () => {
       await enqueueMany(h.db, [{ kind: 'hang', payload: {} }, { kind: 'count', payload: { n: 1 } }]);
       const budgetMs = 1500;
@@ -395,6 +408,21 @@ for (const path of PATHS) {
         expect(await h.query(`SELECT status, attempts, run_at > now() AS later, last_error FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
           { status: 'pending', attempts: 1, later: true, last_error: 'run-now failure' },
         ]);
+      });
+
+      it('a batch with runNow whose slow jobs hold most slots: the quick ones run in the free slot, before the slow ones end', async () => {
+        // Quick, but not so quick next to a claim that claims grow to take everything at once.
+        const slow = Array.from({ length: 4 }, () => ({ kind: 'sleep', payload: { ms: 3_000 }, runNow: true }));
+        const quick = Array.from({ length: 4 }, () => ({ kind: 'sleep', payload: { ms: 100 }, runNow: true }));
+        const { res, ctx } = await post('/jobs/batch', { jobs: [...slow, ...quick] });
+        expect(await res.json()).toMatchObject({ runNow: { started: 8, deferred: 0 } });
+        for (let waited = 0; (await count()) > 4; waited += 50) {
+          if (waited > 2_500) throw new Error(`the quick jobs waited for the slow ones: ${await count()} of 8 left`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        expect(await count(`status = 'running'`)).toBe(4);
+        await waitOnExecutionContext(ctx);
+        expect(await count()).toBe(0);
       });
 
       it('a batch with runNow starts at most 20 and says how many wait for the cron', async () => {

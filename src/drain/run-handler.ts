@@ -1,6 +1,6 @@
-// One job's handler, run with its timeout (the job's own, else its kind's) clipped to the drain's
-// deadline and an AbortSignal that fires at the timeout, when the job's lease is lost, when someone
-// cancels it, or when a stopping drainer gives up on it. A handler that ignores its signal is
+// One job's handler, run with its timeout (the job's own up to its kind's maxTimeoutMs, else its
+// kind's) clipped to the drain's deadline and an AbortSignal that fires at the timeout, when the
+// job's lease is lost, when someone cancels it, or when a stopping drainer gives up on it. A handler that ignores its signal is
 // abandoned then (its promise is no longer awaited), never waited for forever.
 //
 // What the handler returns is the job's result: serialized (at most MAX_RESULT_BYTES) only when its
@@ -14,9 +14,7 @@
 //
 // Given up mid-transaction (timeout, lost lease, cancel, shutdown), its connection is destroyed, so
 // the server rolls back at once and nothing the handler does afterwards can reach the database.
-import {
-  DEFAULT_TIMEOUT_MS, type JobContext, type JobDefinition, type JobRegistry, PermanentJobError, describeIssues,
-} from '../jobs/registry.ts';
+import { type JobContext, type JobDefinition, type JobRegistry, PermanentJobError, describeIssues, handlerTimeoutMs } from '../jobs/registry.ts';
 import { type ClaimedJob, type Db, completeJobs, getDependencies } from '../queries/index.ts';
 import type { ProcessSpan } from '../tracing.ts';
 import { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
@@ -115,7 +113,7 @@ class Attempt {
   constructor(job: ClaimedJob, definition: JobDefinition<unknown>, deadline: number) {
     this.job = job;
     this.definition = definition;
-    const timeoutMs = job.timeoutMs ?? definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const timeoutMs = handlerTimeoutMs(definition, job.timeoutMs);
     const left = deadline - Date.now();
     const allowedMs = Math.max(0, Math.min(timeoutMs, left));
     this.#timer = setTimeout(() => {

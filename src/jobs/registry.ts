@@ -39,6 +39,10 @@ export interface JobDefinition<Payload = unknown> {
   maxAttempts?: number;
   /** Default 30 s. A handler still running then is recorded as failed. */
   timeoutMs?: number;
+  /** The longest timeout one job of this kind may ask for (an enqueue's timeoutMs): more is
+   * refused at enqueue, and a longer one written in SQL is cut to this when the job runs.
+   * Default: timeoutMs (a job may ask for less, never for more). */
+  maxTimeoutMs?: number;
   /** Written to each job: the reaper reclaims a running job after this long. Default: the reaper's. */
   visibilitySeconds?: number;
   backoff?: Backoff;
@@ -70,6 +74,16 @@ export interface RateLimit {
 
 /** What limits a kind across drainers, if anything (the claim enforces it in the database). */
 export type KindLimits = ClaimLimits;
+
+/** The handler's timeout for `job`: its own (an enqueue's timeoutMs), at most its kind's
+ * maxTimeoutMs, else its kind's timeoutMs. */
+export function handlerTimeoutMs(definition: JobDefinition<any>, jobTimeoutMs: number | null | undefined): number {
+  const kindTimeout = definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  return jobTimeoutMs == null ? kindTimeout : Math.min(jobTimeoutMs, maxTimeoutOf(definition));
+}
+
+/** The longest timeout a job of the kind may ask for. */
+export const maxTimeoutOf = (definition: JobDefinition<any>): number => definition.maxTimeoutMs ?? definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
 
 /** The limits of a kind that has any, else null: such kinds are claimed under their own lock. */
 export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits | null {
@@ -103,6 +117,15 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
     }
   };
   positiveInteger('concurrency', definition.concurrency);
+  for (const name of ['timeoutMs', 'maxTimeoutMs'] as const) {
+    const ms = definition[name];
+    if (ms !== undefined && !(Number.isInteger(ms) && ms >= TIMEOUT_BOUNDS_MS.min && ms <= TIMEOUT_BOUNDS_MS.max)) {
+      throw new Error(`job kind ${definition.kind}: ${name} must be a whole number of milliseconds from ${TIMEOUT_BOUNDS_MS.min} to ${TIMEOUT_BOUNDS_MS.max}, not ${JSON.stringify(ms)}`);
+    }
+  }
+  if (definition.maxTimeoutMs !== undefined && definition.maxTimeoutMs < (definition.timeoutMs ?? DEFAULT_TIMEOUT_MS)) {
+    throw new Error(`job kind ${definition.kind}: maxTimeoutMs (${definition.maxTimeoutMs}) is below its timeoutMs (${definition.timeoutMs ?? DEFAULT_TIMEOUT_MS})`);
+  }
   const keep = definition.keepCompletedSeconds;
   if (keep !== undefined && !(Number.isInteger(keep) && keep >= 0 && keep <= MAX_KEEP_SECONDS)) {
     throw new Error(`job kind ${definition.kind}: keepCompletedSeconds must be a whole number of seconds from 0 to ${MAX_KEEP_SECONDS}, not ${JSON.stringify(keep)}`);
@@ -153,7 +176,9 @@ export interface EnqueueRequest {
   after?: readonly string[];
 }
 
-export type JobValidationCode = 'unknown_kind' | 'invalid_payload' | 'invalid_option';
+/** `invalid_request`: an option outside what the kind allows (a 400, as a bound of the request's
+ * own would be); the others are the kind refusing the job (422). */
+export type JobValidationCode = 'unknown_kind' | 'invalid_payload' | 'invalid_option' | 'invalid_request';
 
 export class JobValidationError extends Error {
   override name = 'JobValidationError';
@@ -216,6 +241,9 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
   }
   if (timeoutMs !== undefined && !(Number.isInteger(timeoutMs) && timeoutMs >= TIMEOUT_BOUNDS_MS.min && timeoutMs <= TIMEOUT_BOUNDS_MS.max)) {
     throw new JobValidationError('invalid_option', `timeoutMs must be a whole number of milliseconds from ${TIMEOUT_BOUNDS_MS.min} to ${TIMEOUT_BOUNDS_MS.max}`);
+  }
+  if (timeoutMs !== undefined && timeoutMs > maxTimeoutOf(definition)) {
+    throw new JobValidationError('invalid_request', `timeoutMs: kind ${definition.kind} allows a job at most ${maxTimeoutOf(definition)} ms (its maxTimeoutMs), not ${timeoutMs}`);
   }
   if (after !== undefined && after.length > 0 && request.dedupeKey !== undefined) {
     throw new JobValidationError('invalid_option', 'a job that waits for others (after) cannot also have a dedupe key');

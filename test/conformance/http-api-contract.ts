@@ -150,6 +150,13 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         ['a webhook to a look-alike host', { kind: 'webhook', payload: { url: 'https://example.org.evil.com/' } }, 422, 'invalid_payload', 'not in WEBHOOK_ALLOWED_HOSTS'],
         ['a webhook with credentials in the URL', { kind: 'webhook', payload: { url: 'https://u:p@hooks.example.com/' } }, 422, 'invalid_payload', 'credentials'],
         ['a webhook with a Host header', { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { Host: 'internal' } } }, 422, 'invalid_payload', 'set by pgdrain'],
+        [
+          "a timeout longer than its kind allows (a webhook's 10 s)",
+          { kind: 'webhook', payload: { url: 'https://hooks.example.com/' }, timeoutMs: 86_400_000 },
+          400,
+          'invalid_request',
+          'timeoutMs: kind webhook allows a job at most 10000 ms',
+        ],
       ];
       for (const [what, body, status, code, part] of bad) {
         it(`refuses ${what} with ${status} and stores nothing`, async () => {

@@ -401,6 +401,22 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
       expect(await count()).toBe(1);
     });
 
+    it("a job may ask for a longer timeout than its kind's only up to maxTimeoutMs: refused at enqueue, cut to it when SQL asked for more", async () => {
+      const registry = new JobRegistry([
+        kind({ kind: 'capped', schema: z.unknown(), timeoutMs: 200, maxAttempts: 1, handler: () => sleep(1_500) }),
+        kind({ kind: 'roomy', schema: z.unknown(), timeoutMs: 200, maxTimeoutMs: 400, maxAttempts: 1, handler: () => sleep(1_500) }),
+      ]);
+      expect(() => add(registry, 'capped', {}, { timeoutMs: 201 })).toThrow(/timeoutMs: kind capped allows a job at most 200 ms \(its maxTimeoutMs\), not 201/);
+      expect(() => add(registry, 'roomy', {}, { timeoutMs: 401 })).toThrow(/at most 400 ms/);
+      const asked = await add(registry, 'roomy', {}, { timeoutMs: 400 });
+      // pgdrain.enqueue() knows nothing of kinds: what it stores is cut to the kind's bound when the job runs.
+      const [{ id: fromSql }] = await h.query<{ id: string }>(`SELECT pgdrain.enqueue('capped', '{}', max_attempts => 1, timeout_ms => 86400000)::text AS id`);
+      expect(await run(registry)).toMatchObject({ dead: 2 });
+      expect(await row(asked.id)).toMatchObject({ last_error: 'TimeoutError: handler timed out after 400 ms' });
+      expect(await row(fromSql!)).toMatchObject({ last_error: 'TimeoutError: handler timed out after 200 ms' });
+      expect(() => kind({ kind: 'odd', schema: z.unknown(), timeoutMs: 500, maxTimeoutMs: 400, handler: () => {} })).toThrow(/maxTimeoutMs \(400\) is below its timeoutMs \(500\)/);
+    });
+
     it('a watched job that is completed and deleted is announced, and leaves a note of how it ended', async () => {
       const registry = new JobRegistry([kind({ kind: 'gone', schema: z.unknown(), handler: () => {} })]);
       const job = await add(registry, 'gone', {});

@@ -163,7 +163,10 @@ function prepare(registry: JobRegistry, input: JobInput, prefix: string) {
       priority: input.priority, groupKey: input.groupKey, timeoutMs: input.timeoutMs, after: input.after,
     });
   } catch (error) {
-    if (error instanceof JobValidationError) throw new ApiError(422, error.code, prefix ? `${prefix.slice(0, -1)}: ${error.message}` : error.message);
+    if (error instanceof JobValidationError) {
+      if (error.code === 'invalid_request') throw new ApiError(400, error.code, `${prefix}${error.message}`);
+      throw new ApiError(422, error.code, prefix ? `${prefix.slice(0, -1)}: ${error.message}` : error.message);
+    }
     throw error;
   }
 }

@@ -56,7 +56,8 @@ export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]
 /**
  * The plan PostgreSQL uses for the claim's statement right now (EXPLAIN, not executed): the body
  * of pgdrain.claim() as the catalog holds it, under the function's own settings, with the options
- * bound to its arguments. `generic`: the plan a cached, parameter-blind plan would be (PostgreSQL 16+).
+ * bound to its arguments. `generic`: the plan a cached, parameter-blind plan would be (a prepared
+ * statement under plan_cache_mode = force_generic_plan, which every supported version has).
  */
 export async function explainClaim(db: Db, options: ClaimOptions, { generic = false } = {}): Promise<string> {
   return db.transaction(async (tx) => {
@@ -76,18 +77,33 @@ export async function explainClaim(db: Db, options: ClaimOptions, { generic = fa
       body = body.replace(new RegExp(`\\b${name}\\b`, 'g'), `$${i + 1}::${types[i]}`);
     });
     const v = claimValues(options);
-    const explain = generic ? 'EXPLAIN (GENERIC_PLAN) ' : 'EXPLAIN ';
-    const params = generic ? [] : [v.limit, options.kinds ?? null, v.token, v.lease];
-    const rows = await rowsOf<{ 'QUERY PLAN': string }>(tx, sql.join([sql.raw(explain), bindPositional(body, params)]));
+    const params = [v.limit, options.kinds ?? null, v.token, v.lease];
+    let rows: { 'QUERY PLAN': string }[];
+    if (generic) {
+      await tx.execute(sql`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`);
+      await tx.execute(sql.raw(`PREPARE pgdrain_explain_claim(${types.join(', ')}) AS ${body}`));
+      // EXPLAIN EXECUTE takes no bind parameters: the values go in as literals.
+      rows = await rowsOf(tx, sql.raw(`EXPLAIN EXECUTE pgdrain_explain_claim(${params.map((p, i) => `${literal(p)}::${types[i]}`).join(', ')})`));
+      await tx.execute(sql`DEALLOCATE pgdrain_explain_claim`);
+    } else {
+      rows = await rowsOf(tx, sql.join([sql.raw('EXPLAIN '), bindPositional(body, params)]));
+    }
     return rows.map((r) => r['QUERY PLAN']).join('\n');
   });
 }
 
 const CLAIM_FUNCTION = `${PGDRAIN_SCHEMA}.claim(integer,text[],text,integer)`;
 
-/** `text` whose $1, $2, … are bound to `params` (left as they are when there are none: a generic plan). */
+/** A value as an SQL literal (numbers, text, text arrays, null). */
+function literal(value: unknown): string {
+  if (value === null || value === undefined) return 'NULL';
+  if (typeof value === 'number') return String(value);
+  if (Array.isArray(value)) return `ARRAY[${value.map(literal).join(', ')}]::text[]`;
+  return `'${String(value).replaceAll("'", "''")}'`;
+}
+
+/** `text` whose $1, $2, … are bound to `params`. */
 function bindPositional(text: string, params: readonly unknown[]) {
-  if (params.length === 0) return sql.raw(text);
   const parts = text.split(/\$(\d+)/);
   const chunks = [sql.raw(parts[0] ?? '')];
   for (let i = 1; i < parts.length; i += 2) chunks.push(sql`${sql.param(params[Number(parts[i]) - 1])}`, sql.raw(parts[i + 1] ?? ''));

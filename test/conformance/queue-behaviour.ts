@@ -911,7 +911,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       };
       const registry = new JobRegistry([
         defineJob({ kind: 'quick', schema: z.unknown(), handler: (_, { job }) => seen(job) }),
-        defineJob({ kind: 'slow', schema: z.unknown(), handler: async (_, { job }) => { seen(job); await sleep(15); } }),
+        defineJob({ kind: 'slow', schema: z.unknown(), handler: async (_, { job }) => { seen(job); await sleep(100); } }),
       ]);
       await enqueueMany(h.db, Array.from({ length: 600 }, (_, i) => ({ kind: 'quick', payload: i })));
       const quick = await drain(h.db, registry, { workerId: 'grow', batchSize: 10, maxBatchSize: 200, concurrency: 5, kinds: ['quick'] });
@@ -928,7 +928,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       await enqueueMany(h.db, Array.from({ length: 60 }, (_, i) => ({ kind: 'slow', payload: i })));
       const slow = await drain(h.db, registry, { workerId: 'stay', batchSize: 10, maxBatchSize: 200, concurrency: 5, kinds: ['slow'] });
       expect(slow).toMatchObject({ claimed: 60, completed: 60 });
-      // 15 ms handlers outlast any local round trip: claims stay at 10.
+      // 100 ms handlers outlast any local round trip, even on a loaded machine: claims stay at 10.
       expect(Math.max(...tokens.values())).toBeLessThanOrEqual(10);
     });
 

@@ -48,9 +48,14 @@ export class RunCounter {
 }
 
 export interface IdleWorkers {
-  enqueueOne(seq: number): Promise<void>;
+  /** One job; its handler calls onStart(seq) first, then takes `ms` (0: returns at once). */
+  enqueueOne(seq: number, ms?: number): Promise<void>;
   stop(): Promise<void>;
 }
+
+/** A wake-up job's payload: its sequence number, and how long its handler takes. */
+type WakePayload = { i?: number; seq?: number; ms?: number };
+const takeTime = (p: WakePayload) => (p.ms ? new Promise<void>((r) => setTimeout(r, p.ms)) : undefined);
 
 export interface BenchSystem {
   name: string;
@@ -99,13 +104,14 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
   let drainPool: pg.Pool;
   let drainDb: Db;
   let url: string;
-  let onRun: (payload: { i?: number; seq?: number }) => void = () => {};
+  let onRun: (payload: WakePayload) => void = () => {};
   const registry = new JobRegistry([
     defineJob({
       kind: 'bench',
-      schema: z.object({ i: z.number().optional(), seq: z.number().optional() }),
+      schema: z.object({ i: z.number().optional(), seq: z.number().optional(), ms: z.number().optional() }),
       handler: (p) => {
         onRun(p);
+        if (p.ms) return takeTime(p);
         return variant.keepResults ? { ran: p.i } : undefined;
       },
       keepCompletedSeconds: variant.keepResults ? 3_600 : undefined,
@@ -170,7 +176,7 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
     async idle(onStart) {
       onRun = (p) => onStart(p.seq as number);
       const sidecar = await startSidecar({ databaseUrl: url, registry, port: 0, apiToken: 'bench-token-0123456789', logger: silent, pollIntervalMs: 1000 });
-      return { enqueueOne: async (seq) => void (await enqueue(db, { kind: 'bench', payload: { seq } })), stop: () => sidecar.stop() };
+      return { enqueueOne: async (seq, ms) => void (await enqueue(db, { kind: 'bench', payload: { seq, ms } })), stop: () => sidecar.stop() };
     },
     async seedHistory(n) {
       await pool.query(
@@ -213,9 +219,13 @@ export function graphileSystem(tuned: boolean): BenchSystem {
   const preset = tuned
     ? { worker: { concurrentJobs: 80, maxPoolSize: 12, localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0, preparedStatements: true, pollInterval: 1000 } }
     : { worker: { concurrentJobs: 4 } };
-  const start = async (task: (payload: { i?: number; seq?: number }) => void) => {
+  const start = async (task: (payload: WakePayload) => void) => {
     const { run } = await import('graphile-worker');
-    return run({ connectionString: url, noHandleSignals: true, logger: graphileSilentLogger(), preset, taskList: { bench: async (payload) => task(payload as { i?: number; seq?: number }) } });
+    const bench = async (payload: unknown) => {
+      task(payload as WakePayload);
+      await takeTime(payload as WakePayload);
+    };
+    return run({ connectionString: url, noHandleSignals: true, logger: graphileSilentLogger(), preset, taskList: { bench } });
   };
   return {
     name: tuned ? 'graphile-worker tuned' : 'graphile-worker default',
@@ -245,7 +255,7 @@ export function graphileSystem(tuned: boolean): BenchSystem {
     async idle(onStart) {
       const runner = await start((p) => onStart(p.seq as number));
       await new Promise((r) => setTimeout(r, 300)); // its LISTEN is set up asynchronously
-      return { enqueueOne: async (seq) => void (await utils.addJob('bench', { seq })), stop: () => runner.stop() };
+      return { enqueueOne: async (seq, ms) => void (await utils.addJob('bench', { seq, ms })), stop: () => runner.stop() };
     },
     async seedHistory(n) {
       await utils.addJob('bench', { i: -1 }, { runAt: new Date(Date.now() + 3.6e9) }); // makes sure the task row exists
@@ -274,9 +284,10 @@ function graphileSilentLogger() {
 export function pgBossSystem(): BenchSystem {
   let boss: import('pg-boss').PgBoss;
   let pool: pg.Pool;
-  const work = (onJob: (data: { i?: number; seq?: number }) => void) =>
-    boss.work<{ i?: number; seq?: number }>('bench', { batchSize: 50, localConcurrency: 4, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true }, async (jobs) => {
-      for (const job of jobs) onJob(job.data);
+  // A batch's jobs side by side: a slow one does not keep the rest of its batch from starting.
+  const work = (onJob: (data: WakePayload) => void) =>
+    boss.work<WakePayload>('bench', { batchSize: 50, localConcurrency: 4, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true }, async (jobs) => {
+      await Promise.all(jobs.map((job) => (onJob(job.data), takeTime(job.data))));
     });
   return {
     name: 'pg-boss tuned',
@@ -307,7 +318,7 @@ export function pgBossSystem(): BenchSystem {
     async idle(onStart) {
       await work((d) => onStart(d.seq as number));
       await new Promise((r) => setTimeout(r, 300));
-      return { enqueueOne: async (seq) => void (await boss.send('bench', { seq })), stop: () => boss.offWork('bench') };
+      return { enqueueOne: async (seq, ms) => void (await boss.send('bench', { seq, ms })), stop: () => boss.offWork('bench') };
     },
     async seedHistory(n) {
       await pool.query(`INSERT INTO pgboss.job (name, data, state) SELECT 'bench', '{}', 'failed' FROM generate_series(1, $1::int)`, [n]);
@@ -327,7 +338,7 @@ export function articleSystem(): BenchSystem {
                   WHERE id IN (SELECT id FROM article_jobs WHERE status='pending' AND run_at <= now()
                                 ORDER BY run_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
                   RETURNING id, kind, payload, attempts, max_attempts`;
-  const runWorkers = (onJob: (payload: { i?: number; seq?: number }) => void) => {
+  const runWorkers = (onJob: (payload: WakePayload) => void) => {
     let stopped = false;
     let woken: (() => void) | null = null;
     const listener = new pg.Client({ connectionString: url });
@@ -342,6 +353,7 @@ export function articleSystem(): BenchSystem {
         const { rows } = await conn.query(CLAIM, [20, `worker-${n}`]);
         for (const row of rows) {
           onJob(row.payload);
+          await takeTime(row.payload);
           await conn.query('DELETE FROM article_jobs WHERE id = $1', [row.id]);
         }
         if (rows.length === 0) {
@@ -399,11 +411,11 @@ export function articleSystem(): BenchSystem {
       const workers = runWorkers((p) => onStart(p.seq as number));
       await workers.ready;
       return {
-        enqueueOne: async (seq) => {
+        enqueueOne: async (seq, ms) => {
           const client = await pool.connect();
           try {
             await client.query('BEGIN');
-            await client.query(`INSERT INTO article_jobs (kind, payload) VALUES ('bench', $1)`, [JSON.stringify({ seq })]);
+            await client.query(`INSERT INTO article_jobs (kind, payload) VALUES ('bench', $1)`, [JSON.stringify({ seq, ms })]);
             await client.query(`SELECT pg_notify('jobs', 'bench')`);
             await client.query('COMMIT');
           } finally {

@@ -102,10 +102,11 @@ export async function benchWorkerDrainer(
     });
   });
   await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
-  const hookUrl = `http://127.0.0.1:${(hook.address() as { port: number }).port}/hook`;
+  const hookPort = (hook.address() as { port: number }).port;
+  const hookUrl = `http://127.0.0.1:${hookPort}/hook`;
   await writeFile(
     envFile,
-    `${proxy ? `DATABASE_URL=${url}\nNEON_WS_PROXY=${proxy.address}\n` : ''}API_TOKEN=bench-token-0123456789\nDRAIN_BUDGET_MS=${budgetMs}\nWEBHOOK_ALLOWED_HOSTS=127.0.0.1\n`,
+    `${proxy ? `DATABASE_URL=${url}\nNEON_WS_PROXY=${proxy.address}\n` : ''}API_TOKEN=bench-token-0123456789\nDRAIN_BUDGET_MS=${budgetMs}\nWEBHOOK_ALLOWED_HOSTS=127.0.0.1:${hookPort}\n`,
     { mode: 0o600 },
   );
   const port = await freePort();

@@ -9,6 +9,8 @@ import { JOB_DEFAULTS } from './db/schema.ts';
 import { DRAIN_PROFILES } from './drain/profiles.ts';
 import { parseScopedTokens } from './http/auth.ts';
 import { parseSigningSecrets } from './jobs/webhook-signature.ts';
+import { parseAllowedHosts } from './jobs/webhook.ts';
+import { checkAllowList } from './jobs/webhook-targets.ts';
 
 export type Runtime = 'sidecar' | 'worker';
 
@@ -34,6 +36,14 @@ const scopedTokens = z.string().transform((value, ctx) => {
   } catch (error) {
     ctx.addIssue({ code: 'custom', message: (error as Error).message.replace(/^API_TOKENS /, '') });
     return z.NEVER;
+  }
+});
+
+const allowedHosts = z.string().superRefine((value, ctx) => {
+  try {
+    checkAllowList(parseAllowedHosts(value));
+  } catch (error) {
+    ctx.addIssue({ code: 'custom', message: (error as Error).message.replace(/^WEBHOOK_ALLOWED_HOSTS: /, '') });
   }
 });
 
@@ -84,7 +94,10 @@ export const SETTINGS = {
   shutdownGraceMs: setting({ env: 'SHUTDOWN_GRACE_MS', runtimes: sidecarOnly, parse: int(0, 3_600_000), default: 10_000 }),
   poolSize: setting({ env: 'PG_POOL_MAX', runtimes: sidecarOnly, parse: int(2, 1000), default: 10 }),
   maxBodyBytes: setting({ env: 'MAX_BODY_BYTES', runtimes: both, parse: int(1024, 100 * 1024 * 1024), default: 1024 * 1024 }),
-  webhookAllowedHosts: setting({ env: 'WEBHOOK_ALLOWED_HOSTS', runtimes: both, parse: z.string(), default: '', documentedDefault: 'empty' }),
+  httpHeadersTimeoutMs: setting({ env: 'HTTP_HEADERS_TIMEOUT_MS', runtimes: sidecarOnly, parse: int(1000, 600_000), default: 10_000 }),
+  httpRequestTimeoutMs: setting({ env: 'HTTP_REQUEST_TIMEOUT_MS', runtimes: sidecarOnly, parse: int(1000, 3_600_000), default: 30_000 }),
+  httpMaxConnections: setting({ env: 'HTTP_MAX_CONNECTIONS', runtimes: sidecarOnly, parse: int(1, 100_000), default: 1000 }),
+  webhookAllowedHosts: setting({ env: 'WEBHOOK_ALLOWED_HOSTS', runtimes: both, parse: allowedHosts, default: '', documentedDefault: 'empty' }),
   webhookSigningSecret: setting({ env: 'WEBHOOK_SIGNING_SECRET', runtimes: both, parse: signingSecrets, documentedDefault: 'unset (unsigned)' }),
   logLevel: setting({
     env: 'LOG_LEVEL', runtimes: sidecarOnly, default: 'info',

@@ -1,6 +1,9 @@
 // The sidecar's log: readable lines on a terminal, JSON lines on a pipe, LOG_FORMAT overriding.
 // The terminal is a real pseudo-terminal from util-linux's `script`.
 import { spawn, spawnSync } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
@@ -51,6 +54,27 @@ describe('sidecar logs', () => {
     expect(lines.some((l) => JSON.parse(l).msg === 'sidecar started')).toBe(true);
     expect(out).not.toMatch(/INFO.*sidecar started/);
   }, 30_000);
+
+  it.skipIf(!haveScript)('a generated token: the terminal is told where it is and how to use it, never the token; JSON mode logs only its file', async () => {
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-logs-'));
+    try {
+      const env = { API_TOKEN: '', PGDRAIN_DATA_DIR: dataDir };
+      const pretty = await runSidecar({ terminal: true, env });
+      const file = path.join(dataDir, 'api-token');
+      const token = (await readFile(file, 'utf8')).trim();
+      expect(pretty).toContain(`pgdrain generated an API token and saved it in ${file} (readable by you only).`);
+      expect(pretty).toContain(`curl -s -H "Authorization: Bearer $(cat '${file}')"`);
+      expect(pretty).not.toContain(token);
+      await rm(file);
+      const json = await runSidecar({ terminal: true, env: { ...env, LOG_FORMAT: 'json' } });
+      const regenerated = (await readFile(file, 'utf8')).trim();
+      expect(json).not.toContain(regenerated);
+      expect(json).not.toContain('pgdrain generated an API token');
+      expect(json).toContain(`"tokenFile":"${file}"`);
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it.skipIf(!haveScript)('LOG_FORMAT=json on a terminal gives JSON, LOG_FORMAT=pretty on a pipe gives lines', async () => {
     expect(await runSidecar({ terminal: true, env: { LOG_FORMAT: 'json' } })).toContain('"msg":"sidecar started"');

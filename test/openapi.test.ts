@@ -5,6 +5,7 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { Hono } from 'hono';
 import { describe, expect, it } from 'vitest';
 import { createApp } from '../src/http/app.ts';
+import { SCALAR_SCRIPT } from '../src/http/routes/pages.ts';
 import { createDefaultRegistry } from '../src/jobs/index.ts';
 
 const app = createApp({
@@ -102,12 +103,17 @@ describe('GET /docs', () => {
       const scripts = html.match(/<script\b[^>]*>/g) ?? [];
       expect(scripts.length).toBeGreaterThan(0);
       for (const tag of scripts) expect(tag).toContain(`nonce="${nonce}"`);
-      expect(html).toMatch(/src="https:\/\/cdn\.jsdelivr\.net\/npm\/@scalar\/api-reference@\d+\.\d+\.\d+"/);
-      expect(html).toContain('"url": "/openapi.json"');
+      // The library: one file of one version, with its hash; the policy allows that file alone.
+      expect(html).toContain(`<script src="${SCALAR_SCRIPT.url}" integrity="${SCALAR_SCRIPT.integrity}" crossorigin="anonymous" nonce="${nonce}"></script>`);
+      expect(SCALAR_SCRIPT.url).toMatch(/^https:\/\/cdn\.jsdelivr\.net\/npm\/@scalar\/api-reference@\d+\.\d+\.\d+\/dist\/browser\/standalone\.js$/);
+      expect(SCALAR_SCRIPT.integrity).toMatch(/^sha384-[A-Za-z0-9+/]{64}$/);
+      expect(csp).toContain(`script-src 'nonce-${nonce}' ${SCALAR_SCRIPT.url}`);
+      expect(csp).not.toMatch(/https:\/\/cdn\.jsdelivr\.net[ ;]/);
+      expect(html).toContain('"url":"/openapi.json"');
     }
     expect(nonces[0]).not.toBe(nonces[1]);
     const outer = new Hono();
     outer.route('/queue', app);
-    expect(await (await outer.request('/queue/docs')).text()).toContain('"url": "/queue/openapi.json"');
+    expect(await (await outer.request('/queue/docs')).text()).toContain('"url":"/queue/openapi.json"');
   });
 });

@@ -273,7 +273,11 @@ describe('the npm package, installed into a project of its own', () => {
     expect(jobs.stdout.split('\n').filter(Boolean).every((line) => line.length <= 80)).toBe(true);
     expect(jobs.stdout).toMatch(new RegExp(`^\\s*${dead!.id}\\s+webhook\\s+dead\\s+8/8\\s+\\S+ \\S+\\s+HTTP 500 from .*…$`, 'm'));
     const lines = (await pgdrain('jobs', '--status', 'pending', '--kind', 'send_receipt', '--json')).stdout.trim().split('\n').map((l) => JSON.parse(l));
-    expect(lines.map((j) => [j.id, j.payload])).toEqual([[String(Number(id) + 1), { orderId: 43 }], [id, { orderId: 42 }]]);
+    // A list shows each payload's size and start, as the API's does; `job` shows the payload.
+    expect(lines.map((j) => [j.id, j.payload, j.payloadBytes, j.payloadPreview])).toEqual([
+      [String(Number(id) + 1), undefined, 15, '{"orderId":43}'],
+      [id, undefined, 15, '{"orderId":42}'],
+    ]);
     expect(JSON.parse((await pgdrain('job', id, '--json')).stdout)).toMatchObject({ id, kind: 'send_receipt', status: 'pending', attempts: 0 });
     expect((await pgdrain('job', id)).stdout).toMatch(/^payload\s+\{"orderId":42\}$/m);
 

@@ -44,6 +44,7 @@ describe('a bad value is refused by both runtimes, naming the variable', () => {
     ['RECORD_COUNTS', 'yes', 'must be true or false'],
     ['API_TOKENS', 'root:abcdefghijklmnopqrstuvwxyz', 'entry 1: write scope:token with a scope of enqueue, read, admin'],
     ['API_TOKEN', 'short', 'use at least 16 characters'],
+    ['WEBHOOK_ALLOWED_HOSTS', 'hooks.example.com, hooks.example.com:99999', 'entry "hooks.example.com:99999" has a port outside 1-65535'],
   ] as const) {
     it(`${variable}=${value}`, () => {
       for (const runtime of ['sidecar', 'worker'] as const) {

@@ -146,6 +146,19 @@ describe('pgdrain start as a process', () => {
     expect(await pgdrainConnections()).toEqual([{ n: 0 }]);
   });
 
+  it('with a DATABASE_URL that carries its secrets as parameters: exits 1 saying why, and prints no secret', async () => {
+    for (const url of [
+      'postgres://postgres@127.0.0.1:1/app?password=hunter2-secret-xyz',
+      'postgresql://postgres:hunter2-secret-xyz@127.0.0.1:1/app?sslpassword=hunter2-secret-xyz&application_name=x',
+    ]) {
+      const result = await runCli({ DATABASE_URL: url, API_TOKEN: 'startup-test-token-0123456789', PORT: '0' });
+      expect(result.code).toBe(1);
+      expect(result.output).toContain('could not start: migrations failed on postgres');
+      expect(result.output).toContain('127.0.0.1:1/app?');
+      expect(result.output).not.toContain('hunter2-secret-xyz');
+    }
+  });
+
   it('with DATABASE_URL and its port in use: exits 1, and no connection of it is left on the database', async () => {
     const result = await runCli({ DATABASE_URL: t.url, API_TOKEN: 'startup-test-token-0123456789', PORT: String(busyPort) });
     expect(result.code).toBe(1);

@@ -8,6 +8,7 @@ import { drain } from '../src/drain/index.ts';
 import { createApp } from '../src/http/app.ts';
 import { JobRegistry, createWebhookJob, isHostAllowed, noopJob, parseSigningSecrets } from '../src/jobs/index.ts';
 import { createSigner } from '../src/jobs/webhook-signature.ts';
+import { isSpecialAddress, parseIp } from '../src/jobs/webhook-targets.ts';
 import { enqueue } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 
@@ -17,8 +18,10 @@ let base: string;
 const hits: { path: string; method: string; body: string; headers: http.IncomingHttpHeaders }[] = [];
 const flakyCount = new Map<string, number>();
 
-const registry = new JobRegistry([noopJob, createWebhookJob({ allowedHosts: ['127.0.0.1'], timeoutMs: 300 })]);
+// The receiver listens on a port of its own: the allow-list names it (80 and 443 need no name).
+let registry: JobRegistry;
 let app: ReturnType<typeof createApp>;
+let port: number;
 
 beforeAll(async () => {
   t = await createTestDatabase();
@@ -42,7 +45,9 @@ beforeAll(async () => {
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  port = (server.address() as AddressInfo).port;
+  base = `http://127.0.0.1:${port}`;
+  registry = new JobRegistry([noopJob, createWebhookJob({ allowedHosts: [`127.0.0.1:${port}`], timeoutMs: 300 })]);
   app = createApp({ withDb: (fn) => fn(t.db), registry, apiToken: 'tok' });
 });
 afterAll(async () => {
@@ -119,10 +124,10 @@ it('a receiver that does not answer in time is a retryable timeout', async () =>
 it('a connection refused is a retryable network error', async () => {
   const closed = http.createServer();
   await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
-  const port = (closed.address() as AddressInfo).port;
+  const closedPort = (closed.address() as AddressInfo).port;
   await new Promise((r) => closed.close(r));
-  const id = await enqueueHook({ url: `http://127.0.0.1:${port}/x` });
-  await drain(t.db, registry, { workerId: 'w' });
+  const { id } = await enqueue(t.db, { kind: 'webhook', payload: { url: `http://127.0.0.1:${closedPort}/x` } });
+  await drain(t.db, new JobRegistry([createWebhookJob({ allowedHosts: [`127.0.0.1:${closedPort}`] })]), { workerId: 'w' });
   expect(await row(id)).toEqual({ status: 'pending', attempts: 1, last_error: expect.stringContaining('webhook request failed') });
 });
 
@@ -145,18 +150,126 @@ it('host patterns: exact names and *.domain subdomains only', () => {
   expect(isHostAllowed('127.0.0.1', [])).toBe(false);
 });
 
+describe('where a delivery may go: the allow-list after DNS, the address checked is the one dialled', () => {
+  /** A resolver the test controls: each lookup of a name takes its next answer (the last repeats). */
+  const resolverOf = (answers: Record<string, string[]>) => {
+    const lookups: string[] = [];
+    const resolve = async (host: string) => {
+      const list = answers[host];
+      if (!list) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
+      const n = lookups.filter((h) => h === host).length;
+      lookups.push(host);
+      const address = list[Math.min(n, list.length - 1)]!;
+      return [{ address, family: address.includes(':') ? 6 : 4 }];
+    };
+    return { resolve, lookups };
+  };
+  const deliverWith = async (allowedHosts: string[], answers: Record<string, string[]>, url: string) => {
+    const { resolve, lookups } = resolverOf(answers);
+    const { id } = await enqueue(t.db, { kind: 'webhook', payload: { url } });
+    await drain(t.db, new JobRegistry([createWebhookJob({ allowedHosts, timeoutMs: 1_000, resolve })]), { workerId: 'w' });
+    return { id, lookups, job: await row(id) };
+  };
+
+  it('a name in the list that resolves to loopback is refused, saying not allowed and nothing else; naming the address lets it through', async () => {
+    const refused = await deliverWith([`vm:${port}`], { vm: ['127.0.0.1'] }, `http://vm:${port}/ok`);
+    expect(refused.job).toEqual({ status: 'dead', attempts: 1, last_error: 'PermanentJobError: host vm resolved to an address that is not allowed (loopback, private, link-local, unique-local, multicast, reserved and unspecified addresses are refused unless WEBHOOK_ALLOWED_HOSTS names them)' });
+    expect(hits).toHaveLength(0);
+    const allowed = await deliverWith([`vm:${port}`, `127.0.0.1:${port}`], { vm: ['127.0.0.1'] }, `http://vm:${port}/ok`);
+    expect(allowed.job).toBeUndefined();
+    expect(hits.map((h) => [h.path, h.headers.host])).toEqual([['/ok', `vm:${port}`]]);
+    // A range names every address in it.
+    expect((await deliverWith([`vm:${port}`, '127.0.0.0/8'], { vm: ['127.0.0.1'] }, `http://vm:${port}/ok`)).job).toBeUndefined();
+  });
+
+  it('a name that resolves to an allowed address first and to loopback next (DNS rebinding) is dialled at the first: resolved once, checked, dialled', async () => {
+    // A second receiver on another loopback address, same port: the allowed one.
+    const other = http.createServer((req, res) => {
+      hits.push({ path: `other${req.url}`, method: req.method ?? '', body: '', headers: req.headers });
+      res.writeHead(204).end();
+    });
+    await new Promise<void>((r) => other.listen(port, '127.0.0.2', r));
+    try {
+      const { job, lookups } = await deliverWith([`rebind.test:${port}`, `127.0.0.2:${port}`], { 'rebind.test': ['127.0.0.2', '127.0.0.1'] }, `http://rebind.test:${port}/ok`);
+      expect(job).toBeUndefined();
+      expect(lookups).toEqual(['rebind.test']);
+      expect(hits.map((h) => h.path)).toEqual(['other/ok']);
+    } finally {
+      await new Promise((r) => other.close(r));
+    }
+  });
+
+  it('ports 80 and 443 only, unless an entry names the port; an address literal only when the list names it', async () => {
+    const check = (allowedHosts: string[], url: string) => createWebhookJob({ allowedHosts }).schema.safeParse({ url }).error?.issues[0]?.message ?? 'ok';
+    expect(check(['hooks.example.com'], 'https://hooks.example.com/a')).toBe('ok');
+    expect(check(['hooks.example.com'], 'http://hooks.example.com:80/a')).toBe('ok');
+    expect(check(['hooks.example.com'], 'https://hooks.example.com:25901/a')).toBe(
+      'port 25901 of host hooks.example.com is not allowed: WEBHOOK_ALLOWED_HOSTS allows ports 80 and 443 unless an entry names its port (hooks.example.com:25901)',
+    );
+    expect(check(['hooks.example.com:8443'], 'https://hooks.example.com:8443/a')).toBe('ok');
+    expect(check(['hooks.example.com:8443'], 'https://hooks.example.com/a')).toMatch(/^port 443 of host hooks.example.com is not allowed/);
+    expect(check(['hooks.example.com'], 'http://10.0.0.5/')).toBe('host 10.0.0.5 is not allowed: not in WEBHOOK_ALLOWED_HOSTS');
+    expect(check(['10.0.0.0/8'], 'http://10.0.0.5/')).toBe('ok');
+    expect(check(['10.0.0.0/8'], 'http://10.0.0.5:8080/')).toMatch(/^port 8080 of host 10.0.0.5 is not allowed/);
+    expect(check(['127.0.0.1:9000'], 'http://127.0.0.1:9000/')).toBe('ok');
+    // What the URL parser makes of other spellings is what is checked.
+    expect(check(['hooks.example.com'], 'http://0x7f.1/')).toBe('host 127.0.0.1 is not allowed: not in WEBHOOK_ALLOWED_HOSTS');
+    expect(check(['hooks.example.com'], 'http://2130706433/')).toBe('host 127.0.0.1 is not allowed: not in WEBHOOK_ALLOWED_HOSTS');
+    expect(check(['[::1]:9000'], 'http://[::1]:9000/')).toBe('ok');
+    expect(check(['127.0.0.1:9000'], 'http://[::ffff:127.0.0.1]:9000/')).toBe('ok');
+    expect(check(['hooks.example.com'], 'http://[::ffff:169.254.169.254]/')).toBe('host ::ffff:a9fe:a9fe is not allowed: not in WEBHOOK_ALLOWED_HOSTS');
+  });
+
+  it('an entry that is not a host, pattern, address or range is refused when the list is read', () => {
+    expect(() => createWebhookJob({ allowedHosts: ['hooks.example.com:99999'] })).toThrow('WEBHOOK_ALLOWED_HOSTS: entry "hooks.example.com:99999" has a port outside 1-65535');
+    expect(() => createWebhookJob({ allowedHosts: ['10.0.0.0/33'] })).toThrow('has a prefix longer than 32');
+    expect(() => createWebhookJob({ allowedHosts: ['http://x'] })).toThrow('WEBHOOK_ALLOWED_HOSTS: entry "http://x" has a port outside 1-65535');
+    expect(() => createWebhookJob({ allowedHosts: ['hooks/24'] })).toThrow('is not an address range');
+    expect(() => createWebhookJob({ allowedHosts: ['hooks example.com'] })).toThrow('is not a host name, *.domain pattern, address or range');
+  });
+
+  it('the special ranges: loopback, private, shared, link-local, unique-local, multicast, reserved, unspecified, in both families', () => {
+    const special = (text: string) => isSpecialAddress(parseIp(text)!);
+    for (const address of ['127.0.0.1', '10.1.2.3', '172.31.255.255', '192.168.1.1', '100.64.0.1', '169.254.169.254', '0.0.0.0', '224.0.0.1', '255.255.255.255',
+      '::', '::1', '::ffff:127.0.0.1', '::ffff:7f00:1', 'fe80::1', 'fd00::1', 'fc00::1', 'ff02::1', '64:ff9b::7f00:1', '2002:7f00:1::', '::127.0.0.1']) {
+      expect([address, special(address)]).toEqual([address, true]);
+    }
+    for (const address of ['93.184.216.34', '8.8.8.8', '172.32.0.1', '192.169.0.1', '2606:4700:4700::1111', '2a00:1450:4001::200e']) {
+      expect([address, special(address)]).toEqual([address, false]);
+    }
+    expect(parseIp('fe80::1%eth0')).toBeNull();
+    expect(parseIp('1.2.3')).toBeNull();
+    expect(parseIp('01.2.3.4')).toBeNull();
+  });
+
+  it('a header value with CR or LF is refused at enqueue, and header values are shown redacted', async () => {
+    const res = await app.request('/jobs', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer tok' },
+      body: JSON.stringify({ kind: 'webhook', payload: { url: `${base}/ok`, headers: { 'X-Token': 'a\r\nX-Injected: 1' } } }),
+    });
+    expect(res.status).toBe(422);
+    expect((await res.json()).error).toEqual({ code: 'invalid_payload', message: 'payload rejected by kind webhook: payload.headers.X-Token: a header value must not contain CR, LF or NUL' });
+    const id = await enqueueHook({ url: `${base}/ok`, headers: { Authorization: 'Bearer receiver-secret' } });
+    const shown = await (await app.request(`/jobs/${id}`, { headers: { authorization: 'Bearer tok' } })).json();
+    expect(shown.payload).toEqual({ url: `${base}/ok`, headers: { Authorization: '[redacted]' } });
+    await drain(t.db, registry, { workerId: 'w' });
+    expect(hits[0]!.headers.authorization).toBe('Bearer receiver-secret');
+  });
+});
+
 describe('signed deliveries (Standard Webhooks), checked by the published verifier', () => {
   // Two secrets at once, as during a rotation: the receiver may know either.
   const oldSecret = `whsec_${Buffer.from('a'.repeat(32)).toString('base64')}`;
   const newSecret = `whsec_${Buffer.from('b'.repeat(32)).toString('base64')}`;
-  const signed = new JobRegistry([createWebhookJob({ allowedHosts: ['127.0.0.1'], timeoutMs: 300, signingKeys: parseSigningSecrets(`${oldSecret} ${newSecret}`) })]);
+  const signed = () => new JobRegistry([createWebhookJob({ allowedHosts: [`127.0.0.1:${port}`], timeoutMs: 300, signingKeys: parseSigningSecrets(`${oldSecret} ${newSecret}`) })]);
   const headersOf = (hit: (typeof hits)[number]) => Object.fromEntries(['webhook-id', 'webhook-timestamp', 'webhook-signature'].map((h) => [h, String(hit.headers[h])]));
 
   it('every delivery carries an id that is the same for each attempt of a job, and a signature each secret verifies', async () => {
     const { id } = await enqueue(t.db, { kind: 'webhook', payload: { url: `${base}/flaky-signed`, body: { order: 7, note: 'ünïcode ✓' } } });
-    expect(await drain(t.db, signed, { workerId: 'w' })).toMatchObject({ failed: 1 });
+    expect(await drain(t.db, signed(), { workerId: 'w' })).toMatchObject({ failed: 1 });
     await dueNow();
-    expect(await drain(t.db, signed, { workerId: 'w' })).toMatchObject({ completed: 1 });
+    expect(await drain(t.db, signed(), { workerId: 'w' })).toMatchObject({ completed: 1 });
     expect(hits).toHaveLength(2);
     for (const secret of [oldSecret, newSecret]) {
       for (const hit of hits) expect(new Webhook(secret).verify(hit.body, headersOf(hit))).toEqual({ order: 7, note: 'ünïcode ✓' });
@@ -168,7 +281,7 @@ describe('signed deliveries (Standard Webhooks), checked by the published verifi
 
   it('a tampered body, a signature from another secret and an old timestamp are refused by the verifier', async () => {
     await enqueue(t.db, { kind: 'webhook', payload: { url: `${base}/ok`, body: { amount: 10 } } });
-    await drain(t.db, signed, { workerId: 'w' });
+    await drain(t.db, signed(), { workerId: 'w' });
     const [hit] = hits;
     const verifier = new Webhook(newSecret);
     expect(() => verifier.verify(hit!.body.replace('10', '1000'), headersOf(hit!))).toThrow(WebhookVerificationError);

@@ -12,13 +12,18 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH, PRIORITY_BOUNDS } from '../db/schema.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
-import { jobJson } from '../http/job-json.ts';
+import { jobJson, jobSummaryJson } from '../http/job-json.ts';
+import { createDefaultRegistry } from '../jobs/index.ts';
 import {
   type Db, cancel, deleteDeadJobs, deleteJob, enqueue, getJob, isJobId, listJobs, listScheduleStates, pauseKind, resumeKind, retryDead,
   retryDeadJobs, stats,
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
 import { MAX_LISTED, OPERATOR_USAGE as USAGE, type OperatorCommand, operatorCommandHelp } from './usage.ts';
+
+/** The built-in kinds, for what they hide of a payload (the webhook kind's header values): the
+ * commands show jobs as the API does. */
+const shownKinds = createDefaultRegistry({});
 
 /** A mistake in the command line: exit 2, nothing changed. */
 export class UsageError extends Error {}
@@ -236,7 +241,7 @@ async function showJobs(db: Db, values: Values, _: string[], io: Io): Promise<vo
   const limit = wholeNumber(values.limit, 'limit', 1, MAX_LISTED) ?? 50;
   const { jobs } = await listJobs(db, { status: status as JobStatus | undefined, kind, limit });
   if (values.json) {
-    for (const job of jobs) io.out(JSON.stringify(jobJson(job)));
+    for (const job of jobs) io.out(JSON.stringify(jobSummaryJson(job, shownKinds)));
     return;
   }
   if (jobs.length === 0) return io.out('No jobs.');
@@ -256,7 +261,7 @@ async function showJob(db: Db, values: Values, positionals: string[], io: Io): P
   const id = jobId(positionals[0]);
   const job = await getJob(db, id);
   if (!job) throw new CommandFailed(`job ${id} does not exist (completed jobs are deleted unless their kind keeps them)`);
-  const shown = jobJson(job);
+  const shown = jobJson(job, shownKinds);
   if (values.json) return io.out(JSON.stringify(shown));
   io.out(record(Object.entries(shown).map(([key, value]) => [key, typeof value === 'string' && /At$/.test(key) && value ? formatDate(new Date(value)) : value])));
 }

@@ -8,6 +8,9 @@ import { ApiError } from './errors.ts';
 
 /** Deeper JSON is refused: validation walks it recursively, and no job payload needs more. */
 export const MAX_JSON_DEPTH = 64;
+/** A body holds at most this many JSON values (each array element and object member, nested ones
+ * too): a kind's schema walks them all, and 1 MB of `{},` would be 330k. */
+export const MAX_JSON_VALUES = 100_000;
 
 export async function readJson(c: Context): Promise<unknown> {
   const type = c.req.header('content-type') ?? '';
@@ -58,7 +61,8 @@ function formatPath(path: readonly PropertyKey[]): string {
 /**
  * The first thing in a parsed body that PostgreSQL cannot store or that validation must not
  * walk: a string or key holding U+0000 (jsonb and text refuse it), a lone UTF-16 surrogate (not
- * Unicode; jsonb refuses it), or nesting past MAX_JSON_DEPTH. Iterative, so any depth is safe.
+ * Unicode; jsonb refuses it), nesting past MAX_JSON_DEPTH, or more than MAX_JSON_VALUES values.
+ * One pass, iterative, so any depth and size is safe.
  */
 function findUnstorable(root: unknown): string | null {
   const stack: [value: unknown, path: string, depth: number][] = [[root, '', 0]];
@@ -69,8 +73,10 @@ function findUnstorable(root: unknown): string | null {
       : !text.isWellFormed()
         ? `${where(path)}: contains a lone UTF-16 surrogate (such as \\ud800), which is not valid Unicode and PostgreSQL cannot store`
         : null;
+  let values = 0;
   while (stack.length > 0) {
     const [value, path, depth] = stack.pop()!;
+    if (++values > MAX_JSON_VALUES) return `(body): holds more than ${MAX_JSON_VALUES} JSON values`;
     if (typeof value === 'string') {
       const problem = badString(value, path);
       if (problem) return problem;

@@ -1,14 +1,43 @@
 // A job as the API shows it (and `pgdrain job --json`), typed by the contract, so the documented
-// shape and this one cannot drift.
-import type { Job } from '../queries/index.ts';
-import type { Job as JobBody } from './contract.ts';
+// shape and this one cannot drift. What a kind hides of its payload (redactPayload: the webhook
+// kind's header values) is hidden from every reader here; lists show a payload's size and the
+// start of it, never the whole (GET /jobs/:id has it).
+import type { JobRegistry } from '../jobs/registry.ts';
+import { type Job, type JobSummary, SUMMARY_PAYLOAD_BYTES } from '../queries/index.ts';
+import type { Job as JobBody, JobSummary as JobSummaryBody } from './contract.ts';
 
-/** A job as the API shows it; typed by the contract, so the documented shape and this one cannot drift. */
-export function jobJson(job: Job): JobBody {
+/** A list's preview of a payload is at most this many characters. */
+export const PAYLOAD_PREVIEW_CHARS = 120;
+
+/** A job as the API shows it. */
+export function jobJson(job: Job, registry?: JobRegistry): JobBody {
+  return { ...commonJson(job), payload: shownPayload(job.kind, job.payload, registry) };
+}
+
+/** A job as a list shows it: its payload's size and a preview. */
+export function jobSummaryJson(job: JobSummary, registry?: JobRegistry): JobSummaryBody {
+  return { ...commonJson(job), payloadBytes: job.payloadBytes, payloadPreview: payloadPreview(job, registry) };
+}
+
+function shownPayload(kind: string, payload: unknown, registry: JobRegistry | undefined): unknown {
+  const redact = registry?.get(kind)?.redactPayload;
+  return redact ? redact(payload) : payload;
+}
+
+/** The start of the payload's JSON: from the payload itself when it is small (redacted as its kind
+ * says), else from the start of its text when its kind hides nothing; else null. */
+function payloadPreview(job: JobSummary, registry: JobRegistry | undefined): string | null {
+  let text: string;
+  if (job.payloadBytes <= SUMMARY_PAYLOAD_BYTES) text = JSON.stringify(shownPayload(job.kind, job.smallPayload, registry)) ?? 'null';
+  else if (!registry?.get(job.kind)?.redactPayload) text = job.payloadHead;
+  else return null;
+  return text.length > PAYLOAD_PREVIEW_CHARS ? `${text.slice(0, PAYLOAD_PREVIEW_CHARS - 1)}…` : text;
+}
+
+function commonJson(job: Omit<Job, 'payload'>): Omit<JobBody, 'payload'> {
   return {
     id: job.id,
     kind: job.kind,
-    payload: job.payload as JobBody['payload'], // read from jsonb: JSON by construction
     status: job.status,
     attempts: job.attempts,
     maxAttempts: job.maxAttempts,

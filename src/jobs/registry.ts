@@ -60,6 +60,10 @@ export interface JobDefinition<Payload = unknown> {
   /** At most `limit` starts of this kind in any rolling window of `periodSeconds`, across every
    * drainer (per group key with `perGroup`). A job held back is not an attempt: it stays pending. */
   rateLimit?: RateLimit;
+  /** What readers of a job (the API, the CLI, the dashboard) see of its payload: a kind whose
+   * payload carries secrets meant for its handler (the webhook kind's headers) hides them here.
+   * Default: the payload as stored. */
+  redactPayload?: (payload: unknown) => unknown;
   /** On the Worker, run every job of this kind enqueued through its HTTP API at once, in the
    * same invocation (as `"runNow": true`), instead of at the next cron. */
   eager?: boolean;

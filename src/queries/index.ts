@@ -14,7 +14,7 @@ export { reap, type ReapResult } from './reap.ts';
 export { countsByMinute, countTotals, rollUpCounts, COUNTS_RETENTION_HOURS, type MinuteCounts, type KindTotals } from './counts.ts';
 export {
   getJob, getFinishedJob, watchJob, getDependencies, listJobs, stats, emptyKindStats, retryDead, deleteJob, ping, isJobId,
-  type Job, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
+  type Job, type JobSummary, SUMMARY_PAYLOAD_BYTES, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
 } from './inspect.ts';
 export { pauseKind, resumeKind, listPausedKinds, kindInQueue } from './pause.ts';
 export { retryDeadJobs, deleteDeadJobs, DEAD_BATCH, type BulkOptions, type BulkResult } from './dead-bulk.ts';

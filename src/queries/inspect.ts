@@ -63,9 +63,32 @@ export interface ListOptions {
   before?: string;
 }
 
-export async function listJobs(db: Db, options: ListOptions): Promise<{ jobs: Job[]; nextCursor: string | null }> {
+/** A job as a list shows it: everything but its payload, of which only its size and, when small,
+ * the payload itself (for a preview) are read. A page of 1 MB payloads costs what a page of small
+ * ones does. */
+export type JobSummary = Omit<Job, 'payload'> & {
+  /** The payload's size as JSON text, in bytes. */
+  payloadBytes: number;
+  /** The payload, when payloadBytes is at most SUMMARY_PAYLOAD_BYTES; else null. */
+  smallPayload: unknown;
+  /** Its JSON text's first PAYLOAD_HEAD_CHARS characters (for a payload too big to read whole). */
+  payloadHead: string;
+};
+
+/** Payloads up to this size come back whole with a list (their preview can be redacted). */
+export const SUMMARY_PAYLOAD_BYTES = 4096;
+const PAYLOAD_HEAD_CHARS = 200;
+
+export async function listJobs(db: Db, options: ListOptions): Promise<{ jobs: JobSummary[]; nextCursor: string | null }> {
+  const { payload: _payload, ...columns } = getTableColumns(jobs);
+  const text = sql`${jobs.payload}::text`;
   const rows = await db
-    .select()
+    .select({
+      ...columns,
+      payloadBytes: sql<number>`octet_length(${text})`.mapWith(Number),
+      smallPayload: sql<unknown>`CASE WHEN octet_length(${text}) <= ${SUMMARY_PAYLOAD_BYTES} THEN ${jobs.payload} END`,
+      payloadHead: sql<string>`left(${text}, ${PAYLOAD_HEAD_CHARS})`,
+    })
     .from(jobs)
     .where(
       and(

@@ -1,6 +1,8 @@
-// What keeps the queue table healthy, as PostgreSQL reports it: a long transaction anywhere (a
-// report, a stuck session, a forgotten replication slot) holds back vacuum, and a SKIP LOCKED queue
-// then walks ever more dead index entries on every claim. Read by /metrics; an operator alerts on
+// What keeps the queue table healthy, as PostgreSQL reports it: a long transaction in the queue's
+// database (a report, a stuck session), a prepared transaction there or a forgotten replication
+// slot holds back vacuum, and a SKIP LOCKED queue then walks ever more dead index entries on every
+// claim. Sessions in other databases of the server do not hold back this table's vacuum and are
+// not counted. Read by /metrics; an operator alerts on
 // the oldest snapshot's age and on dead tuples growing. Seeing other roles' sessions takes the
 // pg_read_all_stats role (or pg_monitor); without it, only this role's own are counted.
 import { sql } from 'drizzle-orm';
@@ -24,10 +26,10 @@ export async function tableHealth(db: Db): Promise<TableHealth> {
     db,
     sql`SELECT
           (SELECT extract(epoch FROM now() - min(xact_start))::float8 FROM pg_stat_activity
-            WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()) AS snapshot_seconds,
-          greatest((SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE pid <> pg_backend_pid()),
-                   (SELECT max(age(xmin)) FROM pg_replication_slots),
-                   (SELECT max(age(transaction)) FROM pg_prepared_xacts)) AS xmin_age,
+            WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND datname = current_database()) AS snapshot_seconds,
+          greatest((SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database()),
+                   (SELECT max(age(xmin)) FROM pg_replication_slots WHERE database IS NULL OR database = current_database()),
+                   (SELECT max(age(transaction)) FROM pg_prepared_xacts WHERE database = current_database())) AS xmin_age,
           (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = ${jobsTable}::regclass) AS dead,
           (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = ${jobsTable}::regclass) AS live`,
   );

@@ -55,7 +55,7 @@ export async function resolveApiToken(given: string | undefined, dataDir: string
   const file = path.join(dataDir, 'api-token');
   const existed = existsSync(file);
   const token = await readOrCreateSecret(file);
-  log.info({ tokenFile: file }, existed ? 'API token read from the data folder' : 'API token generated and saved; it is printed once below');
+  log.info({ tokenFile: file }, existed ? 'API token read from the data folder' : 'API token generated and saved in its file, readable by its owner only');
   return { token, generatedIn: existed ? null : file };
 }
 

@@ -1,5 +1,6 @@
-// The sidecar's HTTP server: the Hono app on a port. Stopping it stops accepting connections,
-// closes idle keep-alive ones, lets requests in flight finish for a moment, then closes the rest.
+// The sidecar's HTTP server: the Hono app on a port, with limits on what one client can hold.
+// Stopping it stops accepting connections, closes idle keep-alive ones, lets requests in flight
+// finish for a moment, then closes the rest.
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import type { Hono } from 'hono';
@@ -15,8 +16,23 @@ export interface HttpServer {
 
 type NodeServer = ReturnType<typeof serve> & { closeIdleConnections?: () => void; closeAllConnections?: () => void };
 
-export async function serveHttp(app: Hono<any>, host: string, port: number): Promise<HttpServer> {
-  const server = serve({ fetch: app.fetch, port, hostname: host }) as NodeServer;
+/** What a client may take of the server: a slow client (a byte every few seconds) cannot hold a
+ * connection past the headers or request timeout, and connections beyond the cap are refused. */
+export interface ServerLimits {
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  maxConnections: number;
+}
+
+export async function serveHttp(app: Hono<any>, host: string, port: number, limits: ServerLimits): Promise<HttpServer> {
+  const serverOptions = {
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.requestTimeoutMs,
+    // Node enforces both timeouts when it checks its connections: every 30 s unless told otherwise.
+    connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
+  };
+  const server = serve({ fetch: app.fetch, port, hostname: host, serverOptions }) as NodeServer;
+  server.maxConnections = limits.maxConnections;
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('listening', resolve);

@@ -33,7 +33,7 @@ import { FinishedJobsHub } from './finished-jobs.ts';
 import { serveHttp } from './http.ts';
 import { Incidents, describeError } from './incidents.ts';
 import { NotificationListener } from './listener.ts';
-import { createLogger, type LogFormat } from './logger.ts';
+import { createLogger, type LogFormat, logFormatFor } from './logger.ts';
 import { Parts } from './parts.ts';
 import { Reaper } from './reaper.ts';
 import { Scheduler } from './scheduler.ts';
@@ -90,13 +90,21 @@ export interface SidecarOptions {
   /** Connections for queries and the API. Default 10. */
   poolSize?: number;
   maxBodyBytes?: number;
+  /** A request's headers must arrive within this. Default 10 s. */
+  httpHeadersTimeoutMs?: number;
+  /** A whole request must arrive within this (a response may take longer: waits do). Default 30 s. */
+  httpRequestTimeoutMs?: number;
+  /** Connections open at once; more are refused. Default 1000. */
+  httpMaxConnections?: number;
   /** Default: pino at `logLevel` to stdout, readable on a terminal and JSON otherwise. */
   logger?: Logger;
   /** Default info (LOG_LEVEL). */
   logLevel?: string;
   /** Overrides the choice by terminal: `json` or `pretty` (LOG_FORMAT). */
   logFormat?: LogFormat;
-  /** Where the generated token's first-run banner goes. Default: stdout. */
+  /** Where the first-run banner goes when a token was generated: where the token is kept and how
+   * to use it (never the token itself). Default: stdout, when the log is readable lines; in JSON
+   * mode the log's own line says where the token is. */
   printBanner?: (text: string) => void;
   /** Extra server settings for the embedded PostgreSQL (tests turn fsync off). */
   embeddedSettings?: Record<string, string | number>;
@@ -164,9 +172,16 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
     maxBodyBytes: options.maxBodyBytes,
     onError: (error, where) => log.error({ err: describeError(error), where }, 'request failed'),
   });
-  const http = await parts.start('http', () => serveHttp(app, options.host ?? defaultFor('host', 'sidecar'), options.port ?? defaultFor('port', 'sidecar')));
+  const http = await parts.start('http', () =>
+    serveHttp(app, options.host ?? defaultFor('host', 'sidecar'), options.port ?? defaultFor('port', 'sidecar'), {
+      headersTimeoutMs: options.httpHeadersTimeoutMs ?? defaultFor('httpHeadersTimeoutMs', 'sidecar'),
+      requestTimeoutMs: options.httpRequestTimeoutMs ?? defaultFor('httpRequestTimeoutMs', 'sidecar'),
+      maxConnections: options.httpMaxConnections ?? defaultFor('httpMaxConnections', 'sidecar'),
+    }),
+  );
 
-  if (apiToken.generatedIn) (options.printBanner ?? ((text) => process.stdout.write(text)))(tokenBanner(apiToken.token, apiToken.generatedIn, http.url));
+  const printBanner = options.printBanner ?? (!options.logger && logFormatFor(options.logFormat) === 'pretty' ? (text: string) => process.stdout.write(text) : undefined);
+  if (apiToken.generatedIn) printBanner?.(tokenBanner(apiToken.generatedIn, http.url));
   const { batchSize, concurrency } = drainer.settings;
   log.info(
     { url: http.url, dashboard: `${http.url}/`, workerId, batchSize, concurrency, kinds: options.kinds ?? registry.kinds(), schedules: schedules.map((x) => x.name), pollIntervalMs: drainer.settings.pollIntervalMs },
@@ -253,11 +268,14 @@ function startListener(url: string, to: { kinds: readonly string[] | undefined; 
   return listener;
 }
 
-function tokenBanner(token: string, file: string, url: string): string {
+/** Where the generated token is and how to use it; the token itself is never printed (a terminal's
+ * scrollback and a log collector are not places for it). */
+function tokenBanner(file: string, url: string): string {
+  const read = `$(cat '${file.replaceAll("'", "'\\''")}')`;
   return (
-    `\npgdrain generated an API token and saved it in ${file}:\n\n  ${token}\n\n` +
-    `Try it:\n\n  curl -s -H 'Authorization: Bearer ${token}' -H 'Content-Type: application/json' \\\n` +
+    `\npgdrain generated an API token and saved it in ${file} (readable by you only).\n\n` +
+    `Try it:\n\n  curl -s -H "Authorization: Bearer ${read}" -H 'Content-Type: application/json' \\\n` +
     `    -d '{"kind":"noop","payload":{"hello":"world"}}' ${url}/jobs\n\n` +
-    `The dashboard is at ${url}/ (it asks for this token).\n\n`
+    `The dashboard is at ${url}/ (it asks for the token: cat ${file}).\n\n`
   );
 }

@@ -7,8 +7,11 @@ import pretty from 'pino-pretty';
 
 export type LogFormat = 'json' | 'pretty';
 
+/** The format a logger without an explicit one writes: readable on a terminal, JSON otherwise. */
+export const logFormatFor = (format?: LogFormat): LogFormat => format ?? (process.stdout.isTTY ? 'pretty' : 'json');
+
 export function createLogger(options: { level?: string; format?: LogFormat } = {}): Logger {
-  const format = options.format ?? (process.stdout.isTTY ? 'pretty' : 'json');
+  const format = logFormatFor(options.format);
   const settings = { level: options.level ?? 'info', base: { app: 'pgdrain' } };
   if (format === 'json') return pino(settings);
   return pino(settings, pretty({ colorize: process.stdout.isTTY === true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname,app', sync: true }));

@@ -150,6 +150,17 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         ['a webhook to a look-alike host', { kind: 'webhook', payload: { url: 'https://example.org.evil.com/' } }, 422, 'invalid_payload', 'not in WEBHOOK_ALLOWED_HOSTS'],
         ['a webhook with credentials in the URL', { kind: 'webhook', payload: { url: 'https://u:p@hooks.example.com/' } }, 422, 'invalid_payload', 'credentials'],
         ['a webhook with a Host header', { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { Host: 'internal' } } }, 422, 'invalid_payload', 'set by pgdrain'],
+        ...['http://[fe80::1%25eth0]/', 'http://a%25b/', 'http://hooks.example.com:99999/', 'http://[::1', 'http://a b/'].map(
+          (url): [string, unknown, number, string, string] => [`a webhook URL that does not parse (${url})`, { kind: 'webhook', payload: { url } }, 422, 'invalid_payload', 'payload.url: url is not a valid URL'],
+        ),
+        ['a webhook to a port the allow-list does not name', { kind: 'webhook', payload: { url: 'https://hooks.example.com:25901/' } }, 422, 'invalid_payload', 'port 25901 of host hooks.example.com is not allowed'],
+        [
+          'a webhook header value with CR LF',
+          { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { 'X-A': 'a\r\nX-Injected: 1' } } },
+          422,
+          'invalid_payload',
+          'payload.headers.X-A: a header value must not contain CR, LF or NUL',
+        ],
         [
           "a timeout longer than its kind allows (a webhook's 10 s)",
           { kind: 'webhook', payload: { url: 'https://hooks.example.com/' }, timeoutMs: 86_400_000 },

@@ -31,7 +31,7 @@ export function adminRoutes(app: Hono<AppEnv>): void {
     const result = await c.var.api.withDb((db) => retryDead(db, id));
     if (result.outcome === 'not_found') throw jobNotFound(id);
     if (result.outcome === 'not_dead') throw new ApiError(409, 'not_dead', `job ${id} is ${result.status}; only dead jobs can be retried`);
-    return c.json(jobJson(result.job));
+    return c.json(jobJson(result.job, c.var.api.registry));
   });
 
   app.delete('/jobs/:id', describe.deleteJob, access('admin'), async (c) => {

@@ -8,7 +8,7 @@ import { traceEnqueue } from '../../tracing.ts';
 import { access } from '../auth.ts';
 import type { ApiRuntime, AppEnv } from '../context.ts';
 import { type GoneJob, type Job as JobBody, type JobInput, batchInput, getJobQuery, jobInput, listQuery } from '../contract.ts';
-import { jobJson } from '../job-json.ts';
+import { jobJson, jobSummaryJson } from '../job-json.ts';
 import { ApiError, jobNotFound } from '../errors.ts';
 import { jobIdParam, parseInput, readJson } from '../input.ts';
 import { describe } from '../openapi.ts';
@@ -49,7 +49,7 @@ export function jobRoutes(app: Hono<AppEnv>): void {
   app.get('/jobs', describe.listJobs, access('read'), async (c) => {
     const query = parseInput(listQuery, c.req.query(), 'query.');
     const page = await c.var.api.withDb((db) => listJobs(db, { status: query.status, kind: query.kind, limit: query.limit, before: query.cursor }));
-    return c.json({ jobs: page.jobs.map(jobJson), nextCursor: page.nextCursor });
+    return c.json({ jobs: page.jobs.map((j) => jobSummaryJson(j, c.var.api.registry)), nextCursor: page.nextCursor });
   });
 
   app.get('/jobs/:id', describe.getJob, access('read'), async (c: Context<AppEnv>) => {
@@ -58,7 +58,7 @@ export function jobRoutes(app: Hono<AppEnv>): void {
     if (waitSeconds !== undefined) return c.json(await waitForJob(c.var.api, id, waitSeconds));
     const job = await c.var.api.withDb((db) => getJob(db, id));
     if (!job) throw jobNotFound(id);
-    return c.json(jobJson(job));
+    return c.json(jobJson(job, c.var.api.registry));
   });
 
   app.post('/jobs/:id/cancel', describe.cancelJob, access('admin'), async (c) => {
@@ -90,11 +90,11 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
   const unsubscribe = api.finishedJobs?.subscribe(id, () => heard.wake()) ?? (() => {});
   try {
     return await api.withDb(async (db) => {
-      let current = await readJobOrNote(db, id);
+      let current = await readJobOrNote(db, id, api.registry);
       if (current && !isFinal(current.status)) {
         await watchJob(db, id, seconds);
         for (;;) {
-          current = await readJobOrNote(db, id);
+          current = await readJobOrNote(db, id, api.registry);
           if (!current || isFinal(current.status) || Date.now() >= deadline) break;
           await heard.wait(Math.min(api.finishedJobs ? WAIT_RECHECK_MS : WAIT_POLL_MS, deadline - Date.now()));
         }
@@ -110,9 +110,9 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
 }
 
 /** The job, or the note of how a watched job ended when its row is gone. */
-async function readJobOrNote(db: Db, id: string): Promise<JobBody | GoneJob | null> {
+async function readJobOrNote(db: Db, id: string, registry: JobRegistry): Promise<JobBody | GoneJob | null> {
   const job = await getJob(db, id);
-  if (job) return jobJson(job);
+  if (job) return jobJson(job, registry);
   const note = await getFinishedJob(db, id);
   return note ? { id: note.id, kind: note.kind, status: note.status as GoneJob['status'], finishedAt: note.finishedAt.toISOString(), gone: true } : null;
 }

@@ -3,7 +3,6 @@
 // OpenAPI description and its rendered reference at /docs.
 import type { Hono } from 'hono';
 import { NONCE, secureHeaders } from 'hono/secure-headers';
-import { Scalar } from '@scalar/hono-api-reference';
 import { access } from '../auth.ts';
 import type { AppEnv } from '../context.ts';
 import { dashboardPage } from '../dashboard/page.ts';
@@ -30,15 +29,24 @@ const dashboardHeaders = secureHeaders({
   referrerPolicy: 'no-referrer',
 });
 
-/** The API reference at /docs: Scalar's page, its script pinned on jsDelivr, its config in a nonced inline script. */
-const SCALAR_CDN = 'https://cdn.jsdelivr.net/npm/@scalar/api-reference@1.76.0';
+/**
+ * The API reference at /docs: Scalar's single-file bundle from jsDelivr, pinned to one file of one
+ * version with Subresource Integrity (the browser refuses any other bytes) and allowed by that URL
+ * alone in the page's policy; its config in a nonced inline script. The hash is the published npm
+ * file's (jsDelivr serves those verbatim): `npm pack @scalar/api-reference@<version>` and
+ * `openssl dgst -sha384 -binary package/dist/browser/standalone.js | base64` to move to another.
+ */
+export const SCALAR_SCRIPT = {
+  url: 'https://cdn.jsdelivr.net/npm/@scalar/api-reference@1.76.0/dist/browser/standalone.js',
+  integrity: 'sha384-oH1C0RwqcwbVXkC+r8A+4qRoyEUQdtxAzOwumkxZtQBBcsy61FOoPt7B50OVJYYQ',
+} as const;
 const docsHeaders = secureHeaders({
   contentSecurityPolicy: {
     defaultSrc: ["'none'"],
-    scriptSrc: [NONCE, 'https://cdn.jsdelivr.net'],
+    scriptSrc: [NONCE, SCALAR_SCRIPT.url],
     // Scalar injects its styles at run time.
-    styleSrc: ["'self'", "'unsafe-inline'", 'https://cdn.jsdelivr.net'],
-    fontSrc: ["'self'", 'data:', 'https://cdn.jsdelivr.net', 'https://fonts.scalar.com'],
+    styleSrc: ["'self'", "'unsafe-inline'"],
+    fontSrc: ["'self'", 'data:'],
     imgSrc: ["'self'", 'data:'],
     // The document, and "try it" requests to this same API.
     connectSrc: ["'self'"],
@@ -49,18 +57,29 @@ const docsHeaders = secureHeaders({
   referrerPolicy: 'no-referrer',
 });
 
+/** The /docs page: Scalar rendering the OpenAPI document at `documentUrl`. */
+function docsPage(documentUrl: string, nonce: string): string {
+  // JSON inside a script element: `<` escaped so that no string in it can end the element.
+  const config = JSON.stringify({ url: documentUrl, withDefaultFonts: false }).replace(/</g, '\\u003c');
+  return `<!doctype html>
+<html lang="en">
+  <head>
+    <meta charset="utf-8">
+    <meta name="viewport" content="width=device-width, initial-scale=1">
+    <title>pgdrain API</title>
+  </head>
+  <body>
+    <div id="app"></div>
+    <script src="${SCALAR_SCRIPT.url}" integrity="${SCALAR_SCRIPT.integrity}" crossorigin="anonymous" nonce="${nonce}"></script>
+    <script nonce="${nonce}">Scalar.createApiReference('#app', ${config})</script>
+  </body>
+</html>
+`;
+}
+
 export function pageRoutes(app: Hono<AppEnv>): void {
   app.get('/openapi.json', describe.openapi, access('open'), async (c) => c.json(await openApiDocument(app, c.var.basePath)));
-  app.get('/docs', describe.docs, access('open'), docsHeaders, (c, next) =>
-    Scalar({
-      url: `${c.var.basePath}/openapi.json`,
-      pageTitle: 'pgdrain API',
-      cdn: SCALAR_CDN,
-      nonce: c.get('secureHeadersNonce'),
-      // Offline-friendly: no Scalar proxy, no hosted fonts beyond the stylesheet's.
-      withDefaultFonts: false,
-    })(c as never, next),
-  );
+  app.get('/docs', describe.docs, access('open'), docsHeaders, (c) => c.html(docsPage(`${c.var.basePath}/openapi.json`, c.get('secureHeadersNonce') ?? '')));
 
   app.on('GET', ['/', '/dashboard'], describe.dashboardPage, access('open'), dashboardHeaders, (c) =>
     c.html(

@@ -5,7 +5,7 @@
 // HTTP API with the token the person typed (sessionStorage: this tab only), refreshes every few
 // seconds while the tab is visible, and builds every element with textContent, so nothing from the
 // database is ever parsed as HTML. The API's types come from the contract the server validates with.
-import type { CancelAnswer, DeadDeleted, DeadRetried, Job, JobPage, QueueStats, ScheduleList, Throughput } from '../../contract.ts';
+import type { CancelAnswer, DeadDeleted, DeadRetried, JobPage, JobSummary, QueueStats, ScheduleList, Throughput } from '../../contract.ts';
 
 type State = 'ready' | 'delayed' | 'running' | 'dead' | 'waiting';
 type Scope = 'enqueue' | 'read' | 'admin';
@@ -388,7 +388,7 @@ function jsonCell(value: unknown): HTMLElement {
 
 /** What a job of the list shows beside its state: progress while it runs, its result once kept,
  * how many jobs it still waits for, or why it was stopped. */
-function jobDetail(job: Job): Node {
+function jobDetail(job: JobSummary): Node {
   if (job.status === 'waiting') return document.createTextNode(`waits for ${job.waitingFor ?? '?'} more`);
   if (job.status === 'completed' && job.result !== null) return jsonCell(job.result);
   if (job.progress !== null) return jsonCell(job.progress);

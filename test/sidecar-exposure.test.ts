@@ -1,0 +1,169 @@
+// What someone holding a token, or only a socket, can make a `pgdrain start` process do — tried on
+// the real process: point the webhook kind at addresses the allow-list does not name (through a
+// DNS the test controls: test/fixtures/fake-dns.ts), make lists expensive with large payloads, make
+// validation expensive with many values, and hold connections open by sending slowly.
+import http from 'node:http';
+import net from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+
+const FAKE_DNS = fileURLToPath(new URL('./fixtures/fake-dns.ts', import.meta.url));
+const TOKEN = 'exposure-test-token-0123456789';
+const auth = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
+
+let t: TestDatabase;
+const running: SidecarProcess[] = [];
+const start = async (env: Record<string, string>) => {
+  const p = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, POLL_INTERVAL_MS: '200', ...env });
+  running.push(p);
+  return p;
+};
+beforeAll(async () => {
+  t = await createTestDatabase();
+});
+afterAll(() => t?.close());
+beforeEach(() => t.query('TRUNCATE pgdrain.jobs'));
+afterEach(async () => {
+  for (const p of running.splice(0)) {
+    p.kill();
+    await p.exited;
+  }
+});
+
+describe('webhooks reach only what the allow-list names, after DNS', () => {
+  let receiver: http.Server;
+  let other: http.Server;
+  let port: number;
+  const received: string[] = [];
+  beforeAll(async () => {
+    receiver = http.createServer((req, res) => {
+      received.push(`127.0.0.1${req.url}`);
+      res.writeHead(204).end();
+    });
+    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+    port = (receiver.address() as net.AddressInfo).port;
+    other = http.createServer((req, res) => {
+      received.push(`127.0.0.2${req.url}`);
+      res.writeHead(204).end();
+    });
+    await new Promise<void>((r) => other.listen(port, '127.0.0.2', r));
+  });
+  afterAll(async () => {
+    await new Promise((r) => receiver?.close(r));
+    await new Promise((r) => other?.close(r));
+  });
+  beforeEach(() => void (received.length = 0));
+
+  const withDns = (allowed: string) => ({
+    WEBHOOK_ALLOWED_HOSTS: allowed,
+    NODE_OPTIONS: `--import=${FAKE_DNS}`,
+    PGDRAIN_TEST_DNS: JSON.stringify({ vm: ['127.0.0.1'], 'rebind.test': ['127.0.0.2', '127.0.0.1'] }),
+  });
+  const deliver = async (p: SidecarProcess, url: string) => {
+    const res = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'webhook', payload: { url } }) });
+    expect(res.status).toBe(201);
+    const { id } = (await res.json()) as { id: string };
+    return until(async () => (await t.query(`SELECT status, last_error FROM pgdrain.jobs WHERE id = $1`, [id]))[0], (row) => row === undefined || row.status !== 'pending' && row.status !== 'running', 10_000, 'the delivery');
+  };
+
+  it('a listed name that resolves to 127.0.0.1 is refused, with nothing sent; listing 127.0.0.1 lets it through', async () => {
+    const strict = await start(withDns(`vm:${port}`));
+    expect(await deliver(strict, `http://vm:${port}/internal-secret`)).toEqual({ status: 'dead', last_error: expect.stringMatching(/^PermanentJobError: host vm resolved to an address that is not allowed/) });
+    expect(received).toEqual([]);
+    strict.kill();
+    await strict.exited;
+    const open = await start(withDns(`vm:${port}, 127.0.0.1`));
+    expect(await deliver(open, `http://vm:${port}/allowed`)).toBeUndefined();
+    expect(received).toEqual(['127.0.0.1/allowed']);
+  });
+
+  it('a name whose answer changes between lookups (DNS rebinding) is dialled at the address that was checked', async () => {
+    const p = await start(withDns(`rebind.test:${port}, 127.0.0.2`));
+    expect(await deliver(p, `http://rebind.test:${port}/hook`)).toBeUndefined();
+    expect(received).toEqual(['127.0.0.2/hook']);
+  });
+
+  it('a port the list does not name is refused at enqueue, before anything is stored', async () => {
+    const p = await start(withDns('hooks.example.com'));
+    const res = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'webhook', payload: { url: 'http://hooks.example.com:25901/' } }) });
+    expect(res.status).toBe(422);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toContain('port 25901 of host hooks.example.com is not allowed');
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+  });
+});
+
+describe('responses and CPU an enqueuer can make expensive', () => {
+  it('a list of jobs with 1 MB payloads answers their size and a preview, not the payloads; the job itself has its payload', async () => {
+    const p = await start({});
+    // Pending for an hour: what the dashboard lists every 5 s.
+    await t.query(`SELECT pgdrain.enqueue('noop', jsonb_build_object('blob', repeat('x', 1000000), 'n', n), now() + interval '1 hour') FROM generate_series(1, 19) AS n`);
+    const res = await fetch(`${p.url}/jobs?status=pending&limit=50`, { headers: auth });
+    const text = await res.text();
+    expect(res.status).toBe(200);
+    expect(text.length).toBeLessThan(30_000);
+    const { jobs } = JSON.parse(text) as { jobs: { id: string; payloadBytes: number; payloadPreview: string; payload?: unknown }[] };
+    expect(jobs).toHaveLength(19);
+    for (const job of jobs) {
+      expect(job.payload).toBeUndefined();
+      expect(job.payloadBytes).toBeGreaterThan(1_000_000);
+      expect(job.payloadPreview).toMatch(/^\{"n": \d+, "blob": "xxx.*…$/);
+      expect(job.payloadPreview.length).toBe(120);
+    }
+    const one = (await (await fetch(`${p.url}/jobs/${jobs[0]!.id}`, { headers: auth })).json()) as { payload: { blob: string } };
+    expect(one.payload.blob).toHaveLength(1_000_000);
+  });
+
+  it('a body of more than 100,000 JSON values is refused at once, naming the bound; nothing is stored', async () => {
+    const p = await start({});
+    const many = `{"kind":"noop","payload":[${Array.from({ length: 330_000 }, () => '{}').join(',')}]}`;
+    const res = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: many });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({ error: { code: 'invalid_request', message: '(body): holds more than 100000 JSON values' } });
+    const fine = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: `{"kind":"noop","payload":[${Array.from({ length: 90_000 }, () => '0').join(',')}]}` });
+    expect(fine.status).toBe(201);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 1 }]);
+  });
+});
+
+describe('connections a client can hold', () => {
+  /** A connection that sends `head` and then a byte a second; resolves when the server closes it. */
+  const trickle = (port: number, head: string) =>
+    new Promise<{ closedAfterMs: number; answer: string }>((resolve) => {
+      const started = Date.now();
+      const socket = net.connect(port, '127.0.0.1', () => socket.write(head));
+      let answer = '';
+      socket.on('data', (d) => (answer += d));
+      const timer = setInterval(() => socket.writable && socket.write('x'), 1_000);
+      socket.on('error', () => {});
+      socket.on('close', () => {
+        clearInterval(timer);
+        resolve({ closedAfterMs: Date.now() - started, answer });
+      });
+    });
+
+  it('headers and a body sent a byte a second are cut off at their timeouts; connections beyond the cap are refused', async () => {
+    const p = await start({ HTTP_HEADERS_TIMEOUT_MS: '1500', HTTP_REQUEST_TIMEOUT_MS: '3000', HTTP_MAX_CONNECTIONS: '4' });
+    const port = Number(new URL(p.url).port);
+    const [headers, body] = await Promise.all([
+      trickle(port, 'POST /jobs HTTP/1.1\r\nHost: x\r\nX-Slow: '),
+      trickle(port, `POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"kind":"noop","payload":"`),
+    ]);
+    expect(headers.closedAfterMs).toBeLessThan(1_500 + 2_500);
+    expect(body.closedAfterMs).toBeGreaterThanOrEqual(1_500);
+    expect(body.closedAfterMs).toBeLessThan(3_000 + 2_500);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+
+    // Four idle connections take the cap: a fifth is closed at once, unanswered; the API answers again once one goes.
+    const idle = await Promise.all(Array.from({ length: 4 }, () => new Promise<net.Socket>((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => resolve(s));
+      s.on('error', () => {});
+    })));
+    await new Promise((r) => setTimeout(r, 200));
+    const refused = await fetch(`${p.url}/healthz`).then((r) => r.status, (e: Error) => e.name);
+    expect(refused).toBe('TypeError');
+    for (const s of idle) s.destroy();
+    await until(() => fetch(`${p.url}/healthz`).then((r) => r.status, () => 0), (s) => s === 200, 5_000, 'the API after the idle connections went');
+  });
+});

@@ -13,7 +13,8 @@ import { safeErrorMessage } from './db/url.ts';
 import { Cron } from 'croner';
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE } from './db/schema.ts';
 import { type JobRegistry, JobValidationError } from './jobs/registry.ts';
-import { advanceSchedule, type Db, enqueueMany, listScheduleStates, lockScheduleState } from './queries/index.ts';
+import { advanceSchedule, type Db, listScheduleStates, lockScheduleState } from './queries/index.ts';
+import { prepareEnqueue } from './jobs/enqueue.ts';
 
 export interface ScheduleDefinition {
   /** Unique; the state row's key. 1-100 letters, digits, or _ . : - */
@@ -141,13 +142,8 @@ export async function evaluateSchedules(
         const now = options.now ?? state.databaseNow;
         const due = dueSlots(schedule, state.lastSlot, now);
         if (due.enqueue.length > 0) {
-          await enqueueMany(
-            tx,
-            due.enqueue.map((slot) => ({
-              ...registry.prepare({ kind: schedule.kind, payload: schedule.payload, maxAttempts: schedule.maxAttempts, priority: schedule.priority }),
-              runAt: slot,
-            })),
-          );
+          const { kind, payload, maxAttempts, priority } = schedule;
+          await prepareEnqueue(due.enqueue.map((runAt) => ({ kind, payload, maxAttempts, priority, runAt })), { registry, unknownKinds: 'refuse' }).send(tx);
         }
         if (state.lastSlot === null || due.latest > state.lastSlot) {
           await advanceSchedule(tx, schedule.name, due.latest, due.skipped, due.enqueue.at(-1) ?? null);

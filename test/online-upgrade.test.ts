@@ -69,7 +69,15 @@ it('1,000,000 jobs, an old drainer and an enqueuing app at work: no statement wa
     );
     await client.query(`DELETE FROM pgdrain.jobs WHERE id = ANY($1::bigint[]) AND locked_by = 'old-drainer:1'`, [rows.map((r) => r.id)]);
   });
-  const app = loop((client) => client.query(`SELECT pgdrain.enqueue('app', '{"order": 1}')`));
+  // A call that resolves pgdrain.enqueue() just as a migration drops the old definition to create
+  // the new one (new parameters) fails with PostgreSQL's 'cache lookup failed for function': the
+  // README's upgrade notes say to retry it, as this app does.
+  const app = loop((client) =>
+    client.query(`SELECT pgdrain.enqueue('app', '{"order": 1}')`).catch((error: Error) => {
+      if (!/cache lookup failed for function/.test(error.message)) throw error;
+      return client.query(`SELECT pgdrain.enqueue('app', '{"order": 1}')`);
+    }),
+  );
   await new Promise((r) => setTimeout(r, 500));
 
   const started = Date.now();

@@ -10,12 +10,14 @@ import { createInterface } from 'node:readline/promises';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH, PRIORITY_BOUNDS } from '../db/schema.ts';
+import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
 import { jobJson, jobSummaryJson } from '../http/job-json.ts';
+import { prepareEnqueue } from '../jobs/enqueue.ts';
 import { createDefaultRegistry } from '../jobs/index.ts';
+import { JOB_FLAGS, jobFlagOptions, jobOptionsFromFlags } from './job-flags.ts';
 import {
-  type Db, cancel, deleteDeadJobs, deleteJob, enqueue, getJob, isJobId, listJobs, listScheduleStates, pauseKind, resumeKind, retryDead,
+  type Db, cancel, deleteDeadJobs, deleteJob, getJob, isJobId, listJobs, listScheduleStates, pauseKind, resumeKind, retryDead,
   retryDeadJobs, stats,
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
@@ -67,7 +69,7 @@ export const OPERATOR_COMMANDS: Record<OperatorCommand, Command> = {
   job: { usage: USAGE.job, options: { json }, positionals: [1, 1], run: showJob },
   enqueue: {
     usage: USAGE.enqueue,
-    options: { 'run-at': { type: 'string' }, priority: { type: 'string' }, 'dedupe-key': { type: 'string' } },
+    options: jobFlagOptions,
     positionals: [1, 2],
     run: enqueueJob,
   },
@@ -269,20 +271,21 @@ async function showJob(db: Db, values: Values, positionals: string[], io: Io): P
 async function enqueueJob(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
   const kind = kindName(positionals[0]);
   const payload = payloadOf(positionals[1]);
-  const runAtText = values['run-at'];
-  let runAt: Date | undefined;
-  if (runAtText !== undefined) {
-    runAt = new Date(String(runAtText));
-    if (Number.isNaN(runAt.getTime()) || !/^\d{4}-\d\d-\d\d/.test(String(runAtText))) throw new UsageError(`--run-at ${JSON.stringify(runAtText)} is not an ISO-8601 date and time`);
+  let prepared;
+  try {
+    // The built-in kinds are checked now; any other is stored as given and checked when it runs.
+    prepared = prepareEnqueue([{ kind, payload, ...jobOptionsFromFlags(values) }], { registry: shownKinds, unknownKinds: 'store' });
+  } catch (error) {
+    throw new UsageError(flagNames(error instanceof Error ? error.message : String(error)));
   }
-  const priority = wholeNumber(values.priority, 'priority', PRIORITY_BOUNDS.min, PRIORITY_BOUNDS.max);
-  const dedupeKey = values['dedupe-key'];
-  if (dedupeKey !== undefined && !(typeof dedupeKey === 'string' && dedupeKey.length >= 1 && dedupeKey.length <= MAX_DEDUPE_KEY_LENGTH)) {
-    throw new UsageError(`--dedupe-key must be 1 to ${MAX_DEDUPE_KEY_LENGTH} characters`);
-  }
-  const job = await enqueue(db, { kind, payload, runAt, priority, dedupeKey: dedupeKey as string | undefined });
-  io.out(job.id);
-  if (job.deduplicated) process.stderr.write(`pgdrain enqueue: a job with that dedupe key exists (${job.status}): its id is printed, nothing was enqueued\n`);
+  const [job] = await prepared.send(db);
+  io.out(job!.id);
+  if (job!.deduplicated) process.stderr.write(`pgdrain enqueue: a job with that dedupe key exists (${job!.status}): its id is printed, nothing was enqueued\n`);
+}
+
+/** A refusal as the command line says it: options by their flags (`priority` → `--priority`). */
+function flagNames(message: string): string {
+  return JOB_FLAGS.reduce((text, f) => text.replace(new RegExp(`(^|[\\s;(])${f.option}\\b`, 'g'), `$1--${f.flag}`), message);
 }
 
 async function retry(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {

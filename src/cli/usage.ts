@@ -1,6 +1,7 @@
 // The operator's commands, their usage lines and what each does: data only, so that `--help`
 // answers at once, without loading the database driver and Drizzle (operator.ts implements them).
 import { JOB_STATUSES } from '../db/constants.ts';
+import { jobFlagsUsage } from './job-flags.ts';
 
 /** `pgdrain jobs --limit` at most. */
 export const MAX_LISTED = 1000;
@@ -8,13 +9,13 @@ export const OPERATOR_USAGE = {
   stats: 'pgdrain stats [--json]',
   jobs: 'pgdrain jobs [--status S] [--kind K] [--limit N] [--json]',
   job: 'pgdrain job <id> [--json]',
-  enqueue: 'pgdrain enqueue <kind> [payload-json] [--run-at ISO] [--priority N] [--dedupe-key K]',
+  enqueue: `pgdrain enqueue <kind> [payload-json] ${jobFlagsUsage}`,
   retry: 'pgdrain retry <id> | pgdrain retry --dead [--kind K] [--yes]',
   delete: 'pgdrain delete <id> [--yes] | pgdrain delete --dead [--kind K] [--yes]',
   pause: 'pgdrain pause <kind>',
   resume: 'pgdrain resume <kind>',
   cancel: 'pgdrain cancel <id>',
-} as const;
+};
 
 export type OperatorCommand = keyof typeof OPERATOR_USAGE;
 
@@ -24,7 +25,7 @@ const SUMMARY: Record<OperatorCommand, string> = {
   stats: 'Per kind: ready, delayed, running, dead, waiting, paused, oldest ready; and each schedule\'s last enqueued slot.',
   jobs: `Jobs, newest first (default 50, at most ${MAX_LISTED}); --json prints one JSON object per line. Statuses: ${JOB_STATUSES.join(', ')}.`,
   job: 'One job, every field.',
-  enqueue: 'Enqueues a job (payload default {}) and prints its id. The kind\'s schema is checked when it runs, as for pgdrain.enqueue() in SQL.',
+  enqueue: 'Enqueues a job (payload default {}) and prints its id. Options as for enqueue() (--after takes ids separated by commas). The built-in kinds\' payloads are checked now; any other kind\'s when it runs, as for pgdrain.enqueue() in SQL.',
   retry: 'A dead job (or every dead job, of a kind or all) back to pending, attempts reset. The bulk form asks first on a terminal; a script passes --yes.',
   delete: 'Deletes a job that is not running (or every dead job). Asks first on a terminal; a script passes --yes.',
   pause: 'No drainer claims the kind until it is resumed (enqueueing still works).',

@@ -16,7 +16,7 @@ export { createDefaultRegistry } from '../jobs/index.ts';
 export { defineSchedule, evaluateSchedules, type ScheduleDefinition, type ScheduleReport } from '../schedules.ts';
 
 // Enqueue, in your Drizzle database or transaction.
-export { enqueue, enqueueMany, type EnqueueOptions } from '../jobs/typed-enqueue.ts';
+export { enqueue, enqueueMany, type EnqueueOptions } from '../jobs/enqueue.ts';
 export { UnknownDependencyError } from '../queries/index.ts';
 export type { Db, NewJob, EnqueuedJob, ClaimedJob, Backoff } from '../queries/index.ts';
 

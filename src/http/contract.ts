@@ -3,26 +3,17 @@
 // generated from them (src/http/openapi.ts), and the typed client's types are inferred from them
 // (src/client/index.ts) — so the three cannot drift apart.
 import { z } from 'zod';
-import {
-  FINAL_STATUSES, JOB_STATUSES, JOB_TIMEOUT_BOUNDS_MS as TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH, MAX_GROUP_KEY_LENGTH, PRIORITY_BOUNDS,
-} from '../db/schema.ts';
+import { FINAL_STATUSES, JOB_STATUSES, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
+import { JOB_ID_PATTERN, JOB_OPTIONS, type JobOptionName, MAX_AFTER, RUN_AT_BOUNDS, describeOption, jobId } from '../jobs/job-options.ts';
 import { isJobId } from '../queries/inspect.ts';
 
+export { JOB_ID_PATTERN, MAX_AFTER };
 export const MAX_BATCH = 1000;
-/** An enqueue waits for at most this many jobs (`after`). */
-export const MAX_AFTER = 100;
 /** GET /jobs/:id?waitSeconds= lies within these. */
 export const WAIT_SECONDS_BOUNDS = { min: 1, max: 60 } as const;
 export const MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600;
-// PostgreSQL's timestamptz has no year 0 ("0000-01-01" is refused): runAt stays in a sane range.
-const EARLIEST_RUN_AT = Date.UTC(1970, 0, 1);
-const LATEST_RUN_AT = Date.UTC(10000, 0, 1);
 
 const KIND_MESSAGE = `not a job kind: ${KIND_PATTERN_MESSAGE}`;
-/** Job ids are PostgreSQL bigints, carried as decimal strings. */
-export const JOB_ID_PATTERN = /^[1-9][0-9]{0,18}$/;
-
-const jobId = z.string().regex(JOB_ID_PATTERN).meta({ description: 'A job id: a positive 64-bit integer as a decimal string.', example: '42' });
 const timestamp = z.iso.datetime({ offset: true }).meta({ description: 'ISO-8601 date and time.' });
 const jobStatus = z.enum(JOB_STATUSES);
 // Any JSON value. Bodies are parsed JSON already, and src/http/input.ts walks them once (size, depth,
@@ -32,47 +23,28 @@ const jsonValue = z.unknown().meta({ id: 'JsonValue', description: "Any JSON val
 
 // --- requests ------------------------------------------------------------------------------------
 
+/** An option over HTTP: the one schema's bounds and meaning (src/jobs/job-options.ts). */
+const option = <K extends JobOptionName>(name: K) =>
+  (JOB_OPTIONS[name] as z.ZodType).optional().meta(JOB_OPTIONS[name].meta()!) as unknown as z.ZodOptional<(typeof JOB_OPTIONS)[K]>;
+
 export const jobInput = z
   .strictObject({
     kind: z.string().min(1).max(100).meta({ description: 'A registered job kind.', example: 'send_receipt' }),
     payload: jsonValue.refine((v) => v !== undefined, 'required: any JSON value'),
-    runAt: z.iso
-      .datetime({ offset: true })
-      .refine((t) => Date.parse(t) >= EARLIEST_RUN_AT && Date.parse(t) < LATEST_RUN_AT, 'must be between 1970-01-01 and 9999-12-31')
+    // JSON has no dates: an ISO-8601 string, bounded as the option is.
+    runAt: timestamp
+      .refine((t) => Date.parse(t) >= RUN_AT_BOUNDS.earliest && Date.parse(t) < RUN_AT_BOUNDS.latest, 'must be between 1970-01-01 and 9999-12-31')
       .optional()
-      .meta({ description: 'When it may run (ISO-8601). Not with delaySeconds.' }),
+      .meta({ description: `${describeOption('runAt')} ISO-8601; not with delaySeconds.` }),
     delaySeconds: z.number().min(0).max(MAX_DELAY_SECONDS).optional().meta({ description: 'Run no sooner than this many seconds from now. Not with runAt.' }),
-    maxAttempts: z.int().min(1).max(100).optional().meta({ description: "Attempts before the job goes dead; default the kind's, else 3." }),
-    key: z.string().min(1).max(MAX_DEDUPE_KEY_LENGTH).optional().meta({ description: 'Dedupe key: while a job with this key exists, its id is returned instead.' }),
-    dedupeMode: z
-      .enum(['keep', 'replace'])
-      .optional()
-      .meta({
-        description:
-          "With key: 'keep' (default) returns the existing job as it is; 'replace' (debounce) gives a pending job of the kind this payload and run time, or, when the key's job is running or dead, enqueues this one (that job gives up the key).",
-      }),
-    groupKey: z
-      .string()
-      .min(1)
-      .max(MAX_GROUP_KEY_LENGTH)
-      .optional()
-      .meta({ description: "Jobs of the kind with the same group key share its groupConcurrency (1 runs them one at a time, in order) and, where asked, its rate limit." }),
-    priority: z.int().min(PRIORITY_BOUNDS.min).max(PRIORITY_BOUNDS.max).optional().meta({ description: "Higher runs first; default the kind's, else 0." }),
+    maxAttempts: option('maxAttempts'),
+    key: option('dedupeKey'),
+    dedupeMode: option('dedupeMode'),
+    groupKey: option('groupKey'),
+    priority: option('priority'),
     runNow: z.boolean().optional().meta({ description: 'Run it right after the response (the Worker); the sidecar runs it at once anyway.' }),
-    after: z
-      .array(jobId)
-      .min(1)
-      .max(MAX_AFTER)
-      .optional()
-      .meta({
-        description: `Ids of jobs (at most ${MAX_AFTER}) this one waits for: it stays \`waiting\` until every one of them has completed, and becomes dead if one ends dead or cancelled. Unknown ids are refused (400). Not with key.`,
-      }),
-    timeoutMs: z
-      .int()
-      .min(TIMEOUT_BOUNDS_MS.min)
-      .max(TIMEOUT_BOUNDS_MS.max)
-      .optional()
-      .meta({ description: `The handler's timeout for this job in milliseconds (${TIMEOUT_BOUNDS_MS.min} to ${TIMEOUT_BOUNDS_MS.max}); default its kind's.` }),
+    after: option('after'),
+    timeoutMs: option('timeoutMs'),
   })
   .refine((j) => j.runAt === undefined || j.delaySeconds === undefined, {
     message: 'give runAt or delaySeconds, not both',

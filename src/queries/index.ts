@@ -2,7 +2,7 @@
 // Drizzle database or transaction, so the Worker (neon-serverless), the sidecar (node-postgres)
 // and the tests run identical SQL, and enqueue joins whatever transaction the caller has open.
 export { type Db, NOTIFY_CHANNEL, FINISHED_CHANNEL, CANCEL_CHANNEL } from './db.ts';
-export { enqueue, enqueueMany, ENQUEUE_CHUNK, UnknownDependencyError, type NewJob, type EnqueuedJob, type DedupeMode } from './enqueue.ts';
+export { enqueue, enqueueMany, ENQUEUE_CHUNK, UnknownDependencyError, type NewJob, type EnqueuedJob, type DedupeMode } from './enqueue/index.ts';
 export { claim, claimStatement, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
 export { claimLimited, type ClaimLimits, type LimitedClaim, type LimitedClaimOptions } from './claim-limited.ts';
 export { complete, completeJobs, completeFollowed, type CompletedJob, type Completion, type EndedJob, type HeldJob, type SettleOptions } from './complete.ts';

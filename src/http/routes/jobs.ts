@@ -2,9 +2,9 @@
 // for it to finish), POST /jobs/:id/cancel.
 import type { Context, Hono } from 'hono';
 import { FINAL_STATUSES } from '../../db/schema.ts';
+import { type EnqueueRequest, prepareEnqueue } from '../../jobs/enqueue.ts';
 import { JobValidationError, type JobRegistry } from '../../jobs/registry.ts';
-import { type Db, UnknownDependencyError, cancel, enqueue, enqueueMany, getFinishedJob, getJob, listJobs, watchJob } from '../../queries/index.ts';
-import { traceEnqueue } from '../../tracing.ts';
+import { type Db, UnknownDependencyError, cancel, getFinishedJob, getJob, listJobs, watchJob } from '../../queries/index.ts';
 import { access } from '../auth.ts';
 import type { ApiRuntime, AppEnv } from '../context.ts';
 import { type GoneJob, type Job as JobBody, type JobInput, batchInput, getJobQuery, jobInput, listQuery } from '../contract.ts';
@@ -19,9 +19,9 @@ export const MAX_RUN_NOW = 20;
 export function jobRoutes(app: Hono<AppEnv>): void {
   app.post('/jobs', describe.enqueue, access('enqueue'), async (c) => {
     const input = parseInput(jobInput, await readJson(c), '');
-    const job = prepare(c.var.api.registry, input, '');
-    const traced = { parent: c.req.header('traceparent'), ids: (r: { id: string }) => [r.id] };
-    const result = await traceEnqueue([job], ([one]) => c.var.api.withDb((db) => enqueue(db, one!)), traced).catch(refuseUnknownDependency(''));
+    const prepared = prepare(c, [input], '');
+    const [result] = await c.var.api.withDb((db) => prepared.send(db)).catch(refuseUnknownDependency(''));
+    if (!result) throw new Error('enqueue: no job came back');
     // After the commit: the runner claims it like any drainer, so whoever gets it first runs it.
     if (wantsRunNow(c.var.api, input) && result.status === 'pending') c.var.api.runNow?.([result.id]);
     const body = { id: result.id, status: result.status, runAt: result.runAt.toISOString() };
@@ -31,12 +31,9 @@ export function jobRoutes(app: Hono<AppEnv>): void {
 
   app.post('/jobs/batch', describe.enqueueBatch, access('enqueue'), async (c) => {
     const input = parseInput(batchInput, await readJson(c), '');
-    const jobs = input.jobs.map((j, i) => prepare(c.var.api.registry, j, `jobs[${i}].`));
-    // One transaction: the batch is stored whole or not at all.
-    const traced = { parent: c.req.header('traceparent'), ids: (r: { id: string }[]) => r.map((j) => j.id) };
-    const result = await traceEnqueue(jobs, (all) => c.var.api.withDb((db) => db.transaction((tx) => enqueueMany(tx, all))), traced).catch(
-      refuseUnknownDependency('jobs: '),
-    );
+    const prepared = prepare(c, input.jobs, 'jobs');
+    // Stored whole or not at all (one statement, or one transaction where jobs go one by one).
+    const result = await c.var.api.withDb((db) => prepared.send(db)).catch(refuseUnknownDependency('jobs: '));
     const ids = result.map((j) => j.id);
     const asked = result.filter((j, i) => wantsRunNow(c.var.api, input.jobs[i]!) && j.status === 'pending').map((j) => j.id);
     if (asked.length === 0 || !c.var.api.runNow) return c.json({ ids }, 201);
@@ -155,19 +152,20 @@ function wantsRunNow(api: ApiRuntime, input: JobInput): boolean {
   return input.runNow === true || (input.runNow === undefined && api.registry.get(input.kind)?.eager === true);
 }
 
-function prepare(registry: JobRegistry, input: JobInput, prefix: string) {
-  const runAt = input.runAt !== undefined ? new Date(input.runAt) : input.delaySeconds !== undefined ? new Date(Date.now() + input.delaySeconds * 1000) : undefined;
+/** The request's jobs through the enqueue pipeline: a refusal is a 4xx naming the job (`jobs[3]`). */
+function prepare(c: Context<AppEnv>, inputs: readonly JobInput[], list: '' | 'jobs') {
+  const requests = inputs.map((input): EnqueueRequest => {
+    const { kind, payload, runAt, delaySeconds, key, runNow: _runNow, ...options } = input;
+    const at = runAt !== undefined ? new Date(runAt) : delaySeconds !== undefined ? new Date(Date.now() + delaySeconds * 1000) : undefined;
+    return { kind, payload, ...options, runAt: at, dedupeKey: key };
+  });
   try {
-    return registry.prepare({
-      kind: input.kind, payload: input.payload, runAt, maxAttempts: input.maxAttempts, dedupeKey: input.key, dedupeMode: input.dedupeMode,
-      priority: input.priority, groupKey: input.groupKey, timeoutMs: input.timeoutMs, after: input.after,
-    });
+    return prepareEnqueue(requests, { registry: c.var.api.registry, unknownKinds: 'refuse', traceParent: c.req.header('traceparent') });
   } catch (error) {
-    if (error instanceof JobValidationError) {
-      if (error.code === 'invalid_request') throw new ApiError(400, error.code, `${prefix}${error.message}`);
-      throw new ApiError(422, error.code, prefix ? `${prefix.slice(0, -1)}: ${error.message}` : error.message);
-    }
-    throw error;
+    if (!(error instanceof JobValidationError)) throw error;
+    const at = list ? `${list}[${error.index ?? 0}]` : '';
+    if (error.code === 'invalid_request') throw new ApiError(400, error.code, `${at ? `${at}.` : ''}${error.message}`);
+    throw new ApiError(422, error.code, at ? `${at}: ${error.message}` : error.message);
   }
 }
 

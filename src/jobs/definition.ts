@@ -1,0 +1,191 @@
+// A job kind: what its payload must look like, how its handler runs, its limits, and the errors a
+// handler throws to say how it failed. The registry (registry.ts) holds the kinds a drainer runs;
+// the enqueue pipeline (enqueue.ts) checks jobs against them.
+import { z } from 'zod';
+import { JOB_DEFAULTS, JOB_TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, PRIORITY_BOUNDS } from '../db/schema.ts';
+import type { Backoff, ClaimedJob, ClaimLimits, Db } from '../queries/index.ts';
+
+export interface JobContext {
+  job: ClaimedJob;
+  /** Aborted when the handler's time is up (its timeout, or the drain's budget), when its lease is
+   * lost, when someone cancels the job, or when a stopping drainer gives up on it. */
+  signal: AbortSignal;
+  /** Reports how far it got (small JSON, at most 8 KiB): saved with the next lease renewal, at
+   * most about once a second, and shown by GET /jobs/:id and the dashboard while it runs. */
+  progress(value: unknown): void;
+  /** The jobs this one waited for (`after`), with their state and, where their kind keeps them,
+   * their results. */
+  dependencies(): Promise<{ id: string; kind: string | null; status: string | null; result: unknown }[]>;
+  /** Kinds defined with `transactional: true`: the transaction the job's completion commits in.
+   * Write through it, and your writes and the completion commit together or not at all. Any other
+   * kind: reading it throws. */
+  tx: Db;
+}
+
+export interface JobDefinition<Payload = unknown> {
+  kind: string;
+  /** Validated at enqueue and again before the handler runs. */
+  schema: z.ZodType<Payload>;
+  /** Must be idempotent: delivery is at-least-once (retries and reaped locks run a job again).
+   * What it returns is the job's result (JSON, at most 64 KiB), kept for kinds with keepCompletedSeconds. */
+  handler: (payload: Payload, ctx: JobContext) => unknown;
+  /** Keep a job this long once it completed or was cancelled, with its result (GET /jobs/:id,
+   * waitSeconds, dependencies' results). Default 0: deleted at once (the fastest). */
+  keepCompletedSeconds?: number;
+  /** Run the handler inside a database transaction (ctx.tx) in which the job's completion commits:
+   * exactly once for work inside PostgreSQL. It holds a connection for the handler's whole run. */
+  transactional?: boolean;
+  /** Default 3. */
+  maxAttempts?: number;
+  /** Default 30 s. A handler still running then is recorded as failed. */
+  timeoutMs?: number;
+  /** The longest timeout one job of this kind may ask for (an enqueue's timeoutMs): more is
+   * refused at enqueue, and a longer one written in SQL is cut to this when the job runs.
+   * Default: timeoutMs (a job may ask for less, never for more). */
+  maxTimeoutMs?: number;
+  /** Written to each job: the reaper reclaims a running job after this long. Default: the reaper's. */
+  visibilitySeconds?: number;
+  backoff?: Backoff;
+  /** This kind's default priority (-1000..1000, higher runs first); an enqueue may override it. Default 0. */
+  priority?: number;
+  /** Most handlers of this kind running at once in one drainer (a slow kind cannot take every
+   * slot). Default: no limit beyond the drainer's own concurrency. */
+  concurrency?: number;
+  /** Most jobs of this kind running at once across every drainer sharing the database (sidecars,
+   * Worker invocations, run-now). Default: no such limit. */
+  globalConcurrency?: number;
+  /** Most jobs of this kind running at once per group key, across every drainer; 1 runs a key's
+   * jobs one at a time in order. Jobs without a group key are not limited by it. */
+  groupConcurrency?: number;
+  /** At most `limit` starts of this kind in any rolling window of `periodSeconds`, across every
+   * drainer (per group key with `perGroup`). A job held back is not an attempt: it stays pending. */
+  rateLimit?: RateLimit;
+  /** What readers of a job (the API, the CLI, the dashboard) see of its payload: a kind whose
+   * payload carries secrets meant for its handler (the webhook kind's headers) hides them here.
+   * Default: the payload as stored. */
+  redactPayload?: (payload: unknown) => unknown;
+  /** On the Worker, run every job of this kind enqueued through its HTTP API at once, in the
+   * same invocation (as `"runNow": true`), instead of at the next cron. */
+  eager?: boolean;
+}
+
+export interface RateLimit {
+  limit: number;
+  periodSeconds: number;
+  /** Count each group key's starts apart (jobs without a key share one window). */
+  perGroup?: boolean;
+}
+
+/** What limits a kind across drainers, if anything (the claim enforces it in the database). */
+export type KindLimits = ClaimLimits;
+
+/** The handler's timeout for `job`: its own (an enqueue's timeoutMs), at most its kind's
+ * maxTimeoutMs, else its kind's timeoutMs. */
+export function handlerTimeoutMs(definition: JobDefinition<any>, jobTimeoutMs: number | null | undefined): number {
+  const kindTimeout = definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  return jobTimeoutMs == null ? kindTimeout : Math.min(jobTimeoutMs, maxTimeoutOf(definition));
+}
+
+/** The longest timeout a job of the kind may ask for. */
+export const maxTimeoutOf = (definition: JobDefinition<any>): number => definition.maxTimeoutMs ?? definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+
+/** The limits of a kind that has any, else null: such kinds are claimed under their own lock. */
+export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits | null {
+  if (!definition) return null;
+  const { globalConcurrency, groupConcurrency, rateLimit } = definition;
+  return globalConcurrency === undefined && groupConcurrency === undefined && rateLimit === undefined ? null : { globalConcurrency, groupConcurrency, rateLimit };
+}
+
+/** The longest rolling window a rate limit may have. */
+export const MAX_RATE_PERIOD_SECONDS = 86_400;
+
+export const DEFAULT_TIMEOUT_MS = 30_000;
+/** A per-job timeout (an enqueue's timeoutMs) lies within these. */
+export const TIMEOUT_BOUNDS_MS = JOB_TIMEOUT_BOUNDS_MS;
+/** keepCompletedSeconds at most: 30 days. */
+export const MAX_KEEP_SECONDS = 30 * 86_400;
+export const DEFAULT_MAX_ATTEMPTS = JOB_DEFAULTS.maxAttempts;
+export { KIND_PATTERN };
+
+export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefinition<Payload> {
+  if (!KIND_PATTERN.test(definition.kind)) {
+    throw new Error(`job kind ${JSON.stringify(definition.kind)}: ${KIND_PATTERN_MESSAGE}`);
+  }
+  const { min, max } = PRIORITY_BOUNDS;
+  if (definition.priority !== undefined && !(Number.isInteger(definition.priority) && definition.priority >= min && definition.priority <= max)) {
+    throw new Error(`job kind ${definition.kind}: priority must be an integer from ${min} to ${max}`);
+  }
+  const positiveInteger = (name: string, value: unknown) => {
+    if (value !== undefined && !(Number.isInteger(value) && (value as number) >= 1)) {
+      throw new Error(`job kind ${definition.kind}: ${name} must be a positive integer, not ${JSON.stringify(value)}`);
+    }
+  };
+  positiveInteger('concurrency', definition.concurrency);
+  for (const name of ['timeoutMs', 'maxTimeoutMs'] as const) {
+    const ms = definition[name];
+    if (ms !== undefined && !(Number.isInteger(ms) && ms >= TIMEOUT_BOUNDS_MS.min && ms <= TIMEOUT_BOUNDS_MS.max)) {
+      throw new Error(`job kind ${definition.kind}: ${name} must be a whole number of milliseconds from ${TIMEOUT_BOUNDS_MS.min} to ${TIMEOUT_BOUNDS_MS.max}, not ${JSON.stringify(ms)}`);
+    }
+  }
+  if (definition.maxTimeoutMs !== undefined && definition.maxTimeoutMs < (definition.timeoutMs ?? DEFAULT_TIMEOUT_MS)) {
+    throw new Error(`job kind ${definition.kind}: maxTimeoutMs (${definition.maxTimeoutMs}) is below its timeoutMs (${definition.timeoutMs ?? DEFAULT_TIMEOUT_MS})`);
+  }
+  const keep = definition.keepCompletedSeconds;
+  if (keep !== undefined && !(Number.isInteger(keep) && keep >= 0 && keep <= MAX_KEEP_SECONDS)) {
+    throw new Error(`job kind ${definition.kind}: keepCompletedSeconds must be a whole number of seconds from 0 to ${MAX_KEEP_SECONDS}, not ${JSON.stringify(keep)}`);
+  }
+  positiveInteger('globalConcurrency', definition.globalConcurrency);
+  positiveInteger('groupConcurrency', definition.groupConcurrency);
+  if (definition.rateLimit !== undefined) {
+    const { limit, periodSeconds } = definition.rateLimit;
+    positiveInteger('rateLimit.limit', limit);
+    if (!(typeof periodSeconds === 'number' && periodSeconds > 0 && periodSeconds <= MAX_RATE_PERIOD_SECONDS)) {
+      throw new Error(`job kind ${definition.kind}: rateLimit.periodSeconds must be a number of seconds above 0 and at most ${MAX_RATE_PERIOD_SECONDS}, not ${JSON.stringify(periodSeconds)}`);
+    }
+  }
+  return definition;
+}
+
+/** A failure that retrying cannot fix: the job goes straight to dead. */
+export class PermanentJobError extends Error {
+  override name = 'PermanentJobError';
+}
+
+/** A failure to retry no sooner than `retryAfterSeconds` (for example an HTTP Retry-After). */
+export class RetryLaterError extends Error {
+  override name = 'RetryLaterError';
+  retryAfterSeconds: number;
+  constructor(message: string, retryAfterSeconds: number) {
+    super(message);
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+/** `invalid_request`: an option outside what the kind allows (a 400, as a bound of the request's
+ * own would be); the others are the kind refusing the job (422). */
+export type JobValidationCode = 'unknown_kind' | 'invalid_payload' | 'invalid_option' | 'invalid_request';
+
+export class JobValidationError extends Error {
+  override name = 'JobValidationError';
+  code: JobValidationCode;
+  /** Of several jobs enqueued together, the one refused (its index). */
+  index?: number;
+  constructor(code: JobValidationCode, message: string) {
+    super(message);
+    this.code = code;
+  }
+}
+
+/** "payload.url: Invalid URL; payload.method: …" — names each field that was wrong. */
+export function describeIssues(error: z.ZodError, prefix = 'payload'): string {
+  return error.issues
+    .slice(0, 5)
+    .map((i) => `${[prefix, ...i.path.map(String)].join('.')}: ${i.message}`)
+    .join('; ');
+}
+
+/** What the enqueue pipeline needs of a registry: the kinds it has. */
+export interface KindLookup {
+  get(kind: string): JobDefinition | undefined;
+  kinds(): string[];
+}

@@ -1,0 +1,58 @@
+// enqueue / enqueueMany: INSERTs that join the caller's transaction, with pg_notify in the same
+// statement, so the wake-up is delivered at COMMIT and never for a rollback. One statement per
+// file: insert (the common case), keyed (a dedupe key), replace (debounce), waiting (`after`), bulk
+// (a chunk of many); columns.ts is the one list of what they write. These store what they are
+// given: validation, the kind's settings and tracing are the enqueue pipeline's (src/jobs/enqueue.ts).
+import type { Db } from '../db.ts';
+import { ENQUEUE_CHUNK, chunkStatement } from './bulk.ts';
+import { insertJob } from './insert.ts';
+import { enqueueKeyed } from './keyed.ts';
+import { enqueueReplacing } from './replace.ts';
+import type { EnqueuedJob, NewJob } from './types.ts';
+import { enqueueWaiting } from './waiting.ts';
+
+export { ENQUEUE_CHUNK } from './bulk.ts';
+export { type DedupeMode, type EnqueuedJob, type NewJob, UnknownDependencyError } from './types.ts';
+
+export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
+  if (job.after !== undefined && job.after.length > 0) return db.transaction((tx) => enqueueWaiting(tx, job));
+  if (job.dedupeKey === undefined) return insertJob(db, job);
+  if (job.dedupeMode === 'replace') return db.transaction((tx) => enqueueReplacing(tx, job));
+  return enqueueKeyed(db, job);
+}
+
+/**
+ * Inserts many jobs with one statement per chunk of ENQUEUE_CHUNK; all or nothing (more than one
+ * chunk run in one transaction). Returns the jobs in input order; an input whose dedupe key matched
+ * an existing job (or an earlier input) returns that job. Jobs that replace a keyed job or wait for
+ * others go one by one after the others, in input order.
+ */
+export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
+  if (input.some(oneByOne)) return db.transaction((tx) => enqueueManyOneByOne(tx, input));
+  if (input.length <= ENQUEUE_CHUNK) return chunkStatement(input).run(db);
+  return db.transaction(async (tx) => {
+    // The next chunk's statement is built while the one before it is on its way.
+    const out: EnqueuedJob[] = [];
+    let inFlight: Promise<EnqueuedJob[]> | undefined;
+    for (let start = 0; start < input.length; start += ENQUEUE_CHUNK) {
+      const statement = chunkStatement(input.slice(start, start + ENQUEUE_CHUNK));
+      if (inFlight) out.push(...(await inFlight));
+      inFlight = statement.run(tx);
+      // Awaited above or below; a failure while building the next chunk must not leave it unhandled.
+      inFlight.catch(() => {});
+    }
+    out.push(...(await inFlight!));
+    return out;
+  });
+}
+
+/** Jobs that replace a keyed one or wait for others go one by one (after the others, in input order). */
+const oneByOne = (j: NewJob) => (j.dedupeKey !== undefined && j.dedupeMode === 'replace') || (j.after !== undefined && j.after.length > 0);
+
+async function enqueueManyOneByOne(tx: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
+  const bulk = await enqueueMany(tx, input.filter((j) => !oneByOne(j)));
+  const out: EnqueuedJob[] = [];
+  let next = 0;
+  for (const job of input) out.push(oneByOne(job) ? await enqueue(tx, job) : bulk[next++]!);
+  return out;
+}

@@ -7,16 +7,16 @@
 import { z } from 'zod';
 import { JOB_DEFAULTS } from './db/schema.ts';
 import { DRAIN_PROFILES } from './drain/profiles.ts';
-import { parseScopedTokens } from './http/auth.ts';
+import { parseScopedTokens } from './http/tokens.ts';
 import { parseSigningSecrets } from './jobs/webhook-signature.ts';
 import { parseAllowedHosts } from './jobs/webhook.ts';
 import { checkAllowList } from './jobs/webhook-targets.ts';
 
 export type Runtime = 'sidecar' | 'worker';
 
-interface Setting<T> {
+interface Setting<T, E extends string = string> {
   /** The environment variable (on the Worker: the var or secret of that name). */
-  env: string;
+  env: E;
   runtimes: readonly Runtime[];
   /** Parses the variable's text; a refusal's message says what is allowed. */
   parse: z.ZodType<T, string> | { [R in Runtime]?: z.ZodType<T, string> };
@@ -55,7 +55,7 @@ const signingSecrets = z.string().superRefine((value, ctx) => {
   }
 });
 
-const setting = <T>(s: Setting<T>) => s;
+const setting = <T, const E extends string, const R extends readonly Runtime[]>(s: Setting<T, E> & { runtimes: R }) => s;
 const both = ['sidecar', 'worker'] as const;
 const sidecarOnly = ['sidecar'] as const;
 const workerOnly = ['worker'] as const;
@@ -108,10 +108,16 @@ export const SETTINGS = {
 } satisfies Record<string, Setting<any>>;
 
 type Specs = typeof SETTINGS;
-type ValueOf<S> = S extends Setting<infer T> ? T : never;
+type ValueOf<S> = S extends Setting<infer T, any> ? T : never;
 export type SettingName = keyof Specs;
 /** Every setting, parsed; undefined where unset with no default, or not read by the runtime. */
 export type Settings = { [K in SettingName]: ValueOf<Specs[K]> | undefined };
+/** The settings `R` reads. */
+export type SettingOf<R extends Runtime> = { [K in SettingName]: R extends Specs[K]['runtimes'][number] ? K : never }[SettingName];
+/** What a runtime's settings are as options: each may be given, else its default applies. */
+export type RuntimeSettings<R extends Runtime> = { [K in SettingOf<R>]?: ValueOf<Specs[K]> };
+/** The environment variables `R` reads, as text (a Worker's vars and secrets). */
+export type SettingVariables<R extends Runtime> = { [K in SettingOf<R> as Specs[K]['env']]?: string };
 
 /** One or more settings are unusable; `problems` names each variable and what is allowed. */
 export class SettingsError extends Error {

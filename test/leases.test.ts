@@ -7,6 +7,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { z } from 'zod';
 import { drain } from '../src/drain/index.ts';
+import { JobBook } from '../src/drain/job-record.ts';
 import { LeaseKeeper } from '../src/drain/lease-keeper.ts';
 import { JobRegistry, defineJob } from '../src/jobs/index.ts';
 import { type Db, claim, enqueue, enqueueMany, reap } from '../src/queries/index.ts';
@@ -31,10 +32,11 @@ it('the lease keeper gives a lease up the moment it runs out, whatever the phase
   pool.on('error', () => {});
   const keeper = new LeaseKeeper(drizzle({ client: pool }) as unknown as Db, { visibilityTimeoutSeconds: 3, onLostUnstarted: () => {} });
   const lost = new Map<string, { at: number; why: string }>();
+  const book = new JobBook();
   const hold = async (token: string) => {
     const sentAt = Date.now();
     const [job] = await claim(t.db, { batchSize: 1, lockToken: token, leaseSeconds: 3, kinds: ['held'] });
-    keeper.hold([job!], sentAt);
+    keeper.hold(book.claimed([job!], sentAt));
     keeper.attach(job!.id, (error) => lost.set(job!.id, { at: Date.now(), why: error.message }));
     return { job: job!, sentAt };
   };

@@ -1,16 +1,19 @@
 // The queue-behaviour, flow-control and job-lifecycle suites on node-postgres (the sidecar's driver) against a real PostgreSQL.
-import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import type { Db } from '../src/queries/index.ts';
+import pino from 'pino';
+import { openPools } from '../src/sidecar/database.ts';
+import { Incidents } from '../src/sidecar/incidents.ts';
 import { createTestDatabase } from './support/database.ts';
 import { flowControlSuite } from './conformance/flow-control.ts';
 import { jobLifecycleSuite } from './conformance/job-lifecycle.ts';
 import { type Harness, listenOn, queueBehaviourSuite } from './conformance/queue-behaviour.ts';
 
+// The sidecar's own pools (src/sidecar/database.ts), as `pgdrain start` opens them.
 const nodePostgresHarness = async (): Promise<Harness> => {
   const t = await createTestDatabase();
+  const database = openPools(t.url, 10, new Incidents(pino({ level: 'silent' })));
   return {
-    db: t.db,
+    db: database.db,
     query: t.query as Harness['query'],
     connect: async () => t.connect(2).db,
     listen: async (channel) => {
@@ -18,11 +21,11 @@ const nodePostgresHarness = async (): Promise<Harness> => {
       await client.connect();
       return listenOn(client, channel);
     },
-    transactions: async () => {
-      const client = await t.pool.connect();
-      return { db: drizzle({ client }) as unknown as Db, release: (destroy) => client.release(destroy) };
+    transactions: database.transactions,
+    close: async () => {
+      await database.close();
+      await t.close();
     },
-    close: () => t.close(),
   };
 };
 

@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { drain } from '../src/drain/index.ts';
 import { createApp } from '../src/http/app.ts';
 import { JobRegistry, defineJob } from '../src/jobs/registry.ts';
-import { enqueue, enqueueMany } from '../src/jobs/typed-enqueue.ts';
+import { enqueue, enqueueMany } from '../src/jobs/enqueue.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { startSidecarProcess, until } from './support/sidecar-process.ts';
 import { type ExportedSpan, registerTracing } from './support/tracing.ts';

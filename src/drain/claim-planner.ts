@@ -24,6 +24,7 @@
 //     batches held ahead.
 import type { ClaimedJob, ClaimLimits } from '../queries/index.ts';
 import { type JobRegistry, limitsOf } from '../jobs/registry.ts';
+import type { JobBook } from './job-record.ts';
 
 export interface PlannedClaim {
   /** The kinds this claim asks for. */
@@ -81,11 +82,12 @@ const average = (previous: number, sample: number) => (Number.isNaN(previous) ? 
 export class ClaimPlanner {
   readonly #options: ClaimPlannerOptions;
   readonly #groups: ClaimGroup[];
-  /** Jobs held per kind claimed apart, from their claim until their handler ends or they are
-   * released or lost (this drainer's own `concurrency` counts these). */
-  readonly #held = new Map<string, number>();
-  /** Jobs per limited kind claimed and not yet settled in the database (its running count). */
-  readonly #unsettled = new Map<string, number>();
+  /** The jobs the drain holds: per kind, those waiting or running (this drainer's own
+   * `concurrency` counts these), and those the database counts as running until their
+   * settlement returns (what a limited kind's next claim sees). */
+  readonly #book: JobBook;
+  /** Kinds claimed apart (their own concurrency or limits). */
+  readonly #apart: ReadonlySet<string>;
   #next = 0;
   #inFlight = 0;
   /** Jobs asked for by the claims in flight. */
@@ -95,16 +97,14 @@ export class ClaimPlanner {
   #handlerMs = Number.NaN;
   #claimMs = Number.NaN;
 
-  constructor(registry: JobRegistry, options: ClaimPlannerOptions) {
+  constructor(registry: JobRegistry, book: JobBook, options: ClaimPlannerOptions) {
     this.#options = options;
+    this.#book = book;
     const capOf = (kind: string) => registry.get(kind)?.concurrency;
     const own = (kind: string) => capOf(kind) !== undefined || limitsOf(registry.get(kind)) !== null;
     const apart = options.kinds.filter(own);
     const together = options.kinds.filter((k) => !own(k));
-    for (const kind of apart) {
-      this.#held.set(kind, 0);
-      if (limitsOf(registry.get(kind))) this.#unsettled.set(kind, 0);
-    }
+    this.#apart = new Set(apart);
     const group = (kinds: readonly string[], cap: number, limits: ClaimLimits | null): ClaimGroup => ({
       kinds, cap, limits, inFlight: 0, drained: false, drainedAt: 0, blockedUntil: 0, blockedByRate: false,
     });
@@ -141,11 +141,12 @@ export class ClaimPlanner {
   }
 
   /**
-   * The claim to send now, given the jobs the drain holds (claimed and waiting to start, and
+   * The claim to send now, given the jobs the book holds (claimed and waiting to start, and
    * running), or null when none should go: as many as may be are in flight, there is no room for a
    * worthwhile batch, or all are drained.
    */
-  next({ waiting, running }: { waiting: number; running: number }): PlannedClaim | null {
+  next(): PlannedClaim | null {
+    const { waiting, running } = this.#book;
     const held = waiting + running;
     if (this.#inFlight > 0 && (this.#inFlight >= this.#options.claimsInFlight || !this.#grown)) return null;
     if (this.exhausted) return null;
@@ -167,8 +168,8 @@ export class ClaimPlanner {
       const group = this.#groups[(this.#next + i) % this.#groups.length]!;
       if (group.drained || group.blockedUntil > now) continue;
       const kind = group.kinds[0]!;
-      const apart = group.kinds.length === 1 && this.#held.has(kind);
-      const room = Math.min(group.cap - (this.#held.get(kind) ?? 0), (group.limits?.globalConcurrency ?? Infinity) - (this.#unsettled.get(kind) ?? 0)) - group.inFlight;
+      const apart = group.kinds.length === 1 && this.#apart.has(kind);
+      const room = Math.min(group.cap - this.#book.held(kind), (group.limits?.globalConcurrency ?? Infinity) - (group.limits ? this.#book.unsettled(kind) : 0)) - group.inFlight;
       // A kind limited across drainers claims no more than there are free slots to run it now:
       // a job it claimed counts against its limit everywhere, so one held waiting here would keep
       // another drainer's free slot from running it.
@@ -186,8 +187,8 @@ export class ClaimPlanner {
     return null;
   }
 
-  /** The claim came back after `roundTripMs` (or failed: null). */
-  settled(claim: PlannedClaim, outcome: ClaimOutcome | null, roundTripMs: number): void {
+  /** The claim came back after `roundTripMs` (or failed: null); the book has its jobs already. */
+  claimReturned(claim: PlannedClaim, outcome: ClaimOutcome | null, roundTripMs: number): void {
     const group = this.#groupOf(claim);
     this.#inFlight--;
     this.#inFlightSize -= claim.size;
@@ -201,10 +202,6 @@ export class ClaimPlanner {
     this.#claimMs = average(this.#claimMs, roundTripMs);
     this.#claimedTotal += outcome.jobs.length;
     if (this.#claimedAll) for (const g of this.#groups) g.drained = true;
-    for (const job of outcome.jobs) {
-      this.#hold(job.kind, 1);
-      this.#add(this.#unsettled, job.kind, 1);
-    }
     if (outcome.jobs.length >= claim.size) return;
     if (!outcome.heldBack) {
       group.drained = true;
@@ -215,17 +212,10 @@ export class ClaimPlanner {
     group.blockedUntil = outcome.nextStartAt ? outcome.nextStartAt.getTime() : Date.now() + BLOCKED_RECHECK_MS;
   }
 
-  /** A job is no longer held: its handler ended, or it was released or lost before it started. */
-  letGo(kind: string): void {
-    this.#hold(kind, -1);
-  }
-
-  /** A job's settlement reached the database (or gave up): it no longer counts as running there.
-   * A kind blocked by its slots may claim again at once: one of them may be free now. */
-  settledInDatabase(kind: string): void {
-    if (!this.#unsettled.has(kind)) return;
-    this.#add(this.#unsettled, kind, -1);
-    const group = this.#groups.find((g) => g.kinds.length === 1 && g.kinds[0] === kind);
+  /** A job of `kind` is done (its settlement returned): it no longer counts as running in the
+   * database. A kind blocked by its slots may claim again at once: one of them may be free now. */
+  slotFreed(kind: string): void {
+    const group = this.#groups.find((g) => g.limits && g.kinds[0] === kind);
     if (group && group.blockedUntil > 0 && !group.blockedByRate) group.blockedUntil = 0;
   }
 
@@ -267,14 +257,5 @@ export class ClaimPlanner {
 
   #groupOf(claim: PlannedClaim): ClaimGroup {
     return this.#groups.find((g) => g.kinds === claim.kinds)!;
-  }
-
-  #hold(kind: string, delta: number): void {
-    this.#add(this.#held, kind, delta);
-  }
-
-  #add(counts: Map<string, number>, kind: string, delta: number): void {
-    const n = counts.get(kind);
-    if (n !== undefined) counts.set(kind, n + delta);
   }
 }

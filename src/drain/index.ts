@@ -1,26 +1,33 @@
-// The drain loop, the same for the Worker and the sidecar. One call drains until there is no ready
-// work, the budget is spent, or the caller aborts. It is a short loop over three parts, each the
-// only owner of its state:
+// The drain loop, the same for the Worker and the sidecar. One call drains until there is nothing
+// running and nothing to claim, the budget is spent, or the caller aborts. It is a short loop over
+// named parts, each the only owner of its state:
 //
+//   JobBook      (job-record.ts)     every claimed job as a record in one state — waiting, running,
+//                                    settling, done — changed only by guarded transitions; the one
+//                                    place that hears of a job's end and keeps the planner's counts
 //   ClaimPlanner (claim-planner.ts)  which kinds to claim next and how many: claim groups, per-kind
-//                                    caps, claims that grow far from the database
+//                                    caps, limits across drainers, claims that grow far from the
+//                                    database, the poll while handlers hold the drain open
+//   Claimer      (claimer.ts)        sends the claims (carrying waiting completions far from the
+//                                    database)
 //   LeaseKeeper  (lease-keeper.ts)   every job held from its claim to its settlement: renewal,
-//                                    expiry, loss (the handler's signal is aborted)
+//                                    expiry, loss (the handler's signal is aborted), cancels
 //   Settler      (settler.ts)        completions, failures and releases, batched into statements
+//   runHandler   (run-handler.ts)    one handler, with its timeout and, for transactional kinds,
+//                                    its transaction
 //
-// The loop itself (DrainRun.run) owns the jobs claimed but not started (`waiting`, oldest first) and the running
-// handlers (at most `concurrency`). Each turn it is in one of these states:
+// The loop is in one of three modes, each entered by one transition:
 //
-//   running    free slots take waiting jobs
-//   claiming   the planner has a claim to send (room for a batch, a group not drained): send it,
-//              and look again at once
-//   sleeping   nothing to do until a handler ends, a claim or settlement returns, the deadline
-//              passes or the caller aborts
-//   stopping   the deadline or an abort: no more claims or starts; waiting jobs are
-//              released (attempt refunded); running handlers get until their (budget-clipped)
-//              timeout
-//   done       nothing waiting, running or being claimed, and stopping or every group drained:
-//              every settlement is awaited and the report returned
+//   draining ──the deadline, or an abort──► stopping ──nothing left in flight──► done
+//   draining ──nothing waiting, running or being claimed, every group drained, no settlement on
+//              its way──► done
+//
+// While draining, each turn starts waiting jobs in free slots, sends the claims the planner wants
+// (and looks again at once), then sleeps until something changes: a handler ends, a claim or
+// settlement returns, a notice arrives, a blocked kind's time or the poll comes, the deadline
+// passes. Stopping, no claim goes and no job starts: waiting jobs are released (attempt refunded),
+// running handlers get until their (budget-clipped) timeout; done, every settlement is awaited and
+// the report returned.
 //
 // No transaction is held open across a handler, except a transactional kind's own (run-handler.ts),
 // on a connection of its own. A process that dies anywhere in here leaves its jobs `running` with
@@ -33,20 +40,25 @@
 //   lease lost               fail, refused by the lock token (counted lost): someone else holds it
 //   cancelled (lease keeper) complete, which ends it cancelled (someone asked to cancel it)
 //   abandoned at shutdown    release: pending again, attempt refunded
+import type { OpenTransactionConnection } from '../db/connections.ts';
 import { PermanentJobError, type JobRegistry } from '../jobs/registry.ts';
-import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '../tracing.ts';
 import type { ClaimedJob, Db } from '../queries/index.ts';
+import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '../tracing.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
+import { Claimer } from './claimer.ts';
+import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
 import { DEFAULT_VISIBILITY_SECONDS, JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
+import type { DrainNotices } from './notices.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-import { HandlerAbandonedError, type HandlerEnvironment, type HandlerOutcome, type OpenTransactionConnection, runHandler } from './run-handler.ts';
-import { type SettledCounts, Settler } from './settler.ts';
+import { HandlerAbandonedError, type HandlerEnvironment, type HandlerOutcome, runHandler } from './run-handler.ts';
+import { Settler } from './settler.ts';
 
 export { DEFAULT_VISIBILITY_SECONDS, JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 export { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-export {
-  describeError, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, type OpenTransactionConnection, type TransactionConnection,
-} from './run-handler.ts';
+export { describeError, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from './run-handler.ts';
+export type { OpenTransactionConnection, TransactionConnection } from '../db/connections.ts';
+export { DrainNotices, type NoticeListener } from './notices.ts';
+export type { JobState, SettledCounts } from './job-record.ts';
 
 export interface DrainOptions {
   /** Identifies this process in locked_by (each claim adds a sequence number to it). */
@@ -98,32 +110,6 @@ export interface DrainOptions {
   pollIntervalMs?: number;
 }
 
-interface NoticeListener {
-  ready?: (kind: string | undefined) => void;
-  cancelRequested?: (jobId: string) => void;
-}
-
-/** What a runtime hears about the queue as it happens, for whichever drains are open then. */
-export class DrainNotices {
-  readonly #listeners = new Set<NoticeListener>();
-
-  /** Jobs of `kind` (any kind: undefined) may be ready to claim. */
-  ready(kind?: string): void {
-    for (const listener of this.#listeners) listener.ready?.(kind);
-  }
-
-  /** Someone asked to cancel the job. */
-  cancelRequested(jobId: string): void {
-    for (const listener of this.#listeners) listener.cancelRequested?.(jobId);
-  }
-
-  /** Returns the unsubscribe function. */
-  subscribe(listener: NoticeListener): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-}
-
 export interface DrainReport extends SettledCounts {
   claimed: number;
   elapsedMs: number;
@@ -139,6 +125,8 @@ export function drain(db: Db, registry: JobRegistry, options: DrainOptions): Pro
   return new DrainRun(db, registry, options).run();
 }
 
+type Mode = 'draining' | 'stopping' | 'done';
+
 /** One drain call: the loop of the header comment and the state it owns. */
 class DrainRun {
   readonly #started = Date.now();
@@ -148,21 +136,20 @@ class DrainRun {
   readonly #pollIntervalMs: number;
   readonly #visibilityTimeoutSeconds: number;
   readonly #budget: ReturnType<typeof budgetClock>;
+  readonly #book: JobBook;
   readonly #planner: ClaimPlanner;
+  readonly #claimer: Claimer;
   readonly #settler: Settler;
   readonly #leases: LeaseKeeper;
   readonly #handlerEnvironment: HandlerEnvironment;
   readonly #unsubscribe: () => void;
-  /** Claimed, not started, oldest first. */
-  readonly #waiting: ClaimedJob[] = [];
-  readonly #running = new Set<Promise<void>>();
   readonly #wakeup = new Wakeup();
   /** Tracing (src/tracing.ts): the API when the app uses OpenTelemetry, and each claimed job's
    * claim span context. */
   #tracing: OpenTelemetryApi | null = null;
   readonly #claimContexts = new WeakMap<ClaimedJob, ReturnType<typeof traceClaim>>();
+  #mode: Mode = 'draining';
   #claimed = 0;
-  #lostUnstarted = 0;
   /** The last claim's error, until a claim succeeds again (the drain throws it if it ends so). */
   #claimError: unknown;
   #stoppedBy: DrainReport['stoppedBy'] = 'empty';
@@ -170,13 +157,19 @@ class DrainRun {
   constructor(db: Db, registry: JobRegistry, options: DrainOptions) {
     const profile: DrainProfile = DRAIN_PROFILES[options.placement ?? 'near'];
     const batchSize = Math.max(1, options.batchSize ?? profile.batchSize);
+    const recordCounts = options.recordCounts !== false;
     this.#registry = registry;
     this.#options = options;
     this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
     this.#pollIntervalMs = Math.max(10, options.pollIntervalMs ?? profile.pollIntervalMs);
     this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS;
     this.#budget = budgetClock(this.#started, options.budgetMs, options.signal);
-    this.#planner = new ClaimPlanner(registry, {
+    this.#book = new JobBook({
+      onLetGo: (kind) => this.#planner.slotFreed(kind),
+      onDone: (kind) => this.#planner.slotFreed(kind),
+      onChange: () => this.#wakeup.wake(),
+    });
+    this.#planner = new ClaimPlanner(registry, this.#book, {
       kinds: options.kinds ?? registry.kinds(),
       batchSize,
       maxBatchSize: Math.max(batchSize, options.maxBatchSize ?? profile.maxBatchSize ?? batchSize),
@@ -186,26 +179,24 @@ class DrainRun {
       claimLimit: options.ids ? new Set(options.ids).size : undefined,
     });
     this.#settler = new Settler(db, {
-      recordCounts: options.recordCounts !== false,
-      settleWithClaim: profile.settleWithClaim,
+      recordCounts,
+      carryCompletions: profile.settleWithClaim,
       onError: options.onSettleError,
-      onJobsSettled: (jobs) => {
-        for (const job of jobs) this.#planner.settledInDatabase(job.kind);
-      },
       // Jobs that waited for ours are pending now: this drain runs them too.
       onReleased: (kinds) => this.#planner.reopen(kinds),
+      onReturned: () => this.#wakeup.wake(),
     });
-    this.#settler.onSettled = () => this.#wakeup.wake();
+    this.#claimer = new Claimer(db, this.#settler, { recordCounts });
     this.#leases = new LeaseKeeper(db, {
       visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
-      onLostUnstarted: (job, error) => this.#forgetUnstarted(job, error),
+      onLostUnstarted: (record, error) => this.#lostBeforeStart(record, error),
     });
     this.#handlerEnvironment = {
       db,
       transactions: options.transactions,
       progress: (jobId, json) => this.#leases.progress(jobId, json),
       unsavedProgress: (jobId) => this.#leases.unsavedProgress(jobId),
-      recordCounts: options.recordCounts !== false,
+      recordCounts,
     };
     this.#unsubscribe =
       options.notices?.subscribe({
@@ -224,97 +215,119 @@ class DrainRun {
 
   async run(): Promise<DrainReport> {
     this.#tracing = await openTelemetry();
-    for (;;) {
+    while (this.#mode !== 'done') {
       const stop = this.#budget.stopReason();
-      if (stop) this.#stoppedBy = stop;
-      const stopping = stop !== null;
-      if (!stopping) while (this.#waiting.length > 0 && this.#running.size < this.#concurrency) this.#start(this.#waiting.shift()!);
-      // Held open by running handlers: look again for what came due since a claim came back short.
-      const pollAt = this.#planner.oldestDrainedAt + this.#pollIntervalMs;
-      if (!stopping && Date.now() >= pollAt) this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
-      const plan = stopping ? null : this.#planner.next({ waiting: this.#waiting.length, running: this.#running.size });
-      if (plan) {
-        this.#sendClaim(plan);
-        continue; // maybe another claim fits
-      }
-      if (stopping) this.#releaseWaiting();
-      const idle = this.#planner.inFlight === 0 && this.#running.size === 0 && this.#waiting.length === 0;
-      // Settlements still on their way may free a limited kind's slots: wait for them first.
-      if (idle && (stopping || (this.#planner.exhausted && !this.#settler.busy))) break;
-      // A blocked limited kind may be claimed again at its time, and the poll comes due: wake then too.
-      const wakeAt = Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt, this.#planner.oldestDrainedAt + this.#pollIntervalMs);
-      await this.#wakeup.wait(stopping ? Infinity : wakeAt, this.#options.signal);
+      if (stop && this.#mode === 'draining') this.#stop(stop);
+      if (this.#mode === 'draining') this.#drainTurn();
+      else this.#stopTurn();
+      if (this.#done) break;
+      await this.#wakeup.wait(this.#mode === 'stopping' ? Infinity : this.#nextWakeAt(), this.#options.signal);
     }
     this.#leases.stop();
     this.#unsubscribe();
     await this.#settler.finish();
     if (this.#claimError !== undefined) throw this.#claimError;
-    const counts = this.#settler.counts;
+    const counts = this.#book.counts;
     const nextClaimAt = this.#stoppedBy === 'empty' && Number.isFinite(this.#planner.nextUnblockAt) ? this.#planner.nextUnblockAt : null;
-    return { claimed: this.#claimed, ...counts, lost: counts.lost + this.#lostUnstarted, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy, nextClaimAt };
+    return { claimed: this.#claimed, ...counts, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy, nextClaimAt };
   }
 
-  #start(job: ClaimedJob): void {
+  /** draining: start what fits, claim what the planner wants, and see whether all is done. */
+  #drainTurn(): void {
+    for (let record: JobRecord | null; this.#book.running < this.#concurrency && (record = this.#book.nextWaiting()); ) this.#start(record);
+    // Held open by running handlers: look again for what came due since a claim came back short.
+    if (Date.now() >= this.#planner.oldestDrainedAt + this.#pollIntervalMs) this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
+    for (let plan: PlannedClaim | null; (plan = this.#planner.next()); ) this.#sendClaim(plan);
+    // Settlements still on their way may free a limited kind's slots: wait for them first.
+    if (this.#idle && this.#planner.exhausted && !this.#settler.busy) this.#setMode('draining', 'done');
+  }
+
+  /** stopping: release what waits; done once nothing is claimed or running any more. */
+  #stopTurn(): void {
+    this.#settler.release(this.#book.takeWaiting());
+    if (this.#idle) this.#setMode('stopping', 'done');
+  }
+
+  get #done(): boolean {
+    return this.#mode === 'done';
+  }
+
+  get #idle(): boolean {
+    return this.#planner.inFlight === 0 && this.#book.running === 0 && this.#book.waiting === 0;
+  }
+
+  /** When to look again with nothing else happening: the claim deadline, a blocked kind's time, the poll. */
+  #nextWakeAt(): number {
+    return Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt, this.#planner.oldestDrainedAt + this.#pollIntervalMs);
+  }
+
+  #stop(reason: DrainReport['stoppedBy']): void {
+    this.#stoppedBy = reason;
+    this.#setMode('draining', 'stopping');
+  }
+
+  #setMode(from: Mode, to: Mode): void {
+    if (this.#mode !== from) throw new Error(`drain: cannot go from ${this.#mode} to ${to}`);
+    this.#mode = to;
+  }
+
+  #start(record: JobRecord): void {
+    record.start();
+    const { job } = record;
     const startedAt = performance.now();
     const attach = (giveUp: (error: Error) => void) => this.#leases.attach(job.id, giveUp);
     const claimContext = this.#tracing ? this.#claimContexts.get(job) : undefined;
     const span = this.#tracing && claimContext ? new ProcessSpan(this.#tracing, job, claimContext) : undefined;
-    const task = runHandler(this.#registry, job, this.#budget.handlerDeadline, this.#handlerEnvironment, attach, span).then(
+    void runHandler(this.#registry, job, this.#budget.handlerDeadline, this.#handlerEnvironment, attach, span).then(
       (outcome) => {
         this.#planner.handlerTook(performance.now() - startedAt);
         const progressJson = this.#leases.drop(job.id);
-        this.#settle(job, outcome, progressJson);
+        this.#settle(record, outcome, progressJson);
         span?.end('completed');
       },
       (error: unknown) => {
         this.#leases.drop(job.id);
         span?.end(outcomeOf(job, error), error);
-        if (error instanceof HandlerAbandonedError) this.#settler.release([job], error.message);
-        else if (error instanceof JobCancelledError) this.#settleCancelled(job);
-        else this.#settler.fail(job, error, this.#registry.get(job.kind)?.backoff);
+        if (error instanceof HandlerAbandonedError) this.#settler.release([record], error.message);
+        else if (error instanceof JobCancelledError) this.#settleCancelled(record);
+        else this.#settler.fail(record, error, this.#registry.get(job.kind)?.backoff);
       },
     );
-    const tracked = task.finally(() => {
-      this.#running.delete(tracked);
-      this.#planner.letGo(job.kind);
-      this.#wakeup.wake();
-    });
-    this.#running.add(tracked);
   }
 
-  #settle(job: ClaimedJob, outcome: HandlerOutcome, progressJson: string | undefined): void {
-    if (outcome?.settledInTransaction) this.#settler.settledInTransaction(job, outcome.releasedKinds);
-    else this.#settler.complete(job, outcome?.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome?.kept);
+  #settle(record: JobRecord, outcome: HandlerOutcome, progressJson: string | undefined): void {
+    if (outcome?.settledInTransaction) this.#settler.settledInTransaction(record, outcome.releasedKinds);
+    else this.#settler.complete(record, outcome?.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome?.kept);
   }
 
   /** Someone asked to cancel it: the completing statement ends it cancelled (kept like a completed
    * job of its kind, without a result). */
-  #settleCancelled(job: ClaimedJob): void {
-    const keepSeconds = this.#registry.get(job.kind)?.keepCompletedSeconds ?? 0;
-    this.#settler.complete(job, keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined);
+  #settleCancelled(record: JobRecord): void {
+    const keepSeconds = this.#registry.get(record.kind)?.keepCompletedSeconds ?? 0;
+    this.#settler.complete(record, keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined, 'cancelled');
   }
 
   #sendClaim(plan: PlannedClaim): void {
     const lockToken = `${this.#options.workerId}:${++claimSequence}`;
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
     const claim = { batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, leaseSeconds: this.#visibilityTimeoutSeconds };
-    this.#settler
-      .claim(claim, plan.limits)
+    this.#claimer
+      .send(claim, plan.limits)
       .then(
         (outcome) => {
-          this.#planner.settled(plan, outcome, Date.now() - sentAt);
+          const records = this.#book.claimed(outcome.jobs, sentAt);
+          this.#planner.claimReturned(plan, outcome, Date.now() - sentAt);
           this.#claimError = undefined;
           this.#claimed += outcome.jobs.length;
           if (this.#tracing && outcome.jobs.length > 0) {
             const context = traceClaim(this.#tracing, [...new Set(outcome.jobs.map((j) => j.kind))], outcome.jobs.length, sentAt);
             for (const job of outcome.jobs) this.#claimContexts.set(job, context);
           }
-          this.#leases.hold(outcome.jobs, sentAt);
-          this.#waiting.push(...outcome.jobs);
+          this.#leases.hold(records);
         },
         (error: unknown) => {
           // Tried again at the next poll while handlers hold the drain open; thrown if it ends so.
-          this.#planner.settled(plan, null, 0);
+          this.#planner.claimReturned(plan, null, 0);
           this.#claimError = error;
           this.#options.onClaimError?.(error);
         },
@@ -322,29 +335,12 @@ class DrainRun {
       .finally(() => this.#wakeup.wake());
   }
 
-  /** Stopping: jobs claimed but not started go back, their attempt refunded. */
-  #releaseWaiting(): void {
-    const unstarted = this.#waiting.splice(0);
-    for (const job of unstarted) {
-      this.#planner.letGo(job.kind);
-      this.#leases.drop(job.id);
-    }
-    this.#settler.release(unstarted);
-  }
-
   /** Its lease was lost before it started (whoever holds it now runs it), or someone cancelled it
    * (it ends cancelled without running). */
-  #forgetUnstarted(job: ClaimedJob, error: LeaseLostError | JobCancelledError): void {
-    const at = this.#waiting.indexOf(job);
-    if (at < 0) return;
-    this.#waiting.splice(at, 1);
-    this.#planner.letGo(job.kind);
-    if (error instanceof JobCancelledError) {
-      this.#settleCancelled(job);
-      return;
-    }
-    this.#planner.settledInDatabase(job.kind); // another drainer holds it now
-    this.#lostUnstarted++;
+  #lostBeforeStart(record: JobRecord, error: LeaseLostError | JobCancelledError): void {
+    if (record.state !== 'waiting') return;
+    if (error instanceof JobCancelledError) this.#settleCancelled(record);
+    else record.forget();
   }
 }
 

@@ -20,6 +20,7 @@
 // and the drain ends them cancelled. checkNow() renews at once (a sidecar heard of a cancel).
 import { JOB_DEFAULTS } from '../db/schema.ts';
 import { type ClaimedJob, type Db, renew } from '../queries/index.ts';
+import type { JobRecord } from './job-record.ts';
 
 /** The handler's job was reaped (and maybe claimed elsewhere), or its lease could not be renewed. */
 export class LeaseLostError extends Error {
@@ -39,6 +40,7 @@ const MIN_RENEWAL_MS = 100;
 export const PROGRESS_INTERVAL_MS = 1_000;
 
 interface Lease {
+  record: JobRecord;
   job: ClaimedJob;
   renewedAt: number;
   visibilityMs: number;
@@ -53,7 +55,7 @@ export interface LeaseKeeperOptions {
   visibilityTimeoutSeconds: number;
   /** A job lost (LeaseLostError) or cancelled (JobCancelledError) before its handler started:
    * the drain must not start it. */
-  onLostUnstarted: (job: ClaimedJob, error: LeaseLostError | JobCancelledError) => void;
+  onLostUnstarted: (record: JobRecord, error: LeaseLostError | JobCancelledError) => void;
 }
 
 export class LeaseKeeper {
@@ -75,10 +77,11 @@ export class LeaseKeeper {
   }
 
   /** Jobs just claimed; their locks date from when the claim was sent, at the latest. */
-  hold(jobs: readonly ClaimedJob[], claimSentAt: number): void {
+  hold(records: readonly JobRecord[]): void {
     const fallbackMs = this.#options.visibilityTimeoutSeconds * 1000;
-    for (const job of jobs) {
-      this.#leases.set(job.id, { job, renewedAt: claimSentAt, visibilityMs: job.visibilitySeconds ? job.visibilitySeconds * 1000 : fallbackMs });
+    for (const record of records) {
+      const { job } = record;
+      this.#leases.set(job.id, { record, job, renewedAt: record.claimSentAt, visibilityMs: job.visibilitySeconds ? job.visibilitySeconds * 1000 : fallbackMs });
     }
     // A third of the shortest visibility from now at the latest: a claim of a shorter one brings it forward.
     this.#renewAt = Math.min(this.#renewAt, Date.now() + this.#renewalInterval());
@@ -133,7 +136,7 @@ export class LeaseKeeper {
   #lose(lease: Lease, error: LeaseLostError | JobCancelledError): void {
     this.#leases.delete(lease.job.id);
     if (lease.lose) lease.lose(error);
-    else this.#options.onLostUnstarted(lease.job, error);
+    else this.#options.onLostUnstarted(lease.record, error);
   }
 
   #bringRenewalForward(at: number): void {

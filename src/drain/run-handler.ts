@@ -15,6 +15,7 @@
 // Given up mid-transaction (timeout, lost lease, cancel, shutdown), its connection is destroyed, so
 // the server rolls back at once and nothing the handler does afterwards can reach the database.
 import { type JobContext, type JobDefinition, type JobRegistry, PermanentJobError, describeIssues, handlerTimeoutMs } from '../jobs/registry.ts';
+import type { OpenTransactionConnection } from '../db/connections.ts';
 import { type ClaimedJob, type Db, completeJobs, getDependencies } from '../queries/index.ts';
 import type { ProcessSpan } from '../tracing.ts';
 import { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
@@ -32,14 +33,6 @@ export const MAX_RESULT_BYTES = 64 * 1024;
 /** ctx.progress() takes JSON of at most this many bytes. */
 export const MAX_PROGRESS_BYTES = 8 * 1024;
 
-/** A connection of its own for one transactional handler. */
-export interface TransactionConnection {
-  db: Db;
-  /** Back to its pool; `destroy`: close it instead (the server rolls back what it had open). */
-  release(destroy: boolean): void;
-}
-/** Opens connections for transactional handlers (each runtime has its own; see DrainOptions). */
-export type OpenTransactionConnection = () => Promise<TransactionConnection>;
 
 export interface HandlerEnvironment {
   /** The drain's database: ctx.dependencies() reads through it. */

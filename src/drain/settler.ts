@@ -1,26 +1,26 @@
 // The settler: what happens to a job once its handler has run (or will not run), batched. It owns
-// the buffers of completions and failures and every settlement statement in flight:
+// the buffers of completions and failures and every settlement statement in flight, and it alone
+// moves a record from settling to done (job-record.ts), saying what the statement made of it:
 //
-//   complete(job) ─► buffered ─► one statement for whatever finished meanwhile: DELETE, or UPDATE to
-//                                completed for kinds that keep their jobs, and to cancelled for
-//                                jobs someone asked to cancel (or, with settleWithClaim, carried by
-//                                the next claim's statement)
-//   settledInTransaction(job)    a transactional handler completed it itself: counted only
-//   fail(job, …)  ─► buffered ─► one UPDATE: retry with backoff, or dead
-//   release(jobs) ─► at once  ─► one UPDATE: back to pending, attempt refunded (never started, or
-//                                abandoned at shutdown: `reason` goes into last_error)
+//   complete(record) ─► buffered ─► one statement for whatever finished meanwhile: DELETE, or UPDATE
+//                                   to completed for kinds that keep their jobs, and to cancelled for
+//                                   jobs someone asked to cancel (or, far from the database, carried
+//                                   by the next claim's statement: takeCarried()/carried())
+//   settledInTransaction(record)    a transactional handler completed it itself: done at once
+//   fail(record, …)  ─► buffered ─► one UPDATE: retry with backoff, or dead
+//   release(records) ─► at once  ─► one UPDATE: back to pending, attempt refunded (never started, or
+//                                   abandoned at shutdown: `reason` goes into last_error)
 //
 // A statement the database rolled back for a lock conflict (a deadlock, a serialization failure)
 // is sent again, up to SETTLE_ATTEMPTS times; one that fails otherwise leaves its jobs running for
-// the reaper (onError says so). finish() flushes what is buffered and resolves when every
-// statement has returned.
+// the reaper (onError says so) and its records done, settled as nothing. finish() flushes what is
+// buffered and resolves when every statement has returned.
 import {
-  type Backoff, type ClaimedJob, type ClaimLimits, type ClaimOptions, type CompletedJob, type Completion as CompletionResult, type Db, type Failure, claim, claimLimited,
-  completeAndClaim, completeFollowed, completeJobs, failMany, release,
+  type Backoff, type CompletedJob, type Completion, type Db, type Failure, completeFollowed, completeJobs, failMany, release,
 } from '../queries/index.ts';
-import type { ClaimOutcome } from './claim-planner.ts';
 import { isTransientConflict } from '../db/errors.ts';
 import { PermanentJobError, RetryLaterError } from '../jobs/registry.ts';
+import type { JobRecord, SettledAs } from './job-record.ts';
 import { describeError } from './run-handler.ts';
 
 /** A settlement statement rolled back by a lock conflict is sent at most this many times in all. */
@@ -29,81 +29,75 @@ export const SETTLE_ATTEMPTS = 3;
 export interface SettlerOptions {
   /** Count settled jobs in job_counts (the dashboard's chart, /metrics). */
   recordCounts: boolean;
-  /** Completions ride the next claim's statement (see DrainProfile). */
-  settleWithClaim: boolean;
+  /** Completions wait for the next claim's statement to carry them while a claim is in flight
+   * (see DrainProfile.settleWithClaim). */
+  carryCompletions: boolean;
   /** A settlement statement failed: its jobs stay running for the reaper. */
   onError?: (error: unknown) => void;
-  /** A settlement statement returned (or failed): these jobs are no longer running in the
-   * database's count (what a limited kind's next claim sees). */
-  onJobsSettled?: (jobs: readonly ClaimedJob[]) => void;
   /** Completions made jobs of these kinds pending (they were waiting for them): claim again. */
   onReleased?: (kinds: readonly string[]) => void;
+  /** A statement returned (the drain may have more to do). */
+  onReturned?: () => void;
 }
 
-export interface SettledCounts {
-  completed: number;
-  /** Failed and scheduled for a retry. */
-  failed: number;
-  /** Failed for the last time (or permanently). */
-  dead: number;
-  released: number;
-  /** Ended cancelled: someone asked to while they were held. */
-  cancelled: number;
-  /** Settlements refused by the lock token: the job had been reaped and re-claimed elsewhere. */
-  lost: number;
+/** What a kept job stores with its completion. */
+export type Kept = Pick<CompletedJob, 'keepSeconds' | 'resultJson' | 'progressJson'>;
+
+/** A record to complete, and how it is kept. */
+export interface CompletionOf {
+  record: JobRecord;
+  kept?: Kept;
 }
 
 export class Settler {
-  readonly counts: SettledCounts = { completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0 };
   readonly #db: Db;
   readonly #options: SettlerOptions;
   readonly #inFlight = new Set<Promise<void>>();
-  readonly #completions: SettlementBatcher<Completion>;
-  readonly #failures: SettlementBatcher<{ job: ClaimedJob; failure: Failure }>;
+  readonly #completions: SettlementBatcher<CompletionOf>;
+  readonly #failures: SettlementBatcher<{ record: JobRecord; failure: Failure }>;
   #claimsInFlight = 0;
-  /** Called whenever a statement returns (the drain may have more to do). */
-  onSettled: () => void = () => {};
 
   constructor(db: Db, options: SettlerOptions) {
     this.#db = db;
     this.#options = options;
     const counted = { recordCounts: options.recordCounts };
-    // While a claim is in flight, completions wait for the next claim to carry them.
     this.#completions = new SettlementBatcher(
       (work) => this.#track(work),
-      (batch) =>
-        this.#settling(batch, resend(() => completeJobs(db, batch, counted)).then((done) => this.#completed(batch.length, done))),
-      () => options.settleWithClaim && this.#claimsInFlight > 0,
+      (batch) => this.#complete(batch, () => completeJobs(db, batch.map(completedJob), counted)),
+      () => options.carryCompletions && this.#claimsInFlight > 0,
     );
     this.#failures = new SettlementBatcher(
       (work) => this.#track(work),
       (batch) =>
-        this.#settling(
-          batch.map((b) => b.job),
-          resend(() => failMany(db, batch.map((b) => b.failure), counted)).then((outcomes) => {
-            for (const { outcome } of outcomes) this.counts[outcome === 'retry' ? 'failed' : outcome]++;
-          }),
+        this.#settle(
+          batch.map((b) => b.record),
+          () => failMany(db, batch.map((b) => b.failure), counted),
+          (outcomes) => outcomes.map((o): SettledAs => (o.outcome === 'retry' ? 'failed' : o.outcome)),
         ),
     );
   }
 
-  /** `kept`: its kind keeps its jobs (for how long, and the result). */
-  complete(job: ClaimedJob, kept?: Pick<CompletedJob, 'keepSeconds' | 'resultJson' | 'progressJson'>): void {
-    this.#completions.add(kept ? { ...job, ...kept } : job);
+  /** Completes it (its kind keeps it: for how long, and the result). `cancelled`: someone asked to
+   * cancel it; the completing statement ends it cancelled. */
+  complete(record: JobRecord, kept?: Kept, outcome: 'completed' | 'cancelled' = 'completed'): void {
+    record.finish(outcome);
+    this.#completions.add({ record, kept });
   }
 
-  /** A transactional handler's job, completed in its own transaction (which made jobs of
+  /** A transactional handler completed it in its own transaction (which made jobs of
    * `releasedKinds` pending). */
-  settledInTransaction(job: ClaimedJob, releasedKinds: readonly string[] = []): void {
-    this.counts.completed++;
-    this.#options.onJobsSettled?.([job]);
+  settledInTransaction(record: JobRecord, releasedKinds: readonly string[] = []): void {
+    record.finish('completed');
+    record.settled('completed');
     if (releasedKinds.length > 0) this.#options.onReleased?.(releasedKinds);
-    this.onSettled();
+    this.#options.onReturned?.();
   }
 
-  fail(job: ClaimedJob, error: unknown, backoff: Backoff | undefined): void {
+  fail(record: JobRecord, error: unknown, backoff: Backoff | undefined): void {
+    record.finish('failed');
+    const { job } = record;
     this.#failures.add({
-      job,
+      record,
       failure: {
         id: job.id,
         lockedBy: job.lockedBy,
@@ -115,59 +109,46 @@ export class Settler {
     });
   }
 
-  release(jobs: readonly ClaimedJob[], reason?: string): void {
-    if (jobs.length === 0) return;
+  release(records: readonly JobRecord[], reason?: string): void {
+    if (records.length === 0) return;
+    for (const r of records) r.finish('released');
     this.#track(
-      this.#settling(
-        jobs,
-        resend(() => release(this.#db, jobs, reason)).then((ids) => {
-          this.counts.released += ids.length;
-          this.counts.lost += jobs.length - ids.length;
-        }),
+      this.#settle(
+        records,
+        () => release(this.#db, records.map((r) => r.job), reason),
+        (ids) => {
+          const released = new Set(ids);
+          return records.map((r): SettledAs => (released.has(r.job.id) ? 'released' : 'lost'));
+        },
       ),
     );
   }
 
-  /** Sends a claim, carrying the waiting completions in its statement when the profile says so. A
-   * kind limited across drainers is claimed through the limited claim, with nothing riding along. */
-  claim(options: ClaimOptions, limits?: ClaimLimits): Promise<ClaimOutcome> {
-    if (limits) {
-      const { kinds, ...rest } = options;
-      return claimLimited(this.#db, { ...rest, kind: kinds![0]!, limits });
-    }
-    this.#claimsInFlight++;
-    const riding = this.#options.settleWithClaim ? this.#completions.take() : [];
-    const sent: Promise<ClaimedJob[]> =
-      riding.length === 0
-        ? claim(this.#db, options)
-        : completeAndClaim(this.#db, riding, options, { recordCounts: this.#options.recordCounts }).then(
-            (result) => {
-              const settled = new Set(result.completed);
-              this.counts.completed += settled.size;
-              this.#completions.taken();
-              this.#options.onJobsSettled?.(riding.filter((job) => settled.has(job.id)));
-              // Left running: something follows their end, or they are no longer ours.
-              this.#completeFollowed(riding.filter((job) => !settled.has(job.id)));
-              return result.claimed;
-            },
-            (error: unknown) => {
-              this.#completions.taken(riding); // rolled back with the claim: they settle on their own
-              throw error;
-            },
-          );
-    return sent
-      .then((jobs) => ({ jobs }))
-      .finally(() => {
-        this.#claimsInFlight--;
-        this.#completions.nudge();
-      });
+  /** A claim is on its way (completions may wait to ride the next one) or came back. */
+  claimInFlight(delta: 1 | -1): void {
+    this.#claimsInFlight += delta;
+    if (delta < 0) this.#completions.nudge();
   }
 
-  /** Completions a merged settle-and-claim left running, through the statement with what follows a job's end. */
-  #completeFollowed(jobs: Completion[]): void {
-    if (jobs.length === 0) return;
-    const counted = { recordCounts: this.#options.recordCounts };
-    this.#track(this.#settling(jobs, resend(() => completeFollowed(this.#db, jobs, counted)).then((done) => this.#completed(jobs.length, done))));
+  /** The completions waiting, handed to a claim's statement to carry (none while another
+   * statement has them). */
+  takeCarried(): CompletionOf[] {
+    return this.#options.carryCompletions ? this.#completions.take() : [];
+  }
+
+  /** The claim carrying `carried` returned: `completedIds` are settled; the rest (something
+   * follows their end, or they are no longer ours) go through the statement with what follows. */
+  carried(carried: readonly CompletionOf[], completedIds: readonly string[]): void {
+    const settled = new Set(completedIds);
+    for (const c of carried) if (settled.has(c.record.job.id)) c.record.settled('completed');
+    this.#completions.taken();
+    const rest = carried.filter((c) => !settled.has(c.record.job.id));
+    if (rest.length > 0) this.#track(this.#complete(rest, () => completeFollowed(this.#db, rest.map(completedJob), { recordCounts: this.#options.recordCounts })));
+  }
+
+  /** The claim carrying `carried` failed: they were rolled back with it and settle on their own. */
+  carryFailed(carried: CompletionOf[]): void {
+    this.#completions.taken(carried);
   }
 
   /** Settlements are buffered or in flight. */
@@ -186,17 +167,28 @@ export class Settler {
     }
   }
 
-  /** `work` settles `jobs`; whether it succeeds or not, they are reported settled when it returns. */
-  #settling(jobs: readonly ClaimedJob[], work: Promise<void>): Promise<void> {
-    return work.finally(() => this.#options.onJobsSettled?.(jobs));
+  /** A completing statement for `batch`: each record as it ended, the others lost. */
+  #complete(batch: readonly CompletionOf[], statement: () => Promise<Completion>): Promise<void> {
+    return this.#settle(
+      batch.map((c) => c.record),
+      statement,
+      ({ ended, releasedKinds }) => {
+        if (releasedKinds.length > 0) this.#options.onReleased?.(releasedKinds);
+        const how = new Map(ended.map((e) => [e.id, e.status]));
+        return batch.map((c): SettledAs => how.get(c.record.job.id) ?? 'lost');
+      },
+    );
   }
 
-  #completed(sent: number, { ended, releasedKinds }: CompletionResult): void {
-    const cancelled = ended.reduce((n, e) => n + (e.status === 'cancelled' ? 1 : 0), 0);
-    this.counts.completed += ended.length - cancelled;
-    this.counts.cancelled += cancelled;
-    this.counts.lost += sent - ended.length;
-    if (releasedKinds.length > 0) this.#options.onReleased?.(releasedKinds);
+  /** Sends `statement` (again, on a lock conflict) and settles `records` by what `read` makes of its
+   * answer — or as nothing when it failed: they stay running for the reaper. */
+  async #settle<T>(records: readonly JobRecord[], statement: () => Promise<T>, read: (answer: T) => SettledAs[]): Promise<void> {
+    let settledAs: (SettledAs | null)[] = records.map(() => null);
+    try {
+      settledAs = read(await resend(statement));
+    } finally {
+      records.forEach((r, i) => r.settled(settledAs[i] ?? null));
+    }
   }
 
   #track(work: Promise<void>): void {
@@ -204,11 +196,14 @@ export class Settler {
       .catch((error: unknown) => this.#options.onError?.(error))
       .finally(() => {
         this.#inFlight.delete(done);
-        this.onSettled();
+        this.#options.onReturned?.();
       });
     this.#inFlight.add(done);
   }
 }
+
+/** What the completing statements take of a record. */
+const completedJob = ({ record, kept }: CompletionOf): CompletedJob => ({ id: record.job.id, lockedBy: record.job.lockedBy, ...kept });
 
 /** `statement()`, sent again (after a short random pause) while the database rolls it back for a lock conflict. */
 async function resend<T>(statement: () => Promise<T>): Promise<T> {
@@ -221,9 +216,6 @@ async function resend<T>(statement: () => Promise<T>): Promise<T> {
     }
   }
 }
-
-/** A job to complete; kinds that keep their jobs add how long, and the result. */
-type Completion = ClaimedJob & Pick<CompletedJob, 'keepSeconds' | 'resultJson' | 'progressJson'>;
 
 /**
  * Buffers items and settles them with one statement at a time. A flush waits for the next

@@ -4,7 +4,8 @@ import type { Context } from 'hono';
 import type { JobRegistry } from '../jobs/registry.ts';
 import type { Db } from '../queries/index.ts';
 import type { ScheduleDefinition } from '../schedules.ts';
-import type { ScopedToken, TokenScope } from './auth.ts';
+import { defaultFor } from '../settings.ts';
+import type { ScopedToken, TokenScope } from './tokens.ts';
 
 /** Runs `fn` with a database; the shell decides how (a shared pool, or one Pool per request). */
 export type WithDb = <T>(fn: (db: Db) => Promise<T>) => Promise<T>;
@@ -36,7 +37,7 @@ export interface ApiRuntime {
   recordCounts?: boolean;
   /** @deprecated the same as recordCounts. */
   countsRecorded?: boolean;
-  /** Default 1 MiB. */
+  /** Default: MAX_BODY_BYTES' (1 MiB). */
   maxBodyBytes?: number;
   /** Where unexpected errors go (already stripped of secrets by the caller's logger). */
   onError?: (error: unknown, where: string) => void;
@@ -63,4 +64,5 @@ export type AppEnv = {
   };
 };
 
-export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+/** MAX_BODY_BYTES' default (src/settings.ts). */
+export const DEFAULT_MAX_BODY_BYTES = defaultFor('maxBodyBytes', 'sidecar');

@@ -10,7 +10,7 @@ import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
-import type { OpenTransactionConnection } from '../drain/index.ts';
+import type { QueueDatabase } from '../db/connections.ts';
 import type { Db } from '../queries/index.ts';
 import type { Incidents } from './incidents.ts';
 
@@ -59,23 +59,13 @@ export async function resolveApiToken(given: string | undefined, dataDir: string
   return { token, generatedIn: existed ? null : file };
 }
 
-export interface SidecarPools {
-  /** The API's and schedules' connections: fully durable commits. */
-  db: Db;
-  /** The drainer's and reaper's connections (see createDrainPool). */
-  drainDb: Db;
-  /** A connection for one transactional handler (see openPools). */
-  transactions: OpenTransactionConnection;
-  stop(): Promise<void>;
-}
-
 /**
  * The drainer's own connections commit asynchronously: a claim, completion or failure lost in a
  * server crash only means that job runs again (delivery is at-least-once anyway), while waiting for
  * the WAL flush on every batch costs a large share of drain throughput. Everything that enqueues —
  * the API, recurring schedules, your own transactions — uses the other pool and stays durable.
  */
-export function openPools(url: string, poolSize: number, incidents: Incidents): SidecarPools {
+export function openPools(url: string, poolSize: number, incidents: Incidents): QueueDatabase {
   const pool = new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain' });
   const drainPool = createDrainPool(url);
   // Transactional handlers' own connections: durable commits (their writes are your data), as many
@@ -92,7 +82,7 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
       const client = await handlerPool.connect();
       return { db: drizzle({ client }) as unknown as Db, release: (destroy) => client.release(destroy) };
     },
-    stop: async () => {
+    close: async () => {
       await Promise.all(pools.map((p) => p.end().catch(() => {})));
     },
   };

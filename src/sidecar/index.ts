@@ -26,14 +26,14 @@ import { createApp, type ScopedToken } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL } from '../queries/index.ts';
 import { checkSchedules, type ScheduleDefinition } from '../schedules.ts';
-import { defaultFor } from '../settings.ts';
+import { type RuntimeSettings, defaultFor } from '../settings.ts';
 import { openDatabase, openPools, resolveApiToken } from './database.ts';
 import { Drainer } from './drainer.ts';
 import { FinishedJobsHub } from './finished-jobs.ts';
 import { serveHttp } from './http.ts';
 import { Incidents, describeError } from './incidents.ts';
 import { NotificationListener } from './listener.ts';
-import { createLogger, type LogFormat, logFormatFor } from './logger.ts';
+import { createLogger, logFormatFor } from './logger.ts';
 import { Parts } from './parts.ts';
 import { Reaper } from './reaper.ts';
 import { Scheduler } from './scheduler.ts';
@@ -41,67 +41,20 @@ import { Scheduler } from './scheduler.ts';
 /** How often the sidecar returns expired locks. */
 export const DEFAULT_REAP_INTERVAL_MS = defaultFor('reapIntervalMs', 'sidecar');
 
-export interface SidecarOptions {
-  /** Your PostgreSQL. Unset: an embedded PostgreSQL 18 with its data in `dataDir`. */
-  databaseUrl?: string;
-  /** Embedded database, generated token. Default ./.pgdrain */
-  dataDir?: string;
+/**
+ * The sidecar's settings — each one the setting of the same name in src/settings.ts (its
+ * environment variable in the README's configuration table: `batchSize` is BATCH_SIZE), its
+ * default applying when it is not given — and what only code can pass.
+ */
+export interface SidecarOptions extends RuntimeSettings<'sidecar'> {
   /** Your job kinds, served next to the built-in noop and webhook kinds. */
   jobs?: readonly JobDefinition<any>[];
   /** Recurring schedules, evaluated at start, at each of their slots and at least every minute. */
   schedules?: readonly ScheduleDefinition[];
   /** Replaces the default registry entirely (jobs is then ignored). */
   registry?: JobRegistry;
-  /** Comma-separated allow-list for the webhook kind. */
-  webhookAllowedHosts?: string;
-  /** `whsec_…` keys (whitespace- or comma-separated) the webhook kind signs every delivery with. */
-  webhookSigningSecret?: string;
-  /** Default 8080; 0 picks a free port. */
-  port?: number;
-  /** Default 127.0.0.1; use 0.0.0.0 to serve other machines. */
-  host?: string;
-  /** Unset: generated once and kept in `dataDir/api-token`. */
-  apiToken?: string;
-  /** A second token that can read /metrics only (for a Prometheus scraper). The API token works too. */
-  metricsToken?: string;
-  /** Tokens limited to a scope: `enqueue`, `read` or `admin` (the API token is admin). */
-  scopedTokens?: readonly ScopedToken[];
-  /** The dashboard shows the oldest ready job's age in a warning colour past this. Default 60 s. */
-  oldestReadyWarnSeconds?: number;
-  /** Count completions and failures in job_counts (the dashboard's chart, the /metrics counters).
-   * Default true; it costs a few per cent of drain throughput (see the README's benchmark). */
-  recordCounts?: boolean;
-  /** Most jobs per claim. Default 250 (DRAIN_PROFILES.near). */
-  batchSize?: number;
-  /** Handlers running at once. Default 250 (DRAIN_PROFILES.near). */
-  concurrency?: number;
-  /** Claim only these kinds. Default: every registered kind. */
-  kinds?: readonly string[];
-  /** Default 1000 ms. */
-  pollIntervalMs?: number;
-  /** Default 15 s: with the 30 s visibility timeout, a crashed drainer's jobs are claimable again
-   * within about 45 s. */
-  reapIntervalMs?: number;
-  /** Default 30 s; a job's own visibility_seconds wins. Running jobs' leases are renewed every
-   * third of it, so it need not exceed the slowest job. */
-  visibilityTimeoutSeconds?: number;
-  /** Default 10 s. */
-  shutdownGraceMs?: number;
-  /** Connections for queries and the API. Default 10. */
-  poolSize?: number;
-  maxBodyBytes?: number;
-  /** A request's headers must arrive within this. Default 10 s. */
-  httpHeadersTimeoutMs?: number;
-  /** A whole request must arrive within this (a response may take longer: waits do). Default 30 s. */
-  httpRequestTimeoutMs?: number;
-  /** Connections open at once; more are refused. Default 1000. */
-  httpMaxConnections?: number;
-  /** Default: pino at `logLevel` to stdout, readable on a terminal and JSON otherwise. */
+  /** Default: pino at `logLevel` (else LOG_LEVEL) to stdout, readable on a terminal and JSON otherwise. */
   logger?: Logger;
-  /** Default info (LOG_LEVEL). */
-  logLevel?: string;
-  /** Overrides the choice by terminal: `json` or `pretty` (LOG_FORMAT). */
-  logFormat?: LogFormat;
   /** Where the first-run banner goes when a token was generated: where the token is kept and how
    * to use it (never the token itself). Default: stdout, when the log is readable lines; in JSON
    * mode the log's own line says where the token is. */
@@ -147,7 +100,10 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
 
   const database = await parts.start('database', () => openDatabase({ databaseUrl: options.databaseUrl, dataDir, embeddedSettings: options.embeddedSettings }, log));
   const apiToken = await resolveApiToken(options.apiToken, dataDir, log);
-  const pools = await parts.start('pools', () => openPools(database.url, options.poolSize ?? defaultFor('poolSize', 'sidecar'), incidents));
+  const pools = await parts.start('pools', () => {
+    const opened = openPools(database.url, options.poolSize ?? defaultFor('poolSize', 'sidecar'), incidents);
+    return Object.assign(opened, { stop: () => opened.close() });
+  });
   const notices = new DrainNotices();
   const finishedJobs = new FinishedJobsHub();
   const drainer = await parts.start('drainer', () =>

@@ -1,8 +1,10 @@
-// The sidecar's maintenance on a timer: returns jobs whose lease ran out (their drainer died or
-// hung), folds old per-minute counts into the totals, and prunes kept jobs whose time is up. runOnce() is one round; start() runs one at once
-// (a previous process may have died holding locks) and then every `intervalMs`.
+// The sidecar's housekeeping on a timer (src/drain/housekeeping.ts: returns jobs whose lease ran out,
+// folds old per-minute counts into the totals, prunes kept jobs whose time is up). runOnce() is one
+// round; start() runs one at once (a previous process may have died holding locks) and then every
+// `intervalMs`.
 import type { Logger } from 'pino';
-import { type Db, pruneFinished, reap, rollUpCounts } from '../queries/index.ts';
+import { housekeep } from '../drain/housekeeping.ts';
+import type { Db } from '../queries/index.ts';
 import type { Incidents } from './incidents.ts';
 
 export interface ReaperOptions {
@@ -38,9 +40,7 @@ export class Reaper {
   runOnce(): Promise<void> {
     this.#round = this.#round.then(async () => {
       try {
-        const result = await reap(this.#db, this.#options.visibilityTimeoutSeconds);
-        await rollUpCounts(this.#db);
-        const pruned = await pruneFinished(this.#db);
+        const { reaped: result, pruned } = await housekeep(this.#db, this.#options.visibilityTimeoutSeconds);
         this.#incidents.end('reaper');
         if (pruned.jobs > 0) this.#log.debug({ ...pruned }, 'pruned kept jobs past their time');
         const total = result.reclaimed.length + result.dead.length + result.cancelled.length;

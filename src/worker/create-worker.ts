@@ -10,38 +10,20 @@
 //   export default createWorker({ jobs: [sendReceipt] });
 import type { Context } from 'hono';
 import { safeErrorMessage } from '../db/url.ts';
-import { drain, type DrainReport } from '../drain/index.ts';
+import { drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
-import { pruneFinished, reap, rollUpCounts } from '../queries/index.ts';
+import { housekeep } from '../drain/housekeeping.ts';
 import { checkSchedules, evaluateSchedules, type ScheduleDefinition } from '../schedules.ts';
-import { type Settings, SettingsError, readSettings } from '../settings.ts';
+import { type SettingVariables, type Settings, SettingsError, readSettings } from '../settings.ts';
 import { type OpenTelemetryApi, useOpenTelemetry } from '../tracing.ts';
 import { cronBudgetMs } from './cron-budget.ts';
 import { type DatabaseEnv, type WorkerDatabase, openWorkerDatabase } from './database.ts';
 
-/** The Worker's bindings: the settings of src/settings.ts as vars and secrets, and the database's. */
-export interface Env extends DatabaseEnv {
-  /** Secret: the API's bearer token (`wrangler secret put API_TOKEN`). */
-  API_TOKEN?: string;
-  /** Secret, optional: a token that can read /metrics only. */
-  METRICS_TOKEN?: string;
-  /** Secret, optional: tokens limited to a scope, `enqueue:<token>, read:<token>, admin:<token>`. */
-  API_TOKENS?: string;
-  OLDEST_READY_WARN_SECONDS?: string;
-  RECORD_COUNTS?: string;
-  /** Wall-clock milliseconds an invocation drains. Unset: until a second before the same cron's next tick. */
-  DRAIN_BUDGET_MS?: string;
-  BATCH_SIZE?: string;
-  MAX_BATCH_SIZE?: string;
-  CONCURRENCY?: string;
-  KINDS?: string;
-  VISIBILITY_TIMEOUT_SECONDS?: string;
-  WEBHOOK_ALLOWED_HOSTS?: string;
-  /** Secret, optional: `whsec_…` keys to sign webhook deliveries with (Standard Webhooks). */
-  WEBHOOK_SIGNING_SECRET?: string;
-  MAX_BODY_BYTES?: string;
-}
+/** The Worker's bindings: every setting the Worker reads (src/settings.ts: its variable, as a var or
+ * a secret — API_TOKEN, API_TOKENS, METRICS_TOKEN, WEBHOOK_SIGNING_SECRET and DATABASE_URL are
+ * secrets), and the database's (DATABASE_URL or a HYPERDRIVE binding). */
+export type Env = DatabaseEnv & SettingVariables<'worker'>;
 
 export interface ScheduledReport extends DrainReport {
   cron: string;
@@ -153,7 +135,7 @@ function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: 
   const done = (used: { database: WorkerDatabase; users: number }) => {
     if (--used.users > 0) return;
     if (open === used) open = undefined;
-    c.executionCtx.waitUntil(used.database.end());
+    c.executionCtx.waitUntil(used.database.close());
   };
   const withDb: ApiRuntime['withDb'] = async (fn) => {
     const used = use();
@@ -200,17 +182,15 @@ async function runNow({ db, transactions }: WorkerDatabase, { settings, registry
   // The request's connection (the caller closes it).
   try {
     const report = await drain(db, registry, {
+      ...drainSettings(settings),
       transactions,
       workerId: `worker-now-${crypto.randomUUID().slice(0, 8)}`,
-      placement: 'far',
       ids,
       batchSize: ids.length,
       concurrency: Math.min(settings.concurrency!, ids.length),
       prefetch: 0,
       // waitUntil work gets 30 s after the response; the rest is the reaper's.
       budgetMs: RUN_NOW_BUDGET_MS,
-      visibilityTimeoutSeconds: settings.visibilityTimeoutSeconds,
-      recordCounts: settings.recordCounts,
     });
     console.log(JSON.stringify({ event: 'run_now', ids: ids.length, ...report }));
   } catch (error) {
@@ -223,29 +203,18 @@ async function cronDrain(controller: ScheduledControllerLike, env: Env, { settin
   const started = Date.now();
   // Unset: until a second before this cron's next invocation (see cron-budget.ts).
   const budgetMs = settings.drainBudgetMs ?? cronBudgetMs(controller.cron, controller.scheduledTime, started);
-  const { db, transactions, end } = openWorkerDatabase(env);
+  const { db, transactions, close } = openWorkerDatabase(env);
   // Housekeeping goes beside the drain, on a connection of its own (from the transactional
   // handlers' pool, given back when done): before the drain, its connection and three round trips
   // were a third of a 5,000-job invocation at 10 ms from the database. Settled, it is awaited.
-  const housekeeping = housekeep(transactions, settings.visibilityTimeoutSeconds!);
+  const housekeeping = housekeepBeside(transactions, settings.visibilityTimeoutSeconds!);
   housekeeping.catch(() => {});
   try {
     const scheduled = schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
     const deadline = started + budgetMs;
     const workerId = `worker-${controller.scheduledTime}-${crypto.randomUUID().slice(0, 8)}`;
     const drainFor = (ms: number) =>
-      drain(db, registry, {
-        workerId,
-        transactions,
-        placement: 'far',
-        batchSize: settings.batchSize,
-        maxBatchSize: settings.maxBatchSize,
-        concurrency: settings.concurrency,
-        kinds: settings.kinds && settings.kinds.length > 0 ? settings.kinds : undefined,
-        budgetMs: ms,
-        visibilityTimeoutSeconds: settings.visibilityTimeoutSeconds,
-        recordCounts: settings.recordCounts,
-      });
+      drain(db, registry, { ...drainSettings(settings), workerId, transactions, budgetMs: ms });
     let report = await drainFor(deadline - Date.now());
     const { reaped, pruned, housekeepingMs } = await housekeeping;
     // Jobs the reap gave back after this drain found nothing more: they run in this invocation.
@@ -263,25 +232,35 @@ async function cronDrain(controller: ScheduledControllerLike, env: Env, { settin
       scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), budgetMs, elapsedMs: Date.now() - started, housekeepingMs,
     };
   } finally {
-    await end();
+    await close();
   }
 }
 
-/** Reap, roll-up and prune on a connection of their own; each a round trip (prune one when there
- * is little to prune). */
-async function housekeep(transactions: WorkerDatabase['transactions'], visibilityTimeoutSeconds: number) {
+/** The housekeeping round (src/drain/housekeeping.ts) on a connection of its own. */
+async function housekeepBeside(transactions: WorkerDatabase['transactions'], visibilityTimeoutSeconds: number) {
   const started = Date.now();
   const connection = await transactions();
   let healthy = false;
   try {
-    const reaped = await reap(connection.db, visibilityTimeoutSeconds);
-    await rollUpCounts(connection.db);
-    const pruned = await pruneFinished(connection.db);
+    const round = await housekeep(connection.db, visibilityTimeoutSeconds);
     healthy = true;
-    return { reaped, pruned, housekeepingMs: Date.now() - started };
+    return { ...round, housekeepingMs: Date.now() - started };
   } finally {
     connection.release(!healthy);
   }
+}
+
+/** The drain's options from the Worker's settings, for its cron drains and run-now alike. */
+function drainSettings(settings: Settings) {
+  return {
+    placement: 'far',
+    batchSize: settings.batchSize,
+    maxBatchSize: settings.maxBatchSize,
+    concurrency: settings.concurrency,
+    kinds: settings.kinds && settings.kinds.length > 0 ? settings.kinds : undefined,
+    visibilityTimeoutSeconds: settings.visibilityTimeoutSeconds,
+    recordCounts: settings.recordCounts,
+  } as const satisfies Partial<DrainOptions>;
 }
 
 /** Two drains of one invocation as one report (the second's stop and next claim). */

@@ -19,7 +19,7 @@ import { drizzle as drizzleNeon } from 'drizzle-orm/neon-serverless';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { safeErrorMessage } from '../db/url.ts';
-import type { OpenTransactionConnection } from '../drain/index.ts';
+import type { QueueDatabase } from '../db/connections.ts';
 import type { Db } from '../queries/index.ts';
 
 /** The part of a Hyperdrive binding the Worker uses. */
@@ -38,13 +38,9 @@ export interface DatabaseEnv {
 
 export type WorkerDriver = 'hyperdrive' | 'neon';
 
-export interface WorkerDatabase {
-  db: Db;
+/** The Worker's QueueDatabase, and which path it takes; its drain statements are `db`'s. */
+export interface WorkerDatabase extends QueueDatabase {
   driver: WorkerDriver;
-  /** A connection of its own for one transactional handler. */
-  transactions: OpenTransactionConnection;
-  /** Closes the connections; never rejects. */
-  end(): Promise<void>;
 }
 
 /** The drain's own connections: its statements, and a second claim while the first is in flight. */
@@ -95,13 +91,14 @@ function withTransactionPool<Client extends { release(destroy?: boolean): void }
   let transactionPool: OpenedPool<Client> | undefined;
   return {
     db: main.db,
+    drainDb: main.db,
     driver,
     transactions: async () => {
       transactionPool ??= openTransactionPool();
       const client = await transactionPool.pool.connect();
       return { db: wrap(client), release: (destroy) => client.release(destroy) };
     },
-    end: async () => {
+    close: async () => {
       await Promise.all([main.end(), transactionPool?.end()]);
     },
   };

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { drain } from '../../src/drain/index.ts';
 import { JobRegistry, JobValidationError, defineJob } from '../../src/jobs/registry.ts';
-import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
+import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import { enqueue, enqueueMany } from '../../src/queries/index.ts';
 import type { Harness } from './queue-behaviour.ts';
 

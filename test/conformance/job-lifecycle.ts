@@ -8,7 +8,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, drain, type DrainOptions } from '../../src/drain/index.ts';
 import { JobRegistry, JobValidationError, type JobDefinition, defineJob } from '../../src/jobs/registry.ts';
-import { type EnqueueOptions, enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
+import { type EnqueueOptions, enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import {
   UnknownDependencyError, cancel, enqueue, enqueueMany, getDependencies, getJob, pruneFinished, watchJob,
 } from '../../src/queries/index.ts';

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { type OpenTransactionConnection, drain } from '../../src/drain/index.ts';
 import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/registry.ts';
 import { noopJob } from '../../src/jobs/noop.ts';
-import { enqueue as enqueueTyped } from '../../src/jobs/typed-enqueue.ts';
+import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import {
   type Db, claim, compareIds, complete, completeAndClaim, countTotals, countsByMinute, ENQUEUE_CHUNK, enqueue, enqueueMany, explainClaim, fail, failMany,
   MAX_ERROR_LENGTH, pauseKind, release, reap, renewLeases, resumeKind, retryDead, rollUpCounts, stats,
@@ -27,6 +27,8 @@ export interface Listener {
   close(): Promise<void>;
 }
 
+/** A driver under test: the runtime's own database (its QueueDatabase: `db`, `transactions`), and
+ * what the tests need beside it. */
 export interface Harness {
   db: Db;
   /** Raw SQL for arranging and asserting; returns rows. */

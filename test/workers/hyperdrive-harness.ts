@@ -5,6 +5,7 @@
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import type { Db } from '../../src/queries/index.ts';
+import { openWorkerDatabase } from '../../src/worker/database.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
 import { poolHarness } from './pool-harness.ts';
 
@@ -17,7 +18,7 @@ export function createHyperdriveHarness(binding: { connectionString: string }): 
       return pool;
     },
     db: (pool) => drizzle({ client: pool }) as unknown as Db,
-    clientDb: (client: pg.PoolClient) => drizzle({ client }) as unknown as Db,
+    database: () => openWorkerDatabase({ HYPERDRIVE: binding }),
     client: async () => {
       const client = new pg.Client({ connectionString: binding.connectionString });
       client.on('error', () => {});

@@ -1,8 +1,8 @@
 // The queue-behaviour suite's harness on the Neon serverless driver, inside workerd.
-import { Client, Pool, type PoolClient } from '@neondatabase/serverless';
+import { Client, Pool } from '@neondatabase/serverless';
 import { drizzle } from 'drizzle-orm/neon-serverless';
 import { env } from 'cloudflare:test';
-import { useLocalProxy } from '../../src/worker/database.ts';
+import { openWorkerDatabase, useLocalProxy } from '../../src/worker/database.ts';
 import type { Db } from '../../src/queries/index.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
 import { poolHarness } from './pool-harness.ts';
@@ -18,7 +18,7 @@ export function createNeonHarness(url: string): Promise<Harness> {
   return poolHarness({
     pool: (max) => neonPool(url, max),
     db: (pool) => drizzle({ client: pool }) as unknown as Db,
-    clientDb: (client: PoolClient) => drizzle({ client }) as unknown as Db,
+    database: () => openWorkerDatabase({ DATABASE_URL: url, NEON_WS_PROXY: env.NEON_WS_PROXY }),
     client: async () => {
       useLocalProxy(env.NEON_WS_PROXY);
       const client = new Client(url);

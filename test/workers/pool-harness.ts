@@ -1,6 +1,7 @@
 // The queue-behaviour suite's harness for a driver inside workerd, given how to open its pools and
 // clients: the Neon driver (neon-harness.ts) and node-postgres through Hyperdrive
 // (hyperdrive-harness.ts) differ only in those.
+import type { QueueDatabase } from '../../src/db/connections.ts';
 import type { Db } from '../../src/queries/index.ts';
 import { type Harness, listenOn, type NotifyingClient } from '../conformance/queue-behaviour.ts';
 
@@ -14,10 +15,10 @@ export async function poolHarness<C extends { release(destroy?: boolean): void }
   /** A pool of `max` connections, its error listener attached. */
   pool(max: number): P;
   db(pool: P): Db;
-  /** A database on one client taken from a pool (a transactional handler's connection). */
-  clientDb(client: C): Db;
   /** A client of its own, connected, for LISTEN. */
   client(): Promise<NotifyingClient>;
+  /** The Worker's own database on this path (src/worker/database.ts), as an invocation opens it. */
+  database(): QueueDatabase;
 }): Promise<Harness> {
   const pools: P[] = [];
   const open = (max: number) => {
@@ -26,18 +27,15 @@ export async function poolHarness<C extends { release(destroy?: boolean): void }
     return { pool, db: driver.db(pool) };
   };
   const main = open(3);
-  let transactionPool: P | undefined;
+  const database = driver.database();
   return {
-    db: main.db,
+    db: database.db,
     query: async (text, values) => (await main.pool.query(text, values)).rows,
     connect: async () => open(1).db,
     listen: async (channel) => listenOn(await driver.client(), channel),
-    transactions: async () => {
-      transactionPool ??= open(3).pool;
-      const client = await transactionPool.connect();
-      return { db: driver.clientDb(client), release: (destroy) => client.release(destroy) };
-    },
+    transactions: database.transactions,
     close: async () => {
+      await database.close();
       await Promise.all(pools.splice(0).map((p) => p.end()));
     },
   };

@@ -3,6 +3,7 @@
 // OpenAPI description and its rendered reference at /docs.
 import type { Hono } from 'hono';
 import { NONCE, secureHeaders } from 'hono/secure-headers';
+import { defaultFor } from '../../settings.ts';
 import { access } from '../auth.ts';
 import type { AppEnv } from '../context.ts';
 import { dashboardPage } from '../dashboard/page.ts';
@@ -84,7 +85,7 @@ export function pageRoutes(app: Hono<AppEnv>): void {
   app.on('GET', ['/', '/dashboard'], describe.dashboardPage, access('open'), dashboardHeaders, (c) =>
     c.html(
       dashboardPage({
-        oldestReadyWarnSeconds: c.var.api.oldestReadyWarnSeconds ?? 60,
+        oldestReadyWarnSeconds: c.var.api.oldestReadyWarnSeconds ?? defaultFor('oldestReadyWarnSeconds', 'sidecar'),
         countsRecorded: (c.var.api.recordCounts ?? c.var.api.countsRecorded) !== false,
         refreshSeconds: DASHBOARD_REFRESH_SECONDS,
         basePath: c.var.basePath,

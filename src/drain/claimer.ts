@@ -1,0 +1,43 @@
+// The claimer: sends the claims the planner decides on, and nothing else. Three statements:
+//   - a kind limited across drainers: the limited claim, under the kind's own lock
+//     (queries/claim-limited.ts);
+//   - far from the database, with completions waiting: one statement that settles them and claims
+//     (queries/complete-and-claim.ts), so a cycle costs one round trip instead of two — the settler
+//     hands them over and hears back which it settled;
+//   - otherwise the plain claim (queries/claim.ts).
+import { type ClaimLimits, type ClaimOptions, type Db, claim, claimLimited, completeAndClaim } from '../queries/index.ts';
+import type { ClaimOutcome } from './claim-planner.ts';
+import type { Settler } from './settler.ts';
+
+export class Claimer {
+  readonly #db: Db;
+  readonly #settler: Settler;
+  readonly #recordCounts: boolean;
+
+  constructor(db: Db, settler: Settler, options: { recordCounts: boolean }) {
+    this.#db = db;
+    this.#settler = settler;
+    this.#recordCounts = options.recordCounts;
+  }
+
+  async send(options: ClaimOptions, limits?: ClaimLimits): Promise<ClaimOutcome> {
+    if (limits) {
+      const { kinds, ...rest } = options;
+      return claimLimited(this.#db, { ...rest, kind: kinds![0]!, limits });
+    }
+    this.#settler.claimInFlight(1);
+    try {
+      const carried = this.#settler.takeCarried();
+      if (carried.length === 0) return { jobs: await claim(this.#db, options) };
+      const completed = carried.map(({ record, kept }) => ({ id: record.job.id, lockedBy: record.job.lockedBy, ...kept }));
+      const result = await completeAndClaim(this.#db, completed, options, { recordCounts: this.#recordCounts }).catch((error: unknown) => {
+        this.#settler.carryFailed(carried);
+        throw error;
+      });
+      this.#settler.carried(carried, result.completed);
+      return { jobs: result.claimed };
+    } finally {
+      this.#settler.claimInFlight(-1);
+    }
+  }
+}

@@ -35,7 +35,7 @@ it('the lease keeper gives a lease up the moment it runs out, whatever the phase
   const book = new JobBook();
   const hold = async (token: string) => {
     const sentAt = Date.now();
-    const [job] = await claim(t.db, { batchSize: 1, lockToken: token, leaseSeconds: 3, kinds: ['held'] });
+    const [job] = await claim(t.db, { batchSize: 1, lockToken: token, visibilityTimeoutSeconds: 3, kinds: ['held'] });
     keeper.hold(book.claimed([job!], sentAt));
     keeper.attach(job!.id, (error) => lost.set(job!.id, { at: Date.now(), why: error.message }));
     return { job: job!, sentAt };

@@ -45,38 +45,42 @@ export class PgdrainApiError extends Error {
 
 type Query = Record<string, string | number | undefined>;
 
+type Send = (input: string, init: RequestInit) => Promise<Response>;
+
+/** One request to the API: JSON in and out, a PgdrainApiError for every failure. */
+async function callApi<T>(send: Send, base: string, token: string | undefined, method: string, path: string, request: { body?: unknown; query?: Query } = {}): Promise<T> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (request.body !== undefined) headers['content-type'] = 'application/json';
+  const search = new URLSearchParams();
+  for (const [key, value] of Object.entries(request.query ?? {})) if (value !== undefined) search.set(key, String(value));
+  const url = `${base}${path}${search.size > 0 ? `?${search}` : ''}`;
+  let response: Response;
+  try {
+    response = await send(url, { method, headers, body: request.body === undefined ? undefined : JSON.stringify(request.body) });
+  } catch (error) {
+    throw new PgdrainApiError(0, 'network_error', `${method} ${path}: no response (${error instanceof Error ? error.message : String(error)})`, { cause: error });
+  }
+  if (response.status === 204) return undefined as T;
+  const text = await response.text();
+  let body: unknown;
+  try {
+    body = text === '' ? undefined : JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  if (!response.ok) {
+    const error = (body as Partial<ApiErrorBody> | undefined)?.error;
+    throw new PgdrainApiError(response.status, error?.code ?? `http_${response.status}`, error?.message ?? `${method} ${path} answered ${response.status}`);
+  }
+  return body as T;
+}
+
 export function createClient(options: ClientOptions) {
   const base = options.baseUrl.replace(/\/+$/, '');
   // Unbound, a Workers runtime's global fetch throws "Illegal invocation".
-  const send = options.fetch ?? ((input: string, init: RequestInit) => globalThis.fetch(input, init));
-
-  async function call<T>(method: string, path: string, request: { body?: unknown; query?: Query } = {}): Promise<T> {
-    const headers: Record<string, string> = { accept: 'application/json' };
-    if (options.token) headers.authorization = `Bearer ${options.token}`;
-    if (request.body !== undefined) headers['content-type'] = 'application/json';
-    const search = new URLSearchParams();
-    for (const [key, value] of Object.entries(request.query ?? {})) if (value !== undefined) search.set(key, String(value));
-    const url = `${base}${path}${search.size > 0 ? `?${search}` : ''}`;
-    let response: Response;
-    try {
-      response = await send(url, { method, headers, body: request.body === undefined ? undefined : JSON.stringify(request.body) });
-    } catch (error) {
-      throw new PgdrainApiError(0, 'network_error', `${method} ${path}: no response (${error instanceof Error ? error.message : String(error)})`, { cause: error });
-    }
-    if (response.status === 204) return undefined as T;
-    const text = await response.text();
-    let body: unknown;
-    try {
-      body = text === '' ? undefined : JSON.parse(text);
-    } catch {
-      body = undefined;
-    }
-    if (!response.ok) {
-      const error = (body as Partial<ApiErrorBody> | undefined)?.error;
-      throw new PgdrainApiError(response.status, error?.code ?? `http_${response.status}`, error?.message ?? `${method} ${path} answered ${response.status}`);
-    }
-    return body as T;
-  }
+  const send: Send = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+  const call = <T>(method: string, path: string, request?: { body?: unknown; query?: Query }) => callApi<T>(send, base, options.token, method, path, request);
 
   const idPath = (id: string) => encodeURIComponent(id);
 

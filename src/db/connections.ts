@@ -7,7 +7,7 @@ import type { Db } from '../queries/db.ts';
 export interface TransactionConnection {
   db: Db;
   /** Back to its pool; `destroy`: close it instead (the server rolls back what it had open). */
-  release(destroy: boolean): void;
+  giveBack(destroy: boolean): void;
 }
 
 /** Opens a TransactionConnection (each runtime has its own pool of them). */

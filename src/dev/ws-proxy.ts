@@ -14,7 +14,7 @@ import { createRequire } from 'node:module';
 import http from 'node:http';
 import net from 'node:net';
 import { createHash } from 'node:crypto';
-import { ClientGreeting, ServerLogin } from './password-handshake.ts';
+import { ClientGreeting, type Greeting, ServerLogin } from './password-handshake.ts';
 
 /** Logged-in backends kept per credentials for the next client. */
 const MAX_IDLE_BACKENDS = 20;
@@ -48,8 +48,7 @@ export async function startWsProxy(options: {
   const allowed = `${options.target.host}:${options.target.port}`;
   const server = http.createServer((_, res) => res.writeHead(426, { 'content-type': 'text/plain' }).end('WebSocket only\n'));
   const wss = new WebSocketServer({ noServer: true });
-  const sockets = new Set<net.Socket>();
-  let closing = false;
+  const backends = new Backends(options.target);
 
   server.on('upgrade', (req, socket, head) => {
     const url = new URL(req.url ?? '/', 'http://proxy');
@@ -58,163 +57,8 @@ export async function startWsProxy(options: {
       socket.end('HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\n');
       return;
     }
-    wss.handleUpgrade(req, socket, head, (ws) => serve(ws));
+    wss.handleUpgrade(req, socket, head, (ws) => new ClientSession(ws, backends, later));
   });
-
-  /** A PostgreSQL connection the proxy logged in; `owner` gets what the server sends. */
-  interface Backend {
-    tcp: net.Socket;
-    key: string;
-    /** What the server said once logged in, replayed to each client that reuses the backend. */
-    hello: Buffer;
-    /** The last bytes the server sent: they end in ReadyForQuery when it is idle. */
-    tail: Buffer;
-    /** The client sent something the server has not answered with ReadyForQuery yet. */
-    busy: boolean;
-    owner: ((chunk: Buffer) => void) | null;
-    onClose: (() => void) | null;
-  }
-  const readyAndIdle = (tail: Buffer) => tail.length >= 6 && tail[tail.length - 6] === 0x5a && tail[tail.length - 1] === 0x49;
-  /** Logged-in backends no client holds, by start-up message and password (a client gets one only
-   * with the credentials it was logged in with). */
-  const idle = new Map<string, Backend[]>();
-
-  function openBackend(onData: (chunk: Buffer) => void, onClose: () => void): { tcp: net.Socket; send(bytes: Buffer): void } {
-    const tcp = net.connect(options.target.port, options.target.host);
-    sockets.add(tcp);
-    tcp.setNoDelay(true);
-    const pending: Buffer[] = [];
-    tcp.on('connect', () => {
-      for (const chunk of pending.splice(0)) tcp.write(chunk);
-    });
-    tcp.on('data', onData);
-    tcp.on('close', () => {
-      sockets.delete(tcp);
-      onClose();
-    });
-    tcp.on('error', () => tcp.destroy());
-    return { tcp, send: (bytes) => (tcp.connecting ? pending.push(bytes) : tcp.write(bytes)) };
-  }
-
-  /** Back to the pool if the server is idle (its last message ReadyForQuery, not in a transaction),
-   * after DISCARD ALL has reset the session; closed otherwise. */
-  function release(backend: Backend): void {
-    backend.owner = null;
-    backend.onClose = null;
-    if (backend.busy || !readyAndIdle(backend.tail) || backend.tcp.destroyed || closing) return void backend.tcp.destroy();
-    backend.tail = Buffer.alloc(0);
-    backend.owner = () => {
-      if (readyAndIdle(backend.tail)) {
-        backend.owner = null;
-        const list = idle.get(backend.key) ?? [];
-        if (list.length >= MAX_IDLE_BACKENDS) return void backend.tcp.destroy();
-        list.push(backend);
-        idle.set(backend.key, list);
-      }
-    };
-    const query = Buffer.from('DISCARD ALL\0');
-    const header = Buffer.alloc(5);
-    header.write('Q', 0);
-    header.writeInt32BE(query.length + 4, 1);
-    backend.tcp.write(Buffer.concat([header, query]));
-  }
-
-  function takeIdle(key: string): Backend | undefined {
-    const list = idle.get(key);
-    let backend = list?.pop();
-    while (backend && backend.tcp.destroyed) backend = list?.pop();
-    return backend;
-  }
-
-  function serve(ws: import('ws').WebSocket): void {
-    let backend: Backend | null = null;
-    let send: ((bytes: Buffer) => void) | null = null;
-    /** What the client sends after its password while its backend is logging in. */
-    const early: Buffer[] = [];
-    const toClient = (chunk: Buffer) =>
-      later(() => {
-        if (ws.readyState === ws.OPEN) ws.send(chunk);
-      });
-    const attach = (b: Backend) => {
-      backend = b;
-      send = (bytes) => {
-        // Terminate ends the client's session, not the pooled backend's: kept from the server.
-        const terminate = bytes.length >= 5 && bytes[bytes.length - 5] === 0x58 && bytes.readInt32BE(bytes.length - 4) === 4;
-        const sent = terminate ? bytes.subarray(0, bytes.length - 5) : bytes;
-        if (sent.length > 0) {
-          b.busy = true;
-          b.tcp.write(sent);
-        }
-        // The server would close the connection: the proxy does, for it.
-        if (terminate) ws.close();
-      };
-      b.owner = toClient;
-      b.onClose = () => {
-        if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close();
-      };
-      // A client that left while its backend was logging in: the backend goes back to the pool.
-      if (ws.readyState !== ws.OPEN) return closed();
-    };
-    const passOn = (rest: Buffer) => {
-      for (const bytes of [rest, ...early.splice(0)]) if (bytes.length > 0) send?.(bytes);
-    };
-    const greeting = new ClientGreeting({
-      toClient,
-      fail: () => ws.close(),
-      onCancel: (request) => {
-        const { tcp, send: sendCancel } = openBackend(() => {}, () => {});
-        sendCancel(request);
-        tcp.end();
-      },
-      onGreeting: (g) => {
-        const key = createHash('sha256').update(g.startup).update('\0').update(g.password).digest('hex');
-        const reused = takeIdle(key);
-        if (reused) {
-          toClient(reused.hello);
-          attach(reused);
-          return passOn(g.rest);
-        }
-        let login: ServerLogin | undefined;
-        const opened = openBackend(
-          (chunk) => {
-            if (login && !login.finished) return login.read(chunk);
-            b.tail = Buffer.concat([b.tail, chunk]).subarray(-6);
-            if (b.tail.length === 6 && b.tail[0] === 0x5a) b.busy = false;
-            b.owner?.(chunk);
-          },
-          () => b.onClose?.(),
-        );
-        const b: Backend = { tcp: opened.tcp, key, hello: Buffer.alloc(0), tail: Buffer.alloc(0), busy: false, owner: null, onClose: () => ws.close() };
-        login = new ServerLogin(g, {
-          toServer: opened.send,
-          toClient,
-          fail: () => {
-            opened.tcp.destroy();
-            ws.close();
-          },
-          onLoggedIn: (hello, rest) => {
-            b.hello = hello;
-            b.tail = Buffer.concat([hello, rest]).subarray(-6);
-            toClient(Buffer.concat([hello, rest]));
-            attach(b);
-            passOn(g.rest);
-          },
-        });
-      },
-    });
-    ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
-      const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-      later(() => (send ? send(chunk) : greeting.finished ? early.push(chunk) : greeting.read(chunk)));
-    });
-    const closed = () => {
-      const b = backend;
-      backend = null;
-      send = null;
-      if (b) release(b);
-    };
-    ws.on('close', closed);
-    ws.on('error', () => ws.terminate());
-  }
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -227,17 +71,209 @@ export async function startWsProxy(options: {
     setDelayMs: (ms) => {
       delayMs = ms;
     },
-    dropConnections: () => {
-      const n = sockets.size;
-      for (const s of sockets) s.destroy();
-      return n;
-    },
+    dropConnections: () => backends.dropAll(),
     close: async () => {
-      closing = true;
-      for (const s of sockets) s.destroy();
+      backends.close();
       for (const client of wss.clients) client.terminate();
       wss.close();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/** A PostgreSQL connection the proxy logged in; `owner` gets what the server sends. */
+interface Backend {
+  tcp: net.Socket;
+  key: string;
+  /** What the server said once logged in, replayed to each client that reuses the backend. */
+  hello: Buffer;
+  /** The last bytes the server sent: they end in ReadyForQuery when it is idle. */
+  tail: Buffer;
+  /** The client sent something the server has not answered with ReadyForQuery yet. */
+  busy: boolean;
+  owner: ((chunk: Buffer) => void) | null;
+  onClose: (() => void) | null;
+}
+
+const readyAndIdle = (tail: Buffer) => tail.length >= 6 && tail[tail.length - 6] === 0x5a && tail[tail.length - 1] === 0x49;
+
+/** The connections to PostgreSQL: every open socket, and the logged-in backends no client holds, by
+ * start-up message and password (a client gets one only with the credentials it was logged in with). */
+class Backends {
+  readonly #target: { host: string; port: number };
+  readonly #sockets = new Set<net.Socket>();
+  readonly #idle = new Map<string, Backend[]>();
+  #closing = false;
+
+  constructor(target: { host: string; port: number }) {
+    this.#target = target;
+  }
+
+  open(onData: (chunk: Buffer) => void, onClose: () => void): { tcp: net.Socket; send(bytes: Buffer): void } {
+    const tcp = net.connect(this.#target.port, this.#target.host);
+    this.#sockets.add(tcp);
+    tcp.setNoDelay(true);
+    const pending: Buffer[] = [];
+    tcp.on('connect', () => {
+      for (const chunk of pending.splice(0)) tcp.write(chunk);
+    });
+    tcp.on('data', onData);
+    tcp.on('close', () => {
+      this.#sockets.delete(tcp);
+      onClose();
+    });
+    tcp.on('error', () => tcp.destroy());
+    return { tcp, send: (bytes) => (tcp.connecting ? pending.push(bytes) : tcp.write(bytes)) };
+  }
+
+  takeIdle(key: string): Backend | undefined {
+    const list = this.#idle.get(key);
+    let backend = list?.pop();
+    while (backend && backend.tcp.destroyed) backend = list?.pop();
+    return backend;
+  }
+
+  /** Back to the pool if the server is idle (its last message ReadyForQuery, not in a transaction),
+   * after DISCARD ALL has reset the session; closed otherwise. */
+  giveBack(backend: Backend): void {
+    backend.owner = null;
+    backend.onClose = null;
+    if (backend.busy || !readyAndIdle(backend.tail) || backend.tcp.destroyed || this.#closing) return void backend.tcp.destroy();
+    backend.tail = Buffer.alloc(0);
+    backend.owner = () => {
+      if (!readyAndIdle(backend.tail)) return;
+      backend.owner = null;
+      const list = this.#idle.get(backend.key) ?? [];
+      if (list.length >= MAX_IDLE_BACKENDS) return void backend.tcp.destroy();
+      list.push(backend);
+      this.#idle.set(backend.key, list);
+    };
+    const query = Buffer.from('DISCARD ALL\0');
+    const header = Buffer.alloc(5);
+    header.write('Q', 0);
+    header.writeInt32BE(query.length + 4, 1);
+    backend.tcp.write(Buffer.concat([header, query]));
+  }
+
+  /** Cuts every open connection; returns how many. */
+  dropAll(): number {
+    const n = this.#sockets.size;
+    for (const s of this.#sockets) s.destroy();
+    return n;
+  }
+
+  close(): void {
+    this.#closing = true;
+    this.dropAll();
+  }
+}
+
+/** One client's WebSocket: its greeting read, then a backend (reused, or logged in for it) that
+ * carries its messages both ways until it leaves. */
+class ClientSession {
+  readonly #ws: import('ws').WebSocket;
+  readonly #backends: Backends;
+  readonly #later: (send: () => void) => void;
+  readonly #greeting: ClientGreeting;
+  #backend: Backend | null = null;
+  #send: ((bytes: Buffer) => void) | null = null;
+  /** What the client sends after its password while its backend is logging in. */
+  readonly #early: Buffer[] = [];
+
+  constructor(ws: import('ws').WebSocket, backends: Backends, later: (send: () => void) => void) {
+    this.#ws = ws;
+    this.#backends = backends;
+    this.#later = later;
+    this.#greeting = new ClientGreeting({
+      toClient: this.#toClient,
+      fail: () => ws.close(),
+      onCancel: (request) => {
+        const { tcp, send } = backends.open(() => {}, () => {});
+        send(request);
+        tcp.end();
+      },
+      onGreeting: (g) => this.#greeted(g),
+    });
+    ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
+      const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
+      later(() => (this.#send ? this.#send(chunk) : this.#greeting.finished ? this.#early.push(chunk) : this.#greeting.read(chunk)));
+    });
+    ws.on('close', () => this.#closed());
+    ws.on('error', () => ws.terminate());
+  }
+
+  readonly #toClient = (chunk: Buffer) =>
+    this.#later(() => {
+      if (this.#ws.readyState === this.#ws.OPEN) this.#ws.send(chunk);
+    });
+
+  /** Its greeting read: a backend logged in with the same credentials, or a new one. */
+  #greeted(g: Greeting): void {
+    const key = createHash('sha256').update(g.startup).update('\0').update(g.password).digest('hex');
+    const reused = this.#backends.takeIdle(key);
+    if (reused) {
+      this.#toClient(reused.hello);
+      this.#attach(reused);
+      return this.#passOn(g.rest);
+    }
+    let login: ServerLogin | undefined;
+    const opened = this.#backends.open(
+      (chunk) => {
+        if (login && !login.finished) return login.read(chunk);
+        b.tail = Buffer.concat([b.tail, chunk]).subarray(-6);
+        if (b.tail.length === 6 && b.tail[0] === 0x5a) b.busy = false;
+        b.owner?.(chunk);
+      },
+      () => b.onClose?.(),
+    );
+    const b: Backend = { tcp: opened.tcp, key, hello: Buffer.alloc(0), tail: Buffer.alloc(0), busy: false, owner: null, onClose: () => this.#ws.close() };
+    login = new ServerLogin(g, {
+      toServer: opened.send,
+      toClient: this.#toClient,
+      fail: () => {
+        opened.tcp.destroy();
+        this.#ws.close();
+      },
+      onLoggedIn: (hello, rest) => {
+        b.hello = hello;
+        b.tail = Buffer.concat([hello, rest]).subarray(-6);
+        this.#toClient(Buffer.concat([hello, rest]));
+        this.#attach(b);
+        this.#passOn(g.rest);
+      },
+    });
+  }
+
+  #attach(b: Backend): void {
+    const ws = this.#ws;
+    this.#backend = b;
+    this.#send = (bytes) => {
+      // Terminate ends the client's session, not the pooled backend's: kept from the server.
+      const terminate = bytes.length >= 5 && bytes[bytes.length - 5] === 0x58 && bytes.readInt32BE(bytes.length - 4) === 4;
+      const sent = terminate ? bytes.subarray(0, bytes.length - 5) : bytes;
+      if (sent.length > 0) {
+        b.busy = true;
+        b.tcp.write(sent);
+      }
+      // The server would close the connection: the proxy does, for it.
+      if (terminate) ws.close();
+    };
+    b.owner = this.#toClient;
+    b.onClose = () => {
+      if (ws.readyState === ws.OPEN || ws.readyState === ws.CONNECTING) ws.close();
+    };
+    // A client that left while its backend was logging in: the backend goes back to the pool.
+    if (ws.readyState !== ws.OPEN) this.#closed();
+  }
+
+  #passOn(rest: Buffer): void {
+    for (const bytes of [rest, ...this.#early.splice(0)]) if (bytes.length > 0) this.#send?.(bytes);
+  }
+
+  #closed(): void {
+    const b = this.#backend;
+    this.#backend = null;
+    this.#send = null;
+    if (b) this.#backends.giveBack(b);
+  }
 }

@@ -47,13 +47,13 @@ import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '.
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { Claimer } from './claimer.ts';
 import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
-import { DEFAULT_VISIBILITY_SECONDS, JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
+import { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
 import type { DrainNotices } from './notices.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
 import { HandlerAbandonedError, type HandlerEnvironment, type HandlerOutcome, runHandler } from './run-handler.ts';
 import { Settler } from './settler.ts';
 
-export { DEFAULT_VISIBILITY_SECONDS, JobCancelledError, LeaseLostError } from './lease-keeper.ts';
+export { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 export { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
 export { describeError, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from './run-handler.ts';
 export type { OpenTransactionConnection, TransactionConnection } from '../db/connections.ts';
@@ -90,7 +90,7 @@ export interface DrainOptions {
   /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true. */
   recordCounts?: boolean;
   /** Leases of jobs without a visibility of their own last this long unless renewed (every third
-   * of it). Default DEFAULT_VISIBILITY_SECONDS. */
+   * of it). Default DEFAULT_VISIBILITY_TIMEOUT_SECONDS. */
   visibilityTimeoutSeconds?: number;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
@@ -162,7 +162,7 @@ class DrainRun {
     this.#options = options;
     this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
     this.#pollIntervalMs = Math.max(10, options.pollIntervalMs ?? profile.pollIntervalMs);
-    this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS;
+    this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;
     this.#budget = budgetClock(this.#started, options.budgetMs, options.signal);
     this.#book = new JobBook({
       onLetGo: (kind) => this.#planner.slotFreed(kind),
@@ -183,7 +183,7 @@ class DrainRun {
       carryCompletions: profile.settleWithClaim,
       onError: options.onSettleError,
       // Jobs that waited for ours are pending now: this drain runs them too.
-      onReleased: (kinds) => this.#planner.reopen(kinds),
+      onUnblocked: (kinds) => this.#planner.reopen(kinds),
       onReturned: () => this.#wakeup.wake(),
     });
     this.#claimer = new Claimer(db, this.#settler, { recordCounts });
@@ -296,7 +296,7 @@ class DrainRun {
   }
 
   #settle(record: JobRecord, outcome: HandlerOutcome, progressJson: string | undefined): void {
-    if (outcome?.settledInTransaction) this.#settler.settledInTransaction(record, outcome.releasedKinds);
+    if (outcome?.settledInTransaction) this.#settler.settledInTransaction(record, outcome.unblockedKinds);
     else this.#settler.complete(record, outcome?.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome?.kept);
   }
 
@@ -310,7 +310,7 @@ class DrainRun {
   #sendClaim(plan: PlannedClaim): void {
     const lockToken = `${this.#options.workerId}:${++claimSequence}`;
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
-    const claim = { batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, leaseSeconds: this.#visibilityTimeoutSeconds };
+    const claim = { batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds };
     this.#claimer
       .send(claim, plan.limits)
       .then(

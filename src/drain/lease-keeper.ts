@@ -33,7 +33,7 @@ export class JobCancelledError extends Error {
 }
 
 /** A running job's lock expires after this unless its drainer renews it (every third of it). */
-export const DEFAULT_VISIBILITY_SECONDS = JOB_DEFAULTS.visibilityTimeoutSeconds;
+export const DEFAULT_VISIBILITY_TIMEOUT_SECONDS = JOB_DEFAULTS.visibilityTimeoutSeconds;
 /** Renewals never come closer together than this. */
 const MIN_RENEWAL_MS = 100;
 /** Progress is saved at most this often. */
@@ -43,7 +43,7 @@ interface Lease {
   record: JobRecord;
   job: ClaimedJob;
   renewedAt: number;
-  visibilityMs: number;
+  visibilityTimeoutMs: number;
   /** Gives the running handler up; unset while the job waits to start. */
   lose?: (error: Error) => void;
   /** Reported by the handler and not saved yet (JSON text). */
@@ -81,7 +81,7 @@ export class LeaseKeeper {
     const fallbackMs = this.#options.visibilityTimeoutSeconds * 1000;
     for (const record of records) {
       const { job } = record;
-      this.#leases.set(job.id, { record, job, renewedAt: record.claimSentAt, visibilityMs: job.visibilitySeconds ? job.visibilitySeconds * 1000 : fallbackMs });
+      this.#leases.set(job.id, { record, job, renewedAt: record.claimSentAt, visibilityTimeoutMs: job.visibilityTimeoutSeconds ? job.visibilityTimeoutSeconds * 1000 : fallbackMs });
     }
     // A third of the shortest visibility from now at the latest: a claim of a shorter one brings it forward.
     this.#renewAt = Math.min(this.#renewAt, Date.now() + this.#renewalInterval());
@@ -153,7 +153,7 @@ export class LeaseKeeper {
 
   #renewalInterval(): number {
     let shortest = this.#options.visibilityTimeoutSeconds * 1000;
-    for (const lease of this.#leases.values()) shortest = Math.min(shortest, lease.visibilityMs);
+    for (const lease of this.#leases.values()) shortest = Math.min(shortest, lease.visibilityTimeoutMs);
     return Math.max(MIN_RENEWAL_MS, Math.floor(shortest / 3));
   }
 
@@ -164,15 +164,15 @@ export class LeaseKeeper {
     this.#timer = undefined;
     if (this.#stopped || this.#leases.size === 0) return;
     let next = this.#renewAt;
-    for (const lease of this.#leases.values()) next = Math.min(next, lease.renewedAt + lease.visibilityMs);
+    for (const lease of this.#leases.values()) next = Math.min(next, lease.renewedAt + lease.visibilityTimeoutMs);
     this.#timer = setTimeout(() => this.#tick(), Math.max(0, next - Date.now()));
   }
 
   #tick(): void {
     const now = Date.now();
     for (const lease of this.#leases.values()) {
-      if (now - lease.renewedAt >= lease.visibilityMs) {
-        const why = `its lease could not be renewed for ${lease.visibilityMs / 1000} s; the reaper may have handed it on`;
+      if (now - lease.renewedAt >= lease.visibilityTimeoutMs) {
+        const why = `its lease could not be renewed for ${lease.visibilityTimeoutMs / 1000} s; the reaper may have handed it on`;
         this.#lose(lease, new LeaseLostError(`job ${lease.job.id}: ${why}`));
       }
     }
@@ -192,7 +192,7 @@ export class LeaseKeeper {
     const sent = [...this.#leases.values()].map((lease) => ({ lease, progressJson: lease.progressJson }));
     renew(
       this.#db,
-      sent.map(({ lease, progressJson }) => ({ id: lease.job.id, lockedBy: lease.job.lockedBy, leaseSeconds: lease.visibilityMs / 1000, progressJson })),
+      sent.map(({ lease, progressJson }) => ({ id: lease.job.id, lockedBy: lease.job.lockedBy, visibilityTimeoutSeconds: lease.visibilityTimeoutMs / 1000, progressJson })),
     )
       .then((answers) => {
         const renewed = new Map(answers.map((a) => [a.id, a]));

@@ -11,8 +11,8 @@ export interface DrainProfile {
   /** Handlers running at once. */
   readonly concurrency: number;
   /** Completions ride the next claim's statement: one round trip per cycle instead of two. Next to
-   * the database the separate statements are faster (measured: a churned sidecar drain ran at
-   * 8-13k jobs/s merged against 23-39k apart), far from it the merged one is (1.5× at 10 ms). */
+   * the database the separate statements are faster, far from it the merged one is (the
+   * benchmark page, docs/benchmark.md, has both measured). */
   readonly settleWithClaim: boolean;
   /** Claims in flight at once. Far from the database a second claim goes out while the first is on
    * its way, on a connection of its own, so the round trip is paid once for two batches. */

@@ -58,7 +58,7 @@ interface SettledOutcome {
   /** A transactional handler's job, completed in its transaction (nothing left to settle). */
   settledInTransaction: boolean;
   /** Its completion made jobs of these kinds pending (they waited for it). */
-  releasedKinds?: string[];
+  unblockedKinds?: string[];
 }
 
 type KeptResult = { keepSeconds: number; resultJson: string | null; progressJson?: string };
@@ -183,43 +183,43 @@ class HandlerContext implements JobContext {
 
 async function runInTransaction(attempt: Attempt, payload: unknown, environment: HandlerEnvironment, span?: ProcessSpan): Promise<HandlerOutcome> {
   const { job, definition } = attempt;
-  const open = environment.transactions ?? (async () => ({ db: environment.db, release: () => {} }));
+  const open = environment.transactions ?? (async () => ({ db: environment.db, giveBack: () => {} }));
   const opening = open();
   const connection = await attempt.race(opening).catch((error: unknown) => {
-    opening.then((late) => late.release(true), () => {}); // given up while connecting
+    opening.then((late) => late.giveBack(true), () => {}); // given up while connecting
     throw attempt.givenUpWith ?? error;
   });
   let over = false;
   attempt.onGiveUp = () => {
     over = true;
-    connection.release(true);
+    connection.giveBack(true);
   };
   if (attempt.givenUpWith) attempt.onGiveUp();
   let kept: KeptResult | undefined;
-  let released: string[] = [];
+  let unblocked: string[] = [];
   try {
     await connection.db.transaction(async (tx) => {
       const guarded = guardTransaction(tx as unknown as Db, () => over);
       const invoke = () => definition.handler(payload, new HandlerContext(job, attempt.signal, environment, guarded));
       const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
       kept = keptResult(definition, value);
-      const { ended: [ended], releasedKinds } = await attempt.race(
+      const { ended: [ended], unblockedKinds } = await attempt.race(
         completeJobs(tx as unknown as Db, [{ id: job.id, lockedBy: job.lockedBy, ...kept, progressJson: environment.unsavedProgress(job.id) }], {
           recordCounts: environment.recordCounts,
         }),
       );
       if (!ended) throw new LeaseLostError(`job ${job.id}: its lease was lost before its transaction committed; rolled back`);
       if (ended.status === 'cancelled') throw new JobCancelledError(`job ${job.id} was cancelled while it ran; its transaction was rolled back`);
-      released = releasedKinds;
+      unblocked = unblockedKinds;
     });
   } catch (error) {
     // A rollback on a destroyed connection fails too: the reason it was given up is the one to report.
     throw attempt.givenUpWith ?? error;
   } finally {
     over = true;
-    if (!attempt.givenUpWith) connection.release(false);
+    if (!attempt.givenUpWith) connection.giveBack(false);
   }
-  return { kept, settledInTransaction: true, releasedKinds: released };
+  return { kept, settledInTransaction: true, unblockedKinds: unblocked };
 }
 
 /** ctx.tx, refusing use once its transaction is over (a handler that ignored its signal). */

@@ -16,7 +16,7 @@
 // the reaper (onError says so) and its records done, settled as nothing. finish() flushes what is
 // buffered and resolves when every statement has returned.
 import {
-  type Backoff, type CompletedJob, type Completion, type Db, type Failure, completeFollowed, completeJobs, failMany, release,
+  type Backoff, type CompletedJob, type CompletionReport, type Db, type Failure, completeFollowed, completeJobs, failMany, release,
 } from '../queries/index.ts';
 import { isTransientConflict } from '../db/errors.ts';
 import { PermanentJobError, RetryLaterError } from '../jobs/registry.ts';
@@ -35,7 +35,7 @@ export interface SettlerOptions {
   /** A settlement statement failed: its jobs stay running for the reaper. */
   onError?: (error: unknown) => void;
   /** Completions made jobs of these kinds pending (they were waiting for them): claim again. */
-  onReleased?: (kinds: readonly string[]) => void;
+  onUnblocked?: (kinds: readonly string[]) => void;
   /** A statement returned (the drain may have more to do). */
   onReturned?: () => void;
 }
@@ -85,11 +85,11 @@ export class Settler {
   }
 
   /** A transactional handler completed it in its own transaction (which made jobs of
-   * `releasedKinds` pending). */
-  settledInTransaction(record: JobRecord, releasedKinds: readonly string[] = []): void {
+   * `unblockedKinds` pending). */
+  settledInTransaction(record: JobRecord, unblockedKinds: readonly string[] = []): void {
     record.finish('completed');
     record.settled('completed');
-    if (releasedKinds.length > 0) this.#options.onReleased?.(releasedKinds);
+    if (unblockedKinds.length > 0) this.#options.onUnblocked?.(unblockedKinds);
     this.#options.onReturned?.();
   }
 
@@ -168,12 +168,12 @@ export class Settler {
   }
 
   /** A completing statement for `batch`: each record as it ended, the others lost. */
-  #complete(batch: readonly CompletionOf[], statement: () => Promise<Completion>): Promise<void> {
+  #complete(batch: readonly CompletionOf[], statement: () => Promise<CompletionReport>): Promise<void> {
     return this.#settle(
       batch.map((c) => c.record),
       statement,
-      ({ ended, releasedKinds }) => {
-        if (releasedKinds.length > 0) this.#options.onReleased?.(releasedKinds);
+      ({ ended, unblockedKinds }) => {
+        if (unblockedKinds.length > 0) this.#options.onUnblocked?.(unblockedKinds);
         const how = new Map(ended.map((e) => [e.id, e.status]));
         return batch.map((c): SettledAs => how.get(c.record.job.id) ?? 'lost');
       },

@@ -109,14 +109,10 @@ export const enqueued = z
   .meta({ id: 'Enqueued' });
 export type Enqueued = z.output<typeof enqueued>;
 
+const runNowAnswer = z.object({ started: z.int().min(0), deferred: z.int().min(0) });
+const runNowNote = 'The Worker, when jobs asked to run now: how many started, how many wait for the cron.';
 export const batchEnqueued = z
-  .object({
-    ids: z.array(jobId).meta({ description: 'In the order of the request.' }),
-    runNow: z
-      .object({ started: z.int().min(0), deferred: z.int().min(0) })
-      .optional()
-      .meta({ description: 'The Worker, when jobs asked to run now: how many started, how many wait for the cron.' }),
-  })
+  .object({ ids: z.array(jobId).meta({ description: 'In the order of the request.' }), runNow: runNowAnswer.optional().meta({ description: runNowNote }) })
   .meta({ id: 'BatchEnqueued' });
 export type BatchEnqueued = z.output<typeof batchEnqueued>;
 
@@ -157,10 +153,9 @@ export const jobSummary = job
   .meta({ id: 'JobSummary' });
 export type JobSummary = z.output<typeof jobSummary>;
 
-export const goneJob = z
-  .object({
-    id: jobId,
-    kind: z.string(),
+export const goneJob = job
+  .pick({ id: true, kind: true })
+  .extend({
     status: z.enum([...FINAL_STATUSES, 'deleted']),
     finishedAt: timestamp,
     gone: z.literal(true).meta({ description: 'Its row is gone (its kind keeps no history): only how it ended is left.' }),

@@ -43,7 +43,10 @@ export interface JobDefinition<Payload = unknown> {
    * refused at enqueue, and a longer one written in SQL is cut to this when the job runs.
    * Default: timeoutMs (a job may ask for less, never for more). */
   maxTimeoutMs?: number;
-  /** Written to each job: the reaper reclaims a running job after this long. Default: the reaper's. */
+  /** This kind's visibility timeout, written to each job: a running job whose lease was not
+   * renewed for this long goes back to pending. Default: the drainer's (VISIBILITY_TIMEOUT_SECONDS). */
+  visibilityTimeoutSeconds?: number;
+  /** @deprecated the same as visibilityTimeoutSeconds (its name before). */
   visibilitySeconds?: number;
   backoff?: Backoff;
   /** This kind's default priority (-1000..1000, higher runs first); an enqueue may override it. Default 0. */

@@ -104,7 +104,7 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
     // at run time sees the same input.
     payload,
     maxAttempts: options.maxAttempts ?? definition.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
-    visibilitySeconds: definition.visibilitySeconds,
+    visibilityTimeoutSeconds: definition.visibilityTimeoutSeconds ?? definition.visibilitySeconds,
     priority: options.priority ?? definition.priority,
     keepSeconds: definition.keepCompletedSeconds || undefined,
   };

@@ -28,6 +28,9 @@ export interface ClaimedJob {
   runAt: Date;
   /** The lock token this claim wrote into locked_by; complete/fail/release must present it. */
   lockedBy: string;
+  /** Its own visibility timeout (its kind's), if it has one; else the drainer's applies. */
+  visibilityTimeoutSeconds: number | null;
+  /** @deprecated the same as visibilityTimeoutSeconds. */
   visibilitySeconds: number | null;
   /** The W3C trace context of its enqueue, if one was traced. */
   traceparent: string | null;
@@ -40,7 +43,7 @@ export interface ClaimOptions {
   lockToken: string;
   /** The lease of jobs without a visibility of their own, written into locked_until with theirs:
    * every reaper applies what the claiming drainer holds. Default 30 s. */
-  leaseSeconds?: number;
+  visibilityTimeoutSeconds?: number;
   /** Claim only these kinds; omit for every kind. */
   kinds?: readonly string[];
   /** Claim only these jobs, if they are ready and nobody holds them (run-now after an enqueue). */
@@ -124,7 +127,7 @@ export const claimValues = (options: ClaimOptions): ClaimValues => ({
   token: options.lockToken,
   kinds: options.kinds ?? [],
   ids: options.ids ?? [],
-  lease: options.leaseSeconds ?? JOB_DEFAULTS.visibilityTimeoutSeconds,
+  lease: options.visibilityTimeoutSeconds ?? JOB_DEFAULTS.visibilityTimeoutSeconds,
 });
 
 /** The claim as a statement, its values bound (a claim of given ids through pgdrain.claim_ids). */
@@ -138,13 +141,13 @@ export function claimStatement(values: ClaimValues, filtered: boolean, byIds = f
 
 /** The claim's write, whichever rows `which` picks: running under `token`, its lease written, one
  * more attempt; returning what a drainer needs of each job (the same for every kind of claim). */
-export function claimUpdate(db: Db, which: SQL, token: SQL, leaseSeconds: SQL) {
+export function claimUpdate(db: Db, which: SQL, token: SQL, visibilityTimeoutSeconds: SQL) {
   return db
     .update(jobs)
     .set({
       status: sql`'running'`,
       lockedAt: sql`now()`,
-      lockedUntil: sql`now() + make_interval(secs => coalesce(${jobs.visibilitySeconds}, ${leaseSeconds}))`,
+      lockedUntil: sql`now() + make_interval(secs => coalesce(${jobs.visibilitySeconds}, ${visibilityTimeoutSeconds}))`,
       lockedBy: token,
       attempts: sql`${jobs.attempts} + 1`,
     })
@@ -169,7 +172,7 @@ const CLAIMED_COLUMNS = {
   createdAt: jobs.createdAt,
 };
 
-type ClaimedRow = Omit<ClaimedJob, 'lockedBy'> & { lockedBy: string | null };
+type ClaimedRow = Omit<ClaimedJob, 'lockedBy' | 'visibilityTimeoutSeconds'> & { lockedBy: string | null };
 
 /** A claimed row read by raw SQL (column names, driver values) into what the builder returns. */
 export const claimedRowFromDriver = (row: Record<string, unknown>): ClaimedRow => fromDriverRow(CLAIMED_COLUMNS, row);
@@ -178,7 +181,7 @@ export const claimedRowFromDriver = (row: Record<string, unknown>): ClaimedRow =
  * the lock token of its claim. */
 export function claimedJobs(rows: readonly ClaimedRow[], lockToken: string): ClaimedJob[] {
   return rows
-    .map((r) => ({ ...r, id: String(r.id), lockedBy: lockToken }))
+    .map((r) => ({ ...r, id: String(r.id), lockedBy: lockToken, visibilityTimeoutSeconds: r.visibilitySeconds }))
     .sort((a, b) => b.priority - a.priority || a.runAt.getTime() - b.runAt.getTime() || compareIds(a.id, b.id));
 }
 

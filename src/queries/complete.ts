@@ -91,33 +91,33 @@ export async function complete(db: Db, held: readonly CompletedJob[], options: S
 
 /** What a completion did: how each settled job ended, and the kinds of jobs that were waiting for
  * them and are pending now (a drain may claim them at once). */
-export interface Completion {
+export interface CompletionReport {
   ended: EndedJob[];
-  releasedKinds: string[];
+  unblockedKinds: string[];
 }
 
 /** complete(), saying what it did: one plain statement, and a second, with what follows a job's
  * end, only for the jobs the first left (and for those it does not hold any more, which the
  * second leaves too). */
-export async function completeJobs(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<Completion> {
+export async function completeJobs(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<CompletionReport> {
   const plain = await completing(db, held, false, options);
   if (plain.ended.length === held.length) return plain;
   const settled = new Set(plain.ended.map((e) => e.id));
   const followed = await completeFollowed(db, held.filter((h) => !settled.has(h.id)), options);
-  return { ended: [...plain.ended, ...followed.ended], releasedKinds: followed.releasedKinds };
+  return { ended: [...plain.ended, ...followed.ended], unblockedKinds: followed.unblockedKinds };
 }
 
 /** Completes the jobs with what follows their end (for jobs a plain completion left running). */
-export function completeFollowed(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<Completion> {
+export function completeFollowed(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<CompletionReport> {
   return completing(db, held, true, options);
 }
 
-async function completing(db: Db, held: readonly CompletedJob[], followed: boolean, options: SettleOptions): Promise<Completion> {
-  if (held.length === 0) return { ended: [], releasedKinds: [] };
+async function completing(db: Db, held: readonly CompletedJob[], followed: boolean, options: SettleOptions): Promise<CompletionReport> {
+  if (held.length === 0) return { ended: [], unblockedKinds: [] };
   const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('ended')})`;
   if (!followed) {
     const rows = await rowsOf<{ id: string }>(db, sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id FROM ended`);
-    return { ended: rows.map((r) => ({ id: String(r.id), status: 'completed' })), releasedKinds: [] };
+    return { ended: rows.map((r) => ({ id: String(r.id), status: 'completed' })), unblockedKinds: [] };
   }
   // One row per ended job, and one more (id NULL) with the kinds it released. The notifications
   // are in that row's output, or they would not be evaluated at all.
@@ -129,5 +129,5 @@ async function completing(db: Db, held: readonly CompletedJob[], followed: boole
         SELECT NULL, NULL, (SELECT array_agg(DISTINCT kind) FROM released WHERE status = 'pending'), ${ENDED_FOLLOWED}`,
   );
   const ended = rows.filter((r) => r.id !== null).map((r) => ({ id: String(r.id), status: r.status }));
-  return { ended, releasedKinds: rows.find((r) => r.id === null)?.released ?? [] };
+  return { ended, unblockedKinds: rows.find((r) => r.id === null)?.released ?? [] };
 }

@@ -5,7 +5,7 @@ export { type Db, NOTIFY_CHANNEL, FINISHED_CHANNEL, CANCEL_CHANNEL } from './db.
 export { enqueue, enqueueMany, ENQUEUE_CHUNK, UnknownDependencyError, type NewJob, type EnqueuedJob, type DedupeMode } from './enqueue/index.ts';
 export { claim, claimStatement, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
 export { claimLimited, type ClaimLimits, type LimitedClaim, type LimitedClaimOptions } from './claim-limited.ts';
-export { complete, completeJobs, completeFollowed, type CompletedJob, type Completion, type EndedJob, type HeldJob, type SettleOptions } from './complete.ts';
+export { complete, completeJobs, completeFollowed, type CompletedJob, type CompletionReport, type EndedJob, type HeldJob, type SettleOptions } from './complete.ts';
 export { completeAndClaim, type CompleteAndClaimResult } from './complete-and-claim.ts';
 export { fail, failMany, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
 export { release } from './release.ts';

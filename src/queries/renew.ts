@@ -11,7 +11,7 @@ import { type HeldJob, fenced, heldRows } from './fence.ts';
 
 export interface HeldLease extends HeldJob {
   /** How long the renewed lease lasts; default the job's visibility_seconds, else 30 s. */
-  leaseSeconds?: number;
+  visibilityTimeoutSeconds?: number | null;
   /** Progress to save (JSON text); unset keeps what is there. */
   progressJson?: string;
 }
@@ -26,7 +26,7 @@ export interface RenewedLease {
 export async function renew(db: Db, held: readonly HeldLease[]): Promise<RenewedLease[]> {
   if (held.length === 0) return [];
   const leases = heldRows(held, {
-    lease: { type: 'int', values: held.map((h) => h.leaseSeconds ?? null) },
+    lease: { type: 'int', values: held.map((h) => h.visibilityTimeoutSeconds ?? null) },
     progress: { type: 'jsonb', values: held.map((h) => h.progressJson ?? null) },
   });
   const rows = await rowsOf<{ id: string; cancel: boolean }>(

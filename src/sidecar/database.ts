@@ -80,7 +80,7 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
     drainDb: drizzle({ client: drainPool }) as unknown as Db,
     transactions: async () => {
       const client = await handlerPool.connect();
-      return { db: drizzle({ client }) as unknown as Db, release: (destroy) => client.release(destroy) };
+      return { db: drizzle({ client }) as unknown as Db, giveBack: (destroy) => client.release(destroy) };
     },
     close: async () => {
       await Promise.all(pools.map((p) => p.end().catch(() => {})));

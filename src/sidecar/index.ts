@@ -21,7 +21,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { DEFAULT_VISIBILITY_SECONDS, DRAIN_PROFILES, DrainNotices, type OpenTransactionConnection } from '../drain/index.ts';
+import { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, DRAIN_PROFILES, DrainNotices, type OpenTransactionConnection } from '../drain/index.ts';
 import { createApp, type ScopedToken } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL } from '../queries/index.ts';
@@ -91,7 +91,7 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
 async function startParts(options: SidecarOptions, log: Logger, parts: Parts): Promise<Sidecar> {
   const dataDir = path.resolve(options.dataDir ?? defaultFor('dataDir', 'sidecar'));
   const workerId = `sidecar-${os.hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
-  const visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_SECONDS;
+  const visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;
   const registry =
     options.registry ?? createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: options.webhookSigningSecret }, options.jobs ?? []);
   const schedules = options.schedules ?? [];

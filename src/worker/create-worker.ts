@@ -205,8 +205,8 @@ async function cronDrain(controller: ScheduledControllerLike, env: Env, { settin
   const budgetMs = settings.drainBudgetMs ?? cronBudgetMs(controller.cron, controller.scheduledTime, started);
   const { db, transactions, close } = openWorkerDatabase(env);
   // Housekeeping goes beside the drain, on a connection of its own (from the transactional
-  // handlers' pool, given back when done): before the drain, its connection and three round trips
-  // were a third of a 5,000-job invocation at 10 ms from the database. Settled, it is awaited.
+  // handlers' pool, given back when done): before the drain, its connection and round trips would
+  // hold the drain back (docs/benchmark.md has what they cost). Settled, it is awaited.
   const housekeeping = housekeepBeside(transactions, settings.visibilityTimeoutSeconds!);
   housekeeping.catch(() => {});
   try {
@@ -246,7 +246,7 @@ async function housekeepBeside(transactions: WorkerDatabase['transactions'], vis
     healthy = true;
     return { ...round, housekeepingMs: Date.now() - started };
   } finally {
-    connection.release(!healthy);
+    connection.giveBack(!healthy);
   }
 }
 

@@ -96,7 +96,7 @@ function withTransactionPool<Client extends { release(destroy?: boolean): void }
     transactions: async () => {
       transactionPool ??= openTransactionPool();
       const client = await transactionPool.pool.connect();
-      return { db: wrap(client), release: (destroy) => client.release(destroy) };
+      return { db: wrap(client), giveBack: (destroy) => client.release(destroy) };
     },
     close: async () => {
       await Promise.all([main.end(), transactionPool?.end()]);

@@ -527,7 +527,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it("a kind's own short visibility is renewed in time, though the drain's default is 30 s", async () => {
       let runs = 0;
       const registry = new JobRegistry([
-        defineJob({ kind: 'brief', schema: z.unknown(), visibilitySeconds: 1, timeoutMs: 10_000, handler: async () => { runs++; await sleep(2_500); } }),
+        defineJob({ kind: 'brief', schema: z.unknown(), visibilityTimeoutSeconds: 1, timeoutMs: 10_000, handler: async () => { runs++; await sleep(2_500); } }),
       ]);
       await enqueueTyped(h.db, registry.get('brief')!, {});
       const reaper = await h.connect();

@@ -238,7 +238,7 @@ for (const path of PATHS) {
         expect(settled).toBe(false); // the invocation still waits for its housekeeping
       } finally {
         await holder.db.execute(sql`ROLLBACK`);
-        holder.release(false);
+        holder.giveBack(false);
       }
       expect(await invocation).toMatchObject({ claimed: 20, completed: 20, reaped: 0 });
     });
@@ -278,7 +278,7 @@ for (const path of PATHS) {
       // A sidecar (VISIBILITY_TIMEOUT_SECONDS=30) claimed these 5 s ago and renews them; the
       // Worker next to it is set to 2 s. Its reap applies the holder's lease, not its own.
       await enqueueMany(h.db, Array.from({ length: 3 }, (_, n) => ({ kind: 'count', payload: { n } })));
-      await claim(h.db, { batchSize: 3, lockToken: 'sidecar-elsewhere:1', leaseSeconds: 30 });
+      await claim(h.db, { batchSize: 3, lockToken: 'sidecar-elsewhere:1', visibilityTimeoutSeconds: 30 });
       await h.query(`UPDATE pgdrain.jobs SET locked_at = locked_at - interval '5 seconds', locked_until = locked_until - interval '5 seconds'`);
       const report = await worker.runScheduled(cron(), testEnv({ VISIBILITY_TIMEOUT_SECONDS: '2', DRAIN_BUDGET_MS: '1000' }));
       expect(report).toMatchObject({ reaped: 0, reapedDead: 0, claimed: 0 });

@@ -34,7 +34,23 @@ const LISTED = [
   ['cancelled', 'Cancelled (kinds that keep them)'],
 ] as const;
 
+/** The page: its head, the token form, and the view of the queue (filled in by the script). */
 export function dashboardPage(options: DashboardPageOptions) {
+  return html`${pageHead(options)}
+<body data-base-path="${options.basePath}" data-warn-seconds="${options.oldestReadyWarnSeconds}" data-refresh-seconds="${options.refreshSeconds}">
+${topAndLogin()}
+<main id="view" hidden>
+  <p id="readonly-note" class="banner info" hidden>Read-only: this token can read the queue but not change it. Retry, delete, pause and cancel need an admin token.</p>
+${totalsAndKinds(options)}
+${throughputSection(options)}
+${jobsSections()}
+</main>
+</body>
+</html>
+`;
+}
+
+function pageHead(options: DashboardPageOptions) {
   return html`<!doctype html>
 <html lang="en">
 <head>
@@ -45,9 +61,11 @@ export function dashboardPage(options: DashboardPageOptions) {
 <link rel="icon" href="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='3' fill='%232f6fdf'/%3E%3C/svg%3E">
 <link rel="stylesheet" href="${options.basePath}/dashboard/style.css">
 <script src="${options.basePath}/dashboard/script.js" defer></script>
-</head>
-<body data-base-path="${options.basePath}" data-warn-seconds="${options.oldestReadyWarnSeconds}" data-refresh-seconds="${options.refreshSeconds}">
-<header class="top">
+</head>`;
+}
+
+function topAndLogin() {
+  return html`<header class="top">
   <h1>pgdrain</h1>
   <span id="updated" class="muted" aria-live="polite"></span>
   <button id="forget" class="link" type="button" hidden>Forget token</button>
@@ -62,11 +80,11 @@ export function dashboardPage(options: DashboardPageOptions) {
     <input id="token" name="token" type="password" autocomplete="off" spellcheck="false" required>
     <button type="submit">Open</button>
   </div>
-</form>
+</form>`;
+}
 
-<main id="view" hidden>
-  <p id="readonly-note" class="banner info" hidden>Read-only: this token can read the queue but not change it. Retry, delete, pause and cancel need an admin token.</p>
-  <section class="cards" aria-label="Totals">
+function totalsAndKinds(options: DashboardPageOptions) {
+  return html`  <section class="cards" aria-label="Totals">
     ${STATES.map(
       ([key, label, hint]) => html`<div class="card ${key}"><span class="label">${label}</span><span class="value" id="total-${key}">–</span><span class="hint">${hint}</span></div>`,
     )}
@@ -83,17 +101,21 @@ export function dashboardPage(options: DashboardPageOptions) {
     </div>
     <p id="kinds-empty" class="muted" hidden>The queue is empty.</p>
     <p class="legend">${STATES.map(([key, label]) => html`<span class="swatch ${key}"></span>${label} `)}</p>
-  </section>
+  </section>`;
+}
 
-  <section>
+function throughputSection(options: DashboardPageOptions) {
+  return html`  <section>
     <h2>Throughput, last hour</h2>
     ${options.countsRecorded ? '' : html`<p id="counts-off" class="banner info">Counting is off (<code>RECORD_COUNTS=false</code>): this chart only shows what was counted before.</p>`}
     <p id="throughput-summary" class="muted"></p>
     <div id="chart" class="chart" role="img" aria-label="Jobs completed and failed per minute over the last hour"></div>
     <p class="legend"><span class="swatch completed"></span>Completed <span class="swatch failed"></span>Failed attempts</p>
-  </section>
+  </section>`;
+}
 
-  <section>
+function jobsSections() {
+  return html`  <section>
     <h2>Jobs <span id="jobs-count" class="muted"></span></h2>
     <p class="filter"><label for="jobs-status">Showing</label>
       <select id="jobs-status">${LISTED.map(([value, label]) => html`<option value="${value}">${label}</option>`)}</select></p>
@@ -129,9 +151,5 @@ export function dashboardPage(options: DashboardPageOptions) {
         <tbody></tbody>
       </table>
     </div>
-  </section>
-</main>
-</body>
-</html>
-`;
+  </section>`;
 }

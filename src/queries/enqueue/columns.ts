@@ -28,7 +28,11 @@ export const ENQUEUE_COLUMNS: readonly Column[] = [
   { name: 'run_at', type: 'timestamptz', value: (job) => job.runAt?.toISOString() ?? null, fallback: 'now()', given: (job) => job.runAt !== undefined },
   option('max_attempts', 'int', 'maxAttempts', String(JOB_DEFAULTS.maxAttempts)),
   option('dedupe_key', 'text', 'dedupeKey'),
-  option('visibility_seconds', 'int', 'visibilitySeconds'),
+  {
+    name: 'visibility_seconds', type: 'int',
+    value: (job) => job.visibilityTimeoutSeconds ?? job.visibilitySeconds ?? null,
+    given: (job) => job.visibilityTimeoutSeconds !== undefined || job.visibilitySeconds !== undefined,
+  },
   option('priority', 'int', 'priority', String(JOB_DEFAULTS.priority)),
   option('group_key', 'text', 'groupKey'),
   option('timeout_ms', 'int', 'timeoutMs'),

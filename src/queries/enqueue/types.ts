@@ -17,6 +17,9 @@ export interface NewJob {
    * gives a pending job of the same kind this payload and run_at, and when the key's job is
    * running or dead, leaves it be (it gives up the key) and enqueues this one. */
   dedupeMode?: DedupeMode;
+  /** Its own visibility timeout (its kind's); unset: the claiming drainer's. */
+  visibilityTimeoutSeconds?: number;
+  /** @deprecated the same as visibilityTimeoutSeconds. */
   visibilitySeconds?: number;
   /** -1000..1000, higher runs first among ready jobs; default 0. */
   priority?: number;

@@ -1,0 +1,81 @@
+// What keeps src/ readable, checked on every run: no function longer than 80 lines, and no module
+// circle (a module that imports, through others, itself — type imports included), parsed with
+// oxc-parser.
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseSync } from 'oxc-parser';
+import { expect, it } from 'vitest';
+
+const SRC = fileURLToPath(new URL('../src', import.meta.url));
+const MAX_FUNCTION_LINES = 80;
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((entry) => {
+    const full = path.join(dir, entry);
+    return statSync(full).isDirectory() ? sourceFiles(full) : full.endsWith('.ts') ? [full] : [];
+  });
+}
+
+const modules = sourceFiles(SRC).map((file) => {
+  const text = readFileSync(file, 'utf8');
+  return { file, text, program: parseSync(file, text).program as unknown as Node };
+});
+
+interface Node {
+  type?: string;
+  start: number;
+  end: number;
+  source?: { value: string };
+  [key: string]: unknown;
+}
+
+function* nodes(node: unknown): Generator<Node> {
+  if (!node || typeof node !== 'object') return;
+  if (Array.isArray(node)) {
+    for (const child of node) yield* nodes(child);
+    return;
+  }
+  if (typeof (node as Node).type === 'string') yield node as Node;
+  for (const value of Object.values(node)) if (value && typeof value === 'object') yield* nodes(value);
+}
+
+it(`no function in src/ is longer than ${MAX_FUNCTION_LINES} lines`, () => {
+  const long: string[] = [];
+  for (const { file, text, program } of modules) {
+    const lineOf = (offset: number) => text.slice(0, offset).split('\n').length;
+    for (const n of nodes(program)) {
+      if (!['FunctionDeclaration', 'FunctionExpression', 'ArrowFunctionExpression'].includes(n.type!)) continue;
+      const lines = lineOf(n.end) - lineOf(n.start) + 1;
+      if (lines > MAX_FUNCTION_LINES) long.push(`${path.relative(SRC, file)}:${lineOf(n.start)} (${lines} lines)`);
+    }
+  }
+  expect(long).toEqual([]);
+});
+
+it('no module circle in src/', () => {
+  const imports = new Map<string, string[]>();
+  for (const { file, program } of modules) {
+    const body = (program as unknown as { body: Node[] }).body;
+    const deps = body
+      .filter((s) => ['ImportDeclaration', 'ExportNamedDeclaration', 'ExportAllDeclaration'].includes(s.type!) && s.source?.value.startsWith('.'))
+      .map((s) => path.resolve(path.dirname(file), s.source!.value));
+    imports.set(file, deps);
+  }
+  const circles = new Set<string>();
+  const onPath: string[] = [];
+  const finished = new Set<string>();
+  const visit = (file: string) => {
+    onPath.push(file);
+    for (const dep of imports.get(file) ?? []) {
+      if (!imports.has(dep)) continue;
+      const at = onPath.indexOf(dep);
+      if (at >= 0) circles.add([...onPath.slice(at), dep].map((f) => path.relative(SRC, f)).join(' -> '));
+      else if (!finished.has(dep)) visit(dep);
+    }
+    onPath.pop();
+    finished.add(file);
+  };
+  for (const file of imports.keys()) if (!finished.has(file)) visit(file);
+  expect([...circles]).toEqual([]);
+});

@@ -1,4 +1,4 @@
-// The README's examples, run as written.
+// The documentation's examples (README.md and docs/: each block names its file), run as written.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { drain } from '../src/drain/index.ts';
 import { JobRegistry, getJob } from '../src/entry/index.ts';
@@ -55,4 +55,56 @@ it("a job's life: the invoice is written in its job's transaction, and the email
   expect(await getJob(t.db, invoiceJob)).toMatchObject({ status: 'completed', result: { invoiceId: invoice!.id }, progress: { step: 'invoice written' } });
   expect(emailed).toEqual([{ orderId: 7, invoiceId: invoice!.id }]);
   expect(await getJob(t.db, emailJob)).toBeNull(); // its kind keeps nothing
+});
+
+it('the quick start: the order and its job commit together; the drainer runs it', async () => {
+  const { quickStart, sendReceipt } = await import('../examples/quick-start.ts');
+  await t.query(`TRUNCATE pgdrain.jobs`);
+  await quickStart(t.db, 'pen');
+  expect(await t.query(`SELECT kind, payload->>'orderId' IS NOT NULL AS has_order FROM pgdrain.jobs`)).toEqual([{ kind: 'send_receipt', has_order: true }]);
+  expect(await drain(t.db, new JobRegistry([sendReceipt]), { workerId: 'quick-start' })).toMatchObject({ completed: 1 });
+});
+
+it("the Worker's quick start serves the API with the kind registered", async () => {
+  const worker = (await import('../examples/worker-quick-start.ts')).default;
+  expect(typeof worker.scheduled).toBe('function');
+  const res = await worker.fetch(new Request('http://worker/openapi.json'), {}, { waitUntil: () => {}, passThroughOnException: () => {} } as never);
+  expect(res.status).toBe(200);
+});
+
+it("a kind's settings: retries, timeouts and its own visibility timeout are written to its jobs", async () => {
+  const { sendReceipt } = await import('../examples/job-kind.ts');
+  await t.query(`TRUNCATE pgdrain.jobs`);
+  const { enqueue } = await import('../src/entry/index.ts');
+  const bad = await enqueue(t.db, sendReceipt, { orderId: -1 });
+  expect(await t.query(`SELECT max_attempts, visibility_seconds FROM pgdrain.jobs WHERE id = $1`, [bad.id])).toEqual([{ max_attempts: 5, visibility_seconds: 120 }]);
+  expect(await drain(t.db, new JobRegistry([sendReceipt]), { workerId: 'kinds' })).toMatchObject({ dead: 1 });
+});
+
+it('flow control: a priority above the kind default, a key for per-customer order, a schedule the drainer accepts', async () => {
+  const { urgentInvoice, ledgerEntry, sendInvoice, syncLedger, report, nightlyReport } = await import('../examples/flow-control.ts');
+  const { checkSchedules } = await import('../src/schedules.ts');
+  await t.query(`TRUNCATE pgdrain.jobs`);
+  await t.db.transaction(async (tx) => {
+    await urgentInvoice(tx, 7);
+    await ledgerEntry(tx, 42, 'credit 10');
+  });
+  expect(await t.query(`SELECT kind, priority, group_key FROM pgdrain.jobs ORDER BY id`)).toEqual([
+    { kind: 'send_invoice', priority: 100, group_key: null },
+    { kind: 'sync_ledger', priority: 0, group_key: 'customer-42' },
+  ]);
+  expect(() => checkSchedules(new JobRegistry([sendInvoice, syncLedger, report]), [nightlyReport])).not.toThrow();
+});
+
+it('the typed client, against a sidecar', async () => {
+  const { startMySidecar } = await import('../examples/custom-sidecar.ts');
+  const { useTheClient } = await import('../examples/http-client.ts');
+  const sidecar = await startMySidecar(t.url);
+  process.env.PGDRAIN_URL = sidecar.url;
+  process.env.PGDRAIN_TOKEN = 'change-me-to-a-long-secret';
+  try {
+    expect(await useTheClient()).toMatchObject({ status: 'pending' });
+  } finally {
+    await sidecar.stop();
+  }
 });

@@ -1,4 +1,4 @@
-// One settings schema for both runtimes (src/settings.ts): the README's configuration table says
+// One settings schema for both runtimes (src/settings.ts): the configuration page's table says
 // what it says, a bad value is refused alike by the sidecar's and the Worker's reading of it, and
 // the facts that SQL repeats (pgdrain.enqueue()'s defaults and kind pattern) match TypeScript's.
 import { readFileSync } from 'node:fs';
@@ -7,10 +7,9 @@ import { JOB_DEFAULTS, KIND_PATTERN } from '../src/db/schema.ts';
 import { SETTINGS, type SettingName, SettingsError, documentedDefault, readSettings } from '../src/settings.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 
-/** The rows of the README's table under "## Configuration": variable → [sidecar, Worker] defaults. */
+/** The rows of the table of docs/configuration.md: variable → [sidecar, Worker] defaults. */
 function readmeConfiguration(): Map<string, [string, string]> {
-  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-  const section = readme.slice(readme.indexOf('\n## Configuration\n'), readme.indexOf('\n## ', readme.indexOf('\n## Configuration\n') + 5));
+  const section = readFileSync(new URL('../docs/configuration.md', import.meta.url), 'utf8');
   const rows = new Map<string, [string, string]>();
   for (const line of section.split('\n')) {
     const cells = line.split('|').map((c) => c.trim());
@@ -20,7 +19,7 @@ function readmeConfiguration(): Map<string, [string, string]> {
   return rows;
 }
 
-describe('the README configuration table', () => {
+describe('the configuration table (docs/configuration.md)', () => {
   it('lists every setting, with the default each runtime uses, and nothing else', () => {
     const readme = readmeConfiguration();
     const expected = new Map(

@@ -1,0 +1,196 @@
+// The documentation, checked as code: every link in README.md and docs/ leads somewhere, the HTTP
+// API's route table is the app's routes with the scopes its access checks enforce, and every code
+// example runs —
+//   ts    each block is an excerpt of the file named in the `<!-- example: path -->` line above it,
+//         files that tsc compiles with the project and tests run (examples/, test/fixtures/consumer/);
+//   sql   each block runs in a migrated database (in a transaction, rolled back);
+//   sh    each `curl` line runs against a `pgdrain start` process; each other command is one this
+//         project has (an npm script, a `pgdrain` command, a file it runs).
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApp } from '../src/http/app.ts';
+import { openApiDocument } from '../src/http/openapi.ts';
+import { createDefaultRegistry } from '../src/jobs/index.ts';
+import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { OPEN_ROUTES, SCOPED_ROUTES } from './support/scope-matrix.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { type WorkerDevProcess, startWorkerDev } from './support/worker-dev-process.ts';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const PAGES = ['README.md', ...readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const text = (file: string) => readFileSync(path.join(ROOT, file), 'utf8');
+
+interface Block {
+  page: string;
+  line: number;
+  lang: string;
+  code: string;
+  /** The `<!-- example: path -->` just above it, if any. */
+  example?: string;
+}
+
+function blocks(page: string): Block[] {
+  const lines = text(page).split('\n');
+  const out: Block[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^```(\w*)\s*$/.exec(lines[i]!);
+    if (!open) continue;
+    const end = lines.findIndex((l, k) => k > i && l.startsWith('```'));
+    const before = lines.slice(Math.max(0, i - 3), i).join('\n');
+    out.push({ page, line: i + 1, lang: open[1]!, code: lines.slice(i + 1, end).join('\n'), example: /<!-- example: (\S+) -->/.exec(before)?.[1] });
+    i = end;
+  }
+  return out;
+}
+const ALL = PAGES.flatMap(blocks);
+
+/** A heading's anchor, as GitHub makes it. */
+const slug = (heading: string) => heading.toLowerCase().replace(/[`*]/g, '').replace(/[^\p{L}\p{N} _-]/gu, '').replace(/ /g, '-');
+
+describe('links', () => {
+  it('every relative link leads to a page that exists, and to a heading it has', () => {
+    const broken: string[] = [];
+    for (const page of PAGES) {
+      for (const [, target] of text(page).matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (/^(https?:|mailto:)/.test(target!)) continue;
+        const [file, anchor] = target!.split('#') as [string, string | undefined];
+        const resolved = file === '' ? page : path.join(path.dirname(page), file);
+        if (!existsSync(path.join(ROOT, resolved))) {
+          broken.push(`${page}: ${target}`);
+          continue;
+        }
+        if (anchor && resolved.endsWith('.md')) {
+          const headings = text(resolved).split('\n').filter((l) => /^#+ /.test(l)).map((l) => slug(l.replace(/^#+ /, '')));
+          if (!headings.includes(anchor)) broken.push(`${page}: ${target} (no such heading)`);
+        }
+      }
+    }
+    expect(broken).toEqual([]);
+  });
+});
+
+describe('the HTTP API page', () => {
+  it("its route table is the app's routes, each with the scope it needs", async () => {
+    const app = createApp({ withDb: async () => undefined as never, registry: createDefaultRegistry({}), apiToken: 'docs-test-token-0123456789' });
+    const document = (await openApiDocument(app, '')) as { paths: Record<string, Record<string, unknown>> };
+    const served = Object.entries(document.paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p.replace(/\{(\w+)\}/g, ':$1')}`));
+    const scopeOf = (route: string) => {
+      const [method, pattern] = route.split(' ') as [string, string];
+      if (OPEN_ROUTES.includes(pattern)) return 'open';
+      return SCOPED_ROUTES.find((r) => r.method === method && r.pattern === pattern)?.needs ?? '(none)';
+    };
+    const table = text('docs/http-api.md')
+      .split('\n')
+      .map((l) => /^\| (GET|POST|PUT|DELETE) \| `([^`]+)` \| (\w+) \|/.exec(l))
+      .filter((m) => m !== null)
+      .map((m) => `${m[1]} ${m[2]} ${m[3]}`);
+    expect(table.sort()).toEqual(served.map((r) => `${r} ${scopeOf(r)}`).sort());
+  });
+});
+
+describe('TypeScript examples', () => {
+  const ts = ALL.filter((b) => b.lang === 'ts');
+  it('every one names the file it is from, a file tsc compiles and a test runs', () => {
+    const runnable = /^(examples\/|test\/fixtures\/consumer\/)/;
+    expect(ts.filter((b) => !b.example || !runnable.test(b.example)).map((b) => `${b.page}:${b.line}`)).toEqual([]);
+  });
+  for (const block of ts.filter((b) => b.example)) {
+    it(`${block.page}:${block.line} is an excerpt of ${block.example}`, () => {
+      // Imports differ (the file imports from src/, the page from 'pgdrain'): tsc checks the file's.
+      const squash = (s: string) =>
+        s.split('\n').map((l) => l.trim()).filter((l) => l && !/^import\b/.test(l) && !l.startsWith('// In your app:')).join('\n');
+      expect(squash(text(block.example!))).toContain(squash(block.code));
+    });
+  }
+});
+
+describe('SQL examples', () => {
+  let t: TestDatabase;
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    await t.query('CREATE TABLE public.orders (id serial PRIMARY KEY, item text)');
+  });
+  afterAll(() => t?.close());
+  for (const block of ALL.filter((b) => b.lang === 'sql')) {
+    it(`${block.page}:${block.line} runs`, async () => {
+      const client = await t.pool.connect();
+      try {
+        await client.query('BEGIN');
+        // A job to name where an example needs one.
+        await client.query(`INSERT INTO pgdrain.jobs (id, kind, payload) VALUES (42, 'send_receipt', '{}') ON CONFLICT DO NOTHING`);
+        await client.query(block.code.replace(/\$(\w+)/g, '42'));
+      } finally {
+        await client.query('ROLLBACK');
+        client.release();
+      }
+    });
+  }
+});
+
+describe('shell examples', () => {
+  const sh = ALL.filter((b) => b.lang === 'sh');
+  const commands = sh.flatMap((b) =>
+    b.code
+      .replace(/\\\n\s*/g, ' ')
+      .split('\n')
+      .filter((l) => l.trim() && !l.trim().startsWith('#'))
+      .map((line) => ({ block: b, line: line.replace(/\s+#.*$/, '').trim() })),
+  );
+
+  it('every command that is not a curl is one this project has', () => {
+    const scripts = Object.keys((JSON.parse(text('package.json')) as { scripts: Record<string, string> }).scripts);
+    const cli = text('src/entry/cli.ts') + text('src/cli/usage.ts');
+    const unknown: string[] = [];
+    for (const { block, line } of commands.filter((c) => !/\bcurl\b/.test(c.line) && !/^(AUTH|JSON)=/.test(c.line))) {
+      for (const part of line.split(/&&|;/).map((p) => p.trim().replace(/^([A-Z_]+=('[^']*'|\S+)\s+)+/, ''))) {
+        const words = part.split(/\s+/);
+        const [program, sub] = words;
+        const known =
+          (program === 'npm' && (['install', 'ci', 'pack'].includes(sub!) || (sub === 'run' ? scripts.includes(words[2]!) : scripts.includes(sub!)))) ||
+          ((program === 'npx' || program === 'node_modules/.bin/pgdrain') && (words.includes('pgdrain') ? cli.includes(`'${words[words.indexOf('pgdrain') + 1]}'`) || cli.includes(`case '${words[words.indexOf('pgdrain') + 1]}'`) : words[1] === 'wrangler')) ||
+          (program === 'wrangler' || program === 'bash' || program === 'node') && (program === 'wrangler' || existsSync(path.join(ROOT, sub!)));
+        if (!known) unknown.push(`${block.page}:${block.line}: ${part}`);
+      }
+    }
+    expect(unknown).toEqual([]);
+  });
+
+  describe('curl, against a pgdrain start process (and the Worker under npm run dev:worker for its page)', () => {
+    let t: TestDatabase;
+    let sidecar: SidecarProcess;
+    let worker: WorkerDevProcess;
+    const TOKEN = 'docs-test-token-0123456789';
+    beforeAll(async () => {
+      t = await createTestDatabase();
+      sidecar = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com' });
+      worker = await startWorkerDev({ databaseUrl: t.url, hyperdrive: false, env: { API_TOKEN: TOKEN } });
+    }, 90_000);
+    afterAll(async () => {
+      sidecar?.kill();
+      await sidecar?.exited;
+      await worker?.stop();
+      await t?.close();
+    });
+    const curls = commands.filter((c) => /\bcurl\b/.test(c.line));
+    it('there are some', () => expect(curls.length).toBeGreaterThan(10));
+    for (const { block, line } of curls) {
+      it(`${block.page}:${block.line}: ${line.slice(0, 70)}`, () => {
+        // Every example's job ids exist (1, 7) and the token is where the README says.
+        const command = line
+          .replace(/\$\(cat \.pgdrain\/api-token\)/g, '$API_TOKEN')
+          .replace(/http:\/\/127\.0\.0\.1:8080/g, '$URL')
+          .replace(/http:\/\/127\.0\.0\.1:8787/g, worker.url)
+          .replace(/<nextCursor>/g, '1');
+        const env = { PATH: process.env.PATH ?? '', URL: sidecar.url, API_TOKEN: TOKEN, AUTH: `Authorization: Bearer ${TOKEN}`, JSON: 'Content-Type: application/json' };
+        const run = spawnSync('bash', ['-c', `${command.replace(/\bcurl\b/, 'curl -s -o /dev/null -w "%{http_code}"')}`], { env, encoding: 'utf8' });
+        expect(run.status, run.stderr).toBe(0);
+        // Answered, and not with a server error.
+        expect(Number(run.stdout)).toBeGreaterThanOrEqual(200);
+        expect(Number(run.stdout)).toBeLessThan(500);
+      });
+    }
+  });
+});

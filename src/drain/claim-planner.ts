@@ -53,8 +53,11 @@ export interface ClaimPlannerOptions {
   concurrency: number;
   /** Claimed-but-not-started jobs kept beyond the running ones. */
   prefetch: number;
-  /** Claims in flight at once once claims have grown (before that, and next to the database, one). */
+  /** Claims in flight at once. */
   claimsInFlight: number;
+  /** Completions ride the next claim (far from the database): a second claim waits until claims
+   * have grown, so that completions gather on the one in flight instead of going alone. */
+  carryCompletions: boolean;
   /** The drain claims only this many jobs in all (run-now's ids): once claimed, nothing more is
    * asked for. */
   claimLimit?: number;
@@ -148,7 +151,7 @@ export class ClaimPlanner {
   next(): PlannedClaim | null {
     const { waiting, running } = this.#book;
     const held = waiting + running;
-    if (this.#inFlight > 0 && (this.#inFlight >= this.#options.claimsInFlight || !this.#grown)) return null;
+    if (this.#inFlight > 0 && (this.#inFlight >= this.#options.claimsInFlight || (this.#options.carryCompletions && !this.#grown))) return null;
     if (this.exhausted) return null;
     const { batchSize, concurrency, prefetch, claimsInFlight } = this.#options;
     const batch = this.#batchNow();

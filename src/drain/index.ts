@@ -92,6 +92,10 @@ export interface DrainOptions {
   /** Leases of jobs without a visibility of their own last this long unless renewed (every third
    * of it). Default DEFAULT_VISIBILITY_TIMEOUT_SECONDS. */
   visibilityTimeoutSeconds?: number;
+  /** Claims go as a prepared statement (planned once per connection) instead of a call of
+   * pgdrain.claim(): only for a database whose connections carry its planner settings (the
+   * sidecar's drain pool, createDrainPool). Default false. */
+  preparedClaims?: boolean;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
   /** Called when a claim fails. The drain goes on with what it holds and claims again at the next
@@ -176,6 +180,7 @@ class DrainRun {
       concurrency: this.#concurrency,
       prefetch: Math.max(0, options.prefetch ?? batchSize),
       claimsInFlight: profile.claimsInFlight,
+      carryCompletions: profile.settleWithClaim,
       claimLimit: options.ids ? new Set(options.ids).size : undefined,
     });
     this.#settler = new Settler(db, {
@@ -310,7 +315,9 @@ class DrainRun {
   #sendClaim(plan: PlannedClaim): void {
     const lockToken = `${this.#options.workerId}:${++claimSequence}`;
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
-    const claim = { batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds };
+    const claim = {
+      batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds, prepared: this.#options.preparedClaims,
+    };
     this.#claimer
       .send(claim, plan.limits)
       .then(

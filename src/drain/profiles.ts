@@ -27,8 +27,10 @@ export type Placement = 'near' | 'far';
 export const DRAIN_PROFILES = {
   // 250 per claim: a claim is one statement, one round trip and one commit whatever its size, so
   // on a deep backlog larger claims cost far less per job; running plus one batch claimed ahead
-  // match graphile-worker's tuned local queue of 500.
-  near: { batchSize: 250, maxBatchSize: null, concurrency: 250, settleWithClaim: false, claimsInFlight: 1, pollIntervalMs: 1000 },
+  // match graphile-worker's tuned local queue of 500. Two claims in flight: the next batch is
+  // claimed while the database writes the last one (claims are serialized on a deep backlog
+  // otherwise, the drain's slots idle for the length of each).
+  near: { batchSize: 250, maxBatchSize: null, concurrency: 250, settleWithClaim: false, claimsInFlight: 2, pollIntervalMs: 1000 },
   // 20 per claim at least (the article's measured sweet spot), growing to 500 for quick handlers;
   // 5 handlers and two claims in flight: a Worker invocation holds 6 connections at once, and the
   // drain's database connections take at most two of them (src/worker/database.ts).

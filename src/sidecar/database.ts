@@ -90,5 +90,12 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
 
 /** The drainer's pool: asynchronous commit; the claim, the completion flush, failures, renewals, the reaper. */
 export function createDrainPool(url: string): pg.Pool {
-  return new pg.Pool({ connectionString: url, max: 4, application_name: 'pgdrain-drain', options: '-c synchronous_commit=off' });
+  return new pg.Pool({ connectionString: url, max: 4, application_name: 'pgdrain-drain', options: `-c synchronous_commit=off ${CLAIM_PLANNER_SETTINGS}` });
 }
+
+/** pgdrain.claim()'s own planner settings (drizzle/0007_claim_plan.sql), on the drain pool's
+ * connections: its claims go as a prepared statement planned once per connection (DrainOptions.
+ * preparedClaims), and these keep that plan the walk of jobs_ready whatever the statistics say.
+ * They only discourage sequential scans, bitmap scans and sorts: the drain's other statements
+ * find their rows by primary key or through small partial indexes. */
+export const CLAIM_PLANNER_SETTINGS = '-c enable_seqscan=off -c enable_bitmapscan=off -c enable_sort=off';

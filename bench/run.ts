@@ -13,6 +13,7 @@ import { type BenchSystem, RunCounter, articleSystem, graphileSystem, now, pgBos
 import { drainWithProcesses } from './sidecar-processes.ts';
 import { benchWorkerDrainer } from './worker-drainer.ts';
 import { drainThroughLongTransaction } from './long-transaction.ts';
+import { PLAIN_DRAIN_JOBS, plainDrainInProcess } from './plain-drain.ts';
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
@@ -279,6 +280,21 @@ async function main() {
     await pool.end();
     await plan.close();
     await admin.query('DROP DATABASE bench_plan WITH (FORCE)');
+  }
+
+  // The plain drain, every change's budget (bench/plain-drain.ts): the same way every run, each
+  // drain in a process of its own; `npm run bench:plain -- --against REV` pairs it with another commit.
+  if (!only || only.includes('pgdrain') || only.includes('plain')) {
+    const n = quick ? 5_000 : PLAIN_DRAIN_JOBS;
+    const url = await freshDatabase('bench_plain');
+    console.log(`\nplain drain ${n / 1000}k (no-op kind, no limits, nothing kept or traced, counts on; VACUUM and ANALYZE before each)`);
+    const values: number[] = [];
+    for (let r = 0; r < (quick ? 1 : 6); r++) {
+      values.push(await plainDrainInProcess(path.resolve(import.meta.dirname, '..'), url, n));
+      console.log(`  pgdrain rep ${r + 1}: ${fmt(values.at(-1)!)} jobs/s`);
+    }
+    record(`plain drain ${n / 1000}k (the budget)`, 'pgdrain', 'jobs/s', values, [], []);
+    await admin.query('DROP DATABASE bench_plain WITH (FORCE)');
   }
 
   // What job_counts costs, and what priorities cost: the same drain two ways, alternating on one

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { startEmbeddedPostgres } from '../src/db/embedded.ts';
-import { explainClaim } from '../src/queries/index.ts';
+import { explainClaim, maintainHistory } from '../src/queries/index.ts';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { type BenchSystem, RunCounter, articleSystem, graphileSystem, now, pgBossSystem, pgdrainSystem } from './systems.ts';
 import { drainWithProcesses } from './sidecar-processes.ts';
@@ -238,7 +238,12 @@ async function main() {
   if (!adminUrl) {
     dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-bench-'));
     await chmod(dir, 0o755);
-    const server = await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), password: 'bench', settings: { max_connections: 200 } });
+    // pg_stat_statements loaded but tracking nothing, but where a workload turns it on for its own
+    // database (the sidecar processes' PostgreSQL time per job).
+    const server = await startEmbeddedPostgres({
+      dataDir: path.join(dir, 'data'), password: 'bench',
+      settings: { max_connections: 200, shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'none' },
+    });
     adminUrl = server.url;
     postmasterPid = server.pid;
     stopServer = server.stop;
@@ -316,6 +321,30 @@ async function main() {
     paired.push(await drainPairs('results', `drain ${n / 1000}k, results kept and deleted at once`, pgdrainSystem({ keepResults: true }), pgdrainSystem(), n, pairs));
     record(`drain ${n / 1000}k, results kept`, 'pgdrain', 'jobs/s', paired[3]!.values[0], [], []);
     record(`drain ${n / 1000}k, results deleted at once`, 'pgdrain', 'jobs/s', paired[3]!.values[1], [], []);
+    // Pruning the history: a day of kept jobs whose keeps are over, dropped whole (maintainHistory).
+    {
+      const rows = quick ? 100_000 : 1_000_000;
+      const url = await freshDatabase('bench_prune');
+      const system = pgdrainSystem({ keepResults: true });
+      await system.install(url);
+      const pool = new pg.Pool({ connectionString: url, max: 1 });
+      await pool.query(`CREATE TABLE pgdrain.job_history_p20200101 PARTITION OF pgdrain.job_history FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00')`);
+      await pool.query(
+        `INSERT INTO pgdrain.job_history (id, kind, payload, status, attempts, finished_at, keep_until, result)
+         SELECT i, 'bench', jsonb_build_object('i', i), 'completed', 1, '2020-01-01 00:00+00', '2020-01-01 00:00+00'::timestamptz + make_interval(secs => i % 86400), '{"ran": true}'
+           FROM generate_series(1, $1::int) AS i`,
+        [rows],
+      );
+      const t0 = now();
+      const upkeep = await maintainHistory(drizzle({ client: pool }) as never);
+      const ms = now() - t0;
+      if (upkeep.dropped !== 1) throw new Error(`prune: expected one day dropped, got ${JSON.stringify(upkeep)}`);
+      console.log(`\npruning a day of ${rows / 1e6}M kept jobs (the partition dropped whole): ${ms.toFixed(0)} ms`);
+      record(`prune a day of ${rows / 1e6}M kept jobs`, 'pgdrain', 'ms', [ms], [], []);
+      await pool.end();
+      await system.close();
+      await admin.query('DROP DATABASE bench_prune WITH (FORCE)');
+    }
     // Tracing: every claim and every handler run a span, batched to an exporter, against no API at all.
     paired.push(await drainPairs('tracing', `drain ${n / 1000}k with an OpenTelemetry tracer provider registered and without`, pgdrainSystem({ tracing: true }), pgdrainSystem(), n, pairs));
     record(`drain ${n / 1000}k, traced (OpenTelemetry)`, 'pgdrain', 'jobs/s', paired[4]!.values[0], [], []);
@@ -377,15 +406,19 @@ async function main() {
     ];
     for (const variant of variants) {
       const values: number[] = [];
+      const pgMicros: number[] = [];
       for (let r = 0; r < plan.reps; r++) {
         const url = await freshDatabase('bench_processes');
         const result = await drainWithProcesses(url, variant.processes, n, variant.options);
         await admin.query('DROP DATABASE bench_processes WITH (FORCE)');
         if (result.missing || result.duplicated) throw new Error(`${variant.label}: ${result.missing} jobs never ran and ${result.duplicated} ran twice`);
         values.push(result.jobsPerSecond);
-        console.log(`  ${variant.label}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s, every job exactly once`);
+        if (result.postgresMicrosPerJob !== null) pgMicros.push(result.postgresMicrosPerJob);
+        const pgTime = result.postgresMicrosPerJob === null ? '' : `, PostgreSQL ${result.postgresMicrosPerJob.toFixed(1)} µs per job`;
+        console.log(`  ${variant.label}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s${pgTime}, every job exactly once`);
       }
       record(variant.label, 'pgdrain', 'jobs/s', values, [], []);
+      if (pgMicros.length > 0) record(`${variant.label}: PostgreSQL time per job`, 'pgdrain', 'µs', pgMicros, [], []);
     }
   }
 

@@ -26,17 +26,45 @@ export interface ProcessDrainOptions {
   analyzeBeforeWake?: boolean;
 }
 
+export interface ProcessDrainResult {
+  jobsPerSecond: number;
+  missing: number;
+  duplicated: number;
+  /** PostgreSQL's execution time per job of every statement the sidecars sent during the drain
+   * (pg_stat_statements), in µs; null where the server has no pg_stat_statements loaded. */
+  postgresMicrosPerJob: number | null;
+}
+
+/** Turns pg_stat_statements on for this database's new sessions, if the server has it loaded
+ * (the benchmark's embedded server loads it with tracking off everywhere else). */
+async function trackStatements(pool: pg.Pool): Promise<boolean> {
+  try {
+    await pool.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+    await pool.query('SELECT 1 FROM pg_stat_statements LIMIT 1');
+    const { rows } = await pool.query('SELECT current_database() AS db');
+    await pool.query(`ALTER DATABASE ${pg.escapeIdentifier(rows[0].db)} SET pg_stat_statements.track = 'top'`);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export async function drainWithProcesses(
   url: string,
   processes: number,
   jobs: number,
   options: ProcessDrainOptions = {},
-): Promise<{ jobsPerSecond: number; missing: number; duplicated: number }> {
+): Promise<ProcessDrainResult> {
   await migrateDatabase(url);
   const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-bench-processes-'));
   const pool = new pg.Pool({ connectionString: url, max: 2 });
   pool.on('error', () => {});
-  const watcher = new pg.Client({ connectionString: url, options: '-c enable_seqscan=off -c enable_bitmapscan=off' });
+  const tracked = await trackStatements(pool);
+  // The harness's own statements are not the sidecars': not tracked.
+  const untracked = tracked ? ' -c pg_stat_statements.track=none' : '';
+  const harness = new pg.Pool({ connectionString: url, max: 1, options: untracked.trim() || undefined });
+  harness.on('error', () => {});
+  const watcher = new pg.Client({ connectionString: url, options: `-c enable_seqscan=off -c enable_bitmapscan=off${untracked}` });
   await watcher.connect();
   const children: { child: ChildProcess; exited: Promise<void> }[] = [];
   try {
@@ -62,13 +90,14 @@ export async function drainWithProcesses(
       }
     }
     if (options.burst) await new Promise((r) => setTimeout(r, 3_000)); // idle: a few empty polls
-    const loader = await pool.connect();
+    const loader = await harness.connect();
     let t0: number;
     try {
       await loader.query('BEGIN');
       if (options.analyzeBeforeWake) await loader.query(`INSERT INTO pgdrain.paused_kinds (kind) VALUES ('bench')`);
       await loader.query(`INSERT INTO pgdrain.jobs (kind, payload) SELECT 'bench', jsonb_build_object('i', i) FROM generate_series(0, $1::int - 1) AS i`, [jobs]);
       await loader.query(`SELECT pg_notify($1, 'bench')`, [NOTIFY_CHANNEL]);
+      if (tracked) await loader.query('SELECT pg_stat_statements_reset()');
       t0 = performance.now();
       await loader.query('COMMIT');
       if (options.analyzeBeforeWake) {
@@ -76,6 +105,7 @@ export async function drainWithProcesses(
         await loader.query('BEGIN');
         await loader.query(`DELETE FROM pgdrain.paused_kinds WHERE kind = 'bench'`);
         await loader.query(`SELECT pg_notify($1, 'bench')`, [NOTIFY_CHANNEL]);
+        if (tracked) await loader.query('SELECT pg_stat_statements_reset()');
         t0 = performance.now();
         await loader.query('COMMIT');
       }
@@ -93,6 +123,13 @@ export async function drainWithProcesses(
       await new Promise((r) => setTimeout(r, 20));
     }
     const seconds = (performance.now() - t0) / 1000;
+    let postgresMicrosPerJob: number | null = null;
+    if (tracked) {
+      const { rows } = await harness.query(
+        `SELECT coalesce(sum(total_exec_time), 0)::float8 AS ms FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+      );
+      postgresMicrosPerJob = (Number(rows[0].ms) * 1000) / jobs;
+    }
     for (const { child } of children) child.kill('SIGTERM');
     await Promise.all(children.map((c) => c.exited));
     const seen = new Map<number, number>();
@@ -106,10 +143,11 @@ export async function drainWithProcesses(
       if (n === 0) missing++;
       if (n > 1) duplicated++;
     }
-    return { jobsPerSecond: jobs / seconds, missing, duplicated };
+    return { jobsPerSecond: jobs / seconds, missing, duplicated, postgresMicrosPerJob };
   } finally {
     for (const { child } of children) if (child.exitCode === null) child.kill('SIGKILL');
     await pool.end();
+    await harness.end();
     await watcher.end();
     await rm(dir, { recursive: true, force: true });
   }

@@ -74,6 +74,10 @@ const pendingKeyed = `INSERT INTO pgdrain.jobs (kind, payload, dedupe_key) VALUE
 const runningKeyed = `INSERT INTO pgdrain.jobs (kind, payload, dedupe_key, status, attempts, locked_by, locked_at) VALUES ('mail', '{"v": 1}', 'k1', 'running', 1, 'w:1', now())`;
 const twoParents = `INSERT INTO pgdrain.jobs (kind, payload, status) VALUES ('mail', '{}', 'pending'), ('mail', '{}', 'completed')`;
 const deadParent = `INSERT INTO pgdrain.jobs (kind, payload, status, attempts) VALUES ('mail', '{}', 'dead', 3)`;
+/** Kept jobs once finished are in the history (src/queries/job-history.ts). */
+const historyParent = (status: string) =>
+  `INSERT INTO pgdrain.job_history (id, kind, payload, status, attempts, finished_at, keep_until)
+   VALUES (nextval('pgdrain.jobs_id_seq'), 'mail', '{}', '${status}', 1, now(), now() + interval '1 hour')`;
 
 const CASES: [string, string, EnqueueRequest][] = [
   ['no options', '', { kind: 'mail', payload: { to: 'a@example.com' } }],
@@ -84,6 +88,8 @@ const CASES: [string, string, EnqueueRequest][] = [
   ['a dedupe key held by a running job (replace)', runningKeyed, { kind: 'mail', payload: { v: 2 }, dedupeKey: 'k1', dedupeMode: 'replace' }],
   ['after a pending and a completed job', twoParents, { kind: 'mail', payload: {}, after: ['$1', '$2'], priority: 3 }],
   ['after a dead job', deadParent, { kind: 'mail', payload: {}, after: ['$1'] }],
+  ['after a kept job that completed (in the history)', historyParent('completed'), { kind: 'mail', payload: {}, after: ['$1'] }],
+  ['after a kept job that was cancelled (in the history)', historyParent('cancelled'), { kind: 'mail', payload: {}, after: ['$1'] }],
   ['after a job that does not exist', '', { kind: 'mail', payload: {}, after: ['$9'] }],
   ['a priority above 1000', '', { kind: 'mail', payload: {}, priority: 1001 }],
   ['maxAttempts of 0', '', { kind: 'mail', payload: {}, maxAttempts: 0 }],
@@ -103,4 +109,16 @@ describe('the enqueue pipeline and pgdrain.enqueue() in SQL leave the same rows'
       expect(sql).toEqual(typescript);
     });
   }
+});
+
+describe('a job that waits for a kept job already in the history', () => {
+  it('is pending at once when that job completed, and dead when it was cancelled — both ways in', async () => {
+    for (const way of ['typescript', 'sql'] as const) {
+      const completed = (await leaves(way, historyParent('completed'), { kind: 'mail', payload: {}, after: ['$1'] })) as { outcome: string; rows: { status: string }[] };
+      expect(completed.outcome).toBe('enqueued');
+      expect(completed.rows).toEqual([expect.objectContaining({ status: 'pending', waiting_for: null, deps: 1 })]);
+      const cancelled = (await leaves(way, historyParent('cancelled'), { kind: 'mail', payload: {}, after: ['$1'] })) as { outcome: string; rows: unknown[] };
+      expect(cancelled.rows).toEqual([expect.objectContaining({ status: 'dead', last_error: 'job N it waits for ended cancelled' })]);
+    }
+  });
 });

@@ -56,7 +56,8 @@ it('a fresh migration puts every table, index, sequence and function in the sche
   expect(objects.relations).toEqual(
     expect.arrayContaining([
       'pgdrain.jobs', 'pgdrain.jobs_ready', 'pgdrain.jobs_id_seq', 'pgdrain.job_counts', 'pgdrain.job_totals', 'pgdrain.migrations',
-      'pgdrain.job_dependencies', 'pgdrain.finished_jobs', 'pgdrain.jobs_kept',
+      'pgdrain.job_dependencies', 'pgdrain.finished_jobs', 'pgdrain.jobs_kept', 'pgdrain.job_history', 'pgdrain.job_history_default',
+      'pgdrain.jobs_and_history',
     ]),
   );
   expect(objects.functions).toEqual([
@@ -64,6 +65,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.claim(integer,text[],text,integer)',
     'pgdrain.claim_ids(bigint[],integer,text[],text,integer)',
     'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer,text)',
+    'pgdrain.maintain_history(integer)',
   ]);
   // Applying the migrations again changes nothing.
   await migrateDatabase(t.url);

@@ -10,7 +10,8 @@
 //   pending, waiting --cancel--> cancelled (kept like completed, else deleted)
 //   running --cancel--> running with cancel_requested_at: its drainer stops the handler, and
 //                       whichever way the attempt ends (complete, fail, release, reap) it ends cancelled
-//   completed, cancelled --keep_until passed--> deleted (the reaper's prune)
+//   completed, cancelled (kept) --the completing statement--> moved to job_history (below)
+//   job_history --its day's keeps all over--> its partition dropped (the housekeeping round)
 //   dead --retry--> pending; dead --delete--> deleted
 import { sql } from 'drizzle-orm';
 import { bigint, boolean, check, customType, index, integer, jsonb, pgSchema, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
@@ -34,10 +35,8 @@ const bigintAsString = customType<{ data: string; driverData: string }>({ dataTy
 
 const timestamptz = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
 
-export const jobs = pgdrainSchema.table(
-  'jobs',
-  {
-    id: bigserialAsString('id').primaryKey(),
+/** A job's columns but its id: the same in pgdrain.jobs and pgdrain.job_history. */
+const jobColumns = () => ({
     kind: text('kind').notNull(),
     payload: jsonb('payload').notNull(),
     runAt: timestamptz('run_at').notNull().defaultNow(),
@@ -85,6 +84,13 @@ export const jobs = pgdrainSchema.table(
      * links to it. NULL when nothing traced the enqueue. */
     traceparent: text('traceparent'),
     createdAt: timestamptz('created_at').notNull().defaultNow(),
+});
+
+export const jobs = pgdrainSchema.table(
+  'jobs',
+  {
+    id: bigserialAsString('id').primaryKey(),
+    ...jobColumns(),
   },
   (t) => [
     // The claim walks this index in its own order (priority first): it holds only claimable rows,
@@ -111,6 +117,33 @@ export const jobs = pgdrainSchema.table(
 );
 
 export type JobRow = typeof jobs.$inferSelect;
+
+// Kept jobs (kinds with keepCompletedSeconds) once finished: moved out of pgdrain.jobs by the
+// statement that completes them, so the hot table holds only live work. Partitioned by the day
+// its keep ends (keep_until, UTC), one partition a day created ahead by the housekeeping round
+// (pgdrain.maintain_history(), drizzle/0010_job_history.sql): a day whose keeps are all over is
+// dropped whole — no per-row DELETE, no bloat, no VACUUM debt. A default partition takes any row
+// no day partition is there for (housekeeping that did not run for a month), pruned row by row.
+// Kept jobs with a dedupe key stay in pgdrain.jobs (its unique index holds their key, which no
+// index across partitions can), as do rows finished by an older version until housekeeping moves them.
+export const jobHistory = pgdrainSchema.table(
+  'job_history',
+  {
+    id: bigintAsString('id').notNull(),
+    ...jobColumns(),
+    keepUntil: timestamptz('keep_until').notNull(),
+  },
+  (t) => [index('job_history_id').on(t.id)],
+);
+
+/** Every job a reader may look up: the live ones (and kept ones left in pgdrain.jobs) and the
+ * history whose keep is not over. getJob, lists, waits and dependencies read this. */
+export const jobsAndHistory = pgdrainSchema
+  .view('jobs_and_history', {
+    id: bigintAsString('id').notNull(),
+    ...jobColumns(),
+  })
+  .existing();
 
 // Completed jobs are deleted, so what happened to them is counted here: one row per kind per
 // minute, added to by the statement that settles a batch (never once per job), in the same

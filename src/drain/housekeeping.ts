@@ -1,12 +1,14 @@
 // The queue's housekeeping round, the same on both runtimes (the sidecar's reaper on a timer, the
 // Worker's cron invocations beside their drain): leases that ran out go back to pending (or dead,
 // when that was their last attempt), old per-minute counts are folded into the totals, and kept
-// jobs whose time is up are pruned. Three statements, each idempotent and cheap.
-import { type Db, type PruneResult, type ReapResult, pruneFinished, reap, rollUpCounts } from '../queries/index.ts';
+// jobs whose time is up are pruned, and the history's day partitions are made ahead and dropped
+// when their day is over. Four statements, each idempotent and cheap.
+import { type Db, type HistoryUpkeep, type PruneResult, type ReapResult, maintainHistory, pruneFinished, reap, rollUpCounts } from '../queries/index.ts';
 
 export interface HousekeepingRound {
   reaped: ReapResult;
   pruned: PruneResult;
+  history: HistoryUpkeep;
 }
 
 /** One round. `visibilityTimeoutSeconds` applies only to jobs locked without a lease end (older drainers). */
@@ -14,5 +16,6 @@ export async function housekeep(db: Db, visibilityTimeoutSeconds: number): Promi
   const reaped = await reap(db, visibilityTimeoutSeconds);
   await rollUpCounts(db);
   const pruned = await pruneFinished(db);
-  return { reaped, pruned };
+  const history = await maintainHistory(db);
+  return { reaped, pruned, history };
 }

@@ -1,15 +1,16 @@
 // complete: success deletes the row (completed rows are what make queue tables slow), unless the
-// job's kind keeps its jobs (keepCompletedSeconds): then the row stays `completed` with the
-// handler's result until the reaper prunes it. One statement settles a whole batch; each row is
+// job's kind keeps its jobs (keepCompletedSeconds): then the row moves to the history with the
+// handler's result (job-history.ts), in the same statement. One statement settles a whole batch; each row is
 // fenced by the lock token its claim wrote, so a worker whose lock was reaped cannot settle the
 // job that another worker now holds. The same statement adds the batch to this minute's completed
 // count (counts.ts) and does what follows a job's end (job-ended.ts: jobs waiting for these, and
 // people waiting on them).
 import { type SQL, sql } from 'drizzle-orm';
-import { jobs } from '../db/schema.ts';
+import { jobHistory, jobs } from '../db/schema.ts';
 import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 import { type HeldJob, fenced, heldRows } from './fence.ts';
+import { HISTORY_COLUMNS, historyRow } from './job-history.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 export type { HeldJob } from './fence.ts';
@@ -66,19 +67,31 @@ export function completingCtes(held: readonly CompletedJob[], { followed }: { fo
     parts.push(sql`deleted AS (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${fence(deleted)} RETURNING ${ENDED_COLUMNS}, ${status} AS status)`);
   }
   if (kept.length > 0) {
-    const rows = heldRows(kept, {
+    parts.push(sql`held_kept AS MATERIALIZED (SELECT * FROM ${heldRows(kept, {
       keep: { type: 'int', values: kept.map((k) => k.keepSeconds ?? 0) },
       result: { type: 'jsonb', values: kept.map((k) => k.resultJson ?? null) },
       progress: { type: 'jsonb', values: kept.map((k) => k.progressJson ?? null) },
-    });
-    parts.push(sql`kept AS (
-      UPDATE ${jobs} j SET status = ${status},
-             result = CASE WHEN j.cancel_requested_at IS NOT NULL THEN NULL ELSE h.result END, progress = coalesce(h.progress, j.progress),
+    })})`);
+    const result = sql`CASE WHEN j.cancel_requested_at IS NOT NULL THEN NULL ELSE h.result END`;
+    // A kept job moves to the history (job-history.ts); one with a dedupe key stays, finished, in
+    // pgdrain.jobs, whose unique index is what holds its key while it is kept.
+    parts.push(sql`archived AS (
+      DELETE FROM ${jobs} j USING held_kept h WHERE ${fence(kept)} AND j.dedupe_key IS NULL
+      RETURNING ${historyRow({
+        status, result, progress: sql`coalesce(h.progress, j.progress)`, finished_at: sql`now()`, keep_until: sql`now() + make_interval(secs => h.keep)`,
+        locked_at: sql`NULL::timestamptz`, locked_by: sql`NULL::text`, locked_until: sql`NULL::timestamptz`,
+      })}),
+    stored AS (INSERT INTO ${jobHistory} (${HISTORY_COLUMNS}) SELECT ${HISTORY_COLUMNS} FROM archived),
+    kept AS (
+      UPDATE ${jobs} j SET status = ${status}, result = ${result}, progress = coalesce(h.progress, j.progress),
              finished_at = now(), keep_until = now() + make_interval(secs => h.keep), locked_at = NULL, locked_by = NULL, locked_until = NULL
-        FROM ${rows} WHERE ${fence(kept)}
+        FROM held_kept h WHERE ${fence(kept)} AND j.dedupe_key IS NOT NULL
       RETURNING ${ENDED_COLUMNS}, j.status)`);
   }
-  const union = [deleted.length > 0 ? sql`SELECT * FROM deleted` : undefined, kept.length > 0 ? sql`SELECT * FROM kept` : undefined].filter((x) => x !== undefined);
+  const union = [
+    deleted.length > 0 ? sql`SELECT * FROM deleted` : undefined,
+    kept.length > 0 ? sql`SELECT id, kind, watched_until, has_dependents, status FROM archived UNION ALL SELECT * FROM kept` : undefined,
+  ].filter((x) => x !== undefined);
   parts.push(sql`ended AS (${sql.join(union, sql` UNION ALL `)})`);
   const ending = sql.join(parts, sql`, `);
   return followed ? sql`${ending}${afterJobsEnded({ deleted: deleted.length > 0 })}` : ending;

@@ -23,3 +23,4 @@ export { tableHealth, type TableHealth } from './table-health.ts';
 export { limitUsage, type LimitUsage } from './limit-usage.ts';
 export { cancel, type CancelOutcome } from './cancel.ts';
 export { pruneFinished, PRUNE_BATCH, type PruneResult } from './prune.ts';
+export { maintainHistory, type HistoryUpkeep } from './job-history.ts';

@@ -1,7 +1,7 @@
 // Inspection and repair: what a person (or the HTTP API) uses to look at the queue and act on
 // dead jobs. None of these are on the drain's hot path.
-import { and, desc, eq, getTableColumns, lt, sql } from 'drizzle-orm';
-import { type JobRow, type JobStatus, finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
+import { and, desc, eq, getTableColumns, getViewSelectedFields, lt, sql } from 'drizzle-orm';
+import { type JobRow, type JobStatus, finishedJobs, jobDependencies, jobHistory, jobs, jobsAndHistory } from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, fromDriverRow, rowsOf } from './db.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 import { listPausedKinds } from './pause.ts';
@@ -18,7 +18,8 @@ const jobFromRow = (row: Record<string, unknown>): Job => {
 
 export async function getJob(db: Db, id: string): Promise<Job | null> {
   if (!isJobId(id)) return null;
-  const [row] = await db.select().from(jobs).where(eq(jobs.id, id)).limit(1);
+  // A job is in pgdrain.jobs or, kept once finished, in the history: the view reads both.
+  const [row] = await db.select().from(jobsAndHistory).where(eq(jobsAndHistory.id, id)).limit(1);
   return row ? { ...row, id: String(row.id) } : null;
 }
 
@@ -48,7 +49,7 @@ export async function getDependencies(db: Db, id: string): Promise<{ id: string;
     db,
     sql`SELECT d.depends_on::text AS id, coalesce(j.kind, f.kind) AS kind, coalesce(j.status, f.status) AS status, j.result
           FROM ${jobDependencies} d
-          LEFT JOIN ${jobs} j ON j.id = d.depends_on
+          LEFT JOIN ${jobsAndHistory} j ON j.id = d.depends_on
           LEFT JOIN ${finishedJobs} f ON f.id = d.depends_on
          WHERE d.job_id = ${id}::bigint ORDER BY d.depends_on`,
   );
@@ -80,24 +81,24 @@ export const SUMMARY_PAYLOAD_BYTES = 4096;
 const PAYLOAD_HEAD_CHARS = 200;
 
 export async function listJobs(db: Db, options: ListOptions): Promise<{ jobs: JobSummary[]; nextCursor: string | null }> {
-  const { payload: _payload, ...columns } = getTableColumns(jobs);
-  const text = sql`${jobs.payload}::text`;
+  const { payload: _payload, ...columns } = getViewSelectedFields(jobsAndHistory);
+  const text = sql`${jobsAndHistory.payload}::text`;
   const rows = await db
     .select({
       ...columns,
       payloadBytes: sql<number>`octet_length(${text})`.mapWith(Number),
-      smallPayload: sql<unknown>`CASE WHEN octet_length(${text}) <= ${SUMMARY_PAYLOAD_BYTES} THEN ${jobs.payload} END`,
+      smallPayload: sql<unknown>`CASE WHEN octet_length(${text}) <= ${SUMMARY_PAYLOAD_BYTES} THEN ${jobsAndHistory.payload} END`,
       payloadHead: sql<string>`left(${text}, ${PAYLOAD_HEAD_CHARS})`,
     })
-    .from(jobs)
+    .from(jobsAndHistory)
     .where(
       and(
-        options.status ? eq(jobs.status, options.status) : undefined,
-        options.kind ? eq(jobs.kind, options.kind) : undefined,
-        options.before ? lt(jobs.id, options.before) : undefined,
+        options.status ? eq(jobsAndHistory.status, options.status) : undefined,
+        options.kind ? eq(jobsAndHistory.kind, options.kind) : undefined,
+        options.before ? lt(jobsAndHistory.id, options.before) : undefined,
       ),
     )
-    .orderBy(desc(jobs.id))
+    .orderBy(desc(jobsAndHistory.id))
     .limit(options.limit + 1);
   const page = rows.slice(0, options.limit).map((r) => ({ ...r, id: String(r.id) }));
   return { jobs: page, nextCursor: rows.length > options.limit ? (page.at(-1)?.id ?? null) : null };
@@ -179,16 +180,18 @@ export async function retryDead(db: Db, id: string): Promise<RetryOutcome> {
 
 export type DeleteOutcome = { outcome: 'deleted' } | { outcome: 'running' } | { outcome: 'not_found' };
 
-/** Deletes a job that is not running (pending, waiting, dead, or kept once finished). A running
- * job is refused: its worker still holds it. Jobs waiting for the deleted one become dead. */
+/** Deletes a job that is not running (pending, waiting, dead, or kept once finished, wherever it
+ * is kept). A running job is refused: its worker still holds it. Jobs waiting for the deleted one
+ * become dead. */
 export async function deleteJob(db: Db, id: string): Promise<DeleteOutcome> {
   if (!isJobId(id)) return { outcome: 'not_found' };
   const rows = await rowsOf<{ deleted: boolean; status: JobStatus }>(
     db,
     sql`WITH RECURSIVE target AS (SELECT id, status FROM ${jobs} WHERE id = ${id}::bigint),
-             ended AS (DELETE FROM ${jobs} j WHERE id = ${id}::bigint AND status <> 'running' RETURNING ${ENDED_COLUMNS}, 'deleted'::text AS status)
+             ended AS (DELETE FROM ${jobs} j WHERE id = ${id}::bigint AND status <> 'running' RETURNING ${ENDED_COLUMNS}, 'deleted'::text AS status),
+             archived AS (DELETE FROM ${jobHistory} WHERE id = ${id}::bigint RETURNING 1)
              ${afterJobsEnded({ deleted: true })}
-        SELECT EXISTS (SELECT 1 FROM ended) AS deleted, (SELECT status FROM target) AS status, ${ENDED_FOLLOWED}`,
+        SELECT EXISTS (SELECT 1 FROM ended) OR EXISTS (SELECT 1 FROM archived) AS deleted, (SELECT status FROM target) AS status, ${ENDED_FOLLOWED}`,
   );
   const row = rows[0];
   if (row?.deleted) return { outcome: 'deleted' };

@@ -1,11 +1,14 @@
 // prune: what a kept history leaves behind, removed once its time is up — completed and cancelled
-// jobs past their keep_until (kinds with keepCompletedSeconds), notes of how watched jobs ended
-// (kept 10 minutes), and dependency rows of jobs that are gone. In bounded batches, each round its
-// own short statement, so a large history never means one long transaction. Run with the reaper's round
-// on the sidecar and every cron invocation on the Worker.
+// jobs past their keep_until still in pgdrain.jobs (kept jobs with a dedupe key, which stay there),
+// notes of how watched jobs ended (kept 10 minutes), and dependency rows of jobs that are gone —
+// and kept jobs finished in pgdrain.jobs moved to the history (job-history.ts), whose own expired
+// days go whole (maintainHistory). In bounded batches, each round its own short statement, so a
+// large history never means one long transaction. Run with the reaper's round on the sidecar and
+// every cron invocation on the Worker.
 import { sql } from 'drizzle-orm';
 import { finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
+import { moveKeptToHistory } from './job-history.ts';
 
 export const PRUNE_BATCH = 5_000;
 /** How long a note of how a watched, deleted job ended is kept. */
@@ -14,6 +17,8 @@ export const FINISHED_NOTE_MINUTES = 10;
 export interface PruneResult {
   /** Kept jobs deleted. */
   jobs: number;
+  /** Kept jobs moved from pgdrain.jobs to the history. */
+  moved: number;
   notes: number;
   dependencies: number;
 }
@@ -25,9 +30,9 @@ export interface PruneResult {
  * deleted in the same round go in the next one (a statement does not see its own deletions).
  */
 export async function pruneFinished(db: Db, maxBatches = 20): Promise<PruneResult> {
-  const result: PruneResult = { jobs: 0, notes: 0, dependencies: 0 };
-  const more = { jobs: true, notes: true, dependencies: true };
-  for (let round = 0; round < maxBatches && (more.jobs || more.notes || more.dependencies); round++) {
+  const result: PruneResult = { jobs: 0, moved: 0, notes: 0, dependencies: 0 };
+  const more = { jobs: true, moved: true, notes: true, dependencies: true };
+  for (let round = 0; round < maxBatches && (more.jobs || more.moved || more.notes || more.dependencies); round++) {
     const [n] = await rowsOf<PruneResult>(
       db,
       sql`WITH kept AS (
@@ -35,6 +40,7 @@ export async function pruneFinished(db: Db, maxBatches = 20): Promise<PruneResul
               SELECT id FROM ${jobs} WHERE status IN ('completed', 'cancelled') AND keep_until < now()
                ORDER BY keep_until LIMIT ${PRUNE_BATCH} FOR UPDATE SKIP LOCKED)
             RETURNING 1),
+          ${moveKeptToHistory(more.moved, PRUNE_BATCH)},
           notes AS (
             DELETE FROM ${finishedJobs} WHERE ${more.notes} AND id IN (
               SELECT id FROM ${finishedJobs} WHERE finished_at < now() - make_interval(mins => ${FINISHED_NOTE_MINUTES}) LIMIT ${PRUNE_BATCH})
@@ -43,10 +49,10 @@ export async function pruneFinished(db: Db, maxBatches = 20): Promise<PruneResul
             DELETE FROM ${jobDependencies} d WHERE ${more.dependencies} AND (d.depends_on, d.job_id) IN (
               SELECT depends_on, job_id FROM ${jobDependencies} o WHERE NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id) LIMIT ${PRUNE_BATCH})
             RETURNING 1)
-          SELECT (SELECT count(*) FROM kept)::int AS jobs, (SELECT count(*) FROM notes)::int AS notes,
+          SELECT (SELECT count(*) FROM kept)::int AS jobs, (SELECT count(*) FROM stored)::int AS moved, (SELECT count(*) FROM notes)::int AS notes,
                  (SELECT count(*) FROM dependencies)::int AS dependencies`,
     );
-    for (const part of ['jobs', 'notes', 'dependencies'] as const) {
+    for (const part of ['jobs', 'moved', 'notes', 'dependencies'] as const) {
       const deleted = Number(n?.[part] ?? 0);
       result[part] += deleted;
       more[part] &&= deleted >= PRUNE_BATCH;

@@ -40,9 +40,10 @@ export class Reaper {
   runOnce(): Promise<void> {
     this.#round = this.#round.then(async () => {
       try {
-        const { reaped: result, pruned } = await housekeep(this.#db, this.#options.visibilityTimeoutSeconds);
+        const { reaped: result, pruned, history } = await housekeep(this.#db, this.#options.visibilityTimeoutSeconds);
         this.#incidents.end('reaper');
-        if (pruned.jobs > 0) this.#log.debug({ ...pruned }, 'pruned kept jobs past their time');
+        if (pruned.jobs > 0 || pruned.moved > 0) this.#log.debug({ ...pruned }, 'pruned kept jobs past their time');
+        if (history.dropped > 0 || history.pruned > 0) this.#log.info({ ...history }, 'history days past their keep dropped');
         const total = result.reclaimed.length + result.dead.length + result.cancelled.length;
         if (total === 0) return;
         const counts = { reclaimed: result.reclaimed.length, dead: result.dead.length, cancelled: result.cancelled.length };

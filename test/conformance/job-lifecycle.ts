@@ -10,7 +10,7 @@ import { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, drain, type DrainOptions } from '
 import { JobRegistry, JobValidationError, type JobDefinition, defineJob } from '../../src/jobs/registry.ts';
 import { type EnqueueOptions, enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import {
-  UnknownDependencyError, cancel, enqueue, enqueueMany, getDependencies, getJob, pruneFinished, watchJob,
+  UnknownDependencyError, cancel, enqueue, enqueueMany, getDependencies, getJob, maintainHistory, pruneFinished, watchJob,
 } from '../../src/queries/index.ts';
 import type { Harness } from './queue-behaviour.ts';
 
@@ -27,13 +27,14 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.paused_kinds, public.lifecycle_writes');
+      await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.paused_kinds, public.lifecycle_writes');
     });
 
     const run = (registry: JobRegistry, options: Partial<DrainOptions> = {}) =>
       drain(h.db, registry, { workerId: 'lifecycle', batchSize: 20, concurrency: 10, transactions: h.transactions, ...options });
-    const row = async (id: string) => (await h.query(`SELECT status, result, progress, last_error, attempts, waiting_for, finished_at, keep_until FROM pgdrain.jobs WHERE id = $1`, [id]))[0];
-    const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n);
+    // Live jobs and kept ones, wherever they are kept (pgdrain.jobs or the history).
+    const row = async (id: string) => (await h.query(`SELECT status, result, progress, last_error, attempts, waiting_for, finished_at, keep_until FROM pgdrain.jobs_and_history WHERE id = $1`, [id]))[0];
+    const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs_and_history WHERE ${where}`))[0]!.n);
     const kind = <P>(definition: JobDefinition<P>) => defineJob(definition);
     /** Enqueues a job of the registry's kind `name`, validated and filled in by its definition. */
     const add = (registry: JobRegistry, name: string, payload: unknown, options?: EnqueueOptions) => enqueueTyped(h.db, registry.get(name)!, payload, options);
@@ -76,10 +77,30 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         await enqueueMany(h.db, Array.from({ length: 30 }, () => ({ kind: 'kept', payload: {}, keepSeconds: 60 })));
         await run(registry);
         expect(await count(`status = 'completed'`)).toBe(30);
-        expect((await pruneFinished(h.db)).jobs).toBe(0);
-        await h.query(`UPDATE pgdrain.jobs SET keep_until = now() - interval '1 second' WHERE id IN (SELECT id FROM pgdrain.jobs ORDER BY id LIMIT 12)`);
-        expect((await pruneFinished(h.db)).jobs).toBe(12);
+        // Out of the hot table: in the history, in the partition of the day their keep ends.
+        expect(Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n)).toBe(0);
+        const partitions = await h.query<{ p: string }>(`SELECT DISTINCT tableoid::regclass::text AS p FROM pgdrain.job_history`);
+        expect(partitions.map((p) => p.p)).toEqual([expect.stringMatching(/^pgdrain\.job_history_p\d{8}$/)]);
+        expect(await maintainHistory(h.db)).toMatchObject({ dropped: 0, pruned: 0 });
+        expect(await count()).toBe(30);
+        // A job whose keep is over is gone for every reader at once, whatever the partition holds.
+        await h.query(`UPDATE pgdrain.job_history SET keep_until = now() - interval '1 second' WHERE id IN (SELECT id FROM pgdrain.job_history ORDER BY id LIMIT 12)`);
         expect(await count()).toBe(18);
+        // A day whose keeps are all over is dropped whole: here a past day's partition with 5 rows,
+        // and 3 rows left in the default partition (no day partition was there for them).
+        await h.query(`CREATE TABLE pgdrain.job_history_p20200101 PARTITION OF pgdrain.job_history FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00')`);
+        await h.query(`UPDATE pgdrain.job_history SET keep_until = '2020-01-01 12:00+00' WHERE id IN (SELECT id FROM pgdrain.job_history ORDER BY id DESC LIMIT 5)`);
+        await h.query(`UPDATE pgdrain.job_history SET keep_until = '2019-06-01 12:00+00' WHERE id IN (SELECT id FROM pgdrain.job_history WHERE keep_until > now() ORDER BY id DESC LIMIT 3)`);
+        expect((await h.query(`SELECT count(*)::int AS n FROM pgdrain.job_history_default`))[0]).toEqual({ n: 3 });
+        expect(await maintainHistory(h.db)).toMatchObject({ dropped: 1, pruned: 3 });
+        expect(await h.query(`SELECT to_regclass('pgdrain.job_history_p20200101') AS p`)).toEqual([{ p: null }]);
+        expect(await count()).toBe(10);
+        // Kept rows left in pgdrain.jobs (an older version kept them there) move over in batches.
+        await h.query(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, finished_at, keep_until, result)
+                       SELECT 'kept', '{}', 'completed', 1, now(), now() + interval '1 hour', to_jsonb(i) FROM generate_series(1, 7) i`);
+        expect(await pruneFinished(h.db)).toMatchObject({ jobs: 0, moved: 7 });
+        expect(Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n)).toBe(0);
+        expect(await count(`status = 'completed'`)).toBe(17);
       });
     });
 

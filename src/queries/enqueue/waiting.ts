@@ -1,10 +1,12 @@
 // waiting: a job that waits for others (`after`), in one transaction: the jobs it waits for are
 // marked as having dependents — which locks them, so none can complete before this job is
 // committed and counted —, then it is inserted `waiting` with the count of those not completed yet
-// (`dead` at once if one of them ended dead or cancelled), with a dependency row per id.
-// pgdrain.enqueue() in SQL does the same.
+// (`dead` at once if one of them ended dead or cancelled), with a dependency row per id. A kept job
+// that finished is in the history (final: nothing to lock), read by a second statement — with a
+// fresh snapshot, so one that moved there while the first ran is found. pgdrain.enqueue() in SQL
+// does the same.
 import { sql } from 'drizzle-orm';
-import { type JobStatus, jobDependencies, jobs } from '../../db/schema.ts';
+import { type JobStatus, jobDependencies, jobHistory, jobs } from '../../db/schema.ts';
 import { compareIds } from '../claim.ts';
 import { type Db, NOTIFY_CHANNEL, rowsOf } from '../db.ts';
 import { columnNames, valuesOf } from './columns.ts';
@@ -15,10 +17,20 @@ export async function enqueueWaiting(tx: Db, job: NewJob): Promise<EnqueuedJob> 
   const parents = await rowsOf<{ id: string; status: JobStatus }>(
     tx,
     // Locked in id order, so that two enqueues waiting for the same jobs cannot deadlock.
-    sql`WITH parents AS MATERIALIZED (SELECT id FROM ${jobs} WHERE id = ANY(${sql.param(ids)}::bigint[]) ORDER BY id FOR UPDATE)
-        UPDATE ${jobs} j SET has_dependents = true FROM parents p WHERE j.id = p.id RETURNING j.id::text AS id, j.status`,
+    sql`WITH parents AS MATERIALIZED (SELECT id FROM ${jobs} WHERE id = ANY(${sql.param(ids)}::bigint[]) ORDER BY id FOR UPDATE),
+             marked AS (UPDATE ${jobs} j SET has_dependents = true FROM parents p WHERE j.id = p.id RETURNING j.id::text AS id, j.status)
+        SELECT id, status FROM marked`,
   );
-  const missing = ids.filter((id) => !parents.some((p) => p.id === id));
+  const notMarked = () => ids.filter((id) => !parents.some((p) => p.id === id));
+  if (notMarked().length > 0) {
+    parents.push(
+      ...(await rowsOf<{ id: string; status: JobStatus }>(
+        tx,
+        sql`SELECT id::text AS id, status FROM ${jobHistory} WHERE id = ANY(${sql.param(notMarked())}::bigint[]) AND keep_until > now()`,
+      )),
+    );
+  }
+  const missing = notMarked();
   if (missing.length > 0) throw new UnknownDependencyError(missing);
   const ended = parents.filter((p) => p.status === 'dead' || p.status === 'cancelled').sort((a, b) => compareIds(a.id, b.id))[0];
   const unfinished = parents.filter((p) => p.status !== 'completed').length;

@@ -43,7 +43,8 @@ export default defineConfig({
             };
             for (const [name, url] of Object.entries(hyperdrives)) process.env[`CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_${name}`] = url;
             return {
-              wrangler: { configPath: './wrangler.toml' },
+              // wrangler.toml's Worker with the clock under test bound apart (test/workers/wrangler.toml).
+              wrangler: { configPath: './test/workers/wrangler.toml' },
               miniflare: {
                 hyperdrives,
                 bindings: {
@@ -54,6 +55,8 @@ export default defineConfig({
                   HOSTILE_DATABASE_URL: urls.hostile!,
                   CLIENT_DATABASE_URL: urls.client!,
                   TRACING_DATABASE_URL: urls.tracing!,
+                  CLOCK_DATABASE_URL: urls.clock!,
+                  SCHEDULE_CLOCK_DATABASE_URL: urls.schedule_clock!,
                   // Tests that do not say otherwise drain for a fixed 25 s, whatever the clock's second.
                   DRAIN_BUDGET_MS: '25000',
                   API_TOKEN: 'worker-test-token-0123456789',

@@ -105,6 +105,8 @@ export const SETTINGS = {
   }),
   logFormat: setting({ env: 'LOG_FORMAT', runtimes: sidecarOnly, parse: z.enum(['json', 'pretty'], 'must be json or pretty'), documentedDefault: 'by terminal' }),
   drainBudgetMs: setting({ env: 'DRAIN_BUDGET_MS', runtimes: workerOnly, parse: int(1000, 900_000), documentedDefault: "until 1 s before the cron's next tick" }),
+  backstopPollSeconds: setting({ env: 'BACKSTOP_POLL_SECONDS', runtimes: workerOnly, parse: int(0, 86_400), default: 3600 }),
+  queueClock: setting({ env: 'QUEUE_CLOCK', runtimes: workerOnly, parse: bool, default: true }),
 } satisfies Record<string, Setting<any>>;
 
 type Specs = typeof SETTINGS;

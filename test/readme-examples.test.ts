@@ -72,6 +72,14 @@ it("the Worker's quick start serves the API with the kind registered", async () 
   expect(res.status).toBe(200);
 });
 
+it("the Worker with the queue's clock exports the Durable Object class beside its handlers", async () => {
+  const { default: worker, QueueClock } = await import('../examples/worker-clock.ts');
+  expect(typeof worker.scheduled).toBe('function');
+  expect(typeof QueueClock).toBe('function');
+  expect(typeof QueueClock.prototype.alarm).toBe('function');
+  expect(typeof QueueClock.prototype.fetch).toBe('function');
+});
+
 it("a kind's settings: retries, timeouts and its own visibility timeout are written to its jobs", async () => {
   const { sendReceipt } = await import('../examples/job-kind.ts');
   await t.query(`TRUNCATE pgdrain.jobs`);

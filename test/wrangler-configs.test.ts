@@ -4,7 +4,7 @@ import { unstable_readConfig } from 'wrangler';
 import { describe, expect, it } from 'vitest';
 
 const read = (config: string) => unstable_readConfig({ config }) as unknown as Record<string, unknown>;
-const COMPARED = ['name', 'main', 'compatibility_date', 'compatibility_flags', 'build', 'triggers', 'limits', 'vars'] as const;
+const COMPARED = ['name', 'main', 'compatibility_date', 'compatibility_flags', 'build', 'triggers', 'limits', 'vars', 'durable_objects', 'migrations'] as const;
 
 describe('the two wrangler configurations', () => {
   const neon = read('wrangler.toml');

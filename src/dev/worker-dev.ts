@@ -72,7 +72,9 @@ console.log(`dev:worker: API token in ${path.join(dataDir, 'api-token')}`);
 console.log(`dev:worker: try  curl -H "Authorization: Bearer $(cat ${path.join(dataDir, 'api-token')})" http://127.0.0.1:${port}/stats`);
 console.log(`dev:worker: run the cron handler with  curl 'http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*'`);
 
-const wranglerArgs = ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile];
+// The queue's clock (a Durable Object) keeps its state beside the database it caches, not in the
+// repo's .wrangler/: another database (PGDRAIN_DATA_DIR, a test's) gets a clock of its own.
+const wranglerArgs = ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile, '--persist-to', path.join(dataDir, 'wrangler-state')];
 if (hyperdrive) wranglerArgs.push('--config', 'wrangler.hyperdrive.toml');
 const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), wranglerArgs, {
   cwd: root,

@@ -41,6 +41,9 @@ export interface ClaimOutcome {
   heldBack?: boolean;
   /** When its rate window lets the next start in, if that is what held them back. */
   nextStartAt?: Date | null;
+  /** Asked for (ClaimOptions.nextDue): when the next pending job is due, if the claim came back
+   * short (null: none is). */
+  nextDueAt?: Date | null;
 }
 
 /** A limited kind whose slots other drainers hold is tried again after this long. */

@@ -3,12 +3,22 @@
 // when that was their last attempt), old per-minute counts are folded into the totals, and kept
 // jobs whose time is up are pruned, and the history's day partitions are made ahead and dropped
 // when their day is over. Four statements, each idempotent and cheap.
-import { type Db, type HistoryUpkeep, type PruneResult, type ReapResult, maintainHistory, pruneFinished, reap, rollUpCounts } from '../queries/index.ts';
+import {
+  type Db, type HistoryUpkeep, type PruneResult, type ReapResult, housekeepingDueAt, maintainHistory, pruneFinished, reap, rollUpCounts,
+} from '../queries/index.ts';
 
 export interface HousekeepingRound {
   reaped: ReapResult;
   pruned: PruneResult;
   history: HistoryUpkeep;
+}
+
+/** A round, and when the next one has something to do (ms since the epoch): for a drainer that
+ * sleeps until then (the Worker's clock). One statement more than housekeep(). */
+export async function housekeepAndSchedule(db: Db, visibilityTimeoutSeconds: number): Promise<HousekeepingRound & { nextDueAt: number }> {
+  const round = await housekeep(db, visibilityTimeoutSeconds);
+  const due = await housekeepingDueAt(db, visibilityTimeoutSeconds);
+  return { ...round, nextDueAt: Math.min(round.history.nextDueAt, due ?? Infinity) };
 }
 
 /** One round. `visibilityTimeoutSeconds` applies only to jobs locked without a lease end (older drainers). */

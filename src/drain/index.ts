@@ -96,6 +96,13 @@ export interface DrainOptions {
    * pgdrain.claim(): only for a database whose connections carry its planner settings (the
    * sidecar's drain pool, createDrainPool). Default false. */
   preparedClaims?: boolean;
+  /** Claims also say, when they come back short, when the next pending job of the drained kinds
+   * is due (in the same statement): DrainReport.nextDueAt. For a drainer that sleeps until then
+   * (the Worker's clock). Default false. */
+  reportNextDue?: boolean;
+  /** A claim took jobs whose leases end at `leaseEndsAt` (ms since the epoch) unless renewed: if
+   * this drain is killed, the reaper has them back after that. */
+  onLeaseTaken?: (leaseEndsAt: number) => void;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
   /** Called when a claim fails. The drain goes on with what it holds and claims again at the next
@@ -121,6 +128,11 @@ export interface DrainReport extends SettledCounts {
   /** When a kind whose limits held ready jobs back may be claimed again (epoch ms); null when
    * nothing was held back. A caller that drains again then finds the limit's next room. */
   nextClaimAt: number | null;
+  /** When this drain knows something is next due (ms since the epoch), at the earliest: the next
+   * pending job's run_at from its last short claim (with reportNextDue), a retry's backoff, a
+   * limited kind's next claim, or now when it stopped with jobs left (budget, signal). Null: it
+   * knows of nothing. */
+  nextDueAt: number | null;
 }
 
 let claimSequence = 0;
@@ -157,6 +169,9 @@ class DrainRun {
   /** The last claim's error, until a claim succeeds again (the drain throws it if it ends so). */
   #claimError: unknown;
   #stoppedBy: DrainReport['stoppedBy'] = 'empty';
+  /** The next due time the last short claim reported (with reportNextDue). */
+  #nextDueFromClaims: number | null = null;
+  #earliestRetryAt = Infinity;
 
   constructor(db: Db, registry: JobRegistry, options: DrainOptions) {
     const profile: DrainProfile = DRAIN_PROFILES[options.placement ?? 'near'];
@@ -190,6 +205,7 @@ class DrainRun {
       // Jobs that waited for ours are pending now: this drain runs them too.
       onUnblocked: (kinds) => this.#planner.reopen(kinds),
       onReturned: () => this.#wakeup.wake(),
+      onRetry: (runAt) => (this.#earliestRetryAt = Math.min(this.#earliestRetryAt, runAt.getTime())),
     });
     this.#claimer = new Claimer(db, this.#settler, { recordCounts });
     this.#leases = new LeaseKeeper(db, {
@@ -234,7 +250,16 @@ class DrainRun {
     if (this.#claimError !== undefined) throw this.#claimError;
     const counts = this.#book.counts;
     const nextClaimAt = this.#stoppedBy === 'empty' && Number.isFinite(this.#planner.nextUnblockAt) ? this.#planner.nextUnblockAt : null;
-    return { claimed: this.#claimed, ...counts, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy, nextClaimAt };
+    return { claimed: this.#claimed, ...counts, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy, nextClaimAt, nextDueAt: this.#nextDueAt(nextClaimAt) };
+  }
+
+  /** DrainReport.nextDueAt. */
+  #nextDueAt(nextClaimAt: number | null): number | null {
+    const known = [
+      this.#nextDueFromClaims, nextClaimAt, this.#stoppedBy === 'empty' ? null : Date.now(),
+      Number.isFinite(this.#earliestRetryAt) ? this.#earliestRetryAt : null,
+    ].filter((t): t is number => t !== null);
+    return known.length > 0 ? Math.min(...known) : null;
   }
 
   /** draining: start what fits, claim what the planner wants, and see whether all is done. */
@@ -317,6 +342,7 @@ class DrainRun {
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
     const claim = {
       batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds, prepared: this.#options.preparedClaims,
+      ...(this.#options.reportNextDue ? { nextDue: { kinds: this.#options.kinds } } : {}),
     };
     this.#claimer
       .send(claim, plan.limits)
@@ -324,6 +350,11 @@ class DrainRun {
         (outcome) => {
           const records = this.#book.claimed(outcome.jobs, sentAt);
           this.#planner.claimReturned(plan, outcome, Date.now() - sentAt);
+          if (outcome.nextDueAt !== undefined && outcome.jobs.length < plan.size) this.#nextDueFromClaims = outcome.nextDueAt?.getTime() ?? null;
+          if (outcome.jobs.length > 0 && this.#options.onLeaseTaken) {
+            const longest = Math.max(...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#visibilityTimeoutSeconds));
+            this.#options.onLeaseTaken(sentAt + longest * 1000);
+          }
           this.#claimError = undefined;
           this.#claimed += outcome.jobs.length;
           if (this.#tracing && outcome.jobs.length > 0) {

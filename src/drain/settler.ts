@@ -38,6 +38,8 @@ export interface SettlerOptions {
   onUnblocked?: (kinds: readonly string[]) => void;
   /** A statement returned (the drain may have more to do). */
   onReturned?: () => void;
+  /** A failed job goes back to pending, due again at `runAt` (its backoff). */
+  onRetry?: (runAt: Date) => void;
 }
 
 /** What a kept job stores with its completion. */
@@ -72,7 +74,12 @@ export class Settler {
         this.#settle(
           batch.map((b) => b.record),
           () => failMany(db, batch.map((b) => b.failure), counted),
-          (outcomes) => outcomes.map((o): SettledAs => (o.outcome === 'retry' ? 'failed' : o.outcome)),
+          (outcomes) =>
+            outcomes.map((o): SettledAs => {
+              if (o.outcome !== 'retry') return o.outcome;
+              options.onRetry?.(o.runAt);
+              return 'failed';
+            }),
         ),
     );
   }

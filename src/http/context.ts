@@ -28,6 +28,10 @@ export interface ApiRuntime {
   /** Runs just-enqueued jobs now, after the response (the Worker: in waitUntil). Unset: the flag
    * is accepted and the drainer's own wake-up runs them (the sidecar's NOTIFY). */
   runNow?: (ids: string[]) => void;
+  /** Hears that the request made jobs due at `at` (an enqueue's earliest run time, a retry, a
+   * resumed kind), after it committed: the Worker tells its clock, which wakes a drain then.
+   * Unset: the drainers find them themselves (the sidecar's NOTIFY and poll, the cron). */
+  jobsDue?: (at: Date) => void;
   /** Hears when a job reached a final state (the sidecar's LISTEN on pgdrain_finished), so that
    * GET /jobs/:id?waitSeconds answers at once. Unset: the wait reads the job every 250 ms. */
   finishedJobs?: FinishedJobs;

@@ -11,6 +11,7 @@
 import { type SQL, sql } from 'drizzle-orm';
 import { JOB_DEFAULTS, PGDRAIN_SCHEMA, jobs, pausedKinds } from '../db/schema.ts';
 import { type Db, fromDriverRow, rowsOf } from './db.ts';
+import { nextDueSql } from './next-due.ts';
 
 export interface ClaimedJob {
   id: string;
@@ -51,7 +52,36 @@ export interface ClaimOptions {
   /** Send it as a prepared statement, on a connection that has pgdrain.claim()'s planner
    * settings (the sidecar's drain pool); default: a call of pgdrain.claim(). */
   prepared?: boolean;
+  /** Also say, when the claim comes back short, when the next pending job is due (next-due.ts),
+   * among these kinds (unset: every kind): claimReportingNextDue(), completeAndClaim(). */
+  nextDue?: { kinds?: readonly string[] };
 }
+
+/** A claim, and when the claim came back short, when the next job is due (null: none is). */
+export interface ClaimedBatch {
+  jobs: ClaimedJob[];
+  nextDueAt: Date | null;
+}
+
+/** claim(), with the next due time in the same statement when it came back short (next-due.ts). */
+export async function claimReportingNextDue(db: Db, options: ClaimOptions): Promise<ClaimedBatch> {
+  if (options.batchSize < 1 || options.kinds?.length === 0 || options.ids?.length === 0) return { jobs: [], nextDueAt: null };
+  const rows = await rowsOf<Record<string, unknown> & { pgdrain_next_due: Date | string | null }>(
+    db,
+    sql`WITH claimed AS (${claimStatement(claimValues(options), options.kinds !== undefined, options.ids !== undefined)})
+        SELECT claimed.*, ${nextDueWhenShort(options)} AS pgdrain_next_due FROM (SELECT 1) AS d LEFT JOIN claimed ON true`,
+  );
+  const claimedRows = rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver);
+  return { jobs: claimedJobs(claimedRows, options.lockToken), nextDueAt: toDate(rows[0]?.pgdrain_next_due) };
+}
+
+/** On the first row of a claim's result (a CTE `claimed`): when the next job is due, if the claim
+ * came back short; evaluated only then. */
+export function nextDueWhenShort(options: ClaimOptions): SQL {
+  return sql`CASE WHEN row_number() OVER () = 1 AND (SELECT count(*) FROM claimed) < ${options.batchSize}::int THEN ${nextDueSql(options.nextDue?.kinds)} END`;
+}
+
+export const toDate = (value: Date | string | null | undefined): Date | null => (value == null ? null : value instanceof Date ? value : new Date(value));
 
 export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]> {
   if (options.batchSize < 1 || options.kinds?.length === 0 || options.ids?.length === 0) return [];

@@ -6,7 +6,7 @@
 // the same fencing by lock token, the same claim order and SKIP LOCKED. They run on one snapshot
 // and touch different rows (the DELETE running ones, the claim pending ones), and commit together.
 import { type SQL, sql } from 'drizzle-orm';
-import { type ClaimedJob, type ClaimOptions, claimStatement, claimValues, claimedJobs, claimedRowFromDriver } from './claim.ts';
+import { type ClaimedJob, type ClaimOptions, claimStatement, claimValues, claimedJobs, claimedRowFromDriver, nextDueWhenShort, toDate } from './claim.ts';
 import { type CompletedJob, type SettleOptions, completingCtes } from './complete.ts';
 import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
@@ -17,6 +17,8 @@ export interface CompleteAndClaimResult {
    * (jobs waiting for them, someone watching, a cancel asked): end those with completeFollowed(). */
   completed: string[];
   claimed: ClaimedJob[];
+  /** Only with options.nextDue: when the next job is due, if the claim came back short (null: none is). */
+  nextDueAt?: Date | null;
 }
 
 export async function completeAndClaim(
@@ -37,9 +39,12 @@ export async function completeAndClaim(
     sql`WITH ${completingCtes(held, { followed: false })}${counted},
              claimed AS (${claimSql})
         SELECT claimed.*, CASE WHEN row_number() OVER () = 1 THEN d.pgdrain_completed END AS pgdrain_completed
+               ${options.nextDue ? sql`, ${nextDueWhenShort({ ...options, batchSize: claiming ? options.batchSize : 0 })} AS pgdrain_next_due` : sql``}
           FROM (SELECT array_agg(id) AS pgdrain_completed FROM ended) AS d LEFT JOIN claimed ON true`,
   );
   const completed = (rows[0]?.pgdrain_completed ?? []).map(String);
   const claimedRows = rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver);
-  return { completed, claimed: claimedJobs(claimedRows, options.lockToken) };
+  const claimed = claimedJobs(claimedRows, options.lockToken);
+  if (!options.nextDue) return { completed, claimed };
+  return { completed, claimed, nextDueAt: toDate(rows[0]?.pgdrain_next_due as Date | string | null | undefined) };
 }

@@ -3,7 +3,7 @@
 // and the tests run identical SQL, and enqueue joins whatever transaction the caller has open.
 export { type Db, NOTIFY_CHANNEL, FINISHED_CHANNEL, CANCEL_CHANNEL } from './db.ts';
 export { enqueue, enqueueMany, ENQUEUE_CHUNK, UnknownDependencyError, type NewJob, type EnqueuedJob, type DedupeMode } from './enqueue/index.ts';
-export { claim, claimStatement, explainClaim, compareIds, type ClaimedJob, type ClaimOptions } from './claim.ts';
+export { claim, claimReportingNextDue, claimStatement, explainClaim, compareIds, type ClaimedBatch, type ClaimedJob, type ClaimOptions } from './claim.ts';
 export { claimLimited, type ClaimLimits, type LimitedClaim, type LimitedClaimOptions } from './claim-limited.ts';
 export { complete, completeJobs, completeFollowed, type CompletedJob, type CompletionReport, type EndedJob, type HeldJob, type SettleOptions } from './complete.ts';
 export { completeAndClaim, type CompleteAndClaimResult } from './complete-and-claim.ts';
@@ -24,3 +24,4 @@ export { limitUsage, type LimitUsage } from './limit-usage.ts';
 export { cancel, type CancelOutcome } from './cancel.ts';
 export { pruneFinished, PRUNE_BATCH, type PruneResult } from './prune.ts';
 export { maintainHistory, type HistoryUpkeep } from './job-history.ts';
+export { housekeepingDueAt } from './housekeeping-due.ts';

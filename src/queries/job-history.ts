@@ -46,10 +46,18 @@ export interface HistoryUpkeep {
   dropped: number;
   /** Rows of the default partition past their keep, deleted. */
   pruned: number;
+  /** When it next has something to do (ms since the epoch). */
+  nextDueAt: number;
 }
 
 /** pgdrain.maintain_history(): partitions ahead, expired days dropped whole. */
 export async function maintainHistory(db: Db): Promise<HistoryUpkeep> {
-  const [row] = await rowsOf<HistoryUpkeep>(db, sql`SELECT created, dropped, pruned FROM ${sql.raw(PGDRAIN_SCHEMA)}.maintain_history()`);
-  return { created: Number(row?.created ?? 0), dropped: Number(row?.dropped ?? 0), pruned: Number(row?.pruned ?? 0) };
+  const [row] = await rowsOf<Omit<HistoryUpkeep, 'nextDueAt'> & { next_due: Date | string }>(
+    db,
+    sql`SELECT created, dropped, pruned, next_due FROM ${sql.raw(PGDRAIN_SCHEMA)}.maintain_history()`,
+  );
+  return {
+    created: Number(row?.created ?? 0), dropped: Number(row?.dropped ?? 0), pruned: Number(row?.pruned ?? 0),
+    nextDueAt: row ? new Date(row.next_due).getTime() : Date.now() + 3_600_000,
+  };
 }

@@ -13,20 +13,24 @@ import { safeErrorMessage } from '../db/url.ts';
 import { drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
-import { housekeep } from '../drain/housekeeping.ts';
-import { checkSchedules, evaluateSchedules, type ScheduleDefinition } from '../schedules.ts';
+import { housekeep, housekeepAndSchedule } from '../drain/housekeeping.ts';
+import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 import { type SettingVariables, type Settings, SettingsError, readSettings } from '../settings.ts';
 import { type OpenTelemetryApi, useOpenTelemetry } from '../tracing.ts';
+import { type AlarmLook, type ClockEnv, type QueueClockApi, queueClock, queueClockClass, tellQueueClock } from './clock.ts';
 import { cronBudgetMs } from './cron-budget.ts';
 import { type DatabaseEnv, type WorkerDatabase, openWorkerDatabase } from './database.ts';
 
 /** The Worker's bindings: every setting the Worker reads (src/settings.ts: its variable, as a var or
  * a secret — API_TOKEN, API_TOKENS, METRICS_TOKEN, WEBHOOK_SIGNING_SECRET and DATABASE_URL are
  * secrets), and the database's (DATABASE_URL or a HYPERDRIVE binding). */
-export type Env = DatabaseEnv & SettingVariables<'worker'>;
+export type Env = DatabaseEnv & ClockEnv & SettingVariables<'worker'>;
 
 export interface ScheduledReport extends DrainReport {
   cron: string;
+  /** What the invocation did with the database: drained (and housekept, when due), only
+   * housekept, or nothing — the queue's clock said nothing was due (no connection opened). */
+  looked: 'drain' | 'housekeeping' | 'idle';
   reaped: number;
   reapedDead: number;
   /** Kept (completed or cancelled) jobs deleted because their time was up. */
@@ -79,12 +83,34 @@ export function createWorker(options: WorkerOptions = {}) {
     return entry;
   };
 
-  const app = createApp((c: Context) => apiRuntime(c, configure, schedules, (env, ids, database) => runNow(database, configure(env), ids)));
+  const app = createApp((c: Context) => apiRuntime(c, configure, schedules, (env, ids, database) => runNow(env, database, configure(env), ids)));
 
-  /** One cron invocation; resolves within the budget (plus settling), with what it did. */
+  /** One cron invocation; resolves within the budget (plus settling), with what it did. Without
+   * the clock it looks every time; with it, only when the clock says something is due or the
+   * backstop interval has passed, and it tells the clock what it found next. */
   async function runScheduled(controller: ScheduledControllerLike, env: Env): Promise<ScheduledReport> {
-    return cronDrain(controller, env, configure(env), schedules);
+    const config = configure(env);
+    const started = Date.now();
+    // Unset: until a second before this cron's next invocation (see cron-budget.ts).
+    const budgetMs = config.settings.drainBudgetMs ?? cronBudgetMs(controller.cron, controller.scheduledTime, started);
+    const clock = queueClock(env);
+    const decision = clock ? await clock.decide(started, backstopMs(config)) : { drain: true, housekeep: true };
+    if (!decision.drain && !decision.housekeep) return { cron: controller.cron, ...idleReport(), budgetMs };
+    const label = `worker-${controller.scheduledTime}`;
+    const found = await look(env, config, schedules, { ...decision, budgetMs, label, clock });
+    await clock?.looked({ startedAt: started, drainAt: found.drainAt, ...(found.housekeepAt !== undefined ? { housekeepAt: found.housekeepAt } : {}) });
+    return { cron: controller.cron, ...found.report, budgetMs };
   }
+
+  /** The clock's alarm rang: a look in the Durable Object, for what is due. */
+  const alarmLook: AlarmLook = async (env, decision) => {
+    const config = configure(env as Env);
+    const startedAt = Date.now();
+    const budgetMs = config.settings.drainBudgetMs ?? ALARM_BUDGET_MS;
+    const found = await look(env as Env, config, schedules, { ...decision, budgetMs, label: `worker-alarm-${startedAt}`, clock: queueClock(env as Env) });
+    console.log(JSON.stringify({ event: 'clock_alarm', reason: decision.reason, ...found.report, budgetMs }));
+    return { startedAt, drainAt: found.drainAt, ...(found.housekeepAt !== undefined ? { housekeepAt: found.housekeepAt } : {}) };
+  };
 
   return {
     /** The HTTP API and dashboard as a Hono app, to mount in yours: `myApp.route('/queue', queue.app)`. */
@@ -100,8 +126,22 @@ export function createWorker(options: WorkerOptions = {}) {
         throw error;
       }
     },
+    /** The queue's clock, a Durable Object class: `export const QueueClock = queue.QueueClock`,
+     * with the binding PGDRAIN_CLOCK in wrangler.toml (docs/workers.md). */
+    QueueClock: queueClockClass(alarmLook, (env) => backstopMs(configure(env as Env))),
   };
 }
+
+/** An alarm's look drains at most this long (then rings again at once if jobs are left): the
+ * platform gives an alarm handler 15 minutes of wall-clock time. */
+const ALARM_BUDGET_MS = 60_000;
+
+const backstopMs = ({ settings }: Configured) => settings.backstopPollSeconds! * 1000;
+
+/** A cron invocation the clock let off: nothing due, nothing sent. */
+const idleReport = (): Omit<ScheduledReport, 'cron' | 'budgetMs'> => ({
+  ...emptyDrainReport(), looked: 'idle', reaped: 0, reapedDead: 0, pruned: 0, scheduled: 0, housekeepingMs: 0,
+});
 
 function readConfiguration(env: Env, jobs: readonly JobDefinition<any>[], schedules: readonly ScheduleDefinition[]): Configured | SettingsError {
   let settings: Settings;
@@ -170,6 +210,8 @@ function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: 
       const used = use();
       c.executionCtx.waitUntil(runNow(env, ids, used.database).finally(() => done(used)));
     },
+    // Jobs the API made due (enqueued, retried, resumed): the clock wakes a drain at the earliest.
+    jobsDue: queueClock(env) ? (at) => c.executionCtx.waitUntil(tellQueueClock(env, at)) : undefined,
   };
 }
 
@@ -178,8 +220,9 @@ function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: 
  * (restricted to their ids): a cron or another invocation that claimed one first runs it, this
  * one skips it. Failures settle as usual; if the isolate dies, the reaper returns the jobs.
  */
-async function runNow({ db, transactions }: WorkerDatabase, { settings, registry }: Configured, ids: string[]): Promise<void> {
+async function runNow(env: Env, { db, transactions }: WorkerDatabase, { settings, registry }: Configured, ids: string[]): Promise<void> {
   // The request's connection (the caller closes it).
+  const clock = queueClock(env);
   try {
     const report = await drain(db, registry, {
       ...drainSettings(settings),
@@ -191,34 +234,68 @@ async function runNow({ db, transactions }: WorkerDatabase, { settings, registry
       prefetch: 0,
       // waitUntil work gets 30 s after the response; the rest is the reaper's.
       budgetMs: RUN_NOW_BUDGET_MS,
+      onLeaseTaken: clock ? (at) => void clock.leaseTaken(at + settings.visibilityTimeoutSeconds! * 1000).catch(() => {}) : undefined,
     });
+    // A retry's backoff, or jobs it had to leave: the clock wakes a drain for them.
+    if (clock && report.nextDueAt !== null) await clock.told(report.nextDueAt).catch(() => {});
     console.log(JSON.stringify({ event: 'run_now', ids: ids.length, ...report }));
   } catch (error) {
     console.error(JSON.stringify({ event: 'run_now_failed', error: safeErrorMessage(error) }));
   }
 }
 
-/** A cron invocation: evaluate schedules and drain far from the database until the budget is spent, with reap, roll-up and prune beside the drain. */
-async function cronDrain(controller: ScheduledControllerLike, env: Env, { settings, registry }: Configured, schedules: readonly ScheduleDefinition[]): Promise<ScheduledReport> {
+/** What a look does: drain (and evaluate the schedules first), housekeep beside it, or both. */
+interface LookPlan {
+  drain: boolean;
+  housekeep: boolean;
+  budgetMs: number;
+  /** The drainer's id prefix: `worker-<cron time>` or `worker-alarm-<time>`. */
+  label: string;
+  /** With the clock: claims report what is next due, leases taken are told. */
+  clock: QueueClockApi | null;
+}
+
+/** A look's report, and what it found is next (for the clock). */
+interface Look {
+  report: Omit<ScheduledReport, 'cron' | 'budgetMs'>;
+  /** The next moment a drain has something to do (a job due, a schedule's slot). */
+  drainAt: number | null;
+  /** Set when it housekept: the next moment housekeeping has something to do. */
+  housekeepAt?: number | null;
+}
+
+/**
+ * A look at the database: evaluate the schedules and drain far from the database until the budget
+ * is spent, with the housekeeping round (reap, roll-up, prune) beside the drain. A cron invocation
+ * without the clock does both every time; with it, a cron or the clock's alarm does what is due.
+ */
+async function look(env: Env, { settings, registry }: Configured, schedules: readonly ScheduleDefinition[], plan: LookPlan): Promise<Look> {
   const started = Date.now();
-  // Unset: until a second before this cron's next invocation (see cron-budget.ts).
-  const budgetMs = settings.drainBudgetMs ?? cronBudgetMs(controller.cron, controller.scheduledTime, started);
   const { db, transactions, close } = openWorkerDatabase(env);
   // Housekeeping goes beside the drain, on a connection of its own (from the transactional
   // handlers' pool, given back when done): before the drain, its connection and round trips would
   // hold the drain back (docs/benchmark.md has what they cost). Settled, it is awaited.
-  const housekeeping = housekeepBeside(transactions, settings.visibilityTimeoutSeconds!);
-  housekeeping.catch(() => {});
+  const housekeeping = plan.housekeep ? housekeepBeside(transactions, settings.visibilityTimeoutSeconds!, plan.clock !== null) : null;
+  housekeeping?.catch(() => {});
   try {
-    const scheduled = schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
-    const deadline = started + budgetMs;
-    const workerId = `worker-${controller.scheduledTime}-${crypto.randomUUID().slice(0, 8)}`;
+    const scheduled = plan.drain && schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
+    const deadline = started + plan.budgetMs;
+    const workerId = `${plan.label}-${crypto.randomUUID().slice(0, 8)}`;
+    let toldLeaseEnd = 0;
+    const onLeaseTaken = plan.clock
+      ? (leaseEndsAt: number) => {
+          // Told once per lease length: a killed invocation's jobs are reaped when their leases end.
+          if (leaseEndsAt <= toldLeaseEnd) return;
+          toldLeaseEnd = leaseEndsAt + settings.visibilityTimeoutSeconds! * 1000;
+          plan.clock!.leaseTaken(toldLeaseEnd).catch(() => {});
+        }
+      : undefined;
     const drainFor = (ms: number) =>
-      drain(db, registry, { ...drainSettings(settings), workerId, transactions, budgetMs: ms });
-    let report = await drainFor(deadline - Date.now());
-    const { reaped, pruned, housekeepingMs } = await housekeeping;
+      drain(db, registry, { ...drainSettings(settings), workerId, transactions, budgetMs: ms, reportNextDue: plan.clock !== null, onLeaseTaken });
+    let report = plan.drain ? await drainFor(deadline - Date.now()) : emptyDrainReport();
+    const housekept = housekeeping ? await housekeeping : null;
     // Jobs the reap gave back after this drain found nothing more: they run in this invocation.
-    if (reaped.reclaimed.length > 0 && report.stoppedBy !== 'budget' && deadline - Date.now() > 1_000) {
+    if (housekept && housekept.reaped.reclaimed.length > 0 && report.stoppedBy !== 'budget' && deadline - Date.now() > 1_000) {
       report = addReports(report, await drainFor(deadline - Date.now()));
     }
     // A kind held back by its limits (a rate window, slots other drainers hold): wait for the time
@@ -227,28 +304,47 @@ async function cronDrain(controller: ScheduledControllerLike, env: Env, { settin
       await new Promise((resolve) => setTimeout(resolve, Math.max(0, report.nextClaimAt! - Date.now())));
       report = addReports(report, await drainFor(deadline - Date.now()));
     }
+    const slotIn = msUntilNextSlot(schedules);
     return {
-      cron: controller.cron, ...report, reaped: reaped.reclaimed.length, reapedDead: reaped.dead.length, pruned: pruned.jobs,
-      scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), budgetMs, elapsedMs: Date.now() - started, housekeepingMs,
+      report: {
+        ...report, reaped: housekept?.reaped.reclaimed.length ?? 0, reapedDead: housekept?.reaped.dead.length ?? 0, pruned: housekept?.pruned.jobs ?? 0,
+        scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), elapsedMs: Date.now() - started, housekeepingMs: housekept?.housekeepingMs ?? 0,
+        looked: plan.drain ? 'drain' : 'housekeeping',
+      },
+      // A look that did not drain learnt nothing of the jobs: the clock keeps what it knew.
+      drainAt: plan.drain ? earliestOf(report.nextDueAt, slotIn === null ? null : Date.now() + slotIn) : null,
+      ...(housekept ? { housekeepAt: housekept.nextDueAt } : {}),
     };
   } finally {
     await close();
   }
 }
 
-/** The housekeeping round (src/drain/housekeeping.ts) on a connection of its own. */
-async function housekeepBeside(transactions: WorkerDatabase['transactions'], visibilityTimeoutSeconds: number) {
+/** The housekeeping round (src/drain/housekeeping.ts) on a connection of its own; with the clock,
+ * it also says when it next has something to do. */
+async function housekeepBeside(transactions: WorkerDatabase['transactions'], visibilityTimeoutSeconds: number, scheduleNext: boolean) {
   const started = Date.now();
   const connection = await transactions();
   let healthy = false;
   try {
-    const round = await housekeep(connection.db, visibilityTimeoutSeconds);
+    const round = scheduleNext
+      ? await housekeepAndSchedule(connection.db, visibilityTimeoutSeconds)
+      : { ...(await housekeep(connection.db, visibilityTimeoutSeconds)), nextDueAt: null };
     healthy = true;
     return { ...round, housekeepingMs: Date.now() - started };
   } finally {
     connection.giveBack(!healthy);
   }
 }
+
+const earliestOf = (...times: (number | null)[]): number | null => {
+  const known = times.filter((t): t is number => t !== null);
+  return known.length > 0 ? Math.min(...known) : null;
+};
+
+const emptyDrainReport = (): DrainReport => ({
+  claimed: 0, completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, elapsedMs: 0, stoppedBy: 'empty', nextClaimAt: null, nextDueAt: null,
+});
 
 /** The drain's options from the Worker's settings, for its cron drains and run-now alike. */
 function drainSettings(settings: Settings) {
@@ -268,5 +364,7 @@ function addReports(a: DrainReport, b: DrainReport): DrainReport {
   return {
     claimed: a.claimed + b.claimed, completed: a.completed + b.completed, failed: a.failed + b.failed, dead: a.dead + b.dead,
     released: a.released + b.released, cancelled: a.cancelled + b.cancelled, lost: a.lost + b.lost, elapsedMs: a.elapsedMs + b.elapsedMs, stoppedBy: b.stoppedBy, nextClaimAt: b.nextClaimAt,
+    // The second drain knows the queue as it is now, but a retry of the first may come sooner.
+    nextDueAt: earliestOf(b.nextDueAt, a.nextDueAt !== null && a.nextDueAt > Date.now() ? a.nextDueAt : null),
   };
 }

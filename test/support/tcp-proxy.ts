@@ -7,13 +7,20 @@ export interface TcpProxy {
   urlFor(databaseUrl: string): string;
   /** Destroys every open connection; returns how many. */
   dropConnections(): number;
+  /** Bytes clients have sent to the server through the proxy, and connections opened, so far:
+   * whether anything was said to the database at all. */
+  traffic(): { bytesToServer: number; connections: number };
   /** Stops accepting and drops everything. */
   close(): Promise<void>;
 }
 
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
   const sockets = new Set<net.Socket>();
+  let bytesToServer = 0;
+  let connections = 0;
   const server = net.createServer((client) => {
+    connections++;
+    client.on('data', (chunk: Buffer) => (bytesToServer += chunk.length));
     const upstream = net.connect(target.port, target.host);
     for (const s of [client, upstream]) {
       sockets.add(s);
@@ -41,6 +48,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
       return url.toString();
     },
     dropConnections,
+    traffic: () => ({ bytesToServer, connections }),
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -4,7 +4,7 @@ import type { TestProject } from 'vitest/node';
 import { startWsProxy } from '../../src/dev/ws-proxy.ts';
 import { createMigratedDatabase, startTestServer } from './postgres-server.ts';
 
-export const WORKER_DATABASES = ['conformance', 'scheduled', 'api', 'hostile', 'client', 'tracing', 'hyperdrive_conformance', 'hyperdrive_scheduled', 'hyperdrive_tracing'] as const;
+export const WORKER_DATABASES = ['conformance', 'scheduled', 'api', 'hostile', 'client', 'tracing', 'hyperdrive_conformance', 'hyperdrive_scheduled', 'hyperdrive_tracing', 'clock', 'schedule_clock'] as const;
 
 declare module 'vitest' {
   export interface ProvidedContext {

@@ -17,6 +17,7 @@ export function adminRoutes(app: Hono<AppEnv>): void {
   app.post('/jobs/retry-dead', describe.retryDead, access('admin'), async (c) => {
     const { kind } = parseInput(bulkInput, await readOptionalJson(c), '');
     const result = await c.var.api.withDb((db) => retryDeadJobs(db, { kind, maxBatches: MAX_BULK_BATCHES }));
+    if (result.count > 0) c.var.api.jobsDue?.(new Date());
     return c.json({ retried: result.count, done: result.done });
   });
 
@@ -31,6 +32,7 @@ export function adminRoutes(app: Hono<AppEnv>): void {
     const result = await c.var.api.withDb((db) => retryDead(db, id));
     if (result.outcome === 'not_found') throw jobNotFound(id);
     if (result.outcome === 'not_dead') throw new ApiError(409, 'not_dead', `job ${id} is ${result.status}; only dead jobs can be retried`);
+    c.var.api.jobsDue?.(result.job.runAt);
     return c.json(jobJson(result.job, c.var.api.registry));
   });
 

@@ -23,7 +23,10 @@ export function jobRoutes(app: Hono<AppEnv>): void {
     const [result] = await c.var.api.withDb((db) => prepared.send(db)).catch(refuseUnknownDependency(''));
     if (!result) throw new Error('enqueue: no job came back');
     // After the commit: the runner claims it like any drainer, so whoever gets it first runs it.
-    if (wantsRunNow(c.var.api, input) && result.status === 'pending') c.var.api.runNow?.([result.id]);
+    const runNow = wantsRunNow(c.var.api, input) && result.status === 'pending' && c.var.api.runNow !== undefined;
+    if (runNow) c.var.api.runNow!([result.id]);
+    // Otherwise whoever drains is told when it is due (the Worker's clock).
+    else if (result.status === 'pending' && !result.deduplicated) c.var.api.jobsDue?.(result.runAt);
     const body = { id: result.id, status: result.status, runAt: result.runAt.toISOString() };
     if (result.replaced) return c.json({ ...body, deduplicated: true as const, replaced: true as const }, 200);
     return result.deduplicated ? c.json({ ...body, deduplicated: true as const }, 200) : c.json(body, 201);
@@ -35,11 +38,14 @@ export function jobRoutes(app: Hono<AppEnv>): void {
     // Stored whole or not at all (one statement, or one transaction where jobs go one by one).
     const result = await c.var.api.withDb((db) => prepared.send(db)).catch(refuseUnknownDependency('jobs: '));
     const ids = result.map((j) => j.id);
-    const asked = result.filter((j, i) => wantsRunNow(c.var.api, input.jobs[i]!) && j.status === 'pending').map((j) => j.id);
-    if (asked.length === 0 || !c.var.api.runNow) return c.json({ ids }, 201);
-    // At most MAX_RUN_NOW start in this invocation; the answer says how many wait for the cron.
+    const asked = c.var.api.runNow ? result.filter((j, i) => wantsRunNow(c.var.api, input.jobs[i]!) && j.status === 'pending').map((j) => j.id) : [];
+    // At most MAX_RUN_NOW start in this invocation; the answer says how many wait for the drainer.
     const started = asked.slice(0, MAX_RUN_NOW);
-    c.var.api.runNow(started);
+    const runningNow = new Set(started);
+    const earliest = result.filter((j) => j.status === 'pending' && !j.deduplicated && !runningNow.has(j.id)).reduce<Date | null>((at, j) => (at === null || j.runAt < at ? j.runAt : at), null);
+    if (earliest) c.var.api.jobsDue?.(earliest);
+    if (started.length === 0) return c.json({ ids }, 201);
+    c.var.api.runNow!(started);
     return c.json({ ids, runNow: { started: started.length, deferred: asked.length - started.length } }, 201);
   });
 

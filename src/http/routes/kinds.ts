@@ -18,6 +18,8 @@ export function kindRoutes(app: Hono<AppEnv>): void {
         throw new ApiError(404, 'not_found', `unknown job kind ${JSON.stringify(kind.slice(0, 100))}: not registered here and no such jobs in the queue; registered kinds: ${registry.kinds().join(', ')}`);
       }
       await withDb((db) => (action === 'pause' ? pauseKind(db, kind) : resumeKind(db, kind)));
+      // Its ready jobs may be claimed again now.
+      if (action === 'resume') c.var.api.jobsDue?.(new Date());
       return c.json({ kind, paused: action === 'pause' });
     });
   }

@@ -1,0 +1,88 @@
+// The queue's clock as a user runs it: `npm run dev:worker` (wrangler dev, workerd, the Durable
+// Object from wrangler.toml) on the Neon path, its database behind a TCP proxy that counts what is
+// said to it. An idle queue's cron invocations send the database nothing at all — no connection,
+// no byte — and a job enqueued through the API with a delay starts within a second of its run_at
+// with no cron tick. (The clock's other paths run in workerd: test/workers/clock.test.ts.)
+import http from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { type TcpProxy, startTcpProxy } from './support/tcp-proxy.ts';
+import { type WorkerDevProcess, startWorkerDev } from './support/worker-dev-process.ts';
+
+const TOKEN = 'worker-dev-clock-token-0123456';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('the queue\'s clock under npm run dev:worker', () => {
+  let t: TestDatabase;
+  let proxy: TcpProxy;
+  let worker: WorkerDevProcess;
+  let hook: http.Server;
+  const arrivals = new Map<number, number>();
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    const target = new URL(t.url);
+    proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port) });
+    hook = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c) => (body += c));
+      req.on('end', () => {
+        const seq = (JSON.parse(body || '{}') as { seq?: number }).seq;
+        if (typeof seq === 'number' && !arrivals.has(seq)) arrivals.set(seq, Date.now());
+        res.end('ok');
+      });
+    });
+    await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
+    const hookPort = (hook.address() as { port: number }).port;
+    worker = await startWorkerDev({ databaseUrl: proxy.urlFor(t.url), hyperdrive: false, env: { API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}` } });
+  }, 90_000);
+
+  afterAll(async () => {
+    await worker?.stop();
+    await new Promise((r) => hook?.close(r));
+    await proxy?.close();
+    await t?.close();
+  });
+
+  /** Runs scheduled() and returns the report the Worker logged. */
+  const cron = async (): Promise<Record<string, unknown>> => {
+    const before = worker.output().length;
+    const res = await fetch(`${worker.url}/__scheduled?cron=*+*+*+*+*`);
+    expect(res.ok).toBe(true);
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(20)) {
+      const line = worker.output().slice(before).split('\n').find((l) => l.includes('"event":"scheduled"'));
+      if (line) return JSON.parse(line.slice(line.indexOf('{')));
+    }
+    throw new Error(`no scheduled report:\n${worker.output().slice(before)}`);
+  };
+
+  it('an idle queue: after the first look, cron invocations open no connection and send no byte', async () => {
+    expect(await cron()).toMatchObject({ looked: 'drain', claimed: 0 });
+    await sleep(500); // the first look's connections closed
+    const before = proxy.traffic();
+    for (let i = 0; i < 5; i++) expect(await cron()).toMatchObject({ looked: 'idle', claimed: 0, reaped: 0 });
+    await sleep(500);
+    expect(proxy.traffic()).toEqual(before);
+  }, 60_000);
+
+  it('a job enqueued through the API with a delay starts within a second of its run_at, with no cron tick', async () => {
+    const hookUrl = `http://127.0.0.1:${(hook.address() as { port: number }).port}/hook`;
+    const res = await fetch(`${worker.url}/jobs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ kind: 'webhook', payload: { url: hookUrl, body: { seq: 1 } }, delaySeconds: 2 }),
+    });
+    expect(res.status).toBe(201);
+    const { id, runAt } = (await res.json()) as { id: string; runAt: string };
+    for (const deadline = Date.now() + 10_000; !arrivals.has(1) && Date.now() < deadline; ) await sleep(20);
+    expect(arrivals.has(1), 'delivered by the clock\'s alarm').toBe(true);
+    const late = arrivals.get(1)! - Date.parse(runAt);
+    expect(late).toBeGreaterThanOrEqual(0);
+    expect(late).toBeLessThan(1_000);
+    // Completed and gone (webhooks keep nothing), within the same look.
+    for (const deadline = Date.now() + 5_000; Date.now() < deadline; await sleep(50)) {
+      if ((await t.query('SELECT 1 FROM pgdrain.jobs WHERE id = $1', [id])).length === 0) break;
+    }
+    expect(await t.query('SELECT status FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([]);
+  }, 30_000);
+});

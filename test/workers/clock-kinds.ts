@@ -1,0 +1,41 @@
+// The clock tests' queue: kinds that write when they ran (public.clock_runs), one that fails once,
+// and one that never returns (to be killed); bound to the clock database in main.ts.
+import { sql } from 'drizzle-orm';
+import { z } from 'zod';
+import { defineJob } from '../../src/jobs/index.ts';
+import { createWorker } from '../../src/worker/create-worker.ts';
+import { defineSchedule } from '../../src/schedules.ts';
+
+/** Each run, with when it started, in the clock database. */
+const recordRun = defineJob({
+  kind: 'clock-run',
+  schema: z.object({ tag: z.string() }),
+  transactional: true,
+  handler: async ({ tag }, { tx, job }) => {
+    await tx.execute(sql`INSERT INTO public.clock_runs (tag, job_id, attempt, run_at) VALUES (${tag}, ${job.id}::bigint, ${job.attempts}, ${job.runAt.toISOString()}::timestamptz)`);
+  },
+});
+
+/** Fails its first attempt, a second's backoff, then records. */
+const failOnce = defineJob({
+  kind: 'clock-fail-once',
+  schema: z.object({ tag: z.string() }),
+  maxAttempts: 3,
+  backoff: { baseSeconds: 1, capSeconds: 2 },
+  transactional: true,
+  handler: async ({ tag }, { tx, job }) => {
+    if (job.attempts === 1) throw new Error('first attempt fails');
+    await tx.execute(sql`INSERT INTO public.clock_runs (tag, job_id, attempt, run_at) VALUES (${tag}, ${job.id}::bigint, ${job.attempts}, ${job.runAt.toISOString()}::timestamptz)`);
+  },
+});
+
+export const CLOCK_KINDS = [recordRun, failOnce];
+
+/** The queue most clock tests drive: no schedules, so an idle queue is idle. */
+export const clockQueue = createWorker({ jobs: CLOCK_KINDS });
+
+/** A queue with a schedule every 10 seconds (seconds first), on a database of its own. */
+export const scheduleQueue = createWorker({
+  jobs: CLOCK_KINDS,
+  schedules: [defineSchedule({ name: 'clock-every-10s', cron: '*/10 * * * * *', kind: 'clock-run', payload: { tag: 'schedule' } })],
+});

@@ -11,6 +11,7 @@ import { explainClaim, maintainHistory } from '../src/queries/index.ts';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { type BenchSystem, RunCounter, articleSystem, graphileSystem, now, pgBossSystem, pgdrainSystem } from './systems.ts';
 import { drainWithProcesses } from './sidecar-processes.ts';
+import { type ClockFigures, NEON, benchWorkerClock } from './worker-clock.ts';
 import { benchWorkerDrainer } from './worker-drainer.ts';
 import { drainThroughLongTransaction } from './long-transaction.ts';
 import { PLAIN_DRAIN_JOBS, plainDrainInProcess } from './plain-drain.ts';
@@ -466,6 +467,21 @@ async function main() {
       await admin.query('DROP DATABASE bench_worker WITH (FORCE)');
     }
   }
+  // The queue's clock (bench/worker-clock.ts): what an idle Worker costs its database, with and
+  // without it, and how late delayed jobs start with no cron tick.
+  let clock: ClockFigures | undefined;
+  if (!only || only.includes('worker') || only.includes('clock')) {
+    const url = await freshDatabase('bench_clock');
+    console.log('\nthe queue\'s clock (wrangler dev, Neon path): idle cron invocations, the backstop, delayed jobs');
+    clock = await benchWorkerClock(url, { crons: quick ? 5 : 20, delayedJobs: quick ? 10 : 60 });
+    record('worker idle: statements per cron invocation, with the clock / without', 'pgdrain worker', 'statements', [clock.statementsPerIdleCron.withClock], [], []);
+    record('worker idle: statements per cron invocation, with the clock / without', 'pgdrain worker (no clock)', 'statements', [clock.statementsPerIdleCron.withoutClock], [], []);
+    record('worker idle: statements per hour (* * * * *, BACKSTOP_POLL_SECONDS 3600)', 'pgdrain worker', 'statements', [clock.statementsPerIdleHour.withClock], [], []);
+    record('worker idle: statements per hour (* * * * *, BACKSTOP_POLL_SECONDS 3600)', 'pgdrain worker (no clock)', 'statements', [clock.statementsPerIdleHour.withoutClock], [], []);
+    record('worker delayed jobs (API, 1-3 s): start after run_at p50', 'pgdrain worker', 'ms', [clock.delayed.p50Ms], [], []);
+    record('worker delayed jobs (API, 1-3 s): start after run_at p99', 'pgdrain worker', 'ms', [clock.delayed.p99Ms], [], []);
+    await admin.query('DROP DATABASE bench_clock WITH (FORCE)');
+  }
   await admin.end();
   await stopServer();
   if (dir) await rm(dir, { recursive: true, force: true });
@@ -490,6 +506,17 @@ async function main() {
     }
     if (worker.runNow) console.log(`Worker (${driver}) runNow: POST /jobs → webhook delivered, p50 ${worker.runNow.p50Ms.toFixed(1)} ms, p99 ${worker.runNow.p99Ms.toFixed(1)} ms over ${worker.runNow.jobs} jobs`);
   }
+  if (clock) {
+    const { idleMonth: m } = clock;
+    console.log(
+      `\nthe queue's clock: an idle cron invocation sends ${fmt(clock.statementsPerIdleCron.withClock)} statements with the clock, ${fmt(clock.statementsPerIdleCron.withoutClock)} without; ` +
+        `the backstop's look ${fmt(clock.statementsPerBackstopLook)}; per idle hour ${fmt(clock.statementsPerIdleHour.withClock)} against ${fmt(clock.statementsPerIdleHour.withoutClock)}. ` +
+        `Delayed jobs (${clock.delayed.jobs}, no cron) started ${clock.delayed.p50Ms.toFixed(0)} ms (p50), ${clock.delayed.p99Ms.toFixed(0)} ms (p99), ${clock.delayed.maxMs.toFixed(0)} ms (max) after their run_at.\n` +
+        `An idle month on Neon's smallest compute (${NEON.smallestCu} CU, $${NEON.dollarsPerCuHour}/CU-hour on Launch, awake ${NEON.suspendAfterMinutes} min after a query): ` +
+        `with the clock ~${m.withClock.awakeHours.toFixed(0)} h awake, $${m.withClock.dollars.toFixed(2)}; without it ${m.withoutClock.awakeHours.toFixed(0)} h, $${m.withoutClock.dollars.toFixed(2)} ` +
+        `(${fmt(m.withoutClock.awakeHours * NEON.smallestCu)} CU-hours: the Free plan has ${NEON.freePlanCuHoursPerMonth})`,
+    );
+  }
   const elapsed = Math.round((now() - started) / 1000);
   console.log(`\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`);
 
@@ -499,7 +526,7 @@ async function main() {
       const peer = figures.find((x) => x.system === 'graphile-worker tuned' && x.workload === f.workload);
       if (peer) ratios[f.workload] = f.median / peer.median;
     }
-    await writeFile(jsonFile, `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, workers, ratiosPgdrainOverGraphileTuned: ratios }, null, 2)}\n`);
+    await writeFile(jsonFile, `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, workers, clock, ratiosPgdrainOverGraphileTuned: ratios }, null, 2)}\n`);
     console.log(`wrote ${jsonFile}`);
   }
 }

@@ -37,7 +37,7 @@ export interface ProcessDrainResult {
 
 /** Turns pg_stat_statements on for this database's new sessions, if the server has it loaded
  * (the benchmark's embedded server loads it with tracking off everywhere else). */
-async function trackStatements(pool: pg.Pool): Promise<boolean> {
+export async function trackStatements(pool: pg.Pool): Promise<boolean> {
   try {
     await pool.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     await pool.query('SELECT 1 FROM pg_stat_statements LIMIT 1');

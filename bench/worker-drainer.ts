@@ -2,21 +2,14 @@
 // the Neon driver through the local WebSocket proxy (whose delay dials a network round trip), or
 // node-postgres through a local Hyperdrive binding (a direct TCP proxy: no delay to dial) — one
 // `scheduled()` invocation per repetition over a backlog of noop jobs.
-import { spawn } from 'node:child_process';
-import http from 'node:http';
-import { chmod, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFile, readdir } from 'node:fs/promises';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { migrateDatabase } from '../src/db/migrate.ts';
-import { freePort } from '../src/db/embedded.ts';
 import { withPlaceholderPassword } from '../src/db/url.ts';
 import { startWsProxy } from '../src/dev/ws-proxy.ts';
 import { type Db, enqueueMany } from '../src/queries/index.ts';
-
-const root = fileURLToPath(new URL('..', import.meta.url));
+import { startHookServer, startWranglerDev } from './wrangler-dev.ts';
 
 export interface WorkerFigure {
   /** The round trip the proxy added between workerd and PostgreSQL. */
@@ -41,7 +34,7 @@ export interface RunNowFigure {
 }
 
 /** CPU time (user + system, ms) of the workerd processes of one `wrangler dev`, from /proc (Linux). */
-async function workerdCpuMs(wranglerPid: number): Promise<number> {
+export async function workerdCpuMs(wranglerPid: number): Promise<number> {
   // wrangler dev runs more than one workerd (its own proxy in front, the Worker behind it): every
   // workerd descended from this wrangler counts.
   const processes = new Map<number, { ppid: number; name: string; cpuMs: number }>();
@@ -87,76 +80,38 @@ export async function benchWorkerDrainer(
   await migrateDatabase(url);
   const target = new URL(url);
   const proxy = neon ? await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } }) : null;
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-bench-worker-'));
-  await chmod(dir, 0o700);
-  const envFile = path.join(dir, 'worker.env');
   // runNow's latency: webhook jobs to a server here, each arrival timed against its POST.
-  const arrivals = new Map<number, number>();
-  const hook = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => (body += c));
-    req.on('end', () => {
-      const seq = (JSON.parse(body || '{}') as { seq?: number }).seq;
-      if (typeof seq === 'number' && !arrivals.has(seq)) arrivals.set(seq, performance.now());
-      res.end('ok');
-    });
-  });
-  await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
-  const hookPort = (hook.address() as { port: number }).port;
-  const hookUrl = `http://127.0.0.1:${hookPort}/hook`;
-  await writeFile(
-    envFile,
-    `${proxy ? `DATABASE_URL=${url}\nNEON_WS_PROXY=${proxy.address}\n` : ''}API_TOKEN=bench-token-0123456789\nDRAIN_BUDGET_MS=${budgetMs}\nWEBHOOK_ALLOWED_HOSTS=127.0.0.1:${hookPort}\n`,
-    { mode: 0o600 },
-  );
-  const port = await freePort();
-  const args = ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile];
-  if (!neon) args.push('--config', 'wrangler.hyperdrive.toml');
-  const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), args, {
-    cwd: root,
-    env: {
-      ...process.env,
-      WRANGLER_SEND_METRICS: 'false',
-      ...(neon ? {} : { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: withPlaceholderPassword(url) }),
+  const hook = await startHookServer(() => performance.now());
+  const { arrivals, url: hookUrl, port: hookPort } = hook;
+  // Every cron invocation looks at the database (BACKSTOP_POLL_SECONDS=0): the backlogs here are
+  // enqueued behind the Worker's back, where its clock cannot see them (bench/worker-clock.ts
+  // measures the clock itself).
+  const worker = await startWranglerDev({
+    vars: {
+      ...(proxy ? { DATABASE_URL: url, NEON_WS_PROXY: proxy.address } : {}),
+      DRAIN_BUDGET_MS: String(budgetMs), WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}`, BACKSTOP_POLL_SECONDS: '0',
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    ...(neon ? {} : { config: 'wrangler.hyperdrive.toml', env: { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: withPlaceholderPassword(url) } }),
+  }).catch(async (error) => {
+    await hook.close();
+    await proxy?.close();
+    throw error;
   });
-  let out = '';
-  wrangler.stdout.on('data', (c) => (out += c));
-  wrangler.stderr.on('data', (c) => (out += c));
   const pool = new pg.Pool({ connectionString: url, max: 2 });
   const db = drizzle({ client: pool }) as unknown as Db;
   const figures: WorkerFigure[] = [];
   let runNow: RunNowFigure | undefined;
   let enqueueP50At10MsRtt: number | undefined;
-  const postJob = (body: unknown) =>
-    fetch(`http://127.0.0.1:${port}/jobs`, {
-      method: 'POST',
-      headers: { authorization: 'Bearer bench-token-0123456789', 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
+  const postJob = (body: unknown) => worker.post('/jobs', body);
   try {
-    for (let waited = 0; !out.includes('Ready on'); waited += 100) {
-      if (waited > 30_000 || wrangler.exitCode !== null) throw new Error(`wrangler dev did not start:\n${out}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
     for (const rttMs of neon ? (options.rttsMs ?? [0]) : [0]) {
       proxy?.setDelayMs(rttMs / 2);
       for (let r = 0; r < options.reps; r++) {
         await pool.query('DELETE FROM pgdrain.jobs');
         await enqueueMany(db, Array.from({ length: options.jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
-        const before = out.length;
-        const cpuBefore = await workerdCpuMs(wrangler.pid!);
-        const res = await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`);
-        if (!res.ok) throw new Error(`/__scheduled answered ${res.status}`);
-        let line: string | undefined;
-        for (let waited = 0; !line && waited < 5_000; waited += 50) {
-          line = out.slice(before).split('\n').find((l) => l.includes('"event":"scheduled"'));
-          if (!line) await new Promise((r2) => setTimeout(r2, 50));
-        }
-        if (!line) throw new Error(`no scheduled report in wrangler's output:\n${out.slice(before)}`);
-        const report = JSON.parse(line.slice(line.indexOf('{'))) as { completed: number; elapsedMs: number; housekeepingMs: number };
-        const cpuMs = (await workerdCpuMs(wrangler.pid!)) - cpuBefore;
+        const cpuBefore = await workerdCpuMs(worker.process.pid!);
+        const report = (await worker.cron()) as { completed: number; elapsedMs: number; housekeepingMs: number };
+        const cpuMs = (await workerdCpuMs(worker.process.pid!)) - cpuBefore;
         const figure = {
           rttMs, completed: report.completed, cpuMsPer1000: (cpuMs / Math.max(1, report.completed)) * 1000, elapsedMs: report.elapsedMs, budgetMs,
           budgetLeftMs: budgetMs - report.elapsedMs, housekeepingMs: report.housekeepingMs, jobsPerSecond: report.completed / (report.elapsedMs / 1000),
@@ -204,12 +159,10 @@ export async function benchWorkerDrainer(
       console.log(`  Worker (${options.driver}) runNow: ${latencies.length} webhook jobs, POST → delivery p50 ${runNow.p50Ms.toFixed(1)} ms, p99 ${runNow.p99Ms.toFixed(1)} ms, no cron`);
     }
   } finally {
-    await new Promise((r) => hook.close(r));
-    wrangler.kill('SIGTERM');
-    await new Promise((r) => wrangler.once('exit', r));
+    await hook.close();
+    await worker.stop();
     await pool.end();
     await proxy?.close();
-    await rm(dir, { recursive: true, force: true });
   }
   return { drains: figures, runNow, enqueueP50At10MsRtt };
 }

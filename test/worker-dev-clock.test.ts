@@ -2,8 +2,13 @@
 // Object from wrangler.toml) on the Neon path, its database behind a TCP proxy that counts what is
 // said to it. An idle queue's cron invocations send the database nothing at all — no connection,
 // no byte — and a job enqueued through the API with a delay starts within a second of its run_at
-// with no cron tick. (The clock's other paths run in workerd: test/workers/clock.test.ts.)
+// with no cron tick; a Worker killed (-9) in the middle of a job has it run again when its lease
+// ends, by the clock's alarm once the Worker is back, with no cron tick. (The clock's other paths
+// run in workerd: test/workers/clock.test.ts.)
 import http from 'node:http';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type TcpProxy, startTcpProxy } from './support/tcp-proxy.ts';
@@ -85,4 +90,64 @@ describe('the queue\'s clock under npm run dev:worker', () => {
     }
     expect(await t.query('SELECT status FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([]);
   }, 30_000);
+});
+
+describe('a Worker killed in the middle of a job, under npm run dev:worker', () => {
+  let t: TestDatabase;
+  let hook: http.Server;
+  let dataDir: string;
+  let worker: WorkerDevProcess | undefined;
+  /** Deliveries of the job's webhook: the first is held open (the handler never ends), the next answered. */
+  const deliveries: number[] = [];
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    dataDir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-worker-dev-kill-'));
+    hook = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        deliveries.push(Date.now());
+        if (deliveries.length > 1) res.end('ok'); // the first one hangs until the Worker is killed
+      });
+    });
+    await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    hook?.closeAllConnections();
+    await new Promise((r) => hook?.close(r));
+    await rm(dataDir, { recursive: true, force: true });
+    await t?.close();
+  });
+
+  it('its job runs again at its lease\'s end, by the alarm, once the Worker is back; no cron tick', async () => {
+    const hookPort = (hook.address() as { port: number }).port;
+    const env = { API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}`, VISIBILITY_TIMEOUT_SECONDS: '6' };
+    worker = await startWorkerDev({ databaseUrl: t.url, hyperdrive: false, env, dataDir });
+    const res = await fetch(`${worker.url}/jobs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ kind: 'webhook', payload: { url: `http://127.0.0.1:${hookPort}/hook`, body: { seq: 7 } } }),
+    });
+    expect(res.status).toBe(201);
+    const { id } = (await res.json()) as { id: string };
+    for (const deadline = Date.now() + 10_000; deliveries.length === 0 && Date.now() < deadline; ) await sleep(20);
+    expect(deliveries.length, 'the alarm started it').toBe(1);
+    await worker.kill();
+    worker = undefined;
+    const [held] = await t.query<{ status: string; attempts: number; until: Date }>('SELECT status, attempts, locked_until AS until FROM pgdrain.jobs WHERE id = $1', [id]);
+    expect(held).toMatchObject({ status: 'running', attempts: 1 });
+    worker = await startWorkerDev({ databaseUrl: t.url, hyperdrive: false, env, dataDir });
+    for (const deadline = Date.now() + 30_000; deliveries.length < 2 && Date.now() < deadline; ) await sleep(20);
+    expect(deliveries.length, 'delivered again after the restart').toBe(2);
+    const late = deliveries[1]! - new Date(held!.until).getTime();
+    expect(late, 'not before its lease ended').toBeGreaterThanOrEqual(0);
+    expect(late, 'within a second of it').toBeLessThan(1_000);
+    expect(worker.output()).not.toMatch(/"event":"scheduled"/);
+    for (const deadline = Date.now() + 5_000; Date.now() < deadline; await sleep(50)) {
+      if ((await t.query('SELECT 1 FROM pgdrain.jobs WHERE id = $1', [id])).length === 0) break;
+    }
+    expect(await t.query('SELECT status FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([]);
+  }, 90_000);
 });

@@ -46,6 +46,8 @@ export interface ClockState {
   /** Moments told recently, [when told, the moment]: a look that ends keeps those told after it
    * began, which its database reads may not have seen. */
   told: [number, number][];
+  /** Lease ends told recently, [when told, the moment], kept for the same reason for housekeeping. */
+  leasesTold?: [number, number][];
 }
 
 /** What a cron or an alarm should do now. */
@@ -60,8 +62,9 @@ export interface ClockDecision {
 export interface LookResult {
   /** When the look began (before its first statement). */
   startedAt: number;
-  /** The next moment for a drain it knows of (the drain's nextDueAt, the next schedule slot). */
-  drainAt: number | null;
+  /** The next moment for a drain it knows of (the drain's nextDueAt, the next schedule slot);
+   * undefined when the look did not drain (it learnt nothing of the jobs: the clock keeps what it knew). */
+  drainAt?: number | null;
   /** Set when the look ran housekeeping: its next moment. */
   housekeepAt?: number | null;
 }
@@ -80,14 +83,22 @@ const earliest = (...times: (number | null | undefined)[]): number | null => {
  * ask for is kept — the earliest moment told since any time: a tell is dropped once a later one
  * names an earlier or equal moment, so the list stays short however many jobs are enqueued. */
 export function told(state: ClockState, at: number, now: number): ClockState {
-  const kept = state.told.filter(([t, m]) => t >= now - TOLD_KEPT_MS && m < at);
-  return { ...state, drainAt: earliest(state.drainAt, at), told: [...kept, [now, at]] };
+  return { ...state, drainAt: earliest(state.drainAt, at), told: remember(state.told, at, now) };
 }
 
 /** A drain took leases that end at `at`: if it is killed, housekeeping reaps them then. */
-export function leaseTaken(state: ClockState, at: number): ClockState {
-  return { ...state, housekeepAt: earliest(state.housekeepAt, at) };
+export function leaseTaken(state: ClockState, at: number, now: number): ClockState {
+  return { ...state, housekeepAt: earliest(state.housekeepAt, at), leasesTold: remember(state.leasesTold ?? [], at, now) };
 }
+
+/** The tells worth keeping, with [now, at]: those still recent that name an earlier moment. */
+const remember = (list: [number, number][], at: number, now: number): [number, number][] => [
+  ...list.filter(([t, m]) => t >= now - TOLD_KEPT_MS && m < at),
+  [now, at],
+];
+
+const toldSince = (list: [number, number][] | undefined, since: number) => (list ?? []).filter(([t]) => t >= since).map(([, at]) => at);
+const recent = (list: [number, number][] | undefined, now: number) => (list ?? []).filter(([t]) => t >= now - TOLD_KEPT_MS);
 
 /** What to do at `now`, given the backstop interval (0: look every time, as without a clock). */
 export function decide(state: ClockState, now: number, backstopMs: number): ClockDecision {
@@ -102,12 +113,12 @@ export function decide(state: ClockState, now: number, backstopMs: number): Cloc
 
 /** A look ended at `now`: what it found is next, and what was told after it began. */
 export function looked(state: ClockState, result: LookResult, now: number): ClockState {
-  const toldSince = state.told.filter(([t]) => t >= result.startedAt).map(([, at]) => at);
   return {
-    drainAt: earliest(result.drainAt, ...toldSince),
-    housekeepAt: result.housekeepAt === undefined ? state.housekeepAt : earliest(result.housekeepAt),
+    drainAt: result.drainAt === undefined ? state.drainAt : earliest(result.drainAt, ...toldSince(state.told, result.startedAt)),
+    housekeepAt: result.housekeepAt === undefined ? state.housekeepAt : earliest(result.housekeepAt, ...toldSince(state.leasesTold, result.startedAt)),
     lookedAt: Math.max(state.lookedAt, result.startedAt),
-    told: state.told.filter(([t]) => t >= now - TOLD_KEPT_MS),
+    told: recent(state.told, now),
+    leasesTold: recent(state.leasesTold, now),
   };
 }
 
@@ -178,6 +189,22 @@ export async function tellQueueClock(env: ClockEnv, runAt: Date | number = Date.
   await clock.told(typeof runAt === 'number' ? runAt : runAt.getTime()).catch(() => {});
 }
 
+/**
+ * For a drain's onLeaseTaken: tells the clock when the leases it takes end, so that if the
+ * invocation is killed, the housekeeping that reaps them (and the drain that runs them again) looks
+ * then. Once per lease: while a moment told is still ahead and no later than the new lease's end,
+ * the look at that moment reads the leases as they are then (renewed or not) and the clock sleeps
+ * until the earliest.
+ */
+export function leaseTeller(clock: QueueClockApi): (leaseEndsAt: number) => void {
+  let told = 0;
+  return (leaseEndsAt) => {
+    if (told > Date.now() && told <= leaseEndsAt) return;
+    told = leaseEndsAt;
+    clock.leaseTaken(leaseEndsAt).catch(() => {});
+  };
+}
+
 /** How the Durable Object runs a look when its alarm rings (create-worker.ts gives it). */
 export type AlarmLook = (env: unknown, decision: ClockDecision) => Promise<LookResult>;
 
@@ -234,7 +261,7 @@ export function queueClockClass(look: AlarmLook, backstopOf: BackstopOf): QueueC
     }
 
     async leaseTaken(at: number): Promise<void> {
-      await this.#save(leaseTaken(this.#state, at));
+      await this.#save(leaseTaken(this.#state, at, Date.now()));
     }
 
     async decide(now: number, backstopMs: number): Promise<ClockDecision> {

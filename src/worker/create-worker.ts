@@ -17,7 +17,7 @@ import { housekeep, housekeepAndSchedule } from '../drain/housekeeping.ts';
 import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 import { type SettingVariables, type Settings, SettingsError, readSettings } from '../settings.ts';
 import { type OpenTelemetryApi, useOpenTelemetry } from '../tracing.ts';
-import { type AlarmLook, type ClockEnv, type QueueClockApi, queueClock, queueClockClass, tellQueueClock } from './clock.ts';
+import { type AlarmLook, type ClockEnv, type QueueClockApi, leaseTeller, queueClock, queueClockClass, tellQueueClock } from './clock.ts';
 import { cronBudgetMs } from './cron-budget.ts';
 import { type DatabaseEnv, type WorkerDatabase, openWorkerDatabase } from './database.ts';
 
@@ -98,7 +98,7 @@ export function createWorker(options: WorkerOptions = {}) {
     if (!decision.drain && !decision.housekeep) return { cron: controller.cron, ...idleReport(), budgetMs };
     const label = `worker-${controller.scheduledTime}`;
     const found = await look(env, config, schedules, { ...decision, budgetMs, label, clock });
-    await clock?.looked({ startedAt: started, drainAt: found.drainAt, ...(found.housekeepAt !== undefined ? { housekeepAt: found.housekeepAt } : {}) });
+    await clock?.looked({ startedAt: started, ...lookResult(found) });
     return { cron: controller.cron, ...found.report, budgetMs };
   }
 
@@ -109,7 +109,7 @@ export function createWorker(options: WorkerOptions = {}) {
     const budgetMs = config.settings.drainBudgetMs ?? ALARM_BUDGET_MS;
     const found = await look(env as Env, config, schedules, { ...decision, budgetMs, label: `worker-alarm-${startedAt}`, clock: queueClock(env as Env) });
     console.log(JSON.stringify({ event: 'clock_alarm', reason: decision.reason, ...found.report, budgetMs }));
-    return { startedAt, drainAt: found.drainAt, ...(found.housekeepAt !== undefined ? { housekeepAt: found.housekeepAt } : {}) };
+    return { startedAt, ...lookResult(found) };
   };
 
   return {
@@ -234,7 +234,7 @@ async function runNow(env: Env, { db, transactions }: WorkerDatabase, { settings
       prefetch: 0,
       // waitUntil work gets 30 s after the response; the rest is the reaper's.
       budgetMs: RUN_NOW_BUDGET_MS,
-      onLeaseTaken: clock ? (at) => void clock.leaseTaken(at + settings.visibilityTimeoutSeconds! * 1000).catch(() => {}) : undefined,
+      onLeaseTaken: clock ? leaseTeller(clock) : undefined,
     });
     // A retry's backoff, or jobs it had to leave: the clock wakes a drain for them.
     if (clock && report.nextDueAt !== null) await clock.told(report.nextDueAt).catch(() => {});
@@ -258,8 +258,9 @@ interface LookPlan {
 /** A look's report, and what it found is next (for the clock). */
 interface Look {
   report: Omit<ScheduledReport, 'cron' | 'budgetMs'>;
-  /** The next moment a drain has something to do (a job due, a schedule's slot). */
-  drainAt: number | null;
+  /** The next moment a drain has something to do (a job due, a schedule's slot); undefined when
+   * the look did not drain (it learnt nothing of the jobs: the clock keeps what it knew). */
+  drainAt?: number | null;
   /** Set when it housekept: the next moment housekeeping has something to do. */
   housekeepAt?: number | null;
 }
@@ -281,22 +282,17 @@ async function look(env: Env, { settings, registry }: Configured, schedules: rea
     const scheduled = plan.drain && schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
     const deadline = started + plan.budgetMs;
     const workerId = `${plan.label}-${crypto.randomUUID().slice(0, 8)}`;
-    let toldLeaseEnd = 0;
-    const onLeaseTaken = plan.clock
-      ? (leaseEndsAt: number) => {
-          // Told once per lease length: a killed invocation's jobs are reaped when their leases end.
-          if (leaseEndsAt <= toldLeaseEnd) return;
-          toldLeaseEnd = leaseEndsAt + settings.visibilityTimeoutSeconds! * 1000;
-          plan.clock!.leaseTaken(toldLeaseEnd).catch(() => {});
-        }
-      : undefined;
+    const onLeaseTaken = plan.clock ? leaseTeller(plan.clock) : undefined;
     const drainFor = (ms: number) =>
       drain(db, registry, { ...drainSettings(settings), workerId, transactions, budgetMs: ms, reportNextDue: plan.clock !== null, onLeaseTaken });
     let report = plan.drain ? await drainFor(deadline - Date.now()) : emptyDrainReport();
+    let drained = plan.drain;
     const housekept = housekeeping ? await housekeeping : null;
-    // Jobs the reap gave back after this drain found nothing more: they run in this invocation.
+    // Jobs the reap gave back after this drain found nothing more (or with no drain: a killed
+    // invocation's, whose leases ended): they run in this invocation.
     if (housekept && housekept.reaped.reclaimed.length > 0 && report.stoppedBy !== 'budget' && deadline - Date.now() > 1_000) {
       report = addReports(report, await drainFor(deadline - Date.now()));
+      drained = true;
     }
     // A kind held back by its limits (a rate window, slots other drainers hold): wait for the time
     // they allow its next claim, within the budget, and drain again.
@@ -311,8 +307,7 @@ async function look(env: Env, { settings, registry }: Configured, schedules: rea
         scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), elapsedMs: Date.now() - started, housekeepingMs: housekept?.housekeepingMs ?? 0,
         looked: plan.drain ? 'drain' : 'housekeeping',
       },
-      // A look that did not drain learnt nothing of the jobs: the clock keeps what it knew.
-      drainAt: plan.drain ? earliestOf(report.nextDueAt, slotIn === null ? null : Date.now() + slotIn) : null,
+      ...(drained ? { drainAt: earliestOf(report.nextDueAt, slotIn === null ? null : Date.now() + slotIn) } : {}),
       ...(housekept ? { housekeepAt: housekept.nextDueAt } : {}),
     };
   } finally {
@@ -336,6 +331,9 @@ async function housekeepBeside(transactions: WorkerDatabase['transactions'], vis
     connection.giveBack(!healthy);
   }
 }
+
+/** What a look tells the clock: only what it learnt. */
+const lookResult = ({ drainAt, housekeepAt }: Look) => ({ ...(drainAt !== undefined ? { drainAt } : {}), ...(housekeepAt !== undefined ? { housekeepAt } : {}) });
 
 const earliestOf = (...times: (number | null)[]): number | null => {
   const known = times.filter((t): t is number => t !== null);

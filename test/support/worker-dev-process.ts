@@ -13,6 +13,9 @@ export interface WorkerDevProcess {
   url: string;
   output(): string;
   stop(): Promise<void>;
+  /** kill -9 of worker-dev, wrangler and workerd at once; the data directory is left as it was
+   * (a dataDir given by the caller is never removed). */
+  kill(): Promise<void>;
 }
 
 async function freePort(): Promise<number> {
@@ -23,9 +26,9 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-export async function startWorkerDev(options: { databaseUrl: string; hyperdrive: boolean; env: Record<string, string> }): Promise<WorkerDevProcess> {
+export async function startWorkerDev(options: { databaseUrl: string; hyperdrive: boolean; env: Record<string, string>; dataDir?: string }): Promise<WorkerDevProcess> {
   const port = await freePort();
-  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-worker-dev-'));
+  const dataDir = options.dataDir ?? (await mkdtemp(path.join(os.tmpdir(), 'pgdrain-worker-dev-')));
   const args = [path.join(ROOT, 'src/dev/worker-dev.ts'), ...(options.hyperdrive ? ['--hyperdrive'] : [])];
   const child: ChildProcess = spawn(process.execPath, args, {
     cwd: ROOT,
@@ -59,7 +62,11 @@ export async function startWorkerDev(options: { databaseUrl: string; hyperdrive:
     signal('SIGTERM');
     const stopped = await Promise.race([exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 10_000))]);
     if (!stopped) signal('SIGKILL');
-    await rm(dataDir, { recursive: true, force: true });
+    if (!options.dataDir) await rm(dataDir, { recursive: true, force: true });
+  };
+  const kill = async () => {
+    signal('SIGKILL');
+    await exited;
   };
 
   const url = `http://127.0.0.1:${port}`;
@@ -72,5 +79,5 @@ export async function startWorkerDev(options: { databaseUrl: string; hyperdrive:
     const ok = await fetch(`${url}/healthz`).then((r) => r.ok, () => false);
     if (ok) break;
   }
-  return { url, output: () => out, stop };
+  return { url, output: () => out, stop, kill };
 }

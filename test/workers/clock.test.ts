@@ -4,7 +4,7 @@
 // what they do. The clock's database and kinds are its own (test/workers/main.ts).
 import { createExecutionContext, createScheduledController, env, runDurableObjectAlarm, waitOnExecutionContext } from 'cloudflare:test';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { alarmAt, decide, emptyClock, looked, queueClock, told } from '../../src/worker/clock.ts';
+import { alarmAt, decide, emptyClock, leaseTaken, looked, queueClock, told } from '../../src/worker/clock.ts';
 import type { Env } from '../../src/worker/create-worker.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
 import { clockQueue, scheduleQueue } from './clock-kinds.ts';
@@ -35,6 +35,16 @@ describe('the clock\'s decisions', () => {
     // Many tells keep few entries: a later, earlier moment makes earlier tells redundant.
     for (let i = 0; i < 1_000; i++) state = told(state, 100_000 - i, 1_000 + i);
     expect(state.told.length).toBeLessThan(5);
+  });
+
+  it('a look that did not drain keeps the drain\'s moment; a lease told during a housekeeping look outlives it', () => {
+    const known = told(emptyClock(), 90_000, 100);
+    // Housekeeping alone (a lease's end): it learnt nothing of the jobs.
+    expect(looked(known, { startedAt: 1_000, housekeepAt: 500_000 }, 2_000)).toMatchObject({ drainAt: 90_000, housekeepAt: 500_000 });
+    // Another invocation took a lease ending at 40,000 while this look ran: its reap is still due then.
+    const during = leaseTaken(known, 40_000, 1_500);
+    expect(looked(during, { startedAt: 1_000, drainAt: 90_000, housekeepAt: 500_000 }, 2_000).housekeepAt).toBe(40_000);
+    expect(looked(during, { startedAt: 1_600, drainAt: 90_000, housekeepAt: 500_000 }, 2_000).housekeepAt).toBe(500_000);
   });
 });
 

@@ -32,6 +32,8 @@ export interface PlannedClaim {
   size: number;
   /** Set for a kind limited across drainers: claimed through the limited claim. */
   limits?: ClaimLimits;
+  /** Its group's count of freed slots when the claim was sent (ClaimGroup.freed). */
+  freedAtSend?: number;
 }
 
 /** What a claim brought back. */
@@ -79,6 +81,9 @@ interface ClaimGroup {
   blockedUntil: number;
   /** Blocked by its rate window (only time frees it), not by slots. */
   blockedByRate: boolean;
+  /** Settlements of its jobs returned so far (slotFreed): a claim held back by slots while one
+   * returned saw the database before that slot was free, and is not a reason to wait. */
+  freed: number;
 }
 
 /** A handler that takes no measurable time counts as this long when sizing claims. */
@@ -112,7 +117,7 @@ export class ClaimPlanner {
     const together = options.kinds.filter((k) => !own(k));
     this.#apart = new Set(apart);
     const group = (kinds: readonly string[], cap: number, limits: ClaimLimits | null): ClaimGroup => ({
-      kinds, cap, limits, inFlight: 0, drained: false, drainedAt: 0, blockedUntil: 0, blockedByRate: false,
+      kinds, cap, limits, inFlight: 0, drained: false, drainedAt: 0, blockedUntil: 0, blockedByRate: false, freed: 0,
     });
     this.#groups = [
       // With no kind apart, the one group asks for exactly the drain's kinds.
@@ -188,7 +193,7 @@ export class ClaimPlanner {
       group.blockedUntil = 0;
       this.#inFlight++;
       this.#inFlightSize += size;
-      return { kinds: group.kinds, size, ...(group.limits ? { limits: group.limits } : {}) };
+      return { kinds: group.kinds, size, ...(group.limits ? { limits: group.limits, freedAtSend: group.freed } : {}) };
     }
     return null;
   }
@@ -214,6 +219,9 @@ export class ClaimPlanner {
       group.drainedAt = Date.now();
       return;
     }
+    // Held back by slots, but one of ours was freed in the database while the claim was on its way
+    // (its snapshot may predate it): claim again at once rather than wait for the recheck.
+    if (!outcome.nextStartAt && group.freed !== claim.freedAtSend) return;
     group.blockedByRate = Boolean(outcome.nextStartAt);
     group.blockedUntil = outcome.nextStartAt ? outcome.nextStartAt.getTime() : Date.now() + BLOCKED_RECHECK_MS;
   }
@@ -222,7 +230,9 @@ export class ClaimPlanner {
    * database. A kind blocked by its slots may claim again at once: one of them may be free now. */
   slotFreed(kind: string): void {
     const group = this.#groups.find((g) => g.limits && g.kinds[0] === kind);
-    if (group && group.blockedUntil > 0 && !group.blockedByRate) group.blockedUntil = 0;
+    if (!group) return;
+    group.freed++;
+    if (group.blockedUntil > 0 && !group.blockedByRate) group.blockedUntil = 0;
   }
 
   /** Jobs of these kinds (any kind: undefined) may be ready now — a NOTIFY announced one, or a

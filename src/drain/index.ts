@@ -184,7 +184,8 @@ class DrainRun {
     this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;
     this.#budget = budgetClock(this.#started, options.budgetMs, options.signal);
     this.#book = new JobBook({
-      onLetGo: (kind) => this.#planner.slotFreed(kind),
+      // Only a settlement that returned frees a limited kind's slot: until then the database counts
+      // the job as running, and a claim would be held back by it.
       onDone: (kind) => this.#planner.slotFreed(kind),
       onChange: () => this.#wakeup.wake(),
     });

@@ -98,8 +98,6 @@ export class JobRecord {
 }
 
 export interface JobBookOptions {
-  /** A job of `kind` left waiting/running: this drainer's slot for it is free. */
-  onLetGo?: (kind: string) => void;
   /** A job of `kind` is done: the database no longer counts it as running (a limited kind's slot
    * may be free). */
   onDone?: (kind: string) => void;
@@ -176,10 +174,7 @@ export class JobBook {
     }
     if (to === 'running') this.#running++;
     if (from === 'running') this.#running--;
-    if ((from === 'waiting' || from === 'running') && to !== 'running') {
-      this.#add(this.#held, record.kind, -1);
-      this.#options.onLetGo?.(record.kind);
-    }
+    if ((from === 'waiting' || from === 'running') && to !== 'running') this.#add(this.#held, record.kind, -1);
     if (to === 'done') {
       this.#live--;
       this.#add(this.#liveByKind, record.kind, -1);

@@ -94,11 +94,13 @@ export function createWorker(options: WorkerOptions = {}) {
     // Unset: until a second before this cron's next invocation (see cron-budget.ts).
     const budgetMs = config.settings.drainBudgetMs ?? cronBudgetMs(controller.cron, controller.scheduledTime, started);
     const clock = queueClock(env);
-    const decision = clock ? await clock.decide(started, backstopMs(config)) : { drain: true, housekeep: true };
+    // A clock that cannot be reached (its object failing, a platform incident) never stops the
+    // backstop: the cron then looks as it would without one.
+    const decision = clock ? await clock.decide(started, backstopMs(config)).catch(clockUnreachable) : LOOK_AT_EVERYTHING;
     if (!decision.drain && !decision.housekeep) return { cron: controller.cron, ...idleReport(), budgetMs };
     const label = `worker-${controller.scheduledTime}`;
     const found = await look(env, config, schedules, { ...decision, budgetMs, label, clock });
-    await clock?.looked({ startedAt: started, ...lookResult(found) });
+    await clock?.looked({ startedAt: started, ...lookResult(found) }).catch(clockUnreachable);
     return { cron: controller.cron, ...found.report, budgetMs };
   }
 
@@ -137,6 +139,15 @@ export function createWorker(options: WorkerOptions = {}) {
 const ALARM_BUDGET_MS = 60_000;
 
 const backstopMs = ({ settings }: Configured) => settings.backstopPollSeconds! * 1000;
+
+/** A look at everything: what a cron does without the clock. */
+const LOOK_AT_EVERYTHING = { drain: true, housekeep: true } as const;
+
+/** The clock could not be reached: logged, and the cron looks at everything. */
+const clockUnreachable = (error: unknown) => {
+  console.error(JSON.stringify({ event: 'clock_unreachable', error: safeErrorMessage(error) }));
+  return LOOK_AT_EVERYTHING;
+};
 
 /** A cron invocation the clock let off: nothing due, nothing sent. */
 const idleReport = (): Omit<ScheduledReport, 'cron' | 'budgetMs'> => ({

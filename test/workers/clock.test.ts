@@ -151,6 +151,14 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
     expect((await runs('sql')).length + (await runs('after-reset')).length).toBe(2);
   });
 
+  it('a clock that cannot be reached does not stop the cron: it looks at everything, as without one', async () => {
+    await h.query(`SELECT pgdrain.enqueue('clock-run', '{"tag": "unreachable"}')`);
+    const failing = { idFromName: () => 'id', get: () => ({ fetch: () => Promise.reject(new Error('Durable Object unavailable')) }) };
+    const report = await clockQueue.runScheduled(cron(), clockEnv({ PGDRAIN_CLOCK: failing } as Partial<Env>));
+    expect(report).toMatchObject({ looked: 'drain', completed: 1 });
+    expect(await runs('unreachable')).toHaveLength(1);
+  });
+
   it('an alarm and crons at once on one backlog: every job runs exactly once', async () => {
     await clockQueue.runScheduled(cron(), clockEnv());
     await h.query(`SELECT pgdrain.enqueue('clock-run', jsonb_build_object('tag', 'crowd')) FROM generate_series(1, 60)`);

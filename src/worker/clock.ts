@@ -74,7 +74,8 @@ const TOLD_KEPT_MS = 15 * 60_000;
 
 export const emptyClock = (): ClockState => ({ drainAt: null, housekeepAt: null, lookedAt: 0, told: [] });
 
-const earliest = (...times: (number | null | undefined)[]): number | null => {
+/** The earliest of the moments known (null: none is). */
+export const earliest = (...times: (number | null | undefined)[]): number | null => {
   const known = times.filter((t): t is number => typeof t === 'number' && Number.isFinite(t));
   return known.length > 0 ? Math.min(...known) : null;
 };

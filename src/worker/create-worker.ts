@@ -17,7 +17,7 @@ import { housekeep, housekeepAndSchedule } from '../drain/housekeeping.ts';
 import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 import { type SettingVariables, type Settings, SettingsError, readSettings } from '../settings.ts';
 import { type OpenTelemetryApi, useOpenTelemetry } from '../tracing.ts';
-import { type AlarmLook, type ClockEnv, type QueueClockApi, leaseTeller, queueClock, queueClockClass, tellQueueClock } from './clock.ts';
+import { type AlarmLook, type ClockEnv, type QueueClockApi, earliest, leaseTeller, queueClock, queueClockClass, tellQueueClock } from './clock.ts';
 import { cronBudgetMs } from './cron-budget.ts';
 import { type DatabaseEnv, type WorkerDatabase, openWorkerDatabase } from './database.ts';
 
@@ -318,7 +318,7 @@ async function look(env: Env, { settings, registry }: Configured, schedules: rea
         scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), elapsedMs: Date.now() - started, housekeepingMs: housekept?.housekeepingMs ?? 0,
         looked: plan.drain ? 'drain' : 'housekeeping',
       },
-      ...(drained ? { drainAt: earliestOf(report.nextDueAt, slotIn === null ? null : Date.now() + slotIn) } : {}),
+      ...(drained ? { drainAt: earliest(report.nextDueAt, slotIn === null ? null : Date.now() + slotIn) } : {}),
       ...(housekept ? { housekeepAt: housekept.nextDueAt } : {}),
     };
   } finally {
@@ -346,11 +346,6 @@ async function housekeepBeside(transactions: WorkerDatabase['transactions'], vis
 /** What a look tells the clock: only what it learnt. */
 const lookResult = ({ drainAt, housekeepAt }: Look) => ({ ...(drainAt !== undefined ? { drainAt } : {}), ...(housekeepAt !== undefined ? { housekeepAt } : {}) });
 
-const earliestOf = (...times: (number | null)[]): number | null => {
-  const known = times.filter((t): t is number => t !== null);
-  return known.length > 0 ? Math.min(...known) : null;
-};
-
 const emptyDrainReport = (): DrainReport => ({
   claimed: 0, completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, elapsedMs: 0, stoppedBy: 'empty', nextClaimAt: null, nextDueAt: null,
 });
@@ -374,6 +369,6 @@ function addReports(a: DrainReport, b: DrainReport): DrainReport {
     claimed: a.claimed + b.claimed, completed: a.completed + b.completed, failed: a.failed + b.failed, dead: a.dead + b.dead,
     released: a.released + b.released, cancelled: a.cancelled + b.cancelled, lost: a.lost + b.lost, elapsedMs: a.elapsedMs + b.elapsedMs, stoppedBy: b.stoppedBy, nextClaimAt: b.nextClaimAt,
     // The second drain knows the queue as it is now, but a retry of the first may come sooner.
-    nextDueAt: earliestOf(b.nextDueAt, a.nextDueAt !== null && a.nextDueAt > Date.now() ? a.nextDueAt : null),
+    nextDueAt: earliest(b.nextDueAt, a.nextDueAt !== null && a.nextDueAt > Date.now() ? a.nextDueAt : null),
   };
 }

@@ -303,6 +303,19 @@ describe('with DATABASE_URL', () => {
     expect(await jobCount(`status = 'pending' AND attempts = 0 AND locked_by IS NULL`)).toBe(20 - completed.size);
     expect(p.stdout()).toMatch(/"msg":"stopped"/);
   });
+
+  it('a SIGTERM while it is still starting (its first job already running) stops it gracefully too', async () => {
+    const [first] = await enqueueMany(t.db, [{ kind: 'record', payload: { ms: 300, signalSelf: true } }]);
+    await enqueueMany(t.db, Array.from({ length: 5 }, () => ({ kind: 'record', payload: { ms: 300 } })));
+    // Without the handlers installed before the start, the process died by the signal before it said it had started.
+    const p = await start({ CONCURRENCY: '2' });
+    expect(await p.exited).toEqual({ code: 0, signal: null });
+    const after = await runs();
+    expect(after.find((r) => r.job_id === first!.id)).toMatchObject({ finished: true });
+    expect(after.every((r) => r.finished)).toBe(true);
+    expect(await jobCount(`status = 'running'`)).toBe(0);
+    expect(await jobCount()).toBe(6 - after.length);
+  });
 });
 
 describe('a database restart under load', () => {

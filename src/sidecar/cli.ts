@@ -8,28 +8,35 @@ import { sidecarOptionsFromEnv } from './config.ts';
 import { startSidecar } from './index.ts';
 
 export async function runSidecarCli(jobs: readonly JobDefinition<any>[] = [], schedules: readonly ScheduleDefinition[] = []): Promise<void> {
-  let sidecar: Awaited<ReturnType<typeof startSidecar>>;
-  try {
-    sidecar = await startSidecar({ ...sidecarOptionsFromEnv(process.env), jobs, schedules });
-  } catch (error) {
-    console.error(`pgdrain: could not start: ${safeErrorMessage(error)}`);
-    process.exit(1);
-  }
+  let sidecar: Awaited<ReturnType<typeof startSidecar>> | undefined;
+  let stopRequested = false;
   let signals = 0;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (++signals > 1) {
-      console.error(`pgdrain: second ${signal}: exiting now; running jobs will be returned by the reaper`);
-      process.exit(130);
-    }
-    sidecar.stop().then(
+  const stop = (started: NonNullable<typeof sidecar>) =>
+    started.stop().then(
       () => process.exit(0),
       (error: unknown) => {
         console.error(`pgdrain: shutdown failed: ${safeErrorMessage(error)}`);
         process.exit(1);
       },
     );
+  // Listening before the start: the drainer runs jobs before the rest has started (the HTTP
+  // server last), and a signal in that window must stop it gracefully, not kill it mid-batch.
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (++signals > 1) {
+      console.error(`pgdrain: second ${signal}: exiting now; running jobs will be returned by the reaper`);
+      process.exit(130);
+    }
+    stopRequested = true;
+    if (sidecar) void stop(sidecar);
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  try {
+    sidecar = await startSidecar({ ...sidecarOptionsFromEnv(process.env), jobs, schedules });
+  } catch (error) {
+    console.error(`pgdrain: could not start: ${safeErrorMessage(error)}`);
+    process.exit(1);
+  }
+  // A signal came while it was starting: stop now that there is something to stop.
+  if (stopRequested) void stop(sidecar);
 }
-

@@ -1,4 +1,4 @@
-// The queue-behaviour, flow-control and job-lifecycle suites on node-postgres (the sidecar's driver) against a real PostgreSQL.
+// The queue-behaviour, flow-control, job-lifecycle and workflow suites on node-postgres (the sidecar's driver) against a real PostgreSQL.
 import pg from 'pg';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
@@ -9,6 +9,7 @@ import { createTestDatabase } from './support/database.ts';
 import { flowControlSuite } from './conformance/flow-control.ts';
 import { jobLifecycleSuite } from './conformance/job-lifecycle.ts';
 import { type Harness, listenOn, queueBehaviourSuite } from './conformance/queue-behaviour.ts';
+import { workflowSuite } from './conformance/workflows.ts';
 
 // The sidecar's own pools (src/sidecar/database.ts), as `pgdrain start` opens them.
 const nodePostgresHarness = async (): Promise<Harness> => {
@@ -34,6 +35,7 @@ const nodePostgresHarness = async (): Promise<Harness> => {
 queueBehaviourSuite('node-postgres', nodePostgresHarness, { drainJobs: 5_000, historyRows: 100_000 });
 flowControlSuite('node-postgres', nodePostgresHarness);
 jobLifecycleSuite('node-postgres', nodePostgresHarness, { fanIn: 10_000 });
+workflowSuite('node-postgres', nodePostgresHarness);
 
 
 // The sidecar's drainer sends its claims as a prepared statement (src/queries/claim.ts,

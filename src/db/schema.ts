@@ -232,3 +232,64 @@ export const finishedJobs = pgdrainSchema.table('finished_jobs', {
   status: text('status', { enum: JOB_STATUSES }).notNull(),
   finishedAt: timestamptz('finished_at').notNull().defaultNow(),
 });
+
+// Durable workflows (src/workflows/): a workflow is a job whose run is re-entered from the top at
+// each attempt; every step it reached is a row here, keyed by the job and the step's name. A step
+// whose row says `completed` returns its stored result instead of running again.
+//   completed  its outcome is stored (result); sleeps that ended and waits that were answered too
+//   failed     its last run threw (error, attempts): it runs again at the job's next attempt
+//   sleeping   the job is `waiting` until wake_at (pgdrain.wake_workflows() completes it then)
+//   waiting    the job is `waiting` for an event (event, event_key; until wake_at, its timeout, if
+//              any) or for a child job (child_id: the `after` machinery wakes it when the child ends)
+// Written fenced by the job's lock token, so a drainer that lost its lease writes nothing; a
+// transactional step's row commits in the step's own transaction, with its writes. Rows of
+// workflows that are gone are pruned by the housekeeping round.
+export const WORKFLOW_STEP_STATUSES = ['completed', 'failed', 'sleeping', 'waiting'] as const;
+export const workflowSteps = pgdrainSchema.table(
+  'workflow_steps',
+  {
+    jobId: bigintAsString('job_id').notNull(),
+    name: text('name').notNull(),
+    /** The order the run first reached its steps in (the timeline's order). */
+    position: integer('position').notNull(),
+    status: text('status', { enum: WORKFLOW_STEP_STATUSES }).notNull(),
+    /** Runs of it, counting the one that completed it. */
+    attempts: integer('attempts').notNull().default(0),
+    result: jsonb('result'),
+    error: text('error'),
+    startedAt: timestamptz('started_at').notNull().defaultNow(),
+    finishedAt: timestamptz('finished_at'),
+    /** A sleep's end; a wait's timeout. */
+    wakeAt: timestamptz('wake_at'),
+    event: text('event'),
+    eventKey: text('event_key'),
+    /** The event that answered a wait (a later wait on the same event and key takes a later one). */
+    eventId: bigintAsString('event_id'),
+    /** step.invoke's child job. */
+    childId: bigintAsString('child_id'),
+  },
+  (t) => [
+    primaryKey({ name: 'workflow_steps_pkey', columns: [t.jobId, t.name] }),
+    // pgdrain.wake_workflows(): the sleeps and timeouts that are due, earliest first.
+    index('workflow_steps_wake').on(t.wakeAt).where(sql`status IN ('sleeping', 'waiting') AND wake_at IS NOT NULL`),
+    // pgdrain.send_event(): the runs waiting for an event and key.
+    index('workflow_steps_event').on(t.event, t.eventKey).where(sql`status = 'waiting' AND event IS NOT NULL`),
+    check('workflow_steps_status_valid', sql`status IN ('completed', 'failed', 'sleeping', 'waiting')`),
+  ],
+);
+
+// Events (sendEvent, pgdrain.send_event, POST /events): inserted in the sender's transaction, which
+// also wakes every run waiting for the event and key. Kept for a retention window (a day by
+// default) so a run that reaches its wait after the event was sent (but was enqueued before it)
+// still finds it; pruned by the housekeeping round.
+export const workflowEvents = pgdrainSchema.table(
+  'events',
+  {
+    id: bigserialAsString('id').primaryKey(),
+    event: text('event').notNull(),
+    eventKey: text('event_key').notNull(),
+    payload: jsonb('payload'),
+    sentAt: timestamptz('sent_at').notNull().defaultNow(),
+  },
+  (t) => [index('events_lookup').on(t.event, t.eventKey, t.id), index('events_sent').on(t.sentAt)],
+);

@@ -42,7 +42,7 @@
 //   abandoned at shutdown    release: pending again, attempt refunded
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { PermanentJobError, type JobRegistry } from '../jobs/registry.ts';
-import type { ClaimedJob, Db } from '../queries/index.ts';
+import { type ClaimedJob, type Db, wakeWorkflows } from '../queries/index.ts';
 import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '../tracing.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { Claimer } from './claimer.ts';
@@ -50,7 +50,7 @@ import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
 import { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
 import type { DrainNotices } from './notices.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-import { HandlerAbandonedError, type HandlerEnvironment, type HandlerOutcome, runHandler } from './run-handler.ts';
+import { HandlerAbandonedError, type HandlerEnvironment, type HandlerOutcome, WorkflowParked, runHandler } from './run-handler.ts';
 import { Settler } from './settler.ts';
 
 export { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError } from './lease-keeper.ts';
@@ -115,6 +115,10 @@ export interface DrainOptions {
    * claimed at once, even while other handlers keep the drain open, and a cancel of a job held
    * here is checked at once instead of at its next lease renewal. */
   notices?: DrainNotices;
+  /** Wake the workflows whose sleep ended or wait timed out (pgdrain.wake_workflows()) once this
+   * time (ms since the epoch) has come, and again at each next wake time the database reports while
+   * the drain is open. Default: only what this drain's own runs park. */
+  wakeDueAt?: number;
   /** While the drain is open (handlers running) and a claim came back short, it looks again this
    * often for jobs that became due or were enqueued where no notice reaches it. Default: the
    * profile's (1 s). */
@@ -133,6 +137,10 @@ export interface DrainReport extends SettledCounts {
    * limited kind's next claim, or now when it stopped with jobs left (budget, signal). Null: it
    * knows of nothing. */
   nextDueAt: number | null;
+  /** When a workflow's sleep ends or wait times out next, as far as this drain knows (its own
+   * parks, and the database's answer when it woke some): the caller drains again then with
+   * `wakeDueAt`. Null: it knows of none. */
+  nextWakeAt: number | null;
 }
 
 let claimSequence = 0;
@@ -172,6 +180,10 @@ class DrainRun {
   /** The next due time the last short claim reported (with reportNextDue). */
   #nextDueFromClaims: number | null = null;
   #earliestRetryAt = Infinity;
+  /** When to wake due workflows next (Infinity: not known), and whether a wake is on its way. */
+  #wakeDueAt: number;
+  #waking = false;
+  readonly #db: Db;
 
   constructor(db: Db, registry: JobRegistry, options: DrainOptions) {
     const profile: DrainProfile = DRAIN_PROFILES[options.placement ?? 'near'];
@@ -179,6 +191,8 @@ class DrainRun {
     const recordCounts = options.recordCounts !== false;
     this.#registry = registry;
     this.#options = options;
+    this.#db = db;
+    this.#wakeDueAt = options.wakeDueAt ?? Infinity;
     this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
     this.#pollIntervalMs = Math.max(10, options.pollIntervalMs ?? profile.pollIntervalMs);
     this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;
@@ -251,7 +265,10 @@ class DrainRun {
     if (this.#claimError !== undefined) throw this.#claimError;
     const counts = this.#book.counts;
     const nextClaimAt = this.#stoppedBy === 'empty' && Number.isFinite(this.#planner.nextUnblockAt) ? this.#planner.nextUnblockAt : null;
-    return { claimed: this.#claimed, ...counts, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy, nextClaimAt, nextDueAt: this.#nextDueAt(nextClaimAt) };
+    const nextWakeAt = Number.isFinite(this.#wakeDueAt) ? this.#wakeDueAt : null;
+    return {
+      claimed: this.#claimed, ...counts, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy, nextClaimAt, nextDueAt: this.#nextDueAt(nextClaimAt), nextWakeAt,
+    };
   }
 
   /** DrainReport.nextDueAt. */
@@ -259,6 +276,7 @@ class DrainRun {
     const known = [
       this.#nextDueFromClaims, nextClaimAt, this.#stoppedBy === 'empty' ? null : Date.now(),
       Number.isFinite(this.#earliestRetryAt) ? this.#earliestRetryAt : null,
+      Number.isFinite(this.#wakeDueAt) ? this.#wakeDueAt : null,
     ].filter((t): t is number => t !== null);
     return known.length > 0 ? Math.min(...known) : null;
   }
@@ -266,11 +284,14 @@ class DrainRun {
   /** draining: start what fits, claim what the planner wants, and see whether all is done. */
   #drainTurn(): void {
     for (let record: JobRecord | null; this.#book.running < this.#concurrency && (record = this.#book.nextWaiting()); ) this.#start(record);
+    // Workflows due to wake first: what they make pending is claimed when the wake has returned.
+    if (!this.#waking && Date.now() >= this.#wakeDueAt) this.#wakeWorkflows();
+    if (this.#waking) return;
     // Held open by running handlers: look again for what came due since a claim came back short.
     if (Date.now() >= this.#planner.oldestDrainedAt + this.#pollIntervalMs) this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
     for (let plan: PlannedClaim | null; (plan = this.#planner.next()); ) this.#sendClaim(plan);
     // Settlements still on their way may free a limited kind's slots: wait for them first.
-    if (this.#idle && this.#planner.exhausted && !this.#settler.busy) this.#setMode('draining', 'done');
+    if (this.#idle && this.#planner.exhausted && !this.#settler.busy && !this.#waking) this.#setMode('draining', 'done');
   }
 
   /** stopping: release what waits; done once nothing is claimed or running any more. */
@@ -289,7 +310,37 @@ class DrainRun {
 
   /** When to look again with nothing else happening: the claim deadline, a blocked kind's time, the poll. */
   #nextWakeAt(): number {
-    return Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt, this.#planner.oldestDrainedAt + this.#pollIntervalMs);
+    return Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt, this.#planner.oldestDrainedAt + this.#pollIntervalMs, this.#wakeDueAt);
+  }
+
+  /** A run parked itself; a sleep or a timeout is to be woken at its time (by this drain, if it is
+   * still open then, else by the caller's next drain or the housekeeping round). */
+  #parked(record: JobRecord, parked: WorkflowParked): void {
+    this.#settler.parked(record);
+    if (parked.wakeAt !== null) this.#wakeDueAt = Math.min(this.#wakeDueAt, parked.wakeAt);
+    // A child it enqueued: this drain runs it too.
+    if (parked.enqueuedKinds.length > 0) this.#planner.reopen(parked.enqueuedKinds);
+  }
+
+  /** Wakes the workflows that are due; what it woke is claimed at once. */
+  #wakeWorkflows(): void {
+    this.#waking = true;
+    this.#wakeDueAt = Infinity;
+    wakeWorkflows(this.#db).then(
+      (woken) => {
+        // The database knows every run's next wake time, this drain's own parks among them.
+        if (woken.nextWakeAt) this.#wakeDueAt = Math.min(this.#wakeDueAt, woken.nextWakeAt.getTime());
+        if (woken.woken > 0) this.#planner.reopen(undefined);
+      },
+      (error: unknown) => {
+        // Tried again at the next poll; the housekeeping round wakes them meanwhile.
+        this.#wakeDueAt = Math.min(this.#wakeDueAt, Date.now() + this.#pollIntervalMs);
+        this.#options.onClaimError?.(error);
+      },
+    ).finally(() => {
+      this.#waking = false;
+      this.#wakeup.wake();
+    });
   }
 
   #stop(reason: DrainReport['stoppedBy']): void {
@@ -319,7 +370,8 @@ class DrainRun {
       (error: unknown) => {
         this.#leases.drop(job.id);
         span?.end(outcomeOf(job, error), error);
-        if (error instanceof HandlerAbandonedError) this.#settler.release([record], error.message);
+        if (error instanceof WorkflowParked) this.#parked(record, error);
+        else if (error instanceof HandlerAbandonedError) this.#settler.release([record], error.message);
         else if (error instanceof JobCancelledError) this.#settleCancelled(record);
         else this.#settler.fail(record, error, this.#registry.get(job.kind)?.backoff);
       },
@@ -385,6 +437,7 @@ class DrainRun {
 
 /** What a failed attempt leads to, for its trace: `retry`, `dead`, `cancelled`, `released`, `lost`. */
 function outcomeOf(job: ClaimedJob, error: unknown): string {
+  if (error instanceof WorkflowParked) return 'parked';
   if (error instanceof JobCancelledError) return 'cancelled';
   if (error instanceof HandlerAbandonedError) return 'released';
   if (error instanceof LeaseLostError) return 'lost';

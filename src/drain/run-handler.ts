@@ -148,6 +148,28 @@ class Attempt {
   }
 }
 
+/** A workflow's run parked itself (src/workflows/): the statement that made its job `waiting` has
+ * committed; the drain has nothing to settle. `wakeAt`: when a sleep ends or a wait times out (ms
+ * since the epoch), for a drainer that wakes it then; null: an event or a child wakes it. */
+export class WorkflowParked extends Error {
+  override name = 'WorkflowParked';
+  readonly wakeAt: number | null;
+  /** Kinds of the jobs the park enqueued (step.invoke's child): ready now. */
+  readonly enqueuedKinds: readonly string[];
+  constructor(message: string, wakeAt: number | null, enqueuedKinds: readonly string[] = []) {
+    super(message);
+    this.wakeAt = wakeAt;
+    this.enqueuedKinds = enqueuedKinds;
+  }
+}
+
+/** What a workflow's run needs of the drain beyond `ctx` (src/workflows/ reads it; not public). */
+export const RUN_ENVIRONMENT = Symbol('pgdrain.runEnvironment');
+export interface RunEnvironment {
+  db: Db;
+  transactions?: OpenTransactionConnection;
+}
+
 /** The handler's `ctx`. */
 class HandlerContext implements JobContext {
   readonly job: ClaimedJob;
@@ -160,6 +182,10 @@ class HandlerContext implements JobContext {
     this.signal = signal;
     this.#environment = environment;
     this.#tx = tx;
+  }
+
+  get [RUN_ENVIRONMENT](): RunEnvironment {
+    return { db: this.#environment.db, transactions: this.#environment.transactions };
   }
 
   progress(value: unknown): void {
@@ -250,7 +276,7 @@ function keptResult(definition: JobDefinition<unknown>, value: unknown): KeptRes
 }
 
 /** JSON text of `value` (null for undefined); TypeError naming `what` when it has none. */
-function toJson(value: unknown, what: string): string | null {
+export function toJson(value: unknown, what: string): string | null {
   if (value === undefined) return null;
   let json: string | undefined;
   try {
@@ -263,11 +289,11 @@ function toJson(value: unknown, what: string): string | null {
 }
 
 /** More than `bytes` bytes of UTF-8. Every UTF-16 unit is at most 3 bytes: short texts are not encoded. */
-function longerThan(text: string, bytes: number): boolean {
+export function longerThan(text: string, bytes: number): boolean {
   return text.length * 3 > bytes && utf8Length(text) > bytes;
 }
 
-function utf8Length(text: string): number {
+export function utf8Length(text: string): number {
   return new TextEncoder().encode(text).length;
 }
 

@@ -7,6 +7,7 @@
 //                                   jobs someone asked to cancel (or, far from the database, carried
 //                                   by the next claim's statement: takeCarried()/carried())
 //   settledInTransaction(record)    a transactional handler completed it itself: done at once
+//   parked(record)                  a workflow's run parked itself (a sleep, a wait): done at once
 //   fail(record, …)  ─► buffered ─► one UPDATE: retry with backoff, or dead
 //   release(records) ─► at once  ─► one UPDATE: back to pending, attempt refunded (never started, or
 //                                   abandoned at shutdown: `reason` goes into last_error)
@@ -97,6 +98,13 @@ export class Settler {
     record.finish('completed');
     record.settled('completed');
     if (unblockedKinds.length > 0) this.#options.onUnblocked?.(unblockedKinds);
+    this.#options.onReturned?.();
+  }
+
+  /** A workflow's run parked itself: its own statement settled it (waiting now). */
+  parked(record: JobRecord): void {
+    record.finish('parked');
+    record.settled('parked');
     this.#options.onReturned?.();
   }
 

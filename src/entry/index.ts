@@ -27,6 +27,12 @@ export { useOpenTelemetry, type OpenTelemetryApi } from '../tracing.ts';
 export { cancel, getDependencies, type CancelOutcome } from '../queries/index.ts';
 export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, JobCancelledError, LeaseLostError } from '../drain/index.ts';
 
+// Durable workflows: steps that run once, sleeps and waits that hold nothing, events in your transaction.
+export {
+  defineWorkflow, sendEvent, EventValidationError, MAX_STEPS_PER_RUN, MAX_EVENT_PAYLOAD_BYTES,
+  type Workflow, type WorkflowDefinition, type WorkflowStep, type StepContext, type StepOptions, type WaitForEventOptions, type WorkflowEvent,
+} from '../workflows/index.ts';
+
 // Inspect and repair.
 export {
   getJob, listJobs, stats, retryDead, deleteJob, countsByMinute, countTotals,
@@ -38,7 +44,7 @@ export {
 // The database: migrations and the Drizzle tables (for your own queries and drizzle-kit).
 export { migrateDatabase as migrate } from '../db/migrate.ts';
 export {
-  jobs, jobCounts, jobTotals, pausedKinds, schedules, jobDependencies, finishedJobs, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, FINAL_STATUSES,
+  jobs, jobCounts, jobTotals, pausedKinds, schedules, jobDependencies, finishedJobs, workflowSteps, workflowEvents, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, FINAL_STATUSES,
   type JobRow, type JobStatus,
 } from '../db/schema.ts';
 export { NOTIFY_CHANNEL } from '../queries/index.ts';

@@ -25,3 +25,7 @@ export { cancel, type CancelOutcome } from './cancel.ts';
 export { pruneFinished, PRUNE_BATCH, type PruneResult } from './prune.ts';
 export { maintainHistory, type HistoryUpkeep } from './job-history.ts';
 export { housekeepingDueAt } from './housekeeping-due.ts';
+export {
+  loadSteps, recordStepCompleted, recordStepFailed, parkSleep, waitForEvent, parkOnChild, wakeWorkflows, sendEvent, DEFAULT_EVENT_RETENTION_SECONDS,
+  type HeldRun, type NotHeld, type StoredStep, type StepStatus, type StepRecord, type EventWait, type ParkOutcome, type WakeResult, type SentEvent,
+} from './workflows.ts';

@@ -6,13 +6,14 @@
 //     their drainers are woken;
 //   - jobs waiting for one that ended dead or cancelled (or was deleted) — and, transitively, jobs
 //     waiting for them — become dead, saying which (grandchildren of a dead job are still
-//     `waiting`, so the recursion reaches them all);
+//     `waiting`, so the recursion reaches them all); but a workflow parked on it (step.invoke: its
+//     step row names the child) is made pending whichever way it ended, to see how when it runs;
 //   - someone waiting for a job that reached a final state or was deleted (GET /jobs/:id?waitSeconds)
 //     is notified, and when its row is deleted, a line in pgdrain.finished_jobs says how it ended.
 // The statement must begin `WITH RECURSIVE` (the dead ones are found recursively) and select
 // `ENDED_FOLLOWED` so that the notifications, which only read, are evaluated.
 import { type SQL, sql } from 'drizzle-orm';
-import { finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
+import { finishedJobs, jobDependencies, jobs, workflowSteps } from '../db/schema.ts';
 import { FINISHED_CHANNEL, NOTIFY_CHANNEL } from './db.ts';
 
 /** The RETURNING list a statement that ends jobs gives its `ended` CTE (`status` computed by it). */
@@ -25,10 +26,12 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
   // the same waiting jobs then queue up behind each other instead of deadlocking.
   return sql`,
     touched AS MATERIALIZED (
-      SELECT d.job_id, d.depends_on FROM ${jobDependencies} d WHERE d.depends_on IN (SELECT id FROM ended WHERE has_dependents)),
+      SELECT d.job_id, d.depends_on,
+             EXISTS (SELECT 1 FROM ${workflowSteps} s WHERE s.job_id = d.job_id AND s.child_id = d.depends_on AND s.status = 'waiting') AS invoked
+        FROM ${jobDependencies} d WHERE d.depends_on IN (SELECT id FROM ended WHERE has_dependents)),
     doomed(id, cause, cause_status) AS (
       SELECT t.job_id, e.id, e.status FROM touched t JOIN ended e ON t.depends_on = e.id
-       WHERE e.status IN ('dead', 'cancelled', 'deleted')
+       WHERE e.status IN ('dead', 'cancelled', 'deleted') AND NOT t.invoked
       UNION
       SELECT d.job_id, doomed.cause, doomed.cause_status FROM ${jobDependencies} d JOIN doomed ON d.depends_on = doomed.id),
     locked AS MATERIALIZED (
@@ -36,7 +39,8 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
        ORDER BY c.id FOR UPDATE),
     released AS (
       UPDATE ${jobs} c SET waiting_for = c.waiting_for - x.n, status = CASE WHEN c.waiting_for - x.n <= 0 THEN 'pending' ELSE 'waiting' END
-        FROM (SELECT t.job_id, count(*)::int AS n FROM touched t JOIN ended e ON t.depends_on = e.id WHERE e.status = 'completed' GROUP BY t.job_id) x
+        FROM (SELECT t.job_id, count(*)::int AS n FROM touched t JOIN ended e ON t.depends_on = e.id
+               WHERE e.status = 'completed' OR (t.invoked AND e.status IN ('dead', 'cancelled', 'deleted')) GROUP BY t.job_id) x
        WHERE c.id = x.job_id AND c.status = 'waiting' AND c.id IN (SELECT id FROM locked) AND c.id NOT IN (SELECT id FROM doomed)
       RETURNING c.id, c.kind, c.status),
     killed AS (

@@ -4,11 +4,14 @@
 // and kept jobs finished in pgdrain.jobs moved to the history (job-history.ts), whose own expired
 // days go whole (maintainHistory). In bounded batches, each round its own short statement, so a
 // large history never means one long transaction. Run with the reaper's round on the sidecar and
-// every cron invocation on the Worker.
+// every cron invocation on the Worker. The first round also wakes the workflows whose sleep ended or
+// whose wait timed out (pgdrain.wake_workflows()), prunes events past their retention, and the
+// steps of workflows that are gone (workflows.ts).
 import { sql } from 'drizzle-orm';
-import { finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
+import { PGDRAIN_SCHEMA, finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 import { moveKeptToHistory } from './job-history.ts';
+import { DEFAULT_EVENT_RETENTION_SECONDS, pruneWorkflowsCtes } from './workflows.ts';
 
 export const PRUNE_BATCH = 5_000;
 /** How long a note of how a watched, deleted job ended is kept. */
@@ -21,6 +24,12 @@ export interface PruneResult {
   moved: number;
   notes: number;
   dependencies: number;
+  /** Events past their retention deleted. */
+  events: number;
+  /** Steps of workflows that are gone deleted. */
+  steps: number;
+  /** Workflows woken (a sleep ended, a wait timed out). */
+  woken: number;
 }
 
 /**
@@ -29,10 +38,11 @@ export interface PruneResult {
  * usually with nothing to do); rounds go on for those whose batch was full. Dependency rows of jobs
  * deleted in the same round go in the next one (a statement does not see its own deletions).
  */
-export async function pruneFinished(db: Db, maxBatches = 20): Promise<PruneResult> {
-  const result: PruneResult = { jobs: 0, moved: 0, notes: 0, dependencies: 0 };
-  const more = { jobs: true, moved: true, notes: true, dependencies: true };
-  for (let round = 0; round < maxBatches && (more.jobs || more.moved || more.notes || more.dependencies); round++) {
+export async function pruneFinished(db: Db, maxBatches = 20, eventRetentionSeconds = DEFAULT_EVENT_RETENTION_SECONDS): Promise<PruneResult> {
+  const result: PruneResult = { jobs: 0, moved: 0, notes: 0, dependencies: 0, events: 0, steps: 0, woken: 0 };
+  const more = { jobs: true, moved: true, notes: true, dependencies: true, events: true, steps: true };
+  const parts = ['jobs', 'moved', 'notes', 'dependencies', 'events', 'steps'] as const;
+  for (let round = 0; round < maxBatches && parts.some((p) => more[p]); round++) {
     const [n] = await rowsOf<PruneResult>(
       db,
       sql`WITH kept AS (
@@ -48,11 +58,15 @@ export async function pruneFinished(db: Db, maxBatches = 20): Promise<PruneResul
           dependencies AS (
             DELETE FROM ${jobDependencies} d WHERE ${more.dependencies} AND (d.depends_on, d.job_id) IN (
               SELECT depends_on, job_id FROM ${jobDependencies} o WHERE NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id) LIMIT ${PRUNE_BATCH})
-            RETURNING 1)
+            RETURNING 1),
+          ${pruneWorkflowsCtes(eventRetentionSeconds, PRUNE_BATCH, more)}
           SELECT (SELECT count(*) FROM kept)::int AS jobs, (SELECT count(*) FROM stored)::int AS moved, (SELECT count(*) FROM notes)::int AS notes,
-                 (SELECT count(*) FROM dependencies)::int AS dependencies`,
+                 (SELECT count(*) FROM dependencies)::int AS dependencies, (SELECT count(*) FROM events_pruned)::int AS events,
+                 (SELECT count(*) FROM steps_pruned)::int AS steps,
+                 ${round === 0 ? sql`(SELECT woken FROM ${sql.raw(PGDRAIN_SCHEMA)}.wake_workflows())` : sql`0`} AS woken`,
     );
-    for (const part of ['jobs', 'moved', 'notes', 'dependencies'] as const) {
+    result.woken += Number(n?.woken ?? 0);
+    for (const part of parts) {
       const deleted = Number(n?.[part] ?? 0);
       result[part] += deleted;
       more[part] &&= deleted >= PRUNE_BATCH;

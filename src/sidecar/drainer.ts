@@ -1,7 +1,8 @@
 // The sidecar's drain scheduler: runs drain() whenever something says there may be work.
 //
-//   sleeping ──wake() (NOTIFY, reaper, listener reconnect), poll interval, or the time a limited
-//             kind's limits allow its next claim──► draining
+//   sleeping ──wake() (NOTIFY, reaper, listener reconnect), poll interval, the time a limited
+//             kind's limits allow its next claim, or the time a workflow's sleep ends──► draining
+//             (a drain wakes due workflows first: the first drain, and one at such a time)
 //   draining ──wake()──► the open drain claims at once (slow handlers do not hold new jobs back)
 //   draining ──drain() returned (nothing running, nothing to claim)──► draining again if woken
 //             meanwhile, else sleeping
@@ -87,20 +88,26 @@ export class Drainer {
       onClaimError?.(error);
     };
     let nextClaimAt: number | null = null;
+    // Workflows due while no sidecar ran (or whose drainer died) are woken by the first drain.
+    let nextWakeAt: number | null = Date.now();
     while (!this.#stop.signal.aborted) {
-      // A limited kind held back by its limits is claimed again when they allow, if that is sooner than the poll.
+      // A limited kind held back by its limits is claimed again when they allow, and a sleeping
+      // workflow woken when its sleep ends, if that is sooner than the poll.
       const untilAllowed = nextClaimAt === null ? Infinity : Math.max(0, nextClaimAt - Date.now());
-      if (!this.#wakeRequested) await this.#sleep(pause || Math.min(pollIntervalMs, untilAllowed));
+      const untilWake = nextWakeAt === null ? Infinity : Math.max(0, nextWakeAt - Date.now());
+      if (!this.#wakeRequested) await this.#sleep(pause || Math.min(pollIntervalMs, untilAllowed, untilWake));
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
       try {
         const report = await drain(this.#db, this.#registry, {
           ...drainOptions, pollIntervalMs, onClaimError: claimFailed, notices: this.#notices, signal: this.#stop.signal, abandonSignal: this.#abandon.signal,
+          ...(nextWakeAt !== null ? { wakeDueAt: nextWakeAt } : {}),
         });
         if (failing) onRecovered?.();
         failing = false;
         pause = 0;
         nextClaimAt = report.nextClaimAt;
+        nextWakeAt = report.nextWakeAt;
         onReport?.(report);
       } catch (error) {
         failing = true;

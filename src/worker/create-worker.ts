@@ -347,7 +347,7 @@ async function housekeepBeside(transactions: WorkerDatabase['transactions'], vis
 const lookResult = ({ drainAt, housekeepAt }: Look) => ({ ...(drainAt !== undefined ? { drainAt } : {}), ...(housekeepAt !== undefined ? { housekeepAt } : {}) });
 
 const emptyDrainReport = (): DrainReport => ({
-  claimed: 0, completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, elapsedMs: 0, stoppedBy: 'empty', nextClaimAt: null, nextDueAt: null,
+  claimed: 0, completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, parked: 0, elapsedMs: 0, stoppedBy: 'empty', nextClaimAt: null, nextDueAt: null, nextWakeAt: null,
 });
 
 /** The drain's options from the Worker's settings, for its cron drains and run-now alike. */
@@ -367,8 +367,9 @@ function drainSettings(settings: Settings) {
 function addReports(a: DrainReport, b: DrainReport): DrainReport {
   return {
     claimed: a.claimed + b.claimed, completed: a.completed + b.completed, failed: a.failed + b.failed, dead: a.dead + b.dead,
-    released: a.released + b.released, cancelled: a.cancelled + b.cancelled, lost: a.lost + b.lost, elapsedMs: a.elapsedMs + b.elapsedMs, stoppedBy: b.stoppedBy, nextClaimAt: b.nextClaimAt,
+    released: a.released + b.released, cancelled: a.cancelled + b.cancelled, lost: a.lost + b.lost, parked: a.parked + b.parked, elapsedMs: a.elapsedMs + b.elapsedMs, stoppedBy: b.stoppedBy, nextClaimAt: b.nextClaimAt,
     // The second drain knows the queue as it is now, but a retry of the first may come sooner.
     nextDueAt: earliest(b.nextDueAt, a.nextDueAt !== null && a.nextDueAt > Date.now() ? a.nextDueAt : null),
+    nextWakeAt: earliest(a.nextWakeAt, b.nextWakeAt),
   };
 }

@@ -1,0 +1,264 @@
+// Durable workflows: a job kind whose `run(payload, step)` is re-entered from the top at every
+// attempt. Each step the run reaches is a row in pgdrain.workflow_steps (queries/workflows.ts): a
+// step whose row holds an outcome returns it without running; the first one without runs.
+//
+//   step.run(name, fn)                    runs fn once; its result (JSON) is stored when it returns
+//   step.run(name, fn, { transactional })  fn gets `tx`; its writes and the step's record commit
+//                                          together — exactly once inside PostgreSQL
+//   step.sleep(name, seconds)             parks the run: `waiting`, no slot, lease or connection held
+//   step.waitForEvent(name, { event, key, timeoutSeconds })
+//                                         the event's payload (sendEvent), or null at the timeout;
+//                                         parks the run until then
+//   step.invoke(name, kind, payload)      enqueues a child job once, parks until it ends, returns
+//                                         its result or fails with its error
+//
+// A park ends the attempt without spending one (the drain hears WorkflowParked: its own statement
+// settled the job). A step that throws fails the attempt by the kind's retry rule; stored steps
+// never run again. Names identify steps: a name used twice in one run is an error at the second
+// call; a deploy that changes a workflow mid-run reuses the stored names, runs the new ones and
+// ignores the removed ones.
+import { z } from 'zod';
+import type { OpenTransactionConnection } from '../db/connections.ts';
+import { KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/constants.ts';
+import { JobCancelledError, LeaseLostError } from '../drain/lease-keeper.ts';
+import { MAX_RESULT_BYTES, RUN_ENVIRONMENT, type RunEnvironment, WorkflowParked, describeError, longerThan, toJson, utf8Length } from '../drain/run-handler.ts';
+import { type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
+import { type EnqueueOptions, prepareJob, preparedJobs } from '../jobs/enqueue.ts';
+import {
+  type Db, type NotHeld, type ParkOutcome, type StepRecord, type StoredStep, loadSteps, parkOnChild, parkSleep, recordStepCompleted, recordStepFailed,
+  waitForEvent,
+} from '../queries/index.ts';
+import { MAX_EVENT_KEY_LENGTH } from './events.ts';
+
+export { sendEvent, checkedEvent, EventValidationError, MAX_EVENT_PAYLOAD_BYTES, type WorkflowEvent } from './events.ts';
+
+/** A run reaches at most this many steps. */
+export const MAX_STEPS_PER_RUN = 1000;
+/** A step's name is 1 to this many characters. */
+export const MAX_STEP_NAME_LENGTH = 200;
+/** The longest sleep or wait: a year. */
+export const MAX_SLEEP_SECONDS = 365 * 86_400;
+
+/** What a step's function gets. */
+export interface StepContext {
+  /** Aborted when the run's attempt is given up (timeout, lost lease, cancel, shutdown). */
+  signal: AbortSignal;
+  /** `{ transactional: true }` steps: the transaction the step's record commits in. */
+  tx: Db;
+  /** Runs of this step so far, this one included. */
+  attempt: number;
+}
+
+export interface StepOptions {
+  /** Run inside a transaction (`tx`) in which the step's record commits: its writes happen exactly
+   * once. It holds a connection while it runs. */
+  transactional?: boolean;
+}
+
+export interface WaitForEventOptions {
+  event: string;
+  key: string;
+  /** Give up after this many seconds: the wait returns null. Default: wait as long as it takes. */
+  timeoutSeconds?: number;
+}
+
+export interface WorkflowStep {
+  run<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, options?: StepOptions): Promise<T>;
+  sleep(name: string, seconds: number): Promise<void>;
+  waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null>;
+  invoke<P, R = unknown>(name: string, job: JobDefinition<P>, payload: P, options?: EnqueueOptions): Promise<R>;
+}
+
+export interface WorkflowDefinition<Payload, Result> extends Omit<JobDefinition<Payload>, 'handler' | 'transactional'> {
+  /** Re-entered from the top at every attempt: keep what happens outside steps deterministic and
+   * side-effect free. What it returns is the job's result (kept with keepCompletedSeconds). */
+  run: (payload: Payload, step: WorkflowStep, ctx: JobContext) => Result | Promise<Result>;
+}
+
+export type Workflow<Payload, Result> = JobDefinition<Payload> & { readonly workflow: true; readonly run: WorkflowDefinition<Payload, Result>['run'] };
+
+/** A durable workflow: a job kind (register it, enqueue it, limit it like any other) whose run is made of steps. */
+export function defineWorkflow<Payload, Result = unknown>(definition: WorkflowDefinition<Payload, Result>): Workflow<Payload, Result> {
+  const { run, ...rest } = definition;
+  if (typeof run !== 'function') throw new Error(`workflow ${definition.kind}: run must be a function`);
+  const job = defineJob<Payload>({ ...rest, handler: (payload, ctx) => runWorkflow(definition.kind, run, payload, ctx) });
+  return Object.assign(job, { workflow: true as const, run });
+}
+
+/** Whether a kind is a workflow. */
+export const isWorkflow = (definition: JobDefinition<any> | undefined): boolean => (definition as { workflow?: unknown } | undefined)?.workflow === true;
+
+async function runWorkflow<Payload, Result>(kind: string, run: WorkflowDefinition<Payload, Result>['run'], payload: Payload, ctx: JobContext): Promise<Result> {
+  const environment = (ctx as unknown as Record<symbol, RunEnvironment | undefined>)[RUN_ENVIRONMENT];
+  if (!environment) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
+  const steps = new Steps(kind, ctx, environment, await loadSteps(environment.db, ctx.job.id));
+  return run(payload, steps, ctx);
+}
+
+const stepName = z.string().min(1).max(MAX_STEP_NAME_LENGTH);
+const seconds = z.number().finite().min(0).max(MAX_SLEEP_SECONDS);
+
+class Steps implements WorkflowStep {
+  readonly #kind: string;
+  readonly #ctx: JobContext;
+  readonly #db: Db;
+  readonly #transactions: OpenTransactionConnection | undefined;
+  readonly #stored: Map<string, StoredStep>;
+  readonly #used = new Set<string>();
+  #nextPosition: number;
+
+  constructor(kind: string, ctx: JobContext, environment: RunEnvironment, stored: readonly StoredStep[]) {
+    this.#kind = kind;
+    this.#ctx = ctx;
+    this.#db = environment.db;
+    this.#transactions = environment.transactions;
+    this.#stored = new Map(stored.map((s) => [s.name, s]));
+    this.#nextPosition = stored.reduce((max, s) => Math.max(max, s.position + 1), 0);
+  }
+
+  async run<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, options: StepOptions = {}): Promise<T> {
+    const { stored, record } = this.#begin(name, 'run');
+    if (typeof fn !== 'function') throw new TypeError(`workflow ${this.#kind}: step.run('${name}') needs a function`);
+    if (stored?.status === 'completed') return stored.result as T;
+    const attempt = record.priorAttempts + 1;
+    try {
+      if (options.transactional) return await this.#runInTransaction(name, fn, record, attempt);
+      const value = await fn({ signal: this.#ctx.signal, attempt, get tx(): Db { throw new Error(`step ${name}: tx is given to { transactional: true } steps only`); } });
+      const json = this.#resultJson(name, value);
+      this.#written(await recordStepCompleted(this.#db, record, json));
+      return (json === null ? undefined : JSON.parse(json)) as T;
+    } catch (error) {
+      await this.#failed(record, error);
+      throw error;
+    }
+  }
+
+  async sleep(name: string, forSeconds: number): Promise<void> {
+    const { stored, record } = this.#begin(name, 'sleep');
+    if (!seconds.safeParse(forSeconds).success) throw new RangeError(`step.sleep('${name}'): seconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
+    if (stored?.status === 'completed') return;
+    this.#parkedOr(await parkSleep(this.#db, record, new Date(Date.now() + forSeconds * 1000)), `sleeping (step ${name})`);
+  }
+
+  async waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null> {
+    const { stored, record } = this.#begin(name, 'waitForEvent');
+    const { event, key, timeoutSeconds } = options ?? ({} as WaitForEventOptions);
+    if (typeof event !== 'string' || !KIND_PATTERN.test(event)) throw new TypeError(`step.waitForEvent('${name}'): event: ${KIND_PATTERN_MESSAGE}`);
+    if (typeof key !== 'string' || key.length < 1 || key.length > MAX_EVENT_KEY_LENGTH) {
+      throw new TypeError(`step.waitForEvent('${name}'): key must be 1 to ${MAX_EVENT_KEY_LENGTH} characters`);
+    }
+    if (timeoutSeconds !== undefined && !seconds.safeParse(timeoutSeconds).success) {
+      throw new RangeError(`step.waitForEvent('${name}'): timeoutSeconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
+    }
+    if (stored?.status === 'completed') return (stored.result ?? null) as T | null;
+    const until = timeoutSeconds === undefined ? null : new Date(Date.now() + timeoutSeconds * 1000);
+    const outcome = await waitForEvent(this.#db, { ...record, event, key, until });
+    return (this.#parkedOr(outcome, `waiting for event ${event} (${key}) (step ${name})`) ?? null) as T | null;
+  }
+
+  async invoke<P, R = unknown>(name: string, job: JobDefinition<P>, payload: P, options: EnqueueOptions = {}): Promise<R> {
+    const { stored, record } = this.#begin(name, 'invoke');
+    if (stored?.status === 'completed') return stored.result as R;
+    if (stored?.childId) return this.#childEnded<R>(name, stored, record);
+    if (!job?.keepCompletedSeconds) {
+      throw new Error(`step.invoke('${name}'): kind ${job?.kind} keeps no results; give it keepCompletedSeconds so the workflow can read what its child returned`);
+    }
+    // The enqueue pipeline's checks (payload, options) throw here, before anything is written.
+    const prepared = preparedJobs([prepareJob(job, { ...options, payload })], null);
+    const outcome = await this.#db.transaction(async (tx) => {
+      const [child] = await prepared.send(tx);
+      const parked = await parkOnChild(tx, record, child!.id);
+      if (parked.outcome === 'lost' || parked.outcome === 'cancelled') throw this.#notHeldError(parked.outcome);
+      return { parked, childId: child!.id };
+    });
+    if (outcome.parked.outcome === 'parked') throw new WorkflowParked(`waiting for job ${outcome.childId} (step ${name})`, null, [job.kind]);
+    // The child had ended already (a dedupe key matched a finished job): read how.
+    const [again] = (await loadSteps(this.#db, this.#ctx.job.id)).filter((s) => s.name === name);
+    return this.#childEnded<R>(name, again!, record);
+  }
+
+  /** A step's child has ended (or is still on its way: park again until it ends). */
+  async #childEnded<R>(name: string, stored: StoredStep, record: StepRecord): Promise<R> {
+    const child = stored.child;
+    if (child?.status === 'completed') {
+      const json = child.result === undefined ? null : JSON.stringify(child.result);
+      this.#written(await recordStepCompleted(this.#db, record, json));
+      return child.result as R;
+    }
+    if (child && ['pending', 'running', 'waiting'].includes(child.status)) {
+      const parked = await this.#db.transaction((tx) => parkOnChild(tx, record, stored.childId!));
+      this.#parkedOr(parked, `waiting for job ${stored.childId} (step ${name})`);
+      return (await this.#childEnded<R>(name, (await loadSteps(this.#db, this.#ctx.job.id)).find((s) => s.name === name)!, record));
+    }
+    const error = new Error(
+      child ? `step ${name}: job ${stored.childId} it invoked ended ${child.status}${child.lastError ? `: ${child.lastError}` : ''}` : `step ${name}: job ${stored.childId} it invoked is gone (deleted, or its keep ran out)`,
+    );
+    await this.#failed(record, error);
+    throw error;
+  }
+
+  async #runInTransaction<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, record: StepRecord, attempt: number): Promise<T> {
+    const connection = this.#transactions ? await this.#transactions() : { db: this.#db, giveBack: () => {} };
+    let broken = false;
+    try {
+      let json: string | null = null;
+      await connection.db.transaction(async (tx) => {
+        const value = await fn({ signal: this.#ctx.signal, attempt, tx: tx as unknown as Db });
+        json = this.#resultJson(name, value);
+        this.#written(await recordStepCompleted(tx as unknown as Db, record, json));
+      });
+      return (json === null ? undefined : JSON.parse(json)) as T;
+    } catch (error) {
+      broken = this.#ctx.signal.aborted;
+      throw error;
+    } finally {
+      connection.giveBack(broken);
+    }
+  }
+
+  /** Checks a step's name and the run's bounds; what is stored of it, and its record to write. */
+  #begin(name: string, what: string): { stored: StoredStep | undefined; record: StepRecord } {
+    if (!stepName.safeParse(name).success) throw new TypeError(`workflow ${this.#kind}: step.${what}() needs a name of 1 to ${MAX_STEP_NAME_LENGTH} characters`);
+    if (this.#used.has(name)) {
+      throw new Error(`workflow ${this.#kind}: step name '${name}' is used twice in one run; every step needs its own name (in a loop, add the index)`);
+    }
+    if (this.#used.size >= MAX_STEPS_PER_RUN) throw new Error(`workflow ${this.#kind}: a run has at most ${MAX_STEPS_PER_RUN} steps; step '${name}' is one more`);
+    if (this.#ctx.signal.aborted) throw this.#ctx.signal.reason;
+    this.#used.add(name);
+    const stored = this.#stored.get(name);
+    const record: StepRecord = {
+      jobId: this.#ctx.job.id, lockedBy: this.#ctx.job.lockedBy, name, position: stored?.position ?? this.#nextPosition++, startedAt: new Date(),
+      priorAttempts: stored?.status === 'failed' ? stored.attempts : 0,
+    };
+    return { stored, record };
+  }
+
+  #resultJson(name: string, value: unknown): string | null {
+    const json = toJson(value, `step ${name}'s result`);
+    if (json !== null && longerThan(json, MAX_RESULT_BYTES)) throw new RangeError(`step ${name}'s result is ${utf8Length(json)} bytes of JSON; a step's result is at most ${MAX_RESULT_BYTES}`);
+    return json;
+  }
+
+  /** A park's outcome: the step's answer when it did not park; throws WorkflowParked when it did. */
+  #parkedOr(outcome: ParkOutcome, what: string): unknown {
+    if (outcome.outcome === 'parked') throw new WorkflowParked(what, outcome.wakeAt?.getTime() ?? null);
+    if (outcome.outcome === 'done') return outcome.result;
+    throw this.#notHeldError(outcome.outcome);
+  }
+
+  #written(notHeld: NotHeld | null): void {
+    if (notHeld) throw this.#notHeldError(notHeld);
+  }
+
+  #notHeldError(why: NotHeld): Error {
+    return why === 'cancelled'
+      ? new JobCancelledError(`job ${this.#ctx.job.id} was cancelled while it ran`)
+      : new LeaseLostError(`job ${this.#ctx.job.id}: its lease was lost; the step's record was not written`);
+  }
+
+  /** The step threw: its error is recorded for readers (best effort), unless the run was given up. */
+  async #failed(record: StepRecord, error: unknown): Promise<void> {
+    if (error instanceof WorkflowParked || error instanceof LeaseLostError || error instanceof JobCancelledError || this.#ctx.signal.aborted) return;
+    await recordStepFailed(this.#db, record, describeError(error)).catch(() => {});
+  }
+}

@@ -1,0 +1,327 @@
+// Durable workflows, written once and run on every driver (node-postgres in Node, neon-serverless
+// and node-postgres through Hyperdrive inside workerd): steps that run once, sleeps and waits that
+// park the run (no attempt spent, nothing held), events in the sender's transaction, children,
+// cancel, bounds, and a deploy that changes a workflow mid-run. Real processes killed mid-run are
+// test/workflow-processes.test.ts.
+import { sql } from 'drizzle-orm';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { drain, type DrainOptions } from '../../src/drain/index.ts';
+import { enqueue } from '../../src/jobs/enqueue.ts';
+import { JobRegistry, type JobDefinition, defineJob } from '../../src/jobs/registry.ts';
+import { cancel, pruneFinished, wakeWorkflows } from '../../src/queries/index.ts';
+import { EventValidationError, defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
+import type { Harness } from './queue-behaviour.ts';
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export function workflowSuite(name: string, createHarness: () => Promise<Harness>) {
+  describe(`durable workflows (${name})`, () => {
+    let h: Harness;
+    beforeAll(async () => {
+      h = await createHarness();
+      await h.query('CREATE TABLE IF NOT EXISTS public.workflow_effects (job_id bigint NOT NULL, step text NOT NULL, at timestamptz NOT NULL DEFAULT now())');
+    });
+    afterAll(() => h?.close());
+    beforeEach(async () => {
+      await h.query(
+        'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.workflow_steps, pgdrain.events, public.workflow_effects',
+      );
+    });
+
+    const run = (registry: JobRegistry, options: Partial<DrainOptions> = {}) =>
+      drain(h.db, registry, { workerId: 'workflows', batchSize: 20, concurrency: 10, transactions: h.transactions, ...options });
+    const job = async (id: string) =>
+      (await h.query(`SELECT status, attempts, result, last_error, locked_by, waiting_for FROM pgdrain.jobs_and_history WHERE id = $1`, [id]))[0]!;
+    const steps = async (id: string) =>
+      h.query<{ name: string; status: string; attempts: number; result: unknown; error: string | null; wake_at: Date | null; event: string | null; child_id: string | null }>(
+        `SELECT name, status, attempts, result, error, wake_at, event, child_id::text FROM pgdrain.workflow_steps WHERE job_id = $1 ORDER BY position`,
+        [id],
+      );
+    const effects = async (id: string) => (await h.query<{ step: string }>(`SELECT step FROM public.workflow_effects WHERE job_id = $1 ORDER BY at, step`, [id])).map((r) => r.step);
+    const effect = (db: typeof h.db, jobId: string, step: string) => db.execute(sql`INSERT INTO public.workflow_effects (job_id, step) VALUES (${jobId}::bigint, ${step})`);
+
+    it('runs each step once across attempts: a failed step runs again, stored ones return their result without running', async () => {
+      const calls: Record<string, number> = {};
+      let failNext = true;
+      const flow = defineWorkflow({
+        kind: 'wf_once',
+        schema: z.object({ n: z.number() }),
+        maxAttempts: 3,
+        backoff: { baseSeconds: 0.01, capSeconds: 0.01 },
+        keepCompletedSeconds: 3600,
+        run: async ({ n }, step) => {
+          const a = await step.run('a', () => ((calls.a = (calls.a ?? 0) + 1), { doubled: n * 2, at: new Date(0) }));
+          const b = await step.run('b', ({ attempt }) => {
+            calls.b = (calls.b ?? 0) + 1;
+            if (failNext) {
+              failNext = false;
+              throw new Error(`b failed at attempt ${attempt}`);
+            }
+            return a.doubled + 1;
+          });
+          return { a, b };
+        },
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, { n: 5 });
+      await run(registry);
+      expect((await job(id)).status).toBe('pending'); // the attempt failed at b; retried after its backoff
+      expect(await steps(id)).toMatchObject([
+        { name: 'a', status: 'completed', attempts: 1, result: { doubled: 10, at: '1970-01-01T00:00:00.000Z' } },
+        { name: 'b', status: 'failed', attempts: 1, error: 'b failed at attempt 1' },
+      ]);
+      await sleep(50);
+      await run(registry);
+      // The stored step returned its JSON (the Date as its string) without running again.
+      expect(calls).toEqual({ a: 1, b: 2 });
+      expect(await job(id)).toMatchObject({ status: 'completed', attempts: 2, result: { a: { doubled: 10, at: '1970-01-01T00:00:00.000Z' }, b: 11 } });
+      expect((await steps(id)).map((s) => [s.name, s.status, s.attempts])).toEqual([['a', 'completed', 1], ['b', 'completed', 2]]);
+    });
+
+    it('a transactional step\'s writes and its record commit together; a step name used twice is an error at the second call', async () => {
+      const flow = defineWorkflow({
+        kind: 'wf_tx',
+        schema: z.object({}),
+        maxAttempts: 1,
+        run: async (_p, step, ctx) => {
+          await step.run('write', async ({ tx }) => {
+            await effect(tx, ctx.job.id, 'write');
+          }, { transactional: true });
+          await step.run('again', () => 1);
+          await step.run('again', () => 2);
+        },
+      });
+      const { id } = await enqueue(h.db, flow, {});
+      await run(new JobRegistry([flow]));
+      expect(await effects(id)).toEqual(['write']);
+      const dead = await job(id);
+      expect(dead.status).toBe('dead');
+      expect(dead.last_error).toMatch(/step name 'again' is used twice in one run/);
+    });
+
+    it('a transactional step that throws rolls its writes back and records nothing but its failure', async () => {
+      const flow = defineWorkflow({
+        kind: 'wf_tx_fail',
+        schema: z.object({}),
+        maxAttempts: 1,
+        run: async (_p, step, ctx) => {
+          await step.run('write', async ({ tx }) => {
+            await effect(tx, ctx.job.id, 'write');
+            throw new Error('after the write');
+          }, { transactional: true });
+        },
+      });
+      const { id } = await enqueue(h.db, flow, {});
+      await run(new JobRegistry([flow]));
+      expect(await effects(id)).toEqual([]);
+      expect(await steps(id)).toMatchObject([{ name: 'write', status: 'failed', error: 'after the write' }]);
+    });
+
+    it('sleep parks the run (waiting, no lock, no attempt spent) and it runs on after its time, once', async () => {
+      let before = 0;
+      let after = 0;
+      const flow = defineWorkflow({
+        kind: 'wf_sleep',
+        schema: z.object({}),
+        maxAttempts: 1,
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => {
+          await step.run('before', () => void before++);
+          await step.sleep('nap', 0.5);
+          await step.run('after', () => void after++);
+          return 'woke';
+        },
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      const first = await run(registry);
+      expect(first).toMatchObject({ parked: 1, completed: 0, failed: 0 });
+      expect(first.nextWakeAt).toBeGreaterThan(Date.now());
+      expect(await job(id)).toMatchObject({ status: 'waiting', attempts: 0, locked_by: null });
+      expect((await steps(id)).map((s) => s.status)).toEqual(['completed', 'sleeping']);
+      // Not due yet: nothing wakes it.
+      expect((await wakeWorkflows(h.db)).woken).toBe(0);
+      await sleep(Math.max(0, first.nextWakeAt! - Date.now()) + 20);
+      const second = await run(registry, { wakeDueAt: first.nextWakeAt! });
+      expect(second).toMatchObject({ completed: 1 });
+      expect(await job(id)).toMatchObject({ status: 'completed', attempts: 1, result: 'woke' });
+      expect({ before, after }).toEqual({ before: 1, after: 1 });
+    });
+
+    it('the housekeeping round wakes a sleep whose drainer is gone', async () => {
+      const flow = defineWorkflow({ kind: 'wf_sleep_hk', schema: z.object({}), run: async (_p, step) => step.sleep('nap', 0.2) });
+      const { id } = await enqueue(h.db, flow, {});
+      await run(new JobRegistry([flow]));
+      expect((await job(id)).status).toBe('waiting');
+      await sleep(300);
+      expect((await pruneFinished(h.db)).woken).toBe(1);
+      expect((await job(id)).status).toBe('pending');
+      expect((await steps(id))[0]).toMatchObject({ status: 'completed', wake_at: null });
+    });
+
+    it('an event answers every run waiting on its event and key, in the sender\'s transaction; a rolled-back send wakes nothing', async () => {
+      const flow = defineWorkflow({
+        kind: 'wf_event',
+        schema: z.object({ user: z.number() }),
+        keepCompletedSeconds: 60,
+        run: async ({ user }, step) => step.waitForEvent<{ at: string }>('verified', { event: 'email.verified', key: `user:${user}`, timeoutSeconds: 3600 }),
+      });
+      const registry = new JobRegistry([flow]);
+      const a = await enqueue(h.db, flow, { user: 1 });
+      const b = await enqueue(h.db, flow, { user: 1 });
+      const other = await enqueue(h.db, flow, { user: 2 });
+      expect(await run(registry)).toMatchObject({ parked: 3 });
+      const rolledBack = new Error('rolled back');
+      await expect(
+        h.db.transaction(async (tx) => {
+          await sendEvent(tx, { event: 'email.verified', key: 'user:1', payload: { at: 'never' } });
+          throw rolledBack;
+        }),
+      ).rejects.toBe(rolledBack);
+      expect((await job(a.id)).status).toBe('waiting');
+      await h.db.transaction(async (tx) => {
+        await sendEvent(tx, { event: 'email.verified', key: 'user:1', payload: { at: 'now' } });
+      });
+      expect((await job(a.id)).status).toBe('pending');
+      expect((await job(b.id)).status).toBe('pending');
+      expect((await job(other.id)).status).toBe('waiting');
+      await run(registry);
+      expect((await job(a.id)).result).toEqual({ at: 'now' });
+      expect((await job(b.id)).result).toEqual({ at: 'now' });
+      expect((await job(other.id)).status).toBe('waiting');
+    });
+
+    it('an event sent after the run was enqueued but before it reached its wait is found; one sent before the run is not; two waits take two events', async () => {
+      await sendEvent(h.db, { event: 'approved', key: 'order:7', payload: { n: 0 } }); // before the run: not its event
+      await sleep(5);
+      const flow = defineWorkflow({
+        kind: 'wf_early_event',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => {
+          const first = await step.waitForEvent('first', { event: 'approved', key: 'order:7' });
+          const second = await step.waitForEvent('second', { event: 'approved', key: 'order:7', timeoutSeconds: 0 });
+          return { first, second };
+        },
+      });
+      const { id } = await enqueue(h.db, flow, {});
+      await sleep(5);
+      await sendEvent(h.db, { event: 'approved', key: 'order:7', payload: { n: 1 } });
+      await run(new JobRegistry([flow]));
+      // The first wait took the event sent after the enqueue; the second found no other one and timed out at once.
+      expect(await job(id)).toMatchObject({ status: 'completed', result: { first: { n: 1 }, second: null } });
+    });
+
+    it('a wait times out with null at its time', async () => {
+      const flow = defineWorkflow({
+        kind: 'wf_timeout',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => ({ got: await step.waitForEvent('wait', { event: 'never', key: 'k', timeoutSeconds: 0.3 }) }),
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      const first = await run(registry);
+      expect(first.nextWakeAt).not.toBeNull();
+      await sleep(400);
+      await run(registry, { wakeDueAt: Date.now() });
+      expect(await job(id)).toMatchObject({ status: 'completed', result: { got: null } });
+    });
+
+    it('invoke enqueues the child once, parks until it ends, and returns its result; a child that dies fails the step', async () => {
+      let childRuns = 0;
+      const child = defineJob({
+        kind: 'wf_child',
+        schema: z.object({ x: z.number() }),
+        keepCompletedSeconds: 600,
+        maxAttempts: 1,
+        handler: ({ x }) => {
+          childRuns++;
+          if (x < 0) throw new Error('negative');
+          return { squared: x * x };
+        },
+      });
+      const parent = defineWorkflow({
+        kind: 'wf_parent',
+        schema: z.object({ x: z.number() }),
+        maxAttempts: 1,
+        keepCompletedSeconds: 60,
+        run: async ({ x }, step) => step.invoke('square', child, { x }),
+      });
+      const registry = new JobRegistry([child, parent]);
+      const ok = await enqueue(h.db, parent, { x: 7 });
+      const bad = await enqueue(h.db, parent, { x: -1 });
+      await run(registry);
+      // The children completed or died in the same drain, which woke and ran the parents.
+      expect(await job(ok.id)).toMatchObject({ status: 'completed', result: { squared: 49 } });
+      const failed = await job(bad.id);
+      expect(failed.status).toBe('dead');
+      expect(failed.last_error).toMatch(/job \d+ it invoked ended dead: negative/);
+      expect(childRuns).toBe(2);
+      expect(Number((await h.query(`SELECT count(*) AS n FROM pgdrain.jobs_and_history WHERE kind = 'wf_child'`))[0]!.n)).toBe(2);
+    });
+
+    it('cancelling a waiting workflow ends its wait and cancels its pending child; bounds are errors naming the field', async () => {
+      const child = defineJob({ kind: 'wf_slow_child', schema: z.object({}), keepCompletedSeconds: 60, handler: () => 1 });
+      const parent = defineWorkflow({ kind: 'wf_cancel', schema: z.object({}), run: async (_p, step) => step.invoke('child', child, {}) });
+      const { id } = await enqueue(h.db, parent, {});
+      await run(new JobRegistry([parent])); // drains the parent only: the child stays pending
+      const [s] = await steps(id);
+      expect(s).toMatchObject({ status: 'waiting' });
+      expect(await cancel(h.db, id)).toEqual({ outcome: 'cancelled' });
+      expect((await job(s!.child_id!)).status).toBe('cancelled');
+      expect(await h.query(`SELECT 1 FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([]);
+
+      await expect(sendEvent(h.db, { event: 'bad name!', key: 'k' })).rejects.toMatchObject({ field: 'event' });
+      await expect(sendEvent(h.db, { event: 'e', key: '' })).rejects.toMatchObject({ field: 'key' });
+      await expect(sendEvent(h.db, { event: 'e', key: 'k', payload: 'x'.repeat(70_000) })).rejects.toBeInstanceOf(EventValidationError);
+      await expect(h.query(`SELECT pgdrain.send_event('e', 'k', to_jsonb(repeat('x', 70000)))`)).rejects.toThrow(/at most 65536/);
+      expect(Number((await h.query(`SELECT count(*) AS n FROM pgdrain.events`))[0]!.n)).toBe(0);
+    });
+
+    it('a deploy that changes a workflow mid-run reuses stored names, runs new ones, and ignores removed ones', async () => {
+      const ran: string[] = [];
+      const v1 = (p: unknown, step: WorkflowStep) =>
+        (async () => {
+          await step.run('one', () => void ran.push('one@v1'));
+          await step.run('removed', () => void ran.push('removed@v1'));
+          await step.sleep('pause', 0.1);
+          await step.run('three', () => void ran.push('three@v1'));
+        })();
+      const v2 = (p: unknown, step: WorkflowStep) =>
+        (async () => {
+          await step.run('one', () => void ran.push('one@v2'));
+          await step.run('added', () => void ran.push('added@v2'));
+          await step.sleep('pause', 0.1);
+          await step.run('three', () => void ran.push('three@v2'));
+        })();
+      const first = defineWorkflow({ kind: 'wf_deploy', schema: z.unknown(), run: v1 });
+      const second = defineWorkflow({ kind: 'wf_deploy', schema: z.unknown(), run: v2 });
+      const { id } = await enqueue(h.db, first, {});
+      await run(new JobRegistry([first]));
+      await sleep(150);
+      await run(new JobRegistry([second]), { wakeDueAt: Date.now() });
+      expect(ran).toEqual(['one@v1', 'removed@v1', 'added@v2', 'three@v2']);
+      expect(await h.query(`SELECT 1 FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([]);
+    });
+
+    it('a run reaches at most 1,000 steps', async () => {
+      const flow = defineWorkflow({
+        kind: 'wf_many',
+        schema: z.object({}),
+        maxAttempts: 1,
+        timeoutMs: 120_000,
+        run: async (_p, step) => {
+          for (let i = 0; i <= 1000; i++) await step.run(`s${i}`, () => i);
+        },
+      });
+      const { id } = await enqueue(h.db, flow, {});
+      await run(new JobRegistry([flow]));
+      expect((await job(id)).last_error).toMatch(/at most 1000 steps; step 's1000' is one more/);
+      expect(Number((await h.query(`SELECT count(*) AS n FROM pgdrain.workflow_steps WHERE job_id = $1`, [id]))[0]!.n)).toBe(1000);
+    }, 120_000);
+  });
+}
+
+export type { JobDefinition };

@@ -89,6 +89,7 @@ export const SETTINGS = {
   }),
   kinds: setting({ env: 'KINDS', runtimes: both, parse: list, documentedDefault: 'every registered kind' }),
   pollIntervalMs: setting({ env: 'POLL_INTERVAL_MS', runtimes: sidecarOnly, parse: int(10, 3_600_000), default: 1000 }),
+  eventRetentionSeconds: setting({ env: 'EVENT_RETENTION_SECONDS', runtimes: both, parse: int(60, 30 * 86_400), default: 86_400 }),
   reapIntervalMs: setting({ env: 'REAP_INTERVAL_MS', runtimes: sidecarOnly, parse: int(100, 86_400_000), default: 15_000 }),
   visibilityTimeoutSeconds: setting({ env: 'VISIBILITY_TIMEOUT_SECONDS', runtimes: both, parse: int(1, 604_800), default: JOB_DEFAULTS.visibilityTimeoutSeconds }),
   shutdownGraceMs: setting({ env: 'SHUTDOWN_GRACE_MS', runtimes: sidecarOnly, parse: int(0, 3_600_000), default: 10_000 }),

@@ -116,3 +116,26 @@ it('the typed client, against a sidecar', async () => {
     await sidecar.stop();
   }
 });
+
+it('the workflow example: steps once, a sleep, an event sent in the verifying transaction, a child\'s result', async () => {
+  const { onboarding, sendReceipt, startOnboarding, verifyEmail, calls } = await import('../examples/workflow.ts');
+  const { drain } = await import('../src/drain/index.ts');
+  const { JobRegistry } = await import('../src/jobs/registry.ts');
+  await t.query('CREATE TABLE users (id int PRIMARY KEY, verified boolean NOT NULL DEFAULT false)');
+  await t.query('CREATE TABLE welcome (user_id int PRIMARY KEY)');
+  await t.query('INSERT INTO users (id) VALUES (42)');
+  const registry = new JobRegistry([onboarding, sendReceipt]);
+  const run = (wakeDueAt?: number) => drain(t.db, registry, { workerId: 'example', ...(wakeDueAt ? { wakeDueAt } : {}) });
+  const { id } = await startOnboarding(t.db, 42);
+  expect(await run()).toMatchObject({ parked: 1 });
+  expect(await t.query('SELECT status FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([{ status: 'waiting' }]);
+  // A day later (the test moves the sleep's end instead of waiting for it).
+  await t.query(`UPDATE pgdrain.workflow_steps SET wake_at = now() WHERE job_id = $1 AND name = 'a-day'`, [id]);
+  expect(await run(Date.now())).toMatchObject({ parked: 1 }); // now waiting for the event
+  await verifyEmail(t.db, 42, new Date('2026-12-01T10:00:00Z'));
+  await run();
+  const [job] = await t.query('SELECT status, result FROM pgdrain.jobs_and_history WHERE id = $1', [id]);
+  expect(job).toEqual({ status: 'completed', result: { account: { accountId: 'acct-42' }, verified: true, receipt: { receiptId: 'rcpt-42' } } });
+  expect(calls).toEqual(['account 42', 'receipt 42']);
+  expect(await t.query('SELECT user_id FROM welcome')).toEqual([{ user_id: 42 }]);
+});

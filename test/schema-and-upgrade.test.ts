@@ -66,6 +66,8 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.claim_ids(bigint[],integer,text[],text,integer)',
     'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer,text)',
     'pgdrain.maintain_history(integer)',
+    'pgdrain.send_event(text,text,jsonb)',
+    'pgdrain.wake_workflows(integer)',
   ]);
   // Applying the migrations again changes nothing.
   await migrateDatabase(t.url);

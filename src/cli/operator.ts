@@ -12,12 +12,13 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
-import { jobJson, jobSummaryJson } from '../http/job-json.ts';
+import { jobJson, jobSummaryJson, stepJson } from '../http/job-json.ts';
+import { EventValidationError, sendEvent } from '../workflows/events.ts';
 import { prepareEnqueue } from '../jobs/enqueue.ts';
 import { createDefaultRegistry } from '../jobs/index.ts';
 import { JOB_FLAGS, jobFlagOptions, jobOptionsFromFlags } from './job-flags.ts';
 import {
-  type Db, cancel, deleteDeadJobs, deleteJob, getJob, isJobId, listJobs, listScheduleStates, pauseKind, resumeKind, retryDead,
+  type Db, cancel, deleteDeadJobs, deleteJob, getJob, isJobId, listJobs, listScheduleStates, loadSteps, pauseKind, resumeKind, retryDead,
   retryDeadJobs, stats,
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
@@ -93,6 +94,7 @@ export const OPERATOR_COMMANDS: Record<OperatorCommand, Command> = {
     positionals: [1, 1],
     run: cancelJob,
   },
+  'send-event': { usage: USAGE['send-event'], options: {}, positionals: [2, 3], run: sendEventCommand },
 };
 
 /** Runs `pgdrain <name> …args`; resolves with the exit code. */
@@ -264,8 +266,40 @@ async function showJob(db: Db, values: Values, positionals: string[], io: Io): P
   const job = await getJob(db, id);
   if (!job) throw new CommandFailed(`job ${id} does not exist (completed jobs are deleted unless their kind keeps them)`);
   const shown = jobJson(job, shownKinds);
-  if (values.json) return io.out(JSON.stringify(shown));
+  const steps = (await loadSteps(db, id)).map(stepJson);
+  if (values.json) return io.out(JSON.stringify(steps.length > 0 ? { ...shown, steps } : shown));
   io.out(record(Object.entries(shown).map(([key, value]) => [key, typeof value === 'string' && /At$/.test(key) && value ? formatDate(new Date(value)) : value])));
+  if (steps.length === 0) return;
+  io.out('');
+  io.out(
+    table(steps, [
+      { title: 'step', value: (s) => s.name },
+      { title: 'status', value: (s) => s.status },
+      { title: 'tries', value: (s) => String(s.attempts), right: true },
+      { title: 'started', value: (s) => formatDate(new Date(s.startedAt)) },
+      { title: 'finished', value: (s) => (s.finishedAt ? formatDate(new Date(s.finishedAt)) : '') },
+      {
+        title: 'result, error or what it waits for',
+        value: (s) =>
+          s.status === 'sleeping' ? `until ${formatDate(new Date(s.wakeAt!))}`
+          : s.status === 'waiting' ? (s.childId ? `job ${s.childId}` : `event ${s.event} (${s.key})${s.wakeAt ? ` until ${formatDate(new Date(s.wakeAt))}` : ''}`)
+          : s.status === 'failed' ? (s.error ?? '')
+          : JSON.stringify(s.result),
+        flexible: true,
+      },
+    ]),
+  );
+}
+
+async function sendEventCommand(db: Db, _: Values, positionals: string[], io: Io): Promise<void> {
+  let sent;
+  try {
+    sent = await sendEvent(db, { event: positionals[0]!, key: positionals[1]!, payload: payloadOf(positionals[2]) });
+  } catch (error) {
+    if (error instanceof EventValidationError) throw new UsageError(error.message);
+    throw error;
+  }
+  io.out(sent.id);
 }
 
 async function enqueueJob(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {

@@ -7,13 +7,13 @@
 //   const queue = createClient({ baseUrl: 'https://queue.example.com', token: process.env.PGDRAIN_TOKEN });
 //   const { id } = await queue.enqueue({ kind: 'send_receipt', payload: { orderId: 17 } });
 import type {
-  ApiErrorBody, BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, GoneJob, Health, Job, JobInput, JobPage, KindPaused, ListQuery,
-  QueueStats, ScheduleList, Throughput, ThroughputQuery,
+  ApiErrorBody, BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, EventInput, EventSent, GoneJob, Health, Job, JobInput, JobPage, KindPaused,
+  ListQuery, QueueStats, ScheduleList, Throughput, ThroughputQuery, WorkflowStep,
 } from '../http/contract.ts';
 
 export type {
-  BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, GoneJob, Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats,
-  ScheduleList, Throughput, ThroughputQuery,
+  BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, EventInput, EventSent, GoneJob, Health, Job, JobInput, JobPage, KindPaused, ListQuery,
+  QueueStats, ScheduleList, Throughput, ThroughputQuery, WorkflowStep,
 };
 
 /** The longest one request waits (GET /jobs/:id?waitSeconds); waitFor() asks again for longer waits. */
@@ -107,6 +107,8 @@ export function createClient(options: ClientOptions) {
     /** POST /jobs/:id/cancel: `cancelled` at once if it was not running; `running` while its handler
      * is being stopped (it ends cancelled). 409 for a completed or dead job. */
     cancel: (id: string) => call<CancelAnswer>('POST', `/jobs/${idPath(id)}/cancel`),
+    /** POST /events: answers every workflow run waiting on the event and key (step.waitForEvent). */
+    sendEvent: (event: EventInput) => call<EventSent>('POST', '/events', { body: event }),
     /** GET /jobs: newest first; pass `nextCursor` back as `cursor` for the next page. */
     listJobs: (query: ListQuery = {}) => call<JobPage>('GET', '/jobs', { query }),
     /** POST /jobs/:id/retry: a dead job back to pending (409 for one that is not dead). */

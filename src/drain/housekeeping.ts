@@ -2,7 +2,8 @@
 // Worker's cron invocations beside their drain): leases that ran out go back to pending (or dead,
 // when that was their last attempt), old per-minute counts are folded into the totals, and kept
 // jobs whose time is up are pruned, and the history's day partitions are made ahead and dropped
-// when their day is over. Four statements, each idempotent and cheap.
+// when their day is over; workflows whose sleep ended or wait timed out are woken, and events past
+// their retention pruned (in the prune's statement). Four statements, each idempotent and cheap.
 import {
   type Db, type HistoryUpkeep, type PruneResult, type ReapResult, housekeepingDueAt, maintainHistory, pruneFinished, reap, rollUpCounts,
 } from '../queries/index.ts';
@@ -13,19 +14,24 @@ export interface HousekeepingRound {
   history: HistoryUpkeep;
 }
 
+export interface HousekeepingOptions {
+  /** Events are kept this long for waits that begin after them (EVENT_RETENTION_SECONDS). Default a day. */
+  eventRetentionSeconds?: number;
+}
+
 /** A round, and when the next one has something to do (ms since the epoch): for a drainer that
  * sleeps until then (the Worker's clock). One statement more than housekeep(). */
-export async function housekeepAndSchedule(db: Db, visibilityTimeoutSeconds: number): Promise<HousekeepingRound & { nextDueAt: number }> {
-  const round = await housekeep(db, visibilityTimeoutSeconds);
+export async function housekeepAndSchedule(db: Db, visibilityTimeoutSeconds: number, options: HousekeepingOptions = {}): Promise<HousekeepingRound & { nextDueAt: number }> {
+  const round = await housekeep(db, visibilityTimeoutSeconds, options);
   const due = await housekeepingDueAt(db, visibilityTimeoutSeconds);
   return { ...round, nextDueAt: Math.min(round.history.nextDueAt, due ?? Infinity) };
 }
 
 /** One round. `visibilityTimeoutSeconds` applies only to jobs locked without a lease end (older drainers). */
-export async function housekeep(db: Db, visibilityTimeoutSeconds: number): Promise<HousekeepingRound> {
+export async function housekeep(db: Db, visibilityTimeoutSeconds: number, options: HousekeepingOptions = {}): Promise<HousekeepingRound> {
   const reaped = await reap(db, visibilityTimeoutSeconds);
   await rollUpCounts(db);
-  const pruned = await pruneFinished(db);
+  const pruned = await pruneFinished(db, undefined, options.eventRetentionSeconds);
   const history = await maintainHistory(db);
   return { reaped, pruned, history };
 }

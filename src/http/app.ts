@@ -7,6 +7,7 @@ import { access } from './auth.ts';
 import type { ApiConfig, AppEnv } from './context.ts';
 import { ApiError, answerError } from './errors.ts';
 import { adminRoutes } from './routes/admin.ts';
+import { eventRoutes } from './routes/events.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { kindRoutes } from './routes/kinds.ts';
 import { monitoringRoutes } from './routes/monitoring.ts';
@@ -38,6 +39,7 @@ export function createApp(config: ApiConfig): Hono<AppEnv> {
   monitoringRoutes(app);
   pageRoutes(app);
   jobRoutes(app);
+  eventRoutes(app);
   adminRoutes(app);
   queueRoutes(app);
   kindRoutes(app);

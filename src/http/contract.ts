@@ -3,7 +3,7 @@
 // generated from them (src/http/openapi.ts), and the typed client's types are inferred from them
 // (src/client/index.ts) — so the three cannot drift apart.
 import { z } from 'zod';
-import { FINAL_STATUSES, JOB_STATUSES, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
+import { FINAL_STATUSES, JOB_STATUSES, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH } from '../db/schema.ts';
 import { JOB_ID_PATTERN, JOB_OPTIONS, type JobOptionName, MAX_AFTER, RUN_AT_BOUNDS, describeOption, jobId } from '../jobs/job-options.ts';
 import { isJobId } from '../queries/inspect.ts';
 
@@ -137,12 +137,52 @@ export const job = z
     cancelRequested: z.boolean().meta({ description: 'Someone asked to cancel it while it ran: it ends cancelled.' }),
     waitingFor: z.int().min(0).nullable().meta({ description: 'While waiting: how many of the jobs it waits for (after) have not completed yet.' }),
     timeoutMs: z.int().nullable().meta({ description: "The handler's timeout for this job, when its enqueue set one." }),
+    steps: z.array(z.lazy(() => workflowStep)).optional().meta({ description: 'A workflow: the steps its run has reached, in order (GET /jobs/:id only).' }),
+    waitingOn: z
+      .lazy(() => workflowStep)
+      .nullable()
+      .optional()
+      .meta({ description: 'A waiting workflow: the step it waits on — until when (wakeAt), for what event and key, or for which child job.' }),
   })
   .meta({ id: 'Job' });
 export type Job = z.output<typeof job>;
 
+/** A workflow's step as GET /jobs/:id shows it. */
+export const workflowStep = z
+  .object({
+    name: z.string(),
+    status: z.enum(['completed', 'failed', 'sleeping', 'waiting']).meta({
+      description: 'completed: its outcome is stored; failed: its last run threw (it runs again at the next attempt); sleeping / waiting: the run waits on it.',
+    }),
+    attempts: z.int().min(0),
+    startedAt: timestamp,
+    finishedAt: timestamp.nullable(),
+    result: jsonValue.nullable().meta({ description: 'What it returned (an event wait: the payload, or null at its timeout).' }),
+    error: z.string().nullable().meta({ description: 'Why its last run failed.' }),
+    wakeAt: timestamp.nullable().meta({ description: "A sleep's end, a wait's timeout." }),
+    event: z.string().nullable(),
+    key: z.string().nullable(),
+    childId: jobId.nullable().meta({ description: 'step.invoke: the child job.' }),
+  })
+  .meta({ id: 'WorkflowStep' });
+export type WorkflowStep = z.output<typeof workflowStep>;
+
+export const eventInput = z
+  .strictObject({
+    event: z.string().regex(KIND_PATTERN, KIND_PATTERN_MESSAGE).meta({ description: "The event's name (like a kind's).", example: 'email.verified' }),
+    key: z.string().min(1).max(MAX_DEDUPE_KEY_LENGTH).meta({ description: 'Which waits it answers.', example: 'user:42' }),
+    payload: jsonValue.optional().meta({ description: 'What the waits return (JSON, at most 64 KiB); default {}.' }),
+  })
+  .meta({ id: 'EventInput' });
+export type EventInput = z.input<typeof eventInput>;
+
+export const eventSent = z
+  .object({ id: z.string().meta({ description: "The event's id." }), event: z.string(), key: z.string() })
+  .meta({ id: 'EventSent' });
+export type EventSent = z.output<typeof eventSent>;
+
 export const jobSummary = job
-  .omit({ payload: true })
+  .omit({ payload: true, steps: true, waitingOn: true })
   .extend({
     payloadBytes: z.int().min(0).meta({ description: "The payload's size as JSON, in bytes (GET /jobs/:id has the payload itself)." }),
     payloadPreview: z

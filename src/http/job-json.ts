@@ -3,8 +3,8 @@
 // kind's header values) is hidden from every reader here; lists show a payload's size and the
 // start of it, never the whole (GET /jobs/:id has it).
 import type { JobRegistry } from '../jobs/registry.ts';
-import { type Job, type JobSummary, SUMMARY_PAYLOAD_BYTES } from '../queries/index.ts';
-import type { Job as JobBody, JobSummary as JobSummaryBody } from './contract.ts';
+import { type Job, type JobSummary, type StoredStep, SUMMARY_PAYLOAD_BYTES } from '../queries/index.ts';
+import type { Job as JobBody, JobSummary as JobSummaryBody, WorkflowStep } from './contract.ts';
 
 /** A list's preview of a payload is at most this many characters. */
 export const PAYLOAD_PREVIEW_CHARS = 120;
@@ -54,5 +54,22 @@ function commonJson(job: Omit<Job, 'payload'>): Omit<JobBody, 'payload'> {
     cancelRequested: job.cancelRequestedAt !== null,
     waitingFor: job.waitingFor,
     timeoutMs: job.timeoutMs,
+  };
+}
+
+/** A workflow's step as the API shows it. */
+export function stepJson(step: StoredStep): WorkflowStep {
+  return {
+    name: step.name,
+    status: step.status,
+    attempts: step.attempts,
+    startedAt: step.startedAt.toISOString(),
+    finishedAt: step.finishedAt?.toISOString() ?? null,
+    result: (step.result ?? null) as WorkflowStep['result'],
+    error: step.error,
+    wakeAt: step.wakeAt?.toISOString() ?? null,
+    event: step.event,
+    key: step.eventKey,
+    childId: step.childId,
   };
 }

@@ -112,7 +112,12 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   const wake = () => drainer.wake();
   await parts.start('listener', () => startListener(database.url, { kinds: options.kinds, notices, finishedJobs }, log));
   await parts.start('reaper', () =>
-    new Reaper(pools.drainDb, { intervalMs: options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS, visibilityTimeoutSeconds, onReaped: wake }, log, incidents).start(),
+    new Reaper(
+      pools.drainDb,
+      { intervalMs: options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS, visibilityTimeoutSeconds, onReaped: wake, eventRetentionSeconds: options.eventRetentionSeconds },
+      log,
+      incidents,
+    ).start(),
   );
   await parts.start('scheduler', () => new Scheduler(pools.db, registry, schedules, log, incidents).start());
   const app = createApp({

@@ -287,7 +287,7 @@ async function look(env: Env, { settings, registry }: Configured, schedules: rea
   // Housekeeping goes beside the drain, on a connection of its own (from the transactional
   // handlers' pool, given back when done): before the drain, its connection and round trips would
   // hold the drain back (docs/benchmark.md has what they cost). Settled, it is awaited.
-  const housekeeping = plan.housekeep ? housekeepBeside(transactions, settings.visibilityTimeoutSeconds!, plan.clock !== null) : null;
+  const housekeeping = plan.housekeep ? housekeepBeside(transactions, settings.visibilityTimeoutSeconds!, plan.clock !== null, settings.eventRetentionSeconds) : null;
   housekeeping?.catch(() => {});
   try {
     const scheduled = plan.drain && schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
@@ -328,14 +328,14 @@ async function look(env: Env, { settings, registry }: Configured, schedules: rea
 
 /** The housekeeping round (src/drain/housekeeping.ts) on a connection of its own; with the clock,
  * it also says when it next has something to do. */
-async function housekeepBeside(transactions: WorkerDatabase['transactions'], visibilityTimeoutSeconds: number, scheduleNext: boolean) {
+async function housekeepBeside(transactions: WorkerDatabase['transactions'], visibilityTimeoutSeconds: number, scheduleNext: boolean, eventRetentionSeconds?: number) {
   const started = Date.now();
   const connection = await transactions();
   let healthy = false;
   try {
     const round = scheduleNext
-      ? await housekeepAndSchedule(connection.db, visibilityTimeoutSeconds)
-      : { ...(await housekeep(connection.db, visibilityTimeoutSeconds)), nextDueAt: null };
+      ? await housekeepAndSchedule(connection.db, visibilityTimeoutSeconds, { eventRetentionSeconds })
+      : { ...(await housekeep(connection.db, visibilityTimeoutSeconds, { eventRetentionSeconds })), nextDueAt: null };
     healthy = true;
     return { ...round, housekeepingMs: Date.now() - started };
   } finally {

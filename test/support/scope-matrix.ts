@@ -27,6 +27,7 @@ export const SCOPED_ROUTES: ScopedRoute[] = [
   { method: 'POST', path: '/kinds/noop/pause', pattern: '/kinds/:kind/pause', needs: 'admin' },
   { method: 'POST', path: '/kinds/noop/resume', pattern: '/kinds/:kind/resume', needs: 'admin' },
   { method: 'GET', path: '/metrics', pattern: '/metrics', needs: 'read' },
+  { method: 'POST', path: '/events', pattern: '/events', body: { event: 'scope.test', key: 'k' }, needs: 'enqueue' },
 ];
 
 /** Routes that need no token at all. */

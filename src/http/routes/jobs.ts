@@ -4,11 +4,11 @@ import type { Context, Hono } from 'hono';
 import { FINAL_STATUSES } from '../../db/schema.ts';
 import { type EnqueueRequest, prepareEnqueue } from '../../jobs/enqueue.ts';
 import { JobValidationError, type JobRegistry } from '../../jobs/registry.ts';
-import { type Db, UnknownDependencyError, cancel, getFinishedJob, getJob, listJobs, watchJob } from '../../queries/index.ts';
+import { type Db, UnknownDependencyError, cancel, getFinishedJob, getJob, listJobs, loadSteps, watchJob } from '../../queries/index.ts';
 import { access } from '../auth.ts';
 import type { ApiRuntime, AppEnv } from '../context.ts';
 import { type GoneJob, type Job as JobBody, type JobInput, batchInput, getJobQuery, jobInput, listQuery } from '../contract.ts';
-import { jobJson, jobSummaryJson } from '../job-json.ts';
+import { jobJson, jobSummaryJson, stepJson } from '../job-json.ts';
 import { ApiError, jobNotFound } from '../errors.ts';
 import { jobIdParam, parseInput, readJson } from '../input.ts';
 import { describe } from '../openapi.ts';
@@ -59,9 +59,16 @@ export function jobRoutes(app: Hono<AppEnv>): void {
     const id = jobIdParam(c);
     const { waitSeconds } = parseInput(getJobQuery, c.req.query(), 'query.');
     if (waitSeconds !== undefined) return c.json(await waitForJob(c.var.api, id, waitSeconds));
-    const job = await c.var.api.withDb((db) => getJob(db, id));
-    if (!job) throw jobNotFound(id);
-    return c.json(jobJson(job, c.var.api.registry));
+    const found = await c.var.api.withDb(async (db) => {
+      const job = await getJob(db, id);
+      // A workflow's steps (one primary-key range read; none for other jobs).
+      return job ? { job, steps: await loadSteps(db, id) } : null;
+    });
+    if (!found) throw jobNotFound(id);
+    const body = jobJson(found.job, c.var.api.registry);
+    if (found.steps.length === 0) return c.json(body);
+    const steps = found.steps.map(stepJson);
+    return c.json({ ...body, steps, waitingOn: found.job.status === 'waiting' ? (steps.find((s) => s.status === 'sleeping' || s.status === 'waiting') ?? null) : null });
   });
 
   app.post('/jobs/:id/cancel', describe.cancelJob, access('admin'), async (c) => {

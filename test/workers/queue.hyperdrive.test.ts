@@ -4,6 +4,7 @@
 import { env } from 'cloudflare:test';
 import { flowControlSuite } from '../conformance/flow-control.ts';
 import { jobLifecycleSuite } from '../conformance/job-lifecycle.ts';
+import { workflowSuite } from '../conformance/workflows.ts';
 import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
 import { createHyperdriveHarness } from './hyperdrive-harness.ts';
 
@@ -15,3 +16,5 @@ queueBehaviourSuite('node-postgres through Hyperdrive in workerd', () => createH
 flowControlSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE));
 
 jobLifecycleSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE), { fanIn: 1_000 });
+
+workflowSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE));

@@ -3,6 +3,7 @@
 import { env } from 'cloudflare:test';
 import { flowControlSuite } from '../conformance/flow-control.ts';
 import { jobLifecycleSuite } from '../conformance/job-lifecycle.ts';
+import { workflowSuite } from '../conformance/workflows.ts';
 import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
 import { createNeonHarness } from './neon-harness.ts';
 
@@ -14,3 +15,5 @@ queueBehaviourSuite('neon-serverless in workerd', () => createNeonHarness(env.CO
 flowControlSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL));
 
 jobLifecycleSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL), { fanIn: 1_000 });
+
+workflowSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL));

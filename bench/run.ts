@@ -15,6 +15,8 @@ import { type ClockFigures, NEON, benchWorkerClock } from './worker-clock.ts';
 import { benchWorkerDrainer } from './worker-drainer.ts';
 import { drainThroughLongTransaction } from './long-transaction.ts';
 import { PLAIN_DRAIN_JOBS, plainDrainInProcess } from './plain-drain.ts';
+import { workflowTrial } from './workflows.ts';
+import { migrateDatabase } from '../src/db/migrate.ts';
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
@@ -482,6 +484,34 @@ async function main() {
     record('worker delayed jobs (API, 1-3 s): start after run_at p99', 'pgdrain worker', 'ms', [clock.delayed.p99Ms], [], []);
     await admin.query('DROP DATABASE bench_clock WITH (FORCE)');
   }
+  // Durable workflows (bench/workflows.ts): pgdrain and DBOS Transact, each in a process of its own.
+  if (!only || only.includes('workflows')) {
+    const runs = quick ? 500 : 10_000;
+    console.log(`\ndurable workflows: ${runs} runs of three steps and a 1 s sleep (each system in a process of its own, a database of its own)`);
+    for (const system of ['pgdrain', 'dbos'] as const) {
+      const url = await freshDatabase(`bench_wf_${system}`);
+      if (system === 'pgdrain') await migrateDatabase(url);
+      try {
+        const trialResult = await workflowTrial(system, url, runs, 1, postgresCpuMs);
+        const name = system === 'pgdrain' ? 'pgdrain' : 'DBOS Transact';
+        console.log(`  ${name.padEnd(24)} ${fmt(trialResult.runsPerSecond)} runs/s (${trialResult.seconds.toFixed(1)} s; postgres ${Math.round(trialResult.postgresCpuMs ?? 0)} ms)`);
+        record(`workflows: ${runs / 1000}k runs, 3 steps + 1 s sleep`, name, 'runs/s', [trialResult.runsPerSecond], [], [trialResult.postgresCpuMs ?? Number.NaN]);
+        record(`workflows: PostgreSQL CPU per step (3 steps + the sleep)`, name, 'µs', [((trialResult.postgresCpuMs ?? Number.NaN) * 1000) / (runs * 4)], [], []);
+      } catch (error) {
+        console.log(`  ${system}: failed: ${(error as Error).message.split('\n').slice(0, 5).join(' | ')}`);
+      }
+      await admin.query(`DROP DATABASE IF EXISTS bench_wf_${system} WITH (FORCE)`);
+    }
+    // A step's cost next to a plain job's: the same runs without the sleep (three steps each).
+    const url = await freshDatabase('bench_wf_steps');
+    await migrateDatabase(url);
+    const steps = await workflowTrial('pgdrain', url, runs, 0, postgresCpuMs);
+    record('workflows: time per step, 3 steps, no sleep', 'pgdrain', 'µs', [(steps.seconds * 1e6) / (runs * 3)], [], []);
+    record('workflows: PostgreSQL CPU per step, 3 steps, no sleep', 'pgdrain', 'µs', [((steps.postgresCpuMs ?? Number.NaN) * 1000) / (runs * 3)], [], []);
+    console.log(`  pgdrain without the sleep: ${fmt(steps.runsPerSecond)} runs/s, ${((steps.seconds * 1e6) / (runs * 3)).toFixed(0)} µs per step, postgres ${(((steps.postgresCpuMs ?? 0) * 1000) / (runs * 3)).toFixed(0)} µs per step`);
+    await admin.query('DROP DATABASE IF EXISTS bench_wf_steps WITH (FORCE)');
+  }
+
   await admin.end();
   await stopServer();
   if (dir) await rm(dir, { recursive: true, force: true });

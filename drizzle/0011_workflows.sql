@@ -101,9 +101,10 @@ AS $wake$
     RETURNING 1),
   made_pending AS (
     UPDATE pgdrain.jobs j SET status = 'pending', run_at = now() WHERE j.id IN (SELECT job_id FROM stepped) RETURNING j.kind)
-  SELECT (SELECT count(*) FROM made_pending)::int + 0 * (SELECT count(*) FROM stale)::int
-           + 0 * (SELECT count(pg_notify('pgdrain_jobs', kind)) FROM (SELECT DISTINCT kind FROM made_pending) k)::int,
-         (SELECT min(wake_at) FROM pgdrain.workflow_steps WHERE status IN ('sleeping', 'waiting') AND wake_at > now());
+  -- (stale, like every data-modifying CTE, runs whether or not it is read.)
+  SELECT (SELECT count(*) FROM made_pending)::int,
+         (SELECT min(wake_at) FROM pgdrain.workflow_steps WHERE status IN ('sleeping', 'waiting') AND wake_at > now())
+    FROM (SELECT count(pg_notify('pgdrain_jobs', kind)) FROM (SELECT DISTINCT kind FROM made_pending) k) AS notified;
 $wake$;
 --> statement-breakpoint
 -- pgdrain.cancel() as in 0010, and: a workflow's children (step.invoke) that have not finished are

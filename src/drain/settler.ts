@@ -17,7 +17,7 @@
 // the reaper (onError says so) and its records done, settled as nothing. finish() flushes what is
 // buffered and resolves when every statement has returned.
 import {
-  type Backoff, type CompletedJob, type CompletionReport, type Db, type Failure, completeFollowed, completeJobs, failMany, release,
+  type Backoff, type CompletedJob, type CompletionReport, type Db, type Failure, completeFollowed, completeJobs, failJobs, release,
 } from '../queries/index.ts';
 import { isTransientConflict } from '../db/errors.ts';
 import { PermanentJobError, RetryLaterError } from '../jobs/registry.ts';
@@ -74,13 +74,16 @@ export class Settler {
       (batch) =>
         this.#settle(
           batch.map((b) => b.record),
-          () => failMany(db, batch.map((b) => b.failure), counted),
-          (outcomes) =>
-            outcomes.map((o): SettledAs => {
+          () => failJobs(db, batch.map((b) => b.failure), counted),
+          ({ outcomes, unblockedKinds }) => {
+            // Workflows parked on a job that died are pending now: this drain runs them too.
+            if (unblockedKinds.length > 0) options.onUnblocked?.(unblockedKinds);
+            return outcomes.map((o): SettledAs => {
               if (o.outcome !== 'retry') return o.outcome;
               options.onRetry?.(o.runAt);
               return 'failed';
-            }),
+            });
+          },
         ),
     );
   }

@@ -50,7 +50,13 @@ export async function fail(db: Db, job: HeldJob, options: FailOptions & SettleOp
  * statement. Returns one outcome per failure, in input order.
  */
 export async function failMany(db: Db, failures: readonly Failure[], options: SettleOptions = {}): Promise<FailOutcome[]> {
-  if (failures.length === 0) return [];
+  return (await failJobs(db, failures, options)).outcomes;
+}
+
+/** failMany(), saying also the kinds of jobs its failures made pending (workflows parked on a job
+ * that ended dead: step.invoke), which a drain may claim at once. */
+export async function failJobs(db: Db, failures: readonly Failure[], options: SettleOptions = {}): Promise<{ outcomes: FailOutcome[]; unblockedKinds: string[] }> {
+  if (failures.length === 0) return { outcomes: [], unblockedKinds: [] };
   const column = (type: string, pick: (f: Failure) => unknown) => ({ type, values: failures.map(pick) });
   // delay = min(cap, max(retryAfter, base * 2^(attempts-1) * jitter)), jitter uniform in [0.5, 1).
   const failed = heldRows(failures, {
@@ -74,12 +80,20 @@ export async function failMany(db: Db, failures: readonly Failure[], options: Se
         FROM ${failed} WHERE ${fenced(failures)}
         RETURNING ${ENDED_COLUMNS}, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;
   const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countFailed('ended')})`;
-  const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' | 'cancelled'; run_at_ms: number; attempts: number }>(
+  // One row per ended job, and one more (id NULL) with the kinds it made pending.
+  const rows = await rowsOf<{ id: string | null; status: 'pending' | 'dead' | 'cancelled'; run_at_ms: number; attempts: number; released: string[] | null }>(
     db,
     sql`WITH RECURSIVE ended AS (${settled})${counted}${afterJobsEnded({ deleted: false })}
-        SELECT id, status, run_at_ms, attempts, ${ENDED_FOLLOWED} FROM ended`,
+        SELECT id, status, run_at_ms, attempts, NULL::text[] AS released, NULL::bigint AS pgdrain_notified FROM ended
+        UNION ALL
+        SELECT NULL, NULL, NULL, NULL, (SELECT array_agg(DISTINCT kind) FROM released WHERE status = 'pending'), ${ENDED_FOLLOWED}`,
   );
-  const byId = new Map(rows.map((r) => [String(r.id), r]));
+  const byId = new Map(rows.filter((r) => r.id !== null).map((r) => [String(r.id), r]));
+  const unblockedKinds = rows.find((r) => r.id === null)?.released ?? [];
+  return { outcomes: outcomesOf(failures, byId), unblockedKinds };
+}
+
+function outcomesOf(failures: readonly Failure[], byId: Map<string, { status: 'pending' | 'dead' | 'cancelled'; run_at_ms: number; attempts: number }>): FailOutcome[] {
   return failures.map((f): FailOutcome => {
     const row = byId.get(String(f.id));
     if (!row) return { outcome: 'lost' };

@@ -7,7 +7,7 @@ export { claim, claimReportingNextDue, claimStatement, explainClaim, compareIds,
 export { claimLimited, type ClaimLimits, type LimitedClaim, type LimitedClaimOptions } from './claim-limited.ts';
 export { complete, completeJobs, completeFollowed, type CompletedJob, type CompletionReport, type EndedJob, type HeldJob, type SettleOptions } from './complete.ts';
 export { completeAndClaim, type CompleteAndClaimResult } from './complete-and-claim.ts';
-export { fail, failMany, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
+export { fail, failMany, failJobs, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
 export { release } from './release.ts';
 export { renew, renewLeases, type HeldLease, type RenewedLease } from './renew.ts';
 export { reap, type ReapResult } from './reap.ts';

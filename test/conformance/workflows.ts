@@ -155,8 +155,13 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       await run(new JobRegistry([flow]));
       expect((await job(id)).status).toBe('waiting');
       await sleep(300);
+      const woken = await h.listen('pgdrain_jobs');
       expect((await pruneFinished(h.db)).woken).toBe(1);
       expect((await job(id)).status).toBe('pending');
+      // Its kind's drainers are woken by the statement that woke it.
+      for (let i = 0; i < 50 && !woken.received.includes('wf_sleep_hk'); i++) await sleep(20);
+      await woken.close();
+      expect(woken.received).toContain('wf_sleep_hk');
       expect((await steps(id))[0]).toMatchObject({ status: 'completed', wake_at: null });
     });
 

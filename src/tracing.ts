@@ -15,6 +15,10 @@
 //   process <kind>   CONSUMER  a handler's run: child of its claim's span, linked to the enqueue's
 //                              span; the handler's own spans nest under it; its outcome, error and
 //                              whether it will be retried are recorded on it
+//   step <name>      INTERNAL  a workflow step that ran in this attempt (src/workflows/), under the
+//                              run's process span; the step's own spans nest under it; its outcome
+//                              (completed, failed, parked) is recorded on it. Stored steps that
+//                              returned without running have none.
 import type * as OpenTelemetry from '@opentelemetry/api';
 
 export type OpenTelemetryApi = typeof OpenTelemetry;
@@ -163,6 +167,42 @@ export class ProcessSpan {
     if (error !== undefined) recordError(this.#api, this.#span, error);
     this.#span.end();
   }
+}
+
+/** How a step's run ended, for its span: `parked` for a sleep or wait that ended the attempt. */
+export type StepOutcome = 'completed' | 'failed' | 'parked';
+
+/**
+ * A workflow step's run as a `step <name>` span under the active one (the run's process span), with
+ * `fn` run inside it; `outcomeOf` names how a thrown error ended it. Costs a null check when
+ * nothing is traced.
+ */
+export async function traceStep<T>(
+  workflow: { kind: string; jobId: string },
+  name: string,
+  fn: () => Promise<T>,
+  outcomeOf: (error: unknown) => StepOutcome,
+): Promise<T> {
+  const api = await openTelemetry();
+  if (!api) return fn();
+  return tracerOf(api).startActiveSpan(
+    `step ${name}`,
+    { attributes: { 'pgdrain.workflow.kind': workflow.kind, 'messaging.message.id': workflow.jobId, 'pgdrain.step.name': name } },
+    async (span) => {
+      try {
+        const value = await fn();
+        span.setAttribute('pgdrain.step.outcome', 'completed');
+        return value;
+      } catch (error) {
+        const outcome = outcomeOf(error);
+        span.setAttribute('pgdrain.step.outcome', outcome);
+        if (outcome === 'failed') recordError(api, span, error);
+        throw error;
+      } finally {
+        span.end();
+      }
+    },
+  );
 }
 
 function recordError(api: OpenTelemetryApi, span: OpenTelemetry.Span, error: unknown): void {

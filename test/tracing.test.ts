@@ -16,6 +16,7 @@ import { drain } from '../src/drain/index.ts';
 import { createApp } from '../src/http/app.ts';
 import { JobRegistry, defineJob } from '../src/jobs/registry.ts';
 import { enqueue, enqueueMany } from '../src/jobs/enqueue.ts';
+import { defineWorkflow } from '../src/workflows/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { startSidecarProcess, until } from './support/sidecar-process.ts';
 import { type ExportedSpan, registerTracing } from './support/tracing.ts';
@@ -35,7 +36,7 @@ afterAll(async () => {
   await t?.close();
 });
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs');
+  await t.query('TRUNCATE pgdrain.jobs, pgdrain.workflow_steps');
   tracing.exporter.reset();
 });
 
@@ -104,6 +105,41 @@ describe('in one process', () => {
     expect(byName(tracing.spans(), 'create mail')).toEqual([]);
     expect(attempts.every((s) => s.links.length === 0)).toBe(true);
     expect(await t.query(`SELECT traceparent FROM pgdrain.jobs WHERE id = $1`, [job!.id])).toEqual([{ traceparent: null }]);
+  });
+
+  it('a workflow step that runs is a step span under the run\'s process span, its own spans nested; a stored step has none; a sleep says parked', async () => {
+    const flow = defineWorkflow({
+      kind: 'traced_flow',
+      schema: z.object({}),
+      maxAttempts: 1,
+      run: async (_p, step) => {
+        await step.run('fetch', async () => {
+          await trace.getTracer('app').startActiveSpan('http GET', async (span) => span.end());
+          return 1;
+        });
+        await step.sleep('nap', 0.05);
+        await step.run('broken', () => {
+          throw new Error('step said no');
+        });
+      },
+    });
+    const flows = new JobRegistry([flow]);
+    await enqueue(t.db, flow, {});
+    expect(await drain(t.db, flows, { workerId: 'traced' })).toMatchObject({ parked: 1 });
+    await new Promise((r) => setTimeout(r, 80));
+    await drain(t.db, flows, { workerId: 'traced', wakeDueAt: Date.now() });
+    const spans = tracing.spans();
+    const [first, second] = byName(spans, 'process traced_flow');
+    expect(first!.attributes['pgdrain.job.outcome']).toBe('parked');
+    // Ran once, in the first attempt, under it, with the step's own span nested.
+    const fetched = one(spans, 'step fetch');
+    expect(fetched).toMatchObject({ traceId: first!.traceId, parentSpanId: first!.spanId, attributes: { 'pgdrain.step.outcome': 'completed', 'pgdrain.step.name': 'fetch' } });
+    expect(one(spans, 'http GET')).toMatchObject({ parentSpanId: fetched.spanId });
+    const naps = byName(spans, 'step nap');
+    expect(naps.map((s) => [s.parentSpanId, s.attributes['pgdrain.step.outcome']])).toEqual([[first!.spanId, 'parked']]);
+    const broken = one(spans, 'step broken');
+    expect(broken).toMatchObject({ parentSpanId: second!.spanId, status: { code: SpanStatusCode.ERROR, message: 'step said no' } });
+    expect(broken.attributes['pgdrain.step.outcome']).toBe('failed');
   });
 
   it("POST /jobs continues the caller's trace from its traceparent header; pgdrain.enqueue() in SQL takes one", async () => {

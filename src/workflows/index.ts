@@ -28,6 +28,7 @@ import {
   type Db, type NotHeld, type ParkOutcome, type StepRecord, type StoredStep, loadSteps, parkOnChild, parkSleep, recordStepCompleted, recordStepFailed,
   waitForEvent,
 } from '../queries/index.ts';
+import { traceStep } from '../tracing.ts';
 import { MAX_EVENT_KEY_LENGTH } from './events.ts';
 
 export { sendEvent, checkedEvent, EventValidationError, MAX_EVENT_PAYLOAD_BYTES, type WorkflowEvent } from './events.ts';
@@ -120,6 +121,10 @@ class Steps implements WorkflowStep {
     const { stored, record } = this.#begin(name, 'run');
     if (typeof fn !== 'function') throw new TypeError(`workflow ${this.#kind}: step.run('${name}') needs a function`);
     if (stored?.status === 'completed') return stored.result as T;
+    return this.#traced(name, () => this.#runStep(name, fn, options, record));
+  }
+
+  async #runStep<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, options: StepOptions, record: StepRecord): Promise<T> {
     const attempt = record.priorAttempts + 1;
     try {
       if (options.transactional) return await this.#runInTransaction(name, fn, record, attempt);
@@ -137,7 +142,9 @@ class Steps implements WorkflowStep {
     const { stored, record } = this.#begin(name, 'sleep');
     if (!seconds.safeParse(forSeconds).success) throw new RangeError(`step.sleep('${name}'): seconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
     if (stored?.status === 'completed') return;
-    this.#parkedOr(await parkSleep(this.#db, record, new Date(Date.now() + forSeconds * 1000)), `sleeping (step ${name})`);
+    await this.#traced(name, async () => {
+      this.#parkedOr(await parkSleep(this.#db, record, new Date(Date.now() + forSeconds * 1000)), `sleeping (step ${name})`);
+    });
   }
 
   async waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null> {
@@ -152,29 +159,38 @@ class Steps implements WorkflowStep {
     }
     if (stored?.status === 'completed') return (stored.result ?? null) as T | null;
     const until = timeoutSeconds === undefined ? null : new Date(Date.now() + timeoutSeconds * 1000);
-    const outcome = await waitForEvent(this.#db, { ...record, event, key, until });
-    return (this.#parkedOr(outcome, `waiting for event ${event} (${key}) (step ${name})`) ?? null) as T | null;
+    return this.#traced(name, async () => {
+      const outcome = await waitForEvent(this.#db, { ...record, event, key, until });
+      return (this.#parkedOr(outcome, `waiting for event ${event} (${key}) (step ${name})`) ?? null) as T | null;
+    });
   }
 
   async invoke<P, R = unknown>(name: string, job: JobDefinition<P>, payload: P, options: EnqueueOptions = {}): Promise<R> {
     const { stored, record } = this.#begin(name, 'invoke');
     if (stored?.status === 'completed') return stored.result as R;
-    if (stored?.childId) return this.#childEnded<R>(name, stored, record);
+    if (stored?.childId) return this.#traced(name, () => this.#childEnded<R>(name, stored, record));
     if (!job?.keepCompletedSeconds) {
       throw new Error(`step.invoke('${name}'): kind ${job?.kind} keeps no results; give it keepCompletedSeconds so the workflow can read what its child returned`);
     }
     // The enqueue pipeline's checks (payload, options) throw here, before anything is written.
     const prepared = preparedJobs([prepareJob(job, { ...options, payload })], null);
-    const outcome = await this.#db.transaction(async (tx) => {
-      const [child] = await prepared.send(tx);
-      const parked = await parkOnChild(tx, record, child!.id);
-      if (parked.outcome === 'lost' || parked.outcome === 'cancelled') throw this.#notHeldError(parked.outcome);
-      return { parked, childId: child!.id };
+    return this.#traced(name, async () => {
+      const outcome = await this.#db.transaction(async (tx) => {
+        const [child] = await prepared.send(tx);
+        const parked = await parkOnChild(tx, record, child!.id);
+        if (parked.outcome === 'lost' || parked.outcome === 'cancelled') throw this.#notHeldError(parked.outcome);
+        return { parked, childId: child!.id };
+      });
+      if (outcome.parked.outcome === 'parked') throw new WorkflowParked(`waiting for job ${outcome.childId} (step ${name})`, null, [job.kind]);
+      // The child had ended already (a dedupe key matched a finished job): read how.
+      const [again] = (await loadSteps(this.#db, this.#ctx.job.id)).filter((s) => s.name === name);
+      return this.#childEnded<R>(name, again!, record);
     });
-    if (outcome.parked.outcome === 'parked') throw new WorkflowParked(`waiting for job ${outcome.childId} (step ${name})`, null, [job.kind]);
-    // The child had ended already (a dedupe key matched a finished job): read how.
-    const [again] = (await loadSteps(this.#db, this.#ctx.job.id)).filter((s) => s.name === name);
-    return this.#childEnded<R>(name, again!, record);
+  }
+
+  /** A step that runs in this attempt, as a `step <name>` span under the run's (tracing.ts). */
+  #traced<T>(name: string, fn: () => Promise<T>): Promise<T> {
+    return traceStep({ kind: this.#kind, jobId: this.#ctx.job.id }, name, fn, (error) => (error instanceof WorkflowParked ? 'parked' : 'failed'));
   }
 
   /** A step's child has ended (or is still on its way: park again until it ends). */

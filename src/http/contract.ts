@@ -224,7 +224,7 @@ export const kindStats = z
     delayed: z.int().min(0).meta({ description: 'Pending with a future run_at (a delay or a backoff).' }),
     running: z.int().min(0),
     dead: z.int().min(0),
-    waiting: z.int().min(0).meta({ description: 'Waiting for other jobs to complete (after).' }),
+    waiting: z.int().min(0).meta({ description: 'Waiting for other jobs to complete (after), or workflow runs waiting on a step (a sleep, an event, a child).' }),
     oldestReadySeconds: z.number().min(0).nullable(),
     paused: z.boolean(),
     limits: z

@@ -112,7 +112,7 @@ export interface KindStats {
   delayed: number;
   running: number;
   dead: number;
-  /** Waiting for other jobs to complete (`after`). */
+  /** Waiting for other jobs to complete (`after`), or workflow runs waiting on a step. */
   waiting: number;
   /** How long this kind's oldest ready job has waited past its run_at; null when none is ready. */
   oldestReadySeconds: number | null;

@@ -22,13 +22,13 @@ const STATES = [
   ['delayed', 'Delayed', 'waiting for run_at'],
   ['running', 'Running', 'claimed by a worker'],
   ['dead', 'Dead', 'needs a person'],
-  ['waiting', 'Waiting', 'for other jobs (after)'],
+  ['waiting', 'Waiting', 'for other jobs, or a workflow step'],
 ] as const;
 
 /** The statuses the jobs list can show: running first (its progress), then the rest of a job's life. */
 const LISTED = [
   ['running', 'Running'],
-  ['waiting', 'Waiting for other jobs'],
+  ['waiting', 'Waiting (other jobs, workflow steps)'],
   ['pending', 'Pending'],
   ['completed', 'Completed (kinds that keep them)'],
   ['cancelled', 'Cancelled (kinds that keep them)'],
@@ -126,6 +126,16 @@ function jobsSections() {
       </table>
     </div>
     <p id="jobs-empty" class="muted" hidden>No jobs in this state.</p>
+    <div id="job-detail" class="job-detail" hidden>
+      <h3><span id="job-title"></span> <button id="job-close" type="button" class="link">Close</button></h3>
+      <dl id="job-facts"></dl>
+      <div id="job-steps" class="scroll" hidden>
+        <table id="steps">
+          <thead><tr><th>Step</th><th>Status</th><th class="num">Tries</th><th>Started</th><th>Timeline</th><th>Result, error or what it waits for</th></tr></thead>
+          <tbody></tbody>
+        </table>
+      </div>
+    </div>
   </section>
 
   <section>

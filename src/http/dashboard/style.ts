@@ -75,6 +75,14 @@ td.actions button + button { margin-left: 6px; }
 .paused-badge { margin-left: 6px; padding: 1px 6px; border-radius: 8px; font-size: 11px; background: var(--line); color: var(--muted); }
 tr[data-paused="true"] td { opacity: 0.75; }
 .bulk button + button { margin-left: 8px; }
+button.link { background: none; border: 0; padding: 0; color: inherit; text-decoration: underline; cursor: pointer; font: inherit; }
+.job-detail { margin-top: 14px; padding: 10px 12px; background: var(--panel); border: 1px solid var(--line); border-radius: 8px; }
+.job-detail h3 { margin: 0 0 8px; font-size: 15px; } .job-detail h3 button { margin-left: 8px; font-size: 12px; color: var(--muted); }
+.job-detail dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0 0 10px; font-size: 13px; }
+.job-detail dt { color: var(--muted); } .job-detail dd { margin: 0; word-break: break-word; }
+td.timeline { min-width: 160px; width: 30%; }
+.bar { display: block; height: 10px; border-radius: 3px; background: var(--completed); }
+.bar.failed { background: var(--failed); } .bar.sleeping, .bar.waiting { background: var(--line); border: 1px dashed var(--muted); }
 .sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
 .stale main { opacity: 0.55; }
 @media (max-width: 640px) {

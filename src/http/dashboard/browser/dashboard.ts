@@ -5,7 +5,7 @@
 // HTTP API with the token the person typed (sessionStorage: this tab only), refreshes every few
 // seconds while the tab is visible, and builds every element with textContent, so nothing from the
 // database is ever parsed as HTML. The API's types come from the contract the server validates with.
-import type { CancelAnswer, DeadDeleted, DeadRetried, JobPage, JobSummary, QueueStats, ScheduleList, Throughput } from '../../contract.ts';
+import type { CancelAnswer, DeadDeleted, DeadRetried, Job, JobPage, JobSummary, QueueStats, ScheduleList, Throughput, WorkflowStep } from '../../contract.ts';
 
 type State = 'ready' | 'delayed' | 'running' | 'dead' | 'waiting';
 type Scope = 'enqueue' | 'read' | 'admin';
@@ -169,6 +169,8 @@ function refresh(): Promise<void> {
       renderDead(dead);
       renderSchedules(schedules);
       applyScope();
+      // The job shown below the list follows it (a workflow's next step, its end).
+      if (shownJob) void showJob(shownJob).catch(() => {});
       lastOk = new Date();
       byId('updated').textContent = `Updated ${lastOk.toLocaleTimeString()}`;
       body.classList.remove('stale');
@@ -389,7 +391,9 @@ function jsonCell(value: unknown): HTMLElement {
 /** What a job of the list shows beside its state: progress while it runs, its result once kept,
  * how many jobs it still waits for, or why it was stopped. */
 function jobDetail(job: JobSummary): Node {
-  if (job.status === 'waiting') return document.createTextNode(`waits for ${job.waitingFor ?? '?'} more`);
+  if (job.status === 'waiting') {
+    return document.createTextNode(job.waitingFor === null ? 'a workflow waiting on a step (open the job)' : `waits for ${job.waitingFor} more`);
+  }
   if (job.status === 'completed' && job.result !== null) return jsonCell(job.result);
   if (job.progress !== null) return jsonCell(job.progress);
   if (job.lastError) return element('code', { title: job.lastError, text: job.lastError });
@@ -403,7 +407,7 @@ function renderJobs(page: JobPage): void {
     const at = job.finishedAt ?? job.lockedAt ?? job.createdAt;
     const when = job.finishedAt ? 'finished' : job.lockedAt ? 'started' : 'created';
     return element('tr', { 'data-job': job.id, 'data-status': job.status }, [
-      element('td', { 'data-label': 'Job', text: `#${job.id}` }),
+      element('td', { 'data-label': 'Job' }, [element('button', { type: 'button', class: 'link', 'data-show': job.id, title: 'Show this job (a workflow: its steps)', text: `#${job.id}` })]),
       element('td', { 'data-label': 'Kind', text: job.kind }),
       element('td', { 'data-label': 'Status' }, [element('span', { class: `status${stopping ? ' cancelling' : ''}`, text: stopping ? 'cancelling' : job.status })]),
       element('td', { class: 'detail', 'data-label': 'Detail', 'data-col': 'detail' }, [jobDetail(job)]),
@@ -417,6 +421,77 @@ function renderJobs(page: JobPage): void {
   byId('jobs-empty').hidden = rows.length > 0;
   (table('jobs').parentNode as HTMLElement).hidden = rows.length === 0;
   byId('jobs-count').textContent = rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
+}
+
+/** The job shown below the list (null: none), refreshed with the page. */
+let shownJob: string | null = null;
+
+/** One job in full: its fields, and a workflow's steps as a timeline (GET /jobs/:id). */
+async function showJob(id: string): Promise<void> {
+  shownJob = id;
+  let job: Job;
+  try {
+    job = await api<Job>('GET', `/jobs/${id}`);
+  } catch (failure) {
+    if (failure instanceof ApiFailure && failure.status === 404) {
+      byId('job-detail').hidden = true;
+      shownJob = null;
+      showBanner(`Job #${id} is gone (completed and deleted, or its keep ran out).`, 'action');
+      return;
+    }
+    throw failure;
+  }
+  if (shownJob !== id) return;
+  byId('job-title').textContent = `Job #${job.id} · ${job.kind} · ${job.status}`;
+  const facts: [string, string][] = [
+    ['attempts', `${job.attempts} of ${job.maxAttempts}`],
+    ['created', formatWhen(job.createdAt)],
+    ['run at', formatWhen(job.runAt)],
+    ['finished', formatWhen(job.finishedAt)],
+  ];
+  if (job.lastError) facts.push(['last error', job.lastError]);
+  if (job.result !== null) facts.push(['result', JSON.stringify(job.result)]);
+  if (job.waitingOn) facts.push(['waiting on', waitingText(job.waitingOn)]);
+  const list = byId('job-facts');
+  list.replaceChildren(...facts.flatMap(([term, value]) => [element('dt', { text: term }), element('dd', { text: value })]));
+  const steps = job.steps ?? [];
+  byId('job-steps').hidden = steps.length === 0;
+  fillTable('steps', timelineRows(steps, Date.now()));
+  byId('job-detail').hidden = false;
+}
+
+/** What a sleeping or waiting step waits for. */
+function waitingText(step: WorkflowStep): string {
+  if (step.status === 'sleeping') return `sleeping until ${formatWhen(step.wakeAt)}`;
+  if (step.childId) return `job #${step.childId} (step ${step.name})`;
+  return `event ${step.event} (${step.key})${step.wakeAt ? ` until ${formatWhen(step.wakeAt)}` : ''}`;
+}
+
+/** A workflow's steps in order, each with a bar from its start to its end (or now) on the run's span of time. */
+function timelineRows(steps: readonly WorkflowStep[], now: number): HTMLTableRowElement[] {
+  const start = Math.min(...steps.map((s) => Date.parse(s.startedAt)));
+  const end = Math.max(now, ...steps.map((s) => Date.parse(s.finishedAt ?? s.startedAt)));
+  const span = Math.max(1, end - start);
+  return steps.map((step) => {
+    const from = Date.parse(step.startedAt);
+    const to = step.finishedAt ? Date.parse(step.finishedAt) : now;
+    const bar = element('span', { class: `bar ${step.status}`, title: `${((to - from) / 1000).toFixed(3)} s` });
+    // CSSOM, not a style attribute: the page's CSP allows no inline styles.
+    bar.style.setProperty('margin-left', `${(((from - start) / span) * 100).toFixed(2)}%`);
+    bar.style.setProperty('width', `${Math.max(0.5, ((to - from) / span) * 100).toFixed(2)}%`);
+    const outcome =
+      step.status === 'failed' ? element('code', { title: step.error ?? '', text: step.error ?? '' })
+      : step.status === 'completed' ? jsonCell(step.result)
+      : document.createTextNode(waitingText(step));
+    return element('tr', { 'data-step': step.name, 'data-status': step.status }, [
+      element('td', { 'data-label': 'Step', text: step.name }),
+      element('td', { 'data-label': 'Status' }, [element('span', { class: 'status', text: step.status })]),
+      element('td', { class: 'num', 'data-label': 'Tries', text: String(step.attempts) }),
+      element('td', { 'data-label': 'Started', text: formatWhen(step.startedAt) }),
+      element('td', { class: 'timeline', 'data-label': 'Timeline' }, [bar]),
+      element('td', { class: 'detail', 'data-label': 'Result, error or what it waits for' }, [outcome]),
+    ]);
+  });
 }
 
 /** A read token sees everything and changes nothing: every action button is disabled, with why. */
@@ -516,6 +591,15 @@ for (const id of ['dead', 'kinds', 'dead-bulk', 'jobs']) {
     if (button && !button.disabled) void act(button);
   });
 }
+
+byId('jobs').addEventListener('click', (event) => {
+  const button = (event.target as Element | null)?.closest<HTMLButtonElement>('button[data-show]');
+  if (button) void showJob(button.dataset.show!).catch(handleFailure);
+});
+byId('job-close').addEventListener('click', () => {
+  shownJob = null;
+  byId('job-detail').hidden = true;
+});
 
 byId<HTMLFormElement>('login').addEventListener('submit', (event) => {
   event.preventDefault();

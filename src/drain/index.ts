@@ -103,6 +103,9 @@ export interface DrainOptions {
   /** A claim took jobs whose leases end at `leaseEndsAt` (ms since the epoch) unless renewed: if
    * this drain is killed, the reaper has them back after that. */
   onLeaseTaken?: (leaseEndsAt: number) => void;
+  /** A workflow's run parked until `wakeAt` (ms since the epoch): the housekeeping round wakes it
+   * then if this drain is over by that time (the Worker tells its clock). */
+  onWakeScheduled?: (wakeAt: number) => void;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
   /** Called when a claim fails. The drain goes on with what it holds and claims again at the next
@@ -317,7 +320,10 @@ class DrainRun {
    * still open then, else by the caller's next drain or the housekeeping round). */
   #parked(record: JobRecord, parked: WorkflowParked): void {
     this.#settler.parked(record);
-    if (parked.wakeAt !== null) this.#wakeDueAt = Math.min(this.#wakeDueAt, parked.wakeAt);
+    if (parked.wakeAt !== null) {
+      this.#wakeDueAt = Math.min(this.#wakeDueAt, parked.wakeAt);
+      this.#options.onWakeScheduled?.(parked.wakeAt);
+    }
     // A child it enqueued: this drain runs it too.
     if (parked.enqueuedKinds.length > 0) this.#planner.reopen(parked.enqueuedKinds);
   }

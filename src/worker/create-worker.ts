@@ -246,6 +246,7 @@ async function runNow(env: Env, { db, transactions }: WorkerDatabase, { settings
       // waitUntil work gets 30 s after the response; the rest is the reaper's.
       budgetMs: RUN_NOW_BUDGET_MS,
       onLeaseTaken: clock ? leaseTeller(clock) : undefined,
+      onWakeScheduled: clock ? leaseTeller(clock) : undefined,
     });
     // A retry's backoff, or jobs it had to leave: the clock wakes a drain for them.
     if (clock && report.nextDueAt !== null) await clock.told(report.nextDueAt).catch(() => {});
@@ -294,14 +295,18 @@ async function look(env: Env, { settings, registry }: Configured, schedules: rea
     const deadline = started + plan.budgetMs;
     const workerId = `${plan.label}-${crypto.randomUUID().slice(0, 8)}`;
     const onLeaseTaken = plan.clock ? leaseTeller(plan.clock) : undefined;
+    // A workflow's sleep or wait timeout is woken by the housekeeping round: its moment is told to
+    // the clock as one housekeeping is due at, like a lease's end.
+    const onWakeScheduled = plan.clock ? leaseTeller(plan.clock) : undefined;
     const drainFor = (ms: number) =>
-      drain(db, registry, { ...drainSettings(settings), workerId, transactions, budgetMs: ms, reportNextDue: plan.clock !== null, onLeaseTaken });
+      drain(db, registry, { ...drainSettings(settings), workerId, transactions, budgetMs: ms, reportNextDue: plan.clock !== null, onLeaseTaken, onWakeScheduled });
     let report = plan.drain ? await drainFor(deadline - Date.now()) : emptyDrainReport();
     let drained = plan.drain;
     const housekept = housekeeping ? await housekeeping : null;
     // Jobs the reap gave back after this drain found nothing more (or with no drain: a killed
-    // invocation's, whose leases ended): they run in this invocation.
-    if (housekept && housekept.reaped.reclaimed.length > 0 && report.stoppedBy !== 'budget' && deadline - Date.now() > 1_000) {
+    // invocation's, whose leases ended), and workflows it woke (a sleep ended): they run in this invocation.
+    const handedBack = housekept ? housekept.reaped.reclaimed.length + housekept.pruned.woken : 0;
+    if (handedBack > 0 && report.stoppedBy !== 'budget' && deadline - Date.now() > 1_000) {
       report = addReports(report, await drainFor(deadline - Date.now()));
       drained = true;
     }

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { defineJob } from '../../src/jobs/index.ts';
 import { createWorker } from '../../src/worker/create-worker.ts';
 import { defineSchedule } from '../../src/schedules.ts';
+import { type StepContext, defineWorkflow } from '../../src/workflows/index.ts';
 
 /** Each run, with when it started, in the clock database. */
 const recordRun = defineJob({
@@ -29,7 +30,24 @@ const failOnce = defineJob({
   },
 });
 
-export const CLOCK_KINDS = [recordRun, failOnce];
+/** A workflow: records its start, sleeps 1.5 s, records its wake, waits for `clock.go` (key
+ * `flow:<tag>`), records its end. */
+const sleepingFlow = defineWorkflow({
+  kind: 'clock-flow',
+  schema: z.object({ tag: z.string() }),
+  run: async ({ tag }, step, { job }) => {
+    const record = (what: string) => async ({ tx }: StepContext) => {
+      await tx.execute(sql`INSERT INTO public.clock_runs (tag, job_id, attempt, run_at) VALUES (${`${tag}-${what}`}, ${job.id}::bigint, ${job.attempts}, now())`);
+    };
+    await step.run('start', record('start'), { transactional: true });
+    await step.sleep('nap', 1.5);
+    await step.run('woke', record('woke'), { transactional: true });
+    const go = await step.waitForEvent<{ n: number }>('go', { event: 'clock.go', key: `flow:${tag}` });
+    await step.run('done', record(`done-${go?.n}`), { transactional: true });
+  },
+});
+
+export const CLOCK_KINDS = [recordRun, failOnce, sleepingFlow];
 
 /** The queue most clock tests drive: no schedules, so an idle queue is idle. */
 export const clockQueue = createWorker({ jobs: CLOCK_KINDS });

@@ -83,7 +83,7 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
   });
   afterAll(() => h?.close());
   beforeEach(async () => {
-    await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, public.clock_runs');
+    await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.workflow_steps, pgdrain.events, public.clock_runs');
     await clock().reset();
   });
 
@@ -121,6 +121,33 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
     expect(child, 'the child ran in the drain that completed its parent').toBeDefined();
     expect(ranParent!.late_ms).toBeLessThan(1_000);
   });
+
+  it('a workflow: its sleep wakes by the alarm at its end, and an event sent through the API runs it on, with no cron tick', async () => {
+    await clockQueue.runScheduled(cron(), clockEnv());
+    const res = await api('POST', '/jobs', { kind: 'clock-flow', payload: { tag: 'flow' } });
+    expect(res.status).toBe(201);
+    const { id } = (await res.json()) as { id: string };
+    const [started] = await runs('flow-start');
+    expect(started, 'the alarm started the run').toBeDefined();
+    const [woke] = await runs('flow-woke', 1, 10_000);
+    expect(woke, 'the alarm woke it after its sleep').toBeDefined();
+    // It woke within a second of the sleep's end (1.5 s after the step before it).
+    const [gap] = await h.query<{ late_ms: number }>(
+      `SELECT (extract(epoch FROM w.run_at - s.run_at) * 1000 - 1500)::float8 AS late_ms
+         FROM public.clock_runs s, public.clock_runs w WHERE s.tag = 'flow-start' AND w.tag = 'flow-woke'`,
+    );
+    expect(gap!.late_ms).toBeGreaterThanOrEqual(0);
+    expect(gap!.late_ms).toBeLessThan(1_000);
+    // Now it waits for its event, holding nothing.
+    for (const deadline = Date.now() + 5_000; Date.now() < deadline; await sleep(50)) {
+      if ((await h.query(`SELECT 1 FROM pgdrain.workflow_steps WHERE job_id = $1 AND name = 'go' AND status = 'waiting'`, [id])).length > 0) break;
+    }
+    expect(await h.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([{ status: 'waiting', locked_by: null }]);
+    expect((await api('POST', '/events', { event: 'clock.go', key: 'flow:flow', payload: { n: 7 } })).status).toBe(201);
+    const [done] = await runs('flow-done-7');
+    expect(done, 'the event ran it on, by the alarm').toBeDefined();
+    expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`)).toEqual([{ n: 0 }]);
+  }, 30_000);
 
   it('a lease that ended on a killed invocation: reaped when it ends, and run then', async () => {
     await clockQueue.runScheduled(cron(), clockEnv());

@@ -49,10 +49,14 @@ export interface StoredStep {
 /** How long an event is kept by default for waits that begin after it was sent. */
 export const DEFAULT_EVENT_RETENTION_SECONDS = 86_400;
 
-const RUNNING_HELD = (run: HeldRun, lock: 'UPDATE' | 'SHARE') =>
+/** `lock`: UPDATE for a park (it changes the row), SHARE for a record that must commit before the
+ * reaper can take the job back (a transactional step's, whose writes commit with it), none for a
+ * plain step's record (its effect happened whoever holds the job now: recording it only spares a
+ * rerun). */
+const RUNNING_HELD = (run: HeldRun, lock: 'UPDATE' | 'SHARE' | null) =>
   sql`held AS MATERIALIZED (SELECT id, created_at FROM ${jobs}
         WHERE id = ${run.jobId}::bigint AND locked_by = ${run.lockedBy} AND status = 'running' AND cancel_requested_at IS NULL
-        FOR ${sql.raw(lock)})`;
+        ${lock ? sql.raw(`FOR ${lock}`) : sql``})`;
 
 /** Why `held` came back empty (evaluated only then). */
 const WHY_NOT_HELD = (run: HeldRun) =>
@@ -113,11 +117,13 @@ export interface StepRecord extends HeldRun {
   priorAttempts: number;
 }
 
-/** The step completed: its result stored (JSON text, or null for undefined). Fenced. */
-export async function recordStepCompleted(db: Db, step: StepRecord, resultJson: string | null): Promise<NotHeld | null> {
+/** The step completed: its result stored (JSON text, or null for undefined). Fenced; `transactional`:
+ * in the step's own transaction, the job's row share-locked until it commits (the reaper cannot take
+ * it back between the fence and the commit, so nobody runs the step again meanwhile). */
+export async function recordStepCompleted(db: Db, step: StepRecord, resultJson: string | null, { transactional = false } = {}): Promise<NotHeld | null> {
   const [row] = await rowsOf<FencedRow & { written: number }>(
     db,
-    sql`WITH ${RUNNING_HELD(step, 'SHARE')},
+    sql`WITH ${RUNNING_HELD(step, transactional ? 'SHARE' : null)},
         written AS (
           INSERT INTO ${workflowSteps} (job_id, name, position, status, attempts, result, error, started_at, finished_at)
           SELECT id, ${step.name}, ${step.position}::int, 'completed', ${step.priorAttempts + 1}::int, ${resultJson}::jsonb, NULL, ${step.startedAt.toISOString()}::timestamptz, now() FROM held
@@ -132,7 +138,7 @@ export async function recordStepCompleted(db: Db, step: StepRecord, resultJson: 
 /** The step threw: its error and attempts stored (it runs again at the job's next attempt). Fenced. */
 export async function recordStepFailed(db: Db, step: StepRecord, error: string): Promise<void> {
   await db.execute(
-    sql`WITH ${RUNNING_HELD(step, 'SHARE')}
+    sql`WITH ${RUNNING_HELD(step, null)}
         INSERT INTO ${workflowSteps} (job_id, name, position, status, attempts, error, started_at, finished_at)
         SELECT id, ${step.name}, ${step.position}::int, 'failed', ${step.priorAttempts + 1}::int, ${error}, ${step.startedAt.toISOString()}::timestamptz, now() FROM held
         ON CONFLICT (job_id, name) DO UPDATE SET status = 'failed', attempts = excluded.attempts, error = excluded.error, finished_at = now()`,

@@ -221,7 +221,7 @@ class Steps implements WorkflowStep {
       await connection.db.transaction(async (tx) => {
         const value = await fn({ signal: this.#ctx.signal, attempt, tx: tx as unknown as Db });
         json = this.#resultJson(name, value);
-        this.#written(await recordStepCompleted(tx as unknown as Db, record, json));
+        this.#written(await recordStepCompleted(tx as unknown as Db, record, json, { transactional: true }));
       });
       return (json === null ? undefined : JSON.parse(json)) as T;
     } catch (error) {

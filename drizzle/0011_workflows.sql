@@ -35,6 +35,148 @@ CREATE INDEX IF NOT EXISTS "events_lookup" ON "pgdrain"."events" USING btree ("e
 CREATE INDEX IF NOT EXISTS "events_sent" ON "pgdrain"."events" USING btree ("sent_at");--> statement-breakpoint
 CREATE INDEX IF NOT EXISTS "workflow_steps_wake" ON "pgdrain"."workflow_steps" USING btree ("wake_at") WHERE status IN ('sleeping', 'waiting') AND wake_at IS NOT NULL;--> statement-breakpoint
 CREATE INDEX IF NOT EXISTS "workflow_steps_event" ON "pgdrain"."workflow_steps" USING btree ("event","event_key") WHERE status = 'waiting' AND event IS NOT NULL;;--> statement-breakpoint
+-- Records a step's run (src/workflows/): `completed` with its result, or `failed` with its error,
+-- while the job is still running under `token` and nobody asked to cancel it; returns 'written',
+-- 'lost' (someone else holds the job now) or 'cancelled'. `share_lock`: hold the job's row until
+-- the caller's transaction commits (a transactional step's record, whose writes commit with it:
+-- the reaper cannot take the job back in between). A function so that its plan is made once per
+-- connection: a step is the hot path of a workflow.
+CREATE OR REPLACE FUNCTION pgdrain.record_step(
+  job_id bigint, token text, name text, step_position integer, status text, attempts integer, result jsonb, error text,
+  started_at timestamptz, share_lock boolean DEFAULT false
+) RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $record_step$
+DECLARE
+  asked timestamptz;
+BEGIN
+  IF share_lock THEN
+    SELECT j.cancel_requested_at INTO asked FROM pgdrain.jobs j
+     WHERE j.id = record_step.job_id AND j.locked_by = record_step.token AND j.status = 'running' FOR SHARE;
+  ELSE
+    SELECT j.cancel_requested_at INTO asked FROM pgdrain.jobs j
+     WHERE j.id = record_step.job_id AND j.locked_by = record_step.token AND j.status = 'running';
+  END IF;
+  IF NOT FOUND THEN
+    RETURN 'lost';
+  ELSIF asked IS NOT NULL THEN
+    RETURN 'cancelled';
+  END IF;
+  INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, result, error, started_at, finished_at)
+  VALUES (record_step.job_id, record_step.name, record_step.step_position, record_step.status, record_step.attempts, record_step.result,
+          record_step.error, record_step.started_at, now())
+  ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
+    SET status = excluded.status, attempts = excluded.attempts, result = excluded.result, error = excluded.error,
+        started_at = excluded.started_at, finished_at = now(), wake_at = NULL;
+  RETURN 'written';
+END
+$record_step$;
+--> statement-breakpoint
+-- step.sleep: parks the run until `until` (kept from a first park: a sleep's end does not move when
+-- the run is re-entered) — the job `waiting`, its lock cleared and its attempt refunded —, or, when
+-- that time has come, completes the step. Fenced like pgdrain.record_step(); outcome 'parked' (until
+-- until_at), 'done', 'lost' or 'cancelled'.
+CREATE OR REPLACE FUNCTION pgdrain.park_sleep(
+  job_id bigint, token text, name text, step_position integer, started_at timestamptz, until timestamptz,
+  OUT outcome text, OUT until_at timestamptz
+)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $park_sleep$
+DECLARE
+  asked timestamptz;
+  ends timestamptz;
+BEGIN
+  SELECT j.cancel_requested_at INTO asked FROM pgdrain.jobs j
+   WHERE j.id = park_sleep.job_id AND j.locked_by = park_sleep.token AND j.status = 'running' FOR UPDATE;
+  IF NOT FOUND THEN
+    outcome := 'lost';
+    RETURN;
+  ELSIF asked IS NOT NULL THEN
+    outcome := 'cancelled';
+    RETURN;
+  END IF;
+  SELECT s.wake_at INTO ends FROM pgdrain.workflow_steps s WHERE s.job_id = park_sleep.job_id AND s.name = park_sleep.name AND s.status = 'sleeping';
+  ends := coalesce(ends, park_sleep.until);
+  IF ends <= now() THEN
+    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, finished_at)
+    VALUES (park_sleep.job_id, park_sleep.name, park_sleep.step_position, 'completed', 1, park_sleep.started_at, now())
+    ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE SET status = 'completed', finished_at = now(), wake_at = NULL;
+    outcome := 'done';
+    RETURN;
+  END IF;
+  INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at)
+  VALUES (park_sleep.job_id, park_sleep.name, park_sleep.step_position, 'sleeping', 1, park_sleep.started_at, ends)
+  ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE SET status = 'sleeping', finished_at = NULL, wake_at = ends;
+  UPDATE pgdrain.jobs j SET status = 'waiting', waiting_for = NULL, locked_at = NULL, locked_by = NULL, locked_until = NULL,
+         attempts = greatest(j.attempts - 1, 0)
+   WHERE j.id = park_sleep.job_id;
+  outcome := 'parked';
+  until_at := ends;
+END
+$park_sleep$;
+--> statement-breakpoint
+-- step.waitForEvent: the first event of this name and key sent since the run was enqueued that no
+-- earlier wait of the run took answers it at once ('done', with `answer`); none: the run parks
+-- until one is sent, or until its timeout (kept from a first park), when the step completes with
+-- null. Under the event's lock, which pgdrain.send_event() takes too: an event sent meanwhile is
+-- either seen here or sees the park. Fenced like pgdrain.record_step().
+CREATE OR REPLACE FUNCTION pgdrain.park_wait(
+  job_id bigint, token text, name text, step_position integer, started_at timestamptz, event text, key text, until timestamptz,
+  OUT outcome text, OUT until_at timestamptz, OUT answer jsonb
+)
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $park_wait$
+DECLARE
+  created timestamptz;
+  asked timestamptz;
+  ends timestamptz;
+  found_id bigint;
+  found_payload jsonb;
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended('pgdrain.event:' || park_wait.event || ':' || park_wait.key, 0));
+  SELECT j.created_at, j.cancel_requested_at INTO created, asked FROM pgdrain.jobs j
+   WHERE j.id = park_wait.job_id AND j.locked_by = park_wait.token AND j.status = 'running' FOR UPDATE;
+  IF NOT FOUND THEN
+    outcome := 'lost';
+    RETURN;
+  ELSIF asked IS NOT NULL THEN
+    outcome := 'cancelled';
+    RETURN;
+  END IF;
+  SELECT e.id, e.payload INTO found_id, found_payload FROM pgdrain.events e
+   WHERE e.event = park_wait.event AND e.event_key = park_wait.key AND e.sent_at >= created
+     AND e.id > coalesce((SELECT max(s.event_id) FROM pgdrain.workflow_steps s
+                           WHERE s.job_id = park_wait.job_id AND s.event = park_wait.event AND s.event_key = park_wait.key AND s.name <> park_wait.name), 0)
+   ORDER BY e.id LIMIT 1;
+  SELECT s.wake_at INTO ends FROM pgdrain.workflow_steps s WHERE s.job_id = park_wait.job_id AND s.name = park_wait.name AND s.status = 'waiting';
+  ends := coalesce(ends, park_wait.until);
+  IF found_id IS NOT NULL OR ends <= now() THEN
+    answer := CASE WHEN found_id IS NOT NULL THEN coalesce(found_payload, 'null'::jsonb) ELSE 'null'::jsonb END;
+    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, result, started_at, finished_at, event, event_key, event_id)
+    VALUES (park_wait.job_id, park_wait.name, park_wait.step_position, 'completed', 1, answer, park_wait.started_at, now(), park_wait.event, park_wait.key, found_id)
+    ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
+      SET status = 'completed', result = excluded.result, finished_at = now(), wake_at = NULL, event = excluded.event, event_key = excluded.event_key, event_id = excluded.event_id;
+    outcome := 'done';
+    RETURN;
+  END IF;
+  INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at, event, event_key)
+  VALUES (park_wait.job_id, park_wait.name, park_wait.step_position, 'waiting', 1, park_wait.started_at, ends, park_wait.event, park_wait.key)
+  ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
+    SET status = 'waiting', result = NULL, finished_at = NULL, wake_at = ends, event = excluded.event, event_key = excluded.event_key, event_id = NULL;
+  UPDATE pgdrain.jobs j SET status = 'waiting', waiting_for = NULL, locked_at = NULL, locked_by = NULL, locked_until = NULL,
+         attempts = greatest(j.attempts - 1, 0)
+   WHERE j.id = park_wait.job_id;
+  outcome := 'parked';
+  until_at := ends;
+END
+$park_wait$;
+--> statement-breakpoint
 -- Sends an event: stored (kept for the retention window) and, in the same transaction, every run
 -- waiting for this event and key is answered with its payload and made pending. Call it inside the
 -- transaction that makes the event true: a rollback sends nothing and wakes nothing. Returns the

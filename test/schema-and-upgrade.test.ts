@@ -66,6 +66,9 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.claim_ids(bigint[],integer,text[],text,integer)',
     'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer,text)',
     'pgdrain.maintain_history(integer)',
+    'pgdrain.park_sleep(bigint,text,text,integer,timestamp with time zone,timestamp with time zone)',
+    'pgdrain.park_wait(bigint,text,text,integer,timestamp with time zone,text,text,timestamp with time zone)',
+    'pgdrain.record_step(bigint,text,text,integer,text,integer,jsonb,text,timestamp with time zone,boolean)',
     'pgdrain.send_event(text,text,jsonb)',
     'pgdrain.wake_workflows(integer)',
   ]);

@@ -2,9 +2,11 @@
 // record, the parks (a sleep, a wait for an event, a child), the wake-up of what is due, and events.
 //
 // Every write a run makes is fenced like a settlement (fence.ts): it happens only while the job is
-// still running under the lock token of the claim that started this attempt (`held` below, which
-// locks the row so the reaper cannot take it back mid-statement). A statement that finds the job
-// not held says why — its lease was lost, or someone asked to cancel it — and writes nothing.
+// still running under the lock token of the claim that started this attempt. A statement that
+// finds the job not held says why — its lease was lost, or someone asked to cancel it — and writes
+// nothing. The hot ones are SQL functions (pgdrain.record_step(), park_sleep(), park_wait(),
+// drizzle/0011_workflows.sql), planned once per connection: a step's statement planned afresh
+// each time cost more than running it.
 //
 // A park ends the attempt without spending one: the job leaves `running` for `waiting` (its lock
 // cleared, its attempt refunded) and the step row says until when or for what. What wakes it:
@@ -49,25 +51,17 @@ export interface StoredStep {
 /** How long an event is kept by default for waits that begin after it was sent. */
 export const DEFAULT_EVENT_RETENTION_SECONDS = 86_400;
 
-/** `lock`: UPDATE for a park (it changes the row), SHARE for a record that must commit before the
- * reaper can take the job back (a transactional step's, whose writes commit with it), none for a
- * plain step's record (its effect happened whoever holds the job now: recording it only spares a
- * rerun). */
-const RUNNING_HELD = (run: HeldRun, lock: 'UPDATE' | 'SHARE' | null) =>
+/** The run's job, locked, while it is still running under the attempt's token and nobody asked to cancel it. */
+const RUNNING_HELD = (run: HeldRun) =>
   sql`held AS MATERIALIZED (SELECT id, created_at FROM ${jobs}
         WHERE id = ${run.jobId}::bigint AND locked_by = ${run.lockedBy} AND status = 'running' AND cancel_requested_at IS NULL
-        ${lock ? sql.raw(`FOR ${lock}`) : sql``})`;
+        FOR UPDATE)`;
 
 /** Why `held` came back empty (evaluated only then). */
 const WHY_NOT_HELD = (run: HeldRun) =>
   sql`(SELECT CASE WHEN locked_by = ${run.lockedBy} AND cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'lost' END
          FROM ${jobs} WHERE id = ${run.jobId}::bigint AND NOT EXISTS (SELECT 1 FROM held))`;
 
-/** The job leaves `running` for `waiting`, its attempt refunded (a park is not a failure). */
-const PARK = (waitingFor: SQL) =>
-  sql`UPDATE ${jobs} j SET status = 'waiting', waiting_for = ${waitingFor}, locked_at = NULL, locked_by = NULL, locked_until = NULL,
-             attempts = greatest(j.attempts - 1, 0)
-        FROM held WHERE j.id = held.id`;
 
 interface FencedRow {
   not_held: NotHeld | null;
@@ -75,16 +69,26 @@ interface FencedRow {
 
 const notHeld = (row: FencedRow | undefined): NotHeld => row?.not_held ?? 'lost';
 
-/** Every step the run has reached, in the order it first reached them. */
+/** Every step the run has reached, in the order it first reached them; for step.invoke's steps,
+ * their child's end (a second read, only when the run has any: the history view costs planning). */
 export async function loadSteps(db: Db, jobId: string): Promise<StoredStep[]> {
   const rows = await rowsOf<Record<string, unknown>>(
     db,
-    sql`SELECT s.name, s.position, s.status, s.attempts, s.result, s.error, s.started_at, s.finished_at, s.wake_at, s.event, s.event_key,
-               s.event_id::text AS event_id, s.child_id::text AS child_id, c.status AS child_status, c.result AS child_result, c.last_error AS child_error
-          FROM ${workflowSteps} s LEFT JOIN LATERAL (
-            SELECT status, result, last_error FROM ${jobsAndHistory} h WHERE s.child_id IS NOT NULL AND h.id = s.child_id LIMIT 1) c ON true
-         WHERE s.job_id = ${jobId}::bigint ORDER BY s.position`,
+    sql`SELECT name, position, status, attempts, result, error, started_at, finished_at, wake_at, event, event_key, event_id::text AS event_id, child_id::text AS child_id
+          FROM ${workflowSteps} WHERE job_id = ${jobId}::bigint ORDER BY position`,
   );
+  const childIds = rows.map((r) => r.child_id).filter((id): id is string => typeof id === 'string');
+  if (childIds.length > 0) {
+    const children = await rowsOf<{ id: string; status: string; result: unknown; last_error: string | null }>(
+      db,
+      sql`SELECT id::text AS id, status, result, last_error FROM ${jobsAndHistory} WHERE id = ANY(${sql.param(childIds)}::bigint[])`,
+    );
+    const byId = new Map(children.map((c) => [String(c.id), c]));
+    for (const r of rows) {
+      const child = typeof r.child_id === 'string' ? byId.get(r.child_id) : undefined;
+      if (child) Object.assign(r, { child_status: child.status, child_result: child.result, child_error: child.last_error });
+    }
+  }
   return rows.map(stepFromRow);
 }
 
@@ -117,32 +121,25 @@ export interface StepRecord extends HeldRun {
   priorAttempts: number;
 }
 
-/** The step completed: its result stored (JSON text, or null for undefined). Fenced; `transactional`:
- * in the step's own transaction, the job's row share-locked until it commits (the reaper cannot take
- * it back between the fence and the commit, so nobody runs the step again meanwhile). */
+/** The step completed: its result stored (JSON text, or null for undefined). Fenced (pgdrain.record_step());
+ * `transactional`: in the step's own transaction, the job's row share-locked until it commits (the
+ * reaper cannot take it back between the fence and the commit, so nobody runs the step again meanwhile). */
 export async function recordStepCompleted(db: Db, step: StepRecord, resultJson: string | null, { transactional = false } = {}): Promise<NotHeld | null> {
-  const [row] = await rowsOf<FencedRow & { written: number }>(
-    db,
-    sql`WITH ${RUNNING_HELD(step, transactional ? 'SHARE' : null)},
-        written AS (
-          INSERT INTO ${workflowSteps} (job_id, name, position, status, attempts, result, error, started_at, finished_at)
-          SELECT id, ${step.name}, ${step.position}::int, 'completed', ${step.priorAttempts + 1}::int, ${resultJson}::jsonb, NULL, ${step.startedAt.toISOString()}::timestamptz, now() FROM held
-          ON CONFLICT (job_id, name) DO UPDATE SET status = 'completed', attempts = excluded.attempts, result = excluded.result, error = NULL,
-            started_at = excluded.started_at, finished_at = now(), wake_at = NULL
-          RETURNING 1)
-        SELECT (SELECT count(*) FROM written)::int AS written, ${WHY_NOT_HELD(step)} AS not_held`,
-  );
-  return row && row.written > 0 ? null : notHeld(row);
+  return recordStep(db, step, 'completed', resultJson, null, transactional);
 }
 
 /** The step threw: its error and attempts stored (it runs again at the job's next attempt). Fenced. */
 export async function recordStepFailed(db: Db, step: StepRecord, error: string): Promise<void> {
-  await db.execute(
-    sql`WITH ${RUNNING_HELD(step, null)}
-        INSERT INTO ${workflowSteps} (job_id, name, position, status, attempts, error, started_at, finished_at)
-        SELECT id, ${step.name}, ${step.position}::int, 'failed', ${step.priorAttempts + 1}::int, ${error}, ${step.startedAt.toISOString()}::timestamptz, now() FROM held
-        ON CONFLICT (job_id, name) DO UPDATE SET status = 'failed', attempts = excluded.attempts, error = excluded.error, finished_at = now()`,
+  await recordStep(db, step, 'failed', null, error, false);
+}
+
+async function recordStep(db: Db, step: StepRecord, status: 'completed' | 'failed', resultJson: string | null, error: string | null, shareLock: boolean): Promise<NotHeld | null> {
+  const [row] = await rowsOf<{ outcome: 'written' | NotHeld }>(
+    db,
+    sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.record_step(${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int, ${status},
+          ${step.priorAttempts + 1}::int, ${resultJson}::jsonb, ${error}, ${step.startedAt.toISOString()}::timestamptz, ${shareLock}) AS outcome`,
   );
+  return row?.outcome === 'written' ? null : (row?.outcome ?? 'lost');
 }
 
 /** What a park did: `parked` (the job waits now), `done` (nothing to wait for: the step completed,
@@ -151,26 +148,16 @@ export type ParkOutcome = { outcome: 'parked'; wakeAt: Date | null } | { outcome
 
 /**
  * step.sleep: parks the run until `until` (kept from a first park: a sleep's end does not move when
- * the run is re-entered), or, when that time has come, completes the step. Fenced.
+ * the run is re-entered), or, when that time has come, completes the step. Fenced
+ * (pgdrain.park_sleep()).
  */
 export async function parkSleep(db: Db, step: StepRecord, until: Date): Promise<ParkOutcome> {
-  const [row] = await rowsOf<FencedRow & { status: StepStatus | null; wake_at: Date | string | null }>(
+  const [row] = await rowsOf<ParkRow>(
     db,
-    sql`WITH ${RUNNING_HELD(step, 'UPDATE')},
-        ends AS (SELECT coalesce((SELECT wake_at FROM ${workflowSteps} WHERE job_id = ${step.jobId}::bigint AND name = ${step.name} AND status = 'sleeping'),
-                                 ${until.toISOString()}::timestamptz) AS at),
-        written AS (
-          INSERT INTO ${workflowSteps} (job_id, name, position, status, attempts, started_at, finished_at, wake_at)
-          SELECT held.id, ${step.name}, ${step.position}::int, CASE WHEN ends.at <= now() THEN 'completed' ELSE 'sleeping' END, 1,
-                 ${step.startedAt.toISOString()}::timestamptz, CASE WHEN ends.at <= now() THEN now() END, CASE WHEN ends.at > now() THEN ends.at END
-            FROM held, ends
-          ON CONFLICT (job_id, name) DO UPDATE SET status = excluded.status, finished_at = excluded.finished_at, wake_at = excluded.wake_at
-          RETURNING status, wake_at),
-        parked AS (${PARK(sql`NULL`)} AND EXISTS (SELECT 1 FROM written WHERE status = 'sleeping') RETURNING 1)
-        SELECT (SELECT status FROM written) AS status, (SELECT wake_at FROM written) AS wake_at, (SELECT count(*) FROM parked) AS parked,
-               ${WHY_NOT_HELD(step)} AS not_held`,
+    sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_sleep(${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int,
+          ${step.startedAt.toISOString()}::timestamptz, ${until.toISOString()}::timestamptz)`,
   );
-  return parkOutcome(row, null);
+  return parkOutcome(row);
 }
 
 export interface EventWait extends StepRecord {
@@ -184,47 +171,29 @@ export interface EventWait extends StepRecord {
  * step.waitForEvent: the first event of this name and key sent since the run was enqueued that no
  * earlier wait of the run took answers it at once; none: the run parks until one is sent (or its
  * timeout, when the step completes with null). Under the event's lock (pgdrain.send_event() takes
- * it too), so an event sent meanwhile is either seen here or sees the park. Fenced.
+ * it too), so an event sent meanwhile is either seen here or sees the park. Fenced
+ * (pgdrain.park_wait()).
  */
-export function waitForEvent(db: Db, wait: EventWait): Promise<ParkOutcome> {
-  return db.transaction(async (tx) => {
-    await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`pgdrain.event:${wait.event}:${wait.key}`}, 0))`);
-    const [row] = await rowsOf<FencedRow & { status: StepStatus | null; wake_at: Date | string | null; result: unknown }>(
-      tx,
-      sql`WITH ${RUNNING_HELD(wait, 'UPDATE')},
-          found AS (
-            SELECT e.id, e.payload FROM ${workflowEvents} e, held
-             WHERE e.event = ${wait.event} AND e.event_key = ${wait.key} AND e.sent_at >= held.created_at
-               AND e.id > coalesce((SELECT max(s.event_id) FROM ${workflowSteps} s
-                                     WHERE s.job_id = held.id AND s.event = ${wait.event} AND s.event_key = ${wait.key} AND s.name <> ${wait.name}), 0)
-             ORDER BY e.id LIMIT 1),
-          ends AS (SELECT coalesce((SELECT wake_at FROM ${workflowSteps} WHERE job_id = ${wait.jobId}::bigint AND name = ${wait.name} AND status = 'waiting'),
-                                   ${wait.until?.toISOString() ?? null}::timestamptz) AS at),
-          answer AS (
-            SELECT held.id AS job_id, found.id AS event_id, found.payload,
-                   CASE WHEN found.id IS NOT NULL OR ends.at <= now() THEN 'completed' ELSE 'waiting' END AS status, ends.at
-              FROM held CROSS JOIN ends LEFT JOIN found ON true),
-          written AS (
-            INSERT INTO ${workflowSteps} (job_id, name, position, status, attempts, result, started_at, finished_at, wake_at, event, event_key, event_id)
-            SELECT job_id, ${wait.name}, ${wait.position}::int, status, 1, CASE WHEN status = 'completed' THEN coalesce(payload, 'null'::jsonb) END,
-                   ${wait.startedAt.toISOString()}::timestamptz, CASE WHEN status = 'completed' THEN now() END, CASE WHEN status = 'waiting' THEN at END,
-                   ${wait.event}, ${wait.key}, event_id
-              FROM answer
-            ON CONFLICT (job_id, name) DO UPDATE SET status = excluded.status, result = excluded.result, finished_at = excluded.finished_at,
-              wake_at = excluded.wake_at, event = excluded.event, event_key = excluded.event_key, event_id = excluded.event_id
-            RETURNING status, wake_at, result),
-          parked AS (${PARK(sql`NULL`)} AND EXISTS (SELECT 1 FROM written WHERE status = 'waiting') RETURNING 1)
-          SELECT (SELECT status FROM written) AS status, (SELECT wake_at FROM written) AS wake_at, (SELECT result FROM written) AS result,
-                 (SELECT count(*) FROM parked) AS parked, ${WHY_NOT_HELD(wait)} AS not_held`,
-    );
-    return parkOutcome(row, row?.result ?? null);
-  });
+export async function waitForEvent(db: Db, wait: EventWait): Promise<ParkOutcome> {
+  const [row] = await rowsOf<ParkRow>(
+    db,
+    sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_wait(${wait.jobId}::bigint, ${wait.lockedBy}, ${wait.name}, ${wait.position}::int,
+          ${wait.startedAt.toISOString()}::timestamptz, ${wait.event}, ${wait.key}, ${wait.until?.toISOString() ?? null}::timestamptz)`,
+  );
+  return parkOutcome(row);
 }
 
-function parkOutcome(row: (FencedRow & { status: StepStatus | null; wake_at: Date | string | null }) | undefined, result: unknown): ParkOutcome {
-  if (!row || row.status === null) return { outcome: notHeld(row) };
-  if (row.status === 'completed') return { outcome: 'done', result: typeof result === 'string' ? (JSON.parse(result) as unknown) : result };
-  return { outcome: 'parked', wakeAt: row.wake_at == null ? null : new Date(row.wake_at) };
+interface ParkRow {
+  outcome: 'parked' | 'done' | NotHeld;
+  until_at: Date | string | null;
+  answer?: unknown;
+}
+
+function parkOutcome(row: ParkRow | undefined): ParkOutcome {
+  if (!row) return { outcome: 'lost' };
+  if (row.outcome === 'lost' || row.outcome === 'cancelled') return { outcome: row.outcome };
+  if (row.outcome === 'done') return { outcome: 'done', result: typeof row.answer === 'string' ? (JSON.parse(row.answer) as unknown) : (row.answer ?? null) };
+  return { outcome: 'parked', wakeAt: row.until_at == null ? null : new Date(row.until_at) };
 }
 
 /**
@@ -236,7 +205,7 @@ function parkOutcome(row: (FencedRow & { status: StepStatus | null; wake_at: Dat
 export async function parkOnChild(tx: Db, step: StepRecord, childId: string): Promise<ParkOutcome> {
   const [row] = await rowsOf<FencedRow & { status: StepStatus | null }>(
     tx,
-    sql`WITH ${RUNNING_HELD(step, 'UPDATE')},
+    sql`WITH ${RUNNING_HELD(step)},
         child AS (SELECT id, status FROM ${jobs} WHERE id = ${childId}::bigint AND EXISTS (SELECT 1 FROM held) FOR UPDATE),
         marked AS (UPDATE ${jobs} c SET has_dependents = true FROM child WHERE c.id = child.id RETURNING 1),
         linked AS (INSERT INTO ${jobDependencies} (depends_on, job_id) SELECT ${childId}::bigint, id FROM held ON CONFLICT DO NOTHING RETURNING 1),
@@ -245,7 +214,11 @@ export async function parkOnChild(tx: Db, step: StepRecord, childId: string): Pr
           SELECT id, ${step.name}, ${step.position}::int, 'waiting', 1, ${step.startedAt.toISOString()}::timestamptz, ${childId}::bigint FROM held
           ON CONFLICT (job_id, name) DO UPDATE SET status = 'waiting', child_id = excluded.child_id, finished_at = NULL, wake_at = NULL
           RETURNING status),
-        parked AS (${PARK(sql`1`)} AND EXISTS (SELECT 1 FROM child WHERE status IN ('pending', 'running', 'waiting')) RETURNING 1)
+        -- The parent leaves running for waiting (on one job), its attempt refunded, while its child may still end.
+        parked AS (
+          UPDATE ${jobs} j SET status = 'waiting', waiting_for = 1, locked_at = NULL, locked_by = NULL, locked_until = NULL, attempts = greatest(j.attempts - 1, 0)
+            FROM held WHERE j.id = held.id AND EXISTS (SELECT 1 FROM child WHERE status IN ('pending', 'running', 'waiting'))
+          RETURNING 1)
         SELECT (SELECT status FROM written) AS status, (SELECT count(*) FROM parked) AS parked, (SELECT count(*) FROM marked) + (SELECT count(*) FROM linked) AS linked,
                ${WHY_NOT_HELD(step)} AS not_held`,
   );

@@ -1,7 +1,7 @@
 // Flow control page: priorities, a schedule, limits across drainers (run by test/readme-examples.test.ts).
 import { z } from 'zod';
-// In your app: import { defineJob, defineSchedule, enqueue, type Db } from 'pgdrain';
-import { type Db, defineJob, defineSchedule, enqueue } from '../src/entry/index.ts';
+// In your app: import { defineJob, defineSchedule, enqueue, removeGroupLimits, setGroupLimits, type Db } from 'pgdrain';
+import { type Db, defineJob, defineSchedule, enqueue, removeGroupLimits, setGroupLimits } from '../src/entry/index.ts';
 
 const schema = z.record(z.string(), z.unknown());
 const handler = async () => {};
@@ -37,4 +37,12 @@ export const syncLedger = defineJob({
 });
 export async function ledgerEntry(tx: Db, customerId: number, entry: string) {
   await enqueue(tx, syncLedger, { entry }, { groupKey: `customer-${customerId}` });
+}
+
+/** A tenant's own limits, from your data: 10 of its ledger jobs at once and 20 a second. */
+export async function upgradeCustomer(db: Db, customerId: number) {
+  await setGroupLimits(db, { kind: 'sync_ledger', groupKey: `customer-${customerId}`, concurrency: 10, rateLimit: { limit: 20, periodSeconds: 1 } });
+}
+export async function downgradeCustomer(db: Db, customerId: number) {
+  await removeGroupLimits(db, { kind: 'sync_ledger', groupKey: `customer-${customerId}` });   // back to the kind's
 }

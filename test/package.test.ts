@@ -269,6 +269,28 @@ describe('the npm package, installed into a project of its own', () => {
     expect(stats.stdout.split('\n')[0]).toMatch(/^KIND\s+READY\s+DELAYED\s+RUNNING\s+DEAD\s+WAITING\s+PAUSED\s+OLDEST READY$/);
     expect(stats.stdout).toMatch(/^send_receipt\s+2\s+0\s+0\s+0\s+0\s+no\s+\d+ s$/m);
     expect(JSON.parse((await pgdrain('stats', '--json')).stdout)).toMatchObject({ kinds: { report: { delayed: 1, paused: false }, webhook: { dead: 1 } }, schedules: [] });
+    // A group key with limits of its own is listed under the kinds.
+    await t.query(`SELECT pgdrain.set_group_limits('send_receipt', 'tenant:acme', concurrency => 4, rate_limit => 10, rate_period_seconds => 60)`);
+    expect((await pgdrain('stats')).stdout).toMatch(/^send_receipt\s+tenant:acme\s+4\s+10 per 60 s$/m);
+    expect(JSON.parse((await pgdrain('stats', '--json')).stdout).groupLimits).toEqual({
+      send_receipt: { count: 1, keys: [{ groupKey: 'tenant:acme', concurrency: 4, rateLimit: { limit: 10, periodSeconds: 60 } }] },
+    });
+    // send-event prints the event's id; a bad one is a usage error, nothing stored.
+    expect(await pgdrain('send-event', 'email.verified', 'user:42', '{"at":"now"}')).toMatchObject({ code: 0, stdout: expect.stringMatching(/^\d+\n$/) });
+    expect(await pgdrain('send-event', 'bad name!', 'user:42')).toMatchObject({ code: 2, stderr: expect.stringMatching(/event: use 1-100 letters/) });
+    expect(await t.query(`SELECT event, event_key, payload FROM pgdrain.events`)).toEqual([{ event: 'email.verified', event_key: 'user:42', payload: { at: 'now' } }]);
+    // job: a workflow's steps as a timeline after its fields, and in --json.
+    const [flow] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status) VALUES ('onboarding', '{}', 'waiting') RETURNING id::text`);
+    await t.query(
+      `INSERT INTO pgdrain.workflow_steps (job_id, name, position, status, attempts, result, started_at, finished_at, wake_at, event, event_key)
+       VALUES ($1, 'create-account', 0, 'completed', 1, '{"accountId": 7}', now(), now(), NULL, NULL, NULL),
+              ($1, 'verified', 1, 'waiting', 1, NULL, now(), NULL, NULL, 'email.verified', 'user:42')`,
+      [flow!.id],
+    );
+    const shown = (await pgdrain('job', flow!.id)).stdout;
+    expect(shown).toMatch(/^create-account\s+completed\s+1\s+.*\{"accountId":7\}$/m);
+    expect(shown).toMatch(/^verified\s+waiting\s+1\s+.*event email\.verified \(user:42\)$/m);
+    expect(JSON.parse((await pgdrain('job', flow!.id, '--json')).stdout).steps.map((step: { name: string }) => step.name)).toEqual(['create-account', 'verified']);
     const jobs = await pgdrain('jobs');
     expect(jobs.stdout.split('\n').filter(Boolean).every((line) => line.length <= 80)).toBe(true);
     expect(jobs.stdout).toMatch(new RegExp(`^\\s*${dead!.id}\\s+webhook\\s+dead\\s+8/8\\s+\\S+ \\S+\\s+HTTP 500 from .*…$`, 'm'));

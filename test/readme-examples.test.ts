@@ -102,6 +102,13 @@ it('flow control: a priority above the kind default, a key for per-customer orde
     { kind: 'sync_ledger', priority: 0, group_key: 'customer-42' },
   ]);
   expect(() => checkSchedules(new JobRegistry([sendInvoice, syncLedger, report]), [nightlyReport])).not.toThrow();
+  const { upgradeCustomer, downgradeCustomer } = await import('../examples/flow-control.ts');
+  await upgradeCustomer(t.db, 42);
+  expect(await t.query(`SELECT kind, group_key, concurrency, rate_limit, rate_period_seconds FROM pgdrain.group_limits`)).toEqual([
+    { kind: 'sync_ledger', group_key: 'customer-42', concurrency: 10, rate_limit: 20, rate_period_seconds: 1 },
+  ]);
+  await downgradeCustomer(t.db, 42);
+  expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits`)).toEqual([{ n: 0 }]);
 });
 
 it('the typed client, against a sidecar', async () => {

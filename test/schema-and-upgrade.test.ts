@@ -70,6 +70,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.park_wait(bigint,text,text,integer,timestamp with time zone,text,text,timestamp with time zone)',
     'pgdrain.record_step(bigint,text,text,integer,text,integer,jsonb,text,timestamp with time zone,boolean)',
     'pgdrain.send_event(text,text,jsonb)',
+    'pgdrain.set_group_limits(text,text,integer,integer,double precision)',
     'pgdrain.wake_workflows(integer)',
   ]);
   // Applying the migrations again changes nothing.

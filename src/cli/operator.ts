@@ -18,7 +18,7 @@ import { prepareEnqueue } from '../jobs/enqueue.ts';
 import { createDefaultRegistry } from '../jobs/index.ts';
 import { JOB_FLAGS, jobFlagOptions, jobOptionsFromFlags } from './job-flags.ts';
 import {
-  type Db, cancel, deleteDeadJobs, deleteJob, getJob, isJobId, listJobs, listScheduleStates, loadSteps, pauseKind, resumeKind, retryDead,
+  type Db, cancel, deleteDeadJobs, deleteJob, getJob, isJobId, listGroupLimits, listJobs, listScheduleStates, loadSteps, pauseKind, resumeKind, retryDead,
   retryDeadJobs, stats,
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
@@ -206,11 +206,13 @@ async function confirmed(io: Io, values: Values, question: string): Promise<void
 // --- commands --------------------------------------------------------------------------------------
 
 async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<void> {
-  const [queue, schedules] = await Promise.all([stats(db), listScheduleStates(db)]);
+  const [queue, schedules, groupLimits] = await Promise.all([stats(db), listScheduleStates(db), listGroupLimits(db, undefined, 20)]);
   const scheduleRows = [...schedules.values()].sort((a, b) => (a.name < b.name ? -1 : 1));
+  const limitRows = Object.entries(groupLimits).flatMap(([kind, { keys }]) => keys.map((k) => ({ kind, ...k })));
   if (values.json) {
     const states = scheduleRows.map((s) => ({ name: s.name, lastEnqueuedAt: s.lastEnqueuedSlot?.toISOString() ?? null, skipped: s.skipped }));
-    return io.out(JSON.stringify({ ...queue, schedules: states }));
+    const limits = Object.fromEntries(Object.entries(groupLimits).map(([kind, { count, keys }]) => [kind, { count, keys: keys.map(({ updatedAt: _, ...k }) => k) }]));
+    return io.out(JSON.stringify({ ...queue, schedules: states, groupLimits: limits }));
   }
   const kinds = Object.entries(queue.kinds).sort(([a], [b]) => (a < b ? -1 : 1));
   if (kinds.length === 0) io.out('The queue is empty.');
@@ -233,6 +235,17 @@ async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<v
       { title: 'last enqueued', value: (s) => (s.lastEnqueuedSlot ? formatDate(s.lastEnqueuedSlot) : 'never') },
       { title: 'skipped', value: (s) => s.skipped, right: true },
     ]));
+  }
+  if (limitRows.length > 0) {
+    io.out('');
+    io.out(table(limitRows, [
+      { title: 'kind', value: (r) => r.kind },
+      { title: 'group key with its own limits', value: (r) => r.groupKey, flexible: true },
+      { title: 'at once', value: (r) => r.concurrency ?? '–', right: true },
+      { title: 'rate', value: (r) => (r.rateLimit ? `${r.rateLimit.limit} per ${r.rateLimit.periodSeconds} s` : '–') },
+    ]));
+    const more = Object.entries(groupLimits).filter(([, g]) => g.count > g.keys.length).map(([kind, g]) => `${kind}: ${g.count - g.keys.length} more`);
+    if (more.length > 0) io.out(`(${more.join('; ')}: GET /stats or pgdrain stats --json)`);
   }
 }
 

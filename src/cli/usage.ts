@@ -23,7 +23,7 @@ export type OperatorCommand = keyof typeof OPERATOR_USAGE;
 export const isOperatorCommand = (name: string | undefined): name is OperatorCommand => name !== undefined && Object.hasOwn(OPERATOR_USAGE, name);
 
 const SUMMARY: Record<OperatorCommand, string> = {
-  stats: 'Per kind: ready, delayed, running, dead, waiting, paused, oldest ready; and each schedule\'s last enqueued slot.',
+  stats: 'Per kind: ready, delayed, running, dead, waiting, paused, oldest ready; each schedule\'s last enqueued slot; and the group keys with limits of their own.',
   jobs: `Jobs, newest first (default 50, at most ${MAX_LISTED}); --json prints one JSON object per line. Statuses: ${JOB_STATUSES.join(', ')}.`,
   job: 'One job, every field; a workflow\'s steps as a timeline (name, status, attempts, started, finished, result or error).',
   enqueue: 'Enqueues a job (payload default {}) and prints its id. Options as for enqueue() (--after takes ids separated by commas). The built-in kinds\' payloads are checked now; any other kind\'s when it runs, as for pgdrain.enqueue() in SQL.',

@@ -7,13 +7,13 @@
 //   const queue = createClient({ baseUrl: 'https://queue.example.com', token: process.env.PGDRAIN_TOKEN });
 //   const { id } = await queue.enqueue({ kind: 'send_receipt', payload: { orderId: 17 } });
 import type {
-  ApiErrorBody, BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, EventInput, EventSent, GoneJob, Health, Job, JobInput, JobPage, KindPaused,
-  ListQuery, QueueStats, ScheduleList, Throughput, ThroughputQuery, WorkflowStep,
+  ApiErrorBody, BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, EventInput, EventSent, GoneJob, GroupLimitsAnswer, GroupLimitsInput,
+  GroupLimitsRemoved, Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats, ScheduleList, Throughput, ThroughputQuery, WorkflowStep,
 } from '../http/contract.ts';
 
 export type {
-  BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, EventInput, EventSent, GoneJob, Health, Job, JobInput, JobPage, KindPaused, ListQuery,
-  QueueStats, ScheduleList, Throughput, ThroughputQuery, WorkflowStep,
+  BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, EventInput, EventSent, GoneJob, GroupLimitsAnswer, GroupLimitsInput, GroupLimitsRemoved,
+  Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats, ScheduleList, Throughput, ThroughputQuery, WorkflowStep,
 };
 
 /** The longest one request waits (GET /jobs/:id?waitSeconds); waitFor() asks again for longer waits. */
@@ -129,6 +129,12 @@ export function createClient(options: ClientOptions) {
     pauseKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/pause`),
     /** POST /kinds/:kind/resume */
     resumeKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/resume`),
+    /** PUT /kinds/:kind/groups/:key/limits: the key's own concurrency and/or rate, instead of its kind's. */
+    setGroupLimits: (kind: string, groupKey: string, limits: GroupLimitsInput) =>
+      call<GroupLimitsAnswer>('PUT', `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`, { body: limits }),
+    /** DELETE /kinds/:kind/groups/:key/limits: the key goes back to its kind's limits. */
+    removeGroupLimits: (kind: string, groupKey: string) =>
+      call<GroupLimitsRemoved>('DELETE', `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`),
     /** GET /healthz (no token needed); a 503 throws with code `database_unavailable`. */
     health: () => call<Health>('GET', '/healthz'),
   };

@@ -14,7 +14,7 @@
 //   job_history --its day's keeps all over--> its partition dropped (the housekeeping round)
 //   dead --retry--> pending; dead --delete--> deleted
 import { sql } from 'drizzle-orm';
-import { bigint, boolean, check, customType, index, integer, jsonb, pgSchema, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
+import { bigint, boolean, check, customType, doublePrecision, index, integer, jsonb, pgSchema, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
 
 import { JOB_DEFAULTS, JOB_STATUSES, MAX_GROUP_KEY_LENGTH, PGDRAIN_SCHEMA } from './constants.ts';
 
@@ -292,4 +292,28 @@ export const workflowEvents = pgdrainSchema.table(
     sentAt: timestamptz('sent_at').notNull().defaultNow(),
   },
   (t) => [index('events_lookup').on(t.event, t.eventKey, t.id), index('events_sent').on(t.sentAt)],
+);
+
+// Limits per group key, from data (setGroupLimits, pgdrain.set_group_limits, PUT
+// /kinds/:kind/groups/:key/limits): a row overrides, for that key of that kind, the kind's
+// groupConcurrency (concurrency) and its per-group rate limit (rate_limit per rate_period_seconds)
+// — a paying tenant 10 at once, a free one 1. The limited claim (queries/claim-limited.ts) reads
+// the rows of its candidate keys in its one statement: a change takes effect at the next claim of
+// every drainer.
+export const groupLimits = pgdrainSchema.table(
+  'group_limits',
+  {
+    kind: text('kind').notNull(),
+    groupKey: text('group_key').notNull(),
+    concurrency: integer('concurrency'),
+    rateLimit: integer('rate_limit'),
+    ratePeriodSeconds: doublePrecision('rate_period_seconds'),
+    updatedAt: timestamptz('updated_at').notNull().defaultNow(),
+  },
+  (t) => [
+    primaryKey({ name: 'group_limits_pkey', columns: [t.kind, t.groupKey] }),
+    check('group_limits_concurrency_valid', sql`concurrency IS NULL OR concurrency >= 1`),
+    check('group_limits_rate_valid', sql`(rate_limit IS NULL) = (rate_period_seconds IS NULL) AND (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period_seconds > 0 AND rate_period_seconds <= 86400))`),
+    check('group_limits_something', sql`concurrency IS NOT NULL OR rate_limit IS NOT NULL`),
+  ],
 );

@@ -33,6 +33,9 @@ export {
   type Workflow, type WorkflowDefinition, type WorkflowStep, type StepContext, type StepOptions, type WaitForEventOptions, type WorkflowEvent,
 } from '../workflows/index.ts';
 
+// Limits per group key, from data (a tenant's own concurrency and rate).
+export { setGroupLimits, removeGroupLimits, type GroupLimits } from '../jobs/group-limits.ts';
+
 // Inspect and repair.
 export {
   getJob, listJobs, stats, retryDead, deleteJob, countsByMinute, countTotals,
@@ -44,7 +47,7 @@ export {
 // The database: migrations and the Drizzle tables (for your own queries and drizzle-kit).
 export { migrateDatabase as migrate } from '../db/migrate.ts';
 export {
-  jobs, jobCounts, jobTotals, pausedKinds, schedules, jobDependencies, finishedJobs, workflowSteps, workflowEvents, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, FINAL_STATUSES,
+  jobs, jobCounts, jobTotals, pausedKinds, schedules, jobDependencies, finishedJobs, workflowSteps, workflowEvents, groupLimits, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, FINAL_STATUSES,
   type JobRow, type JobStatus,
 } from '../db/schema.ts';
 export { NOTIFY_CHANNEL } from '../queries/index.ts';

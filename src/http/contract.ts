@@ -234,11 +234,50 @@ export const kindStats = z
         rateLimit: z
           .object({ limit: z.int().min(1), periodSeconds: z.number().positive(), perGroup: z.boolean(), startsInWindow: z.int().min(0).meta({ description: 'Starts in the current window, all keys together.' }) })
           .optional(),
+        groupOverrides: z
+          .object({
+            count: z.int().min(0),
+            keys: z.array(z.lazy(() => groupLimitsAnswer.omit({ kind: true }))).meta({ description: 'The first 100, by key.' }),
+          })
+          .optional()
+          .meta({ description: 'Group keys with limits of their own (PUT /kinds/:kind/groups/:key/limits).' }),
       })
       .optional()
       .meta({ description: "The kind's limits across every drainer and how much of them is in use (kinds limited in this drainer's code)." }),
   })
   .meta({ id: 'KindStats' });
+
+const groupRate = z.strictObject({
+  limit: z.int().min(1).max(1_000_000),
+  periodSeconds: z.number().positive().max(86_400),
+});
+
+export const groupLimitsInput = z
+  .strictObject({
+    concurrency: z.int().min(1).max(100_000).optional().meta({ description: "Most jobs of this key running at once (instead of the kind's groupConcurrency)." }),
+    rateLimit: groupRate.optional().meta({ description: "Most starts of this key per rolling window (instead of the kind's per-group rate limit)." }),
+  })
+  .refine((v) => v.concurrency !== undefined || v.rateLimit !== undefined, 'give concurrency, rateLimit or both (DELETE removes the key\'s limits)')
+  .meta({ id: 'GroupLimitsInput' });
+export type GroupLimitsInput = z.input<typeof groupLimitsInput>;
+
+export const groupLimitsAnswer = z
+  .object({
+    kind: z.string(),
+    groupKey: z.string(),
+    concurrency: z.int().nullable(),
+    rateLimit: groupRate.nullable(),
+  })
+  .meta({ id: 'GroupLimits' });
+export type GroupLimitsAnswer = z.output<typeof groupLimitsAnswer>;
+
+export const groupLimitsRemoved = z.object({ kind: z.string(), groupKey: z.string(), removed: z.boolean().meta({ description: 'false: it had none.' }) });
+export type GroupLimitsRemoved = z.output<typeof groupLimitsRemoved>;
+
+export const groupKeyParam = z.strictObject({
+  kind: z.string().meta({ description: 'A job kind.', example: 'sync-account' }),
+  key: z.string().meta({ description: 'A group key (1 to 200 characters).', example: 'tenant:acme' }),
+});
 
 export const queueStats = z
   .object({ kinds: z.record(z.string(), kindStats), oldestReadySeconds: z.number().min(0).nullable() })

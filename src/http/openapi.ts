@@ -150,6 +150,20 @@ export const describe = {
     query: contract.throughputQuery, ok: { 200: ok('Oldest minute first.', contract.throughput) }, errors: [400],
   }),
   schedules: guarded('queue', 'read', 'The recurring schedules this drainer evaluates', { ok: { 200: ok('Each schedule with its next and last slot.', contract.scheduleList) } }),
+  setGroupLimits: guarded('kinds', 'admin', "Give a group key limits of its own", {
+    note:
+      "Overrides, for this key of this kind, the kind's groupConcurrency (concurrency) and its per-group rate limit (rateLimit): a paying tenant 10 at once, a free one 1. " +
+      'Replaces what the key had; in effect at the next claim of every drainer. pgdrain.set_group_limits() in SQL does the same.',
+    path: contract.groupKeyParam,
+    body: { schema: contract.groupLimitsInput, required: true },
+    ok: { 200: ok('Set.', contract.groupLimitsAnswer) },
+    errors: [400, 404, 413, 415],
+  }),
+  removeGroupLimits: guarded('kinds', 'admin', "Give a group key back its kind's limits", {
+    path: contract.groupKeyParam,
+    ok: { 200: ok('Removed (or it had none).', contract.groupLimitsRemoved) },
+    errors: [400, 404],
+  }),
   pauseKind: guarded('queue', 'admin', 'Pause a kind for every drainer', {
     note: 'Enqueueing still works; nothing of the kind is claimed.', path: contract.kindParam, ok: { 200: ok('Paused.', contract.kindPaused) }, errors: [404],
   }),

@@ -15,9 +15,11 @@
 // their key so its order holds (jobs_group_holders, which only grouped jobs enter); for rate
 // limits, the kind's starts in the rolling window (pgdrain.rate_starts, written and pruned here).
 // Candidates are the first ready jobs of the kind in claim order (a window of them); within a key,
-// a job waiting to retry goes first, then claim order.
+// a job waiting to retry goes first, then claim order. A candidate key with a row in
+// pgdrain.group_limits (setGroupLimits) has that row's concurrency instead of the kind's
+// groupConcurrency, and, for a kind limited per group, that row's rate instead of the kind's.
 import { type SQL, sql } from 'drizzle-orm';
-import { jobs, pausedKinds, rateStarts } from '../db/schema.ts';
+import { groupLimits, jobs, pausedKinds, rateStarts } from '../db/schema.ts';
 import { type ClaimedJob, type ClaimOptions, claimUpdate, claimValues, claimedJobs, claimedRowFromDriver } from './claim.ts';
 import { type Db, rowsOf } from './db.ts';
 
@@ -72,7 +74,11 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
   const group = sql`${limits.groupConcurrency ?? null}::int`;
   const rate = limits.rateLimit;
   const perGroup = rate?.perGroup === true;
-  const period = sql`make_interval(secs => ${rate?.periodSeconds ?? 0}::float8)`;
+  const periodSeconds = sql`${rate?.periodSeconds ?? 0}::float8`;
+  const period = sql`make_interval(secs => ${periodSeconds})`;
+  // A key's own rate period (a group_limits row), else the kind's; the longest of them bounds the window read.
+  const keyPeriod = perGroup ? sql`coalesce(o.rate_period_seconds, ${periodSeconds})` : periodSeconds;
+  const longestPeriod = sql`make_interval(secs => greatest(${periodSeconds}, coalesce((SELECT max(rate_period_seconds) FROM ${groupLimits} WHERE kind = ${kind}), 0)))`;
   const update = claimUpdate(db, sql`${jobs.id} IN (SELECT id FROM chosen)`, sql`${v.token}::text`, sql`${v.lease}::int`).getSQL();
   return sql`
     WITH clock AS (SELECT clock_timestamp() AS t),
@@ -84,17 +90,24 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
        ORDER BY priority DESC NULLS LAST, run_at, id
        LIMIT ${candidateWindow(v.limit)}
        FOR UPDATE SKIP LOCKED),
+    overrides AS (
+      SELECT group_key, concurrency, rate_limit, rate_period_seconds FROM ${groupLimits}
+       WHERE kind = ${kind} AND group_key IN (SELECT group_key FROM cand WHERE group_key IS NOT NULL)),
     running AS (SELECT count(*)::int AS n FROM ${jobs} WHERE status = 'running' AND kind = ${kind}),
     holders AS (
       SELECT group_key, count(*) FILTER (WHERE status = 'running')::int AS running, count(*) FILTER (WHERE status = 'pending')::int AS retrying
         FROM ${jobs}
-       WHERE ${group} IS NOT NULL AND kind = ${kind} AND group_key IN (SELECT group_key FROM cand)
+       WHERE (${group} IS NOT NULL OR group_key IN (SELECT group_key FROM overrides WHERE concurrency IS NOT NULL))
+         AND kind = ${kind} AND group_key IN (SELECT group_key FROM cand)
          AND group_key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))
        GROUP BY group_key),
     window_starts AS (
-      SELECT group_key, count(*)::int AS n, min(started_at) AS oldest FROM ${rateStarts}
-       WHERE ${rate ? sql`true` : sql`false`} AND kind = ${kind} AND started_at > (SELECT t FROM clock) - ${period}
-       GROUP BY group_key),
+      SELECT group_key, count(*)::int AS n, min(started_at) AS oldest, period_s
+        FROM (SELECT s.group_key, s.started_at, ${keyPeriod} AS period_s FROM ${rateStarts} s
+                ${perGroup ? sql`LEFT JOIN overrides o ON o.group_key = s.group_key` : sql``}
+               WHERE ${rate ? sql`true` : sql`false`} AND s.kind = ${kind} AND s.started_at > (SELECT t FROM clock) - ${perGroup ? longestPeriod : period}) x
+       WHERE started_at > (SELECT t FROM clock) - make_interval(secs => period_s)
+       GROUP BY group_key, period_s),
     ranked AS (
       SELECT c.id, c.group_key, c.priority, c.run_at,
              row_number() OVER (PARTITION BY c.group_key ORDER BY (c.attempts > 0) DESC, c.priority DESC NULLS LAST, c.run_at, c.id) AS in_group,
@@ -103,10 +116,11 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
     allowed AS (
       SELECT r.id, r.priority, r.run_at FROM ranked r
         LEFT JOIN holders h ON h.group_key = r.group_key
+        LEFT JOIN overrides o ON o.group_key = r.group_key
         LEFT JOIN window_starts w ON ${perGroup ? sql`w.group_key = coalesce(r.group_key, '')` : sql`false`}
-       WHERE (${group} IS NULL OR r.group_key IS NULL
-              OR coalesce(h.running, 0) + coalesce(h.retrying, 0) - r.retrying_here + r.in_group <= ${group})
-         AND ${perGroup ? sql`coalesce(w.n, 0) + r.in_group <= ${rate!.limit}::int` : sql`true`}),
+       WHERE (coalesce(o.concurrency, ${group}) IS NULL OR r.group_key IS NULL
+              OR coalesce(h.running, 0) + coalesce(h.retrying, 0) - r.retrying_here + r.in_group <= coalesce(o.concurrency, ${group}))
+         AND ${perGroup ? sql`coalesce(w.n, 0) + r.in_group <= coalesce(o.rate_limit, ${rate!.limit}::int)` : sql`true`}),
     room AS (
       SELECT least(${size},
                    coalesce(${limits.globalConcurrency ?? null}::int - (SELECT n FROM running), ${size}),
@@ -118,9 +132,9 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
       SELECT ${kind}, ${perGroup ? sql`coalesce(claimed.group_key, '')` : sql`''`}, (SELECT t FROM clock) FROM claimed
        WHERE ${rate ? sql`true` : sql`false`}),
     pruned AS (
-      DELETE FROM ${rateStarts} WHERE ${rate ? sql`true` : sql`false`} AND kind = ${kind} AND started_at <= (SELECT t FROM clock) - ${period})
+      DELETE FROM ${rateStarts} WHERE ${rate ? sql`true` : sql`false`} AND kind = ${kind} AND started_at <= (SELECT t FROM clock) - ${perGroup ? longestPeriod : period})
     SELECT claimed.*, s.pgdrain_candidates, s.pgdrain_next_start_ms
       FROM (SELECT (SELECT count(*) FROM cand)::int AS pgdrain_candidates,
-                   (SELECT extract(epoch FROM min(oldest) + ${period}) * 1000 FROM window_starts)::float8 AS pgdrain_next_start_ms) AS s
+                   (SELECT extract(epoch FROM min(oldest + make_interval(secs => period_s))) * 1000 FROM window_starts)::float8 AS pgdrain_next_start_ms) AS s
       LEFT JOIN claimed ON true`;
 }

@@ -8,7 +8,8 @@ import { z } from 'zod';
 import { drain } from '../../src/drain/index.ts';
 import { JobRegistry, JobValidationError, defineJob } from '../../src/jobs/registry.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
-import { enqueue, enqueueMany } from '../../src/queries/index.ts';
+import { removeGroupLimits, setGroupLimits } from '../../src/jobs/group-limits.ts';
+import { claimLimited, enqueue, enqueueMany } from '../../src/queries/index.ts';
 import type { Harness } from './queue-behaviour.ts';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -42,7 +43,7 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.paused_kinds');
+      await h.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.paused_kinds, pgdrain.group_limits');
     });
     /** `n` drains of `registry` at once, each on connections of its own, like `n` drainers. */
     const drainers = async (n: number, registry: JobRegistry) => {
@@ -158,6 +159,44 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       const other = await enqueue(h.db, { kind: 'mail', payload: { v: 5 }, dedupeKey: 'doc-9', dedupeMode: 'replace' });
       expect(other).toMatchObject({ id: c.id, deduplicated: true });
       expect(await h.query(`SELECT payload FROM pgdrain.jobs WHERE id = $1`, [c.id])).toEqual([{ payload: { v: 4 } }]);
+    });
+
+    it('limits per group key from data: a key with its own concurrency or rate gets it, the others the kind\'s, changed at the next claim', async () => {
+      const kind = 'tenant-job';
+      await enqueueMany(h.db, ['paying', 'free'].flatMap((key) => Array.from({ length: 6 }, () => ({ kind, payload: {}, groupKey: key }))));
+      await setGroupLimits(h.db, { kind, groupKey: 'paying', concurrency: 3 });
+      const byKey = (jobs: { groupKey: string | null }[]) => jobs.reduce<Record<string, number>>((n, j) => ({ ...n, [j.groupKey!]: (n[j.groupKey!] ?? 0) + 1 }), {});
+      const claimed = (token: string) => claimLimited(h.db, { kind, limits: { groupConcurrency: 1 }, batchSize: 20, lockToken: token });
+      expect(byKey((await claimed('t:1')).jobs)).toEqual({ paying: 3, free: 1 });
+      // Raised: the next claim takes two more of it; the other key is still at its kind's 1.
+      await setGroupLimits(h.db, { kind, groupKey: 'paying', concurrency: 5 });
+      expect(byKey((await claimed('t:2')).jobs)).toEqual({ paying: 2 });
+      // Removed: back to the kind's 1, which its 5 running jobs exceed.
+      expect(await removeGroupLimits(h.db, { kind, groupKey: 'paying' })).toBe(true);
+      expect(await removeGroupLimits(h.db, { kind, groupKey: 'paying' })).toBe(false);
+      expect((await claimed('t:3')).jobs).toEqual([]);
+
+      // A key's own rate, for a kind limited per group: 3 starts a minute for it, the kind's 1 for the other.
+      const rated = 'tenant-rated';
+      await enqueueMany(h.db, ['big', 'small'].flatMap((key) => Array.from({ length: 5 }, () => ({ kind: rated, payload: {}, groupKey: key }))));
+      await setGroupLimits(h.db, { kind: rated, groupKey: 'big', rateLimit: { limit: 3, periodSeconds: 60 } });
+      const rate = { rateLimit: { limit: 1, periodSeconds: 60, perGroup: true } };
+      const first = await claimLimited(h.db, { kind: rated, limits: rate, batchSize: 20, lockToken: 'r:1' });
+      expect(byKey(first.jobs)).toEqual({ big: 3, small: 1 });
+      const second = await claimLimited(h.db, { kind: rated, limits: rate, batchSize: 20, lockToken: 'r:2' });
+      expect(second.jobs).toEqual([]);
+      expect(second.nextStartAt!.getTime()).toBeGreaterThan(Date.now() + 50_000);
+
+      // In SQL: the same function, the same bounds; all limits NULL removes the key's.
+      expect(await h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free', concurrency => 2) AS set`)).toEqual([{ set: true }]);
+      expect(await h.query(`SELECT group_key, concurrency FROM pgdrain.group_limits WHERE kind = 'tenant-job'`)).toEqual([{ group_key: 'free', concurrency: 2 }]);
+      expect(await h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free') AS set`)).toEqual([{ set: false }]);
+      await expect(h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free', 0)`)).rejects.toThrow(/concurrency must be a whole number from 1 to 100000/);
+      await expect(h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free', rate_limit => 5)`)).rejects.toThrow(/go together/);
+      await expect(setGroupLimits(h.db, { kind, groupKey: '', concurrency: 1 })).rejects.toThrow(/groupKey must be 1 to 200 characters/);
+      await expect(setGroupLimits(h.db, { kind, groupKey: 'x' })).rejects.toThrow(/give concurrency, rateLimit or both/);
+      await expect(setGroupLimits(h.db, { kind, groupKey: 'x', rateLimit: { limit: 1, periodSeconds: 0 } })).rejects.toThrow(/rateLimit.periodSeconds/);
+      expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits`)).toEqual([{ n: 1 }]);
     });
 
     it('bad limits are refused by defineJob; a bad group key is refused before anything is stored', async () => {

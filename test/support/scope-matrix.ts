@@ -27,6 +27,8 @@ export const SCOPED_ROUTES: ScopedRoute[] = [
   { method: 'POST', path: '/kinds/noop/pause', pattern: '/kinds/:kind/pause', needs: 'admin' },
   { method: 'POST', path: '/kinds/noop/resume', pattern: '/kinds/:kind/resume', needs: 'admin' },
   { method: 'GET', path: '/metrics', pattern: '/metrics', needs: 'read' },
+  { method: 'PUT', path: '/kinds/noop/groups/scope-test/limits', pattern: '/kinds/:kind/groups/:key/limits', body: { concurrency: 2 }, needs: 'admin' },
+  { method: 'DELETE', path: '/kinds/noop/groups/scope-test/limits', pattern: '/kinds/:kind/groups/:key/limits', needs: 'admin' },
   { method: 'POST', path: '/events', pattern: '/events', body: { event: 'scope.test', key: 'k' }, needs: 'enqueue' },
 ];
 

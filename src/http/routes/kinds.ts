@@ -1,22 +1,57 @@
-// Pause and resume a kind for every drainer (the claim reads pgdrain.paused_kinds).
-import type { Hono } from 'hono';
-import { KIND_PATTERN } from '../../db/schema.ts';
+// A kind for every drainer: pause and resume it (the claim reads pgdrain.paused_kinds), and give
+// one of its group keys limits of its own (pgdrain.group_limits, read by the limited claim).
+import type { Context, Hono } from 'hono';
+import { KIND_PATTERN, MAX_GROUP_KEY_LENGTH } from '../../db/schema.ts';
+import { removeGroupLimits, setGroupLimits } from '../../jobs/group-limits.ts';
 import { kindInQueue, pauseKind, resumeKind } from '../../queries/index.ts';
 import { access } from '../auth.ts';
 import type { AppEnv } from '../context.ts';
+import { groupLimitsInput } from '../contract.ts';
 import { ApiError } from '../errors.ts';
+import { parseInput, readJson } from '../input.ts';
 import { describe } from '../openapi.ts';
 
+/** The path's kind, if it is registered here or in the queue (another drainer pool may handle it); else 404. */
+async function knownKind(c: Context<AppEnv>): Promise<string> {
+  const kind = c.req.param('kind') ?? '';
+  const { registry, withDb } = c.var.api;
+  const known = KIND_PATTERN.test(kind) && (registry.get(kind) !== undefined || (await withDb((db) => kindInQueue(db, kind))));
+  if (!known) {
+    throw new ApiError(404, 'not_found', `unknown job kind ${JSON.stringify(kind.slice(0, 100))}: not registered here and no such jobs in the queue; registered kinds: ${registry.kinds().join(', ')}`);
+  }
+  return kind;
+}
+
+/** The path's group key (1 to 200 characters), else 400. */
+function groupKeyOf(c: Context<AppEnv>): string {
+  const key = c.req.param('key') ?? '';
+  if (key.length < 1 || key.length > MAX_GROUP_KEY_LENGTH) throw new ApiError(400, 'invalid_request', `key: a group key is 1 to ${MAX_GROUP_KEY_LENGTH} characters`);
+  return key;
+}
+
 export function kindRoutes(app: Hono<AppEnv>): void {
+  app.put('/kinds/:kind/groups/:key/limits', describe.setGroupLimits, access('admin'), async (c) => {
+    const groupKey = groupKeyOf(c);
+    const input = parseInput(groupLimitsInput, await readJson(c), '');
+    const kind = await knownKind(c);
+    await c.var.api.withDb((db) => setGroupLimits(db, { kind, groupKey, ...input }));
+    // Jobs the old limits held back may be claimed now.
+    c.var.api.jobsDue?.(new Date());
+    return c.json({ kind, groupKey, concurrency: input.concurrency ?? null, rateLimit: input.rateLimit ?? null });
+  });
+
+  app.delete('/kinds/:kind/groups/:key/limits', describe.removeGroupLimits, access('admin'), async (c) => {
+    const groupKey = groupKeyOf(c);
+    const kind = await knownKind(c);
+    const removed = await c.var.api.withDb((db) => removeGroupLimits(db, { kind, groupKey }));
+    c.var.api.jobsDue?.(new Date());
+    return c.json({ kind, groupKey, removed });
+  });
+
   for (const action of ['pause', 'resume'] as const) {
     app.post(`/kinds/:kind/${action}`, action === 'pause' ? describe.pauseKind : describe.resumeKind, access('admin'), async (c) => {
-      const kind = c.req.param('kind');
-      const { registry, withDb } = c.var.api;
-      // Known: registered here, or in the queue (another drainer pool may handle it).
-      const known = KIND_PATTERN.test(kind) && (registry.get(kind) !== undefined || (await withDb((db) => kindInQueue(db, kind))));
-      if (!known) {
-        throw new ApiError(404, 'not_found', `unknown job kind ${JSON.stringify(kind.slice(0, 100))}: not registered here and no such jobs in the queue; registered kinds: ${registry.kinds().join(', ')}`);
-      }
+      const kind = await knownKind(c);
+      const { withDb } = c.var.api;
       await withDb((db) => (action === 'pause' ? pauseKind(db, kind) : resumeKind(db, kind)));
       // Its ready jobs may be claimed again now.
       if (action === 'resume') c.var.api.jobsDue?.(new Date());

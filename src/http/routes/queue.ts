@@ -1,7 +1,7 @@
 // The queue at a glance: GET /stats, GET /stats/throughput, GET /schedules.
 import type { Hono } from 'hono';
 import type { JobRegistry } from '../../jobs/registry.ts';
-import { type Db, countsByMinute, emptyKindStats, limitUsage, stats } from '../../queries/index.ts';
+import { type Db, countsByMinute, emptyKindStats, limitUsage, listGroupLimits, stats } from '../../queries/index.ts';
 import type { QueueStats } from '../contract.ts';
 import { describeSchedules } from '../../schedules.ts';
 import { access } from '../auth.ts';
@@ -28,7 +28,7 @@ export function queueRoutes(app: Hono<AppEnv>): void {
 /** The queue's counts, and for each kind limited across drainers, its limits and their use. */
 export async function statsWithLimits(db: Db, registry: JobRegistry): Promise<QueueStats> {
   const limited = registry.limitedKinds();
-  const [queue, usage] = await Promise.all([stats(db), limitUsage(db, limited)]);
+  const [queue, usage, overrides] = await Promise.all([stats(db), limitUsage(db, limited), listGroupLimits(db, limited.map((k) => k.kind))]);
   const kinds: QueueStats['kinds'] = { ...queue.kinds };
   for (const { kind, limits } of limited) {
     const used = usage[kind];
@@ -40,6 +40,9 @@ export async function statsWithLimits(db: Db, registry: JobRegistry): Promise<Qu
         ...(limits.groupConcurrency !== undefined ? { groupConcurrency: { limit: limits.groupConcurrency, keysWaiting: used.keysWaiting ?? 0 } } : {}),
         ...(limits.rateLimit
           ? { rateLimit: { limit: limits.rateLimit.limit, periodSeconds: limits.rateLimit.periodSeconds, perGroup: limits.rateLimit.perGroup === true, startsInWindow: used.startsInWindow ?? 0 } }
+          : {}),
+        ...(overrides[kind] && overrides[kind].count > 0
+          ? { groupOverrides: { count: overrides[kind].count, keys: overrides[kind].keys.map(({ groupKey, concurrency, rateLimit }) => ({ groupKey, concurrency, rateLimit })) } }
           : {}),
       },
     };

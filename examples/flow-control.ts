@@ -1,7 +1,7 @@
 // Flow control page: priorities, a schedule, limits across drainers (run by test/readme-examples.test.ts).
 import { z } from 'zod';
-// In your app: import { defineJob, defineSchedule, enqueue, removeGroupLimits, setGroupLimits, type Db } from 'pgdrain';
-import { type Db, defineJob, defineSchedule, enqueue, removeGroupLimits, setGroupLimits } from '../src/entry/index.ts';
+// In your app: import { defineBatchJob, defineJob, defineSchedule, enqueue, removeGroupLimits, setGroupLimits, type Db } from 'pgdrain';
+import { type Db, defineBatchJob, defineJob, defineSchedule, enqueue, removeGroupLimits, setGroupLimits } from '../src/entry/index.ts';
 
 const schema = z.record(z.string(), z.unknown());
 const handler = async () => {};
@@ -46,3 +46,17 @@ export async function upgradeCustomer(db: Db, customerId: number) {
 export async function downgradeCustomer(db: Db, customerId: number) {
   await removeGroupLimits(db, { kind: 'sync_ledger', groupKey: `customer-${customerId}` });   // back to the kind's
 }
+
+/** Stands in for a provider's bulk API: one request for many messages. */
+export const mailbox = { requests: 0, async sendMany(to: string[]) { this.requests++; return to.map((address) => (address.endsWith('.invalid') ? null : `msg-${address}`)); } };
+
+export const sendEmails = defineBatchJob({
+  kind: 'send_email',
+  schema: z.object({ to: z.string() }),
+  size: 100,                                          // up to 100 jobs per call
+  waitMs: 200,                                        // fewer ready: wait up to 200 ms for a fuller batch
+  handler: async (items) => {
+    const ids = await mailbox.sendMany(items.map((item) => item.payload.to));
+    return ids.map((messageId) => (messageId ? { messageId } : new Error('bounced')));  // one outcome per job
+  },
+});

@@ -109,6 +109,15 @@ it('flow control: a priority above the kind default, a key for per-customer orde
   ]);
   await downgradeCustomer(t.db, 42);
   expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits`)).toEqual([{ n: 0 }]);
+
+  // The batch kind: 150 emails in two calls (100, then the 50 left), the bounced one retried alone.
+  const { sendEmails, mailbox } = await import('../examples/flow-control.ts');
+  const { enqueueMany } = await import('../src/jobs/enqueue.ts');
+  await enqueueMany(t.db, sendEmails, Array.from({ length: 150 }, (_, i) => ({ to: i === 9 ? 'nobody@example.invalid' : `user${i}@example.com` })));
+  const emailed = await drain(t.db, new JobRegistry([sendEmails]), { workerId: 'batch-example' });
+  expect(emailed).toMatchObject({ claimed: 150, completed: 149, failed: 1 });
+  expect(mailbox.requests).toBe(2);
+  expect(await t.query(`SELECT payload->>'to' AS to, last_error FROM pgdrain.jobs WHERE kind = 'send_email'`)).toEqual([{ to: 'nobody@example.invalid', last_error: 'bounced' }]);
 });
 
 it('the typed client, against a sidecar', async () => {

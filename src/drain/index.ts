@@ -15,6 +15,8 @@
 //   Settler      (settler.ts)        completions, failures and releases, batched into statements
 //   runHandler   (run-handler.ts)    one handler, with its timeout and, for transactional kinds,
 //                                    its transaction
+//   BatchRunner  (batch-runner.ts)   a batch kind's jobs, up to its size per handler call (its own
+//                                    claims and book; a call takes one slot)
 //
 // The loop is in one of three modes, each entered by one transition:
 //
@@ -44,7 +46,9 @@ import type { OpenTransactionConnection } from '../db/connections.ts';
 import { PermanentJobError, type JobRegistry } from '../jobs/registry.ts';
 import { type ClaimedJob, type Db, wakeWorkflows } from '../queries/index.ts';
 import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '../tracing.ts';
+import { BatchRunner } from './batch-runner.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
+import { batchOf } from '../jobs/batch.ts';
 import { Claimer } from './claimer.ts';
 import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
 import { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
@@ -187,6 +191,8 @@ class DrainRun {
   #wakeDueAt: number;
   #waking = false;
   readonly #db: Db;
+  /** One per batch kind drained (src/jobs/batch.ts): their jobs are not the planner's. */
+  readonly #runners: BatchRunner[];
 
   constructor(db: Db, registry: JobRegistry, options: DrainOptions) {
     const profile: DrainProfile = DRAIN_PROFILES[options.placement ?? 'near'];
@@ -206,8 +212,10 @@ class DrainRun {
       onDone: (kind) => this.#planner.slotFreed(kind),
       onChange: () => this.#wakeup.wake(),
     });
+    const kinds = options.kinds ?? registry.kinds();
+    const batchKinds = new Set(kinds.filter((k) => batchOf(registry.get(k)) !== undefined));
     this.#planner = new ClaimPlanner(registry, this.#book, {
-      kinds: options.kinds ?? registry.kinds(),
+      kinds: kinds.filter((k) => !batchKinds.has(k)),
       batchSize,
       maxBatchSize: Math.max(batchSize, options.maxBatchSize ?? profile.maxBatchSize ?? batchSize),
       concurrency: this.#concurrency,
@@ -230,6 +238,16 @@ class DrainRun {
       visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
       onLostUnstarted: (record, error) => this.#lostBeforeStart(record, error),
     });
+    this.#runners = [...batchKinds].map(
+      (kind) =>
+        new BatchRunner(registry.get(kind)!, {
+          claimer: this.#claimer, settler: this.#settler, leases: this.#leases, registry, workerId: options.workerId,
+          visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds, ids: options.ids,
+          handlerDeadline: () => this.#budget.handlerDeadline, mayClaim: () => this.#mode === 'draining', stopping: () => this.#mode !== 'draining',
+          tracing: () => this.#tracing, onLeaseTaken: options.onLeaseTaken, onClaimError: options.onClaimError, onChange: () => this.#wakeup.wake(),
+          onClaimed: (n) => (this.#claimed += n),
+        }),
+    );
     this.#handlerEnvironment = {
       db,
       transactions: options.transactions,
@@ -241,6 +259,7 @@ class DrainRun {
       options.notices?.subscribe({
         ready: (kind) => {
           this.#planner.reopen(kind === undefined ? undefined : [kind]);
+          for (const runner of this.#runners) if (kind === undefined || runner.kind === kind) runner.reopen();
           this.#wakeup.wake();
         },
         cancelRequested: (jobId) => this.#leases.checkNow(jobId),
@@ -266,7 +285,8 @@ class DrainRun {
     this.#unsubscribe();
     await this.#settler.finish();
     if (this.#claimError !== undefined) throw this.#claimError;
-    const counts = this.#book.counts;
+    const counts = { ...this.#book.counts };
+    for (const runner of this.#runners) for (const [as, n] of Object.entries(runner.book.counts)) counts[as as keyof SettledCounts] += n;
     const nextClaimAt = this.#stoppedBy === 'empty' && Number.isFinite(this.#planner.nextUnblockAt) ? this.#planner.nextUnblockAt : null;
     const nextWakeAt = Number.isFinite(this.#wakeDueAt) ? this.#wakeDueAt : null;
     return {
@@ -286,7 +306,12 @@ class DrainRun {
 
   /** draining: start what fits, claim what the planner wants, and see whether all is done. */
   #drainTurn(): void {
-    for (let record: JobRecord | null; this.#book.running < this.#concurrency && (record = this.#book.nextWaiting()); ) this.#start(record);
+    for (let record: JobRecord | null; this.#slotsInUse < this.#concurrency && (record = this.#book.nextWaiting()); ) this.#start(record);
+    for (const runner of this.#runners) {
+      // Held open by running handlers: a drained batch kind is looked at again at the poll, as the planner's are.
+      if (runner.drained && Date.now() >= runner.drainedAt + this.#pollIntervalMs) runner.reopen();
+      if (this.#slotsInUse < this.#concurrency) runner.turn();
+    }
     // Workflows due to wake first: what they make pending is claimed when the wake has returned.
     if (!this.#waking && Date.now() >= this.#wakeDueAt) this.#wakeWorkflows();
     if (this.#waking) return;
@@ -294,12 +319,13 @@ class DrainRun {
     if (Date.now() >= this.#planner.oldestDrainedAt + this.#pollIntervalMs) this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
     for (let plan: PlannedClaim | null; (plan = this.#planner.next()); ) this.#sendClaim(plan);
     // Settlements still on their way may free a limited kind's slots: wait for them first.
-    if (this.#idle && this.#planner.exhausted && !this.#settler.busy && !this.#waking) this.#setMode('draining', 'done');
+    if (this.#idle && this.#planner.exhausted && this.#runners.every((r) => r.drained) && !this.#settler.busy && !this.#waking) this.#setMode('draining', 'done');
   }
 
   /** stopping: release what waits; done once nothing is claimed or running any more. */
   #stopTurn(): void {
     this.#settler.release(this.#book.takeWaiting());
+    for (const runner of this.#runners) runner.stop();
     if (this.#idle) this.#setMode('stopping', 'done');
   }
 
@@ -308,12 +334,19 @@ class DrainRun {
   }
 
   get #idle(): boolean {
-    return this.#planner.inFlight === 0 && this.#book.running === 0 && this.#book.waiting === 0;
+    return this.#planner.inFlight === 0 && this.#book.running === 0 && this.#book.waiting === 0 && this.#runners.every((r) => !r.busy);
+  }
+
+  /** Handlers running: each job's, and one per batch call. */
+  get #slotsInUse(): number {
+    return this.#book.running + this.#runners.filter((r) => r.calling).length;
   }
 
   /** When to look again with nothing else happening: the claim deadline, a blocked kind's time, the poll. */
   #nextWakeAt(): number {
-    return Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt, this.#planner.oldestDrainedAt + this.#pollIntervalMs, this.#wakeDueAt);
+    let runners = Infinity;
+    for (const r of this.#runners) runners = Math.min(runners, r.nextWakeAt, r.drainedAt + this.#pollIntervalMs);
+    return Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt, this.#planner.oldestDrainedAt + this.#pollIntervalMs, this.#wakeDueAt, runners);
   }
 
   /** A run parked itself; a sleep or a timeout is to be woken at its time (by this drain, if it is

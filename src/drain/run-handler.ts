@@ -260,7 +260,7 @@ function guardTransaction(tx: Db, isOver: () => boolean): Db {
 }
 
 /** The result to keep, for kinds that keep their jobs; a result that cannot be kept fails the job. */
-function keptResult(definition: JobDefinition<unknown>, value: unknown): KeptResult | undefined {
+export function keptResult(definition: JobDefinition<unknown>, value: unknown): KeptResult | undefined {
   const keepSeconds = definition.keepCompletedSeconds ?? 0;
   if (keepSeconds === 0) return undefined;
   let resultJson: string | null;

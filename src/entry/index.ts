@@ -33,6 +33,9 @@ export {
   type Workflow, type WorkflowDefinition, type WorkflowStep, type StepContext, type StepOptions, type WaitForEventOptions, type WorkflowEvent,
 } from '../workflows/index.ts';
 
+// Batch kinds: many jobs per handler call, one outcome per job.
+export { defineBatchJob, MAX_BATCH_SIZE, MAX_BATCH_WAIT_MS, type BatchJob, type BatchJobDefinition, type BatchItem, type BatchContext } from '../jobs/batch.ts';
+
 // Limits per group key, from data (a tenant's own concurrency and rate).
 export { setGroupLimits, removeGroupLimits, type GroupLimits } from '../jobs/group-limits.ts';
 

@@ -8,8 +8,9 @@ import { z } from 'zod';
 import { drain } from '../../src/drain/index.ts';
 import { JobRegistry, JobValidationError, defineJob } from '../../src/jobs/registry.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
+import { defineBatchJob } from '../../src/jobs/batch.ts';
 import { removeGroupLimits, setGroupLimits } from '../../src/jobs/group-limits.ts';
-import { claimLimited, enqueue, enqueueMany } from '../../src/queries/index.ts';
+import { cancel, claimLimited, enqueue, enqueueMany } from '../../src/queries/index.ts';
 import type { Harness } from './queue-behaviour.ts';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -197,6 +198,92 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       await expect(setGroupLimits(h.db, { kind, groupKey: 'x' })).rejects.toThrow(/give concurrency, rateLimit or both/);
       await expect(setGroupLimits(h.db, { kind, groupKey: 'x', rateLimit: { limit: 1, periodSeconds: 0 } })).rejects.toThrow(/rateLimit.periodSeconds/);
       expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits`)).toEqual([{ n: 1 }]);
+    });
+
+    it('a batch kind: 200 jobs in 200/size calls, one outcome per item; a failing item alone is retried; results kept per item', async () => {
+      const calls: number[][] = [];
+      let failedOnce = false;
+      const registry = new JobRegistry([
+        defineBatchJob({
+          kind: 'batch-mail',
+          schema: z.object({ n: z.number() }),
+          size: 50,
+          keepCompletedSeconds: 600,
+          // Retried well after this drain is over (the test brings the retry forward).
+          backoff: { baseSeconds: 10, capSeconds: 10 },
+          handler: async (items) => {
+            calls.push(items.map((i) => i.payload.n));
+            return items.map(({ payload: { n } }) => {
+              if (n === 7 && !failedOnce) {
+                failedOnce = true;
+                return new Error('bounced');
+              }
+              return { sent: n };
+            });
+          },
+        }),
+      ]);
+      await enqueueMany(h.db, Array.from({ length: 200 }, (_, n) => ({ kind: 'batch-mail', payload: { n }, keepSeconds: 600 })));
+      const first = await drain(h.db, registry, { workerId: 'batch', batchSize: 10, concurrency: 4 });
+      expect(first).toMatchObject({ claimed: 200, completed: 199, failed: 1 });
+      expect(calls.map((c) => c.length)).toEqual([50, 50, 50, 50]);
+      expect(calls.flat().sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, n) => n));
+      expect(await h.query(`SELECT status, attempts, last_error FROM pgdrain.jobs WHERE payload->>'n' = '7'`)).toEqual([{ status: 'pending', attempts: 1, last_error: 'bounced' }]);
+      await h.query(`UPDATE pgdrain.jobs SET run_at = now() WHERE payload->>'n' = '7'`);
+      expect(await drain(h.db, registry, { workerId: 'batch' })).toMatchObject({ claimed: 1, completed: 1 });
+      expect(calls.at(-1)).toEqual([7]);
+      const kept = await h.query<{ n: string; result: unknown }>(`SELECT payload->>'n' AS n, result FROM pgdrain.jobs_and_history WHERE kind = 'batch-mail' AND payload->>'n' IN ('3', '7') ORDER BY 1`);
+      expect(kept).toEqual([{ n: '3', result: { sent: 3 } }, { n: '7', result: { sent: 7 } }]);
+    });
+
+    it('a batch that throws, or answers the wrong number of outcomes, fails every item; waitMs gathers a fuller batch; a cancelled item ends cancelled alone', async () => {
+      let mode: 'throw' | 'short' | 'ok' = 'throw';
+      const calls: number[] = [];
+      let cancelDuringCall: string | null = null;
+      const registry = new JobRegistry([
+        defineBatchJob({
+          kind: 'batch-strict',
+          schema: z.object({ n: z.number() }),
+          size: 10,
+          waitMs: 400,
+          maxAttempts: 3,
+          // Retried well after each drain is over (the test brings the retries forward).
+          backoff: { baseSeconds: 10, capSeconds: 10 },
+          handler: async (items) => {
+            calls.push(items.length);
+            // Someone cancels one of them while the call runs: the statement that completes it ends it cancelled.
+            if (cancelDuringCall) await cancel(h.db, cancelDuringCall);
+            if (mode === 'throw') throw new Error('the mail service is down');
+            if (mode === 'short') return items.slice(1).map(() => 'ok');
+            return items.map(() => 'ok');
+          },
+        }),
+      ]);
+      const run = () => drain(h.db, registry, { workerId: 'strict', visibilityTimeoutSeconds: 3 });
+      await enqueueMany(h.db, Array.from({ length: 3 }, (_, n) => ({ kind: 'batch-strict', payload: { n } })));
+      expect(await run()).toMatchObject({ failed: 3 });
+      expect(await h.query(`SELECT DISTINCT last_error FROM pgdrain.jobs`)).toEqual([{ last_error: 'the mail service is down' }]);
+      await h.query(`UPDATE pgdrain.jobs SET run_at = now()`);
+      mode = 'short';
+      expect(await run()).toMatchObject({ failed: 3 });
+      expect((await h.query(`SELECT DISTINCT last_error FROM pgdrain.jobs`))[0]!.last_error).toMatch(/answered 2 outcomes for 3 jobs; it must answer one outcome per job, in order/);
+
+      // waitMs: 3 ready, 4 more enqueued while the batch waits: one call of 7.
+      await h.query('TRUNCATE pgdrain.jobs');
+      calls.length = 0;
+      mode = 'ok';
+      await enqueueMany(h.db, Array.from({ length: 3 }, (_, n) => ({ kind: 'batch-strict', payload: { n } })));
+      const draining = run();
+      await sleep(150);
+      await enqueueMany(h.db, Array.from({ length: 4 }, (_, n) => ({ kind: 'batch-strict', payload: { n: 10 + n } })));
+      expect(await draining).toMatchObject({ completed: 7 });
+      expect(calls).toEqual([7]);
+
+      // A cancel of one item while the call runs: it ends cancelled, the others complete.
+      const [one, two] = await enqueueMany(h.db, [{ kind: 'batch-strict', payload: { n: 1 } }, { kind: 'batch-strict', payload: { n: 2 } }]);
+      cancelDuringCall = one!.id;
+      expect(await run()).toMatchObject({ completed: 1, cancelled: 1 });
+      expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE id IN ($1, $2)`, [one!.id, two!.id])).toEqual([{ n: 0 }]);
     });
 
     it('bad limits are refused by defineJob; a bad group key is refused before anything is stored', async () => {

@@ -1,0 +1,274 @@
+// The batch runner: how the drain runs a batch kind (src/jobs/batch.ts) — up to `size` jobs per
+// handler call, each settled on its own. One runner per batch kind in a drain, one call at a time
+// (a call takes one of the drain's slots, whatever its size). A cycle:
+//
+//   claiming ──claim of up to `size` (the plain or the limited claim, as for any kind)──►
+//     nothing came back ──► drained (until a notice or the poll reopens it)
+//     fewer than `size`, waitMs > 0 ──► waiting for a fuller batch: claims the rest when a notice
+//                                        arrives or `waitMs` after the first claim, then calls
+//     otherwise ──► calling
+//   calling ──the handler's answer, one outcome per item──► each item completed (its result kept
+//             where the kind keeps results) or failed alone (retried by the kind's rule); a throw,
+//             a timeout or an answer of another length fails every item
+//
+// Each item keeps its own lease (renewed by the lease keeper; lost: its outcome is dropped and its
+// settlement is refused by the lock token), cancel (it ends cancelled, whatever the call answers)
+// and trace span. A drain that stops while a batch waits releases its jobs (attempts refunded).
+// The runner has a job book of its own, so its items never take the slots the claim planner
+// counts for the other kinds.
+import { PermanentJobError, describeIssues, handlerTimeoutMs, type JobDefinition, type JobRegistry } from '../jobs/registry.ts';
+import { batchOf } from '../jobs/batch.ts';
+import { type KindLimits, limitsOf } from '../jobs/definition.ts';
+import type { ClaimedJob } from '../queries/index.ts';
+import { type OpenTelemetryApi, ProcessSpan, traceClaim } from '../tracing.ts';
+import type { Claimer } from './claimer.ts';
+import { JobBook, type JobRecord } from './job-record.ts';
+import { JobCancelledError, LeaseLostError, type LeaseKeeper } from './lease-keeper.ts';
+import { keptResult } from './run-handler.ts';
+import type { Settler } from './settler.ts';
+
+export interface BatchRunnerDeps {
+  claimer: Claimer;
+  settler: Settler;
+  leases: LeaseKeeper;
+  registry: JobRegistry;
+  /** Lock tokens are `<workerId>:b<sequence>`. */
+  workerId: string;
+  visibilityTimeoutSeconds: number;
+  /** Claim only these jobs (run-now). */
+  ids?: readonly string[];
+  /** When handlers must be done by (the drain's budget), and whether claims may still go. */
+  handlerDeadline: () => number;
+  mayClaim: () => boolean;
+  /** Stopping: a waiting batch is released. */
+  stopping: () => boolean;
+  tracing: () => OpenTelemetryApi | null;
+  onLeaseTaken?: (leaseEndsAt: number) => void;
+  /** A claim brought `n` jobs back (the drain's count). */
+  onClaimed: (n: number) => void;
+  onClaimError?: (error: unknown) => void;
+  /** Something changed: the drain loop looks again. */
+  onChange: () => void;
+}
+
+type Phase = 'idle' | 'claiming' | 'waiting' | 'calling';
+
+let batchSequence = 0;
+
+export class BatchRunner {
+  readonly kind: string;
+  readonly #definition: JobDefinition<unknown>;
+  readonly #size: number;
+  readonly #waitMs: number;
+  readonly #limits: KindLimits | undefined;
+  readonly #deps: BatchRunnerDeps;
+  /** Its own book: its jobs are not the planner's. */
+  readonly book: JobBook;
+  #phase: Phase = 'idle';
+  #drained = false;
+  #drainedAt = 0;
+  /** While waiting for a fuller batch: when it stops waiting, and how to wake it early. */
+  #waitUntil = Infinity;
+  #wakeWait: (() => void) | null = null;
+  /** A limited kind held back by its limits: not before this. */
+  #blockedUntil = 0;
+
+  constructor(definition: JobDefinition<unknown>, deps: BatchRunnerDeps) {
+    const batch = batchOf(definition)!;
+    this.kind = definition.kind;
+    this.#definition = definition;
+    this.#size = deps.ids ? Math.min(batch.size, deps.ids.length) : batch.size;
+    this.#waitMs = deps.ids ? 0 : batch.waitMs;
+    this.#limits = limitsOf(definition) ?? undefined;
+    this.#deps = deps;
+    this.book = new JobBook({ onChange: deps.onChange });
+  }
+
+  /** A cycle is on: claiming, waiting for a fuller batch, or its call is running. */
+  get busy(): boolean {
+    return this.#phase !== 'idle' || this.book.live > 0;
+  }
+
+  /** Its last claim found nothing (or too little to wait for): nothing to do until reopened. */
+  get drained(): boolean {
+    return this.#drained;
+  }
+
+  /** A handler call of it is running (it takes one of the drain's slots). */
+  get calling(): boolean {
+    return this.#phase === 'calling';
+  }
+
+  /** When the loop should look at it again on its own: its wait's end, or its limits' next room. */
+  get nextWakeAt(): number {
+    return Math.min(this.#phase === 'waiting' ? this.#waitUntil : Infinity, this.#blockedUntil > Date.now() ? this.#blockedUntil : Infinity);
+  }
+
+  get drainedAt(): number {
+    return this.#drained ? this.#drainedAt : Infinity;
+  }
+
+  /** Jobs of the kind may be ready: claim again (a waiting batch claims the rest now). */
+  reopen(): void {
+    if (this.#deps.ids && this.#drained) return;
+    this.#drained = false;
+    this.#wakeWait?.();
+  }
+
+  /** The drain is stopping: a batch waiting for more jobs stops waiting (its jobs are released). */
+  stop(): void {
+    this.#wakeWait?.();
+  }
+
+  /** Starts a cycle if none is on, it is not drained, and the drain may claim (and has a slot: the caller's check). */
+  turn(): void {
+    if (this.#phase !== 'idle' || this.#drained || !this.#deps.mayClaim() || Date.now() < this.#blockedUntil) return;
+    this.#phase = 'claiming';
+    void this.#cycle().finally(() => {
+      this.#phase = 'idle';
+      this.#deps.onChange();
+    });
+  }
+
+  async #cycle(): Promise<void> {
+    const records = await this.#claim(this.#size);
+    if (records.length === 0) return this.#markDrained();
+    if (records.length < this.#size && this.#waitMs > 0) {
+      this.#phase = 'waiting';
+      this.#waitUntil = records[0]!.claimSentAt + this.#waitMs;
+      while (records.length < this.#size && Date.now() < this.#waitUntil && !this.#deps.stopping()) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, Math.max(0, this.#waitUntil - Date.now()));
+          this.#wakeWait = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        this.#wakeWait = null;
+        if (this.#deps.stopping() || !this.#deps.mayClaim()) break;
+        records.push(...(await this.#claim(this.#size - records.length)));
+      }
+      this.#waitUntil = Infinity;
+    }
+    // Jobs lost or cancelled while the batch waited were settled by the drain already.
+    const held = records.filter((r) => r.state === 'waiting');
+    if (this.#deps.stopping()) {
+      this.#deps.settler.release(held, 'the drainer stopped while the batch waited for more jobs; released to run again');
+      for (const r of held) this.#deps.leases.drop(r.job.id);
+      return;
+    }
+    // A short batch had no more to wait for: nothing more is ready now.
+    if (records.length < this.#size) this.#markDrained();
+    if (held.length === 0) return;
+    this.#phase = 'calling';
+    await this.#call(held);
+  }
+
+  #markDrained(): void {
+    this.#drained = true;
+    this.#drainedAt = Date.now();
+  }
+
+  /** One claim of up to `n` jobs of the kind, held by the lease keeper. */
+  async #claim(n: number): Promise<JobRecord[]> {
+    const lockToken = `${this.#deps.workerId}:b${++batchSequence}`;
+    const sentAt = Date.now();
+    try {
+      const outcome = await this.#deps.claimer.send(
+        { batchSize: n, lockToken, kinds: [this.kind], ids: this.#deps.ids, visibilityTimeoutSeconds: this.#deps.visibilityTimeoutSeconds },
+        this.#limits,
+      );
+      if (outcome.heldBack) this.#blockedUntil = outcome.nextStartAt ? outcome.nextStartAt.getTime() : Date.now() + 1_000;
+      const records = this.book.claimed(outcome.jobs, sentAt);
+      this.#deps.onClaimed(records.length);
+      if (records.length > 0) {
+        this.#deps.leases.hold(records);
+        const longest = Math.max(...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#deps.visibilityTimeoutSeconds));
+        this.#deps.onLeaseTaken?.(sentAt + longest * 1000);
+      }
+      return records;
+    } catch (error) {
+      this.#deps.onClaimError?.(error);
+      this.#blockedUntil = Date.now() + 1_000;
+      return [];
+    }
+  }
+
+  /** One handler call for `records`, each settled on its own. */
+  async #call(records: JobRecord[]): Promise<void> {
+    const batch = batchOf(this.#definition)!;
+    const controller = new AbortController();
+    const givenUp = new Map<string, Error>();
+    const tracing = this.#deps.tracing();
+    const claimContext = tracing ? traceClaim(tracing, [this.kind], records.length, records[0]!.claimSentAt) : undefined;
+    const spans = new Map<string, ProcessSpan>();
+    const items: { record: JobRecord; payload: unknown }[] = [];
+    for (const record of records) {
+      record.start();
+      if (tracing && claimContext) spans.set(record.job.id, new ProcessSpan(tracing, record.job, claimContext));
+      this.#deps.leases.attach(record.job.id, (error) => {
+        givenUp.set(record.job.id, error);
+        if (givenUp.size === records.length) controller.abort(error);
+      });
+      const parsed = this.#definition.schema.safeParse(record.job.payload);
+      if (parsed.success) items.push({ record, payload: parsed.data });
+      else this.#settle(record, new PermanentJobError(`payload rejected by kind ${this.kind}: ${describeIssues(parsed.error)}`), spans, givenUp);
+    }
+    if (items.length === 0) return;
+    // The call's timeout: the kind's (the shortest any of its jobs asked for), within the drain's budget.
+    const timeoutMs = Math.min(...items.map((i) => handlerTimeoutMs(this.#definition, i.record.job.timeoutMs)));
+    const allowedMs = Math.max(0, Math.min(timeoutMs, this.#deps.handlerDeadline() - Date.now()));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const error = new Error(allowedMs < timeoutMs ? `batch handler did not finish within the drain's remaining budget of ${allowedMs} ms` : `batch handler timed out after ${allowedMs} ms`);
+        error.name = 'TimeoutError';
+        controller.abort(error);
+        reject(error);
+      }, allowedMs);
+    });
+    let answer: unknown[] | Error;
+    try {
+      const call = Promise.resolve().then(() => batch.handler(items.map((i) => ({ payload: i.payload, job: i.record.job })), { signal: controller.signal }));
+      call.catch(() => {});
+      const value = await Promise.race([call, timedOut]);
+      answer = Array.isArray(value) && value.length === items.length
+        ? value
+        : new Error(`batch handler of ${this.kind} answered ${Array.isArray(value) ? `${value.length} outcomes` : `a ${typeof value}`} for ${items.length} jobs; it must answer one outcome per job, in order`);
+    } catch (error) {
+      answer = error instanceof Error ? error : new Error(String(error));
+    } finally {
+      clearTimeout(timer);
+    }
+    items.forEach((item, i) => this.#settle(item.record, answer instanceof Error ? answer : (answer as unknown[])[i], spans, givenUp));
+  }
+
+  /** One item's end: its lease given up (cancelled, lost) wins over what the call answered. */
+  #settle(record: JobRecord, outcome: unknown, spans: Map<string, ProcessSpan>, givenUp: Map<string, Error>): void {
+    const { job } = record;
+    const progressJson = this.#deps.leases.drop(job.id);
+    const span = spans.get(job.id);
+    const lost = givenUp.get(job.id);
+    if (lost instanceof JobCancelledError) {
+      const keepSeconds = this.#definition.keepCompletedSeconds ?? 0;
+      span?.end('cancelled', lost);
+      return this.#deps.settler.complete(record, keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined, 'cancelled');
+    }
+    const error = lost ?? (outcome instanceof Error ? outcome : null);
+    if (error) {
+      span?.end(error instanceof LeaseLostError ? 'lost' : error instanceof PermanentJobError || job.attempts >= job.maxAttempts ? 'dead' : 'retry', error);
+      return this.#deps.settler.fail(record, error, this.#definition.backoff);
+    }
+    let kept;
+    try {
+      kept = keptResult(this.#definition, outcome);
+    } catch (problem) {
+      span?.end('dead', problem);
+      return this.#deps.settler.fail(record, problem, this.#definition.backoff);
+    }
+    span?.end('completed');
+    this.#deps.settler.complete(record, kept && progressJson !== undefined ? { ...kept, progressJson } : kept);
+  }
+}
+
+export type { ClaimedJob };

@@ -339,7 +339,9 @@ class DrainRun {
 
   /** Handlers running: each job's, and one per batch call. */
   get #slotsInUse(): number {
-    return this.#book.running + this.#runners.filter((r) => r.calling).length;
+    let calls = 0;
+    for (const runner of this.#runners) if (runner.calling) calls++;
+    return this.#book.running + calls;
   }
 
   /** When to look again with nothing else happening: the claim deadline, a blocked kind's time, the poll. */

@@ -16,6 +16,7 @@ import { benchWorkerDrainer } from './worker-drainer.ts';
 import { drainThroughLongTransaction } from './long-transaction.ts';
 import { PLAIN_DRAIN_JOBS, plainDrainInProcess } from './plain-drain.ts';
 import { workflowTrial } from './workflows.ts';
+import { benchFair } from './fair.ts';
 import { migrateDatabase } from '../src/db/migrate.ts';
 
 const args = process.argv.slice(2);
@@ -484,6 +485,21 @@ async function main() {
     record('worker delayed jobs (API, 1-3 s): start after run_at p99', 'pgdrain worker', 'ms', [clock.delayed.p99Ms], [], []);
     await admin.query('DROP DATABASE bench_clock WITH (FORCE)');
   }
+  // Fair claims (bench/fair.ts): their cost with many keys, against plain claims of the same jobs.
+  if (!only || only.includes('fair')) {
+    console.log('\nfair claims (fair: true) against plain claims of the same no-op jobs, one drain, concurrency 50');
+    for (const keys of quick ? [10, 1_000] : [10, 1_000, 100_000]) {
+      const jobs = quick ? 5_000 : Math.max(20_000, keys);
+      const url = await freshDatabase('bench_fair');
+      await migrateDatabase(url);
+      const f = await benchFair(url, keys, jobs);
+      console.log(`  ${keys} keys, ${jobs} jobs: fair ${fmt(f.fairPerSecond)} jobs/s, plain ${fmt(f.plainPerSecond)} jobs/s`);
+      record(`fair claims, ${fmt(keys)} keys (${fmt(jobs)} jobs)`, 'pgdrain fair', 'jobs/s', [f.fairPerSecond], [], []);
+      record(`fair claims, ${fmt(keys)} keys (${fmt(jobs)} jobs)`, 'pgdrain plain', 'jobs/s', [f.plainPerSecond], [], []);
+      await admin.query('DROP DATABASE IF EXISTS bench_fair WITH (FORCE)');
+    }
+  }
+
   // Durable workflows (bench/workflows.ts): pgdrain and DBOS Transact, each in a process of its own.
   if (!only || only.includes('workflows')) {
     const runs = quick ? 500 : 10_000;

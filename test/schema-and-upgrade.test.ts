@@ -65,6 +65,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.claim(integer,text[],text,integer)',
     'pgdrain.claim_ids(bigint[],integer,text[],text,integer)',
     'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer,text)',
+    'pgdrain.fair_keys(text,integer,text,integer)',
     'pgdrain.maintain_history(integer)',
     'pgdrain.park_sleep(bigint,text,text,integer,timestamp with time zone,timestamp with time zone)',
     'pgdrain.park_wait(bigint,text,text,integer,timestamp with time zone,text,text,timestamp with time zone)',

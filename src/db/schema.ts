@@ -107,6 +107,9 @@ export const jobs = pgdrainSchema.table(
     // What holds a group key: its running jobs, and its jobs waiting to retry (so a key's order is
     // kept across a retry). Only grouped jobs have entries: other kinds write nothing here.
     index('jobs_group_holders').on(t.kind, t.groupKey).where(sql`group_key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))`),
+    // Fair kinds (fair: true) take turns across their group keys: the claim walks this index from
+    // key to key (pgdrain.fair_keys()), one probe per key it visits. Only grouped jobs enter it.
+    index('jobs_fair').on(t.kind, t.priority.desc(), t.groupKey, t.runAt, t.id).where(sql`status = 'pending' AND group_key IS NOT NULL`),
     check('jobs_status_valid', sql`status IN ('pending', 'running', 'dead', 'completed', 'cancelled', 'waiting')`),
     check('jobs_attempts_valid', sql`attempts >= 0 AND max_attempts >= 1`),
     check('jobs_visibility_valid', sql`visibility_seconds IS NULL OR visibility_seconds > 0`),
@@ -317,3 +320,14 @@ export const groupLimits = pgdrainSchema.table(
     check('group_limits_something', sql`concurrency IS NOT NULL OR rate_limit IS NOT NULL`),
   ],
 );
+
+// Fair kinds' turns: the group key a kind's last fair claim ended its round at (at the priority it
+// claimed), so the next claim goes on from the key after it. Written by the limited claim under
+// the kind's lock (queries/claim-limited.ts).
+export const fairTurns = pgdrainSchema.table('fair_turns', {
+  kind: text('kind').primaryKey(),
+  priority: integer('priority').notNull(),
+  /** NULL: the next round starts from the first key. */
+  groupKey: text('group_key'),
+  updatedAt: timestamptz('updated_at').notNull().defaultNow(),
+});

@@ -234,6 +234,7 @@ export const kindStats = z
         rateLimit: z
           .object({ limit: z.int().min(1), periodSeconds: z.number().positive(), perGroup: z.boolean(), startsInWindow: z.int().min(0).meta({ description: 'Starts in the current window, all keys together.' }) })
           .optional(),
+        fair: z.literal(true).optional().meta({ description: 'fair: true — claims take turns across group keys.' }),
         groupOverrides: z
           .object({
             count: z.int().min(0),

@@ -63,6 +63,10 @@ export interface JobDefinition<Payload = unknown> {
   /** At most `limit` starts of this kind in any rolling window of `periodSeconds`, across every
    * drainer (per group key with `perGroup`). A job held back is not an attempt: it stays pending. */
   rateLimit?: RateLimit;
+  /** Claims take turns across the kind's group keys — a round of the oldest ready job of each key,
+   * then the next round — priority still first, across every drainer: a tenant's backlog does not
+   * hold another's jobs back beyond one round. Jobs without a key take one turn together. */
+  fair?: boolean;
   /** What readers of a job (the API, the CLI, the dashboard) see of its payload: a kind whose
    * payload carries secrets meant for its handler (the webhook kind's headers) hides them here.
    * Default: the payload as stored. */
@@ -95,8 +99,9 @@ export const maxTimeoutOf = (definition: JobDefinition<any>): number => definiti
 /** The limits of a kind that has any, else null: such kinds are claimed under their own lock. */
 export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits | null {
   if (!definition) return null;
-  const { globalConcurrency, groupConcurrency, rateLimit } = definition;
-  return globalConcurrency === undefined && groupConcurrency === undefined && rateLimit === undefined ? null : { globalConcurrency, groupConcurrency, rateLimit };
+  const { globalConcurrency, groupConcurrency, rateLimit, fair } = definition;
+  if (globalConcurrency === undefined && groupConcurrency === undefined && rateLimit === undefined && fair !== true) return null;
+  return { globalConcurrency, groupConcurrency, rateLimit, ...(fair === true ? { fair: true } : {}) };
 }
 
 /** The longest rolling window a rate limit may have. */
@@ -137,6 +142,7 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
   if (keep !== undefined && !(Number.isInteger(keep) && keep >= 0 && keep <= MAX_KEEP_SECONDS)) {
     throw new Error(`job kind ${definition.kind}: keepCompletedSeconds must be a whole number of seconds from 0 to ${MAX_KEEP_SECONDS}, not ${JSON.stringify(keep)}`);
   }
+  if (definition.fair !== undefined && typeof definition.fair !== 'boolean') throw new Error(`job kind ${definition.kind}: fair must be true or false, not ${JSON.stringify(definition.fair)}`);
   positiveInteger('globalConcurrency', definition.globalConcurrency);
   positiveInteger('groupConcurrency', definition.groupConcurrency);
   if (definition.rateLimit !== undefined) {

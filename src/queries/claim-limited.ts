@@ -19,14 +19,17 @@
 // pgdrain.group_limits (setGroupLimits) has that row's concurrency instead of the kind's
 // groupConcurrency, and, for a kind limited per group, that row's rate instead of the kind's.
 import { type SQL, sql } from 'drizzle-orm';
-import { groupLimits, jobs, pausedKinds, rateStarts } from '../db/schema.ts';
-import { type ClaimedJob, type ClaimOptions, claimUpdate, claimValues, claimedJobs, claimedRowFromDriver } from './claim.ts';
+import { PGDRAIN_SCHEMA, fairTurns, groupLimits, jobs, pausedKinds, rateStarts } from '../db/schema.ts';
+import { type ClaimedJob, type ClaimOptions, type ClaimValues, claimUpdate, claimValues, claimedJobs, claimedRowFromDriver } from './claim.ts';
 import { type Db, rowsOf } from './db.ts';
 
 export interface ClaimLimits {
   globalConcurrency?: number;
   groupConcurrency?: number;
   rateLimit?: { limit: number; periodSeconds: number; perGroup?: boolean };
+  /** Take turns across group keys (fair: true): the candidates are a round of keys after the
+   * kind's last turn (pgdrain.fair_keys()), not the first ready jobs in claim order. */
+  fair?: boolean;
 }
 
 export interface LimitedClaimOptions extends Omit<ClaimOptions, 'kinds'> {
@@ -82,14 +85,14 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
   const update = claimUpdate(db, sql`${jobs.id} IN (SELECT id FROM chosen)`, sql`${v.token}::text`, sql`${v.lease}::int`).getSQL();
   return sql`
     WITH clock AS (SELECT clock_timestamp() AS t),
-    cand AS (
-      SELECT id, group_key, attempts, priority, run_at FROM ${jobs}
+    ${limits.fair ? fairCandidates(kind, v, options.ids !== undefined) : sql`cand AS (
+      SELECT id, group_key, attempts, priority, run_at, NULL::bigint AS turn_pos FROM ${jobs}
        WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}
          AND NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind})
          ${options.ids ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``}
        ORDER BY priority DESC NULLS LAST, run_at, id
        LIMIT ${candidateWindow(v.limit)}
-       FOR UPDATE SKIP LOCKED),
+       FOR UPDATE SKIP LOCKED),`}
     overrides AS (
       SELECT group_key, concurrency, rate_limit, rate_period_seconds FROM ${groupLimits}
        WHERE kind = ${kind} AND group_key IN (SELECT group_key FROM cand WHERE group_key IS NOT NULL)),
@@ -109,12 +112,12 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
        WHERE started_at > (SELECT t FROM clock) - make_interval(secs => period_s)
        GROUP BY group_key, period_s),
     ranked AS (
-      SELECT c.id, c.group_key, c.priority, c.run_at,
+      SELECT c.id, c.group_key, c.priority, c.run_at, c.turn_pos,
              row_number() OVER (PARTITION BY c.group_key ORDER BY (c.attempts > 0) DESC, c.priority DESC NULLS LAST, c.run_at, c.id) AS in_group,
              count(*) FILTER (WHERE c.attempts > 0) OVER (PARTITION BY c.group_key) AS retrying_here
         FROM cand c),
     allowed AS (
-      SELECT r.id, r.priority, r.run_at FROM ranked r
+      SELECT r.id, r.priority, r.run_at, r.in_group, r.turn_pos FROM ranked r
         LEFT JOIN holders h ON h.group_key = r.group_key
         LEFT JOIN overrides o ON o.group_key = r.group_key
         LEFT JOIN window_starts w ON ${perGroup ? sql`w.group_key = coalesce(r.group_key, '')` : sql`false`}
@@ -125,8 +128,16 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
       SELECT least(${size},
                    coalesce(${limits.globalConcurrency ?? null}::int - (SELECT n FROM running), ${size}),
                    ${rate && !perGroup ? sql`${rate.limit}::int - coalesce((SELECT sum(n) FROM window_starts), 0)::int` : size}) AS n),
-    chosen AS (SELECT id FROM allowed ORDER BY priority DESC NULLS LAST, run_at, id LIMIT greatest(0, (SELECT n FROM room))),
+    chosen AS (
+      SELECT id FROM allowed
+       ORDER BY ${limits.fair ? sql`in_group, turn_pos, run_at, id` : sql`priority DESC NULLS LAST, run_at, id`}
+       LIMIT greatest(0, (SELECT n FROM room))),
     claimed AS (${update}),
+    ${limits.fair ? sql`turned AS (
+      INSERT INTO ${fairTurns} (kind, priority, group_key, updated_at)
+      SELECT ${kind}, (SELECT priority FROM top), (SELECT c.group_key FROM claimed c JOIN cand ON cand.id = c.id ORDER BY cand.turn_pos DESC LIMIT 1), now()
+       WHERE EXISTS (SELECT 1 FROM claimed)
+      ON CONFLICT (kind) DO UPDATE SET priority = excluded.priority, group_key = excluded.group_key, updated_at = now()),` : sql``}
     started AS (
       INSERT INTO ${rateStarts} (kind, group_key, started_at)
       SELECT ${kind}, ${perGroup ? sql`coalesce(claimed.group_key, '')` : sql`''`}, (SELECT t FROM clock) FROM claimed
@@ -137,4 +148,44 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
       FROM (SELECT (SELECT count(*) FROM cand)::int AS pgdrain_candidates,
                    (SELECT extract(epoch FROM min(oldest + make_interval(secs => period_s))) * 1000 FROM window_starts)::float8 AS pgdrain_next_start_ms) AS s
       LEFT JOIN claimed ON true`;
+}
+
+/**
+ * A fair kind's candidates: a round of turns after the one its last claim ended at
+ * (pgdrain.fair_keys(), at the top priority of its ready jobs) — each group key's oldest ready
+ * jobs, as many per key as a claim of `limit` needs when there are fewer keys, and at the end of
+ * the keys one turn for its jobs without a key. One index probe per key visited: the cost does
+ * not grow with the number of keys. `turn_pos` is each job's place in the round.
+ */
+function fairCandidates(kind: string, v: ClaimValues, byIds: boolean): SQL {
+  const ids = byIds ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``;
+  // Keys with only delayed jobs are visited too: a round visits more keys than one claim takes.
+  const visit = Math.min(1_000, v.limit * 4);
+  return sql`top AS (
+      SELECT priority FROM ${jobs}
+       WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}
+         AND NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind}) ${ids}
+       ORDER BY priority DESC NULLS LAST LIMIT 1),
+    turn AS (SELECT group_key FROM ${fairTurns} WHERE kind = ${kind} AND priority = (SELECT priority FROM top)),
+    fair_round AS (
+      SELECT f.key, f.pos FROM ${sql.raw(PGDRAIN_SCHEMA)}.fair_keys(${kind}, (SELECT priority FROM top), (SELECT group_key FROM turn), ${visit}::int) WITH ORDINALITY AS f(key, pos)
+       WHERE EXISTS (SELECT 1 FROM top)),
+    per_key AS (SELECT greatest(1, ceil(${v.limit}::float8 / greatest(1, (SELECT count(*) FROM fair_round))))::int AS n),
+    offered AS (
+      SELECT j.id, r.pos FROM fair_round r CROSS JOIN LATERAL (
+        SELECT id FROM ${jobs}
+         WHERE status = 'pending' AND group_key IS NOT NULL AND kind = ${kind} AND priority = (SELECT priority FROM top) AND group_key = r.key
+           AND run_at <= now() ${ids}
+         ORDER BY priority DESC NULLS LAST, group_key, run_at, id LIMIT (SELECT n FROM per_key)) j
+       WHERE r.key IS NOT NULL
+      UNION ALL
+      SELECT u.id, (SELECT min(pos) FROM fair_round WHERE key IS NULL) FROM (
+        SELECT id FROM ${jobs}
+         WHERE status = 'pending' AND run_at <= now() AND kind = ${kind} AND group_key IS NULL AND priority = (SELECT priority FROM top) ${ids}
+           AND EXISTS (SELECT 1 FROM fair_round WHERE key IS NULL)
+         ORDER BY priority DESC NULLS LAST, run_at, id LIMIT (SELECT n FROM per_key)) u),
+    cand AS (
+      SELECT j.id, j.group_key, j.attempts, j.priority, j.run_at, o.pos AS turn_pos FROM ${jobs} j JOIN offered o ON o.id = j.id
+       WHERE j.status = 'pending'
+       FOR UPDATE OF j SKIP LOCKED),`;
 }

@@ -44,7 +44,7 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.paused_kinds, pgdrain.group_limits');
+      await h.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.paused_kinds, pgdrain.group_limits, pgdrain.fair_turns');
     });
     /** `n` drains of `registry` at once, each on connections of its own, like `n` drainers. */
     const drainers = async (n: number, registry: JobRegistry) => {
@@ -198,6 +198,54 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       await expect(setGroupLimits(h.db, { kind, groupKey: 'x' })).rejects.toThrow(/give concurrency, rateLimit or both/);
       await expect(setGroupLimits(h.db, { kind, groupKey: 'x', rateLimit: { limit: 1, periodSeconds: 0 } })).rejects.toThrow(/rateLimit.periodSeconds/);
       expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits`)).toEqual([{ n: 1 }]);
+    });
+
+    it('fair: true: keys take turns — a backlog of one key holds another\'s jobs back one round at most — with priority first, in one drainer or three', async () => {
+      const order: string[] = [];
+      const fairKind = (extra: object = {}) =>
+        defineJob({
+          kind: 'fair-job',
+          schema: z.object({ tag: z.string() }),
+          fair: true,
+          ...extra,
+          handler: async ({ tag }) => {
+            order.push(tag);
+            await sleep(2);
+          },
+        });
+      const backlog = async () => {
+        // Key A's 30 jobs were enqueued first; B's and C's 3 each after them; D has no key.
+        await enqueueMany(h.db, Array.from({ length: 30 }, (_, i) => ({ kind: 'fair-job', payload: { tag: `A${i}` }, groupKey: 'A' })));
+        await enqueueMany(h.db, ['B', 'C'].flatMap((key) => Array.from({ length: 3 }, (_, i) => ({ kind: 'fair-job', payload: { tag: `${key}${i}` }, groupKey: key }))));
+        await enqueueMany(h.db, [{ kind: 'fair-job', payload: { tag: 'D0' } }]);
+      };
+      await backlog();
+      await drain(h.db, new JobRegistry([fairKind()]), { workerId: 'fair', batchSize: 1, concurrency: 1 });
+      expect(order).toHaveLength(37);
+      // Rounds of A, B, C and the keyless D: each key's first job within the first round, B's and C's last by the third.
+      expect(order.slice(0, 4).sort()).toEqual(['A0', 'B0', 'C0', 'D0']);
+      expect(order.indexOf('B2')).toBeLessThan(11);
+      expect(order.indexOf('C2')).toBeLessThan(11);
+      // Within a key, its own order.
+      expect(order.filter((t) => t.startsWith('A'))).toEqual(Array.from({ length: 30 }, (_, i) => `A${i}`));
+
+      // Priority still first: a job of A at priority 10 goes before every turn of the others.
+      order.length = 0;
+      await h.query('TRUNCATE pgdrain.fair_turns');
+      await backlog();
+      await enqueue(h.db, { kind: 'fair-job', payload: { tag: 'A-urgent' }, groupKey: 'A', priority: 10 });
+      await drain(h.db, new JobRegistry([fairKind()]), { workerId: 'fair', batchSize: 1, concurrency: 1 });
+      expect(order[0]).toBe('A-urgent');
+
+      // Three drainers at once, claiming five at a time, with groupConcurrency 1: still turns, and each key one at a time.
+      order.length = 0;
+      await h.query('TRUNCATE pgdrain.fair_turns');
+      await backlog();
+      const registry = new JobRegistry([fairKind({ groupConcurrency: 1 })]);
+      for (let round = 0; round < 100 && Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n) > 0; round++) await drainers(3, registry);
+      expect(order).toHaveLength(37);
+      expect(order.indexOf('B2')).toBeLessThan(15);
+      expect(order.indexOf('C2')).toBeLessThan(15);
     });
 
     it('a batch kind: 200 jobs in 200/size calls, one outcome per item; a failing item alone is retried; results kept per item', async () => {

@@ -41,6 +41,7 @@ export async function statsWithLimits(db: Db, registry: JobRegistry): Promise<Qu
         ...(limits.rateLimit
           ? { rateLimit: { limit: limits.rateLimit.limit, periodSeconds: limits.rateLimit.periodSeconds, perGroup: limits.rateLimit.perGroup === true, startsInWindow: used.startsInWindow ?? 0 } }
           : {}),
+        ...(limits.fair ? { fair: true as const } : {}),
         ...(overrides[kind] && overrides[kind].count > 0
           ? { groupOverrides: { count: overrides[kind].count, keys: overrides[kind].keys.map(({ groupKey, concurrency, rateLimit }) => ({ groupKey, concurrency, rateLimit })) } }
           : {}),

@@ -222,6 +222,7 @@ function describeLimits(limits: QueueStats['kinds'][string]['limits']): string |
     parts.push(`${r.startsInWindow}/${r.limit} starts per ${r.periodSeconds} s${r.perGroup ? ' per key' : ''}`);
   }
   if (limits.groupConcurrency) parts.push(`${limits.groupConcurrency.keysWaiting} keys waiting (${limits.groupConcurrency.limit} each)`);
+  if (limits.fair) parts.push('keys take turns');
   if (limits.groupOverrides) parts.push(`${limits.groupOverrides.count} key${limits.groupOverrides.count === 1 ? '' : 's'} with limits of their own`);
   return parts.join(' · ');
 }

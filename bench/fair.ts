@@ -1,0 +1,41 @@
+// Fair claims (fair: true) against plain claims of the same jobs (npm run bench -- --only fair):
+// `jobs` no-op jobs spread over `keys` group keys, drained by one in-process drain of the sidecar's
+// shape, once with a fair kind and once with a kind without limits. What a fair claim costs must not
+// grow with the number of keys (each claim walks at most four times its size in keys).
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import { z } from 'zod';
+import { drain } from '../src/drain/index.ts';
+import { JobRegistry, defineJob } from '../src/jobs/registry.ts';
+import { enqueueMany, type Db } from '../src/queries/index.ts';
+
+export interface FairFigures {
+  keys: number;
+  jobs: number;
+  fairPerSecond: number;
+  plainPerSecond: number;
+}
+
+/** One database, migrated; both drains in turn on the same backlog shape. */
+export async function benchFair(url: string, keys: number, jobs: number): Promise<FairFigures> {
+  const pool = new pg.Pool({ connectionString: url, max: 12 });
+  const db = drizzle({ client: pool }) as unknown as Db;
+  const run = async (fair: boolean) => {
+    const kind = fair ? 'fair_noop' : 'plain_noop';
+    const definition = defineJob({ kind, schema: z.unknown(), ...(fair ? { fair: true } : {}), handler: () => {} });
+    for (let start = 0; start < jobs; start += 10_000) {
+      const n = Math.min(10_000, jobs - start);
+      await enqueueMany(db, Array.from({ length: n }, (_, i) => ({ kind, payload: {}, groupKey: `tenant-${(start + i) % keys}` })));
+    }
+    await pool.query('VACUUM ANALYZE pgdrain.jobs');
+    const started = performance.now();
+    const report = await drain(db, new JobRegistry([definition]), { workerId: `bench-${kind}`, batchSize: 50, concurrency: 50, preparedClaims: false });
+    const seconds = (performance.now() - started) / 1000;
+    if (report.completed !== jobs) throw new Error(`${kind}: completed ${report.completed} of ${jobs}`);
+    return jobs / seconds;
+  };
+  const plainPerSecond = await run(false);
+  const fairPerSecond = await run(true);
+  await pool.end();
+  return { keys, jobs, fairPerSecond, plainPerSecond };
+}

@@ -30,7 +30,7 @@ interface RunEvent {
   n: number;
   key: string | null;
   id: string;
-  phase: 'start' | 'end';
+  phase: 'start' | 'end' | 'call';
   by: string;
   token: string;
   givenUp?: boolean;
@@ -118,7 +118,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   events.length = 0;
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, public.job_log');
+  await t.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.group_limits, pgdrain.fair_turns, public.job_log');
 });
 afterEach(async () => {
   gate.open();
@@ -292,3 +292,74 @@ describe('limits across two sidecar processes and the Worker', () => {
     expect(handlersAtOnce('limited', cutAt)).toBeLessThanOrEqual(3);
   }, 60_000);
 });
+
+describe('round two: tenants that take turns, limits per tenant from data, batch handlers — two sidecars of different sizes and the Worker', () => {
+  it('fair: true: a backlog of one key does not delay the others beyond a round or so', async () => {
+    await startSidecars(1, { CONCURRENCY: '2' });
+    await startSidecars(1, { CONCURRENCY: '4' });
+    await warmUp();
+    // A's 60 jobs were enqueued first, B's and C's 4 each after them, all before any drainer looked.
+    await Promise.all(sidecars.map((s) => fetch(`${s.url}/kinds/fair-work/pause`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } })));
+    await enqueueMany(t.db, Array.from({ length: 60 }, (_, n) => ({ kind: 'fair-work', payload: { recorder: recorderUrl, ms: 30, n }, groupKey: 'A' })));
+    await enqueueMany(t.db, ['B', 'C'].flatMap((key, k) => Array.from({ length: 4 }, (_, i) => ({ kind: 'fair-work', payload: { recorder: recorderUrl, ms: 30, n: 100 + k * 10 + i }, groupKey: key }))));
+    await fetch(`${sidecars[0]!.url}/kinds/fair-work/resume`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+    await cronUntil(() => ended('fair-work').size === 68, 60_000);
+    await until(async () => ended('fair-work').size, (n) => n === 68, 20_000, 'every fair job to run');
+    const order = events.filter((e) => e.kind === 'fair-work' && e.phase === 'start').sort((a, b) => a.at - b.at).map((e) => e.key);
+    // Unfair (claim order) would run all 60 of A first; taking turns, B's and C's 8 are done early.
+    const lastOfOthers = Math.max(...order.map((key, i) => (key === 'A' ? -1 : i)));
+    expect(lastOfOthers).toBeLessThan(30);
+  }, 120_000);
+
+  it('limits per tenant from data: a key\'s own concurrency holds on every drainer, and a change holds at the next claim', async () => {
+    await startSidecars(1, { CONCURRENCY: '2' });
+    await startSidecars(1, { CONCURRENCY: '4' });
+    await warmUp();
+    const put = (concurrency: number) =>
+      fetch(`${sidecars[1]!.url}/kinds/grouped/groups/paying/limits`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ concurrency }),
+      });
+    expect((await put(3)).status).toBe(200);
+    const wave = (from: number) =>
+      enqueueMany(t.db, [
+        ...Array.from({ length: 9 }, (_, i) => ({ kind: 'grouped', payload: { recorder: recorderUrl, ms: 300, n: from + i }, groupKey: 'paying' })),
+        ...Array.from({ length: 3 }, (_, i) => ({ kind: 'grouped', payload: { recorder: recorderUrl, ms: 300, n: from + 100 + i }, groupKey: 'free' })),
+      ]);
+    await wave(0);
+    await cronUntil(() => ended('grouped').size === 12, 60_000);
+    await until(async () => ended('grouped').size, (n) => n === 12, 20_000, 'the first wave');
+    await until(jobsLeft, (n) => n === 0, 5_000, 'the first wave settled');
+    const first = await holds('grouped');
+    expect(mostAtOnce(first.filter((h) => h.key === 'paying'))).toBe(3);
+    expect(mostAtOnce(first.filter((h) => h.key === 'free'))).toBe(1);
+    // Lowered to 1 while every drainer runs: the second wave runs one at a time.
+    expect((await put(1)).status).toBe(200);
+    const since = Date.now();
+    await wave(1000);
+    await cronUntil(() => ended('grouped').size === 24, 60_000);
+    await until(async () => ended('grouped').size, (n) => n === 24, 30_000, 'the second wave');
+    const second = (await holds('grouped')).filter((h) => h.from >= since - 50);
+    expect(mostAtOnce(second.filter((h) => h.key === 'paying'))).toBe(1);
+  }, 120_000);
+
+  it('a batch kind: 200 jobs in about 200/size calls across the drainers, the failing one retried alone', async () => {
+    await startSidecars(1, { CONCURRENCY: '2' });
+    await startSidecars(1, { CONCURRENCY: '4' });
+    await Promise.all(sidecars.map((s) => fetch(`${s.url}/kinds/batched/pause`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } })));
+    await enqueueMany(t.db, Array.from({ length: 200 }, (_, n) => ({ kind: 'batched', payload: { recorder: recorderUrl, ms: 0, n } })));
+    await fetch(`${sidecars[0]!.url}/kinds/batched/resume`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+    await cronUntil(() => events.filter((e) => e.kind === 'batched' && e.phase === 'call').length >= 4, 20_000);
+    await until(jobsLeft, (n) => n === 0, 30_000, 'every batched job to complete');
+    const calls = events.filter((e) => e.kind === 'batched' && e.phase === 'call') as unknown as { ns: number[]; attempts: number[] }[];
+    const items = calls.flatMap((c) => c.ns);
+    // Every job once in a call, and n = 7 once more, alone (its retry).
+    expect(items.length).toBe(201);
+    expect(new Set(items).size).toBe(200);
+    expect(calls.length).toBeLessThanOrEqual(8);
+    expect(calls.filter((c) => c.ns.includes(7)).map((c) => c.ns.length).at(-1)).toBe(1);
+    expect(await t.query(`SELECT count(*)::int AS n FROM public.job_log WHERE kind = 'batched' AND status = 'deleted'`)).toEqual([{ n: 200 }]);
+  }, 90_000);
+});
+

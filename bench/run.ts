@@ -16,7 +16,7 @@ import { benchWorkerDrainer } from './worker-drainer.ts';
 import { drainThroughLongTransaction } from './long-transaction.ts';
 import { PLAIN_DRAIN_JOBS, plainDrainInProcess } from './plain-drain.ts';
 import { workflowTrial } from './workflows.ts';
-import { benchFair } from './fair.ts';
+import { benchBatch, benchFair } from './fair.ts';
 import { migrateDatabase } from '../src/db/migrate.ts';
 
 const args = process.argv.slice(2);
@@ -498,6 +498,14 @@ async function main() {
       record(`fair claims, ${fmt(keys)} keys (${fmt(jobs)} jobs)`, 'pgdrain plain', 'jobs/s', [f.plainPerSecond], [], []);
       await admin.query('DROP DATABASE IF EXISTS bench_fair WITH (FORCE)');
     }
+    const jobs = quick ? 5_000 : 50_000;
+    const url = await freshDatabase('bench_batch');
+    await migrateDatabase(url);
+    const b = await benchBatch(url, jobs);
+    console.log(`  a batch kind (100 per call), ${jobs} no-op jobs: ${fmt(b.batchPerSecond)} jobs/s; one per call: ${fmt(b.singlePerSecond)} jobs/s`);
+    record(`batch kind, 100 per call (${fmt(jobs)} no-op jobs)`, 'pgdrain batch', 'jobs/s', [b.batchPerSecond], [], []);
+    record(`batch kind, 100 per call (${fmt(jobs)} no-op jobs)`, 'pgdrain plain', 'jobs/s', [b.singlePerSecond], [], []);
+    await admin.query('DROP DATABASE IF EXISTS bench_batch WITH (FORCE)');
   }
 
   // Durable workflows (bench/workflows.ts): pgdrain and DBOS Transact, each in a process of its own.

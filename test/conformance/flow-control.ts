@@ -340,6 +340,11 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       expect(() => defineJob({ ...kind, groupConcurrency: 1.5 })).toThrow('groupConcurrency must be a positive integer, not 1.5');
       expect(() => defineJob({ ...kind, rateLimit: { limit: -1, periodSeconds: 1 } })).toThrow('rateLimit.limit must be a positive integer');
       expect(() => defineJob({ ...kind, rateLimit: { limit: 5, periodSeconds: 0 } })).toThrow('rateLimit.periodSeconds must be a number of seconds above 0');
+      expect(() => defineJob({ ...kind, fair: 'yes' as unknown as boolean })).toThrow('fair must be true or false');
+      const batch = { kind: 'b', schema: z.unknown(), handler: (items: unknown[]) => items };
+      expect(() => defineBatchJob({ ...batch, size: 0 })).toThrow('size must be a whole number from 1 to 1000, not 0');
+      expect(() => defineBatchJob({ ...batch, size: 1001 })).toThrow('size must be a whole number from 1 to 1000, not 1001');
+      expect(() => defineBatchJob({ ...batch, size: 10, waitMs: 60_001 })).toThrow('waitMs must be a whole number of milliseconds from 0 to 60000, not 60001');
       const typed = defineJob(kind);
       // Validation throws before anything is sent to the database.
       expect(() => enqueueTyped(h.db, typed, {}, { groupKey: '' })).toThrow(JobValidationError);

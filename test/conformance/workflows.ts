@@ -165,6 +165,21 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect((await steps(id))[0]).toMatchObject({ status: 'completed', wake_at: null });
     });
 
+    it('the housekeeping round prunes events past their retention and the steps of runs that are gone', async () => {
+      await sendEvent(h.db, { event: 'old.news', key: 'k' });
+      await sendEvent(h.db, { event: 'fresh.news', key: 'k' });
+      await h.query(`UPDATE pgdrain.events SET sent_at = now() - interval '2 days' WHERE event = 'old.news'`);
+      // A run that is gone (its job deleted), and one still here.
+      await h.query(`INSERT INTO pgdrain.workflow_steps (job_id, name, position, status) VALUES (987654321, 'a', 0, 'completed'), (987654321, 'b', 1, 'completed')`);
+      const flow = defineWorkflow({ kind: 'wf_kept_steps', schema: z.object({}), run: async (_p, step) => step.sleep('nap', 3600) });
+      const { id } = await enqueue(h.db, flow, {});
+      await run(new JobRegistry([flow]));
+      const pruned = await pruneFinished(h.db, 20, 86_400);
+      expect(pruned).toMatchObject({ events: 1, steps: 2 });
+      expect(await h.query(`SELECT event FROM pgdrain.events`)).toEqual([{ event: 'fresh.news' }]);
+      expect(await h.query(`SELECT job_id::text AS id, name FROM pgdrain.workflow_steps`)).toEqual([{ id, name: 'nap' }]);
+    });
+
     it('an event answers every run waiting on its event and key, in the sender\'s transaction; a rolled-back send wakes nothing', async () => {
       const flow = defineWorkflow({
         kind: 'wf_event',

@@ -1,7 +1,7 @@
 // Round two's rows (npm run bench -- --only fair): fair claims (fair: true) against plain claims of
 // the same jobs — `jobs` no-op jobs spread over `keys` group keys, drained by one in-process drain,
 // once with a fair kind and once with a kind without limits: what a fair claim costs must not grow
-// with the number of keys (each claim walks at most four times its size in keys) — and a batch kind
+// with the number of keys (each claim walks at most twice its size in keys) — and a batch kind
 // of 100 no-op jobs per call against the same jobs one per handler call.
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';

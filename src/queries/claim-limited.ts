@@ -160,7 +160,7 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
 function fairCandidates(kind: string, v: ClaimValues, byIds: boolean): SQL {
   const ids = byIds ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``;
   // Keys with only delayed jobs are visited too: a round visits more keys than one claim takes.
-  const visit = Math.min(1_000, v.limit * 4);
+  const visit = Math.min(1_000, v.limit * 2);
   return sql`top AS (
       SELECT priority FROM ${jobs}
        WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}

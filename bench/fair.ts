@@ -31,7 +31,7 @@ export async function benchFair(url: string, keys: number, jobs: number): Promis
     }
     await pool.query('VACUUM ANALYZE pgdrain.jobs');
     const started = performance.now();
-    const report = await drain(db, new JobRegistry([definition]), { workerId: `bench-${kind}`, batchSize: 50, concurrency: 50, preparedClaims: false });
+    const report = await drain(db, new JobRegistry([definition]), { workerId: `bench-${kind}`, batchSize: 50, concurrency: 50 });
     const seconds = (performance.now() - started) / 1000;
     if (report.completed !== jobs) throw new Error(`${kind}: completed ${report.completed} of ${jobs}`);
     return jobs / seconds;

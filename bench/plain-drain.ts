@@ -5,6 +5,8 @@
 //   npm run bench:plain                      this tree: 6 drains of 50k, median
 //   npm run bench:plain -- --against REV     this tree and REV in alternating pairs (ABBA), each
 //                                            in its own process and database on one server
+//   npm run bench:plain -- --server stock    on Debian's PostgreSQL with its defaults (JIT on)
+//                                            instead of the embedded 18 (DATABASE_URL: that server)
 //
 // A drain is: delete the last drain's jobs, VACUUM, bulk-enqueue n, ANALYZE, start the sidecar's
 // drainer, time until every job has run exactly once. The VACUUM keeps the dead tuples of the
@@ -101,9 +103,12 @@ async function main(args: string[]): Promise<void> {
   const { startEmbeddedPostgres } = await import(pathToFileURL(path.join(thisTree, 'src', 'db', 'embedded.ts')).href);
   const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-plain-'));
   await chmod(dir, 0o755);
+  const stock = args.includes('--server') && args[args.indexOf('--server') + 1] === 'stock';
   const server = process.env.DATABASE_URL
     ? { url: process.env.DATABASE_URL, stop: async () => {} }
-    : await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), password: 'bench', settings: { max_connections: 100 } });
+    : stock
+      ? await (await import(pathToFileURL(path.join(thisTree, 'test', 'support', 'stock-postgres.ts')).href)).startStockPostgres()
+      : await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), password: 'bench', settings: { max_connections: 100 } });
   const other = against ? checkout(against) : null;
   const trees = [{ label: 'this tree', tree: thisTree }, ...(other ? [{ label: against!, tree: other.tree }] : [])];
   const admin = new pg.Client({ connectionString: server.url });

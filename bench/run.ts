@@ -1,7 +1,10 @@
-// npm run bench [-- --quick] [--json FILE] [--only NAME,NAME]
+// npm run bench [-- --quick] [--json FILE] [--only NAME,NAME] [--server embedded|stock]
 // pgdrain side by side with graphile-worker and pg-boss and the article's design, in one run, on
-// one PostgreSQL (embedded PostgreSQL 18 with default settings, or DATABASE_URL), each system in a
-// fresh database of its own, trivial handlers, every drain checked for exactly-once.
+// one PostgreSQL (embedded PostgreSQL 18 with default settings; `--server stock`: Debian's
+// PostgreSQL with its defaults, JIT on, test/support/stock-postgres.ts; or DATABASE_URL), each
+// system in a fresh database of its own, trivial handlers, every drain checked for exactly-once.
+// On a server with JIT, the run ends by reading pg_stat_statements: a statement of pgdrain's that
+// was JIT-compiled fails the run.
 import { chmod, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -17,12 +20,16 @@ import { drainThroughLongTransaction } from './long-transaction.ts';
 import { PLAIN_DRAIN_JOBS, plainDrainInProcess } from './plain-drain.ts';
 import { workflowTrial } from './workflows.ts';
 import { benchBatch, benchFair } from './fair.ts';
+import { SERIAL_VARIANTS, benchSerial } from './serial.ts';
+import { startStockPostgres } from '../test/support/stock-postgres.ts';
 import { migrateDatabase } from '../src/db/migrate.ts';
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const jsonFile = args.includes('--json') ? args[args.indexOf('--json') + 1] : undefined;
 const only = args.includes('--only') ? args[args.indexOf('--only') + 1]?.split(',') : undefined;
+const serverKind = args.includes('--server') ? args[args.indexOf('--server') + 1] : 'embedded';
+if (serverKind !== 'embedded' && serverKind !== 'stock') throw new Error(`--server ${serverKind}: embedded or stock`);
 
 const plan = quick
   ? { reps: 1, enqueueSizes: [5_000], drainSizes: [2_000], noAnalyzeSize: 2_000, history: 100_000, historyDrain: 2_000, latencyJobs: 40, workerJobs: 500, runNowJobs: 20,
@@ -239,7 +246,13 @@ async function main() {
   let stopServer = async () => {};
   let adminUrl = process.env.DATABASE_URL;
   let dir: string | undefined;
-  if (!adminUrl) {
+  if (!adminUrl && serverKind === 'stock') {
+    // Every statement tracked (inside functions too), for the JIT check at the end: all systems pay it.
+    const server = await startStockPostgres({ max_connections: 200, 'pg_stat_statements.track': 'all' });
+    adminUrl = server.url;
+    postmasterPid = server.pid;
+    stopServer = server.stop;
+  } else if (!adminUrl) {
     dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-bench-'));
     await chmod(dir, 0o755);
     // pg_stat_statements loaded but tracking nothing, but where a workload turns it on for its own
@@ -255,17 +268,21 @@ async function main() {
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   const settings = Object.fromEntries(
-    (await admin.query(`SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'shared_buffers', 'fsync', 'synchronous_commit', 'max_connections', 'work_mem')`)).rows.map((r) => [r.name, r.setting]),
+    (await admin.query(`SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'shared_buffers', 'fsync', 'synchronous_commit', 'max_connections', 'work_mem', 'jit')`)).rows.map((r) => [r.name, r.setting]),
   );
   const machine = { cores: os.cpus().length, cpu: os.cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(os.totalmem() / 2 ** 30), node: process.version, date: new Date().toISOString().slice(0, 10) };
   console.log(`pgdrain benchmark${quick ? ' (--quick)' : ''}: ${machine.cores} cores, ${machine.cpu}, PostgreSQL ${settings.server_version}, Node ${machine.node}`);
 
   const systems = [pgdrainSystem(), graphileSystem(false), graphileSystem(true), pgBossSystem(), articleSystem()].filter((s) => !only || only.some((o) => s.name.startsWith(o)));
   const versions: Record<string, string> = {};
+  /** pgdrain's databases of this run, for the JIT check (their statistics outlive them). */
+  const pgdrainDatabases: number[] = [];
+  const peerDatabase = /^bench_(graphile|pg_boss|article|wf_dbos)/;
   /** A new empty database on the benchmark's server (dropped first if a past run left it). */
   const freshDatabase = async (name: string): Promise<string> => {
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     await admin.query(`CREATE DATABASE ${name}`);
+    if (!peerDatabase.test(name)) pgdrainDatabases.push(Number((await admin.query(`SELECT oid FROM pg_database WHERE datname = $1`, [name])).rows[0].oid));
     const url = new URL(adminUrl);
     url.pathname = `/${name}`;
     return url.toString();
@@ -536,6 +553,52 @@ async function main() {
     await admin.query('DROP DATABASE IF EXISTS bench_wf_steps WITH (FORCE)');
   }
 
+  // Kinds limited to one job at a time (bench/serial.ts): the slot handed on at each settlement.
+  if (!only || only.includes('pgdrain') || only.includes('serial')) {
+    const jobs = quick ? 20 : 40;
+    console.log(`\nserial kinds: ${jobs} jobs of 10 ms, one at a time, poll 30 s: the gap between one job's end and the next one's start`);
+    for (const variant of Object.keys(SERIAL_VARIANTS) as (keyof typeof SERIAL_VARIANTS)[]) {
+      const url = await freshDatabase('bench_serial');
+      await migrateDatabase(url);
+      const f = await benchSerial(url, variant, jobs);
+      console.log(`  ${variant.padEnd(36)} ${f.seconds.toFixed(2)} s, gap p50 ${f.gapP50Ms.toFixed(1)} ms, p99 ${f.gapP99Ms.toFixed(1)} ms`);
+      record(`serial kind (${variant}): gap p50`, 'pgdrain', 'ms', [f.gapP50Ms], [], []);
+      record(`serial kind (${variant}): gap p99`, 'pgdrain', 'ms', [f.gapP99Ms], [], []);
+      await admin.query('DROP DATABASE IF EXISTS bench_serial WITH (FORCE)');
+    }
+  }
+
+  // Wake-ups at scale: many runs asleep at once, woken in rounds of pgdrain.wake_workflows().
+  if (!only || only.includes('workflows') || only.includes('wake')) {
+    const runs = quick ? 1_000 : 5_000;
+    const url = await freshDatabase('bench_wf_wake');
+    await migrateDatabase(url);
+    const w = await workflowTrial('pgdrain', url, runs, 5, postgresCpuMs);
+    console.log(`\nworkflows: ${runs} runs sleeping 5 s went on p50 ${w.wakeLateP50Ms} ms and p99 ${w.wakeLateP99Ms} ms after their sleep ended (${w.seconds.toFixed(1)} s in all)`);
+    record(`workflows: ${fmt(runs)} runs sleeping 5 s, late after the sleep p50`, 'pgdrain', 'ms', [w.wakeLateP50Ms ?? Number.NaN], [], []);
+    record(`workflows: ${fmt(runs)} runs sleeping 5 s, late after the sleep p99`, 'pgdrain', 'ms', [w.wakeLateP99Ms ?? Number.NaN], [], []);
+    await admin.query('DROP DATABASE IF EXISTS bench_wf_wake WITH (FORCE)');
+  }
+
+  // No statement of pgdrain's JIT-compiled (a plan priced with a disabled node's penalty passes
+  // jit_above_cost): read where the server has JIT and pg_stat_statements.
+  let jitCompiled: { query: string; calls: number; jit_functions: number }[] = [];
+  const [{ jit }] = (await admin.query(`SELECT pg_jit_available() AND current_setting('jit')::bool AS jit`)).rows;
+  const [{ tracked }] = (await admin.query(`SELECT count(*) > 0 AS tracked FROM pg_extension WHERE extname = 'pg_stat_statements'`)).rows;
+  if (jit) {
+    if (!tracked) await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements').catch(() => {});
+    const rows = await admin
+      .query(`SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 200) AS query, calls::int, jit_functions::int FROM pg_stat_statements WHERE dbid = ANY($1::oid[]) AND jit_functions > 0 ORDER BY jit_functions DESC`, [pgdrainDatabases])
+      .catch((error: Error) => {
+        console.log(`\nJIT check: pg_stat_statements cannot be read (${error.message}); load it with shared_preload_libraries`);
+        return { rows: [] };
+      });
+    jitCompiled = rows.rows;
+    console.log(`\nJIT check (this server has JIT on): ${jitCompiled.length} of pgdrain's statements were JIT-compiled${jitCompiled.length ? ':' : ''}`);
+    for (const r of jitCompiled) console.log(`  ${r.jit_functions} functions over ${r.calls} calls: ${r.query}`);
+    record("pgdrain's statements JIT-compiled", 'pgdrain', 'statements', [jitCompiled.length], [], []);
+  }
+
   await admin.end();
   await stopServer();
   if (dir) await rm(dir, { recursive: true, force: true });
@@ -572,7 +635,7 @@ async function main() {
     );
   }
   const elapsed = Math.round((now() - started) / 1000);
-  console.log(`\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`);
+  console.log(`\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (jit=${settings.jit}, fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`);
 
   if (jsonFile) {
     const ratios: Record<string, number> = {};
@@ -582,6 +645,10 @@ async function main() {
     }
     await writeFile(jsonFile, `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, workers, clock, ratiosPgdrainOverGraphileTuned: ratios }, null, 2)}\n`);
     console.log(`wrote ${jsonFile}`);
+  }
+  if (jitCompiled.length > 0) {
+    console.log(`FAILED: ${jitCompiled.length} of pgdrain's statements were JIT-compiled on this server`);
+    process.exitCode = 1;
   }
 }
 
@@ -610,5 +677,6 @@ process.on('uncaughtException', (error: { code?: string }) => {
   process.exit(1);
 });
 
+process.exitCode = 0;
 await main();
-process.exit(0);
+process.exit(process.exitCode);

@@ -126,7 +126,7 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
       : []),
   ]);
   // The sidecar's defaults and its drain pool: the same path `npm start` runs.
-  const options = { workerId: 'bench', placement: 'near' as const, preparedClaims: true, pollIntervalMs: 1000, recordCounts: variant.recordCounts };
+  const options = { workerId: 'bench', placement: 'near' as const, pollIntervalMs: 1000, recordCounts: variant.recordCounts };
   return {
     name:
       variant.recordCounts === false ? 'pgdrain, counts off'

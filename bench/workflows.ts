@@ -12,6 +12,9 @@ export interface WorkflowTrial {
   runs: number;
   seconds: number;
   runsPerSecond: number;
+  /** How late runs went on after their sleep, p50 and p99 (pgdrain with a sleep; else null). */
+  wakeLateP50Ms?: number | null;
+  wakeLateP99Ms?: number | null;
   /** PostgreSQL CPU over the trial (ms), when the caller can see it. */
   postgresCpuMs?: number;
 }

@@ -2,7 +2,9 @@
 import pg from 'pg';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import { claim, enqueueMany, pauseKind } from '../src/queries/index.ts';
+import { sql } from 'drizzle-orm';
+import { claim, enqueueMany } from '../src/queries/index.ts';
+import { rowsOf } from '../src/queries/db.ts';
 import { openPools } from '../src/sidecar/database.ts';
 import { Incidents } from '../src/sidecar/incidents.ts';
 import { createTestDatabase } from './support/database.ts';
@@ -38,38 +40,26 @@ jobLifecycleSuite('node-postgres', nodePostgresHarness, { fanIn: 10_000 });
 workflowSuite('node-postgres', nodePostgresHarness);
 
 
-// The sidecar's drainer sends its claims as a prepared statement (src/queries/claim.ts,
-// preparedClaim) instead of calling pgdrain.claim(): the two must pick and write the same jobs.
-describe('prepared claims (the sidecar drain pool)', () => {
-  it('claim the same jobs, in the same order, with the same lease, as pgdrain.claim()', async () => {
+// Planner settings belong to the one statement they are for (drizzle/0014): the sidecar's drain
+// pool, which every settlement, limited claim, park and housekeeping statement shares, carries none;
+// pgdrain.claim() has its own, which reach no statement after it on the same connection.
+describe('planner settings (the sidecar drain pool)', () => {
+  it('stay inside pgdrain.claim(): the drain pool plans every other statement with the server\'s own', async () => {
     const t = await createTestDatabase();
     const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })));
+    const settings = async () =>
+      (await rowsOf(database.drainDb, sql`SELECT current_setting('enable_sort') AS sort, current_setting('enable_seqscan') AS seqscan, current_setting('enable_bitmapscan') AS bitmapscan, current_setting('synchronous_commit') AS commit`))[0];
     try {
-      const jobs = [
-        ...Array.from({ length: 8 }, (_, i) => ({ kind: 'a', payload: { i }, priority: i % 3 })),
-        ...Array.from({ length: 4 }, (_, i) => ({ kind: 'b', payload: { i }, visibilityTimeoutSeconds: 90 })),
-        { kind: 'a', payload: { later: true }, runAt: new Date(Date.now() + 60_000) },
-        { kind: 'held', payload: {} },
-      ];
-      await enqueueMany(database.db, jobs);
-      await pauseKind(database.db, 'held');
-      const reset = () => t.query(`UPDATE pgdrain.jobs SET status = 'pending', attempts = 0, locked_by = NULL, locked_at = NULL, locked_until = NULL`);
-      const cases = [{ batchSize: 5 }, { batchSize: 20 }, { batchSize: 3, kinds: ['b'] }, { batchSize: 20, kinds: ['a', 'held'] }];
-      for (const options of cases) {
-        const seen = [];
-        for (const prepared of [false, true]) {
-          await reset();
-          const claimed = await claim(database.drainDb, { ...options, lockToken: 'same', visibilityTimeoutSeconds: 30, prepared });
-          const leases = await t.query(`SELECT id::text, extract(epoch FROM locked_until - locked_at)::int AS lease FROM pgdrain.jobs WHERE status = 'running' ORDER BY id`);
-          seen.push({ claimed: claimed.map(({ id, kind, payload, attempts, priority, lockedBy }) => ({ id, kind, payload, attempts, priority, lockedBy })), leases });
-        }
-        expect(seen[0]!.claimed.length).toBeGreaterThan(0);
-        expect(seen[1], JSON.stringify(options)).toEqual(seen[0]);
-      }
-      // Neither claims the paused kind or the job not yet due.
-      await reset();
-      const all = await claim(database.drainDb, { batchSize: 100, lockToken: 'x', prepared: true });
-      expect(all.map((j) => j.kind).sort()).toEqual([...Array(8).fill('a'), ...Array(4).fill('b')]);
+      const [server] = await t.query(`SELECT current_setting('enable_sort') AS sort, current_setting('enable_seqscan') AS seqscan, current_setting('enable_bitmapscan') AS bitmapscan`);
+      expect(await settings()).toEqual({ ...server, commit: 'off' });
+      await enqueueMany(database.db, Array.from({ length: 5 }, (_, i) => ({ kind: 'a', payload: { i } })));
+      const claimed = await claim(database.drainDb, { batchSize: 3, lockToken: 'planner-test' });
+      expect(claimed.map((j) => j.payload)).toEqual([{ i: 0 }, { i: 1 }, { i: 2 }]);
+      // Once the call returns, its settings are gone from the session.
+      expect(await settings()).toEqual({ ...server, commit: 'off' });
+      const [fn] = await t.query(`SELECT l.lanname, p.proconfig FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pgdrain.claim(integer,text[],text,integer)'::regprocedure`);
+      // PL/pgSQL: its statement's plan is kept for the session, planned under these settings.
+      expect(fn).toEqual({ lanname: 'plpgsql', proconfig: expect.arrayContaining(['enable_seqscan=off', 'enable_bitmapscan=off', 'enable_sort=off', 'jit=off']) });
     } finally {
       await database.close();
       await t.close();

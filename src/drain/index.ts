@@ -96,10 +96,6 @@ export interface DrainOptions {
   /** Leases of jobs without a visibility of their own last this long unless renewed (every third
    * of it). Default DEFAULT_VISIBILITY_TIMEOUT_SECONDS. */
   visibilityTimeoutSeconds?: number;
-  /** Claims go as a prepared statement (planned once per connection) instead of a call of
-   * pgdrain.claim(): only for a database whose connections carry its planner settings (the
-   * sidecar's drain pool, createDrainPool). Default false. */
-  preparedClaims?: boolean;
   /** Claims also say, when they come back short, when the next pending job of the drained kinds
    * is due (in the same statement): DrainReport.nextDueAt. For a drainer that sleeps until then
    * (the Worker's clock). Default false. */
@@ -435,7 +431,7 @@ class DrainRun {
     const lockToken = `${this.#options.workerId}:${++claimSequence}`;
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
     const claim = {
-      batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds, prepared: this.#options.preparedClaims,
+      batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
       ...(this.#options.reportNextDue ? { nextDue: { kinds: this.#options.kinds } } : {}),
     };
     this.#claimer

@@ -3,13 +3,15 @@
 //   UPDATE pgdrain.jobs SET status = 'running', … WHERE id = ANY(ARRAY(SELECT id … ORDER BY priority DESC,
 //     run_at, id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING …
 // under planner settings that leave it one plan, the walk of jobs_ready (drizzle/0007_claim_plan.sql:
-// why, and pgdrain.claim_ids for run-now).
+// why, and pgdrain.claim_ids for run-now). The settings are the function's own (SET clauses): they
+// reach no other statement (drizzle/0014_settings_in_their_statements.sql), and PL/pgSQL keeps the
+// plan for the session.
 // Kinds listed in pgdrain.paused_kinds are skipped (read once per claim, in the same statement).
 // SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before
 // running anything.
 import { type SQL, sql } from 'drizzle-orm';
-import { JOB_DEFAULTS, PGDRAIN_SCHEMA, jobs, pausedKinds } from '../db/schema.ts';
+import { JOB_DEFAULTS, PGDRAIN_SCHEMA, jobs } from '../db/schema.ts';
 import { type Db, fromDriverRow, rowsOf } from './db.ts';
 import { nextDueSql } from './next-due.ts';
 
@@ -49,9 +51,6 @@ export interface ClaimOptions {
   kinds?: readonly string[];
   /** Claim only these jobs, if they are ready and nobody holds them (run-now after an enqueue). */
   ids?: readonly string[];
-  /** Send it as a prepared statement, on a connection that has pgdrain.claim()'s planner
-   * settings (the sidecar's drain pool); default: a call of pgdrain.claim(). */
-  prepared?: boolean;
   /** Also say, when the claim comes back short, when the next pending job is due (next-due.ts),
    * among these kinds (unset: every kind): claimReportingNextDue(), completeAndClaim(). */
   nextDue?: { kinds?: readonly string[] };
@@ -85,41 +84,8 @@ export const toDate = (value: Date | string | null | undefined): Date | null => 
 
 export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]> {
   if (options.batchSize < 1 || options.kinds?.length === 0 || options.ids?.length === 0) return [];
-  if (options.prepared && !options.ids) {
-    const v = claimValues(options);
-    const rows = await preparedClaim(db, options.kinds !== undefined).execute({ limit: v.limit, token: v.token, kinds: v.kinds, lease: v.lease });
-    return claimedJobs(rows as ClaimedRow[], options.lockToken);
-  }
   const rows = await rowsOf<Record<string, unknown>>(db, claimStatement(claimValues(options), options.kinds !== undefined, options.ids !== undefined));
   return claimedJobs(rows.map(claimedRowFromDriver), options.lockToken);
-}
-
-/**
- * pgdrain.claim()'s statement as a named prepared statement: parsed and planned once per
- * connection instead of per call (PostgreSQL before 18 plans a SQL function's statement on every
- * call). Only for connections that carry pgdrain.claim()'s planner settings themselves — the
- * sidecar's drain pool does (src/sidecar/database.ts): they are what keeps the plan the walk of
- * jobs_ready whatever the statistics.
- */
-const preparedClaims = new WeakMap<Db, Map<boolean, ReturnType<typeof prepareClaim>>>();
-function preparedClaim(db: Db, filtered: boolean) {
-  let byDb = preparedClaims.get(db);
-  if (!byDb) preparedClaims.set(db, (byDb = new Map()));
-  let statement = byDb.get(filtered);
-  if (!statement) byDb.set(filtered, (statement = prepareClaim(db, filtered)));
-  return statement;
-}
-
-function prepareClaim(db: Db, filtered: boolean) {
-  const which = sql`${jobs.id} = ANY(ARRAY(
-      SELECT r.id FROM ${jobs} r
-       WHERE r.status = 'pending' AND r.run_at <= now()
-         ${filtered ? sql`AND r.kind = ANY(${sql.placeholder('kinds')}::text[])` : sql``}
-         AND coalesce(r.kind <> ALL(ARRAY(SELECT p.kind FROM ${pausedKinds} p)), true)
-       ORDER BY r.priority DESC NULLS LAST, r.run_at, r.id
-       LIMIT ${sql.placeholder('limit')}::int
-       FOR UPDATE OF r SKIP LOCKED))`;
-  return claimUpdate(db, which, sql`${sql.placeholder('token')}::text`, sql`${sql.placeholder('lease')}::int`).prepare(filtered ? 'pgdrain_claim_kinds' : 'pgdrain_claim');
 }
 
 /**
@@ -139,11 +105,12 @@ export async function explainClaim(db: Db, options: ClaimOptions, { generic = fa
       const [name, value] = setting.split(/=(.*)/s) as [string, string];
       await tx.execute(sql`SELECT set_config(${name}, ${value}, true)`);
     }
-    // The input arguments (how_many, only_kinds, token, lease_seconds; the output columns follow) as $1..$4.
+    // The function's one statement (PL/pgSQL: RETURN QUERY <statement>;), its input arguments
+    // (how_many, only_kinds, token, lease_seconds; the output columns follow) as $1..$4.
     const types = ['int', 'text[]', 'text', 'int'];
-    let body = fn.body;
+    let body = /RETURN QUERY([\s\S]*?);\s*END\s*$/i.exec(fn.body)?.[1] ?? fn.body;
     fn.args.slice(0, types.length).forEach((name, i) => {
-      body = body.replace(new RegExp(`\\b${name}\\b`, 'g'), `$${i + 1}::${types[i]}`);
+      body = body.replace(new RegExp(`\\b(?:claim\\.)?${name}\\b`, 'g'), `$${i + 1}::${types[i]}`);
     });
     const v = claimValues(options);
     const params = [v.limit, options.kinds ?? null, v.token, v.lease];

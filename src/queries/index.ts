@@ -29,4 +29,5 @@ export {
   loadSteps, recordStepCompleted, recordStepFailed, parkSleep, waitForEvent, parkOnChild, wakeWorkflows, sendEvent, DEFAULT_EVENT_RETENTION_SECONDS,
   type HeldRun, type NotHeld, type StoredStep, type StepStatus, type StepRecord, type EventWait, type ParkOutcome, type WakeResult, type SentEvent,
 } from './workflows.ts';
+export { commitDurably } from './durable-commit.ts';
 export { writeGroupLimits, deleteGroupLimits, listGroupLimits, type GroupLimitsRow } from './group-limits.ts';

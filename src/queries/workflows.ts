@@ -232,9 +232,10 @@ export interface WakeResult {
   nextWakeAt: Date | null;
 }
 
-/** Wakes the runs whose sleep ended or whose wait timed out (pgdrain.wake_workflows(), one statement). */
-export async function wakeWorkflows(db: Db): Promise<WakeResult> {
-  const [row] = await rowsOf<{ woken: number; next_wake_at: Date | string | null }>(db, sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.wake_workflows()`);
+/** Wakes the runs whose sleep ended or whose wait timed out, at most `howMany` (pgdrain.wake_workflows(),
+ * one statement). When it stopped at `howMany`, nextWakeAt is now: more are due already. */
+export async function wakeWorkflows(db: Db, howMany = 1000): Promise<WakeResult> {
+  const [row] = await rowsOf<{ woken: number; next_wake_at: Date | string | null }>(db, sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.wake_workflows(${howMany}::int)`);
   return { woken: Number(row?.woken ?? 0), nextWakeAt: row?.next_wake_at == null ? null : new Date(row.next_wake_at) };
 }
 

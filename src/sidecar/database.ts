@@ -88,14 +88,9 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
   };
 }
 
-/** The drainer's pool: asynchronous commit; the claim, the completion flush, failures, renewals, the reaper. */
+/** The drainer's pool: asynchronous commit for the claims, settlements, renewals and the reaper.
+ * Nothing else is set on its connections: planner settings belong to the one statement they are for
+ * (pgdrain.claim()'s own SET clauses), never to a pool that other statements share. */
 export function createDrainPool(url: string): pg.Pool {
-  return new pg.Pool({ connectionString: url, max: 4, application_name: 'pgdrain-drain', options: `-c synchronous_commit=off ${CLAIM_PLANNER_SETTINGS}` });
+  return new pg.Pool({ connectionString: url, max: 4, application_name: 'pgdrain-drain', options: '-c synchronous_commit=off' });
 }
-
-/** pgdrain.claim()'s own planner settings (drizzle/0007_claim_plan.sql), on the drain pool's
- * connections: its claims go as a prepared statement planned once per connection (DrainOptions.
- * preparedClaims), and these keep that plan the walk of jobs_ready whatever the statistics say.
- * They only discourage sequential scans, bitmap scans and sorts: the drain's other statements
- * find their rows by primary key or through small partial indexes. */
-export const CLAIM_PLANNER_SETTINGS = '-c enable_seqscan=off -c enable_bitmapscan=off -c enable_sort=off';

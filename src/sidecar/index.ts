@@ -182,8 +182,6 @@ function startDrainer(
   const drainer = new Drainer(db, registry, {
     ...settings,
     placement: 'near',
-    // Its drain pool carries pgdrain.claim()'s planner settings (createDrainPool).
-    preparedClaims: true,
     workerId: context.workerId,
     kinds: options.kinds,
     visibilityTimeoutSeconds: context.visibilityTimeoutSeconds,

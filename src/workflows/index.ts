@@ -25,8 +25,8 @@ import { MAX_RESULT_BYTES, RUN_ENVIRONMENT, type RunEnvironment, WorkflowParked,
 import { type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
 import { type EnqueueOptions, prepareJob, preparedJobs } from '../jobs/enqueue.ts';
 import {
-  type Db, type NotHeld, type ParkOutcome, type StepRecord, type StoredStep, loadSteps, parkOnChild, parkSleep, recordStepCompleted, recordStepFailed,
-  waitForEvent,
+  type Db, type NotHeld, type ParkOutcome, type StepRecord, type StoredStep, commitDurably, loadSteps, parkOnChild, parkSleep, recordStepCompleted,
+  recordStepFailed, waitForEvent,
 } from '../queries/index.ts';
 import { traceStep } from '../tracing.ts';
 import { MAX_EVENT_KEY_LENGTH } from './events.ts';
@@ -176,6 +176,8 @@ class Steps implements WorkflowStep {
     const prepared = preparedJobs([prepareJob(job, { ...options, payload })], null);
     return this.#traced(name, async () => {
       const outcome = await this.#db.transaction(async (tx) => {
+        // An enqueue: durable, although the drain's own statements commit asynchronously.
+        await commitDurably(tx);
         const [child] = await prepared.send(tx);
         const parked = await parkOnChild(tx, record, child!.id);
         if (parked.outcome === 'lost' || parked.outcome === 'cancelled') throw this.#notHeldError(parked.outcome);

@@ -79,6 +79,25 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect((await steps(id)).map((s) => [s.name, s.status, s.attempts])).toEqual([['a', 'completed', 1], ['b', 'completed', 2]]);
     });
 
+    it('a step result with no exact JSON form (NaN, Infinity, a Map, a class instance) fails the step, naming it; a Date is kept as its string', async () => {
+      class Point {
+        x: number;
+        constructor(x: number) {
+          this.x = x;
+        }
+      }
+      const bad: Record<string, () => unknown> = { nan: () => ({ n: NaN }), inf: () => [1, Infinity], map: () => new Map([['a', 1]]), point: () => ({ p: new Point(1) }) };
+      for (const [name, value] of Object.entries(bad)) {
+        const flow = defineWorkflow({ kind: `wf_bad_${name}`, schema: z.object({}), maxAttempts: 1, run: async (_p, step) => step.run(name, value) });
+        const { id } = await enqueue(h.db, flow, {});
+        await run(new JobRegistry([flow]));
+        const row = await job(id);
+        expect(row.status, name).toBe('dead');
+        expect(row.last_error, name).toContain(`step ${name}'s result is not JSON`);
+        expect(await steps(id), name).toMatchObject([{ name, status: 'failed' }]);
+      }
+    });
+
     it('a transactional step\'s writes and its record commit together; a step name used twice is an error at the second call', async () => {
       const flow = defineWorkflow({
         kind: 'wf_tx',
@@ -147,6 +166,22 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(second).toMatchObject({ completed: 1 });
       expect(await job(id)).toMatchObject({ status: 'completed', attempts: 1, result: 'woke' });
       expect({ before, after }).toEqual({ before: 1, after: 1 });
+    });
+
+    it('a wake round stopped at its limit says more are due now; the round after wakes the rest', async () => {
+      const flow = defineWorkflow({ kind: 'wf_sleep_many', schema: z.object({ i: z.number() }), run: async (_p, step) => step.sleep('nap', 0.2) });
+      const ids = [];
+      for (let i = 0; i < 3; i++) ids.push((await enqueue(h.db, flow, { i })).id);
+      const registry = new JobRegistry([flow]);
+      expect(await run(registry)).toMatchObject({ parked: 3 });
+      await sleep(300);
+      const first = await wakeWorkflows(h.db, 2);
+      expect(first.woken).toBe(2);
+      expect(first.nextWakeAt!.getTime()).toBeLessThanOrEqual(Date.now() + 50);
+      const second = await wakeWorkflows(h.db, 2);
+      expect(second).toEqual({ woken: 1, nextWakeAt: null });
+      const statuses = await Promise.all(ids.map(async (id) => (await job(id)).status));
+      expect(statuses).toEqual(['pending', 'pending', 'pending']);
     });
 
     it('the housekeeping round wakes a sleep whose drainer is gone', async () => {

@@ -127,6 +127,43 @@ describe('responses and CPU an enqueuer can make expensive', () => {
   });
 });
 
+describe('input that would change or break silently', () => {
+  it('a number JSON cannot hold (1e400) is refused with a 400 naming the field, in a job and in an event; nothing is stored', async () => {
+    const p = await start({});
+    const job = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: '{"kind":"noop","payload":{"total":1e400}}' });
+    expect(job.status).toBe(400);
+    expect(((await job.json()) as { error: { message: string } }).error.message).toMatch(/^payload\.total: a number too large for JSON to hold/);
+    const event = await fetch(`${p.url}/events`, { method: 'POST', headers: auth, body: '{"event":"order.paid","key":"o1","payload":{"n":[-1e999]}}' });
+    expect(event.status).toBe(400);
+    expect(((await event.json()) as { error: { message: string } }).error.message).toMatch(/^payload\.n\[0\]: a number too large/);
+    expect(await t.query('SELECT (SELECT count(*) FROM pgdrain.jobs)::int AS jobs, (SELECT count(*) FROM pgdrain.events)::int AS events')).toEqual([{ jobs: 0, events: 0 }]);
+  });
+
+  it('a key in a URL is checked as a key in a body; every key counts characters as PostgreSQL does', async () => {
+    const p = await start({});
+    const limits = (key: string, method = 'PUT') =>
+      fetch(`${p.url}/kinds/noop/groups/${encodeURIComponent(key)}/limits`, { method, headers: auth, ...(method === 'PUT' ? { body: '{"concurrency":2}' } : {}) });
+    for (const method of ['PUT', 'DELETE']) {
+      const res = await limits('a\u0000b', method);
+      expect(res.status, method).toBe(400);
+      expect(await res.json()).toEqual({ error: { code: 'invalid_request', message: 'key: contains the NUL character (\\u0000), which PostgreSQL cannot store' } });
+    }
+    // 101 emoji are 101 characters (202 UTF-16 units): a group key that enqueues takes limits too.
+    const emoji = '\u{1F600}'.repeat(101);
+    const enqueued = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'noop', payload: {}, groupKey: emoji }) });
+    expect(enqueued.status).toBe(201);
+    expect((await limits(emoji)).status).toBe(200);
+    expect((await limits('\u{1F600}'.repeat(201))).status).toBe(400);
+    // Dedupe keys and event keys: the same bound, counted the same way.
+    const long = '\u{1F600}'.repeat(251);
+    const deduped = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'noop', payload: {}, key: long }) });
+    expect(deduped.status).toBe(201);
+    const sent = await fetch(`${p.url}/events`, { method: 'POST', headers: auth, body: JSON.stringify({ event: 'order.paid', key: long }) });
+    expect(sent.status).toBe(201);
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits WHERE group_key = $1`, [emoji])).toEqual([{ n: 1 }]);
+  });
+});
+
 describe('connections a client can hold', () => {
   /** A connection that sends `head` and then a byte a second; resolves when the server closes it. */
   const trickle = (port: number, head: string) =>

@@ -34,4 +34,24 @@ export const MAX_DEDUPE_KEY_LENGTH = 500;
 
 /** A group key is 1 to this many characters. */
 export const MAX_GROUP_KEY_LENGTH = 200;
+
+/**
+ * Characters as every key's bound counts them, in TypeScript, over HTTP and in SQL alike: Unicode
+ * code points, as PostgreSQL's length() and zod's string bounds count them (an emoji is one, not
+ * the two UTF-16 units of String.length).
+ */
+export function characterCount(text: string): number {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
+}
+
+/** Why `text` cannot be a key of 1 to `max` characters (dedupe, group and event keys), or null. */
+export function keyProblem(text: unknown, max: number): string | null {
+  if (typeof text !== 'string') return `must be 1 to ${max} characters`;
+  if (text.includes('\u0000')) return 'contains the NUL character (\\u0000), which PostgreSQL cannot store';
+  if (!text.isWellFormed()) return 'contains a lone UTF-16 surrogate, which is not valid Unicode';
+  const n = characterCount(text);
+  return n < 1 || n > max ? `must be 1 to ${max} characters` : null;
+}
 export type JobStatus = (typeof JOB_STATUSES)[number];

@@ -59,40 +59,40 @@ function formatPath(path: readonly PropertyKey[]): string {
 }
 
 /**
- * The first thing in a parsed body that PostgreSQL cannot store or that validation must not
- * walk: a string or key holding U+0000 (jsonb and text refuse it), a lone UTF-16 surrogate (not
- * Unicode; jsonb refuses it), nesting past MAX_JSON_DEPTH, or more than MAX_JSON_VALUES values.
- * One pass, iterative, so any depth and size is safe.
+ * The first thing in a parsed body that PostgreSQL cannot store as it was sent, or that validation
+ * must not walk: a number JSON.parse could not hold (1e400 parses as Infinity), a string or key
+ * holding U+0000 (jsonb and text refuse it), a lone UTF-16 surrogate (not Unicode; jsonb refuses
+ * it), nesting past MAX_JSON_DEPTH, or more than MAX_JSON_VALUES values. One pass, iterative, so any
+ * depth is safe; the value count is checked before a container's children are taken on, so an
+ * oversized body is refused without walking it, and a value's path is spelled out only for the report.
  */
 function findUnstorable(root: unknown): string | null {
-  const stack: [value: unknown, path: string, depth: number][] = [[root, '', 0]];
-  const where = (path: string) => path || '(body)';
-  const badString = (text: string, path: string) =>
-    text.includes('\u0000')
-      ? `${where(path)}: contains the NUL character (\\u0000), which PostgreSQL cannot store`
-      : !text.isWellFormed()
-        ? `${where(path)}: contains a lone UTF-16 surrogate (such as \\ud800), which is not valid Unicode and PostgreSQL cannot store`
-        : null;
-  let values = 0;
+  const stack: Frame[] = [{ value: root, parent: null, key: null, depth: 0 }];
+  let values = 1;
+  const tooMany = `(body): holds more than ${MAX_JSON_VALUES} JSON values`;
   while (stack.length > 0) {
-    const [value, path, depth] = stack.pop()!;
-    if (++values > MAX_JSON_VALUES) return `(body): holds more than ${MAX_JSON_VALUES} JSON values`;
+    const frame = stack.pop()!;
+    const { value, depth } = frame;
     if (typeof value === 'string') {
-      const problem = badString(value, path);
-      if (problem) return problem;
+      const problem = badString(value);
+      if (problem) return `${pathOf(frame)}: ${problem}`;
+    } else if (typeof value === 'number') {
+      if (!Number.isFinite(value)) return `${pathOf(frame)}: a number too large for JSON to hold (it would be stored as ${value}); numbers must be within ±1.7976931348623157e308`;
     } else if (value !== null && typeof value === 'object') {
-      if (depth >= MAX_JSON_DEPTH) return `${where(path)}: nested deeper than ${MAX_JSON_DEPTH} levels`;
+      if (depth >= MAX_JSON_DEPTH) return `${pathOf(frame)}: nested deeper than ${MAX_JSON_DEPTH} levels`;
       // Pushed in reverse so that the first problem in document order is the one reported.
       if (Array.isArray(value)) {
-        for (let i = value.length - 1; i >= 0; i--) stack.push([value[i], `${path}[${i}]`, depth + 1]);
+        if ((values += value.length) > MAX_JSON_VALUES) return tooMany;
+        for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], parent: frame, key: i, depth: depth + 1 });
       } else {
-        const entries = Object.entries(value);
-        for (let i = entries.length - 1; i >= 0; i--) {
-          const [key, child] = entries[i]!;
-          const childPath = path ? `${path}.${key}` : key;
-          const problem = badString(key, childPath);
-          if (problem) return problem;
-          stack.push([child, childPath, depth + 1]);
+        const keys = Object.keys(value);
+        if ((values += keys.length) > MAX_JSON_VALUES) return tooMany;
+        for (let i = keys.length - 1; i >= 0; i--) {
+          const key = keys[i]!;
+          const child: Frame = { value: (value as Record<string, unknown>)[key], parent: frame, key, depth: depth + 1 };
+          const problem = badString(key);
+          if (problem) return `${pathOf(child)}: ${problem}`;
+          stack.push(child);
         }
       }
     }
@@ -100,3 +100,24 @@ function findUnstorable(root: unknown): string | null {
   return null;
 }
 
+interface Frame {
+  value: unknown;
+  parent: Frame | null;
+  key: string | number | null;
+  depth: number;
+}
+
+/** `a.b[2].c`, or `(body)` for the body itself. */
+function pathOf(frame: Frame): string {
+  const keys: (string | number)[] = [];
+  for (let f: Frame | null = frame; f && f.key !== null; f = f.parent) keys.push(f.key);
+  return formatPath(keys.reverse()) || '(body)';
+}
+
+function badString(text: string): string | null {
+  return text.includes('\u0000')
+    ? 'contains the NUL character (\\u0000), which PostgreSQL cannot store'
+    : !text.isWellFormed()
+      ? 'contains a lone UTF-16 surrogate (such as \\ud800), which is not valid Unicode and PostgreSQL cannot store'
+      : null;
+}

@@ -2,7 +2,7 @@
 // groupConcurrency and per-group rateLimit for that key (a paying tenant 10 at once, a free one 1).
 // One check, groupLimitsProblem(), for every way in (TypeScript here, PUT /kinds/:kind/groups/:key/limits;
 // pgdrain.set_group_limits() in SQL checks the same bounds).
-import { KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH } from '../db/constants.ts';
+import { KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH, keyProblem } from '../db/constants.ts';
 import { type Db, deleteGroupLimits, writeGroupLimits } from '../queries/index.ts';
 import { MAX_RATE_PERIOD_SECONDS } from './definition.ts';
 
@@ -23,9 +23,8 @@ export interface GroupLimits {
 /** Why these limits cannot be taken, naming the field; null when they can. */
 export function groupLimitsProblem(limits: GroupLimits): string | null {
   if (typeof limits.kind !== 'string' || !KIND_PATTERN.test(limits.kind)) return `kind: ${KIND_PATTERN_MESSAGE}`;
-  if (typeof limits.groupKey !== 'string' || limits.groupKey.length < 1 || limits.groupKey.length > MAX_GROUP_KEY_LENGTH) {
-    return `groupKey must be 1 to ${MAX_GROUP_KEY_LENGTH} characters`;
-  }
+  const keyIssue = keyProblem(limits.groupKey, MAX_GROUP_KEY_LENGTH);
+  if (keyIssue) return `groupKey ${keyIssue}`;
   const { concurrency, rateLimit } = limits;
   if (concurrency !== undefined && !(Number.isInteger(concurrency) && concurrency >= 1 && concurrency <= MAX_GROUP_CONCURRENCY)) {
     return `concurrency must be a whole number from 1 to ${MAX_GROUP_CONCURRENCY}`;

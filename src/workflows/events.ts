@@ -2,7 +2,7 @@
 // the caller's database or transaction — the event is stored and its waiters are answered and made
 // pending in that transaction, so a rollback sends nothing and wakes nothing. The same bounds hold
 // for every way in (TypeScript, SQL, POST /events, the CLI): one check, eventProblem().
-import { KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH } from '../db/constants.ts';
+import { KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH, keyProblem } from '../db/constants.ts';
 import { longerThan, toJson, utf8Length } from '../drain/run-handler.ts';
 import { type Db, sendEvent as sendEventQuery } from '../queries/index.ts';
 
@@ -36,9 +36,8 @@ export class EventValidationError extends Error {
 /** The event's payload as JSON text, or throws EventValidationError naming the field. */
 export function checkedEvent(event: WorkflowEvent): { event: string; key: string; payloadJson: string } {
   if (typeof event.event !== 'string' || !KIND_PATTERN.test(event.event)) throw new EventValidationError('event', `event: ${KIND_PATTERN_MESSAGE}`);
-  if (typeof event.key !== 'string' || event.key.length < 1 || event.key.length > MAX_EVENT_KEY_LENGTH) {
-    throw new EventValidationError('key', `key must be 1 to ${MAX_EVENT_KEY_LENGTH} characters`);
-  }
+  const keyIssue = keyProblem(event.key, MAX_EVENT_KEY_LENGTH);
+  if (keyIssue) throw new EventValidationError('key', `key ${keyIssue}`);
   let payloadJson: string;
   try {
     payloadJson = toJson(event.payload === undefined ? {} : event.payload, 'payload') ?? '{}';

@@ -202,6 +202,9 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         ['a lone surrogate in a payload string', '{"kind":"noop","payload":{"name":"\\ud800"}}', 'payload.name: contains a lone UTF-16 surrogate'],
         ['a lone surrogate in a key', '{"kind":"noop","payload":{"\\udfff":1}}', 'contains a lone UTF-16 surrogate'],
         ['a runAt in year 0', JSON.stringify({ kind: 'noop', payload: {}, runAt: '0000-01-01T00:00:00Z' }), 'runAt: must be between 1970-01-01 and 9999-12-31'],
+        // JSON.parse turns it into Infinity: stored, it would not be what was sent.
+        ['a number JSON cannot hold', '{"kind":"noop","payload":{"n":[1,-1e400]}}', 'payload.n[1]: a number too large for JSON to hold'],
+        ['a number JSON cannot hold as the payload', '{"kind":"noop","payload":1e400}', 'payload: a number too large for JSON to hold'],
       ])('refuses %s with 400 and stores nothing (PostgreSQL or validation would fail on it)', async (_, body, message) => {
         await expectError(await post('/jobs', body), 400, 'invalid_request', message);
         await expectError(await post('/jobs/batch', `{"jobs":[${body}]}`), 400, 'invalid_request');

@@ -2,6 +2,7 @@
 // one of its group keys limits of its own (pgdrain.group_limits, read by the limited claim).
 import type { Context, Hono } from 'hono';
 import { KIND_PATTERN, MAX_GROUP_KEY_LENGTH } from '../../db/schema.ts';
+import { keyProblem } from '../../db/constants.ts';
 import { removeGroupLimits, setGroupLimits } from '../../jobs/group-limits.ts';
 import { kindInQueue, pauseKind, resumeKind } from '../../queries/index.ts';
 import { access } from '../auth.ts';
@@ -22,10 +23,11 @@ async function knownKind(c: Context<AppEnv>): Promise<string> {
   return kind;
 }
 
-/** The path's group key (1 to 200 characters), else 400. */
+/** The path's group key, checked as a key in a body is (1 to 200 characters, no NUL), else 400. */
 function groupKeyOf(c: Context<AppEnv>): string {
   const key = c.req.param('key') ?? '';
-  if (key.length < 1 || key.length > MAX_GROUP_KEY_LENGTH) throw new ApiError(400, 'invalid_request', `key: a group key is 1 to ${MAX_GROUP_KEY_LENGTH} characters`);
+  const problem = keyProblem(key, MAX_GROUP_KEY_LENGTH);
+  if (problem) throw new ApiError(400, 'invalid_request', `key: ${problem}`);
   return key;
 }
 

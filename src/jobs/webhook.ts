@@ -61,7 +61,8 @@ export function createWebhookJob(options: WebhookOptions) {
     headers: z
       .record(
         z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'not a valid header name'),
-        z.string().max(8192).regex(/^[^\r\n\0]*$/, 'a header value must not contain CR, LF or NUL'),
+        // What HTTP lets a field value hold (fetch refuses anything else at every delivery).
+        z.string().max(8192).regex(/^[\t\x20-\x7e\x80-\xff]*$/, 'a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other control character, nothing above U+00FF'),
       )
       .refine((h) => Object.keys(h).every((k) => !FORBIDDEN_HEADERS.has(k.toLowerCase())), `${[...FORBIDDEN_HEADERS].join(', ')} are set by pgdrain`)
       .optional(),

@@ -159,7 +159,15 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { 'X-A': 'a\r\nX-Injected: 1' } } },
           422,
           'invalid_payload',
-          'payload.headers.X-A: a header value must not contain CR, LF or NUL',
+          'payload.headers.X-A: a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other control character, nothing above U+00FF',
+        ],
+        [
+          // fetch refuses it at every delivery ("Invalid character in header content"): refused at enqueue instead.
+          'a webhook header value with a character above U+00FF',
+          { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { 'X-A': 'caf\u00e9 \u2028 \u4e2d' } } },
+          422,
+          'invalid_payload',
+          'payload.headers.X-A: a header value holds tabs and characters from U+0020 to U+00FF',
         ],
         [
           "a timeout longer than its kind allows (a webhook's 10 s)",

@@ -5,6 +5,7 @@
 // the CLI from its environment. The README's configuration table is checked against this list by
 // test/settings.test.ts, so the two cannot drift.
 import { z } from 'zod';
+import { DRAINER_ID_PATTERN } from './db/constants.ts';
 import { JOB_DEFAULTS } from './db/schema.ts';
 import { DRAIN_PROFILES } from './drain/profiles.ts';
 import { parseScopedTokens } from './http/tokens.ts';
@@ -70,6 +71,10 @@ export const SETTINGS = {
     parse: z.string().regex(/^postgres(ql)?:\/\//, 'must start with postgres:// or postgresql://'),
   }),
   dataDir: setting({ env: 'PGDRAIN_DATA_DIR', runtimes: sidecarOnly, parse: z.string(), default: '.pgdrain', documentedDefault: './.pgdrain' }),
+  drainerId: setting({
+    env: 'DRAINER_ID', runtimes: sidecarOnly, documentedDefault: 'generated once, kept in the data folder',
+    parse: z.string().regex(DRAINER_ID_PATTERN, 'must be 1 to 100 letters, digits, - or _'),
+  }),
   port: setting({ env: 'PORT', runtimes: sidecarOnly, parse: int(0, 65535), default: 8080 }),
   host: setting({ env: 'HOST', runtimes: sidecarOnly, parse: z.string(), default: '127.0.0.1' }),
   apiToken: setting({ env: 'API_TOKEN', runtimes: both, parse: token, documentedDefault: { sidecar: 'generated' } }),

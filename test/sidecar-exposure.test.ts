@@ -180,6 +180,27 @@ describe('connections a client can hold', () => {
       });
     });
 
+  it('a client that hangs up mid-body is no error of the server: nothing at level 50, nothing stored', async () => {
+    const p = await start({});
+    const port = Number(new URL(p.url).port);
+    for (let i = 0; i < 5; i++) {
+      await new Promise<void>((resolve) => {
+        const s = net.connect(port, '127.0.0.1', () => {
+          s.write(`POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"kind":"noop",`);
+          setTimeout(() => {
+            s.resetAndDestroy();
+            resolve();
+          }, 100);
+        });
+        s.on('error', () => {});
+      });
+    }
+    expect((await fetch(`${p.url}/healthz`)).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(p.stdout().split('\n').filter((line) => line.includes('"level":50'))).toEqual([]);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+  });
+
   it('headers and a body sent a byte a second are cut off at their timeouts; connections beyond the cap are refused', async () => {
     const p = await start({ HTTP_HEADERS_TIMEOUT_MS: '1500', HTTP_REQUEST_TIMEOUT_MS: '3000', HTTP_MAX_CONNECTIONS: '4' });
     const port = Number(new URL(p.url).port);

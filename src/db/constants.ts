@@ -32,6 +32,9 @@ export const PRIORITY_BOUNDS = { min: -1000, max: 1000 } as const;
 /** A dedupe key is 1 to this many characters. */
 export const MAX_DEDUPE_KEY_LENGTH = 500;
 
+/** A sidecar's stable identity (DRAINER_ID): it starts each of its lock tokens, so it holds no dot. */
+export const DRAINER_ID_PATTERN = /^[A-Za-z0-9_-]{1,100}$/;
+
 /** A group key is 1 to this many characters. */
 export const MAX_GROUP_KEY_LENGTH = 200;
 

@@ -10,7 +10,8 @@ export { completeAndClaim, type CompleteAndClaimResult } from './complete-and-cl
 export { fail, failMany, failJobs, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
 export { release } from './release.ts';
 export { renew, renewLeases, type HeldLease, type RenewedLease } from './renew.ts';
-export { reap, type ReapResult } from './reap.ts';
+export { reap, type ReapOptions, type ReapResult } from './reap.ts';
+export { holdDrainerIdentity } from './drainer-identity.ts';
 export { countsByMinute, countTotals, rollUpCounts, COUNTS_RETENTION_HOURS, type MinuteCounts, type KindTotals } from './counts.ts';
 export {
   getJob, getFinishedJob, watchJob, getDependencies, listJobs, stats, emptyKindStats, retryDead, deleteJob, ping, isJobId,

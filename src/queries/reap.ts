@@ -21,20 +21,30 @@ export interface ReapResult {
   cancelled: string[];
 }
 
+export interface ReapOptions {
+  /** Also the jobs held under lock tokens that start with `prefix` but not with `except`, whatever
+   * their lease: an earlier process of this drainer's identity, which is gone (its successor holds
+   * the identity: src/sidecar/drainer-identity.ts). Fenced by the token: nobody else's are touched. */
+  earlierProcess?: { prefix: string; except: string };
+}
+
 /** `legacyTimeoutSeconds` applies only to jobs locked without a lease end (by an older drainer). */
-export async function reap(db: Db, legacyTimeoutSeconds: number = JOB_DEFAULTS.visibilityTimeoutSeconds): Promise<ReapResult> {
+export async function reap(db: Db, legacyTimeoutSeconds: number = JOB_DEFAULTS.visibilityTimeoutSeconds, options: ReapOptions = {}): Promise<ReapResult> {
   const leaseEnd = sql`coalesce(locked_until, locked_at + make_interval(secs => coalesce(visibility_seconds, ${legacyTimeoutSeconds}::int)))`;
+  const earlier = options.earlierProcess;
+  const gone = earlier ? sql`(starts_with(locked_by, ${earlier.prefix}::text) AND NOT starts_with(locked_by, ${earlier.except}::text))` : sql`false`;
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' | 'cancelled' }>(
     db,
     sql`WITH RECURSIVE ended AS (
         UPDATE ${jobs} j SET
           status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-          last_error = 'visibility timeout: ' || locked_by || ' held the job past its lease of '
-                       || round(extract(epoch from ${leaseEnd} - locked_at)) || ' s without renewing it',
+          last_error = CASE WHEN ${leaseEnd} < now() THEN 'visibility timeout: ' || locked_by || ' held the job past its lease of '
+                       || round(extract(epoch from ${leaseEnd} - locked_at)) || ' s without renewing it'
+                       ELSE 'drainer restarted: ' || locked_by || ' held the job in an earlier process of the same DRAINER_ID' END,
           finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempts >= max_attempts THEN now() END,
           keep_until = CASE WHEN cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(keep_seconds, 0)) END,
           locked_at = NULL, locked_by = NULL, locked_until = NULL
-        WHERE status = 'running' AND ${leaseEnd} < now()
+        WHERE status = 'running' AND (${leaseEnd} < now() OR ${gone})
         RETURNING ${ENDED_COLUMNS}, j.status),
       counted AS (${countFailed('ended')})${afterJobsEnded({ deleted: false })}
       SELECT id, status, ${ENDED_FOLLOWED} FROM ended`,

@@ -3,6 +3,8 @@
 // startSidecar() composes its parts, each started and stopped by Parts (parts.ts), in this order:
 //
 //   database  DATABASE_URL or an embedded PostgreSQL, migrated            (database.ts)
+//   identity  DRAINER_ID held while it runs; an earlier process's jobs
+//             of the same identity released at once                      (drainer-identity.ts)
 //   pools     the API's durable pool and the drainer's async-commit pool  (database.ts)
 //   drainer   drain() whenever there may be work; stop: no new claims,
 //             in-flight handlers get `shutdownGraceMs`                    (drainer.ts)
@@ -17,17 +19,16 @@
 // A part that fails to start stops every part started before it; stop() stops them all, last
 // first. Database errors never end the process: a failing drain is retried after a pause, and each
 // incident is logged once when it starts and once when it ends (incidents.ts).
-import { randomBytes } from 'node:crypto';
-import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, DRAIN_PROFILES, DrainNotices, type OpenTransactionConnection } from '../drain/index.ts';
 import { createApp, type ScopedToken } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
-import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL } from '../queries/index.ts';
+import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
 import { checkSchedules, type ScheduleDefinition } from '../schedules.ts';
 import { type RuntimeSettings, defaultFor } from '../settings.ts';
 import { openDatabase, openPools, resolveApiToken } from './database.ts';
+import { holdIdentity } from './drainer-identity.ts';
 import { Drainer } from './drainer.ts';
 import { FinishedJobsHub } from './finished-jobs.ts';
 import { serveHttp } from './http.ts';
@@ -90,7 +91,6 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
 
 async function startParts(options: SidecarOptions, log: Logger, parts: Parts): Promise<Sidecar> {
   const dataDir = path.resolve(options.dataDir ?? defaultFor('dataDir', 'sidecar'));
-  const workerId = `sidecar-${os.hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;
   const registry =
     options.registry ?? createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: options.webhookSigningSecret }, options.jobs ?? []);
@@ -100,10 +100,18 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
 
   const database = await parts.start('database', () => openDatabase({ databaseUrl: options.databaseUrl, dataDir, embeddedSettings: options.embeddedSettings }, log));
   const apiToken = await resolveApiToken(options.apiToken, dataDir, log);
+  const identity = await parts.start('identity', () => holdIdentity(database.url, { given: options.drainerId, dataDir }, log));
+  const { workerId } = identity;
   const pools = await parts.start('pools', () => {
     const opened = openPools(database.url, options.poolSize ?? defaultFor('poolSize', 'sidecar'), incidents);
     return Object.assign(opened, { stop: () => opened.close() });
   });
+  // What an earlier process of this identity held (killed, say) runs again now, not after its leases.
+  if (identity.earlierProcess) {
+    const released = await reap(pools.drainDb, visibilityTimeoutSeconds, { earlierProcess: identity.earlierProcess });
+    const count = released.reclaimed.length + released.dead.length + released.cancelled.length;
+    if (count > 0) log.info({ drainerId: identity.drainerId, ...released }, 'released the jobs an earlier process of this drainer held');
+  }
   const notices = new DrainNotices();
   const finishedJobs = new FinishedJobsHub();
   const drainer = await parts.start('drainer', () =>
@@ -131,7 +139,9 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
     oldestReadyWarnSeconds: options.oldestReadyWarnSeconds,
     recordCounts: options.recordCounts !== false,
     maxBodyBytes: options.maxBodyBytes,
-    onError: (error, where) => log.error({ err: describeError(error), where }, 'request failed'),
+    // A client that hung up mid-request is not the server's error: debug, not an operator's alarm.
+    onError: (error, where) =>
+      isClientHangUp(error) ? log.debug({ err: describeError(error), where }, 'client hung up mid-request') : log.error({ err: describeError(error), where }, 'request failed'),
   });
   const http = await parts.start('http', () =>
     serveHttp(app, options.host ?? defaultFor('host', 'sidecar'), options.port ?? defaultFor('port', 'sidecar'), {
@@ -156,6 +166,13 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
       log.info('stopped');
     })());
   return { url: http.url, port: http.port, databaseUrl: database.url, db: pools.db, registry, wake, stop };
+}
+
+/** The error a request's handler meets when its client closed the connection before it was done. */
+function isClientHangUp(error: unknown): boolean {
+  const e = error as { code?: string; message?: string; cause?: { code?: string } } | null;
+  const code = e?.code ?? e?.cause?.code;
+  return code === 'ECONNRESET' || code === 'EPIPE' || code === 'ERR_STREAM_PREMATURE_CLOSE' || e?.message === 'aborted';
 }
 
 /** The drain scheduler as a part: stopping it stops claiming and gives running handlers the grace period. */

@@ -40,9 +40,14 @@ export async function readOptionalJson(c: Context): Promise<unknown> {
 export function parseInput<T extends z.ZodType>(schema: T, value: unknown, prefix: string): z.output<T> {
   const result = schema.safeParse(value);
   if (result.success) return result.data;
+  // One message per field: a value can break several rules that say the same (1e308 is neither
+  // whole nor within bounds), and the first one names the bounds.
+  const seen = new Set<string>();
   const message = result.error.issues
+    .map((i) => ({ field: `${prefix}${formatPath(i.path) || '(body)'}`, text: i.message }))
+    .filter(({ field }) => !seen.has(field) && seen.add(field))
     .slice(0, 5)
-    .map((i) => `${prefix}${formatPath(i.path) || '(body)'}: ${i.message}`)
+    .map(({ field, text }) => `${field}: ${text}`)
     .join('; ');
   throw new ApiError(400, 'invalid_request', message);
 }

@@ -219,6 +219,14 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         expect(await jobCount()).toBe(0);
         expect(await target.loggedErrors()).toEqual([]);
       });
+
+      it('names each broken field once, however many of its rules the value breaks', async () => {
+        const res = await post('/jobs', { kind: 'noop', payload: {}, timeoutMs: 1e308 });
+        expect(res.status).toBe(400);
+        const { error } = (await res.json()) as { error: { message: string } };
+        expect(error.message.match(/timeoutMs/g), error.message).toHaveLength(1);
+        expect(await jobCount()).toBe(0);
+      });
     });
 
     describe('POST /jobs/batch', () => {

@@ -141,8 +141,10 @@ describe('input that would change or break silently', () => {
 
   it('a key in a URL is checked as a key in a body; every key counts characters as PostgreSQL does', async () => {
     const p = await start({});
-    const limits = (key: string, method = 'PUT') =>
-      fetch(`${p.url}/kinds/noop/groups/${encodeURIComponent(key)}/limits`, { method, headers: auth, ...(method === 'PUT' ? { body: '{"concurrency":2}' } : {}) });
+    // A kind only other drainers register (this one cannot see its limits, so takes the row as it is).
+    await t.query(`SELECT pgdrain.enqueue('elsewhere', '{}', run_at => now() + interval '1 hour')`);
+    const limits = (key: string, method = 'PUT', kind = 'elsewhere') =>
+      fetch(`${p.url}/kinds/${kind}/groups/${encodeURIComponent(key)}/limits`, { method, headers: auth, ...(method === 'PUT' ? { body: '{"concurrency":2}' } : {}) });
     for (const method of ['PUT', 'DELETE']) {
       const res = await limits('a\u0000b', method);
       expect(res.status, method).toBe(400);
@@ -161,6 +163,18 @@ describe('input that would change or break silently', () => {
     const sent = await fetch(`${p.url}/events`, { method: 'POST', headers: auth, body: JSON.stringify({ event: 'order.paid', key: long }) });
     expect(sent.status).toBe(201);
     expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits WHERE group_key = $1`, [emoji])).toEqual([{ n: 1 }]);
+  });
+
+  it('limits for a key of a kind claimed without limits are refused, saying why: the row would do nothing', async () => {
+    const p = await start({});
+    for (const kind of ['noop', 'webhook', 'record']) {
+      const res = await fetch(`${p.url}/kinds/${kind}/groups/tenant-1/limits`, { method: 'PUT', headers: auth, body: '{"concurrency":2}' });
+      expect(res.status, kind).toBe(422);
+      const { error } = (await res.json()) as { error: { code: string; message: string } };
+      expect(error.code).toBe('not_limited');
+      expect(error.message).toMatch(new RegExp(`^kind ${kind} is claimed without limits`));
+    }
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits WHERE group_key = 'tenant-1'`)).toEqual([{ n: 0 }]);
   });
 });
 

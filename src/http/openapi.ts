@@ -153,11 +153,12 @@ export const describe = {
   setGroupLimits: guarded('kinds', 'admin', "Give a group key limits of its own", {
     note:
       "Overrides, for this key of this kind, the kind's groupConcurrency (concurrency) and its per-group rate limit (rateLimit): a paying tenant 10 at once, a free one 1. " +
-      'Replaces what the key had; in effect at the next claim of every drainer. pgdrain.set_group_limits() in SQL does the same.',
+      'Replaces what the key had; in effect at the next claim of every drainer. pgdrain.set_group_limits() in SQL does the same. ' +
+      'A kind registered here without limits (no globalConcurrency, groupConcurrency or rateLimit), or a rate for a kind whose rate is not per group, is refused with 422 not_limited: the row would do nothing.',
     path: contract.groupKeyParam,
     body: { schema: contract.groupLimitsInput, required: true },
     ok: { 200: ok('Set.', contract.groupLimitsAnswer) },
-    errors: [400, 404, 413, 415],
+    errors: [400, 404, 413, 415, 422],
   }),
   removeGroupLimits: guarded('kinds', 'admin', "Give a group key back its kind's limits", {
     path: contract.groupKeyParam,

@@ -31,11 +31,30 @@ function groupKeyOf(c: Context<AppEnv>): string {
   return key;
 }
 
+/**
+ * A key's own limits are read only by the claim of a kind limited across drainers (any of
+ * globalConcurrency, groupConcurrency, rateLimit), and its own rate only for a rate limited per
+ * group: a row for any other kind registered here would do nothing, so it is refused (422) saying
+ * why. A kind only other drainers register is taken as it is: this one cannot see its limits.
+ */
+function refuseLimitsThatDoNothing(c: Context<AppEnv>, kind: string, withRate: boolean): void {
+  const definition = c.var.api.registry.get(kind);
+  if (!definition) return;
+  const { globalConcurrency, groupConcurrency, rateLimit } = definition;
+  if (globalConcurrency === undefined && groupConcurrency === undefined && rateLimit === undefined) {
+    throw new ApiError(422, 'not_limited', `kind ${kind} is claimed without limits (it has no globalConcurrency, groupConcurrency or rateLimit): a key's own limits would do nothing; give the kind a limit first`);
+  }
+  if (withRate && !rateLimit?.perGroup) {
+    throw new ApiError(422, 'not_limited', `kind ${kind} has no rateLimit with perGroup: true, so a key's own rate would do nothing; give only concurrency, or limit the kind's rate per group`);
+  }
+}
+
 export function kindRoutes(app: Hono<AppEnv>): void {
   app.put('/kinds/:kind/groups/:key/limits', describe.setGroupLimits, access('admin'), async (c) => {
     const groupKey = groupKeyOf(c);
     const input = parseInput(groupLimitsInput, await readJson(c), '');
     const kind = await knownKind(c);
+    refuseLimitsThatDoNothing(c, kind, input.rateLimit !== undefined);
     await c.var.api.withDb((db) => setGroupLimits(db, { kind, groupKey, ...input }));
     // Jobs the old limits held back may be claimed now.
     c.var.api.jobsDue?.(new Date());

@@ -215,7 +215,7 @@ describe('connections a client can hold', () => {
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
   });
 
-  it('headers and a body sent a byte a second are cut off at their timeouts; connections beyond the cap are refused', async () => {
+  it('headers and a body sent a byte a second are cut off at their timeouts; past the cap an idle socket makes room for a probe, and only a server full of requests refuses one', async () => {
     const p = await start({ HTTP_HEADERS_TIMEOUT_MS: '1500', HTTP_REQUEST_TIMEOUT_MS: '3000', HTTP_MAX_CONNECTIONS: '4' });
     const port = Number(new URL(p.url).port);
     const [headers, body] = await Promise.all([
@@ -227,15 +227,41 @@ describe('connections a client can hold', () => {
     expect(body.closedAfterMs).toBeLessThan(3_000 + 2_500);
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
 
-    // Four idle connections take the cap: a fifth is closed at once, unanswered; the API answers again once one goes.
-    const idle = await Promise.all(Array.from({ length: 4 }, () => new Promise<net.Socket>((resolve) => {
-      const s = net.connect(port, '127.0.0.1', () => resolve(s));
-      s.on('error', () => {});
-    })));
+    // A health probe on a connection of its own (no keep-alive pool): its status, or 'closed'.
+    const probe = () =>
+      new Promise<number | 'closed'>((resolve) => {
+        const req = http.get({ host: '127.0.0.1', port, path: '/healthz', agent: false }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on('error', () => resolve('closed'));
+      });
+    const connect = () =>
+      new Promise<{ socket: net.Socket; closed: () => boolean }>((resolve) => {
+        let closed = false;
+        const socket = net.connect(port, '127.0.0.1', () => resolve({ socket, closed: () => closed }));
+        socket.on('error', () => {});
+        socket.on('close', () => (closed = true));
+      });
+    // Four idle sockets fill the cap: a probe is still answered, the oldest idle socket making room.
+    const idle: { socket: net.Socket; closed: () => boolean }[] = [];
+    for (let i = 0; i < 4; i++) idle.push(await connect());
     await new Promise((r) => setTimeout(r, 200));
-    const refused = await fetch(`${p.url}/healthz`).then((r) => r.status, (e: Error) => e.name);
-    expect(refused).toBe('TypeError');
-    for (const s of idle) s.destroy();
-    await until(() => fetch(`${p.url}/healthz`).then((r) => r.status, () => 0), (s) => s === 200, 5_000, 'the API after the idle connections went');
+    expect(await probe()).toBe(200);
+    await until(async () => idle.map((c) => c.closed()), (closed) => closed[0] === true, 2_000, 'the oldest idle socket closed');
+    expect(idle.slice(1).map((c) => c.closed())).toEqual([false, false, false]);
+    for (const c of idle) c.socket.destroy();
+    // Four requests under way (their bodies still arriving) fill it: nothing to close, a fifth connection is refused.
+    const busy: { socket: net.Socket; closed: () => boolean }[] = [];
+    for (let i = 0; i < 4; i++) {
+      const c = await connect();
+      c.socket.write(`POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`);
+      busy.push(c);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await probe()).toBe('closed');
+    expect(busy.map((c) => c.closed())).toEqual([false, false, false, false]);
+    for (const c of busy) c.socket.destroy();
+    await until(probe, (s) => s === 200, 5_000, 'the API after the busy connections went');
   });
 });

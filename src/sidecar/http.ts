@@ -1,7 +1,7 @@
 // The sidecar's HTTP server: the Hono app on a port, with limits on what one client can hold.
 // Stopping it stops accepting connections, closes idle keep-alive ones, lets requests in flight
 // finish for a moment, then closes the rest.
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { serve } from '@hono/node-server';
 import type { Hono } from 'hono';
 
@@ -17,7 +17,8 @@ export interface HttpServer {
 type NodeServer = ReturnType<typeof serve> & { closeIdleConnections?: () => void; closeAllConnections?: () => void };
 
 /** What a client may take of the server: a slow client (a byte every few seconds) cannot hold a
- * connection past the headers or request timeout, and connections beyond the cap are refused. */
+ * connection past the headers or request timeout, and connections beyond the cap make room or are
+ * refused (capConnections). */
 export interface ServerLimits {
   headersTimeoutMs: number;
   requestTimeoutMs: number;
@@ -32,7 +33,7 @@ export async function serveHttp(app: Hono<any>, host: string, port: number, limi
     connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
   };
   const server = serve({ fetch: app.fetch, port, hostname: host, serverOptions }) as NodeServer;
-  server.maxConnections = limits.maxConnections;
+  capConnections(server, limits.maxConnections);
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('listening', resolve);
@@ -57,4 +58,36 @@ export async function serveHttp(app: Hono<any>, host: string, port: number, limi
       await closed;
     },
   };
+}
+
+/**
+ * At most `max` connections. A connection beyond the cap closes the oldest one that has not sent a
+ * request yet (an idle socket: nobody's request is lost), so sockets opened and left idle cannot
+ * shut a health probe out and a full server still answers; when every connection has a request
+ * under way, the new one is closed at once.
+ */
+function capConnections(server: NodeServer, max: number): void {
+  const open = new Set<Socket>();
+  const started = new WeakSet<Socket>();
+  server.on('connection', (socket: Socket) => {
+    if (open.size >= max) {
+      let idle: Socket | undefined;
+      for (const s of open) {
+        if (!started.has(s)) {
+          idle = s;
+          break;
+        }
+      }
+      if (!idle) {
+        socket.destroy();
+        return;
+      }
+      open.delete(idle);
+      idle.destroy();
+    }
+    open.add(socket);
+    socket.once('close', () => open.delete(socket));
+  });
+  // The headers of a request have arrived: the connection is in use from now on.
+  server.on('request', (request: { socket: Socket }) => started.add(request.socket));
 }

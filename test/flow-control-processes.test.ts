@@ -277,8 +277,8 @@ describe('limits across two sidecar processes and the Worker', () => {
     gate.hold();
     await enqueueMany(t.db, Array.from({ length: 6 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 300, n } })));
     await until(async () => events.filter((e) => e.phase === 'start').length, (n) => n === 3, 10_000, 'three slots taken');
-    // The process holding most of them, by the pid in its lock token (sidecar-<host>-<pid>-…).
-    const pids = events.filter((e) => e.phase === 'start').map((e) => Number(/^sidecar-.+-(\d+)-[0-9a-f]+:\d+$/.exec(e.token)?.[1]));
+    // The process holding most of them, by the pid in its lock token (sidecar-<drainer id>.<host>.<pid>.<hex>:<n>).
+    const pids = events.filter((e) => e.phase === 'start').map((e) => Number(/^sidecar-[^.]+\..+\.(\d+)\.[0-9a-f]+:\d+$/.exec(e.token)?.[1]));
     const victimPid = [...new Set(pids)].sort((a, b) => pids.filter((p) => p === b).length - pids.filter((p) => p === a).length)[0];
     const victim = sidecars.find((s) => s.child.pid === victimPid)!;
     victim.child.kill('SIGKILL');

@@ -81,4 +81,17 @@ describe('a drainer identity kept across restarts', () => {
     expect(await t.query(`SELECT id, locked_by FROM pgdrain.jobs WHERE status = 'running' ORDER BY id`)).toEqual(before);
     expect(await runsBy(first.child.pid!)).toHaveLength(3);
   });
+
+  it('a process whose identity connection is cut takes its name back, so a process started after that cannot take it', async () => {
+    const first = await start();
+    await t.query(`SELECT pgdrain.enqueue('record', '{"ms": 60000}') FROM generate_series(1, 2)`);
+    await until(() => runsBy(first.child.pid!), (r) => r.length === 2, 15_000, 'the first process running both');
+    const [{ n } = { n: 0 }] = await t.query<{ n: number }>(`SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = 'pgdrain-identity' AND datname = current_database()`);
+    expect(n).toBe(1);
+    await first.waitForOutput(/this drainer holds its identity again/, 10_000);
+    const before = await t.query(`SELECT id, locked_by FROM pgdrain.jobs WHERE status = 'running' ORDER BY id`);
+    const second = await start();
+    await second.waitForOutput(/another live process holds this DRAINER_ID/);
+    expect(await t.query(`SELECT id, locked_by FROM pgdrain.jobs WHERE status = 'running' ORDER BY id`)).toEqual(before);
+  });
 });

@@ -30,11 +30,8 @@ export interface DrainerIdentity {
 
 export async function holdIdentity(url: string, options: { given?: string; dataDir: string }, log: Logger): Promise<DrainerIdentity> {
   const wanted = options.given ?? (await storedDrainerId(options.dataDir));
-  const session = new pg.Client({ connectionString: url, application_name: 'pgdrain-identity' });
-  // A lost connection only gives the name up: nothing else rides on it.
-  session.on('error', (error) => log.warn({ err: error.message, drainerId: wanted }, 'the connection holding this drainer\'s identity was lost'));
-  await session.connect();
-  let held = false;
+  let session = await openSession(url);
+  let held: boolean;
   try {
     held = await holdDrainerIdentity(drizzle({ client: session }) as unknown as Db, wanted);
   } catch (error) {
@@ -47,14 +44,50 @@ export async function holdIdentity(url: string, options: { given?: string; dataD
   }
   const drainerId = held ? wanted : `${wanted}-${randomBytes(4).toString('hex')}`;
   const workerId = `sidecar-${drainerId}.${os.hostname()}.${process.pid}.${randomBytes(3).toString('hex')}`;
+  // The lock lives as long as its session: one lost (a database restart) is taken again at once, so
+  // that a process starting meanwhile under the same name cannot take it and release our jobs.
+  let stopped = false;
+  let retry: ReturnType<typeof setTimeout> | undefined;
+  const watch = (client: pg.Client) => {
+    client.on('error', () => {});
+    client.once('end', () => {
+      if (!stopped) retry = setTimeout(retake, 200);
+    });
+  };
+  const retake = async () => {
+    try {
+      const next = await openSession(url);
+      if (stopped) return void (await next.end().catch(() => {}));
+      if (await holdDrainerIdentity(drizzle({ client: next }) as unknown as Db, drainerId)) {
+        session = next;
+        watch(next);
+        log.info({ drainerId }, 'this drainer holds its identity again');
+        return;
+      }
+      await next.end().catch(() => {});
+      log.error({ drainerId }, 'another process took this DRAINER_ID while its connection was down: give each process its own name');
+    } catch {
+      if (!stopped) retry = setTimeout(retake, 1_000);
+    }
+  };
+  if (held) watch(session);
   return {
     drainerId,
     workerId,
     earlierProcess: held ? { prefix: `sidecar-${drainerId}.`, except: `${workerId}:` } : null,
     stop: async () => {
+      stopped = true;
+      clearTimeout(retry);
       if (held) await session.end().catch(() => {});
     },
   };
+}
+
+async function openSession(url: string): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: url, application_name: 'pgdrain-identity', keepAlive: true });
+  client.on('error', () => {});
+  await client.connect();
+  return client;
 }
 
 /** The data folder's drainer id, generated on first use (two processes starting at once agree on one). */

@@ -3,7 +3,7 @@ import pg from 'pg';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { claim, enqueueMany } from '../src/queries/index.ts';
+import { claim, commitDurably, enqueueMany } from '../src/queries/index.ts';
 import { rowsOf } from '../src/queries/db.ts';
 import { openPools } from '../src/sidecar/database.ts';
 import { Incidents } from '../src/sidecar/incidents.ts';
@@ -58,6 +58,14 @@ describe('planner settings (the sidecar drain pool)', () => {
       // Once the call returns, its settings are gone from the session.
       expect(await settings()).toEqual({ ...server, commit: 'off' });
       const [fn] = await t.query(`SELECT l.lanname, p.proconfig FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pgdrain.claim(integer,text[],text,integer)'::regprocedure`);
+      // An enqueue made on the drain pool (step.invoke's child) asks for a durable commit in its own
+      // transaction only: the session goes back to asynchronous commits after it.
+      const inside = await database.drainDb.transaction(async (tx) => {
+        await commitDurably(tx);
+        return (await rowsOf<{ commit: string }>(tx, sql`SELECT current_setting('synchronous_commit') AS commit`))[0]!.commit;
+      });
+      expect(inside).toBe('on');
+      expect(await settings()).toEqual({ ...server, commit: 'off' });
       // PL/pgSQL: its statement's plan is kept for the session, planned under these settings.
       expect(fn).toEqual({ lanname: 'plpgsql', proconfig: expect.arrayContaining(['enable_seqscan=off', 'enable_bitmapscan=off', 'enable_sort=off', 'jit=off']) });
     } finally {

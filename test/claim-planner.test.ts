@@ -45,3 +45,44 @@ describe('the claim planner, for a kind limited across drainers', () => {
     expect(plan.next()).toMatchObject({ kinds: ['grouped'] });
   });
 });
+
+// A claim's snapshot may predate jobs that were announced while it was on its way (a NOTIFY, a
+// settlement that made a parked workflow pending): its short answer must not hide them. Without
+// this, a drain whose child job died while a claim was in flight ended with the woken parent
+// still pending (the workflow conformance suite caught it under load), and a sidecar waited a
+// whole poll interval for a job it had been told about.
+describe('the claim planner, for jobs announced while a claim is on its way', () => {
+  const plain = defineJob({ kind: 'plain', schema: z.unknown(), handler: () => {} });
+  const plainPlanner = () =>
+    new ClaimPlanner(new JobRegistry([plain]), new JobBook(), {
+      kinds: ['plain'], batchSize: 10, maxBatchSize: 10, concurrency: 10, prefetch: 0, claimsInFlight: 2, carryCompletions: false,
+    });
+
+  it('a short claim drains the kind when nothing was announced meanwhile', () => {
+    const plan = plainPlanner();
+    plan.claimReturned(plan.next()!, { jobs: [], heldBack: false }, 1);
+    expect(plan.exhausted).toBe(true);
+    expect(plan.next()).toBeNull();
+  });
+
+  it('a reopen while the claim was in flight outlives its short answer: the kind is claimed again', () => {
+    const plan = plainPlanner();
+    const claim = plan.next()!;
+    plan.reopen(['plain']); // the kind was not drained yet: the old code ignored this
+    plan.claimReturned(claim, { jobs: [], heldBack: false }, 1);
+    expect(plan.exhausted).toBe(false);
+    const again = plan.next()!;
+    expect(again).toMatchObject({ kinds: ['plain'] });
+    // That claim's short answer, with nothing announced since, drains it.
+    plan.claimReturned(again, { jobs: [], heldBack: false }, 1);
+    expect(plan.exhausted).toBe(true);
+  });
+
+  it('a reopen for another kind does not keep this one open', () => {
+    const plan = plainPlanner();
+    const claim = plan.next()!;
+    plan.reopen(['other']);
+    plan.claimReturned(claim, { jobs: [], heldBack: false }, 1);
+    expect(plan.exhausted).toBe(true);
+  });
+});

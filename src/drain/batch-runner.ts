@@ -67,6 +67,9 @@ export class BatchRunner {
   #phase: Phase = 'idle';
   #drained = false;
   #drainedAt = 0;
+  /** Times reopen() was called: a claim that found too little after one may have read the
+   * database before the announced jobs were there, and does not drain the kind. */
+  #reopened = 0;
   /** While waiting for a fuller batch: when it stops waiting, and how to wake it early. */
   #waitUntil = Infinity;
   #wakeWait: (() => void) | null = null;
@@ -112,6 +115,7 @@ export class BatchRunner {
   reopen(): void {
     if (this.#deps.ids && this.#drained) return;
     this.#drained = false;
+    this.#reopened++;
     this.#wakeWait?.();
   }
 
@@ -131,8 +135,9 @@ export class BatchRunner {
   }
 
   async #cycle(): Promise<void> {
+    const reopenedAtClaim = this.#reopened;
     const records = await this.#claim(this.#size);
-    if (records.length === 0) return this.#markDrained();
+    if (records.length === 0) return this.#markDrained(reopenedAtClaim);
     if (records.length < this.#size && this.#waitMs > 0) {
       this.#phase = 'waiting';
       this.#waitUntil = records[0]!.claimSentAt + this.#waitMs;
@@ -158,13 +163,14 @@ export class BatchRunner {
       return;
     }
     // A short batch had no more to wait for: nothing more is ready now.
-    if (records.length < this.#size) this.#markDrained();
+    if (records.length < this.#size) this.#markDrained(reopenedAtClaim);
     if (held.length === 0) return;
     this.#phase = 'calling';
     await this.#call(held);
   }
 
-  #markDrained(): void {
+  #markDrained(reopenedAtClaim: number): void {
+    if (this.#reopened !== reopenedAtClaim) return;
     this.#drained = true;
     this.#drainedAt = Date.now();
   }

@@ -34,6 +34,8 @@ export interface PlannedClaim {
   limits?: ClaimLimits;
   /** Its group's count of freed slots when the claim was sent (ClaimGroup.freed). */
   freedAtSend?: number;
+  /** Its group's count of reopenings when the claim was sent (ClaimGroup.reopened). */
+  reopenedAtSend: number;
 }
 
 /** What a claim brought back. */
@@ -84,6 +86,10 @@ interface ClaimGroup {
   /** Settlements of its jobs returned so far (slotFreed): a claim held back by slots while one
    * returned saw the database before that slot was free, and is not a reason to wait. */
   freed: number;
+  /** Times something said its kinds may have ready jobs (reopen): a claim that comes back short
+   * after one arrived may have read the database before those jobs were there, so its short
+   * answer does not drain the group. */
+  reopened: number;
 }
 
 /** A handler that takes no measurable time counts as this long when sizing claims. */
@@ -117,7 +123,7 @@ export class ClaimPlanner {
     const together = options.kinds.filter((k) => !own(k));
     this.#apart = new Set(apart);
     const group = (kinds: readonly string[], cap: number, limits: ClaimLimits | null): ClaimGroup => ({
-      kinds, cap, limits, inFlight: 0, drained: false, drainedAt: 0, blockedUntil: 0, blockedByRate: false, freed: 0,
+      kinds, cap, limits, inFlight: 0, drained: false, drainedAt: 0, blockedUntil: 0, blockedByRate: false, freed: 0, reopened: 0,
     });
     this.#groups = [
       // With no kind apart, the one group asks for exactly the drain's kinds.
@@ -193,7 +199,7 @@ export class ClaimPlanner {
       group.blockedUntil = 0;
       this.#inFlight++;
       this.#inFlightSize += size;
-      return { kinds: group.kinds, size, ...(group.limits ? { limits: group.limits, freedAtSend: group.freed } : {}) };
+      return { kinds: group.kinds, size, reopenedAtSend: group.reopened, ...(group.limits ? { limits: group.limits, freedAtSend: group.freed } : {}) };
     }
     return null;
   }
@@ -214,6 +220,8 @@ export class ClaimPlanner {
     this.#claimedTotal += outcome.jobs.length;
     if (this.#claimedAll) for (const g of this.#groups) g.drained = true;
     if (outcome.jobs.length >= claim.size) return;
+    // Jobs were announced while it was on its way: its snapshot may predate them; claim again.
+    if (group.reopened !== claim.reopenedAtSend) return;
     if (!outcome.heldBack) {
       group.drained = true;
       group.drainedAt = Date.now();
@@ -239,7 +247,11 @@ export class ClaimPlanner {
    * completion made jobs waiting for it pending: their groups are worth claiming again. */
   reopen(kinds?: readonly string[]): void {
     if (this.#claimedAll) return;
-    for (const group of this.#groups) if (group.drained && (!kinds || group.kinds.some((k) => kinds.includes(k)))) group.drained = false;
+    for (const group of this.#groups) {
+      if (kinds && !group.kinds.some((k) => kinds.includes(k))) continue;
+      group.drained = false;
+      group.reopened++;
+    }
   }
 
   /** The poll: groups that came back short at or before `time` are worth claiming again (jobs

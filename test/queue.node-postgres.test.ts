@@ -74,3 +74,30 @@ describe('planner settings (the sidecar drain pool)', () => {
     }
   });
 });
+
+// A transactional handler's connection is checked out of its pool, where nothing listens for its
+// errors: one whose backend ends between two of the handler's queries (a server restart, a network
+// cut) once ended the sidecar with an unhandled 'error' event (the chaos suite's SIGTERM with a
+// workflow's transactional step in flight).
+describe('transactional handlers\' connections (the sidecar)', () => {
+  it('one whose backend is terminated while checked out errs its next query, goes back destroyed, and the process lives on', async () => {
+    const t = await createTestDatabase();
+    const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })));
+    try {
+      const connection = await database.transactions();
+      const [{ pid }] = (await rowsOf<{ pid: number }>(connection.db, sql`SELECT pg_backend_pid() AS pid`)) as [{ pid: number }];
+      await t.query('SELECT pg_terminate_backend($1)', [pid]);
+      // The client hears its socket close while no query is on it (the unhandled 'error' was here).
+      await new Promise((r) => setTimeout(r, 200));
+      await expect(rowsOf(connection.db, sql`SELECT 1`)).rejects.toThrow();
+      connection.giveBack(false);
+      const next = await database.transactions();
+      const [row] = await rowsOf<{ pid: number }>(next.db, sql`SELECT pg_backend_pid() AS pid`);
+      expect(row!.pid).not.toBe(pid);
+      next.giveBack(false);
+    } finally {
+      await database.close();
+      await t.close();
+    }
+  });
+});

@@ -24,3 +24,29 @@ export interface QueueDatabase {
   /** Closes every connection; never rejects. */
   close(): Promise<void>;
 }
+
+/** What a pooled client of either driver (pg, Neon) offers while it is checked out. */
+export interface PooledClient {
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  removeListener(event: 'error', listener: (error: Error) => void): unknown;
+  release(destroy?: boolean): void;
+}
+
+/**
+ * A client checked out of its pool as a TransactionConnection. The pools listen for errors only on
+ * idle clients: a checked-out one whose connection drops between two queries (a server restart, a
+ * network cut) emits an `error` no one hears, which ends the process. Listened to here while it is
+ * out; one that erred goes back destroyed.
+ */
+export function checkedOut<Client extends PooledClient>(client: Client, wrap: (client: Client) => Db): TransactionConnection {
+  let broken = false;
+  const onError = () => (broken = true);
+  client.on('error', onError);
+  return {
+    db: wrap(client),
+    giveBack: (destroy) => {
+      client.removeListener('error', onError);
+      client.release(destroy || broken);
+    },
+  };
+}

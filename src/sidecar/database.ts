@@ -10,7 +10,7 @@ import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
-import type { QueueDatabase } from '../db/connections.ts';
+import { type QueueDatabase, checkedOut } from '../db/connections.ts';
 import type { Db } from '../queries/index.ts';
 import type { Incidents } from './incidents.ts';
 
@@ -79,8 +79,7 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
     db: drizzle({ client: pool }) as unknown as Db,
     drainDb: drizzle({ client: drainPool }) as unknown as Db,
     transactions: async () => {
-      const client = await handlerPool.connect();
-      return { db: drizzle({ client }) as unknown as Db, giveBack: (destroy) => client.release(destroy) };
+      return checkedOut(await handlerPool.connect(), (client) => drizzle({ client }) as unknown as Db);
     },
     close: async () => {
       await Promise.all(pools.map((p) => p.end().catch(() => {})));

@@ -19,7 +19,7 @@ import { drizzle as drizzleNeon } from 'drizzle-orm/neon-serverless';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { safeErrorMessage } from '../db/url.ts';
-import type { QueueDatabase } from '../db/connections.ts';
+import { type PooledClient, type QueueDatabase, checkedOut } from '../db/connections.ts';
 import type { Db } from '../queries/index.ts';
 
 /** The part of a Hyperdrive binding the Worker uses. */
@@ -82,7 +82,7 @@ interface OpenedPool<Client> {
 }
 
 /** The main connection, and the transactional handlers' pool opened on first use; end() closes both. */
-function withTransactionPool<Client extends { release(destroy?: boolean): void }>(
+function withTransactionPool<Client extends PooledClient>(
   main: OpenedPool<Client>,
   driver: WorkerDriver,
   openTransactionPool: () => OpenedPool<Client>,
@@ -95,8 +95,7 @@ function withTransactionPool<Client extends { release(destroy?: boolean): void }
     driver,
     transactions: async () => {
       transactionPool ??= openTransactionPool();
-      const client = await transactionPool.pool.connect();
-      return { db: wrap(client), giveBack: (destroy) => client.release(destroy) };
+      return checkedOut(await transactionPool.pool.connect(), wrap);
     },
     close: async () => {
       await Promise.all([main.end(), transactionPool?.end()]);

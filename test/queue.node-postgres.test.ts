@@ -79,8 +79,8 @@ describe('planner settings (the sidecar drain pool)', () => {
 // errors: one whose backend ends between two of the handler's queries (a server restart, a network
 // cut) once ended the sidecar with an unhandled 'error' event (the chaos suite's SIGTERM with a
 // workflow's transactional step in flight).
-describe('transactional handlers\' connections (the sidecar)', () => {
-  it('one whose backend is terminated while checked out errs its next query, goes back destroyed, and the process lives on', async () => {
+describe('checked-out connections (the sidecar\'s pools)', () => {
+  it('one whose backend is terminated while checked out (or in a Drizzle transaction) errs its next query, goes back destroyed, and the process lives on', async () => {
     const t = await createTestDatabase();
     const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })));
     try {
@@ -95,6 +95,15 @@ describe('transactional handlers\' connections (the sidecar)', () => {
       const [row] = await rowsOf<{ pid: number }>(next.db, sql`SELECT pg_backend_pid() AS pid`);
       expect(row!.pid).not.toBe(pid);
       next.giveBack(false);
+      // A Drizzle transaction on a pool holds its client the same way (step.invoke's, a limited claim's).
+      const inTransaction = database.drainDb.transaction(async (tx) => {
+        const [own] = await rowsOf<{ pid: number }>(tx, sql`SELECT pg_backend_pid() AS pid`);
+        await t.query('SELECT pg_terminate_backend($1)', [own!.pid]);
+        await new Promise((r) => setTimeout(r, 200));
+        await rowsOf(tx, sql`SELECT 1`);
+      });
+      await expect(inTransaction).rejects.toThrow();
+      expect(await rowsOf(database.drainDb, sql`SELECT 1 AS one`)).toEqual([{ one: 1 }]);
     } finally {
       await database.close();
       await t.close();

@@ -10,6 +10,7 @@ import { createInterface } from 'node:readline/promises';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
+import { hearCheckedOutErrors } from '../db/connections.ts';
 import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
 import { jobJson, jobSummaryJson, stepJson } from '../http/job-json.ts';
@@ -117,7 +118,7 @@ export async function runOperatorCommand(name: OperatorCommand, args: readonly s
   const url = env.DATABASE_URL;
   if (!url) return usage(name, 'set DATABASE_URL to the database to use, e.g. DATABASE_URL=postgres://user:pass@host/db');
 
-  const pool = new pg.Pool({ connectionString: url, max: 1, application_name: `pgdrain ${name}`, connectionTimeoutMillis: 10_000 });
+  const pool = hearCheckedOutErrors(new pg.Pool({ connectionString: url, max: 1, application_name: `pgdrain ${name}`, connectionTimeoutMillis: 10_000 }));
   pool.on('error', () => {}); // an idle client lost while we exit
   const io: Io = { out: (text) => process.stdout.write(`${text}\n`), confirm, interactive: Boolean(process.stdin.isTTY && process.stdout.isTTY) };
   try {

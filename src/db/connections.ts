@@ -25,28 +25,19 @@ export interface QueueDatabase {
   close(): Promise<void>;
 }
 
-/** What a pooled client of either driver (pg, Neon) offers while it is checked out. */
-export interface PooledClient {
-  on(event: 'error', listener: (error: Error) => void): unknown;
-  removeListener(event: 'error', listener: (error: Error) => void): unknown;
-  release(destroy?: boolean): void;
+/** A pool of either driver (pg, Neon: both are pg-pool). */
+export interface ClientPool {
+  on(event: 'connect', listener: (client: { on(event: 'error', listener: (error: Error) => void): unknown }) => void): unknown;
 }
 
 /**
- * A client checked out of its pool as a TransactionConnection. The pools listen for errors only on
- * idle clients: a checked-out one whose connection drops between two queries (a server restart, a
- * network cut) emits an `error` no one hears, which ends the process. Listened to here while it is
- * out; one that erred goes back destroyed.
+ * Listens for errors on every client of `pool`, also while it is checked out. pg-pool listens only
+ * on idle clients: a checked-out one (a Drizzle transaction, a transactional handler's connection)
+ * whose connection drops emits an `error` no one hears, which ends the process — found by the chaos
+ * suite, a workflow's transactional step in flight at a SIGTERM. The queries on it fail with the
+ * error all the same, and the pool discards it when it is released (it is no longer queryable).
  */
-export function checkedOut<Client extends PooledClient>(client: Client, wrap: (client: Client) => Db): TransactionConnection {
-  let broken = false;
-  const onError = () => (broken = true);
-  client.on('error', onError);
-  return {
-    db: wrap(client),
-    giveBack: (destroy) => {
-      client.removeListener('error', onError);
-      client.release(destroy || broken);
-    },
-  };
+export function hearCheckedOutErrors<Pool extends ClientPool>(pool: Pool): Pool {
+  pool.on('connect', (client) => client.on('error', () => {}));
+  return pool;
 }

@@ -10,7 +10,7 @@ import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
-import { type QueueDatabase, checkedOut } from '../db/connections.ts';
+import { type QueueDatabase, hearCheckedOutErrors } from '../db/connections.ts';
 import type { Db } from '../queries/index.ts';
 import type { Incidents } from './incidents.ts';
 
@@ -66,12 +66,12 @@ export async function resolveApiToken(given: string | undefined, dataDir: string
  * the API, recurring schedules, your own transactions — uses the other pool and stays durable.
  */
 export function openPools(url: string, poolSize: number, incidents: Incidents): QueueDatabase {
-  const pool = new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain' });
+  const pool = hearCheckedOutErrors(new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain' }));
   const drainPool = createDrainPool(url);
   // Transactional handlers' own connections: durable commits (their writes are your data), as many
   // as the API's pool, opened only when such a handler runs. A handler given up mid-transaction has
   // its connection destroyed, so the server rolls back at once.
-  const handlerPool = new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain-handlers' });
+  const handlerPool = hearCheckedOutErrors(new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain-handlers' }));
   const pools = [pool, drainPool, handlerPool];
   // An idle client lost (a server restart): the pool replaces it.
   for (const p of pools) p.on('error', (error) => incidents.start('pool', error));
@@ -79,7 +79,8 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
     db: drizzle({ client: pool }) as unknown as Db,
     drainDb: drizzle({ client: drainPool }) as unknown as Db,
     transactions: async () => {
-      return checkedOut(await handlerPool.connect(), (client) => drizzle({ client }) as unknown as Db);
+      const client = await handlerPool.connect();
+      return { db: drizzle({ client }) as unknown as Db, giveBack: (destroy) => client.release(destroy) };
     },
     close: async () => {
       await Promise.all(pools.map((p) => p.end().catch(() => {})));
@@ -91,5 +92,5 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
  * Nothing else is set on its connections: planner settings belong to the one statement they are for
  * (pgdrain.claim()'s own SET clauses), never to a pool that other statements share. */
 export function createDrainPool(url: string): pg.Pool {
-  return new pg.Pool({ connectionString: url, max: 4, application_name: 'pgdrain-drain', options: '-c synchronous_commit=off' });
+  return hearCheckedOutErrors(new pg.Pool({ connectionString: url, max: 4, application_name: 'pgdrain-drain', options: '-c synchronous_commit=off' }));
 }

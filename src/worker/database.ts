@@ -19,7 +19,7 @@ import { drizzle as drizzleNeon } from 'drizzle-orm/neon-serverless';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { safeErrorMessage } from '../db/url.ts';
-import { type PooledClient, type QueueDatabase, checkedOut } from '../db/connections.ts';
+import { type QueueDatabase, hearCheckedOutErrors } from '../db/connections.ts';
 import type { Db } from '../queries/index.ts';
 
 /** The part of a Hyperdrive binding the Worker uses. */
@@ -54,7 +54,7 @@ export function openWorkerDatabase(env: DatabaseEnv): WorkerDatabase {
 
 function openHyperdrive(binding: HyperdriveBinding): WorkerDatabase {
   const open = (max: number) => {
-    const pool = new pg.Pool({ connectionString: binding.connectionString, max });
+    const pool = hearCheckedOutErrors(new pg.Pool({ connectionString: binding.connectionString, max }));
     return { pool, db: drizzlePg({ client: pool }) as unknown as Db, end: quietEnd(pool, 'hyperdrive') };
   };
   const wrap = (client: pg.PoolClient) => drizzlePg({ client }) as unknown as Db;
@@ -68,7 +68,7 @@ function openNeon(env: DatabaseEnv): WorkerDatabase {
   if (env.NEON_WS_PROXY) useLocalProxy(env.NEON_WS_PROXY);
   const url = env.DATABASE_URL;
   const open = (max: number) => {
-    const pool = new NeonPool({ connectionString: url, max });
+    const pool = hearCheckedOutErrors(new NeonPool({ connectionString: url, max }));
     return { pool, db: drizzleNeon({ client: pool }) as unknown as Db, end: quietEnd(pool, 'neon') };
   };
   const wrap = (client: NeonPoolClient) => drizzleNeon({ client }) as unknown as Db;
@@ -82,7 +82,7 @@ interface OpenedPool<Client> {
 }
 
 /** The main connection, and the transactional handlers' pool opened on first use; end() closes both. */
-function withTransactionPool<Client extends PooledClient>(
+function withTransactionPool<Client extends { release(destroy?: boolean): void }>(
   main: OpenedPool<Client>,
   driver: WorkerDriver,
   openTransactionPool: () => OpenedPool<Client>,
@@ -95,7 +95,8 @@ function withTransactionPool<Client extends PooledClient>(
     driver,
     transactions: async () => {
       transactionPool ??= openTransactionPool();
-      return checkedOut(await transactionPool.pool.connect(), wrap);
+      const client = await transactionPool.pool.connect();
+      return { db: wrap(client), giveBack: (destroy) => client.release(destroy) };
     },
     close: async () => {
       await Promise.all([main.end(), transactionPool?.end()]);

@@ -74,14 +74,14 @@ const notHeld = (row: FencedRow | undefined): NotHeld => row?.not_held ?? 'lost'
 export async function loadSteps(db: Db, jobId: string): Promise<StoredStep[]> {
   const rows = await rowsOf<Record<string, unknown>>(
     db,
-    sql`SELECT name, position, status, attempts, result, error, started_at, finished_at, wake_at, event, event_key, event_id::text AS event_id, child_id::text AS child_id
+    sql`SELECT name, position, status, attempts, result::text AS result, error, started_at, finished_at, wake_at, event, event_key, event_id::text AS event_id, child_id::text AS child_id
           FROM ${workflowSteps} WHERE job_id = ${jobId}::bigint ORDER BY position`,
   );
   const childIds = rows.map((r) => r.child_id).filter((id): id is string => typeof id === 'string');
   if (childIds.length > 0) {
     const children = await rowsOf<{ id: string; status: string; result: unknown; last_error: string | null }>(
       db,
-      sql`SELECT id::text AS id, status, result, last_error FROM ${jobsAndHistory} WHERE id = ANY(${sql.param(childIds)}::bigint[])`,
+      sql`SELECT id::text AS id, status, result::text AS result, last_error FROM ${jobsAndHistory} WHERE id = ANY(${sql.param(childIds)}::bigint[])`,
     );
     const byId = new Map(children.map((c) => [String(c.id), c]));
     for (const r of rows) {
@@ -94,7 +94,9 @@ export async function loadSteps(db: Db, jobId: string): Promise<StoredStep[]> {
 
 function stepFromRow(r: Record<string, unknown>): StoredStep {
   const date = (v: unknown) => (v == null ? null : v instanceof Date ? v : new Date(v as string));
-  const json = (v: unknown) => (typeof v === 'string' ? (JSON.parse(v) as unknown) : v);
+  // JSON comes back as its text (`::text` above) and is parsed here, once: a driver that parses
+  // jsonb itself would hand back a JSON string as a bare string, which a second parse breaks.
+  const json = (v: unknown) => JSON.parse(v as string) as unknown;
   return {
     name: r.name as string,
     position: Number(r.position),
@@ -154,7 +156,7 @@ export type ParkOutcome = { outcome: 'parked'; wakeAt: Date | null } | { outcome
 export async function parkSleep(db: Db, step: StepRecord, until: Date): Promise<ParkOutcome> {
   const [row] = await rowsOf<ParkRow>(
     db,
-    sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_sleep(${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int,
+    sql`SELECT outcome, until_at FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_sleep(${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int,
           ${step.startedAt.toISOString()}::timestamptz, ${until.toISOString()}::timestamptz)`,
   );
   return parkOutcome(row);
@@ -177,7 +179,7 @@ export interface EventWait extends StepRecord {
 export async function waitForEvent(db: Db, wait: EventWait): Promise<ParkOutcome> {
   const [row] = await rowsOf<ParkRow>(
     db,
-    sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_wait(${wait.jobId}::bigint, ${wait.lockedBy}, ${wait.name}, ${wait.position}::int,
+    sql`SELECT outcome, until_at, answer::text AS answer FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_wait(${wait.jobId}::bigint, ${wait.lockedBy}, ${wait.name}, ${wait.position}::int,
           ${wait.startedAt.toISOString()}::timestamptz, ${wait.event}, ${wait.key}, ${wait.until?.toISOString() ?? null}::timestamptz)`,
   );
   return parkOutcome(row);
@@ -186,13 +188,14 @@ export async function waitForEvent(db: Db, wait: EventWait): Promise<ParkOutcome
 interface ParkRow {
   outcome: 'parked' | 'done' | NotHeld;
   until_at: Date | string | null;
-  answer?: unknown;
+  /** The step's answer as JSON text (park_wait's event payload); null when it has none. */
+  answer?: string | null;
 }
 
 function parkOutcome(row: ParkRow | undefined): ParkOutcome {
   if (!row) return { outcome: 'lost' };
   if (row.outcome === 'lost' || row.outcome === 'cancelled') return { outcome: row.outcome };
-  if (row.outcome === 'done') return { outcome: 'done', result: typeof row.answer === 'string' ? (JSON.parse(row.answer) as unknown) : (row.answer ?? null) };
+  if (row.outcome === 'done') return { outcome: 'done', result: row.answer == null ? null : (JSON.parse(row.answer) as unknown) };
   return { outcome: 'parked', wakeAt: row.until_at == null ? null : new Date(row.until_at) };
 }
 

@@ -268,6 +268,47 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(await job(id)).toMatchObject({ status: 'completed', result: { first: { n: 1 }, second: null } });
     });
 
+    // Every JSON shape a step, an event or a child gives comes back as it went in when the run is
+    // re-entered (issue 42: a JSON string was parsed twice on replay — 'hello' killed the run, '42'
+    // came back a number, '{"x":1}' an object, and every Date result, stored as its ISO string, died).
+    it('every JSON shape comes back as it went in on replay: step results, event payloads, a child\'s result', async () => {
+      const shapes: Record<string, unknown> = {
+        word: 'hello', numeric: '42', objectText: '{"x":1}', quoted: '"q"', empty: '', unicode: 'zoë ✓', nullText: 'null',
+        number: 42, float: 1.5, negative: -7, zero: 0, yes: true, no: false, nothing: null, list: [1, 'two', null, { three: 3 }], object: { a: { b: ['c'] } },
+      };
+      const child = defineJob({ kind: 'wf_shape_child', schema: z.object({}), keepCompletedSeconds: 600, handler: () => 'a child says hello' });
+      const flow = defineWorkflow({
+        kind: 'wf_shapes',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => {
+          const got: Record<string, unknown> = {};
+          for (const [name, value] of Object.entries(shapes)) got[name] = await step.run(name, () => value);
+          const date = await step.run('date', () => new Date(Date.UTC(2026, 11, 2)));
+          await step.sleep('between', 0.05); // re-entered from here: every stored result is read back
+          const event = await step.waitForEvent('word-event', { event: 'shaped', key: 'k' });
+          const fromChild = await step.invoke('child', child, {});
+          return { got, date, event, fromChild, types: Object.fromEntries(Object.entries(got).map(([k, v]) => [k, v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v])) };
+        },
+      });
+      const registry = new JobRegistry([flow, child]);
+      const { id } = await enqueue(h.db, flow, {});
+      await sendEvent(h.db, { event: 'shaped', key: 'k', payload: 'an event says hello' });
+      for (let round = 0; round < 10 && (await job(id)).status !== 'completed'; round++) {
+        await sleep(60);
+        await run(registry, { wakeDueAt: Date.now() });
+      }
+      const done = await job(id);
+      expect(done.last_error).toBeNull();
+      expect(done).toMatchObject({ status: 'completed' });
+      expect(done.result).toEqual({
+        got: shapes, date: '2026-12-02T00:00:00.000Z', event: 'an event says hello', fromChild: 'a child says hello',
+        types: Object.fromEntries(Object.entries(shapes).map(([k, v]) => [k, v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v])),
+      });
+      // Read back by a later replay too (the stored rows, as loadSteps reads them).
+      expect((await steps(id)).find((s) => s.name === 'word')).toMatchObject({ status: 'completed', result: 'hello' });
+    });
+
     it('a wait times out with null at its time', async () => {
       const flow = defineWorkflow({
         kind: 'wf_timeout',

@@ -59,7 +59,7 @@ import { Settler } from './settler.ts';
 
 export { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 export { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-export { describeError, MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from './run-handler.ts';
+export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from './run-handler.ts';
 export type { OpenTransactionConnection, TransactionConnection } from '../db/connections.ts';
 export { DrainNotices, type NoticeListener } from './notices.ts';
 export type { JobState, SettledCounts } from './job-record.ts';

@@ -17,6 +17,7 @@
 import { type JobContext, type JobDefinition, type JobRegistry, PermanentJobError, describeIssues, handlerTimeoutMs } from '../jobs/registry.ts';
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { type ClaimedJob, type Db, completeJobs, getDependencies } from '../queries/index.ts';
+import { longerThan, toJson, utf8Length } from '../json.ts';
 import type { ProcessSpan } from '../tracing.ts';
 import { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 
@@ -273,60 +274,4 @@ export function keptResult(definition: JobDefinition<unknown>, value: unknown): 
     throw new PermanentJobError(`the handler's result is ${utf8Length(resultJson)} bytes of JSON; a kept result is at most ${MAX_RESULT_BYTES}`);
   }
   return { keepSeconds, resultJson };
-}
-
-/**
- * JSON text of `value` (null for undefined); TypeError naming `what` when it is not JSON that reads
- * back as it went in: NaN and ±Infinity (JSON.stringify writes null), a Map, a Set or an instance of
- * a class without toJSON (written as {} or a plain object). Kept as JSON keeps them: a Date (or
- * anything with toJSON) as what its toJSON gives, object members that are undefined or functions
- * left out, such array elements as null.
- */
-export function toJson(value: unknown, what: string): string | null {
-  if (value === undefined) return null;
-  let json: string | undefined;
-  try {
-    json = JSON.stringify(value, exactJson);
-  } catch (error) {
-    throw new TypeError(`${what} is not JSON: ${(error as Error).message}`);
-  }
-  if (json === undefined) throw new TypeError(`${what} is not JSON (a ${typeof value})`);
-  return json;
-}
-
-function exactJson(this: unknown, key: string, value: unknown): unknown {
-  const at = key === '' ? '' : ` at ${JSON.stringify(key)}`;
-  if (typeof value === 'number' && !Number.isFinite(value)) throw new TypeError(`${value}${at} has no JSON form (it would be stored as null)`);
-  if (value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof Number || value instanceof String || value instanceof Boolean)) {
-    const proto = Object.getPrototypeOf(value);
-    if (proto !== Object.prototype && proto !== null) {
-      const name = (value as { constructor?: { name?: string } }).constructor?.name || 'object';
-      throw new TypeError(`a ${name}${at} has no JSON form of its own (it would be stored as a plain object); return plain objects, arrays, strings, numbers, booleans or null`);
-    }
-  }
-  return value;
-}
-
-/** More than `bytes` bytes of UTF-8. Every UTF-16 unit is at most 3 bytes: short texts are not encoded. */
-export function longerThan(text: string, bytes: number): boolean {
-  return text.length * 3 > bytes && utf8Length(text) > bytes;
-}
-
-export function utf8Length(text: string): number {
-  return new TextEncoder().encode(text).length;
-}
-
-/** A readable last_error for anything a handler can throw. */
-export function describeError(error: unknown): string {
-  if (error instanceof Error) {
-    const message = error.message || '(no message)';
-    return error.name && error.name !== 'Error' ? `${error.name}: ${message}` : message;
-  }
-  if (typeof error === 'string') return error;
-  if (error === undefined) return 'handler threw undefined';
-  try {
-    return `handler threw a non-Error value: ${JSON.stringify(error)}`;
-  } catch {
-    return `handler threw a non-Error value: ${String(error)}`;
-  }
 }

@@ -22,7 +22,7 @@ import {
 import { isTransientConflict } from '../db/errors.ts';
 import { PermanentJobError, RetryLaterError } from '../jobs/registry.ts';
 import type { JobRecord, SettledAs } from './job-record.ts';
-import { describeError } from './run-handler.ts';
+import { errorText } from '../json.ts';
 
 /** A settlement statement rolled back by a lock conflict is sent at most this many times in all. */
 export const SETTLE_ATTEMPTS = 3;
@@ -119,7 +119,7 @@ export class Settler {
       failure: {
         id: job.id,
         lockedBy: job.lockedBy,
-        error: describeError(error),
+        error: errorText(error),
         permanent: error instanceof PermanentJobError,
         retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
         backoff,

@@ -18,7 +18,7 @@ export class Incidents {
     const count = this.#open.get(what);
     this.#open.set(what, (count ?? 0) + 1);
     if (count !== undefined) return;
-    this.#log[isServerShuttingDown(error) ? 'warn' : 'error']({ err: describeError(error) }, `${what}: database error; retrying quietly until it recovers`);
+    this.#log[isServerShuttingDown(error) ? 'warn' : 'error']({ err: errorForLog(error) }, `${what}: database error; retrying quietly until it recovers`);
   }
 
   end(what: string): void {
@@ -30,7 +30,7 @@ export class Incidents {
 }
 
 /** An error for the log: message and code, never a connection string. */
-export function describeError(error: unknown): { message: string; code?: string } {
+export function errorForLog(error: unknown): { message: string; code?: string } {
   const code = (error as { code?: unknown } | null)?.code;
   const message = safeErrorMessage(error);
   return typeof code === 'string' ? { message, code } : { message };

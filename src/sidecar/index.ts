@@ -32,7 +32,7 @@ import { holdIdentity } from './drainer-identity.ts';
 import { Drainer } from './drainer.ts';
 import { FinishedJobsHub } from './finished-jobs.ts';
 import { serveHttp } from './http.ts';
-import { Incidents, describeError } from './incidents.ts';
+import { Incidents, errorForLog } from './incidents.ts';
 import { NotificationListener } from './listener.ts';
 import { createLogger, logFormatFor } from './logger.ts';
 import { Parts } from './parts.ts';
@@ -141,7 +141,7 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
     maxBodyBytes: options.maxBodyBytes,
     // A client that hung up mid-request is not the server's error: debug, not an operator's alarm.
     onError: (error, where) =>
-      isClientHangUp(error) ? log.debug({ err: describeError(error), where }, 'client hung up mid-request') : log.error({ err: describeError(error), where }, 'request failed'),
+      isClientHangUp(error) ? log.debug({ err: errorForLog(error), where }, 'client hung up mid-request') : log.error({ err: errorForLog(error), where }, 'request failed'),
   });
   const http = await parts.start('http', () =>
     serveHttp(app, options.host ?? defaultFor('host', 'sidecar'), options.port ?? defaultFor('port', 'sidecar'), {
@@ -240,7 +240,7 @@ function startListener(url: string, to: { kinds: readonly string[] | undefined; 
       to.notices.ready();
       to.finishedJobs.announceAll();
     },
-    onDown: (error) => log.warn({ err: describeError(error) }, 'listener down: reconnecting; the poll keeps jobs moving meanwhile'),
+    onDown: (error) => log.warn({ err: errorForLog(error) }, 'listener down: reconnecting; the poll keeps jobs moving meanwhile'),
   });
   listener.start();
   return listener;

@@ -3,7 +3,7 @@
 // pending in that transaction, so a rollback sends nothing and wakes nothing. The same bounds hold
 // for every way in (TypeScript, SQL, POST /events, the CLI): one check, eventProblem().
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH, keyProblem } from '../db/constants.ts';
-import { longerThan, toJson, utf8Length } from '../drain/run-handler.ts';
+import { longerThan, toJson, utf8Length } from '../json.ts';
 import { type Db, sendEvent as sendEventQuery } from '../queries/index.ts';
 
 /** An event's payload is at most this many bytes of JSON (as a job's result). */

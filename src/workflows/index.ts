@@ -21,7 +21,8 @@ import { z } from 'zod';
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/constants.ts';
 import { JobCancelledError, LeaseLostError } from '../drain/lease-keeper.ts';
-import { MAX_RESULT_BYTES, RUN_ENVIRONMENT, type RunEnvironment, WorkflowParked, describeError, longerThan, toJson, utf8Length } from '../drain/run-handler.ts';
+import { MAX_RESULT_BYTES, RUN_ENVIRONMENT, type RunEnvironment, WorkflowParked } from '../drain/run-handler.ts';
+import { errorText, longerThan, toJson, utf8Length } from '../json.ts';
 import { type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
 import { type EnqueueOptions, prepareJob, preparedJobs } from '../jobs/enqueue.ts';
 import {
@@ -277,6 +278,6 @@ class Steps implements WorkflowStep {
   /** The step threw: its error is recorded for readers (best effort), unless the run was given up. */
   async #failed(record: StepRecord, error: unknown): Promise<void> {
     if (error instanceof WorkflowParked || error instanceof LeaseLostError || error instanceof JobCancelledError || this.#ctx.signal.aborted) return;
-    await recordStepFailed(this.#db, record, describeError(error)).catch(() => {});
+    await recordStepFailed(this.#db, record, errorText(error)).catch(() => {});
   }
 }

@@ -8,6 +8,7 @@ import { rowsOf } from '../src/queries/db.ts';
 import { openPools } from '../src/sidecar/database.ts';
 import { Incidents } from '../src/sidecar/incidents.ts';
 import { createTestDatabase } from './support/database.ts';
+import { startTcpProxy } from './support/tcp-proxy.ts';
 import { flowControlSuite } from './conformance/flow-control.ts';
 import { jobLifecycleSuite } from './conformance/job-lifecycle.ts';
 import { type Harness, listenOn, queueBehaviourSuite } from './conformance/queue-behaviour.ts';
@@ -106,6 +107,26 @@ describe('checked-out connections (the sidecar\'s pools)', () => {
       expect(await rowsOf(database.drainDb, sql`SELECT 1 AS one`)).toEqual([{ one: 1 }]);
     } finally {
       await database.close();
+      await t.close();
+    }
+  });
+
+  it('a Drizzle transaction whose begin fails on a dropped connection gives its client back: the pools still close', async () => {
+    const t = await createTestDatabase();
+    const proxy = await startTcpProxy({ host: '127.0.0.1', port: Number(new URL(t.url).port) });
+    const database = openPools(proxy.urlFor(t.url), 1, new Incidents(pino({ level: 'silent' })));
+    try {
+      for (let round = 0; round < 5; round++) {
+        await rowsOf(database.drainDb, sql`SELECT 1`); // an idle client in the pool
+        proxy.dropConnections();
+        // Checked out before it notices its connection is gone: `begin` fails, outside Drizzle's finally.
+        await expect(database.drainDb.transaction(async (tx) => rowsOf(tx, sql`SELECT 1`))).rejects.toThrow();
+      }
+      // Every checkout went back: close() ends (pg-pool's end() waits for every checked-out client).
+      const closed = await Promise.race([database.close().then(() => 'closed'), new Promise((r) => setTimeout(() => r('hung'), 5_000))]);
+      expect(closed).toBe('closed');
+    } finally {
+      await proxy.close();
       await t.close();
     }
   });

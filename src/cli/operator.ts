@@ -10,7 +10,7 @@ import { createInterface } from 'node:readline/promises';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { hearCheckedOutErrors } from '../db/connections.ts';
+import { guardPool } from '../db/connections.ts';
 import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
 import { jobJson, jobSummaryJson, stepJson } from '../http/job-json.ts';
@@ -19,8 +19,21 @@ import { prepareEnqueue } from '../jobs/enqueue.ts';
 import { createDefaultRegistry } from '../jobs/index.ts';
 import { JOB_FLAGS, jobFlagOptions, jobOptionsFromFlags } from './job-flags.ts';
 import {
-  type Db, cancel, deleteDeadJobs, deleteJob, getJob, isJobId, listGroupLimits, listJobs, listScheduleStates, loadSteps, pauseKind, resumeKind, retryDead,
-  retryDeadJobs, stats,
+  type Db,
+  cancel,
+  deleteDeadJobs,
+  deleteJob,
+  getJob,
+  isJobId,
+  listGroupLimits,
+  listJobs,
+  listScheduleStates,
+  loadSteps,
+  pauseKind,
+  resumeKind,
+  retryDead,
+  retryDeadJobs,
+  stats,
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
 import { MAX_LISTED, OPERATOR_USAGE as USAGE, type OperatorCommand, operatorCommandHelp } from './usage.ts';
@@ -99,12 +112,21 @@ export const OPERATOR_COMMANDS: Record<OperatorCommand, Command> = {
 };
 
 /** Runs `pgdrain <name> …args`; resolves with the exit code. */
-export async function runOperatorCommand(name: OperatorCommand, args: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+export async function runOperatorCommand(
+  name: OperatorCommand,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<number> {
   const command = OPERATOR_COMMANDS[name]!;
   let values: Values;
   let positionals: string[];
   try {
-    ({ values, positionals } = parseArgs({ args: [...args], allowPositionals: true, strict: true, options: { ...command.options, help: { type: 'boolean', short: 'h' } } }));
+    ({ values, positionals } = parseArgs({
+      args: [...args],
+      allowPositionals: true,
+      strict: true,
+      options: { ...command.options, help: { type: 'boolean', short: 'h' } },
+    }));
   } catch (error) {
     return usage(name, safeErrorMessage(error));
   }
@@ -116,17 +138,30 @@ export async function runOperatorCommand(name: OperatorCommand, args: readonly s
   if (positionals.length < min) return usage(name, 'missing argument');
   if (positionals.length > max) return usage(name, `unexpected argument ${JSON.stringify(positionals[max])}`);
   const url = env.DATABASE_URL;
-  if (!url) return usage(name, 'set DATABASE_URL to the database to use, e.g. DATABASE_URL=postgres://user:pass@host/db');
+  if (!url)
+    return usage(name, 'set DATABASE_URL to the database to use, e.g. DATABASE_URL=postgres://user:pass@host/db');
 
-  const pool = hearCheckedOutErrors(new pg.Pool({ connectionString: url, max: 1, application_name: `pgdrain ${name}`, connectionTimeoutMillis: 10_000 }));
+  const pool = guardPool(
+    new pg.Pool({
+      connectionString: url,
+      max: 1,
+      application_name: `pgdrain ${name}`,
+      connectionTimeoutMillis: 10_000,
+    }),
+  );
   pool.on('error', () => {}); // an idle client lost while we exit
-  const io: Io = { out: (text) => process.stdout.write(`${text}\n`), confirm, interactive: Boolean(process.stdin.isTTY && process.stdout.isTTY) };
+  const io: Io = {
+    out: (text) => process.stdout.write(`${text}\n`),
+    confirm,
+    interactive: Boolean(process.stdin.isTTY && process.stdout.isTTY),
+  };
   try {
     await command.run(drizzle({ client: pool }) as unknown as Db, values, positionals, io);
     return 0;
   } catch (error) {
     if (error instanceof UsageError) return usage(name, error.message);
-    const message = error instanceof CommandFailed ? error.message : `${redactUrl(url)}: ${safeErrorMessage(databaseCause(error))}`;
+    const message =
+      error instanceof CommandFailed ? error.message : `${redactUrl(url)}: ${safeErrorMessage(databaseCause(error))}`;
     process.stderr.write(`pgdrain ${name}: ${oneLine(message)}\n`);
     return 1;
   } finally {
@@ -160,19 +195,22 @@ async function confirm(question: string): Promise<boolean> {
 // --- arguments -------------------------------------------------------------------------------------
 
 function jobId(text: string | undefined): string {
-  if (text === undefined || !isJobId(text)) throw new UsageError(`${JSON.stringify(text ?? '')} is not a job id (a positive whole number)`);
+  if (text === undefined || !isJobId(text))
+    throw new UsageError(`${JSON.stringify(text ?? '')} is not a job id (a positive whole number)`);
   return text;
 }
 
 function kindName(text: unknown, what = 'kind'): string {
-  if (typeof text !== 'string' || !KIND_PATTERN.test(text)) throw new UsageError(`${what} ${JSON.stringify(text)} is not a job kind: ${KIND_PATTERN_MESSAGE}`);
+  if (typeof text !== 'string' || !KIND_PATTERN.test(text))
+    throw new UsageError(`${what} ${JSON.stringify(text)} is not a job kind: ${KIND_PATTERN_MESSAGE}`);
   return text;
 }
 
 function wholeNumber(text: unknown, name: string, min: number, max: number): number | undefined {
   if (text === undefined) return undefined;
   const n = Number(text);
-  if (typeof text !== 'string' || !/^-?\d+$/.test(text) || n < min || n > max) throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, not ${JSON.stringify(text)}`);
+  if (typeof text !== 'string' || !/^-?\d+$/.test(text) || n < min || n > max)
+    throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, not ${JSON.stringify(text)}`);
   return n;
 }
 
@@ -184,7 +222,8 @@ function payloadOf(text: string | undefined): unknown {
   } catch (error) {
     throw new UsageError(`the payload is not JSON: ${safeErrorMessage(error)}`);
   }
-  if (text.includes('\\u0000')) throw new UsageError('the payload contains the NUL character (\\u0000), which PostgreSQL cannot store');
+  if (text.includes('\\u0000'))
+    throw new UsageError('the payload contains the NUL character (\\u0000), which PostgreSQL cannot store');
   return payload;
 }
 
@@ -200,30 +239,52 @@ function target(values: Values, positionals: string[]): { dead: true; kind?: str
 
 async function confirmed(io: Io, values: Values, question: string): Promise<void> {
   if (values.yes) return;
-  if (!io.interactive) throw new UsageError('this asks for confirmation on a terminal; pass --yes to do it from a script');
+  if (!io.interactive)
+    throw new UsageError('this asks for confirmation on a terminal; pass --yes to do it from a script');
   if (!(await io.confirm(question))) throw new CommandFailed('nothing was changed');
 }
 
 // --- commands --------------------------------------------------------------------------------------
 
 async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<void> {
-  const [queue, schedules, groupLimits] = await Promise.all([stats(db), listScheduleStates(db), listGroupLimits(db, undefined, 20)]);
+  const [queue, schedules, groupLimits] = await Promise.all([
+    stats(db),
+    listScheduleStates(db),
+    listGroupLimits(db, undefined, 20),
+  ]);
   const scheduleRows = [...schedules.values()].sort((a, b) => (a.name < b.name ? -1 : 1));
   const limitRows = Object.entries(groupLimits).flatMap(([kind, { keys }]) => keys.map((k) => ({ kind, ...k })));
   if (values.json) {
-    const states = scheduleRows.map((s) => ({ name: s.name, lastEnqueuedAt: s.lastEnqueuedSlot?.toISOString() ?? null, skipped: s.skipped }));
-    const limits = Object.fromEntries(Object.entries(groupLimits).map(([kind, { count, keys }]) => [kind, { count, keys: keys.map(({ updatedAt: _, ...k }) => k) }]));
+    const states = scheduleRows.map((s) => ({
+      name: s.name,
+      lastEnqueuedAt: s.lastEnqueuedSlot?.toISOString() ?? null,
+      skipped: s.skipped,
+    }));
+    const limits = Object.fromEntries(
+      Object.entries(groupLimits).map(([kind, { count, keys }]) => [
+        kind,
+        { count, keys: keys.map(({ updatedAt: _, ...k }) => k) },
+      ]),
+    );
     return io.out(JSON.stringify({ ...queue, schedules: states, groupLimits: limits }));
   }
   const kinds = Object.entries(queue.kinds).sort(([a], [b]) => (a < b ? -1 : 1));
   if (kinds.length === 0) io.out('The queue is empty.');
   else {
     type Row = (typeof kinds)[number];
-    const count = (title: string, key: 'ready' | 'delayed' | 'running' | 'dead' | 'waiting'): Column<Row> => ({ title, value: ([, s]) => s[key], right: true });
+    const count = (title: string, key: 'ready' | 'delayed' | 'running' | 'dead' | 'waiting'): Column<Row> => ({
+      title,
+      value: ([, s]) => s[key],
+      right: true,
+    });
     io.out(
       table(kinds, [
         { title: 'kind', value: ([kind]) => kind, flexible: true },
-        count('ready', 'ready'), count('delayed', 'delayed'), count('running', 'running'), count('dead', 'dead'), count('waiting', 'waiting'),
+        count('ready', 'ready'),
+        count('delayed', 'delayed'),
+        count('running', 'running'),
+        count('dead', 'dead'),
+        count('waiting', 'waiting'),
         { title: 'paused', value: ([, s]) => (s.paused ? 'yes' : 'no') },
         { title: 'oldest ready', value: ([, s]) => formatAge(s.oldestReadySeconds), right: true },
       ]),
@@ -231,21 +292,30 @@ async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<v
   }
   if (scheduleRows.length > 0) {
     io.out('');
-    io.out(table(scheduleRows, [
-      { title: 'schedule', value: (s) => s.name, flexible: true },
-      { title: 'last enqueued', value: (s) => (s.lastEnqueuedSlot ? formatDate(s.lastEnqueuedSlot) : 'never') },
-      { title: 'skipped', value: (s) => s.skipped, right: true },
-    ]));
+    io.out(
+      table(scheduleRows, [
+        { title: 'schedule', value: (s) => s.name, flexible: true },
+        { title: 'last enqueued', value: (s) => (s.lastEnqueuedSlot ? formatDate(s.lastEnqueuedSlot) : 'never') },
+        { title: 'skipped', value: (s) => s.skipped, right: true },
+      ]),
+    );
   }
   if (limitRows.length > 0) {
     io.out('');
-    io.out(table(limitRows, [
-      { title: 'kind', value: (r) => r.kind },
-      { title: 'group key with its own limits', value: (r) => r.groupKey, flexible: true },
-      { title: 'at once', value: (r) => r.concurrency ?? '–', right: true },
-      { title: 'rate', value: (r) => (r.rateLimit ? `${r.rateLimit.limit} per ${r.rateLimit.periodSeconds} s` : '–') },
-    ]));
-    const more = Object.entries(groupLimits).filter(([, g]) => g.count > g.keys.length).map(([kind, g]) => `${kind}: ${g.count - g.keys.length} more`);
+    io.out(
+      table(limitRows, [
+        { title: 'kind', value: (r) => r.kind },
+        { title: 'group key with its own limits', value: (r) => r.groupKey, flexible: true },
+        { title: 'at once', value: (r) => r.concurrency ?? '–', right: true },
+        {
+          title: 'rate',
+          value: (r) => (r.rateLimit ? `${r.rateLimit.limit} per ${r.rateLimit.periodSeconds} s` : '–'),
+        },
+      ]),
+    );
+    const more = Object.entries(groupLimits)
+      .filter(([, g]) => g.count > g.keys.length)
+      .map(([kind, g]) => `${kind}: ${g.count - g.keys.length} more`);
     if (more.length > 0) io.out(`(${more.join('; ')}: GET /stats or pgdrain stats --json)`);
   }
 }
@@ -278,11 +348,19 @@ async function showJobs(db: Db, values: Values, _: string[], io: Io): Promise<vo
 async function showJob(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
   const id = jobId(positionals[0]);
   const job = await getJob(db, id);
-  if (!job) throw new CommandFailed(`job ${id} does not exist (completed jobs are deleted unless their kind keeps them)`);
+  if (!job)
+    throw new CommandFailed(`job ${id} does not exist (completed jobs are deleted unless their kind keeps them)`);
   const shown = jobJson(job, shownKinds);
   const steps = (await loadSteps(db, id)).map(stepJson);
   if (values.json) return io.out(JSON.stringify(steps.length > 0 ? { ...shown, steps } : shown));
-  io.out(record(Object.entries(shown).map(([key, value]) => [key, typeof value === 'string' && /At$/.test(key) && value ? formatDate(new Date(value)) : value])));
+  io.out(
+    record(
+      Object.entries(shown).map(([key, value]) => [
+        key,
+        typeof value === 'string' && /At$/.test(key) && value ? formatDate(new Date(value)) : value,
+      ]),
+    ),
+  );
   if (steps.length === 0) return;
   io.out('');
   io.out(
@@ -295,10 +373,15 @@ async function showJob(db: Db, values: Values, positionals: string[], io: Io): P
       {
         title: 'result, error or what it waits for',
         value: (s) =>
-          s.status === 'sleeping' ? `until ${formatDate(new Date(s.wakeAt!))}`
-          : s.status === 'waiting' ? (s.childId ? `job ${s.childId}` : `event ${s.event} (${s.key})${s.wakeAt ? ` until ${formatDate(new Date(s.wakeAt))}` : ''}`)
-          : s.status === 'failed' ? (s.error ?? '')
-          : JSON.stringify(s.result),
+          s.status === 'sleeping'
+            ? `until ${formatDate(new Date(s.wakeAt!))}`
+            : s.status === 'waiting'
+              ? s.childId
+                ? `job ${s.childId}`
+                : `event ${s.event} (${s.key})${s.wakeAt ? ` until ${formatDate(new Date(s.wakeAt))}` : ''}`
+              : s.status === 'failed'
+                ? (s.error ?? '')
+                : JSON.stringify(s.result),
         flexible: true,
       },
     ]),
@@ -322,18 +405,27 @@ async function enqueueJob(db: Db, values: Values, positionals: string[], io: Io)
   let prepared;
   try {
     // The built-in kinds are checked now; any other is stored as given and checked when it runs.
-    prepared = prepareEnqueue([{ kind, payload, ...jobOptionsFromFlags(values) }], { registry: shownKinds, unknownKinds: 'store' });
+    prepared = prepareEnqueue([{ kind, payload, ...jobOptionsFromFlags(values) }], {
+      registry: shownKinds,
+      unknownKinds: 'store',
+    });
   } catch (error) {
     throw new UsageError(flagNames(error instanceof Error ? error.message : String(error)));
   }
   const [job] = await prepared.send(db);
   io.out(job!.id);
-  if (job!.deduplicated) process.stderr.write(`pgdrain enqueue: a job with that dedupe key exists (${job!.status}): its id is printed, nothing was enqueued\n`);
+  if (job!.deduplicated)
+    process.stderr.write(
+      `pgdrain enqueue: a job with that dedupe key exists (${job!.status}): its id is printed, nothing was enqueued\n`,
+    );
 }
 
 /** A refusal as the command line says it: options by their flags (`priority` → `--priority`). */
 function flagNames(message: string): string {
-  return JOB_FLAGS.reduce((text, f) => text.replace(new RegExp(`(^|[\\s;(])${f.option}\\b`, 'g'), `$1--${f.flag}`), message);
+  return JOB_FLAGS.reduce(
+    (text, f) => text.replace(new RegExp(`(^|[\\s;(])${f.option}\\b`, 'g'), `$1--${f.flag}`),
+    message,
+  );
 }
 
 async function retry(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
@@ -345,21 +437,29 @@ async function retry(db: Db, values: Values, positionals: string[], io: Io): Pro
   }
   const result = await retryDead(db, which.id);
   if (result.outcome === 'not_found') throw new CommandFailed(`job ${which.id} does not exist`);
-  if (result.outcome === 'not_dead') throw new CommandFailed(`job ${which.id} is ${result.status}; only dead jobs can be retried`);
+  if (result.outcome === 'not_dead')
+    throw new CommandFailed(`job ${which.id} is ${result.status}; only dead jobs can be retried`);
   io.out(`job ${which.id} is pending again`);
 }
 
 async function remove(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
   const which = target(values, positionals);
   if (which.dead) {
-    await confirmed(io, values, `Delete every dead job${which.kind ? ` of ${which.kind}` : ''}? This cannot be undone.`);
+    await confirmed(
+      io,
+      values,
+      `Delete every dead job${which.kind ? ` of ${which.kind}` : ''}? This cannot be undone.`,
+    );
     const { count } = await deleteDeadJobs(db, { kind: which.kind });
     return io.out(`${count} dead job${count === 1 ? '' : 's'} deleted`);
   }
   await confirmed(io, values, `Delete job ${which.id}? This cannot be undone.`);
   const result = await deleteJob(db, which.id);
   if (result.outcome === 'not_found') throw new CommandFailed(`job ${which.id} does not exist`);
-  if (result.outcome === 'running') throw new CommandFailed(`job ${which.id} is running; cancel it (pgdrain cancel ${which.id}) or wait until it settles`);
+  if (result.outcome === 'running')
+    throw new CommandFailed(
+      `job ${which.id} is running; cancel it (pgdrain cancel ${which.id}) or wait until it settles`,
+    );
   io.out(`job ${which.id} deleted`);
 }
 
@@ -379,8 +479,11 @@ async function cancelJob(db: Db, _: Values, positionals: string[], io: Io): Prom
   const id = jobId(positionals[0]);
   const result = await cancel(db, id);
   if (result.outcome === 'not_found') throw new CommandFailed(`job ${id} does not exist`);
-  if (result.outcome === 'not_cancellable') throw new CommandFailed(`job ${id} is ${result.status}; only a pending, waiting or running job can be cancelled`);
-  io.out(result.outcome === 'cancelling' ? `job ${id} is running: its drainer stops it, and it ends cancelled` : `job ${id} is cancelled`);
+  if (result.outcome === 'not_cancellable')
+    throw new CommandFailed(`job ${id} is ${result.status}; only a pending, waiting or running job can be cancelled`);
+  io.out(
+    result.outcome === 'cancelling'
+      ? `job ${id} is running: its drainer stops it, and it ends cancelled`
+      : `job ${id} is cancelled`,
+  );
 }
-
-

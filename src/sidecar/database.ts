@@ -10,7 +10,7 @@ import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
-import { type QueueDatabase, hearCheckedOutErrors } from '../db/connections.ts';
+import { type QueueDatabase, guardPool } from '../db/connections.ts';
 import type { Db } from '../queries/index.ts';
 import type { Incidents } from './incidents.ts';
 
@@ -49,13 +49,22 @@ export async function openDatabase(
 }
 
 /** The API token: the one given, or one generated once and kept in the data folder. */
-export async function resolveApiToken(given: string | undefined, dataDir: string, log: Logger): Promise<{ token: string; generatedIn: string | null }> {
+export async function resolveApiToken(
+  given: string | undefined,
+  dataDir: string,
+  log: Logger,
+): Promise<{ token: string; generatedIn: string | null }> {
   if (given) return { token: given, generatedIn: null };
   await ensureDataDir(dataDir);
   const file = path.join(dataDir, 'api-token');
   const existed = existsSync(file);
   const token = await readOrCreateSecret(file);
-  log.info({ tokenFile: file }, existed ? 'API token read from the data folder' : 'API token generated and saved in its file, readable by its owner only');
+  log.info(
+    { tokenFile: file },
+    existed
+      ? 'API token read from the data folder'
+      : 'API token generated and saved in its file, readable by its owner only',
+  );
   return { token, generatedIn: existed ? null : file };
 }
 
@@ -66,12 +75,14 @@ export async function resolveApiToken(given: string | undefined, dataDir: string
  * the API, recurring schedules, your own transactions — uses the other pool and stays durable.
  */
 export function openPools(url: string, poolSize: number, incidents: Incidents): QueueDatabase {
-  const pool = hearCheckedOutErrors(new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain' }));
+  const pool = guardPool(new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain' }));
   const drainPool = createDrainPool(url);
   // Transactional handlers' own connections: durable commits (their writes are your data), as many
   // as the API's pool, opened only when such a handler runs. A handler given up mid-transaction has
   // its connection destroyed, so the server rolls back at once.
-  const handlerPool = hearCheckedOutErrors(new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain-handlers' }));
+  const handlerPool = guardPool(
+    new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain-handlers' }),
+  );
   const pools = [pool, drainPool, handlerPool];
   // An idle client lost (a server restart): the pool replaces it.
   for (const p of pools) p.on('error', (error) => incidents.start('pool', error));
@@ -92,5 +103,12 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
  * Nothing else is set on its connections: planner settings belong to the one statement they are for
  * (pgdrain.claim()'s own SET clauses), never to a pool that other statements share. */
 export function createDrainPool(url: string): pg.Pool {
-  return hearCheckedOutErrors(new pg.Pool({ connectionString: url, max: 4, application_name: 'pgdrain-drain', options: '-c synchronous_commit=off' }));
+  return guardPool(
+    new pg.Pool({
+      connectionString: url,
+      max: 4,
+      application_name: 'pgdrain-drain',
+      options: '-c synchronous_commit=off',
+    }),
+  );
 }

@@ -19,7 +19,7 @@ import { drizzle as drizzleNeon } from 'drizzle-orm/neon-serverless';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { safeErrorMessage } from '../db/url.ts';
-import { type QueueDatabase, hearCheckedOutErrors } from '../db/connections.ts';
+import { type QueueDatabase, guardPool } from '../db/connections.ts';
 import type { Db } from '../queries/index.ts';
 
 /** The part of a Hyperdrive binding the Worker uses. */
@@ -54,7 +54,7 @@ export function openWorkerDatabase(env: DatabaseEnv): WorkerDatabase {
 
 function openHyperdrive(binding: HyperdriveBinding): WorkerDatabase {
   const open = (max: number) => {
-    const pool = hearCheckedOutErrors(new pg.Pool({ connectionString: binding.connectionString, max }));
+    const pool = guardPool(new pg.Pool({ connectionString: binding.connectionString, max }));
     return { pool, db: drizzlePg({ client: pool }) as unknown as Db, end: quietEnd(pool, 'hyperdrive') };
   };
   const wrap = (client: pg.PoolClient) => drizzlePg({ client }) as unknown as Db;
@@ -63,12 +63,14 @@ function openHyperdrive(binding: HyperdriveBinding): WorkerDatabase {
 
 function openNeon(env: DatabaseEnv): WorkerDatabase {
   if (!env.DATABASE_URL) {
-    throw new Error('no database: bind Hyperdrive as HYPERDRIVE, or `wrangler secret put DATABASE_URL` with your Neon connection string');
+    throw new Error(
+      'no database: bind Hyperdrive as HYPERDRIVE, or `wrangler secret put DATABASE_URL` with your Neon connection string',
+    );
   }
   if (env.NEON_WS_PROXY) useLocalProxy(env.NEON_WS_PROXY);
   const url = env.DATABASE_URL;
   const open = (max: number) => {
-    const pool = hearCheckedOutErrors(new NeonPool({ connectionString: url, max }));
+    const pool = guardPool(new NeonPool({ connectionString: url, max }));
     return { pool, db: drizzleNeon({ client: pool }) as unknown as Db, end: quietEnd(pool, 'neon') };
   };
   const wrap = (client: NeonPoolClient) => drizzleNeon({ client }) as unknown as Db;
@@ -110,7 +112,10 @@ function withTransactionPool<Client extends { release(destroy?: boolean): void }
  * pg-cloudflare: "This socket has been closed"), which without a listener is an uncaught error.
  * Those are expected after end(); anything before it is logged, without the connection string.
  */
-function quietEnd(pool: { on(event: 'error', fn: (error: Error) => void): unknown; end(): Promise<void> }, driver: WorkerDriver) {
+function quietEnd(
+  pool: { on(event: 'error', fn: (error: Error) => void): unknown; end(): Promise<void> },
+  driver: WorkerDriver,
+) {
   let ending = false;
   pool.on('error', (error) => {
     if (!ending) console.error(JSON.stringify({ event: 'pool_error', driver, error: safeErrorMessage(error) }));

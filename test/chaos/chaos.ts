@@ -290,6 +290,26 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     return { rss, fds };
   };
 
+  // A graceful stop ends within its grace (1 s) and the pools' close: one that has not exited 20 s
+  // after SIGTERM is a finding (its CPU and last lines kept), and is killed so the run goes on.
+  const stopped = async (s: SidecarProcess, i: number) => {
+    const exit = await Promise.race([s.exited, sleep(20_000).then(() => null)]);
+    if (exit !== null) return exit;
+    const cpu = async () =>
+      (await readFile(`/proc/${s.child.pid}/stat`, 'utf8').catch(() => ''))
+        .split(' ')
+        .slice(13, 15)
+        .map(Number)
+        .reduce((a, b) => a + b, 0);
+    const before = await cpu();
+    await sleep(1_000);
+    const busy = (await cpu()) - before; // clock ticks (1/100 s) in that second
+    report.stuckAtStop.push(`sidecar ${i + 1} (pid ${s.child.pid}), ${busy}% CPU: ${s.stdout().split('\n').slice(-40).join('\n')}`);
+    s.child.kill('SIGKILL');
+    await s.exited;
+    return { code: 0, signal: null };
+  };
+
   const faults = ['kill', 'drop', 'sigterm', 'kill', 'drop', 'postgres'] as const;
   let faultIndex = 0;
   const fault = async () => {
@@ -301,7 +321,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       const victim = (report.kills + report.sigterms) % Math.max(1, sidecars.length - 1); // never the last one (see rss)
       const old = sidecars[victim]!;
       old.child.kill(kind === 'kill' ? 'SIGKILL' : 'SIGTERM');
-      const exit = await old.exited;
+      const exit = await stopped(old, victim);
       await snapshotRunning();
       sidecars[victim] = await startSidecarProcess(sidecarEnv(victim), SIDECAR);
       if (kind === 'kill') report.kills++;
@@ -379,20 +399,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     running = false;
     await workerLoop;
     log('chaos: stopping the sidecars and the Worker');
-    await Promise.all(sidecars.map(async (s, i) => {
-      s.child.kill('SIGTERM');
-      // A graceful stop ends within its grace (1 s) and the pools' close: one that does not is a finding.
-      const exit = await Promise.race([s.exited, sleep(20_000).then(() => null)]);
-      if (exit === null) {
-        const cpu = async () => (await readFile(`/proc/${s.child.pid}/stat`, 'utf8').catch(() => '')).split(' ').slice(13, 15).map(Number).reduce((a, b) => a + b, 0);
-        const before = await cpu();
-        await sleep(1_000);
-        const busy = (await cpu()) - before; // clock ticks (1/100 s) in that second
-        report.stuckAtStop.push(`sidecar ${i + 1} (pid ${s.child.pid}), ${busy}% CPU: ${s.stdout().split('\n').slice(-40).join('\n')}`);
-        s.child.kill('SIGKILL');
-        await s.exited;
-      }
-    }));
+    await Promise.all(
+      sidecars.map(async (s, i) => {
+        s.child.kill('SIGTERM');
+        await stopped(s, i);
+      }),
+    );
     log('chaos: sidecars stopped');
     await worker.stop();
     log('chaos: Worker stopped');

@@ -32,8 +32,19 @@ import { startWsProxy } from '../../src/dev/ws-proxy.ts';
 import { prepareJob } from '../../src/jobs/enqueue.ts';
 import { type Db, enqueueMany } from '../../src/queries/index.ts';
 import {
-  BATCH_KIND, CHAOS_EFFECTS_DDL, CHAOS_KINDS, CHAOS_MAX_ATTEMPTS, CHILD_KIND, FAIR_GROUP_CONCURRENCY, FAIR_KEYS, FAIR_KIND, FAIR_OVERRIDES, FLOW_EVENT, FLOW_KIND,
-  chaosJobs, flowEventKey,
+  BATCH_KIND,
+  CHAOS_EFFECTS_DDL,
+  CHAOS_KINDS,
+  CHAOS_MAX_ATTEMPTS,
+  CHILD_KIND,
+  FAIR_GROUP_CONCURRENCY,
+  FAIR_KEYS,
+  FAIR_KIND,
+  FAIR_OVERRIDES,
+  FLOW_EVENT,
+  FLOW_KIND,
+  chaosJobs,
+  flowEventKey,
 } from '../fixtures/chaos/kinds.ts';
 import { type SidecarProcess, startSidecarProcess } from '../support/sidecar-process.ts';
 import { startFixtureWorker } from '../support/fixture-worker.ts';
@@ -59,6 +70,8 @@ export interface ChaosReport {
   jobs: number;
   completed: number;
   dead: number;
+  /** Jobs enqueued to fail every attempt: each must end dead. */
+  doomed: number;
   kills: number;
   /** Graceful stops (SIGTERM, 1 s grace) that each exited 0. */
   sigterms: number;
@@ -74,7 +87,11 @@ export interface ChaosReport {
   revoked: number;
   duplicatedOutsideFaults: string[];
   /** For each of those: its finished runs (who, which attempt, when) and the faults around them. */
-  duplicateDetails: { id: string; runs: { lock: string; attempt: number; atMs: number; revoked?: true }[]; faults: { kind: string; atMs: number }[] }[];
+  duplicateDetails: {
+    id: string;
+    runs: { lock: string; attempt: number; atMs: number; revoked?: true }[];
+    faults: { kind: string; atMs: number }[];
+  }[];
   /** Jobs gone from the table with no finished run, or dead before their rule said so. */
   lost: string[];
   leftRunning: number;
@@ -105,7 +122,13 @@ export interface ChaosReport {
 }
 
 export const SHORT_CHAOS = { sidecars: 3, faultEveryMs: 1_500, durationMs: 15_000, enqueuePerSecond: 200 } as const;
-export const LONG_CHAOS = { sidecars: 3, faultEveryMs: 5_000, durationMs: 10 * 60_000, enqueuePerSecond: 100, sampleMemory: true } as const;
+export const LONG_CHAOS = {
+  sidecars: 3,
+  faultEveryMs: 5_000,
+  durationMs: 10 * 60_000,
+  enqueuePerSecond: 100,
+  sampleMemory: true,
+} as const;
 
 export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const log = options.log ?? (() => {});
@@ -114,7 +137,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   await chmod(dir, 0o755);
   const pgPort = await freePort();
   const startPostgres = () =>
-    startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), password: 'chaos-password', port: pgPort, settings: { max_connections: 200, fsync: 'off' } });
+    startEmbeddedPostgres({
+      dataDir: path.join(dir, 'data'),
+      password: 'chaos-password',
+      port: pgPort,
+      settings: { max_connections: 200, fsync: 'off' },
+    });
   let postgres: EmbeddedServer = await startPostgres();
   const databaseUrl = postgres.url;
   await migrateDatabase(databaseUrl);
@@ -123,7 +151,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const db = drizzle({ client: pool }) as unknown as Db;
   await pool.query(CHAOS_EFFECTS_DDL);
   // The fair kind's keys with limits of their own, as an operator sets them (SQL).
-  for (const [key, concurrency] of Object.entries(FAIR_OVERRIDES)) await pool.query(`SELECT pgdrain.set_group_limits($1, $2, concurrency => $3)`, [FAIR_KIND, key, concurrency]);
+  for (const [key, concurrency] of Object.entries(FAIR_OVERRIDES))
+    await pool.query(`SELECT pgdrain.set_group_limits($1, $2, concurrency => $3)`, [FAIR_KIND, key, concurrency]);
 
   // --- the recorder: every handler run reports here ------------------------------------------
   const runs = new Map<string, { start: number; fail: number; done: number; revoked: number }>();
@@ -135,14 +164,26 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   /** The fair kind's runs that reported their span (kill -9 leaves none). */
   const spans: { id: string; key: string; startedAt: number; endedAt: number }[] = [];
   type RecorderEvent = {
-    id: string; phase: 'start' | 'fail' | 'done' | 'revoked' | 'span' | 'step'; by?: string; lock?: string; attempt?: number; key?: string; startedAt?: number; endedAt?: number;
+    id: string;
+    phase: 'start' | 'fail' | 'done' | 'revoked' | 'span' | 'step';
+    by?: string;
+    lock?: string;
+    attempt?: number;
+    key?: string;
+    startedAt?: number;
+    endedAt?: number;
   };
   const recordEvent = (event: RecorderEvent) => {
-    if (event.phase === 'span') return void spans.push({ id: event.id, key: event.key!, startedAt: event.startedAt!, endedAt: event.endedAt! });
+    if (event.phase === 'span')
+      return void spans.push({ id: event.id, key: event.key!, startedAt: event.startedAt!, endedAt: event.endedAt! });
     if (event.phase === 'step') return void plainSteps.set(event.id, (plainSteps.get(event.id) ?? 0) + 1);
     const entry = runs.get(event.id) ?? { start: 0, fail: 0, done: 0, revoked: 0 };
     entry[event.phase]++;
-    if (event.phase === 'done') dones.set(event.id, [...(dones.get(event.id) ?? []), { lock: event.lock ?? '', attempt: event.attempt ?? 0, atMs: Date.now() - started }]);
+    if (event.phase === 'done')
+      dones.set(event.id, [
+        ...(dones.get(event.id) ?? []),
+        { lock: event.lock ?? '', attempt: event.attempt ?? 0, atMs: Date.now() - started },
+      ]);
     if (event.phase === 'revoked') {
       const run = dones.get(event.id)?.find((d) => d.lock === event.lock && d.attempt === event.attempt);
       if (run) run.revoked = true;
@@ -175,8 +216,15 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   // takes its name back and releases at once what the killed one held.
   const sidecarEnv = (i: number) => ({
     DRAINER_ID: `chaos-${i + 1}`,
-    DATABASE_URL: tcp.urlFor(databaseUrl), API_TOKEN: 'chaos-token-0123456789', VISIBILITY_TIMEOUT_SECONDS: i === 0 ? '10' : '3',
-    REAP_INTERVAL_MS: '500', POLL_INTERVAL_MS: '200', BATCH_SIZE: '50', CONCURRENCY: '50', SHUTDOWN_GRACE_MS: '1000', LOG_LEVEL: 'info',
+    DATABASE_URL: tcp.urlFor(databaseUrl),
+    API_TOKEN: 'chaos-token-0123456789',
+    VISIBILITY_TIMEOUT_SECONDS: i === 0 ? '10' : '3',
+    REAP_INTERVAL_MS: '500',
+    POLL_INTERVAL_MS: '200',
+    BATCH_SIZE: '50',
+    CONCURRENCY: '50',
+    SHUTDOWN_GRACE_MS: '1000',
+    LOG_LEVEL: 'info',
   });
   const sidecars: SidecarProcess[] = [];
   for (let i = 0; i < options.sidecars; i++) sidecars.push(await startSidecarProcess(sidecarEnv(i), SIDECAR));
@@ -189,16 +237,47 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     // at least every second (the backstop); what it learns itself (parks, retries, leases) rings
     // its alarm.
     env: {
-      DATABASE_URL: databaseUrl, NEON_WS_PROXY: ws.address, API_TOKEN: 'chaos-token-0123456789', DRAIN_BUDGET_MS: '2000', VISIBILITY_TIMEOUT_SECONDS: '3', BATCH_SIZE: '20',
+      DATABASE_URL: databaseUrl,
+      NEON_WS_PROXY: ws.address,
+      API_TOKEN: 'chaos-token-0123456789',
+      DRAIN_BUDGET_MS: '2000',
+      VISIBILITY_TIMEOUT_SECONDS: '3',
+      BATCH_SIZE: '20',
       BACKSTOP_POLL_SECONDS: '1',
     },
   });
 
   const report: ChaosReport = {
-    jobs: 0, completed: 0, dead: 0, kills: 0, sigterms: 0, postgresRestarts: 0, drops: 0, workerInvocations: 0, finishedBy: {}, duplicated: 0, revoked: 0,
-    duplicatedOutsideFaults: [], duplicateDetails: [], lost: [], leftRunning: 0, leftPending: 0, leftWaiting: 0, stuckAtStop: [], countersMatch: false, counters: { completed: 0, dead: 0 },
-    flows: { runs: 0, completed: 0, eventsSent: 0, children: 0, childrenCompleted: 0 }, transactionalWritesNotOnce: [], plainStepsRepeatedOutsideFaults: [], plainStepRepeats: 0,
-    flowsNotCompleted: [], fair: { jobs: 0, spans: 0, mostAtOnce: {} }, limitsExceeded: [], batch: { items: 0, completed: 0, dead: 0 }, elapsedMs: 0,
+    jobs: 0,
+    completed: 0,
+    dead: 0,
+    doomed: 0,
+    kills: 0,
+    sigterms: 0,
+    postgresRestarts: 0,
+    drops: 0,
+    workerInvocations: 0,
+    finishedBy: {},
+    duplicated: 0,
+    revoked: 0,
+    duplicatedOutsideFaults: [],
+    duplicateDetails: [],
+    lost: [],
+    leftRunning: 0,
+    leftPending: 0,
+    leftWaiting: 0,
+    stuckAtStop: [],
+    countersMatch: false,
+    counters: { completed: 0, dead: 0 },
+    flows: { runs: 0, completed: 0, eventsSent: 0, children: 0, childrenCompleted: 0 },
+    transactionalWritesNotOnce: [],
+    plainStepsRepeatedOutsideFaults: [],
+    plainStepRepeats: 0,
+    flowsNotCompleted: [],
+    fair: { jobs: 0, spans: 0, mostAtOnce: {} },
+    limitsExceeded: [],
+    batch: { items: 0, completed: 0, dead: 0 },
+    elapsedMs: 0,
   };
   const definitions = new Map(chaosJobs.map((j) => [j.kind, j]));
   /** Flows by id: their n, when enqueued, and whether their event was sent. */
@@ -218,12 +297,26 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       // release would run beside the key's next job by its own choice, not the queue's).
       const failUntil = i % 50 === 0 ? CHAOS_MAX_ATTEMPTS : i % 10 === 0 ? 2 : 0;
       const stubborn = i % 23 === 0 && kind !== FAIR_KIND && kind !== BATCH_KIND;
-      const payload = { recorder: recorderUrl, ms: stubborn ? 2_500 : i % 7 === 0 ? 200 : 5, failUntil, ignoreSignal: stubborn };
+      const payload = {
+        recorder: recorderUrl,
+        ms: stubborn ? 2_500 : i % 7 === 0 ? 200 : 5,
+        failUntil,
+        ignoreSignal: stubborn,
+      };
+      if (failUntil >= CHAOS_MAX_ATTEMPTS) report.doomed++;
       if (kind === FAIR_KIND) {
         // Keys of unequal weight: tenant-0 (held to one at a time) and tenant-1 (let to four) get the most.
         const f = fairSequence++;
-        const key = f % 3 === 0 ? FAIR_KEYS[0]! : f % 3 === 1 ? FAIR_KEYS[1]! : FAIR_KEYS[2 + (Math.floor(f / 3) % (FAIR_KEYS.length - 2))]!;
-        return prepareJob(definitions.get(kind)!, { payload: { ...payload, ms: i % 4 === 0 ? 150 : 20, key }, groupKey: key });
+        const key =
+          f % 3 === 0
+            ? FAIR_KEYS[0]!
+            : f % 3 === 1
+              ? FAIR_KEYS[1]!
+              : FAIR_KEYS[2 + (Math.floor(f / 3) % (FAIR_KEYS.length - 2))]!;
+        return prepareJob(definitions.get(kind)!, {
+          payload: { ...payload, ms: i % 4 === 0 ? 150 : 20, key },
+          groupKey: key,
+        });
       }
       return prepareJob(definitions.get(kind)!, { payload });
     });
@@ -245,7 +338,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     const due = [...flows].filter(([, f]) => !f.eventSent && Date.now() - f.enqueuedAt >= 1_000).map(([id]) => id);
     if (due.length === 0) return;
     try {
-      await pool.query(`SELECT pgdrain.send_event($1, $2 || id, '{"approved": true}') FROM unnest($3::bigint[]) AS id`, [FLOW_EVENT, flowEventKey(''), due]);
+      await pool.query(
+        `SELECT pgdrain.send_event($1, $2 || id, '{"approved": true}') FROM unnest($3::bigint[]) AS id`,
+        [FLOW_EVENT, flowEventKey(''), due],
+      );
       for (const id of due) flows.get(id)!.eventSent = true;
       report.flows.eventsSent += due.length;
     } catch {
@@ -280,7 +376,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       }
     }
   };
-  const remaining = async () => Number((await pool.query(`SELECT count(*) FILTER (WHERE status IN ('pending', 'running', 'waiting'))::int AS n FROM pgdrain.jobs`)).rows[0].n);
+  const remaining = async () =>
+    Number(
+      (
+        await pool.query(
+          `SELECT count(*) FILTER (WHERE status IN ('pending', 'running', 'waiting'))::int AS n FROM pgdrain.jobs`,
+        )
+      ).rows[0].n,
+    );
 
   const sampleProcess = async (pid: number | undefined) => {
     if (!pid) return { rss: 0, fds: 0 };
@@ -304,7 +407,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     const before = await cpu();
     await sleep(1_000);
     const busy = (await cpu()) - before; // clock ticks (1/100 s) in that second
-    report.stuckAtStop.push(`sidecar ${i + 1} (pid ${s.child.pid}), ${busy}% CPU: ${s.stdout().split('\n').slice(-40).join('\n')}`);
+    report.stuckAtStop.push(
+      `sidecar ${i + 1} (pid ${s.child.pid}), ${busy}% CPU: ${s.stdout().split('\n').slice(-40).join('\n')}`,
+    );
     s.child.kill('SIGKILL');
     await s.exited;
     return { code: 0, signal: null };
@@ -327,7 +432,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       if (kind === 'kill') report.kills++;
       else if (exit.code === 0) report.sigterms++;
       else throw new Error(`a sidecar stopped by SIGTERM exited with ${JSON.stringify(exit)}:\n${old.stdout()}`);
-      log(`chaos: ${kind === 'kill' ? 'kill -9' : 'SIGTERM (1 s grace)'} of sidecar ${victim + 1} (pid ${old.child.pid}), restarted`);
+      log(
+        `chaos: ${kind === 'kill' ? 'kill -9' : 'SIGTERM (1 s grace)'} of sidecar ${victim + 1} (pid ${old.child.pid}), restarted`,
+      );
     } else if (kind === 'drop') {
       const dropped = tcp.dropConnections() + ws.dropConnections();
       report.drops++;
@@ -361,7 +468,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         await fault();
         nextFault = Date.now() + options.faultEveryMs;
       }
-      if (options.sampleMemory && !rssStart && Date.now() >= sampleAt) rssStart = await sampleProcess(sidecars[steady]!.child.pid);
+      if (options.sampleMemory && !rssStart && Date.now() >= sampleAt)
+        rssStart = await sampleProcess(sidecars[steady]!.child.pid);
       await sleep(250);
     }
     if (report.postgresRestarts === 0) {
@@ -383,8 +491,13 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       if (Date.now() >= nextNote) {
         nextNote = Date.now() + 10_000;
         const byState = await pool
-          .query<{ kind: string; status: string; n: number }>(`SELECT kind, status, count(*)::int AS n FROM pgdrain.jobs WHERE status IN ('pending', 'running', 'waiting') GROUP BY 1, 2`)
-          .then((r) => r.rows.map((x) => `${x.kind} ${x.status} ${x.n}`).join(', '), () => 'unknown');
+          .query<{ kind: string; status: string; n: number }>(
+            `SELECT kind, status, count(*)::int AS n FROM pgdrain.jobs WHERE status IN ('pending', 'running', 'waiting') GROUP BY 1, 2`,
+          )
+          .then(
+            (r) => r.rows.map((x) => `${x.kind} ${x.status} ${x.n}`).join(', '),
+            () => 'unknown',
+          );
         log(`chaos: settling, left: ${byState}`);
       }
       await sleep(250);
@@ -411,7 +524,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   }
 
   // --- the verdict --------------------------------------------------------------------------------
-  const left = await pool.query<{ id: string; kind: string; status: string; attempts: number; max_attempts: number; result: unknown }>(
+  const left = await pool.query<{
+    id: string;
+    kind: string;
+    status: string;
+    attempts: number;
+    max_attempts: number;
+    result: unknown;
+  }>(
     // Kept jobs (the flows and their children) are in the history once completed: the view has both.
     `SELECT id::text, kind, status, attempts, max_attempts, result FROM pgdrain.jobs_and_history`,
   );
@@ -455,15 +575,26 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   // Workflows: each run completed with what its steps give; its transactional write is there once;
   // its plain step ran again only when the run was in flight at a fault; one child per run.
   const writes = new Map(
-    (await pool.query<{ job_id: string; n: number }>(`SELECT job_id::text, count(*)::int AS n FROM public.chaos_effects WHERE step = 'write' GROUP BY job_id`)).rows.map((r) => [r.job_id, r.n]),
+    (
+      await pool.query<{ job_id: string; n: number }>(
+        `SELECT job_id::text, count(*)::int AS n FROM public.chaos_effects WHERE step = 'write' GROUP BY job_id`,
+      )
+    ).rows.map((r) => [r.job_id, r.n]),
   );
   report.flows.runs = flows.size;
   report.flows.children = children.length;
   report.flows.childrenCompleted = children.filter((c) => c.status === 'completed').length;
   for (const [id, { n }] of flows) {
     const row = inTable.get(id);
-    const result = row?.result as { doubled?: number; approval?: { approved?: boolean }; child?: { squared?: number } } | undefined;
-    if (row?.status === 'completed' && result?.doubled === n * 2 && result.approval?.approved === true && result.child?.squared === n * n) {
+    const result = row?.result as
+      | { doubled?: number; approval?: { approved?: boolean }; child?: { squared?: number } }
+      | undefined;
+    if (
+      row?.status === 'completed' &&
+      result?.doubled === n * 2 &&
+      result.approval?.approved === true &&
+      result.child?.squared === n * n
+    ) {
       report.flows.completed++;
       report.completed++;
     } else report.flowsNotCompleted.push(`${id}: ${row ? `${row.status} ${JSON.stringify(row.result)}` : 'gone'}`);
@@ -475,7 +606,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       if (!inFlightAtFault.has(id)) report.plainStepsRepeatedOutsideFaults.push(`${id}: ${plainRuns} runs`);
     }
   }
-  if (children.length !== flows.size) report.flowsNotCompleted.push(`${children.length} children for ${flows.size} runs`);
+  if (children.length !== flows.size)
+    report.flowsNotCompleted.push(`${children.length} children for ${flows.size} runs`);
 
   // The fair kind: the most runs of each key at once, from their spans (a start at the moment
   // another ended is not an overlap: the next can only be claimed once the last has settled).
@@ -496,7 +628,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     report.fair.mostAtOnce[key] = { seen, limit };
     if (seen > limit) report.limitsExceeded.push(`${key}: ${seen} at once, limit ${limit}`);
   }
-  const counts = (await pool.query(`SELECT coalesce(sum(completed), 0)::int AS completed, coalesce(sum(dead), 0)::int AS dead FROM pgdrain.job_counts`)).rows[0];
+  const counts = (
+    await pool.query(
+      `SELECT coalesce(sum(completed), 0)::int AS completed, coalesce(sum(dead), 0)::int AS dead FROM pgdrain.job_counts`,
+    )
+  ).rows[0];
   report.counters = { completed: counts.completed, dead: counts.dead };
   report.countersMatch = counts.completed === report.completed && counts.dead === report.dead;
   report.finishedBy = Object.fromEntries(doneBy);

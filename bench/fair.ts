@@ -27,11 +27,18 @@ export async function benchFair(url: string, keys: number, jobs: number): Promis
     const definition = defineJob({ kind, schema: z.unknown(), ...(fair ? { fair: true } : {}), handler: () => {} });
     for (let start = 0; start < jobs; start += 10_000) {
       const n = Math.min(10_000, jobs - start);
-      await enqueueMany(db, Array.from({ length: n }, (_, i) => ({ kind, payload: {}, groupKey: `tenant-${(start + i) % keys}` })));
+      await enqueueMany(
+        db,
+        Array.from({ length: n }, (_, i) => ({ kind, payload: {}, groupKey: `tenant-${(start + i) % keys}` })),
+      );
     }
     await pool.query('VACUUM ANALYZE pgdrain.jobs');
     const started = performance.now();
-    const report = await drain(db, new JobRegistry([definition]), { workerId: `bench-${kind}`, batchSize: 50, concurrency: 50 });
+    const report = await drain(db, new JobRegistry([definition]), {
+      workerId: `bench-${kind}`,
+      batchSize: 50,
+      concurrency: 50,
+    });
     const seconds = (performance.now() - started) / 1000;
     if (report.completed !== jobs) throw new Error(`${kind}: completed ${report.completed} of ${jobs}`);
     return jobs / seconds;
@@ -54,16 +61,30 @@ export async function benchBatch(url: string, jobs: number): Promise<BatchFigure
   const db = drizzle({ client: pool }) as unknown as Db;
   const run = async (definition: JobDefinition<unknown>) => {
     for (let start = 0; start < jobs; start += 10_000) {
-      await enqueueMany(db, Array.from({ length: Math.min(10_000, jobs - start) }, () => ({ kind: definition.kind, payload: {} })));
+      await enqueueMany(
+        db,
+        Array.from({ length: Math.min(10_000, jobs - start) }, () => ({ kind: definition.kind, payload: {} })),
+      );
     }
     await pool.query('VACUUM ANALYZE pgdrain.jobs');
     const started = performance.now();
-    const report = await drain(db, new JobRegistry([definition]), { workerId: `bench-${definition.kind}`, batchSize: 100, concurrency: 50 });
+    const report = await drain(db, new JobRegistry([definition]), {
+      workerId: `bench-${definition.kind}`,
+      batchSize: 100,
+      concurrency: 50,
+    });
     if (report.completed !== jobs) throw new Error(`${definition.kind}: completed ${report.completed} of ${jobs}`);
     return jobs / ((performance.now() - started) / 1000);
   };
   const singlePerSecond = await run(defineJob({ kind: 'single_noop', schema: z.unknown(), handler: () => {} }));
-  const batchPerSecond = await run(defineBatchJob({ kind: 'batch_noop', schema: z.unknown(), size: 100, handler: (items) => items.map(() => null) }) as JobDefinition<unknown>);
+  const batchPerSecond = await run(
+    defineBatchJob({
+      kind: 'batch_noop',
+      schema: z.unknown(),
+      size: 100,
+      handler: (items) => items.map(() => null),
+    }) as JobDefinition<unknown>,
+  );
   await pool.end();
   return { jobs, batchPerSecond, singlePerSecond };
 }

@@ -36,7 +36,11 @@ export async function drainThroughLongTransaction(
   drainPool.on('error', () => {});
   let drained = 0;
   const registry = new JobRegistry([defineJob({ kind: 'steady', schema: z.unknown(), handler: () => void drained++ })]);
-  const drainer = new Drainer(drizzle({ client: drainPool }) as unknown as Db, registry, { workerId: 'bench-long-tx', placement: 'near', pollIntervalMs: 100 }).start();
+  const drainer = new Drainer(drizzle({ client: drainPool }) as unknown as Db, registry, {
+    workerId: 'bench-long-tx',
+    placement: 'near',
+    pollIntervalMs: 100,
+  }).start();
   const report = new pg.Client({ connectionString: url, application_name: 'a long report' });
   await report.connect();
 
@@ -45,7 +49,10 @@ export async function drainThroughLongTransaction(
   const perBatch = Math.max(1, Math.round(plan.enqueuePerSecond / 20));
   const producer = (async () => {
     while (enqueueing) {
-      await enqueueMany(db, Array.from({ length: perBatch }, () => ({ kind: 'steady', payload: {} })));
+      await enqueueMany(
+        db,
+        Array.from({ length: perBatch }, () => ({ kind: 'steady', payload: {} })),
+      );
       drainer.wake();
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -53,7 +60,11 @@ export async function drainThroughLongTransaction(
 
   const figures: PhaseFigures[] = [];
   try {
-    for (const [phase, seconds] of [['before', plan.beforeS], ['during', plan.holdS], ['after', plan.afterS]] as const) {
+    for (const [phase, seconds] of [
+      ['before', plan.beforeS],
+      ['during', plan.holdS],
+      ['after', plan.afterS],
+    ] as const) {
       if (phase === 'during') {
         await report.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
         await report.query('SELECT count(*) FROM pgdrain.jobs');
@@ -65,14 +76,24 @@ export async function drainThroughLongTransaction(
         const before = drained;
         await new Promise((r) => setTimeout(r, 1_000));
         perSecond.push(drained - before);
-        const [{ n }] = (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'pending'`)).rows as [{ n: number }];
+        const [{ n }] = (
+          await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'pending'`)
+        ).rows as [{ n: number }];
         maxBacklog = Math.max(maxBacklog, n);
       }
       const health = await tableHealth(db);
       const sorted = [...perSecond].sort((a, b) => a - b);
-      const f: PhaseFigures = { phase, seconds, drainedPerSecond: sorted[Math.floor(sorted.length / 2)] ?? 0, maxBacklog, deadTuplesAtEnd: health.deadTuples };
+      const f: PhaseFigures = {
+        phase,
+        seconds,
+        drainedPerSecond: sorted[Math.floor(sorted.length / 2)] ?? 0,
+        maxBacklog,
+        deadTuplesAtEnd: health.deadTuples,
+      };
       figures.push(f);
-      log(`  ${phase.padEnd(7)} ${String(seconds).padStart(3)} s: ${f.drainedPerSecond} jobs/s drained (median second), backlog at most ${maxBacklog}, ${f.deadTuplesAtEnd} dead tuples at the end${phase === 'during' ? `, snapshot held ${Math.round(health.oldestSnapshotSeconds)} s` : ''}`);
+      log(
+        `  ${phase.padEnd(7)} ${String(seconds).padStart(3)} s: ${f.drainedPerSecond} jobs/s drained (median second), backlog at most ${maxBacklog}, ${f.deadTuplesAtEnd} dead tuples at the end${phase === 'during' ? `, snapshot held ${Math.round(health.oldestSnapshotSeconds)} s` : ''}`,
+      );
     }
   } finally {
     enqueueing = false;

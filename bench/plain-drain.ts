@@ -41,7 +41,8 @@ export async function plainDrain(tree: string, url: string, n: number): Promise<
     await system.drain(counter);
     const seconds = (now() - t0) / 1000;
     const [missing, duplicated] = counter.check();
-    if (missing || duplicated) throw new Error(`plain drain: ${missing} jobs never ran and ${duplicated} ran twice in a drain of ${n}`);
+    if (missing || duplicated)
+      throw new Error(`plain drain: ${missing} jobs never ran and ${duplicated} ran twice in a drain of ${n}`);
     return n / seconds;
   } finally {
     await admin.end();
@@ -57,21 +58,30 @@ const thisTree = path.resolve(here, '..');
 function checkout(rev: string): { tree: string; remove: () => void } {
   const sha = execFileSync('git', ['rev-parse', '--short', rev], { cwd: thisTree, encoding: 'utf8' }).trim();
   const tree = path.join(thisTree, '.tmp', `plain-${sha}`);
-  if (!existsSync(tree)) execFileSync('git', ['worktree', 'add', '--detach', tree, sha], { cwd: thisTree, stdio: 'ignore' });
-  const sameLock = readFileSync(path.join(tree, 'package-lock.json'), 'utf8') === readFileSync(path.join(thisTree, 'package-lock.json'), 'utf8');
+  if (!existsSync(tree))
+    execFileSync('git', ['worktree', 'add', '--detach', tree, sha], { cwd: thisTree, stdio: 'ignore' });
+  const sameLock =
+    readFileSync(path.join(tree, 'package-lock.json'), 'utf8') ===
+    readFileSync(path.join(thisTree, 'package-lock.json'), 'utf8');
   if (!existsSync(path.join(tree, 'node_modules'))) {
     if (sameLock) symlinkSync(path.join(thisTree, 'node_modules'), path.join(tree, 'node_modules'));
     else execFileSync('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund'], { cwd: tree, stdio: 'inherit' });
   }
-  if (existsSync(path.join(tree, 'scripts', 'build-dashboard.mjs'))) execFileSync(process.execPath, ['scripts/build-dashboard.mjs'], { cwd: tree, stdio: 'ignore' });
-  return { tree, remove: () => execFileSync('git', ['worktree', 'remove', '--force', tree], { cwd: thisTree, stdio: 'ignore' }) };
+  if (existsSync(path.join(tree, 'scripts', 'build-dashboard.mjs')))
+    execFileSync(process.execPath, ['scripts/build-dashboard.mjs'], { cwd: tree, stdio: 'ignore' });
+  return {
+    tree,
+    remove: () => execFileSync('git', ['worktree', 'remove', '--force', tree], { cwd: thisTree, stdio: 'ignore' }),
+  };
 }
 
 /** One drain in a process of its own, after an untimed drain of 5k that warms its JIT: each
  * measured drain starts from the same state whatever ran before it. */
 export function plainDrainInProcess(tree: string, url: string, n: number): Promise<number> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--once', tree, url, String(n)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--once', tree, url, String(n)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.on('error', reject);
@@ -107,8 +117,14 @@ async function main(args: string[]): Promise<void> {
   const server = process.env.DATABASE_URL
     ? { url: process.env.DATABASE_URL, stop: async () => {} }
     : stock
-      ? await (await import(pathToFileURL(path.join(thisTree, 'test', 'support', 'stock-postgres.ts')).href)).startStockPostgres()
-      : await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), password: 'bench', settings: { max_connections: 100 } });
+      ? await (
+          await import(pathToFileURL(path.join(thisTree, 'test', 'support', 'stock-postgres.ts')).href)
+        ).startStockPostgres()
+      : await startEmbeddedPostgres({
+          dataDir: path.join(dir, 'data'),
+          password: 'bench',
+          settings: { max_connections: 100 },
+        });
   const other = against ? checkout(against) : null;
   const trees = [{ label: 'this tree', tree: thisTree }, ...(other ? [{ label: against!, tree: other.tree }] : [])];
   const admin = new pg.Client({ connectionString: server.url });
@@ -131,10 +147,16 @@ async function main(args: string[]): Promise<void> {
       }
     }
     const medians = values.map(median);
-    console.log(`\nplain drain ${n / 1000}k, median of ${pairs}: ${trees.map((t, i) => `${t.label} ${fmt(medians[i]!)} jobs/s`).join(', ')}`);
-    if (other) console.log(`this tree against ${against}: ${(((medians[0]! - medians[1]!) / medians[1]!) * 100).toFixed(1)}% (a change more than 3% slower needs its reason in the commit)`);
+    console.log(
+      `\nplain drain ${n / 1000}k, median of ${pairs}: ${trees.map((t, i) => `${t.label} ${fmt(medians[i]!)} jobs/s`).join(', ')}`,
+    );
+    if (other)
+      console.log(
+        `this tree against ${against}: ${(((medians[0]! - medians[1]!) / medians[1]!) * 100).toFixed(1)}% (a change more than 3% slower needs its reason in the commit)`,
+      );
   } finally {
-    for (const [i] of trees.entries()) await admin.query(`DROP DATABASE IF EXISTS bench_plain_${i} WITH (FORCE)`).catch(() => {});
+    for (const [i] of trees.entries())
+      await admin.query(`DROP DATABASE IF EXISTS bench_plain_${i} WITH (FORCE)`).catch(() => {});
     await admin.end();
     await server.stop();
     await rm(dir, { recursive: true, force: true });

@@ -12,7 +12,15 @@ import pg from 'pg';
 import { startEmbeddedPostgres } from '../src/db/embedded.ts';
 import { explainClaim, maintainHistory } from '../src/queries/index.ts';
 import { drizzle } from 'drizzle-orm/node-postgres';
-import { type BenchSystem, RunCounter, articleSystem, graphileSystem, now, pgBossSystem, pgdrainSystem } from './systems.ts';
+import {
+  type BenchSystem,
+  RunCounter,
+  articleSystem,
+  graphileSystem,
+  now,
+  pgBossSystem,
+  pgdrainSystem,
+} from './systems.ts';
 import { drainWithProcesses } from './sidecar-processes.ts';
 import { type ClockFigures, NEON, benchWorkerClock } from './worker-clock.ts';
 import { benchWorkerDrainer } from './worker-drainer.ts';
@@ -32,10 +40,30 @@ const serverKind = args.includes('--server') ? args[args.indexOf('--server') + 1
 if (serverKind !== 'embedded' && serverKind !== 'stock') throw new Error(`--server ${serverKind}: embedded or stock`);
 
 const plan = quick
-  ? { reps: 1, enqueueSizes: [5_000], drainSizes: [2_000], noAnalyzeSize: 2_000, history: 100_000, historyDrain: 2_000, latencyJobs: 40, workerJobs: 500, runNowJobs: 20,
-      longTransaction: { beforeS: 3, holdS: 5, afterS: 3, enqueuePerSecond: 2_000 } }
-  : { reps: 3, enqueueSizes: [5_000, 50_000], drainSizes: [5_000, 50_000], noAnalyzeSize: 50_000, history: 1_000_000, historyDrain: 50_000, latencyJobs: 200, workerJobs: 5_000, runNowJobs: 200,
-      longTransaction: { beforeS: 20, holdS: 60, afterS: 20, enqueuePerSecond: 4_000 } };
+  ? {
+      reps: 1,
+      enqueueSizes: [5_000],
+      drainSizes: [2_000],
+      noAnalyzeSize: 2_000,
+      history: 100_000,
+      historyDrain: 2_000,
+      latencyJobs: 40,
+      workerJobs: 500,
+      runNowJobs: 20,
+      longTransaction: { beforeS: 3, holdS: 5, afterS: 3, enqueuePerSecond: 2_000 },
+    }
+  : {
+      reps: 3,
+      enqueueSizes: [5_000, 50_000],
+      drainSizes: [5_000, 50_000],
+      noAnalyzeSize: 50_000,
+      history: 1_000_000,
+      historyDrain: 50_000,
+      latencyJobs: 200,
+      workerJobs: 5_000,
+      runNowJobs: 200,
+      longTransaction: { beforeS: 20, holdS: 60, afterS: 20, enqueuePerSecond: 4_000 },
+    };
 
 /** A trial slower than this is not repeated (the slow systems' 50k drains), so a full run stays
  * under 10 minutes on 2 cores. */
@@ -77,7 +105,8 @@ async function postgresCpuMs(): Promise<number> {
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     const pid = Number(entry);
     const ppid = Number(fields[1]);
-    if (pid === postmasterPid) total += (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * tick;
+    if (pid === postmasterPid)
+      total += (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * tick;
     else if (ppid === postmasterPid) total += (Number(fields[11]) + Number(fields[12])) * tick;
   }
   return total;
@@ -88,7 +117,17 @@ const nodeCpuMs = () => {
 };
 
 function record(workload: string, system: string, unit: string, values: number[], cpuNode: number[], cpuPg: number[]) {
-  const f = { workload, system, unit, values, median: median(values), min: Math.min(...values), max: Math.max(...values), cpuNodeMs: cpuNode, cpuPostgresMs: cpuPg };
+  const f = {
+    workload,
+    system,
+    unit,
+    values,
+    median: median(values),
+    min: Math.min(...values),
+    max: Math.max(...values),
+    cpuNodeMs: cpuNode,
+    cpuPostgresMs: cpuPg,
+  };
   figures.push(f);
   return f;
 }
@@ -111,9 +150,13 @@ async function trial(system: BenchSystem, workload: string, unit: string, reps: 
     values.push(m.value);
     cpuNode.push(m.node);
     cpuPg.push(m.pgCpu);
-    console.log(`  ${system.name.padEnd(24)} ${workload.padEnd(34)} rep ${r + 1}/${reps}: ${fmt(m.value)} ${unit}  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`);
+    console.log(
+      `  ${system.name.padEnd(24)} ${workload.padEnd(34)} rep ${r + 1}/${reps}: ${fmt(m.value)} ${unit}  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`,
+    );
     if (slow && r + 1 < reps) {
-      console.log(`  ${''.padEnd(24)} ${''.padEnd(34)} (one run took over ${SLOW_TRIAL_MS / 1000} s: not repeated, to stay within the time budget)`);
+      console.log(
+        `  ${''.padEnd(24)} ${''.padEnd(34)} (one run took over ${SLOW_TRIAL_MS / 1000} s: not repeated, to stay within the time budget)`,
+      );
       break;
     }
   }
@@ -144,7 +187,8 @@ async function drainOnce(system: BenchSystem, admin: pg.Pool, n: number, analyze
   await system.drain(counter);
   const seconds = (now() - t0) / 1000;
   const [missing, duplicated] = counter.check();
-  if (missing || duplicated) throw new Error(`${system.name}: ${missing} jobs never ran and ${duplicated} ran twice in a drain of ${n}`);
+  if (missing || duplicated)
+    throw new Error(`${system.name}: ${missing} jobs never ran and ${duplicated} ran twice in a drain of ${n}`);
   return n / seconds;
 }
 
@@ -160,9 +204,15 @@ async function drainChurned(system: BenchSystem, n: number): Promise<number> {
   const t0 = now();
   await system.drain(counter);
   const seconds = (now() - t0) / 1000;
-  for (const [which, c] of [['first', first], ['second', counter]] as const) {
+  for (const [which, c] of [
+    ['first', first],
+    ['second', counter],
+  ] as const) {
     const [missing, duplicated] = c.check();
-    if (missing || duplicated) throw new Error(`${system.name}: ${missing} jobs never ran and ${duplicated} ran twice in the ${which} churned drain of ${n}`);
+    if (missing || duplicated)
+      throw new Error(
+        `${system.name}: ${missing} jobs never ran and ${duplicated} ran twice in the ${which} churned drain of ${n}`,
+      );
   }
   return n / seconds;
 }
@@ -191,14 +241,21 @@ async function wakeUps(system: BenchSystem, label: string, slowEvery: number): P
       const missing = quick.filter((seq) => !started.has(seq)).length;
       // Slow ones still running are given up by the stop: they are not timed.
       await workers.stop();
-      if (missing > 0) throw new Error(`${system.name}: ${missing} of ${quick.length} quick jobs never started (${label})`);
+      if (missing > 0)
+        throw new Error(`${system.name}: ${missing} of ${quick.length} quick jobs never started (${label})`);
       for (const seq of quick) latencies.push(started.get(seq)! - sent.get(seq)!);
     }
     return 0;
   });
-  for (const [name, p] of [['p50', 50], ['p95', 95], ['p99', 99]] as const) {
+  for (const [name, p] of [
+    ['p50', 50],
+    ['p95', 95],
+    ['p99', 99],
+  ] as const) {
     const f = record(`${label} ${name}`, system.name, 'ms', [percentile(latencies, p)], [m.node], [m.pgCpu]);
-    console.log(`  ${system.name.padEnd(24)} ${f.workload.padEnd(34)} ${f.median.toFixed(2)} ms over ${latencies.length} jobs`);
+    console.log(
+      `  ${system.name.padEnd(24)} ${f.workload.padEnd(34)} ${f.median.toFixed(2)} ms over ${latencies.length} jobs`,
+    );
   }
 }
 
@@ -217,10 +274,16 @@ async function benchSystem(system: BenchSystem, url: string) {
       });
     }
     for (const n of plan.drainSizes) {
-      await trial(system, `drain ${n / 1000}k (after ANALYZE)`, 'jobs/s', plan.reps, () => drainOnce(system, admin, n, true));
+      await trial(system, `drain ${n / 1000}k (after ANALYZE)`, 'jobs/s', plan.reps, () =>
+        drainOnce(system, admin, n, true),
+      );
     }
-    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (no ANALYZE)`, 'jobs/s', plan.reps, () => drainOnce(system, admin, plan.noAnalyzeSize, false));
-    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (churned)`, 'jobs/s', plan.reps, () => drainChurned(system, plan.noAnalyzeSize));
+    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (no ANALYZE)`, 'jobs/s', plan.reps, () =>
+      drainOnce(system, admin, plan.noAnalyzeSize, false),
+    );
+    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (churned)`, 'jobs/s', plan.reps, () =>
+      drainChurned(system, plan.noAnalyzeSize),
+    );
 
     await system.reset();
     // Idle workers in a steady state: what autovacuum leaves after the drains above.
@@ -234,7 +297,13 @@ async function benchSystem(system: BenchSystem, url: string) {
     await system.reset();
     await system.seedHistory(plan.history);
     await maintain(admin, `VACUUM ANALYZE ${system.table}`);
-    await trial(system, `drain ${plan.historyDrain / 1000}k, ${plan.history / 1e6}M dead rows`, 'jobs/s', plan.reps, () => drainOnce(system, admin, plan.historyDrain, true));
+    await trial(
+      system,
+      `drain ${plan.historyDrain / 1000}k, ${plan.history / 1e6}M dead rows`,
+      'jobs/s',
+      plan.reps,
+      () => drainOnce(system, admin, plan.historyDrain, true),
+    );
   } finally {
     await admin.end();
     await system.close();
@@ -258,8 +327,13 @@ async function main() {
     // pg_stat_statements loaded but tracking nothing, but where a workload turns it on for its own
     // database (the sidecar processes' PostgreSQL time per job).
     const server = await startEmbeddedPostgres({
-      dataDir: path.join(dir, 'data'), password: 'bench',
-      settings: { max_connections: 200, shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'none' },
+      dataDir: path.join(dir, 'data'),
+      password: 'bench',
+      settings: {
+        max_connections: 200,
+        shared_preload_libraries: 'pg_stat_statements',
+        'pg_stat_statements.track': 'none',
+      },
     });
     adminUrl = server.url;
     postmasterPid = server.pid;
@@ -268,12 +342,30 @@ async function main() {
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   const settings = Object.fromEntries(
-    (await admin.query(`SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'shared_buffers', 'fsync', 'synchronous_commit', 'max_connections', 'work_mem', 'jit')`)).rows.map((r) => [r.name, r.setting]),
+    (
+      await admin.query(
+        `SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'shared_buffers', 'fsync', 'synchronous_commit', 'max_connections', 'work_mem', 'jit')`,
+      )
+    ).rows.map((r) => [r.name, r.setting]),
   );
-  const machine = { cores: os.cpus().length, cpu: os.cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(os.totalmem() / 2 ** 30), node: process.version, date: new Date().toISOString().slice(0, 10) };
-  console.log(`pgdrain benchmark${quick ? ' (--quick)' : ''}: ${machine.cores} cores, ${machine.cpu}, PostgreSQL ${settings.server_version}, Node ${machine.node}`);
+  const machine = {
+    cores: os.cpus().length,
+    cpu: os.cpus()[0]?.model ?? 'unknown',
+    memoryGiB: Math.round(os.totalmem() / 2 ** 30),
+    node: process.version,
+    date: new Date().toISOString().slice(0, 10),
+  };
+  console.log(
+    `pgdrain benchmark${quick ? ' (--quick)' : ''}: ${machine.cores} cores, ${machine.cpu}, PostgreSQL ${settings.server_version}, Node ${machine.node}`,
+  );
 
-  const systems = [pgdrainSystem(), graphileSystem(false), graphileSystem(true), pgBossSystem(), articleSystem()].filter((s) => !only || only.some((o) => s.name.startsWith(o)));
+  const systems = [
+    pgdrainSystem(),
+    graphileSystem(false),
+    graphileSystem(true),
+    pgBossSystem(),
+    articleSystem(),
+  ].filter((s) => !only || only.some((o) => s.name.startsWith(o)));
   const versions: Record<string, string> = {};
   /** pgdrain's databases of this run, for the JIT check (their statistics outlive them). */
   const pgdrainDatabases: number[] = [];
@@ -282,7 +374,10 @@ async function main() {
   const freshDatabase = async (name: string): Promise<string> => {
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     await admin.query(`CREATE DATABASE ${name}`);
-    if (!peerDatabase.test(name)) pgdrainDatabases.push(Number((await admin.query(`SELECT oid FROM pg_database WHERE datname = $1`, [name])).rows[0].oid));
+    if (!peerDatabase.test(name))
+      pgdrainDatabases.push(
+        Number((await admin.query(`SELECT oid FROM pg_database WHERE datname = $1`, [name])).rows[0].oid),
+      );
     const url = new URL(adminUrl);
     url.pathname = `/${name}`;
     return url.toString();
@@ -301,7 +396,11 @@ async function main() {
     await plan.install(url);
     await plan.enqueue(50_000);
     const pool = new pg.Pool({ connectionString: url, max: 1 });
-    const text = await explainClaim(drizzle({ client: pool }) as never, { batchSize: 20, lockToken: 'plan:1', kinds: ['bench'] });
+    const text = await explainClaim(drizzle({ client: pool }) as never, {
+      batchSize: 20,
+      lockToken: 'plan:1',
+      kinds: ['bench'],
+    });
     console.log(`\npgdrain claim plan, 50k jobs just loaded, no ANALYZE:\n${text.replace(/^/gm, '  ')}`);
     await pool.end();
     await plan.close();
@@ -313,7 +412,9 @@ async function main() {
   if (!only || only.includes('pgdrain') || only.includes('plain')) {
     const n = quick ? 5_000 : PLAIN_DRAIN_JOBS;
     const url = await freshDatabase('bench_plain');
-    console.log(`\nplain drain ${n / 1000}k (no-op kind, no limits, nothing kept or traced, counts on; VACUUM and ANALYZE before each)`);
+    console.log(
+      `\nplain drain ${n / 1000}k (no-op kind, no limits, nothing kept or traced, counts on; VACUUM and ANALYZE before each)`,
+    );
     const values: number[] = [];
     for (let r = 0; r < (quick ? 1 : 6); r++) {
       values.push(await plainDrainInProcess(path.resolve(import.meta.dirname, '..'), url, n));
@@ -329,17 +430,53 @@ async function main() {
   if (!only || only.includes('pgdrain')) {
     const n = plan.drainSizes.at(-1)!;
     const pairs = quick ? 1 : 6;
-    paired.push(await drainPairs('counts', `drain ${n / 1000}k with job_counts on and off`, pgdrainSystem(), pgdrainSystem({ recordCounts: false }), n, pairs));
-    paired.push(await drainPairs('priorities', `drain ${n / 1000}k, jobs at 21 priorities and all at priority 0`, pgdrainSystem({ priorities: true }), pgdrainSystem(), n, pairs));
+    paired.push(
+      await drainPairs(
+        'counts',
+        `drain ${n / 1000}k with job_counts on and off`,
+        pgdrainSystem(),
+        pgdrainSystem({ recordCounts: false }),
+        n,
+        pairs,
+      ),
+    );
+    paired.push(
+      await drainPairs(
+        'priorities',
+        `drain ${n / 1000}k, jobs at 21 priorities and all at priority 0`,
+        pgdrainSystem({ priorities: true }),
+        pgdrainSystem(),
+        n,
+        pairs,
+      ),
+    );
     record(`drain ${n / 1000}k, counts on`, 'pgdrain', 'jobs/s', paired[0]!.values[0], [], []);
     record(`drain ${n / 1000}k, counts off`, 'pgdrain', 'jobs/s', paired[0]!.values[1], [], []);
     record(`drain ${n / 1000}k, 21 priorities`, 'pgdrain', 'jobs/s', paired[1]!.values[0], [], []);
     record(`drain ${n / 1000}k, one priority`, 'pgdrain', 'jobs/s', paired[1]!.values[1], [], []);
-    paired.push(await drainPairs('limits', `drain ${n / 1000}k of an unlimited kind, with limited kinds registered beside it and without`, pgdrainSystem({ unusedLimits: true }), pgdrainSystem(), n, pairs));
+    paired.push(
+      await drainPairs(
+        'limits',
+        `drain ${n / 1000}k of an unlimited kind, with limited kinds registered beside it and without`,
+        pgdrainSystem({ unusedLimits: true }),
+        pgdrainSystem(),
+        n,
+        pairs,
+      ),
+    );
     record(`drain ${n / 1000}k, limited kinds beside it`, 'pgdrain', 'jobs/s', paired[2]!.values[0], [], []);
     record(`drain ${n / 1000}k, no limits anywhere`, 'pgdrain', 'jobs/s', paired[2]!.values[1], [], []);
     // A history: each completed job stays, with its result, instead of being deleted.
-    paired.push(await drainPairs('results', `drain ${n / 1000}k, results kept and deleted at once`, pgdrainSystem({ keepResults: true }), pgdrainSystem(), n, pairs));
+    paired.push(
+      await drainPairs(
+        'results',
+        `drain ${n / 1000}k, results kept and deleted at once`,
+        pgdrainSystem({ keepResults: true }),
+        pgdrainSystem(),
+        n,
+        pairs,
+      ),
+    );
     record(`drain ${n / 1000}k, results kept`, 'pgdrain', 'jobs/s', paired[3]!.values[0], [], []);
     record(`drain ${n / 1000}k, results deleted at once`, 'pgdrain', 'jobs/s', paired[3]!.values[1], [], []);
     // Pruning the history: a day of kept jobs whose keeps are over, dropped whole (maintainHistory).
@@ -349,7 +486,9 @@ async function main() {
       const system = pgdrainSystem({ keepResults: true });
       await system.install(url);
       const pool = new pg.Pool({ connectionString: url, max: 1 });
-      await pool.query(`CREATE TABLE pgdrain.job_history_p20200101 PARTITION OF pgdrain.job_history FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00')`);
+      await pool.query(
+        `CREATE TABLE pgdrain.job_history_p20200101 PARTITION OF pgdrain.job_history FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00')`,
+      );
       await pool.query(
         `INSERT INTO pgdrain.job_history (id, kind, payload, status, attempts, finished_at, keep_until, result)
          SELECT i, 'bench', jsonb_build_object('i', i), 'completed', 1, '2020-01-01 00:00+00', '2020-01-01 00:00+00'::timestamptz + make_interval(secs => i % 86400), '{"ran": true}'
@@ -367,7 +506,16 @@ async function main() {
       await admin.query('DROP DATABASE bench_prune WITH (FORCE)');
     }
     // Tracing: every claim and every handler run a span, batched to an exporter, against no API at all.
-    paired.push(await drainPairs('tracing', `drain ${n / 1000}k with an OpenTelemetry tracer provider registered and without`, pgdrainSystem({ tracing: true }), pgdrainSystem(), n, pairs));
+    paired.push(
+      await drainPairs(
+        'tracing',
+        `drain ${n / 1000}k with an OpenTelemetry tracer provider registered and without`,
+        pgdrainSystem({ tracing: true }),
+        pgdrainSystem(),
+        n,
+        pairs,
+      ),
+    );
     record(`drain ${n / 1000}k, traced (OpenTelemetry)`, 'pgdrain', 'jobs/s', paired[4]!.values[0], [], []);
     record(`drain ${n / 1000}k, not traced`, 'pgdrain', 'jobs/s', paired[4]!.values[1], [], []);
     // The limits themselves: every claim of the kind under its lock, counting what it holds.
@@ -378,9 +526,20 @@ async function main() {
       await system.install(url);
       const limitedAdmin = new pg.Pool({ connectionString: url, max: 1 });
       console.log(`\n${system.name}`);
-      const f = await trial(system, `drain ${n / 1000}k`, 'jobs/s', plan.reps, () => drainOnce(system, limitedAdmin, n, true));
+      const f = await trial(system, `drain ${n / 1000}k`, 'jobs/s', plan.reps, () =>
+        drainOnce(system, limitedAdmin, n, true),
+      );
       figures.pop();
-      record(variant.groups ? `drain ${n / 1000}k, ${variant.groups} groups (1 at a time each)` : `drain ${n / 1000}k, globalConcurrency ${variant.globalConcurrency}`, 'pgdrain', 'jobs/s', f.values, f.cpuNodeMs, f.cpuPostgresMs);
+      record(
+        variant.groups
+          ? `drain ${n / 1000}k, ${variant.groups} groups (1 at a time each)`
+          : `drain ${n / 1000}k, globalConcurrency ${variant.globalConcurrency}`,
+        'pgdrain',
+        'jobs/s',
+        f.values,
+        f.cpuNodeMs,
+        f.cpuPostgresMs,
+      );
       await limitedAdmin.end();
       await system.close();
       await admin.query(`DROP DATABASE ${name} WITH (FORCE)`);
@@ -398,13 +557,18 @@ async function main() {
     console.log(`\nthe cost of ${label}: ${title}, ${pairs} alternating pairs`);
     const values: [number[], number[]] = [[], []];
     for (let r = 0; r < pairs; r++) {
-      const pair = [[a, values[0]], [b, values[1]]] as const;
+      const pair = [
+        [a, values[0]],
+        [b, values[1]],
+      ] as const;
       for (const [system, into] of r % 2 === 0 ? pair : [...pair].reverse()) {
         await system.reset();
         await maintain(pairAdmin, 'VACUUM pgdrain.jobs');
         const m = await measure(() => drainOnce(system, pairAdmin, n, true));
         into.push(m.value);
-        console.log(`  ${system.name.padEnd(24)} pair ${r + 1}/${pairs}: ${fmt(m.value)} jobs/s  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`);
+        console.log(
+          `  ${system.name.padEnd(24)} pair ${r + 1}/${pairs}: ${fmt(m.value)} jobs/s  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`,
+        );
       }
     }
     await pairAdmin.end();
@@ -423,7 +587,11 @@ async function main() {
       { label: `drain ${n / 1000}k, 4 processes`, processes: 4, options: {} },
       // An idle queue (its table analyzed empty, its claims planned then) meets a burst in one transaction.
       { label: `drain ${n / 1000}k burst, one transaction, idle process`, processes: 1, options: { burst: true } },
-      { label: `drain ${n / 1000}k burst, ANALYZE before the wake`, processes: 1, options: { burst: true, analyzeBeforeWake: true } },
+      {
+        label: `drain ${n / 1000}k burst, ANALYZE before the wake`,
+        processes: 1,
+        options: { burst: true, analyzeBeforeWake: true },
+      },
     ];
     for (const variant of variants) {
       const values: number[] = [];
@@ -432,11 +600,17 @@ async function main() {
         const url = await freshDatabase('bench_processes');
         const result = await drainWithProcesses(url, variant.processes, n, variant.options);
         await admin.query('DROP DATABASE bench_processes WITH (FORCE)');
-        if (result.missing || result.duplicated) throw new Error(`${variant.label}: ${result.missing} jobs never ran and ${result.duplicated} ran twice`);
+        if (result.missing || result.duplicated)
+          throw new Error(`${variant.label}: ${result.missing} jobs never ran and ${result.duplicated} ran twice`);
         values.push(result.jobsPerSecond);
         if (result.postgresMicrosPerJob !== null) pgMicros.push(result.postgresMicrosPerJob);
-        const pgTime = result.postgresMicrosPerJob === null ? '' : `, PostgreSQL ${result.postgresMicrosPerJob.toFixed(1)} µs per job`;
-        console.log(`  ${variant.label}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s${pgTime}, every job exactly once`);
+        const pgTime =
+          result.postgresMicrosPerJob === null
+            ? ''
+            : `, PostgreSQL ${result.postgresMicrosPerJob.toFixed(1)} µs per job`;
+        console.log(
+          `  ${variant.label}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s${pgTime}, every job exactly once`,
+        );
       }
       record(variant.label, 'pgdrain', 'jobs/s', values, [], []);
       if (pgMicros.length > 0) record(`${variant.label}: PostgreSQL time per job`, 'pgdrain', 'µs', pgMicros, [], []);
@@ -446,7 +620,9 @@ async function main() {
   // A transaction held open elsewhere during a steady load: what it does to the drain and the table.
   if (!only || only.includes('pgdrain') || only.includes('long-transaction')) {
     const lt = plan.longTransaction;
-    console.log(`\npgdrain under a steady ${lt.enqueuePerSecond} jobs/s with a REPEATABLE READ transaction held open for ${lt.holdS} s in the middle`);
+    console.log(
+      `\npgdrain under a steady ${lt.enqueuePerSecond} jobs/s with a REPEATABLE READ transaction held open for ${lt.holdS} s in the middle`,
+    );
     const url = await freshDatabase('bench_long_tx');
     const phases = await drainThroughLongTransaction(url, lt, (line) => console.log(line));
     await admin.query('DROP DATABASE bench_long_tx WITH (FORCE)');
@@ -467,7 +643,12 @@ async function main() {
           : '\nthe Worker drainer (wrangler dev, node-postgres through a local Hyperdrive binding)',
       );
       const result = await benchWorkerDrainer(url, {
-        driver, jobs: plan.workerJobs, reps: plan.reps, runNowJobs: plan.runNowJobs, rttsMs: [0, 10, 30], enqueueRequests: plan.runNowJobs,
+        driver,
+        jobs: plan.workerJobs,
+        reps: plan.reps,
+        runNowJobs: plan.runNowJobs,
+        rttsMs: [0, 10, 30],
+        enqueueRequests: plan.runNowJobs,
       });
       workers.push({ driver, figures: result });
       // Named workloads for --json: system `pgdrain worker` (Neon) and `pgdrain worker (Hyperdrive)`.
@@ -475,11 +656,26 @@ async function main() {
       for (const rtt of [0, 10, 30]) {
         const drains = result.drains.filter((d) => d.rttMs === rtt);
         if (drains.length > 0) {
-          record(`worker drain, ${rtt} ms RTT`, system, 'jobs/s', drains.map((d) => d.jobsPerSecond), [], []);
-          record(`worker CPU per 1,000 jobs, ${rtt} ms RTT`, system, 'ms', drains.map((d) => d.cpuMsPer1000), [], []);
+          record(
+            `worker drain, ${rtt} ms RTT`,
+            system,
+            'jobs/s',
+            drains.map((d) => d.jobsPerSecond),
+            [],
+            [],
+          );
+          record(
+            `worker CPU per 1,000 jobs, ${rtt} ms RTT`,
+            system,
+            'ms',
+            drains.map((d) => d.cpuMsPer1000),
+            [],
+            [],
+          );
         }
       }
-      if (result.enqueueP50At10MsRtt !== undefined) record('worker enqueue p50, 10 ms RTT', system, 'ms', [result.enqueueP50At10MsRtt], [], []);
+      if (result.enqueueP50At10MsRtt !== undefined)
+        record('worker enqueue p50, 10 ms RTT', system, 'ms', [result.enqueueP50At10MsRtt], [], []);
       if (result.runNow) {
         record('worker runNow p50, POST → handler', system, 'ms', [result.runNow.p50Ms], [], []);
         record('worker runNow p99, POST → handler', system, 'ms', [result.runNow.p99Ms], [], []);
@@ -492,14 +688,56 @@ async function main() {
   let clock: ClockFigures | undefined;
   if (!only || only.includes('worker') || only.includes('clock')) {
     const url = await freshDatabase('bench_clock');
-    console.log('\nthe queue\'s clock (wrangler dev, Neon path): idle cron invocations, the backstop, delayed jobs');
+    console.log("\nthe queue's clock (wrangler dev, Neon path): idle cron invocations, the backstop, delayed jobs");
     clock = await benchWorkerClock(url, { crons: quick ? 5 : 20, delayedJobs: quick ? 10 : 60 });
-    record('worker idle: statements per cron invocation, with the clock / without', 'pgdrain worker', 'statements', [clock.statementsPerIdleCron.withClock], [], []);
-    record('worker idle: statements per cron invocation, with the clock / without', 'pgdrain worker (no clock)', 'statements', [clock.statementsPerIdleCron.withoutClock], [], []);
-    record('worker idle: statements per hour (* * * * *, BACKSTOP_POLL_SECONDS 3600)', 'pgdrain worker', 'statements', [clock.statementsPerIdleHour.withClock], [], []);
-    record('worker idle: statements per hour (* * * * *, BACKSTOP_POLL_SECONDS 3600)', 'pgdrain worker (no clock)', 'statements', [clock.statementsPerIdleHour.withoutClock], [], []);
-    record('worker delayed jobs (API, 1-3 s): start after run_at p50', 'pgdrain worker', 'ms', [clock.delayed.p50Ms], [], []);
-    record('worker delayed jobs (API, 1-3 s): start after run_at p99', 'pgdrain worker', 'ms', [clock.delayed.p99Ms], [], []);
+    record(
+      'worker idle: statements per cron invocation, with the clock / without',
+      'pgdrain worker',
+      'statements',
+      [clock.statementsPerIdleCron.withClock],
+      [],
+      [],
+    );
+    record(
+      'worker idle: statements per cron invocation, with the clock / without',
+      'pgdrain worker (no clock)',
+      'statements',
+      [clock.statementsPerIdleCron.withoutClock],
+      [],
+      [],
+    );
+    record(
+      'worker idle: statements per hour (* * * * *, BACKSTOP_POLL_SECONDS 3600)',
+      'pgdrain worker',
+      'statements',
+      [clock.statementsPerIdleHour.withClock],
+      [],
+      [],
+    );
+    record(
+      'worker idle: statements per hour (* * * * *, BACKSTOP_POLL_SECONDS 3600)',
+      'pgdrain worker (no clock)',
+      'statements',
+      [clock.statementsPerIdleHour.withoutClock],
+      [],
+      [],
+    );
+    record(
+      'worker delayed jobs (API, 1-3 s): start after run_at p50',
+      'pgdrain worker',
+      'ms',
+      [clock.delayed.p50Ms],
+      [],
+      [],
+    );
+    record(
+      'worker delayed jobs (API, 1-3 s): start after run_at p99',
+      'pgdrain worker',
+      'ms',
+      [clock.delayed.p99Ms],
+      [],
+      [],
+    );
     await admin.query('DROP DATABASE bench_clock WITH (FORCE)');
   }
   // Fair claims (bench/fair.ts): their cost with many keys, against plain claims of the same jobs.
@@ -510,34 +748,70 @@ async function main() {
       const url = await freshDatabase('bench_fair');
       await migrateDatabase(url);
       const f = await benchFair(url, keys, jobs);
-      console.log(`  ${keys} keys, ${jobs} jobs: fair ${fmt(f.fairPerSecond)} jobs/s, plain ${fmt(f.plainPerSecond)} jobs/s`);
+      console.log(
+        `  ${keys} keys, ${jobs} jobs: fair ${fmt(f.fairPerSecond)} jobs/s, plain ${fmt(f.plainPerSecond)} jobs/s`,
+      );
       record(`fair claims, ${fmt(keys)} keys (${fmt(jobs)} jobs)`, 'pgdrain fair', 'jobs/s', [f.fairPerSecond], [], []);
-      record(`fair claims, ${fmt(keys)} keys (${fmt(jobs)} jobs)`, 'pgdrain plain', 'jobs/s', [f.plainPerSecond], [], []);
+      record(
+        `fair claims, ${fmt(keys)} keys (${fmt(jobs)} jobs)`,
+        'pgdrain plain',
+        'jobs/s',
+        [f.plainPerSecond],
+        [],
+        [],
+      );
       await admin.query('DROP DATABASE IF EXISTS bench_fair WITH (FORCE)');
     }
     const jobs = quick ? 5_000 : 50_000;
     const url = await freshDatabase('bench_batch');
     await migrateDatabase(url);
     const b = await benchBatch(url, jobs);
-    console.log(`  a batch kind (100 per call), ${jobs} no-op jobs: ${fmt(b.batchPerSecond)} jobs/s; one per call: ${fmt(b.singlePerSecond)} jobs/s`);
+    console.log(
+      `  a batch kind (100 per call), ${jobs} no-op jobs: ${fmt(b.batchPerSecond)} jobs/s; one per call: ${fmt(b.singlePerSecond)} jobs/s`,
+    );
     record(`batch kind, 100 per call (${fmt(jobs)} no-op jobs)`, 'pgdrain batch', 'jobs/s', [b.batchPerSecond], [], []);
-    record(`batch kind, 100 per call (${fmt(jobs)} no-op jobs)`, 'pgdrain plain', 'jobs/s', [b.singlePerSecond], [], []);
+    record(
+      `batch kind, 100 per call (${fmt(jobs)} no-op jobs)`,
+      'pgdrain plain',
+      'jobs/s',
+      [b.singlePerSecond],
+      [],
+      [],
+    );
     await admin.query('DROP DATABASE IF EXISTS bench_batch WITH (FORCE)');
   }
 
   // Durable workflows (bench/workflows.ts): pgdrain and DBOS Transact, each in a process of its own.
   if (!only || only.includes('workflows')) {
     const runs = quick ? 500 : 10_000;
-    console.log(`\ndurable workflows: ${runs} runs of three steps and a 1 s sleep (each system in a process of its own, a database of its own)`);
+    console.log(
+      `\ndurable workflows: ${runs} runs of three steps and a 1 s sleep (each system in a process of its own, a database of its own)`,
+    );
     for (const system of ['pgdrain', 'dbos'] as const) {
       const url = await freshDatabase(`bench_wf_${system}`);
       if (system === 'pgdrain') await migrateDatabase(url);
       try {
         const trialResult = await workflowTrial(system, url, runs, 1, postgresCpuMs);
         const name = system === 'pgdrain' ? 'pgdrain' : 'DBOS Transact';
-        console.log(`  ${name.padEnd(24)} ${fmt(trialResult.runsPerSecond)} runs/s (${trialResult.seconds.toFixed(1)} s; postgres ${Math.round(trialResult.postgresCpuMs ?? 0)} ms)`);
-        record(`workflows: ${runs / 1000}k runs, 3 steps + 1 s sleep`, name, 'runs/s', [trialResult.runsPerSecond], [], [trialResult.postgresCpuMs ?? Number.NaN]);
-        record(`workflows: PostgreSQL CPU per step (3 steps + the sleep)`, name, 'µs', [((trialResult.postgresCpuMs ?? Number.NaN) * 1000) / (runs * 4)], [], []);
+        console.log(
+          `  ${name.padEnd(24)} ${fmt(trialResult.runsPerSecond)} runs/s (${trialResult.seconds.toFixed(1)} s; postgres ${Math.round(trialResult.postgresCpuMs ?? 0)} ms)`,
+        );
+        record(
+          `workflows: ${runs / 1000}k runs, 3 steps + 1 s sleep`,
+          name,
+          'runs/s',
+          [trialResult.runsPerSecond],
+          [],
+          [trialResult.postgresCpuMs ?? Number.NaN],
+        );
+        record(
+          `workflows: PostgreSQL CPU per step (3 steps + the sleep)`,
+          name,
+          'µs',
+          [((trialResult.postgresCpuMs ?? Number.NaN) * 1000) / (runs * 4)],
+          [],
+          [],
+        );
       } catch (error) {
         console.log(`  ${system}: failed: ${(error as Error).message.split('\n').slice(0, 5).join(' | ')}`);
       }
@@ -547,21 +821,41 @@ async function main() {
     const url = await freshDatabase('bench_wf_steps');
     await migrateDatabase(url);
     const steps = await workflowTrial('pgdrain', url, runs, 0, postgresCpuMs);
-    record('workflows: time per step, 3 steps, no sleep', 'pgdrain', 'µs', [(steps.seconds * 1e6) / (runs * 3)], [], []);
-    record('workflows: PostgreSQL CPU per step, 3 steps, no sleep', 'pgdrain', 'µs', [((steps.postgresCpuMs ?? Number.NaN) * 1000) / (runs * 3)], [], []);
-    console.log(`  pgdrain without the sleep: ${fmt(steps.runsPerSecond)} runs/s, ${((steps.seconds * 1e6) / (runs * 3)).toFixed(0)} µs per step, postgres ${(((steps.postgresCpuMs ?? 0) * 1000) / (runs * 3)).toFixed(0)} µs per step`);
+    record(
+      'workflows: time per step, 3 steps, no sleep',
+      'pgdrain',
+      'µs',
+      [(steps.seconds * 1e6) / (runs * 3)],
+      [],
+      [],
+    );
+    record(
+      'workflows: PostgreSQL CPU per step, 3 steps, no sleep',
+      'pgdrain',
+      'µs',
+      [((steps.postgresCpuMs ?? Number.NaN) * 1000) / (runs * 3)],
+      [],
+      [],
+    );
+    console.log(
+      `  pgdrain without the sleep: ${fmt(steps.runsPerSecond)} runs/s, ${((steps.seconds * 1e6) / (runs * 3)).toFixed(0)} µs per step, postgres ${(((steps.postgresCpuMs ?? 0) * 1000) / (runs * 3)).toFixed(0)} µs per step`,
+    );
     await admin.query('DROP DATABASE IF EXISTS bench_wf_steps WITH (FORCE)');
   }
 
   // Kinds limited to one job at a time (bench/serial.ts): the slot handed on at each settlement.
   if (!only || only.includes('pgdrain') || only.includes('serial')) {
     const jobs = quick ? 20 : 40;
-    console.log(`\nserial kinds: ${jobs} jobs of 10 ms, one at a time, poll 30 s: the gap between one job's end and the next one's start`);
+    console.log(
+      `\nserial kinds: ${jobs} jobs of 10 ms, one at a time, poll 30 s: the gap between one job's end and the next one's start`,
+    );
     for (const variant of Object.keys(SERIAL_VARIANTS) as (keyof typeof SERIAL_VARIANTS)[]) {
       const url = await freshDatabase('bench_serial');
       await migrateDatabase(url);
       const f = await benchSerial(url, variant, jobs);
-      console.log(`  ${variant.padEnd(36)} ${f.seconds.toFixed(2)} s, gap p50 ${f.gapP50Ms.toFixed(1)} ms, p99 ${f.gapP99Ms.toFixed(1)} ms`);
+      console.log(
+        `  ${variant.padEnd(36)} ${f.seconds.toFixed(2)} s, gap p50 ${f.gapP50Ms.toFixed(1)} ms, p99 ${f.gapP99Ms.toFixed(1)} ms`,
+      );
       record(`serial kind (${variant}): gap p50`, 'pgdrain', 'ms', [f.gapP50Ms], [], []);
       record(`serial kind (${variant}): gap p99`, 'pgdrain', 'ms', [f.gapP99Ms], [], []);
       await admin.query('DROP DATABASE IF EXISTS bench_serial WITH (FORCE)');
@@ -574,9 +868,25 @@ async function main() {
     const url = await freshDatabase('bench_wf_wake');
     await migrateDatabase(url);
     const w = await workflowTrial('pgdrain', url, runs, 5, postgresCpuMs);
-    console.log(`\nworkflows: ${runs} runs sleeping 5 s went on p50 ${w.wakeLateP50Ms} ms and p99 ${w.wakeLateP99Ms} ms after their sleep ended (${w.seconds.toFixed(1)} s in all)`);
-    record(`workflows: ${fmt(runs)} runs sleeping 5 s, late after the sleep p50`, 'pgdrain', 'ms', [w.wakeLateP50Ms ?? Number.NaN], [], []);
-    record(`workflows: ${fmt(runs)} runs sleeping 5 s, late after the sleep p99`, 'pgdrain', 'ms', [w.wakeLateP99Ms ?? Number.NaN], [], []);
+    console.log(
+      `\nworkflows: ${runs} runs sleeping 5 s went on p50 ${w.wakeLateP50Ms} ms and p99 ${w.wakeLateP99Ms} ms after their sleep ended (${w.seconds.toFixed(1)} s in all)`,
+    );
+    record(
+      `workflows: ${fmt(runs)} runs sleeping 5 s, late after the sleep p50`,
+      'pgdrain',
+      'ms',
+      [w.wakeLateP50Ms ?? Number.NaN],
+      [],
+      [],
+    );
+    record(
+      `workflows: ${fmt(runs)} runs sleeping 5 s, late after the sleep p99`,
+      'pgdrain',
+      'ms',
+      [w.wakeLateP99Ms ?? Number.NaN],
+      [],
+      [],
+    );
     await admin.query('DROP DATABASE IF EXISTS bench_wf_wake WITH (FORCE)');
   }
 
@@ -584,17 +894,26 @@ async function main() {
   // jit_above_cost): read where the server has JIT and pg_stat_statements.
   let jitCompiled: { query: string; calls: number; jit_functions: number }[] = [];
   const [{ jit }] = (await admin.query(`SELECT pg_jit_available() AND current_setting('jit')::bool AS jit`)).rows;
-  const [{ tracked }] = (await admin.query(`SELECT count(*) > 0 AS tracked FROM pg_extension WHERE extname = 'pg_stat_statements'`)).rows;
+  const [{ tracked }] = (
+    await admin.query(`SELECT count(*) > 0 AS tracked FROM pg_extension WHERE extname = 'pg_stat_statements'`)
+  ).rows;
   if (jit) {
     if (!tracked) await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements').catch(() => {});
     const rows = await admin
-      .query(`SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 200) AS query, calls::int, jit_functions::int FROM pg_stat_statements WHERE dbid = ANY($1::oid[]) AND jit_functions > 0 ORDER BY jit_functions DESC`, [pgdrainDatabases])
+      .query(
+        `SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 200) AS query, calls::int, jit_functions::int FROM pg_stat_statements WHERE dbid = ANY($1::oid[]) AND jit_functions > 0 ORDER BY jit_functions DESC`,
+        [pgdrainDatabases],
+      )
       .catch((error: Error) => {
-        console.log(`\nJIT check: pg_stat_statements cannot be read (${error.message}); load it with shared_preload_libraries`);
+        console.log(
+          `\nJIT check: pg_stat_statements cannot be read (${error.message}); load it with shared_preload_libraries`,
+        );
         return { rows: [] };
       });
     jitCompiled = rows.rows;
-    console.log(`\nJIT check (this server has JIT on): ${jitCompiled.length} of pgdrain's statements were JIT-compiled${jitCompiled.length ? ':' : ''}`);
+    console.log(
+      `\nJIT check (this server has JIT on): ${jitCompiled.length} of pgdrain's statements were JIT-compiled${jitCompiled.length ? ':' : ''}`,
+    );
     for (const r of jitCompiled) console.log(`  ${r.jit_functions} functions over ${r.calls} calls: ${r.query}`);
     record("pgdrain's statements JIT-compiled", 'pgdrain', 'statements', [jitCompiled.length], [], []);
   }
@@ -607,10 +926,14 @@ async function main() {
   printTable([...new Set([...systems.map((s) => s.name), ...figures.map((f) => f.system)])]);
   for (const p of paired) {
     const [a, b] = [median(p.values[0]), median(p.values[1])];
-    console.log(`\nthe cost of ${p.label}: ${p.a} ${fmt(a)} jobs/s, ${p.b} ${fmt(b)} jobs/s: ${(((b - a) / b) * 100).toFixed(1)}% of drain throughput (median of ${p.values[0].length} alternating pairs)`);
+    console.log(
+      `\nthe cost of ${p.label}: ${p.a} ${fmt(a)} jobs/s, ${p.b} ${fmt(b)} jobs/s: ${(((b - a) / b) * 100).toFixed(1)}% of drain throughput (median of ${p.values[0].length} alternating pairs)`,
+    );
   }
   for (const { driver, figures: worker } of workers) {
-    console.log(`\nWorker (${driver}) scheduled(): ${worker.drains.map((w) => `${fmt(w.jobsPerSecond)} jobs/s at ${w.rttMs} ms RTT, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`);
+    console.log(
+      `\nWorker (${driver}) scheduled(): ${worker.drains.map((w) => `${fmt(w.jobsPerSecond)} jobs/s at ${w.rttMs} ms RTT, ended ${w.budgetLeftMs} ms before its ${w.budgetMs} ms budget`).join('; ')}`,
+    );
     // Workers Paid bills CPU time: 30M CPU-ms a month included, then $0.02 per million CPU-ms.
     const at10 = worker.drains.filter((w) => w.rttMs === (driver === 'neon' ? 10 : 0));
     if (at10.length > 0) {
@@ -618,10 +941,13 @@ async function main() {
       const perMinute = median(at10.map((w) => w.jobsPerSecond)) * 60;
       console.log(
         `Worker (${driver}) CPU: ${cpuPer1000.toFixed(1)} ms per 1,000 jobs; a busy minute (${fmt(perMinute)} jobs) is ${fmt((cpuPer1000 * perMinute) / 1000)} CPU-ms, ` +
-          `$${((cpuPer1000 * perMinute) / 1000 / 1e6 * 0.02).toFixed(6)} at $0.02 per million CPU-ms`,
+          `$${(((cpuPer1000 * perMinute) / 1000 / 1e6) * 0.02).toFixed(6)} at $0.02 per million CPU-ms`,
       );
     }
-    if (worker.runNow) console.log(`Worker (${driver}) runNow: POST /jobs → webhook delivered, p50 ${worker.runNow.p50Ms.toFixed(1)} ms, p99 ${worker.runNow.p99Ms.toFixed(1)} ms over ${worker.runNow.jobs} jobs`);
+    if (worker.runNow)
+      console.log(
+        `Worker (${driver}) runNow: POST /jobs → webhook delivered, p50 ${worker.runNow.p50Ms.toFixed(1)} ms, p99 ${worker.runNow.p99Ms.toFixed(1)} ms over ${worker.runNow.jobs} jobs`,
+      );
   }
   if (clock) {
     const { idleMonth: m } = clock;
@@ -635,7 +961,9 @@ async function main() {
     );
   }
   const elapsed = Math.round((now() - started) / 1000);
-  console.log(`\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (jit=${settings.jit}, fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`);
+  console.log(
+    `\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (jit=${settings.jit}, fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`,
+  );
 
   if (jsonFile) {
     const ratios: Record<string, number> = {};
@@ -643,7 +971,10 @@ async function main() {
       const peer = figures.find((x) => x.system === 'graphile-worker tuned' && x.workload === f.workload);
       if (peer) ratios[f.workload] = f.median / peer.median;
     }
-    await writeFile(jsonFile, `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, workers, clock, ratiosPgdrainOverGraphileTuned: ratios }, null, 2)}\n`);
+    await writeFile(
+      jsonFile,
+      `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, workers, clock, ratiosPgdrainOverGraphileTuned: ratios }, null, 2)}\n`,
+    );
     console.log(`wrote ${jsonFile}`);
   }
   if (jitCompiled.length > 0) {
@@ -660,7 +991,10 @@ function printTable(systems: string[]) {
     return f.values.length > 1 ? `${fmt(f.median)} (${fmt(f.min)}–${fmt(f.max)})` : fmt(f.median);
   };
   const unit = (w: string) => figures.find((f) => f.workload === w)?.unit ?? '';
-  const rows = [['workload', ...systems], ...workloads.map((w) => [`${w} [${unit(w)}]`, ...systems.map((s) => cell(w, s))])];
+  const rows = [
+    ['workload', ...systems],
+    ...workloads.map((w) => [`${w} [${unit(w)}]`, ...systems.map((s) => cell(w, s))]),
+  ];
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   console.log('');
   for (const [k, r] of rows.entries()) {

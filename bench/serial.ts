@@ -28,7 +28,11 @@ export interface SerialFigures {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export async function benchSerial(url: string, variant: keyof typeof SERIAL_VARIANTS, jobs: number): Promise<SerialFigures> {
+export async function benchSerial(
+  url: string,
+  variant: keyof typeof SERIAL_VARIANTS,
+  jobs: number,
+): Promise<SerialFigures> {
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   const drainPool = createDrainPool(url);
   const runs: { start: number; end: number }[] = [];
@@ -44,10 +48,17 @@ export async function benchSerial(url: string, variant: keyof typeof SERIAL_VARI
     },
   });
   const db = drizzle({ client: pool }) as unknown as Db;
-  await enqueueMany(db, Array.from({ length: jobs }, (_, n) => ({ kind, payload: { n }, groupKey: 'one' })));
+  await enqueueMany(
+    db,
+    Array.from({ length: jobs }, (_, n) => ({ kind, payload: { n }, groupKey: 'one' })),
+  );
   const started = performance.now();
   const drainer = new Drainer(drizzle({ client: drainPool }) as unknown as Db, new JobRegistry([definition]), {
-    workerId: 'bench-serial', placement: 'near', pollIntervalMs: 30_000, batchSize: 20, concurrency: 20,
+    workerId: 'bench-serial',
+    placement: 'near',
+    pollIntervalMs: 30_000,
+    batchSize: 20,
+    concurrency: 20,
   }).start();
   const deadline = performance.now() + 120_000;
   while (runs.length < jobs && performance.now() < deadline) await sleep(5);
@@ -56,7 +67,10 @@ export async function benchSerial(url: string, variant: keyof typeof SERIAL_VARI
   await Promise.all([pool.end(), drainPool.end()]);
   if (runs.length !== jobs) throw new Error(`serial (${variant}): ${runs.length} of ${jobs} jobs ran within 120 s`);
   runs.sort((a, b) => a.start - b.start);
-  const gaps = runs.slice(1).map((r, i) => r.start - runs[i]!.end).sort((a, b) => a - b);
+  const gaps = runs
+    .slice(1)
+    .map((r, i) => r.start - runs[i]!.end)
+    .sort((a, b) => a - b);
   if (gaps[0]! < 0) throw new Error(`serial (${variant}): two jobs ran at once`);
   const at = (p: number) => gaps[Math.min(gaps.length - 1, Math.ceil((p / 100) * gaps.length) - 1)]!;
   return { variant, jobs, seconds, gapP50Ms: at(50), gapP99Ms: at(99) };

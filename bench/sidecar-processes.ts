@@ -64,18 +64,33 @@ export async function drainWithProcesses(
   const untracked = tracked ? ' -c pg_stat_statements.track=none' : '';
   const harness = new pg.Pool({ connectionString: url, max: 1, options: untracked.trim() || undefined });
   harness.on('error', () => {});
-  const watcher = new pg.Client({ connectionString: url, options: `-c enable_seqscan=off -c enable_bitmapscan=off${untracked}` });
+  const watcher = new pg.Client({
+    connectionString: url,
+    options: `-c enable_seqscan=off -c enable_bitmapscan=off${untracked}`,
+  });
   await watcher.connect();
   const children: { child: ChildProcess; exited: Promise<void> }[] = [];
   try {
     await pool.query('DELETE FROM pgdrain.jobs');
     if (options.burst) await pool.query('ANALYZE pgdrain.jobs');
     for (let k = 0; k < processes; k++) {
-      const child = spawn(process.execPath, [path.join(ROOT, 'src/entry/cli.ts'), 'start', '--jobs', path.join(ROOT, 'bench/fixtures/counting-jobs.ts')], {
-        cwd: ROOT,
-        env: { PATH: process.env.PATH ?? '', DATABASE_URL: url, API_TOKEN: 'bench-processes-token-0123', PORT: '0', LOG_LEVEL: 'info', LOG_FORMAT: 'json', BENCH_RUNS_FILE: path.join(dir, `runs-${k}.txt`) },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      const child = spawn(
+        process.execPath,
+        [path.join(ROOT, 'src/entry/cli.ts'), 'start', '--jobs', path.join(ROOT, 'bench/fixtures/counting-jobs.ts')],
+        {
+          cwd: ROOT,
+          env: {
+            PATH: process.env.PATH ?? '',
+            DATABASE_URL: url,
+            API_TOKEN: 'bench-processes-token-0123',
+            PORT: '0',
+            LOG_LEVEL: 'info',
+            LOG_FORMAT: 'json',
+            BENCH_RUNS_FILE: path.join(dir, `runs-${k}.txt`),
+          },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
       let out = '';
       child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
       child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
@@ -84,7 +99,14 @@ export async function drainWithProcesses(
       // Up when its HTTP API answers (its LISTEN is set up before it serves).
       for (let waited = 0; ; waited += 100) {
         const port = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out)?.[1];
-        if (port && (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false))) break;
+        if (
+          port &&
+          (await fetch(`http://127.0.0.1:${port}/healthz`).then(
+            (r) => r.ok,
+            () => false,
+          ))
+        )
+          break;
         if (waited > 20_000 || child.exitCode !== null) throw new Error(`sidecar process ${k} did not start:\n${out}`);
         await new Promise((r) => setTimeout(r, 100));
       }
@@ -95,7 +117,10 @@ export async function drainWithProcesses(
     try {
       await loader.query('BEGIN');
       if (options.analyzeBeforeWake) await loader.query(`INSERT INTO pgdrain.paused_kinds (kind) VALUES ('bench')`);
-      await loader.query(`INSERT INTO pgdrain.jobs (kind, payload) SELECT 'bench', jsonb_build_object('i', i) FROM generate_series(0, $1::int - 1) AS i`, [jobs]);
+      await loader.query(
+        `INSERT INTO pgdrain.jobs (kind, payload) SELECT 'bench', jsonb_build_object('i', i) FROM generate_series(0, $1::int - 1) AS i`,
+        [jobs],
+      );
       await loader.query(`SELECT pg_notify($1, 'bench')`, [NOTIFY_CHANNEL]);
       if (tracked) await loader.query('SELECT pg_stat_statements_reset()');
       t0 = performance.now();
@@ -134,7 +159,8 @@ export async function drainWithProcesses(
     await Promise.all(children.map((c) => c.exited));
     const seen = new Map<number, number>();
     for (let k = 0; k < processes; k++) {
-      for (const line of (await readFile(path.join(dir, `runs-${k}.txt`), 'utf8')).split('\n').filter(Boolean)) seen.set(Number(line), (seen.get(Number(line)) ?? 0) + 1);
+      for (const line of (await readFile(path.join(dir, `runs-${k}.txt`), 'utf8')).split('\n').filter(Boolean))
+        seen.set(Number(line), (seen.get(Number(line)) ?? 0) + 1);
     }
     let missing = 0;
     let duplicated = 0;

@@ -75,7 +75,11 @@ export interface BenchSystem {
 }
 
 const version = (name: string) =>
-  (JSON.parse(readFileSync(new URL(`../node_modules/${name}/package.json`, import.meta.url), 'utf8')) as { version: string }).version;
+  (
+    JSON.parse(readFileSync(new URL(`../node_modules/${name}/package.json`, import.meta.url), 'utf8')) as {
+      version: string;
+    }
+  ).version;
 const silent = pino({ level: 'silent' });
 const payloads = (n: number) => Array.from({ length: n }, (_, i) => ({ i }));
 
@@ -121,23 +125,41 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
     ...(variant.unusedLimits
       ? [
           defineJob({ kind: 'bench-limited', schema: z.unknown(), handler: () => {}, globalConcurrency: 5 }),
-          defineJob({ kind: 'bench-rated', schema: z.unknown(), handler: () => {}, rateLimit: { limit: 10, periodSeconds: 1 } }),
+          defineJob({
+            kind: 'bench-rated',
+            schema: z.unknown(),
+            handler: () => {},
+            rateLimit: { limit: 10, periodSeconds: 1 },
+          }),
         ]
       : []),
   ]);
   // The sidecar's defaults and its drain pool: the same path `npm start` runs.
-  const options = { workerId: 'bench', placement: 'near' as const, pollIntervalMs: 1000, recordCounts: variant.recordCounts };
+  const options = {
+    workerId: 'bench',
+    placement: 'near' as const,
+    pollIntervalMs: 1000,
+    recordCounts: variant.recordCounts,
+  };
   return {
     name:
-      variant.recordCounts === false ? 'pgdrain, counts off'
-      : variant.priorities ? 'pgdrain, priorities'
-      : variant.globalConcurrency ? `pgdrain, globalConcurrency ${variant.globalConcurrency}`
-      : variant.groups ? `pgdrain, ${variant.groups} groups`
-      : variant.unusedLimits ? 'pgdrain, other kinds limited'
-      : variant.keepResults ? 'pgdrain, results kept'
-      : variant.tracing ? 'pgdrain, traced'
-      : 'pgdrain',
-    version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version,
+      variant.recordCounts === false
+        ? 'pgdrain, counts off'
+        : variant.priorities
+          ? 'pgdrain, priorities'
+          : variant.globalConcurrency
+            ? `pgdrain, globalConcurrency ${variant.globalConcurrency}`
+            : variant.groups
+              ? `pgdrain, ${variant.groups} groups`
+              : variant.unusedLimits
+                ? 'pgdrain, other kinds limited'
+                : variant.keepResults
+                  ? 'pgdrain, results kept'
+                  : variant.tracing
+                    ? 'pgdrain, traced'
+                    : 'pgdrain',
+    version: (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string })
+      .version,
     table: 'pgdrain.jobs',
     async install(u) {
       url = u;
@@ -156,7 +178,10 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
       await enqueueMany(
         db,
         payloads(n).map((payload, i) => ({
-          kind: 'bench', payload, priority: variant.priorities ? (i % 21) - 10 : undefined, groupKey: variant.groups ? `g${i % variant.groups}` : undefined,
+          kind: 'bench',
+          payload,
+          priority: variant.priorities ? (i % 21) - 10 : undefined,
+          groupKey: variant.groups ? `g${i % variant.groups}` : undefined,
           keepSeconds: variant.keepResults ? 3_600 : undefined,
         })),
       );
@@ -175,8 +200,18 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
     },
     async idle(onStart) {
       onRun = (p) => onStart(p.seq as number);
-      const sidecar = await startSidecar({ databaseUrl: url, registry, port: 0, apiToken: 'bench-token-0123456789', logger: silent, pollIntervalMs: 1000 });
-      return { enqueueOne: async (seq, ms) => void (await enqueue(db, { kind: 'bench', payload: { seq, ms } })), stop: () => sidecar.stop() };
+      const sidecar = await startSidecar({
+        databaseUrl: url,
+        registry,
+        port: 0,
+        apiToken: 'bench-token-0123456789',
+        logger: silent,
+        pollIntervalMs: 1000,
+      });
+      return {
+        enqueueOne: async (seq, ms) => void (await enqueue(db, { kind: 'bench', payload: { seq, ms } })),
+        stop: () => sidecar.stop(),
+      };
     },
     async seedHistory(n) {
       await pool.query(
@@ -217,7 +252,17 @@ export function graphileSystem(tuned: boolean): BenchSystem {
   let utils: import('graphile-worker').WorkerUtils;
   let pool: pg.Pool;
   const preset = tuned
-    ? { worker: { concurrentJobs: 80, maxPoolSize: 12, localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0, preparedStatements: true, pollInterval: 1000 } }
+    ? {
+        worker: {
+          concurrentJobs: 80,
+          maxPoolSize: 12,
+          localQueue: { size: 500 },
+          completeJobBatchDelay: 0,
+          failJobBatchDelay: 0,
+          preparedStatements: true,
+          pollInterval: 1000,
+        },
+      }
     : { worker: { concurrentJobs: 4 } };
   const start = async (task: (payload: WakePayload) => void) => {
     const { run } = await import('graphile-worker');
@@ -225,7 +270,13 @@ export function graphileSystem(tuned: boolean): BenchSystem {
       task(payload as WakePayload);
       await takeTime(payload as WakePayload);
     };
-    return run({ connectionString: url, noHandleSignals: true, logger: graphileSilentLogger(), preset, taskList: { bench } });
+    return run({
+      connectionString: url,
+      noHandleSignals: true,
+      logger: graphileSilentLogger(),
+      preset,
+      taskList: { bench },
+    });
   };
   return {
     name: tuned ? 'graphile-worker tuned' : 'graphile-worker default',
@@ -244,7 +295,9 @@ export function graphileSystem(tuned: boolean): BenchSystem {
     },
     async enqueue(n) {
       for (let s = 0; s < n; s += 10_000) {
-        await utils.addJobs(payloads(Math.min(10_000, n - s)).map((p, k) => ({ identifier: 'bench', payload: { i: p.i + s } })));
+        await utils.addJobs(
+          payloads(Math.min(10_000, n - s)).map((p, _k) => ({ identifier: 'bench', payload: { i: p.i + s } })),
+        );
       }
     },
     async drain(counter) {
@@ -255,7 +308,10 @@ export function graphileSystem(tuned: boolean): BenchSystem {
     async idle(onStart) {
       const runner = await start((p) => onStart(p.seq as number));
       await new Promise((r) => setTimeout(r, 300)); // its LISTEN is set up asynchronously
-      return { enqueueOne: async (seq, ms) => void (await utils.addJob('bench', { seq, ms })), stop: () => runner.stop() };
+      return {
+        enqueueOne: async (seq, ms) => void (await utils.addJob('bench', { seq, ms })),
+        stop: () => runner.stop(),
+      };
     },
     async seedHistory(n) {
       await utils.addJob('bench', { i: -1 }, { runAt: new Date(Date.now() + 3.6e9) }); // makes sure the task row exists
@@ -286,9 +342,18 @@ export function pgBossSystem(): BenchSystem {
   let pool: pg.Pool;
   // A batch's jobs side by side: a slow one does not keep the rest of its batch from starting.
   const work = (onJob: (data: WakePayload) => void) =>
-    boss.work<WakePayload>('bench', { batchSize: 50, localConcurrency: 4, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true }, async (jobs) => {
-      await Promise.all(jobs.map((job) => (onJob(job.data), takeTime(job.data))));
-    });
+    boss.work<WakePayload>(
+      'bench',
+      { batchSize: 50, localConcurrency: 4, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true },
+      async (jobs) => {
+        await Promise.all(
+          jobs.map((job) => {
+            onJob(job.data);
+            return takeTime(job.data);
+          }),
+        );
+      },
+    );
   return {
     name: 'pg-boss tuned',
     version: version('pg-boss'),
@@ -307,7 +372,10 @@ export function pgBossSystem(): BenchSystem {
     },
     async enqueue(n) {
       for (let s = 0; s < n; s += 10_000) {
-        await boss.insert('bench', payloads(Math.min(10_000, n - s)).map((p) => ({ data: { i: p.i + s } })));
+        await boss.insert(
+          'bench',
+          payloads(Math.min(10_000, n - s)).map((p) => ({ data: { i: p.i + s } })),
+        );
       }
     },
     async drain(counter) {
@@ -318,10 +386,16 @@ export function pgBossSystem(): BenchSystem {
     async idle(onStart) {
       await work((d) => onStart(d.seq as number));
       await new Promise((r) => setTimeout(r, 300));
-      return { enqueueOne: async (seq, ms) => void (await boss.send('bench', { seq, ms })), stop: () => boss.offWork('bench') };
+      return {
+        enqueueOne: async (seq, ms) => void (await boss.send('bench', { seq, ms })),
+        stop: () => boss.offWork('bench'),
+      };
     },
     async seedHistory(n) {
-      await pool.query(`INSERT INTO pgboss.job (name, data, state) SELECT 'bench', '{}', 'failed' FROM generate_series(1, $1::int)`, [n]);
+      await pool.query(
+        `INSERT INTO pgboss.job (name, data, state) SELECT 'bench', '{}', 'failed' FROM generate_series(1, $1::int)`,
+        [n],
+      );
     },
     async close() {
       await boss.stop({ graceful: false, wait: true } as never);
@@ -398,7 +472,10 @@ export function articleSystem(): BenchSystem {
     async enqueue(n) {
       for (let s = 0; s < n; s += 10_000) {
         const batch = payloads(Math.min(10_000, n - s)).map((p) => JSON.stringify({ i: p.i + s }));
-        await pool.query(`INSERT INTO article_jobs (kind, payload) SELECT 'bench', p::jsonb FROM unnest($1::text[]) AS p`, [batch]);
+        await pool.query(
+          `INSERT INTO article_jobs (kind, payload) SELECT 'bench', p::jsonb FROM unnest($1::text[]) AS p`,
+          [batch],
+        );
       }
     },
     async drain(counter) {
@@ -415,7 +492,9 @@ export function articleSystem(): BenchSystem {
           const client = await pool.connect();
           try {
             await client.query('BEGIN');
-            await client.query(`INSERT INTO article_jobs (kind, payload) VALUES ('bench', $1)`, [JSON.stringify({ seq, ms })]);
+            await client.query(`INSERT INTO article_jobs (kind, payload) VALUES ('bench', $1)`, [
+              JSON.stringify({ seq, ms }),
+            ]);
             await client.query(`SELECT pg_notify('jobs', 'bench')`);
             await client.query('COMMIT');
           } finally {

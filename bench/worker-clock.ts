@@ -18,7 +18,12 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 
 /** Neon's published figures used for the cost (neon.com's plans page, updated 2026-11-12): the
  * Launch plan's compute price, its smallest compute, and how long a compute stays up after a query. */
-export const NEON = { dollarsPerCuHour: 0.106, smallestCu: 0.25, suspendAfterMinutes: 5, freePlanCuHoursPerMonth: 100 } as const;
+export const NEON = {
+  dollarsPerCuHour: 0.106,
+  smallestCu: 0.25,
+  suspendAfterMinutes: 5,
+  freePlanCuHoursPerMonth: 100,
+} as const;
 const HOURS_PER_MONTH = 730;
 
 export interface ClockFigures {
@@ -31,7 +36,10 @@ export interface ClockFigures {
   /** Delayed jobs through the API: their start (webhook arrival) after their run_at, in ms. */
   delayed: { jobs: number; p50Ms: number; p99Ms: number; maxMs: number };
   /** An idle month on Neon's smallest compute: hours awake and dollars at the Launch price. */
-  idleMonth: { withClock: { awakeHours: number; dollars: number }; withoutClock: { awakeHours: number; dollars: number } };
+  idleMonth: {
+    withClock: { awakeHours: number; dollars: number };
+    withoutClock: { awakeHours: number; dollars: number };
+  };
 }
 
 /** wrangler.toml without the clock's binding and migration: the Worker as it is without it. */
@@ -39,7 +47,8 @@ async function configWithoutClock(): Promise<string> {
   const toml = await readFile(path.join(root, 'wrangler.toml'), 'utf8');
   const blocks = toml.split(/\n(?=\[)/);
   const kept = blocks.filter((b) => !b.startsWith('[[durable_objects.bindings]]') && !b.startsWith('[[migrations]]'));
-  if (kept.length !== blocks.length - 2) throw new Error('wrangler.toml: expected one durable_objects binding and one migration');
+  if (kept.length !== blocks.length - 2)
+    throw new Error('wrangler.toml: expected one durable_objects binding and one migration');
   // Beside wrangler.toml, so that its relative paths (main, the build) mean the same.
   const file = path.join(root, '.bench-wrangler-without-clock.toml');
   await writeFile(file, kept.join('\n'));
@@ -48,10 +57,14 @@ async function configWithoutClock(): Promise<string> {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export async function benchWorkerClock(url: string, options: { crons: number; delayedJobs: number }): Promise<ClockFigures> {
+export async function benchWorkerClock(
+  url: string,
+  options: { crons: number; delayedJobs: number },
+): Promise<ClockFigures> {
   await migrateDatabase(url);
   const pool = new pg.Pool({ connectionString: url, max: 1 });
-  if (!(await trackStatements(pool))) throw new Error('the clock rows need pg_stat_statements loaded (the benchmark\'s own server has it)');
+  if (!(await trackStatements(pool)))
+    throw new Error("the clock rows need pg_stat_statements loaded (the benchmark's own server has it)");
   const target = new URL(url);
   // Started after tracking is on: its sessions (kept for the next client) count their statements.
   const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } });
@@ -83,14 +96,21 @@ export async function benchWorkerClock(url: string, options: { crons: number; de
 
     // With the clock, a 5 s backstop so that one look of its can be measured here.
     const backstopSeconds = 5;
-    const clocked = await startWranglerDev({ vars: { ...database, BACKSTOP_POLL_SECONDS: String(backstopSeconds), WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}` } });
+    const clocked = await startWranglerDev({
+      vars: {
+        ...database,
+        BACKSTOP_POLL_SECONDS: String(backstopSeconds),
+        WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}`,
+      },
+    });
     try {
       const firstLook = Date.now();
       await clocked.cron(); // a new clock looks once, housekeeping included
       await reset();
       for (let i = 0; i < options.crons; i++) await clocked.cron();
       const withClock = (await statementsSince()) / options.crons;
-      if (Date.now() - firstLook >= backstopSeconds * 1000) throw new Error('the idle crons took longer than the backstop interval');
+      if (Date.now() - firstLook >= backstopSeconds * 1000)
+        throw new Error('the idle crons took longer than the backstop interval');
       // The backstop's look: the alarm (or a cron, whichever comes first) once the interval has
       // passed since the last look; a cron after it finds it done.
       await reset();
@@ -101,12 +121,18 @@ export async function benchWorkerClock(url: string, options: { crons: number; de
       // Delayed jobs through the API, 1-3 s ahead: the clock's alarm starts them, no cron tick.
       const runAts = new Map<number, number>();
       for (let seq = 0; seq < options.delayedJobs; seq++) {
-        const res = await clocked.post('/jobs', { kind: 'webhook', payload: { url: `http://127.0.0.1:${hookPort}/hook`, body: { seq } }, delaySeconds: 1 + (seq % 3) });
+        const res = await clocked.post('/jobs', {
+          kind: 'webhook',
+          payload: { url: `http://127.0.0.1:${hookPort}/hook`, body: { seq } },
+          delaySeconds: 1 + (seq % 3),
+        });
         if (res.status !== 201) throw new Error(`POST /jobs answered ${res.status}: ${await res.text()}`);
         runAts.set(seq, Date.parse(((await res.json()) as { runAt: string }).runAt));
       }
-      for (const deadline = Date.now() + 20_000; arrivals.size < options.delayedJobs && Date.now() < deadline; ) await sleep(20);
-      if (arrivals.size < options.delayedJobs) throw new Error(`${options.delayedJobs - arrivals.size} delayed jobs did not start within 20 s without a cron`);
+      for (const deadline = Date.now() + 20_000; arrivals.size < options.delayedJobs && Date.now() < deadline; )
+        await sleep(20);
+      if (arrivals.size < options.delayedJobs)
+        throw new Error(`${options.delayedJobs - arrivals.size} delayed jobs did not start within 20 s without a cron`);
       const late = [...runAts].map(([seq, at]) => arrivals.get(seq)! - at).sort((a, b) => a - b);
       const at = (p: number) => late[Math.min(late.length - 1, Math.ceil((p / 100) * late.length) - 1)]!;
 

@@ -45,10 +45,15 @@ export async function workerdCpuMs(wranglerPid: number): Promise<number> {
     const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     const ticksPerSecond = 100; // USER_HZ
-    processes.set(Number(entry), { ppid: Number(fields[1]), name, cpuMs: ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond });
+    processes.set(Number(entry), {
+      ppid: Number(fields[1]),
+      name,
+      cpuMs: ((Number(fields[11]) + Number(fields[12])) * 1000) / ticksPerSecond,
+    });
   }
   const descends = (pid: number): boolean => {
-    for (let p = processes.get(pid)?.ppid; p !== undefined && p > 1; p = processes.get(p)?.ppid) if (p === wranglerPid) return true;
+    for (let p = processes.get(pid)?.ppid; p !== undefined && p > 1; p = processes.get(p)?.ppid)
+      if (p === wranglerPid) return true;
     return false;
   };
   let total = 0;
@@ -79,7 +84,9 @@ export async function benchWorkerDrainer(
   const neon = options.driver === 'neon';
   await migrateDatabase(url);
   const target = new URL(url);
-  const proxy = neon ? await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } }) : null;
+  const proxy = neon
+    ? await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } })
+    : null;
   // runNow's latency: webhook jobs to a server here, each arrival timed against its POST.
   const hook = await startHookServer(() => performance.now());
   const { arrivals, url: hookUrl, port: hookPort } = hook;
@@ -89,9 +96,16 @@ export async function benchWorkerDrainer(
   const worker = await startWranglerDev({
     vars: {
       ...(proxy ? { DATABASE_URL: url, NEON_WS_PROXY: proxy.address } : {}),
-      DRAIN_BUDGET_MS: String(budgetMs), WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}`, BACKSTOP_POLL_SECONDS: '0',
+      DRAIN_BUDGET_MS: String(budgetMs),
+      WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}`,
+      BACKSTOP_POLL_SECONDS: '0',
     },
-    ...(neon ? {} : { config: 'wrangler.hyperdrive.toml', env: { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: withPlaceholderPassword(url) } }),
+    ...(neon
+      ? {}
+      : {
+          config: 'wrangler.hyperdrive.toml',
+          env: { CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: withPlaceholderPassword(url) },
+        }),
   }).catch(async (error) => {
     await hook.close();
     await proxy?.close();
@@ -108,13 +122,22 @@ export async function benchWorkerDrainer(
       proxy?.setDelayMs(rttMs / 2);
       for (let r = 0; r < options.reps; r++) {
         await pool.query('DELETE FROM pgdrain.jobs');
-        await enqueueMany(db, Array.from({ length: options.jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
+        await enqueueMany(
+          db,
+          Array.from({ length: options.jobs }, (_, i) => ({ kind: 'noop', payload: { i } })),
+        );
         const cpuBefore = await workerdCpuMs(worker.process.pid!);
         const report = (await worker.cron()) as { completed: number; elapsedMs: number; housekeepingMs: number };
         const cpuMs = (await workerdCpuMs(worker.process.pid!)) - cpuBefore;
         const figure = {
-          rttMs, completed: report.completed, cpuMsPer1000: (cpuMs / Math.max(1, report.completed)) * 1000, elapsedMs: report.elapsedMs, budgetMs,
-          budgetLeftMs: budgetMs - report.elapsedMs, housekeepingMs: report.housekeepingMs, jobsPerSecond: report.completed / (report.elapsedMs / 1000),
+          rttMs,
+          completed: report.completed,
+          cpuMsPer1000: (cpuMs / Math.max(1, report.completed)) * 1000,
+          elapsedMs: report.elapsedMs,
+          budgetMs,
+          budgetLeftMs: budgetMs - report.elapsedMs,
+          housekeepingMs: report.housekeepingMs,
+          jobsPerSecond: report.completed / (report.elapsedMs / 1000),
         };
         figures.push(figure);
         console.log(
@@ -138,7 +161,9 @@ export async function benchWorkerDrainer(
       proxy.setDelayMs(0);
       times.sort((a, b) => a - b);
       enqueueP50At10MsRtt = times[Math.floor(times.length / 2)]!;
-      console.log(`  Worker POST /jobs at 10 ms RTT: p50 ${enqueueP50At10MsRtt.toFixed(1)} ms over ${times.length} requests`);
+      console.log(
+        `  Worker POST /jobs at 10 ms RTT: p50 ${enqueueP50At10MsRtt.toFixed(1)} ms over ${times.length} requests`,
+      );
     }
     if (options.runNowJobs) {
       await pool.query('DELETE FROM pgdrain.jobs');
@@ -156,7 +181,9 @@ export async function benchWorkerDrainer(
       latencies.sort((a, b) => a - b);
       const at = (p: number) => latencies[Math.min(latencies.length - 1, Math.ceil((p / 100) * latencies.length) - 1)]!;
       runNow = { jobs: latencies.length, p50Ms: at(50), p99Ms: at(99) };
-      console.log(`  Worker (${options.driver}) runNow: ${latencies.length} webhook jobs, POST → delivery p50 ${runNow.p50Ms.toFixed(1)} ms, p99 ${runNow.p99Ms.toFixed(1)} ms, no cron`);
+      console.log(
+        `  Worker (${options.driver}) runNow: ${latencies.length} webhook jobs, POST → delivery p50 ${runNow.p50Ms.toFixed(1)} ms, p99 ${runNow.p99Ms.toFixed(1)} ms, no cron`,
+      );
     }
   } finally {
     await hook.close();

@@ -22,18 +22,40 @@ export interface WorkflowTrial {
 const ROOT = path.resolve(import.meta.dirname, '..');
 
 /** One trial of `system` in a child process; `cpu` reads PostgreSQL's CPU (ms) around it. */
-export async function workflowTrial(system: 'pgdrain' | 'dbos', url: string, runs: number, sleepSeconds: number, cpu: () => Promise<number>): Promise<WorkflowTrial> {
-  const script = path.join(ROOT, 'bench', 'fixtures', system === 'pgdrain' ? 'workflow-pgdrain.ts' : 'workflow-dbos.ts');
+export async function workflowTrial(
+  system: 'pgdrain' | 'dbos',
+  url: string,
+  runs: number,
+  sleepSeconds: number,
+  cpu: () => Promise<number>,
+): Promise<WorkflowTrial> {
+  const script = path.join(
+    ROOT,
+    'bench',
+    'fixtures',
+    system === 'pgdrain' ? 'workflow-pgdrain.ts' : 'workflow-dbos.ts',
+  );
   const before = await cpu();
   const out = await new Promise<string>((resolve, reject) => {
-    const child = spawn(process.execPath, [script, url, String(runs), String(sleepSeconds)], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, DBOS__APPVERSION: 'bench' } });
+    const child = spawn(process.execPath, [script, url, String(runs), String(sleepSeconds)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, DBOS__APPVERSION: 'bench' },
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.on('exit', (code) => (code === 0 ? resolve(stdout) : reject(new Error(`${system} workflow trial exited ${code}:\n${stderr.slice(-2000)}`))));
+    child.on('exit', (code) =>
+      code === 0
+        ? resolve(stdout)
+        : reject(new Error(`${system} workflow trial exited ${code}:\n${stderr.slice(-2000)}`)),
+    );
   });
-  const line = out.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
+  const line = out
+    .trim()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .at(-1);
   if (!line) throw new Error(`${system} workflow trial printed no result:\n${out.slice(-2000)}`);
   return { ...(JSON.parse(line) as WorkflowTrial), postgresCpuMs: (await cpu()) - before };
 }

@@ -34,9 +34,26 @@ export async function startWranglerDev(options: {
   await chmod(dir, 0o700);
   const envFile = path.join(dir, 'worker.env');
   const vars = { API_TOKEN: BENCH_TOKEN, ...options.vars };
-  await writeFile(envFile, `${Object.entries(vars).map(([k, v]) => `${k}=${v}`).join('\n')}\n`, { mode: 0o600 });
+  await writeFile(
+    envFile,
+    `${Object.entries(vars)
+      .map(([k, v]) => `${k}=${v}`)
+      .join('\n')}\n`,
+    { mode: 0o600 },
+  );
   const port = await freePort();
-  const args = ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile, '--persist-to', path.join(dir, 'state')];
+  const args = [
+    'dev',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--test-scheduled',
+    '--env-file',
+    envFile,
+    '--persist-to',
+    path.join(dir, 'state'),
+  ];
   if (options.config) args.push('--config', options.config);
   const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), args, {
     cwd: root,
@@ -65,7 +82,10 @@ export async function startWranglerDev(options: {
     const res = await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`);
     if (!res.ok) throw new Error(`/__scheduled answered ${res.status}`);
     for (let waited = 0; waited < 5_000; waited += 20) {
-      const line = out.slice(before).split('\n').find((l) => l.includes('"event":"scheduled"'));
+      const line = out
+        .slice(before)
+        .split('\n')
+        .find((l) => l.includes('"event":"scheduled"'));
       if (line) return JSON.parse(line.slice(line.indexOf('{'))) as Record<string, unknown>;
       await new Promise((r) => setTimeout(r, 20));
     }
@@ -81,7 +101,9 @@ export async function startWranglerDev(options: {
 }
 
 /** A webhook receiver on 127.0.0.1 that records when each `{ seq }` body first arrived (`now()`). */
-export async function startHookServer(now: () => number): Promise<{ url: string; port: number; arrivals: Map<number, number>; close(): Promise<void> }> {
+export async function startHookServer(
+  now: () => number,
+): Promise<{ url: string; port: number; arrivals: Map<number, number>; close(): Promise<void> }> {
   const arrivals = new Map<number, number>();
   const server = http.createServer((req, res) => {
     let body = '';
@@ -94,5 +116,10 @@ export async function startHookServer(now: () => number): Promise<{ url: string;
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as { port: number }).port;
-  return { url: `http://127.0.0.1:${port}/hook`, port, arrivals, close: () => new Promise((r) => server.close(() => r())) };
+  return {
+    url: `http://127.0.0.1:${port}/hook`,
+    port,
+    arrivals,
+    close: () => new Promise((r) => server.close(() => r())),
+  };
 }

@@ -22,12 +22,20 @@ export function toJson(value: unknown, what: string): string | null {
 
 function exactJson(this: unknown, key: string, value: unknown): unknown {
   const at = key === '' ? '' : ` at ${JSON.stringify(key)}`;
-  if (typeof value === 'number' && !Number.isFinite(value)) throw new TypeError(`${value}${at} has no JSON form (it would be stored as null)`);
-  if (value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof Number || value instanceof String || value instanceof Boolean)) {
+  if (typeof value === 'number' && !Number.isFinite(value))
+    throw new TypeError(`${value}${at} has no JSON form (it would be stored as null)`);
+  if (
+    value !== null &&
+    typeof value === 'object' &&
+    !Array.isArray(value) &&
+    !(value instanceof Number || value instanceof String || value instanceof Boolean)
+  ) {
     const proto = Object.getPrototypeOf(value);
     if (proto !== Object.prototype && proto !== null) {
       const name = (value as { constructor?: { name?: string } }).constructor?.name || 'object';
-      throw new TypeError(`a ${name}${at} has no JSON form of its own (it would be stored as a plain object); return plain objects, arrays, strings, numbers, booleans or null`);
+      throw new TypeError(
+        `a ${name}${at} has no JSON form of its own (it would be stored as a plain object); return plain objects, arrays, strings, numbers, booleans or null`,
+      );
     }
   }
   return value;

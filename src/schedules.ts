@@ -44,14 +44,19 @@ export function defineSchedule(definition: ScheduleDefinition): ScheduleDefiniti
   if (!KIND_PATTERN.test(definition.name)) {
     throw new Error(`schedule name ${JSON.stringify(definition.name)}: ${KIND_PATTERN_MESSAGE}`);
   }
-  if (definition.backfillSeconds !== undefined && !(definition.backfillSeconds >= 0 && Number.isFinite(definition.backfillSeconds))) {
+  if (
+    definition.backfillSeconds !== undefined &&
+    !(definition.backfillSeconds >= 0 && Number.isFinite(definition.backfillSeconds))
+  ) {
     throw new Error(`schedule ${definition.name}: backfillSeconds must be a number of seconds, 0 or more`);
   }
   if (definition.timezone !== undefined) {
     try {
       new Intl.DateTimeFormat('en-US', { timeZone: definition.timezone });
     } catch {
-      throw new Error(`schedule ${definition.name}: unknown time zone ${JSON.stringify(definition.timezone)}; use an IANA name such as Europe/Berlin`);
+      throw new Error(
+        `schedule ${definition.name}: unknown time zone ${JSON.stringify(definition.timezone)}; use an IANA name such as Europe/Berlin`,
+      );
     }
   }
   cronOf(definition); // throws on a bad expression
@@ -83,7 +88,11 @@ export function checkSchedules(registry: JobRegistry, schedules: readonly Schedu
 }
 
 /** The slots a schedule owes at `now`, given the last one handled. */
-export function dueSlots(schedule: ScheduleDefinition, lastSlot: Date | null, now: Date): { enqueue: Date[]; skipped: number; latest: Date } {
+export function dueSlots(
+  schedule: ScheduleDefinition,
+  lastSlot: Date | null,
+  now: Date,
+): { enqueue: Date[]; skipped: number; latest: Date } {
   const cron = cronOf(schedule);
   const backfillMs = (schedule.backfillSeconds ?? 0) * 1000;
   // croner's previousRuns is exclusive of its reference and works in whole seconds.
@@ -91,7 +100,11 @@ export function dueSlots(schedule: ScheduleDefinition, lastSlot: Date | null, no
   if (lastSlot === null) {
     // First evaluation: nothing is owed from before the schedule existed, except its backfill.
     const since = new Date(now.getTime() - backfillMs);
-    return { enqueue: backfillMs > 0 ? slotsBetween(cron, since, now).slice(-MAX_BACKFILL_SLOTS) : [], skipped: 0, latest: latest && latest > since ? latest : now };
+    return {
+      enqueue: backfillMs > 0 ? slotsBetween(cron, since, now).slice(-MAX_BACKFILL_SLOTS) : [],
+      skipped: 0,
+      latest: latest && latest > since ? latest : now,
+    };
   }
   if (!latest || latest <= lastSlot) return { enqueue: [], skipped: 0, latest: lastSlot };
   if (backfillMs === 0) return { enqueue: [latest], skipped: countSlots(cron, lastSlot, latest), latest };
@@ -105,7 +118,8 @@ export function dueSlots(schedule: ScheduleDefinition, lastSlot: Date | null, no
 /** Slots in (from, to], oldest first. */
 function slotsBetween(cron: Cron, from: Date, to: Date): Date[] {
   const out: Date[] = [];
-  for (let next = cron.nextRun(from); next && next <= to && out.length < MAX_SLOTS_WALKED; next = cron.nextRun(next)) out.push(next);
+  for (let next = cron.nextRun(from); next && next <= to && out.length < MAX_SLOTS_WALKED; next = cron.nextRun(next))
+    out.push(next);
   return out;
 }
 
@@ -143,7 +157,10 @@ export async function evaluateSchedules(
         const due = dueSlots(schedule, state.lastSlot, now);
         if (due.enqueue.length > 0) {
           const { kind, payload, maxAttempts, priority } = schedule;
-          await prepareEnqueue(due.enqueue.map((runAt) => ({ kind, payload, maxAttempts, priority, runAt })), { registry, unknownKinds: 'refuse' }).send(tx);
+          await prepareEnqueue(
+            due.enqueue.map((runAt) => ({ kind, payload, maxAttempts, priority, runAt })),
+            { registry, unknownKinds: 'refuse' },
+          ).send(tx);
         }
         if (state.lastSlot === null || due.latest > state.lastSlot) {
           await advanceSchedule(tx, schedule.name, due.latest, due.skipped, due.enqueue.at(-1) ?? null);
@@ -167,7 +184,11 @@ export interface ScheduleView {
 }
 
 /** What GET /schedules shows: each schedule in code, its next slot and the last one enqueued. */
-export async function describeSchedules(db: Db, schedules: readonly ScheduleDefinition[], now = new Date()): Promise<ScheduleView[]> {
+export async function describeSchedules(
+  db: Db,
+  schedules: readonly ScheduleDefinition[],
+  now = new Date(),
+): Promise<ScheduleView[]> {
   const states = schedules.length === 0 ? new Map() : await listScheduleStates(db);
   return schedules.map((s) => ({
     name: s.name,

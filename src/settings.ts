@@ -27,10 +27,20 @@ interface Setting<T, E extends string = string> {
   documentedDefault?: string | { [R in Runtime]?: string };
 }
 
-const int = (min: number, max: number) => z.coerce.number<string>({ error: 'must be a whole number' }).int('must be a whole number').min(min, `must be at least ${min}`).max(max, `must be at most ${max}`);
+const int = (min: number, max: number) =>
+  z.coerce
+    .number<string>({ error: 'must be a whole number' })
+    .int('must be a whole number')
+    .min(min, `must be at least ${min}`)
+    .max(max, `must be at most ${max}`);
 const token = z.string().min(16, 'use at least 16 characters');
 const bool = z.enum(['true', 'false'], 'must be true or false').transform((v) => v === 'true');
-const list = z.string().transform((v) => v.split(',').map((k) => k.trim()).filter(Boolean));
+const list = z.string().transform((v) =>
+  v
+    .split(',')
+    .map((k) => k.trim())
+    .filter(Boolean),
+);
 const scopedTokens = z.string().transform((value, ctx) => {
   try {
     return parseScopedTokens(value);
@@ -56,7 +66,8 @@ const signingSecrets = z.string().superRefine((value, ctx) => {
   }
 });
 
-const setting = <T, const E extends string, const R extends readonly Runtime[]>(s: Setting<T, E> & { runtimes: R }) => s;
+const setting = <T, const E extends string, const R extends readonly Runtime[]>(s: Setting<T, E> & { runtimes: R }) =>
+  s;
 const both = ['sidecar', 'worker'] as const;
 const sidecarOnly = ['sidecar'] as const;
 const workerOnly = ['worker'] as const;
@@ -67,12 +78,22 @@ export const WORKER_MAX_CONCURRENCY = 5;
 
 export const SETTINGS = {
   databaseUrl: setting({
-    env: 'DATABASE_URL', runtimes: both, documentedDefault: { sidecar: 'embedded PostgreSQL' },
+    env: 'DATABASE_URL',
+    runtimes: both,
+    documentedDefault: { sidecar: 'embedded PostgreSQL' },
     parse: z.string().regex(/^postgres(ql)?:\/\//, 'must start with postgres:// or postgresql://'),
   }),
-  dataDir: setting({ env: 'PGDRAIN_DATA_DIR', runtimes: sidecarOnly, parse: z.string(), default: '.pgdrain', documentedDefault: './.pgdrain' }),
+  dataDir: setting({
+    env: 'PGDRAIN_DATA_DIR',
+    runtimes: sidecarOnly,
+    parse: z.string(),
+    default: '.pgdrain',
+    documentedDefault: './.pgdrain',
+  }),
   drainerId: setting({
-    env: 'DRAINER_ID', runtimes: sidecarOnly, documentedDefault: 'generated once, kept in the data folder',
+    env: 'DRAINER_ID',
+    runtimes: sidecarOnly,
+    documentedDefault: 'generated once, kept in the data folder',
     parse: z.string().regex(DRAINER_ID_PATTERN, 'must be 1 to 100 letters, digits, - or _'),
   }),
   port: setting({ env: 'PORT', runtimes: sidecarOnly, parse: int(0, 65535), default: 8080 }),
@@ -80,38 +101,122 @@ export const SETTINGS = {
   apiToken: setting({ env: 'API_TOKEN', runtimes: both, parse: token, documentedDefault: { sidecar: 'generated' } }),
   metricsToken: setting({ env: 'METRICS_TOKEN', runtimes: both, parse: token }),
   scopedTokens: setting({ env: 'API_TOKENS', runtimes: both, parse: scopedTokens, default: [] }),
-  oldestReadyWarnSeconds: setting({ env: 'OLDEST_READY_WARN_SECONDS', runtimes: both, parse: int(1, 604_800), default: 60 }),
+  oldestReadyWarnSeconds: setting({
+    env: 'OLDEST_READY_WARN_SECONDS',
+    runtimes: both,
+    parse: int(1, 604_800),
+    default: 60,
+  }),
   recordCounts: setting({ env: 'RECORD_COUNTS', runtimes: both, parse: bool, default: true }),
   batchSize: setting({
-    env: 'BATCH_SIZE', runtimes: both, parse: int(1, 1000),
+    env: 'BATCH_SIZE',
+    runtimes: both,
+    parse: int(1, 1000),
     default: { sidecar: DRAIN_PROFILES.near.batchSize, worker: DRAIN_PROFILES.far.batchSize },
   }),
-  maxBatchSize: setting({ env: 'MAX_BATCH_SIZE', runtimes: workerOnly, parse: int(1, 10_000), default: DRAIN_PROFILES.far.maxBatchSize }),
+  maxBatchSize: setting({
+    env: 'MAX_BATCH_SIZE',
+    runtimes: workerOnly,
+    parse: int(1, 10_000),
+    default: DRAIN_PROFILES.far.maxBatchSize,
+  }),
   concurrency: setting({
-    env: 'CONCURRENCY', runtimes: both,
+    env: 'CONCURRENCY',
+    runtimes: both,
     parse: { sidecar: int(1, 10_000), worker: int(1, WORKER_MAX_CONCURRENCY) },
     default: { sidecar: DRAIN_PROFILES.near.concurrency, worker: DRAIN_PROFILES.far.concurrency },
   }),
   kinds: setting({ env: 'KINDS', runtimes: both, parse: list, documentedDefault: 'every registered kind' }),
   pollIntervalMs: setting({ env: 'POLL_INTERVAL_MS', runtimes: sidecarOnly, parse: int(10, 3_600_000), default: 1000 }),
-  eventRetentionSeconds: setting({ env: 'EVENT_RETENTION_SECONDS', runtimes: both, parse: int(60, 30 * 86_400), default: 86_400 }),
-  reapIntervalMs: setting({ env: 'REAP_INTERVAL_MS', runtimes: sidecarOnly, parse: int(100, 86_400_000), default: 15_000 }),
-  visibilityTimeoutSeconds: setting({ env: 'VISIBILITY_TIMEOUT_SECONDS', runtimes: both, parse: int(1, 604_800), default: JOB_DEFAULTS.visibilityTimeoutSeconds }),
-  shutdownGraceMs: setting({ env: 'SHUTDOWN_GRACE_MS', runtimes: sidecarOnly, parse: int(0, 3_600_000), default: 10_000 }),
-  poolSize: setting({ env: 'PG_POOL_MAX', runtimes: sidecarOnly, parse: int(2, 1000), default: 10 }),
-  maxBodyBytes: setting({ env: 'MAX_BODY_BYTES', runtimes: both, parse: int(1024, 100 * 1024 * 1024), default: 1024 * 1024 }),
-  httpHeadersTimeoutMs: setting({ env: 'HTTP_HEADERS_TIMEOUT_MS', runtimes: sidecarOnly, parse: int(1000, 600_000), default: 10_000 }),
-  httpRequestTimeoutMs: setting({ env: 'HTTP_REQUEST_TIMEOUT_MS', runtimes: sidecarOnly, parse: int(1000, 3_600_000), default: 30_000 }),
-  httpMaxConnections: setting({ env: 'HTTP_MAX_CONNECTIONS', runtimes: sidecarOnly, parse: int(1, 100_000), default: 1000 }),
-  webhookAllowedHosts: setting({ env: 'WEBHOOK_ALLOWED_HOSTS', runtimes: both, parse: allowedHosts, default: '', documentedDefault: 'empty' }),
-  webhookSigningSecret: setting({ env: 'WEBHOOK_SIGNING_SECRET', runtimes: both, parse: signingSecrets, documentedDefault: 'unset (unsigned)' }),
-  logLevel: setting({
-    env: 'LOG_LEVEL', runtimes: sidecarOnly, default: 'info',
-    parse: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'must be fatal, error, warn, info, debug, trace or silent'),
+  eventRetentionSeconds: setting({
+    env: 'EVENT_RETENTION_SECONDS',
+    runtimes: both,
+    parse: int(60, 30 * 86_400),
+    default: 86_400,
   }),
-  logFormat: setting({ env: 'LOG_FORMAT', runtimes: sidecarOnly, parse: z.enum(['json', 'pretty'], 'must be json or pretty'), documentedDefault: 'by terminal' }),
-  drainBudgetMs: setting({ env: 'DRAIN_BUDGET_MS', runtimes: workerOnly, parse: int(1000, 900_000), documentedDefault: "until 1 s before the cron's next tick" }),
-  backstopPollSeconds: setting({ env: 'BACKSTOP_POLL_SECONDS', runtimes: workerOnly, parse: int(0, 86_400), default: 3600 }),
+  reapIntervalMs: setting({
+    env: 'REAP_INTERVAL_MS',
+    runtimes: sidecarOnly,
+    parse: int(100, 86_400_000),
+    default: 15_000,
+  }),
+  visibilityTimeoutSeconds: setting({
+    env: 'VISIBILITY_TIMEOUT_SECONDS',
+    runtimes: both,
+    parse: int(1, 604_800),
+    default: JOB_DEFAULTS.visibilityTimeoutSeconds,
+  }),
+  shutdownGraceMs: setting({
+    env: 'SHUTDOWN_GRACE_MS',
+    runtimes: sidecarOnly,
+    parse: int(0, 3_600_000),
+    default: 10_000,
+  }),
+  poolSize: setting({ env: 'PG_POOL_MAX', runtimes: sidecarOnly, parse: int(2, 1000), default: 10 }),
+  maxBodyBytes: setting({
+    env: 'MAX_BODY_BYTES',
+    runtimes: both,
+    parse: int(1024, 100 * 1024 * 1024),
+    default: 1024 * 1024,
+  }),
+  httpHeadersTimeoutMs: setting({
+    env: 'HTTP_HEADERS_TIMEOUT_MS',
+    runtimes: sidecarOnly,
+    parse: int(1000, 600_000),
+    default: 10_000,
+  }),
+  httpRequestTimeoutMs: setting({
+    env: 'HTTP_REQUEST_TIMEOUT_MS',
+    runtimes: sidecarOnly,
+    parse: int(1000, 3_600_000),
+    default: 30_000,
+  }),
+  httpMaxConnections: setting({
+    env: 'HTTP_MAX_CONNECTIONS',
+    runtimes: sidecarOnly,
+    parse: int(1, 100_000),
+    default: 1000,
+  }),
+  webhookAllowedHosts: setting({
+    env: 'WEBHOOK_ALLOWED_HOSTS',
+    runtimes: both,
+    parse: allowedHosts,
+    default: '',
+    documentedDefault: 'empty',
+  }),
+  webhookSigningSecret: setting({
+    env: 'WEBHOOK_SIGNING_SECRET',
+    runtimes: both,
+    parse: signingSecrets,
+    documentedDefault: 'unset (unsigned)',
+  }),
+  logLevel: setting({
+    env: 'LOG_LEVEL',
+    runtimes: sidecarOnly,
+    default: 'info',
+    parse: z.enum(
+      ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
+      'must be fatal, error, warn, info, debug, trace or silent',
+    ),
+  }),
+  logFormat: setting({
+    env: 'LOG_FORMAT',
+    runtimes: sidecarOnly,
+    parse: z.enum(['json', 'pretty'], 'must be json or pretty'),
+    documentedDefault: 'by terminal',
+  }),
+  drainBudgetMs: setting({
+    env: 'DRAIN_BUDGET_MS',
+    runtimes: workerOnly,
+    parse: int(1000, 900_000),
+    documentedDefault: "until 1 s before the cron's next tick",
+  }),
+  backstopPollSeconds: setting({
+    env: 'BACKSTOP_POLL_SECONDS',
+    runtimes: workerOnly,
+    parse: int(0, 86_400),
+    default: 3600,
+  }),
   queueClock: setting({ env: 'QUEUE_CLOCK', runtimes: workerOnly, parse: bool, default: true }),
 } satisfies Record<string, Setting<any>>;
 
@@ -121,7 +226,9 @@ export type SettingName = keyof Specs;
 /** Every setting, parsed; undefined where unset with no default, or not read by the runtime. */
 export type Settings = { [K in SettingName]: ValueOf<Specs[K]> | undefined };
 /** The settings `R` reads. */
-export type SettingOf<R extends Runtime> = { [K in SettingName]: R extends Specs[K]['runtimes'][number] ? K : never }[SettingName];
+export type SettingOf<R extends Runtime> = {
+  [K in SettingName]: R extends Specs[K]['runtimes'][number] ? K : never;
+}[SettingName];
 /** What a runtime's settings are as options: each may be given, else its default applies. */
 export type RuntimeSettings<R extends Runtime> = { [K in SettingOf<R>]?: ValueOf<Specs[K]> };
 /** The environment variables `R` reads, as text (a Worker's vars and secrets). */
@@ -137,11 +244,19 @@ export class SettingsError extends Error {
   }
 }
 
-const forRuntime = <T>(value: T | { [R in Runtime]?: T } | undefined, runtime: Runtime, isPerRuntime: (v: unknown) => boolean): T | undefined =>
+const forRuntime = <T>(
+  value: T | { [R in Runtime]?: T } | undefined,
+  runtime: Runtime,
+  isPerRuntime: (v: unknown) => boolean,
+): T | undefined =>
   value !== undefined && isPerRuntime(value) ? (value as { [R in Runtime]?: T })[runtime] : (value as T | undefined);
 
 const isZod = (v: unknown) => v instanceof z.ZodType;
-const hasRuntimeKeys = (v: unknown) => typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).every((k) => k === 'sidecar' || k === 'worker');
+const hasRuntimeKeys = (v: unknown) =>
+  typeof v === 'object' &&
+  v !== null &&
+  !Array.isArray(v) &&
+  Object.keys(v).every((k) => k === 'sidecar' || k === 'worker');
 
 /** The settings `runtime` reads, from `env` (an empty variable counts as unset, as in `VAR= cmd`). */
 export function readSettings(env: Record<string, unknown>, runtime: Runtime): Settings {
@@ -177,12 +292,15 @@ export function defaultFor<K extends SettingName>(name: K, runtime: Runtime): No
 
 /** The variables `runtime` reads, in the order of SETTINGS. */
 export const settingVariables = (runtime: Runtime): string[] =>
-  Object.values(SETTINGS as Record<string, Setting<unknown>>).filter((s) => s.runtimes.includes(runtime)).map((s) => s.env);
+  Object.values(SETTINGS as Record<string, Setting<unknown>>)
+    .filter((s) => s.runtimes.includes(runtime))
+    .map((s) => s.env);
 
 /** How the README shows a setting's default for `runtime`. */
 export function documentedDefault(name: SettingName, runtime: Runtime): string {
   const spec = SETTINGS[name] as Setting<unknown>;
-  const documented = typeof spec.documentedDefault === 'object' ? spec.documentedDefault[runtime] : spec.documentedDefault;
+  const documented =
+    typeof spec.documentedDefault === 'object' ? spec.documentedDefault[runtime] : spec.documentedDefault;
   if (documented !== undefined) return documented;
   const value = forRuntime(spec.default, runtime, hasRuntimeKeys);
   if (value === undefined) return 'unset';

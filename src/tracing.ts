@@ -97,12 +97,20 @@ export async function traceEnqueue<J extends { kind: string; traceparent?: strin
   const kinds = [...new Set(jobs.map((j) => j.kind))];
   const span = tracerOf(api).startSpan(
     `create ${kinds.join(',')}`,
-    { kind: api.SpanKind.PRODUCER, attributes: { ...messaging('create', kinds), ...(jobs.length > 1 ? { 'messaging.batch.message_count': jobs.length } : {}) } },
+    {
+      kind: api.SpanKind.PRODUCER,
+      attributes: {
+        ...messaging('create', kinds),
+        ...(jobs.length > 1 ? { 'messaging.batch.message_count': jobs.length } : {}),
+      },
+    },
     parent,
   );
   const traceparent = traceparentOf(span.spanContext());
   try {
-    const result = await api.context.with(api.trace.setSpan(parent, span), () => enqueue(jobs.map((j) => (j.traceparent ? j : { ...j, traceparent }))));
+    const result = await api.context.with(api.trace.setSpan(parent, span), () =>
+      enqueue(jobs.map((j) => (j.traceparent ? j : { ...j, traceparent }))),
+    );
     const ids = options.ids?.(result) ?? [];
     if (ids.length === 1) span.setAttribute('messaging.message.id', ids[0]!);
     return result;
@@ -116,10 +124,19 @@ export async function traceEnqueue<J extends { kind: string; traceparent?: strin
 
 /** A claim that brought jobs (of `kinds`) back, as a `receive` span from when it was sent; returns
  * the context its jobs' `process` spans are children of. */
-export function traceClaim(api: OpenTelemetryApi, kinds: readonly string[], count: number, sentAt: number): OpenTelemetry.Context {
+export function traceClaim(
+  api: OpenTelemetryApi,
+  kinds: readonly string[],
+  count: number,
+  sentAt: number,
+): OpenTelemetry.Context {
   const span = tracerOf(api).startSpan(
     `receive ${kinds.length <= 3 ? kinds.join(',') : 'jobs'}`,
-    { kind: api.SpanKind.CLIENT, startTime: sentAt, attributes: { ...messaging('receive', kinds), 'messaging.batch.message_count': count } },
+    {
+      kind: api.SpanKind.CLIENT,
+      startTime: sentAt,
+      attributes: { ...messaging('receive', kinds), 'messaging.batch.message_count': count },
+    },
     api.ROOT_CONTEXT,
   );
   span.end();
@@ -148,7 +165,12 @@ export class ProcessSpan {
       `process ${job.kind}`,
       {
         kind: api.SpanKind.CONSUMER,
-        attributes: { ...messaging('process', [job.kind]), 'messaging.message.id': job.id, 'pgdrain.job.attempt': job.attempts, 'pgdrain.job.max_attempts': job.maxAttempts },
+        attributes: {
+          ...messaging('process', [job.kind]),
+          'messaging.message.id': job.id,
+          'pgdrain.job.attempt': job.attempts,
+          'pgdrain.job.max_attempts': job.maxAttempts,
+        },
         links: created ? [{ context: created, attributes: { 'messaging.operation.type': 'create' } }] : [],
       },
       claimContext,
@@ -187,7 +209,13 @@ export async function traceStep<T>(
   if (!api) return fn();
   return tracerOf(api).startActiveSpan(
     `step ${name}`,
-    { attributes: { 'pgdrain.workflow.kind': workflow.kind, 'messaging.message.id': workflow.jobId, 'pgdrain.step.name': name } },
+    {
+      attributes: {
+        'pgdrain.workflow.kind': workflow.kind,
+        'messaging.message.id': workflow.jobId,
+        'pgdrain.step.name': name,
+      },
+    },
     async (span) => {
       try {
         const value = await fn();

@@ -58,7 +58,11 @@ it('no module circle in src/', () => {
   for (const { file, program } of modules) {
     const body = (program as unknown as { body: Node[] }).body;
     const deps = body
-      .filter((s) => ['ImportDeclaration', 'ExportNamedDeclaration', 'ExportAllDeclaration'].includes(s.type!) && s.source?.value.startsWith('.'))
+      .filter(
+        (s) =>
+          ['ImportDeclaration', 'ExportNamedDeclaration', 'ExportAllDeclaration'].includes(s.type!) &&
+          s.source?.value.startsWith('.'),
+      )
       .map((s) => path.resolve(path.dirname(file), s.source!.value));
     imports.set(file, deps);
   }

@@ -14,7 +14,13 @@ const grouped = defineJob({ kind: 'grouped', schema: z.unknown(), handler: () =>
 function planner() {
   const book = new JobBook();
   const plan = new ClaimPlanner(new JobRegistry([grouped]), book, {
-    kinds: ['grouped'], batchSize: 250, maxBatchSize: 250, concurrency: 250, prefetch: 0, claimsInFlight: 2, carryCompletions: false,
+    kinds: ['grouped'],
+    batchSize: 250,
+    maxBatchSize: 250,
+    concurrency: 250,
+    prefetch: 0,
+    claimsInFlight: 2,
+    carryCompletions: false,
   });
   return plan;
 }
@@ -55,7 +61,13 @@ describe('the claim planner, for jobs announced while a claim is on its way', ()
   const plain = defineJob({ kind: 'plain', schema: z.unknown(), handler: () => {} });
   const plainPlanner = () =>
     new ClaimPlanner(new JobRegistry([plain]), new JobBook(), {
-      kinds: ['plain'], batchSize: 10, maxBatchSize: 10, concurrency: 10, prefetch: 0, claimsInFlight: 2, carryCompletions: false,
+      kinds: ['plain'],
+      batchSize: 10,
+      maxBatchSize: 10,
+      concurrency: 10,
+      prefetch: 0,
+      claimsInFlight: 2,
+      carryCompletions: false,
     });
 
   it('a short claim drains the kind when nothing was announced meanwhile', () => {

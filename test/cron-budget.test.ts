@@ -13,7 +13,9 @@ it('every minute: the budget runs until a second before the next tick', () => {
 
 it('every five minutes: about five minutes; hourly: capped at the 15-minute wall-clock limit', () => {
   expect(cronBudgetMs('*/5 * * * *', at('2026-11-30T10:05:00Z'), at('2026-11-30T10:05:00Z'))).toBe(299_000);
-  expect(cronBudgetMs('0 * * * *', at('2026-11-30T10:00:00Z'), at('2026-11-30T10:00:00Z'))).toBe(MAX_CRON_WALL_MS - 1_000);
+  expect(cronBudgetMs('0 * * * *', at('2026-11-30T10:00:00Z'), at('2026-11-30T10:00:00Z'))).toBe(
+    MAX_CRON_WALL_MS - 1_000,
+  );
 });
 
 it('an expression it cannot read falls back to 25 s; never less than a second', () => {

@@ -18,15 +18,24 @@ it('tsc checks the browser module as part of the project, with the DOM types and
   const { stdout } = await run(path.join(ROOT, 'node_modules/.bin/tsc'), ['-p', '.', '--listFilesOnly'], { cwd: ROOT });
   expect(stdout.split('\n').map((f) => path.resolve(ROOT, f.trim()))).toContain(SOURCE);
   const config = JSON.parse((await readFile(path.join(ROOT, 'tsconfig.json'), 'utf8')).replace(/^\s*\/\/.*$/gm, ''));
-  expect(config.compilerOptions).toMatchObject({ strict: true, noUncheckedIndexedAccess: true, lib: expect.arrayContaining(['DOM']) });
+  expect(config.compilerOptions).toMatchObject({
+    strict: true,
+    noUncheckedIndexedAccess: true,
+    lib: expect.arrayContaining(['DOM']),
+  });
 });
 
 it('the script served at /dashboard/script.js is the bundle of that module as it is now', async () => {
-  const app = createApp({ withDb: () => Promise.reject(new Error('unused')), registry: createDefaultRegistry({}), apiToken: 'dashboard-build-token-01234' });
+  const app = createApp({
+    withDb: () => Promise.reject(new Error('unused')),
+    registry: createDefaultRegistry({}),
+    apiToken: 'dashboard-build-token-01234',
+  });
   const served = await (await app.request('/dashboard/script.js')).text();
   // Bundled again from the source now: the same code, so the generated module is not stale.
   expect(served).toBe(await bundleDashboard());
   // Types are gone; the behaviour's landmarks are there.
   expect(served).not.toMatch(/:\s*(HTMLElement|QueueStats|Promise<void>)\b/);
-  for (const landmark of ['pgdrain.token', '/stats/throughput?minutes=60', 'X-Pgdrain-Scope', 'textContent']) expect(served).toContain(landmark);
+  for (const landmark of ['pgdrain.token', '/stats/throughput?minutes=60', 'X-Pgdrain-Scope', 'textContent'])
+    expect(served).toContain(landmark);
 });

@@ -28,7 +28,9 @@ const READ_TOKEN = 'dashboard-read-token-0a1b2c';
 const ENQUEUE_TOKEN = 'dashboard-enqueue-token-3d4e';
 
 if (!haveChromium && !required) {
-  console.warn(`dashboard.browser.test.ts skipped: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
+  console.warn(
+    `dashboard.browser.test.ts skipped: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`,
+  );
 }
 
 describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
@@ -40,7 +42,12 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     if (!haveChromium) throw new Error(`PGDRAIN_BROWSER_TESTS=required but there is no Chromium at ${CHROMIUM}`);
     await mkdir(ARTIFACTS, { recursive: true });
     t = await createTestDatabase();
-    sidecar = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, API_TOKENS: `read:${READ_TOKEN},enqueue:${ENQUEUE_TOKEN}`, POLL_INTERVAL_MS: '200' });
+    sidecar = await startSidecarProcess({
+      DATABASE_URL: t.url,
+      API_TOKEN: TOKEN,
+      API_TOKENS: `read:${READ_TOKEN},enqueue:${ENQUEUE_TOKEN}`,
+      POLL_INTERVAL_MS: '200',
+    });
     // Running as root in CI: Chromium's sandbox needs user namespaces it may not have there.
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
   });
@@ -71,7 +78,10 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     expect(res.status).toBe(201);
     await t.query(`INSERT INTO pgdrain.jobs (kind, payload) VALUES ('record', '{"ms": "not a number"}')`);
     await until(
-      () => t.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind IN ('noop', 'record') AND status <> 'dead'`),
+      () =>
+        t.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind IN ('noop', 'record') AND status <> 'dead'`,
+        ),
       (rows) => rows[0]!.n === 0,
       15_000,
       'the sidecar to drain the noop and record jobs',
@@ -127,7 +137,14 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     expect(await page.evaluate(() => sessionStorage.getItem('pgdrain.token'))).toBe(TOKEN);
 
     // The kind table and the cards against the rows.
-    const counts = await t.query<{ kind: string; pending: number; ready: number; delayed: number; running: number; dead: number }>(`
+    const counts = await t.query<{
+      kind: string;
+      pending: number;
+      ready: number;
+      delayed: number;
+      running: number;
+      dead: number;
+    }>(`
       SELECT kind, count(*) FILTER (WHERE status = 'pending')::int AS pending,
              count(*) FILTER (WHERE status = 'pending' AND run_at <= now())::int AS ready,
              count(*) FILTER (WHERE status = 'pending' AND run_at > now())::int AS delayed,
@@ -135,13 +152,21 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
              count(*) FILTER (WHERE status = 'dead')::int AS dead
         FROM pgdrain.jobs GROUP BY kind ORDER BY kind`);
     expect(counts.map((c) => c.kind)).toEqual(['email', 'record', 'report']);
-    expect(await page.locator('#kinds tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-kind')))).toEqual(['email', 'record', 'report']);
+    expect(
+      await page.locator('#kinds tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-kind'))),
+    ).toEqual(['email', 'record', 'report']);
     for (const row of counts) {
       for (const column of ['pending', 'ready', 'delayed', 'running', 'dead'] as const) {
         expect(await cell(page, row.kind, column), `${row.kind} ${column}`).toBe(row[column]);
       }
     }
-    expect(counts.find((c) => c.kind === 'email')).toMatchObject({ pending: 9, ready: 7, delayed: 2, running: 3, dead: 0 });
+    expect(counts.find((c) => c.kind === 'email')).toMatchObject({
+      pending: 9,
+      ready: 7,
+      delayed: 2,
+      running: 3,
+      dead: 0,
+    });
     const total = (column: 'ready' | 'delayed' | 'running' | 'dead') => counts.reduce((s, c) => s + c[column], 0);
     for (const column of ['ready', 'delayed', 'running', 'dead'] as const) {
       expect(Number(await page.locator(`#total-${column}`).getAttribute('data-value')), column).toBe(total(column));
@@ -151,7 +176,9 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     expect(await page.locator('#oldest-card').getAttribute('class')).toContain('warn');
 
     // The chart's totals against the counter table: 25 completed, 1 failed attempt, 1 dead.
-    const [sums] = await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM pgdrain.job_counts`);
+    const [sums] = await t.query(
+      `SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM pgdrain.job_counts`,
+    );
     expect(sums).toEqual({ completed: 25, failed: 1, dead: 1 });
     await expect.poll(async () => Number(await page.locator('#sum-completed').getAttribute('data-value'))).toBe(25);
     expect(Number(await page.locator('#sum-failed').getAttribute('data-value'))).toBe(1);
@@ -159,8 +186,12 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     expect(await page.locator('#chart svg rect.completed').count()).toBeGreaterThan(0);
 
     // Dead jobs, newest first, as the database lists them; error text shown as text, not HTML.
-    const dead = await t.query<{ id: string; kind: string }>(`SELECT id::text, kind FROM pgdrain.jobs WHERE status = 'dead' ORDER BY id DESC`);
-    expect(await page.locator('#dead tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job')))).toEqual(dead.map((d) => d.id));
+    const dead = await t.query<{ id: string; kind: string }>(
+      `SELECT id::text, kind FROM pgdrain.jobs WHERE status = 'dead' ORDER BY id DESC`,
+    );
+    expect(
+      await page.locator('#dead tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job'))),
+    ).toEqual(dead.map((d) => d.id));
     expect(await page.locator('#dead code').allTextContents()).toContain('Error: report 3 failed: <b>disk full</b>');
     expect(await page.locator('#dead b').count()).toBe(0);
 
@@ -172,7 +203,10 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     const [toRetry, toDelete] = dead.filter((d) => d.kind === 'report').map((d) => d.id) as [string, string];
     await page.click(`#dead tr[data-job="${toRetry}"] button[data-action="retry"]`);
     await until(
-      () => t.query<{ status: string; attempts: number }>(`SELECT status, attempts FROM pgdrain.jobs WHERE id = $1`, [toRetry]),
+      () =>
+        t.query<{ status: string; attempts: number }>(`SELECT status, attempts FROM pgdrain.jobs WHERE id = $1`, [
+          toRetry,
+        ]),
       (rows) => rows[0]?.status === 'pending',
       5_000,
       `job ${toRetry} to be pending`,
@@ -189,7 +223,9 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
       `job ${toDelete} to be deleted`,
     );
     await page.locator(`#dead tr[data-job="${toDelete}"]`).waitFor({ state: 'detached' });
-    const stillDead = await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'dead' ORDER BY id DESC`);
+    const stillDead = await t.query<{ id: string }>(
+      `SELECT id::text FROM pgdrain.jobs WHERE status = 'dead' ORDER BY id DESC`,
+    );
     expect(stillDead).toHaveLength(dead.length - 2);
     await expect
       .poll(() => page.locator('#dead tbody tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-job'))))
@@ -201,14 +237,18 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     // pause lies a little ahead of the page's clock (a pause in its past throws, and the page's
     // clock runs on while this test's message reaches it); a refresh that the fast-forward fires
     // is given time to finish before the job changes under the page.
-    const [raced] = await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'dead' AND kind = 'report'`);
+    const [raced] = await t.query<{ id: string }>(
+      `SELECT id::text FROM pgdrain.jobs WHERE status = 'dead' AND kind = 'report'`,
+    );
     await page.clock.pauseAt((await page.evaluate(() => Date.now())) + 250);
     await page.waitForTimeout(300);
     await page.locator(`#dead tr[data-job="${raced!.id}"]`).waitFor({ state: 'attached' });
     await t.query(`UPDATE pgdrain.jobs SET status = 'pending', attempts = 0 WHERE id = $1`, [raced!.id]);
     await page.click(`#dead tr[data-job="${raced!.id}"] button[data-action="retry"]`);
     await page.locator(`#dead tr[data-job="${raced!.id}"]`).waitFor({ state: 'detached' });
-    expect(await page.locator('#banner').textContent()).toBe(`job ${raced!.id} is pending; only dead jobs can be retried`);
+    expect(await page.locator('#banner').textContent()).toBe(
+      `job ${raced!.id} is pending; only dead jobs can be retried`,
+    );
     expect(await page.locator('#banner').isVisible()).toBe(true);
     await page.clock.resume();
 
@@ -216,9 +256,13 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     await page.setViewportSize({ width: 390, height: 844 });
     await page.waitForTimeout(300);
     const tooWide = await page.evaluate(() =>
-      [...document.querySelectorAll<HTMLElement>('body *')].filter((e) => e.getBoundingClientRect().right > 390 && !e.closest('.scroll')).map((e) => e.id || e.tagName),
+      [...document.querySelectorAll<HTMLElement>('body *')]
+        .filter((e) => e.getBoundingClientRect().right > 390 && !e.closest('.scroll'))
+        .map((e) => e.id || e.tagName),
     );
-    expect(await page.evaluate(() => document.documentElement.scrollWidth), tooWide.join(', ')).toBeLessThanOrEqual(390);
+    expect(await page.evaluate(() => document.documentElement.scrollWidth), tooWide.join(', ')).toBeLessThanOrEqual(
+      390,
+    );
     const kindsBox = page.locator('#kinds').locator('..');
     expect(await kindsBox.evaluate((box) => box.scrollWidth - box.clientWidth)).toBeLessThanOrEqual(0);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-phone.png'), fullPage: true });
@@ -226,7 +270,10 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     // Chromium logs the one refused request of the wrong token (401) and the refused retry (409);
     // those were the point. Nothing else may reach the console: no script error, no other failure.
     const refused = consoleErrors.filter((e) => /status of 40[19]/.test(e));
-    expect(refused.map((e) => /status of (\d+)/.exec(e)![1]), JSON.stringify(consoleErrors)).toEqual(['401', '409']);
+    expect(
+      refused.map((e) => /status of (\d+)/.exec(e)![1]),
+      JSON.stringify(consoleErrors),
+    ).toEqual(['401', '409']);
     expect(consoleErrors.filter((e) => !refused.includes(e))).toEqual([]);
     await context.close();
   }, 90_000);
@@ -237,20 +284,38 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
 
     // Pause `record` (a delayed job keeps its row on the page): the pause is in the database, and
     // the sidecar leaves ready record jobs alone.
-    await t.query(`INSERT INTO pgdrain.jobs (kind, payload, run_at) VALUES ('record', '{}', now() + interval '1 hour')`);
+    await t.query(
+      `INSERT INTO pgdrain.jobs (kind, payload, run_at) VALUES ('record', '{}', now() + interval '1 hour')`,
+    );
     await page.locator('#kinds tr[data-kind="record"]').waitFor({ timeout: 10_000 });
     await page.click('#kinds tr[data-kind="record"] button[data-action="pause"]');
-    await until(() => t.query(`SELECT kind FROM pgdrain.paused_kinds`), (r) => r.length === 1, 5_000, 'the pause').then((r) => expect(r).toEqual([{ kind: 'record' }]));
+    await until(
+      () => t.query(`SELECT kind FROM pgdrain.paused_kinds`),
+      (r) => r.length === 1,
+      5_000,
+      'the pause',
+    ).then((r) => expect(r).toEqual([{ kind: 'record' }]));
     await expect.poll(() => page.locator('#kinds tr[data-kind="record"]').getAttribute('data-paused')).toBe('true');
     expect(await page.locator('#kinds tr[data-kind="record"] .paused-badge').textContent()).toBe('paused');
-    expect(await page.locator('#banner').textContent()).toBe('record is paused: no drainer claims it until it is resumed.');
+    expect(await page.locator('#banner').textContent()).toBe(
+      'record is paused: no drainer claims it until it is resumed.',
+    );
     await t.query(`INSERT INTO pgdrain.jobs (kind, payload) SELECT 'record', '{}' FROM generate_series(1, 5)`);
     await new Promise((r) => setTimeout(r, 1_000)); // five of the sidecar's polls
-    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'record' AND status = 'pending' AND run_at <= now()`)).toEqual([{ n: 5 }]);
+    expect(
+      await t.query(
+        `SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'record' AND status = 'pending' AND run_at <= now()`,
+      ),
+    ).toEqual([{ n: 5 }]);
 
     // Resume: the button turns back, and the sidecar drains the five (the delayed one waits).
     await page.click('#kinds tr[data-kind="record"] button[data-action="resume"]');
-    await until(() => t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'record'`), (r) => r[0]!.n === 1, 5_000, 'the record jobs to run after resume');
+    await until(
+      () => t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'record'`),
+      (r) => r[0]!.n === 1,
+      5_000,
+      'the record jobs to run after resume',
+    );
     expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.paused_kinds`)).toEqual([{ n: 0 }]);
     await expect.poll(() => page.locator('#kinds tr[data-kind="record"]').getAttribute('data-paused')).toBe('false');
 
@@ -260,7 +325,10 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     await page.locator('#dead-bulk').waitFor({ state: 'visible', timeout: 10_000 });
     await page.click('#retry-all');
     await until(
-      () => t.query(`SELECT status, attempts, count(*)::int AS n FROM pgdrain.jobs WHERE kind IN ('email', 'report') GROUP BY 1, 2`),
+      () =>
+        t.query(
+          `SELECT status, attempts, count(*)::int AS n FROM pgdrain.jobs WHERE kind IN ('email', 'report') GROUP BY 1, 2`,
+        ),
       (r) => r.length === 1 && r[0]!.status === 'pending',
       5_000,
       'every dead job to be pending',
@@ -272,20 +340,29 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     await context.close();
   }, 60_000);
 
-  it("lists the jobs of a chosen state — progress while running, kept results, what they wait for — and cancels one", async () => {
+  it('lists the jobs of a chosen state — progress while running, kept results, what they wait for — and cancels one', async () => {
     await t.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds');
     // Kinds the sidecar has no handler for: the rows stay as the test puts them.
-    const [running] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_at, locked_by, locked_until, progress)
+    const [running] = await t.query<{
+      id: string;
+    }>(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_at, locked_by, locked_until, progress)
       VALUES ('report', '{}', 'running', 1, now(), 'elsewhere:1', now() + interval '1 hour', '{"step": 3, "of": 10}') RETURNING id::text`);
-    const [done] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, finished_at, keep_until, result)
+    const [done] = await t.query<{
+      id: string;
+    }>(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, finished_at, keep_until, result)
       VALUES ('report', '{}', 'completed', 1, now(), now() + interval '1 hour', '{"rows": 42, "html": "<b>bold</b>"}') RETURNING id::text`);
-    const [pending] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload) VALUES ('email', '{}') RETURNING id::text`);
-    const [waiting] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status, waiting_for) VALUES ('email', '{}', 'waiting', 2) RETURNING id::text`);
+    const [pending] = await t.query<{ id: string }>(
+      `INSERT INTO pgdrain.jobs (kind, payload) VALUES ('email', '{}') RETURNING id::text`,
+    );
+    const [waiting] = await t.query<{ id: string }>(
+      `INSERT INTO pgdrain.jobs (kind, payload, status, waiting_for) VALUES ('email', '{}', 'waiting', 2) RETURNING id::text`,
+    );
     const { context, page, consoleErrors, dialogs } = await openDashboard();
 
     // Running (the default): its last progress report.
     await page.locator(`#jobs tr[data-job="${running!.id}"]`).waitFor();
-    const detail = async (id: string) => JSON.parse((await page.locator(`#jobs tr[data-job="${id}"] td[data-col="detail"]`).textContent())!);
+    const detail = async (id: string) =>
+      JSON.parse((await page.locator(`#jobs tr[data-job="${id}"] td[data-col="detail"]`).textContent())!);
     expect(await detail(running!.id)).toEqual({ step: 3, of: 10 });
     expect(Number(await page.locator('#total-waiting').getAttribute('data-value'))).toBe(1);
     expect(await cell(page, 'email', 'waiting')).toBe(1);
@@ -299,13 +376,20 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
 
     await page.selectOption('#jobs-status', 'waiting');
     await page.locator(`#jobs tr[data-job="${waiting!.id}"]`).waitFor();
-    expect(await page.locator(`#jobs tr[data-job="${waiting!.id}"] td[data-col="detail"]`).textContent()).toBe('waits for 2 more');
+    expect(await page.locator(`#jobs tr[data-job="${waiting!.id}"] td[data-col="detail"]`).textContent()).toBe(
+      'waits for 2 more',
+    );
 
     // Cancel a pending job: confirmed, gone from the database (its kind keeps nothing) and the list.
     await page.selectOption('#jobs-status', 'pending');
     await page.locator(`#jobs tr[data-job="${pending!.id}"]`).waitFor();
     await page.click(`#jobs tr[data-job="${pending!.id}"] button[data-action="cancel"]`);
-    await until(() => t.query(`SELECT id FROM pgdrain.jobs WHERE id = $1`, [pending!.id]), (rows) => rows.length === 0, 5_000, 'the cancelled job to go');
+    await until(
+      () => t.query(`SELECT id FROM pgdrain.jobs WHERE id = $1`, [pending!.id]),
+      (rows) => rows.length === 0,
+      5_000,
+      'the cancelled job to go',
+    );
     await page.locator(`#jobs tr[data-job="${pending!.id}"]`).waitFor({ state: 'detached' });
     await expect.poll(() => page.locator('#banner').textContent()).toBe(`Job #${pending!.id} is cancelled.`);
 
@@ -313,8 +397,14 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     await page.selectOption('#jobs-status', 'running');
     await page.click(`#jobs tr[data-job="${running!.id}"] button[data-action="cancel"]`);
     await expect.poll(() => page.locator('#banner').textContent()).toContain('is being stopped');
-    await expect.poll(() => page.locator(`#jobs tr[data-job="${running!.id}"] .status`).textContent()).toBe('cancelling');
-    expect(await t.query(`SELECT status, cancel_requested_at IS NOT NULL AS asked FROM pgdrain.jobs WHERE id = $1`, [running!.id])).toEqual([{ status: 'running', asked: true }]);
+    await expect
+      .poll(() => page.locator(`#jobs tr[data-job="${running!.id}"] .status`).textContent())
+      .toBe('cancelling');
+    expect(
+      await t.query(`SELECT status, cancel_requested_at IS NOT NULL AS asked FROM pgdrain.jobs WHERE id = $1`, [
+        running!.id,
+      ]),
+    ).toEqual([{ status: 'running', asked: true }]);
     expect(dialogs).toHaveLength(2);
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-jobs.png'), fullPage: true });
     expect(consoleErrors).toEqual([]);
@@ -324,7 +414,9 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
   it("opens a job from the list; a workflow's steps show as a timeline — results, a failure, what it waits for — and follow the run", async () => {
     await t.query('TRUNCATE pgdrain.jobs, pgdrain.workflow_steps');
     // A workflow kind the sidecar has no handler for, parked on an event: the rows as a run leaves them.
-    const [run] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts) VALUES ('onboarding', '{"userId": 42}', 'waiting', 1) RETURNING id::text`);
+    const [run] = await t.query<{ id: string }>(
+      `INSERT INTO pgdrain.jobs (kind, payload, status, attempts) VALUES ('onboarding', '{"userId": 42}', 'waiting', 1) RETURNING id::text`,
+    );
     await t.query(
       `INSERT INTO pgdrain.workflow_steps (job_id, name, position, status, attempts, result, error, started_at, finished_at, wake_at, event, event_key) VALUES
          ($1, 'create-account', 0, 'completed', 1, '{"accountId": "<b>a-42</b>"}', NULL, now() - interval '90 seconds', now() - interval '89 seconds', NULL, NULL, NULL),
@@ -335,12 +427,23 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     const { context, page, consoleErrors } = await openDashboard();
     await page.selectOption('#jobs-status', 'waiting');
     await page.locator(`#jobs tr[data-job="${run!.id}"]`).waitFor();
-    expect(await page.locator(`#jobs tr[data-job="${run!.id}"] td[data-col="detail"]`).textContent()).toBe('a workflow waiting on a step (open the job)');
+    expect(await page.locator(`#jobs tr[data-job="${run!.id}"] td[data-col="detail"]`).textContent()).toBe(
+      'a workflow waiting on a step (open the job)',
+    );
     await page.click(`#jobs tr[data-job="${run!.id}"] button[data-show]`);
     await page.locator('#job-detail').waitFor({ state: 'visible' });
     expect(await page.locator('#job-title').textContent()).toBe(`Job #${run!.id} · onboarding · waiting`);
     expect(await page.locator('#job-facts').textContent()).toContain('event email.verified (user:42) until');
-    const steps = () => page.locator('#steps tbody tr').evaluateAll((rows) => rows.map((r) => [r.getAttribute('data-step'), r.getAttribute('data-status'), r.querySelector('td.detail')?.textContent]));
+    const steps = () =>
+      page
+        .locator('#steps tbody tr')
+        .evaluateAll((rows) =>
+          rows.map((r) => [
+            r.getAttribute('data-step'),
+            r.getAttribute('data-status'),
+            r.querySelector('td.detail')?.textContent,
+          ]),
+        );
     expect(await steps()).toEqual([
       ['create-account', 'completed', '{"accountId":"<b>a-42</b>"}'],
       ['charge', 'failed', 'Error: card declined'],
@@ -348,12 +451,16 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     ]);
     expect(await page.locator('#steps b').count()).toBe(0);
     // Each bar starts where its step did on the run's span of time: the later the step, the further right.
-    const offsets = await page.locator('#steps .bar').evaluateAll((bars) => bars.map((b) => (b as HTMLElement).getBoundingClientRect().left));
+    const offsets = await page
+      .locator('#steps .bar')
+      .evaluateAll((bars) => bars.map((b) => (b as HTMLElement).getBoundingClientRect().left));
     expect(offsets[0]!).toBeLessThan(offsets[1]!);
     expect(offsets[1]!).toBeLessThan(offsets[2]!);
     // The event arrives: the shown job follows at the next refresh.
     await t.query(`SELECT pgdrain.send_event('email.verified', 'user:42', '{"at": "now"}')`);
-    await expect.poll(() => page.locator('#steps tr[data-step="verified"]').getAttribute('data-status'), { timeout: 15_000 }).toBe('completed');
+    await expect
+      .poll(() => page.locator('#steps tr[data-step="verified"]').getAttribute('data-status'), { timeout: 15_000 })
+      .toBe('completed');
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-workflow.png'), fullPage: true });
     await page.click('#job-close');
     expect(await page.locator('#job-detail').isVisible()).toBe(false);
@@ -362,7 +469,9 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
   }, 60_000);
 
   it('with a read token the page shows the queue and every action is disabled, saying why; an enqueue token cannot open it', async () => {
-    await t.query(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error) VALUES ('report', '{}', 'dead', 3, 3, 'boom')`);
+    await t.query(
+      `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error) VALUES ('report', '{}', 'dead', 3, 3, 'boom')`,
+    );
     const context = await browser.newContext();
     const page = await context.newPage();
     await page.goto(sidecar.url);
@@ -374,8 +483,12 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     const buttons = page.locator('button[data-action]');
     expect(await buttons.count()).toBeGreaterThan(2);
     expect(await buttons.evaluateAll((all) => all.every((b) => (b as HTMLButtonElement).disabled))).toBe(true);
-    expect(await page.locator('#dead button[data-action="retry"]').first().getAttribute('title')).toContain('can only read');
-    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'dead' AND kind = 'report'`)).toEqual([{ n: await page.locator('#dead tr[data-job]').count() }]);
+    expect(await page.locator('#dead button[data-action="retry"]').first().getAttribute('title')).toContain(
+      'can only read',
+    );
+    expect(
+      await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'dead' AND kind = 'report'`),
+    ).toEqual([{ n: await page.locator('#dead tr[data-job]').count() }]);
 
     await page.click('#forget');
     await page.fill('#token', ENQUEUE_TOKEN);
@@ -386,9 +499,16 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
 
   it('says so when the database is down, and keeps asking', async () => {
     // The same app, served over HTTP, on a database that refuses connections.
-    const pool = new pg.Pool({ connectionString: 'postgres://app:secret-pw@127.0.0.1:1/nowhere', connectionTimeoutMillis: 1000 });
+    const pool = new pg.Pool({
+      connectionString: 'postgres://app:secret-pw@127.0.0.1:1/nowhere',
+      connectionTimeoutMillis: 1000,
+    });
     pool.on('error', () => {});
-    const app = createApp({ withDb: (fn) => fn(drizzle({ client: pool }) as unknown as Db), registry: createDefaultRegistry({}), apiToken: TOKEN });
+    const app = createApp({
+      withDb: (fn) => fn(drizzle({ client: pool }) as unknown as Db),
+      registry: createDefaultRegistry({}),
+      apiToken: TOKEN,
+    });
     const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
     await new Promise<void>((resolve) => server.once('listening', () => resolve()));
     const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
@@ -398,7 +518,9 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
       await page.goto(url);
       await page.fill('#token', TOKEN);
       await page.click('#login button[type=submit]');
-      await expect.poll(() => page.locator('#banner').textContent(), { timeout: 10_000 }).toContain('The database does not answer');
+      await expect
+        .poll(() => page.locator('#banner').textContent(), { timeout: 10_000 })
+        .toContain('The database does not answer');
       expect(await page.locator('#banner').isVisible()).toBe(true);
       expect(await page.locator('#banner').textContent()).not.toContain('secret-pw');
       expect(await page.locator('#login').isVisible()).toBe(false); // the token was fine: no login form

@@ -20,7 +20,12 @@ import { type SidecarProcess, startSidecarProcess } from './support/sidecar-proc
 import { type WorkerDevProcess, startWorkerDev } from './support/worker-dev-process.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const PAGES = ['README.md', ...readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const PAGES = [
+  'README.md',
+  ...readdirSync(path.join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 const text = (file: string) => readFileSync(path.join(ROOT, file), 'utf8');
 
 interface Block {
@@ -40,7 +45,13 @@ function blocks(page: string): Block[] {
     if (!open) continue;
     const end = lines.findIndex((l, k) => k > i && l.startsWith('```'));
     const before = lines.slice(Math.max(0, i - 3), i).join('\n');
-    out.push({ page, line: i + 1, lang: open[1]!, code: lines.slice(i + 1, end).join('\n'), example: /<!-- example: (\S+) -->/.exec(before)?.[1] });
+    out.push({
+      page,
+      line: i + 1,
+      lang: open[1]!,
+      code: lines.slice(i + 1, end).join('\n'),
+      example: /<!-- example: (\S+) -->/.exec(before)?.[1],
+    });
     i = end;
   }
   return out;
@@ -48,7 +59,12 @@ function blocks(page: string): Block[] {
 const ALL = PAGES.flatMap(blocks);
 
 /** A heading's anchor, as GitHub makes it. */
-const slug = (heading: string) => heading.toLowerCase().replace(/[`*]/g, '').replace(/[^\p{L}\p{N} _-]/gu, '').replace(/ /g, '-');
+const slug = (heading: string) =>
+  heading
+    .toLowerCase()
+    .replace(/[`*]/g, '')
+    .replace(/[^\p{L}\p{N} _-]/gu, '')
+    .replace(/ /g, '-');
 
 describe('links', () => {
   it('every relative link leads to a page that exists, and to a heading it has', () => {
@@ -63,7 +79,10 @@ describe('links', () => {
           continue;
         }
         if (anchor && resolved.endsWith('.md')) {
-          const headings = text(resolved).split('\n').filter((l) => /^#+ /.test(l)).map((l) => slug(l.replace(/^#+ /, '')));
+          const headings = text(resolved)
+            .split('\n')
+            .filter((l) => /^#+ /.test(l))
+            .map((l) => slug(l.replace(/^#+ /, '')));
           if (!headings.includes(anchor)) broken.push(`${page}: ${target} (no such heading)`);
         }
       }
@@ -74,9 +93,15 @@ describe('links', () => {
 
 describe('the HTTP API page', () => {
   it("its route table is the app's routes, each with the scope it needs", async () => {
-    const app = createApp({ withDb: async () => undefined as never, registry: createDefaultRegistry({}), apiToken: 'docs-test-token-0123456789' });
+    const app = createApp({
+      withDb: async () => undefined as never,
+      registry: createDefaultRegistry({}),
+      apiToken: 'docs-test-token-0123456789',
+    });
     const document = (await openApiDocument(app, '')) as { paths: Record<string, Record<string, unknown>> };
-    const served = Object.entries(document.paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p.replace(/\{(\w+)\}/g, ':$1')}`));
+    const served = Object.entries(document.paths).flatMap(([p, ops]) =>
+      Object.keys(ops).map((m) => `${m.toUpperCase()} ${p.replace(/\{(\w+)\}/g, ':$1')}`),
+    );
     const scopeOf = (route: string) => {
       const [method, pattern] = route.split(' ') as [string, string];
       if (OPEN_ROUTES.includes(pattern)) return 'open';
@@ -101,7 +126,11 @@ describe('TypeScript examples', () => {
     it(`${block.page}:${block.line} is an excerpt of ${block.example}`, () => {
       // Imports differ (the file imports from src/, the page from 'pgdrain'): tsc checks the file's.
       const squash = (s: string) =>
-        s.split('\n').map((l) => l.trim()).filter((l) => l && !/^import\b/.test(l) && !l.startsWith('// In your app:')).join('\n');
+        s
+          .split('\n')
+          .map((l) => l.trim())
+          .filter((l) => l && !/^import\b/.test(l) && !l.startsWith('// In your app:'))
+          .join('\n');
       expect(squash(text(block.example!))).toContain(squash(block.code));
     });
   }
@@ -120,7 +149,9 @@ describe('SQL examples', () => {
       try {
         await client.query('BEGIN');
         // A job to name where an example needs one.
-        await client.query(`INSERT INTO pgdrain.jobs (id, kind, payload) VALUES (42, 'send_receipt', '{}') ON CONFLICT DO NOTHING`);
+        await client.query(
+          `INSERT INTO pgdrain.jobs (id, kind, payload) VALUES (42, 'send_receipt', '{}') ON CONFLICT DO NOTHING`,
+        );
         await client.query(block.code.replace(/\$(\w+)/g, '42'));
       } finally {
         await client.query('ROLLBACK');
@@ -149,9 +180,16 @@ describe('shell examples', () => {
         const words = part.split(/\s+/);
         const [program, sub] = words;
         const known =
-          (program === 'npm' && (['install', 'ci', 'pack'].includes(sub!) || (sub === 'run' ? scripts.includes(words[2]!) : scripts.includes(sub!)))) ||
-          ((program === 'npx' || program === 'node_modules/.bin/pgdrain') && (words.includes('pgdrain') ? cli.includes(`'${words[words.indexOf('pgdrain') + 1]}'`) || cli.includes(`case '${words[words.indexOf('pgdrain') + 1]}'`) : words[1] === 'wrangler')) ||
-          (program === 'wrangler' || program === 'bash' || program === 'node') && (program === 'wrangler' || existsSync(path.join(ROOT, sub!)));
+          (program === 'npm' &&
+            (['install', 'ci', 'pack'].includes(sub!) ||
+              (sub === 'run' ? scripts.includes(words[2]!) : scripts.includes(sub!)))) ||
+          ((program === 'npx' || program === 'node_modules/.bin/pgdrain') &&
+            (words.includes('pgdrain')
+              ? cli.includes(`'${words[words.indexOf('pgdrain') + 1]}'`) ||
+                cli.includes(`case '${words[words.indexOf('pgdrain') + 1]}'`)
+              : words[1] === 'wrangler')) ||
+          ((program === 'wrangler' || program === 'bash' || program === 'node') &&
+            (program === 'wrangler' || existsSync(path.join(ROOT, sub!))));
         if (!known) unknown.push(`${block.page}:${block.line}: ${part}`);
       }
     }
@@ -165,7 +203,11 @@ describe('shell examples', () => {
     const TOKEN = 'docs-test-token-0123456789';
     beforeAll(async () => {
       t = await createTestDatabase();
-      sidecar = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com' });
+      sidecar = await startSidecarProcess({
+        DATABASE_URL: t.url,
+        API_TOKEN: TOKEN,
+        WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com',
+      });
       worker = await startWorkerDev({ databaseUrl: t.url, hyperdrive: false, env: { API_TOKEN: TOKEN } });
     }, 90_000);
     afterAll(async () => {
@@ -184,8 +226,18 @@ describe('shell examples', () => {
           .replace(/http:\/\/127\.0\.0\.1:8080/g, '$URL')
           .replace(/http:\/\/127\.0\.0\.1:8787/g, worker.url)
           .replace(/<nextCursor>/g, '1');
-        const env = { PATH: process.env.PATH ?? '', URL: sidecar.url, API_TOKEN: TOKEN, AUTH: `Authorization: Bearer ${TOKEN}`, JSON: 'Content-Type: application/json' };
-        const run = spawnSync('bash', ['-c', `${command.replace(/\bcurl\b/, 'curl -s -o /dev/null -w "%{http_code}"')}`], { env, encoding: 'utf8' });
+        const env = {
+          PATH: process.env.PATH ?? '',
+          URL: sidecar.url,
+          API_TOKEN: TOKEN,
+          AUTH: `Authorization: Bearer ${TOKEN}`,
+          JSON: 'Content-Type: application/json',
+        };
+        const run = spawnSync(
+          'bash',
+          ['-c', `${command.replace(/\bcurl\b/, 'curl -s -o /dev/null -w "%{http_code}"')}`],
+          { env, encoding: 'utf8' },
+        );
         expect(run.status, run.stderr).toBe(0);
         // Answered, and not with a server error.
         expect(Number(run.stdout)).toBeGreaterThanOrEqual(200);

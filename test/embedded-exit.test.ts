@@ -18,7 +18,9 @@ afterAll(() => rm(dir, { recursive: true, force: true }));
 
 function run(mode: string, code: number): Promise<{ code: number | null; pid: number }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [FIXTURE, path.join(dir, 'data'), mode, String(code)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [FIXTURE, path.join(dir, 'data'), mode, String(code)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));

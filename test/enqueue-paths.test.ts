@@ -32,10 +32,12 @@ function sqlCall(request: EnqueueRequest): SQL {
 }
 
 /** What an enqueue left: every job's columns that do not depend on when or by whom it ran. */
-const ROWS_LEFT = sql.raw(`SELECT kind, payload, status, attempts, max_attempts, dedupe_key, priority, group_key, timeout_ms, waiting_for, last_error,
+const ROWS_LEFT =
+  sql.raw(`SELECT kind, payload, status, attempts, max_attempts, dedupe_key, priority, group_key, timeout_ms, waiting_for, last_error,
                    run_at > now() + interval '1 minute' AS later, (SELECT count(*)::int FROM pgdrain.job_dependencies d WHERE d.job_id = j.id) AS deps
               FROM pgdrain.jobs j ORDER BY id`);
-const jobCount = async (tx: Db) => (await rowsOf<{ n: number }>(tx, sql`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n;
+const jobCount = async (tx: Db) =>
+  (await rowsOf<{ n: number }>(tx, sql`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n;
 
 class RolledBack extends Error {}
 
@@ -44,7 +46,9 @@ async function leaves(way: 'typescript' | 'sql', arrange: string, request: Enque
   let left: unknown;
   await t.db
     .transaction(async (tx) => {
-      const ids = arrange ? (await rowsOf<{ id: string }>(tx, sql.raw(`${arrange} RETURNING id::text`))).map((r) => r.id) : [];
+      const ids = arrange
+        ? (await rowsOf<{ id: string }>(tx, sql.raw(`${arrange} RETURNING id::text`))).map((r) => r.id)
+        : [];
       // `after` names the arranged jobs by position: $1, $2 (one that was not arranged does not exist).
       const resolved = { ...request, after: request.after?.map((ref) => ids[Number(ref.slice(1)) - 1] ?? '987654321') };
       const before = await jobCount(tx);
@@ -59,7 +63,10 @@ async function leaves(way: 'typescript' | 'sql', arrange: string, request: Enque
         outcome = /after names jobs that do not exist/.test(message) ? 'refused: unknown dependency' : 'refused';
       }
       // Which job id a message names depends on the sequence, not on the way in.
-      const rows = (await rowsOf<{ last_error: string | null }>(tx, ROWS_LEFT)).map((r) => ({ ...r, last_error: r.last_error?.replace(/\d+/g, 'N') ?? null }));
+      const rows = (await rowsOf<{ last_error: string | null }>(tx, ROWS_LEFT)).map((r) => ({
+        ...r,
+        last_error: r.last_error?.replace(/\d+/g, 'N') ?? null,
+      }));
       left = { outcome, rows };
       throw new RolledBack();
     })
@@ -81,15 +88,43 @@ const historyParent = (status: string) =>
 
 const CASES: [string, string, EnqueueRequest][] = [
   ['no options', '', { kind: 'mail', payload: { to: 'a@example.com' } }],
-  ['every plain option', '', { kind: 'mail', payload: [1, 'two', null], runAt: later, maxAttempts: 7, priority: -20, groupKey: 'tenant-9', timeoutMs: 5_000 }],
+  [
+    'every plain option',
+    '',
+    {
+      kind: 'mail',
+      payload: [1, 'two', null],
+      runAt: later,
+      maxAttempts: 7,
+      priority: -20,
+      groupKey: 'tenant-9',
+      timeoutMs: 5_000,
+    },
+  ],
   ['a dedupe key, first', '', { kind: 'mail', payload: {}, dedupeKey: 'k1' }],
   ['a dedupe key held by a pending job (keep)', pendingKeyed, { kind: 'mail', payload: { v: 2 }, dedupeKey: 'k1' }],
-  ['a dedupe key held by a pending job (replace)', pendingKeyed, { kind: 'mail', payload: { v: 2 }, dedupeKey: 'k1', dedupeMode: 'replace', runAt: later }],
-  ['a dedupe key held by a running job (replace)', runningKeyed, { kind: 'mail', payload: { v: 2 }, dedupeKey: 'k1', dedupeMode: 'replace' }],
+  [
+    'a dedupe key held by a pending job (replace)',
+    pendingKeyed,
+    { kind: 'mail', payload: { v: 2 }, dedupeKey: 'k1', dedupeMode: 'replace', runAt: later },
+  ],
+  [
+    'a dedupe key held by a running job (replace)',
+    runningKeyed,
+    { kind: 'mail', payload: { v: 2 }, dedupeKey: 'k1', dedupeMode: 'replace' },
+  ],
   ['after a pending and a completed job', twoParents, { kind: 'mail', payload: {}, after: ['$1', '$2'], priority: 3 }],
   ['after a dead job', deadParent, { kind: 'mail', payload: {}, after: ['$1'] }],
-  ['after a kept job that completed (in the history)', historyParent('completed'), { kind: 'mail', payload: {}, after: ['$1'] }],
-  ['after a kept job that was cancelled (in the history)', historyParent('cancelled'), { kind: 'mail', payload: {}, after: ['$1'] }],
+  [
+    'after a kept job that completed (in the history)',
+    historyParent('completed'),
+    { kind: 'mail', payload: {}, after: ['$1'] },
+  ],
+  [
+    'after a kept job that was cancelled (in the history)',
+    historyParent('cancelled'),
+    { kind: 'mail', payload: {}, after: ['$1'] },
+  ],
   ['after a job that does not exist', '', { kind: 'mail', payload: {}, after: ['$9'] }],
   ['a priority above 1000', '', { kind: 'mail', payload: {}, priority: 1001 }],
   ['maxAttempts of 0', '', { kind: 'mail', payload: {}, maxAttempts: 0 }],
@@ -114,11 +149,21 @@ describe('the enqueue pipeline and pgdrain.enqueue() in SQL leave the same rows'
 describe('a job that waits for a kept job already in the history', () => {
   it('is pending at once when that job completed, and dead when it was cancelled — both ways in', async () => {
     for (const way of ['typescript', 'sql'] as const) {
-      const completed = (await leaves(way, historyParent('completed'), { kind: 'mail', payload: {}, after: ['$1'] })) as { outcome: string; rows: { status: string }[] };
+      const completed = (await leaves(way, historyParent('completed'), {
+        kind: 'mail',
+        payload: {},
+        after: ['$1'],
+      })) as { outcome: string; rows: { status: string }[] };
       expect(completed.outcome).toBe('enqueued');
       expect(completed.rows).toEqual([expect.objectContaining({ status: 'pending', waiting_for: null, deps: 1 })]);
-      const cancelled = (await leaves(way, historyParent('cancelled'), { kind: 'mail', payload: {}, after: ['$1'] })) as { outcome: string; rows: unknown[] };
-      expect(cancelled.rows).toEqual([expect.objectContaining({ status: 'dead', last_error: 'job N it waits for ended cancelled' })]);
+      const cancelled = (await leaves(way, historyParent('cancelled'), {
+        kind: 'mail',
+        payload: {},
+        after: ['$1'],
+      })) as { outcome: string; rows: unknown[] };
+      expect(cancelled.rows).toEqual([
+        expect.objectContaining({ status: 'dead', last_error: 'job N it waits for ended cancelled' }),
+      ]);
     }
   });
 });

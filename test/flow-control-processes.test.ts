@@ -74,7 +74,9 @@ const gate = {
 
 beforeAll(async () => {
   t = await createTestDatabase();
-  await t.query(`CREATE TABLE public.job_log (at timestamptz NOT NULL DEFAULT clock_timestamp(), id bigint, kind text, group_key text, status text, locked_by text)`);
+  await t.query(
+    `CREATE TABLE public.job_log (at timestamptz NOT NULL DEFAULT clock_timestamp(), id bigint, kind text, group_key text, status text, locked_by text)`,
+  );
   await t.query(`CREATE FUNCTION public.log_job() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       IF TG_OP = 'DELETE' THEN
@@ -84,7 +86,9 @@ beforeAll(async () => {
       INSERT INTO public.job_log (id, kind, group_key, status, locked_by) VALUES (NEW.id, NEW.kind, NEW.group_key, NEW.status, NEW.locked_by);
       RETURN NEW;
     END $$`);
-  await t.query(`CREATE TRIGGER log_job AFTER INSERT OR UPDATE OR DELETE ON pgdrain.jobs FOR EACH ROW EXECUTE FUNCTION public.log_job()`);
+  await t.query(
+    `CREATE TRIGGER log_job AFTER INSERT OR UPDATE OR DELETE ON pgdrain.jobs FOR EACH ROW EXECUTE FUNCTION public.log_job()`,
+  );
   dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-limits-'));
   await chmod(dir, 0o755);
   recorder = http.createServer((req, res) => {
@@ -105,7 +109,13 @@ beforeAll(async () => {
   worker = await startFixtureWorker({
     config: WORKER_CONFIG,
     dir,
-    env: { DATABASE_URL: t.url, NEON_WS_PROXY: ws.address, API_TOKEN: TOKEN, DRAIN_BUDGET_MS: '2500', VISIBILITY_TIMEOUT_SECONDS: '3' },
+    env: {
+      DATABASE_URL: t.url,
+      NEON_WS_PROXY: ws.address,
+      API_TOKEN: TOKEN,
+      DRAIN_BUDGET_MS: '2500',
+      VISIBILITY_TIMEOUT_SECONDS: '3',
+    },
   });
 }, 60_000);
 afterAll(async () => {
@@ -131,7 +141,17 @@ afterEach(async () => {
 const startSidecars = async (n: number, env: Record<string, string> = {}) => {
   for (let i = 0; i < n; i++) {
     sidecars.push(
-      await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, POLL_INTERVAL_MS: '200', VISIBILITY_TIMEOUT_SECONDS: '3', REAP_INTERVAL_MS: '500', ...env }, SIDECAR),
+      await startSidecarProcess(
+        {
+          DATABASE_URL: t.url,
+          API_TOKEN: TOKEN,
+          POLL_INTERVAL_MS: '200',
+          VISIBILITY_TIMEOUT_SECONDS: '3',
+          REAP_INTERVAL_MS: '500',
+          ...env,
+        },
+        SIDECAR,
+      ),
     );
   }
 };
@@ -139,13 +159,17 @@ const startSidecars = async (n: number, env: Record<string, string> = {}) => {
 /** Cron invocations of the Worker back to back until `done`. */
 async function cronUntil(done: () => boolean, timeoutMs: number): Promise<number> {
   let invocations = 0;
-  for (const deadline = Date.now() + timeoutMs; !done() && Date.now() < deadline; invocations++) await worker.scheduled();
+  for (const deadline = Date.now() + timeoutMs; !done() && Date.now() < deadline; invocations++)
+    await worker.scheduled();
   return invocations;
 }
 
 /** The most of `intervals` open at once (an interval ending when another starts does not overlap it). */
 function mostAtOnce(intervals: readonly { from: number; to: number }[]): number {
-  const marks = intervals.flatMap((i) => [{ at: i.from, delta: 1 }, { at: i.to, delta: -1 }]);
+  const marks = intervals.flatMap((i) => [
+    { at: i.from, delta: 1 },
+    { at: i.to, delta: -1 },
+  ]);
   marks.sort((a, b) => a.at - b.at || a.delta - b.delta);
   let now = 0;
   let most = 0;
@@ -155,7 +179,13 @@ function mostAtOnce(intervals: readonly { from: number; to: number }[]): number 
 
 /** Every claim's hold of a job of `kind`, from the rows. A hold not settled yet ends at `openUntil`. */
 async function holds(kind: string, openUntil = Infinity): Promise<Hold[]> {
-  const log = await t.query<{ at_ms: number; id: string; group_key: string | null; status: string; locked_by: string | null }>(
+  const log = await t.query<{
+    at_ms: number;
+    id: string;
+    group_key: string | null;
+    status: string;
+    locked_by: string | null;
+  }>(
     `SELECT extract(epoch FROM at) * 1000 AS at_ms, id::text, group_key, status, locked_by FROM public.job_log WHERE kind = $1 ORDER BY at, id`,
     [kind],
   );
@@ -168,14 +198,18 @@ async function holds(kind: string, openUntil = Infinity): Promise<Hold[]> {
       out.push({ ...current, to: at });
       open.delete(row.id);
     }
-    if (row.status === 'running' && row.locked_by && !open.has(row.id)) open.set(row.id, { id: row.id, key: row.group_key, token: row.locked_by, from: at, to: Infinity });
+    if (row.status === 'running' && row.locked_by && !open.has(row.id))
+      open.set(row.id, { id: row.id, key: row.group_key, token: row.locked_by, from: at, to: Infinity });
   }
   return [...out, ...[...open.values()].map((h) => ({ ...h, to: openUntil }))];
 }
 
 /** Each handler run of `kind` its report tells of, with the run's end; a run whose end was never
  * reported (its process was killed) ends at `cutAt`. */
-function reportedRuns(kind: string, cutAt = Infinity): { token: string; n: number; key: string | null; from: number; to: number; givenUp: boolean }[] {
+function reportedRuns(
+  kind: string,
+  cutAt = Infinity,
+): { token: string; n: number; key: string | null; from: number; to: number; givenUp: boolean }[] {
   const ends = new Map(events.filter((e) => e.kind === kind && e.phase === 'end').map((e) => [e.token, e]));
   return events
     .filter((e) => e.kind === kind && e.phase === 'start')
@@ -187,16 +221,26 @@ function reportedRuns(kind: string, cutAt = Infinity): { token: string; n: numbe
 
 /** The most handler runs of `kind` at once, among runs that were not given up (a given-up run's
  * hold ended when its job was settled, which may be before its report arrives). */
-const handlersAtOnce = (kind: string, cutAt = Infinity) => mostAtOnce(reportedRuns(kind, cutAt).filter((r) => !r.givenUp));
+const handlersAtOnce = (kind: string, cutAt = Infinity) =>
+  mostAtOnce(reportedRuns(kind, cutAt).filter((r) => !r.givenUp));
 
-const ended = (kind: string) => new Set(events.filter((e) => e.kind === kind && e.phase === 'end' && !e.givenUp).map((e) => e.n));
+const ended = (kind: string) =>
+  new Set(events.filter((e) => e.kind === kind && e.phase === 'end' && !e.givenUp).map((e) => e.n));
 const startsBy = (by: string) => events.filter((e) => e.phase === 'start' && e.by === by);
 
 /** Every drainer's first handler run loads its HTTP client (a tenth of a second): done before timing starts. */
 async function warmUp(): Promise<void> {
-  await enqueueMany(t.db, Array.from({ length: 12 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 0, n: 1000 + n } })));
+  await enqueueMany(
+    t.db,
+    Array.from({ length: 12 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 0, n: 1000 + n } })),
+  );
   await cronUntil(() => ended('limited').size === 12, 20_000);
-  await until(async () => ended('limited').size, (n) => n === 12, 10_000, 'the warm-up runs');
+  await until(
+    async () => ended('limited').size,
+    (n) => n === 12,
+    10_000,
+    'the warm-up runs',
+  );
   events.length = 0;
 }
 
@@ -214,21 +258,44 @@ describe('limits across two sidecar processes and the Worker', () => {
     // Each sidecar runs one job at a time, so the third slot is only ever the Worker's.
     await startSidecars(2, { CONCURRENCY: '1' });
     gate.hold();
-    await enqueueMany(t.db, Array.from({ length: 20 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 300, n } })));
-    await until(async () => startsBy('sidecar').length, (n) => n === 2, 10_000, 'both sidecars to hold a slot');
+    await enqueueMany(
+      t.db,
+      Array.from({ length: 20 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 300, n } })),
+    );
+    await until(
+      async () => startsBy('sidecar').length,
+      (n) => n === 2,
+      10_000,
+      'both sidecars to hold a slot',
+    );
     // The third slot, taken by a run-now job while both sidecars hold theirs.
     expect(await postRunNow(20)).toBe(201);
-    await until(async () => startsBy('run-now').length, (n) => n === 1, 10_000, 'the run-now job to hold the third slot');
+    await until(
+      async () => startsBy('run-now').length,
+      (n) => n === 1,
+      10_000,
+      'the run-now job to hold the third slot',
+    );
     // The limit is full: cron invocations claim nothing now. Let the three go on; when the run-now
     // job ends, its slot can only be taken by a cron invocation (each sidecar holds its one).
     const crons = cronUntil(() => ended('limited').size === 21, 60_000);
     await new Promise((r) => setTimeout(r, 300));
     expect(startsBy('worker')).toHaveLength(0);
     gate.releaseHeld();
-    await until(async () => startsBy('worker').length, (n) => n >= 1, 20_000, 'a cron invocation to take the freed slot');
+    await until(
+      async () => startsBy('worker').length,
+      (n) => n >= 1,
+      20_000,
+      'a cron invocation to take the freed slot',
+    );
     gate.open();
     await crons;
-    await until(async () => ended('limited').size, (n) => n === 21, 20_000, 'every limited job to run');
+    await until(
+      async () => ended('limited').size,
+      (n) => n === 21,
+      20_000,
+      'every limited job to run',
+    );
     await until(jobsLeft, (n) => n === 0, 5_000, 'the last completions');
     const held = await holds('limited');
     expect(mostAtOnce(held)).toBe(3);
@@ -240,9 +307,21 @@ describe('limits across two sidecar processes and the Worker', () => {
 
   it('groupConcurrency 1: per key one at a time and in enqueue order, keys side by side', async () => {
     await startSidecars(2);
-    await enqueueMany(t.db, Array.from({ length: 30 }, (_, n) => ({ kind: 'grouped', payload: { recorder: recorderUrl, ms: 150, n }, groupKey: `customer-${n % 6}` })));
+    await enqueueMany(
+      t.db,
+      Array.from({ length: 30 }, (_, n) => ({
+        kind: 'grouped',
+        payload: { recorder: recorderUrl, ms: 150, n },
+        groupKey: `customer-${n % 6}`,
+      })),
+    );
     await cronUntil(() => ended('grouped').size === 30, 60_000);
-    await until(async () => ended('grouped').size, (n) => n === 30, 20_000, 'every grouped job to run');
+    await until(
+      async () => ended('grouped').size,
+      (n) => n === 30,
+      20_000,
+      'every grouped job to run',
+    );
     await until(jobsLeft, (n) => n === 0, 5_000, 'the last completions');
     const held = await holds('grouped');
     const runs = reportedRuns('grouped');
@@ -260,10 +339,21 @@ describe('limits across two sidecar processes and the Worker', () => {
   it('rateLimit 5 a second: no window holds more starts, and the backlog drains at that pace, not slower', async () => {
     await startSidecars(2);
     await warmUp();
-    await enqueueMany(t.db, Array.from({ length: 25 }, (_, n) => ({ kind: 'rated', payload: { recorder: recorderUrl, ms: 0, n } })));
+    await enqueueMany(
+      t.db,
+      Array.from({ length: 25 }, (_, n) => ({ kind: 'rated', payload: { recorder: recorderUrl, ms: 0, n } })),
+    );
     await cronUntil(() => ended('rated').size === 25, 60_000);
-    await until(async () => ended('rated').size, (n) => n === 25, 20_000, 'every rated job to run');
-    const starts = events.filter((e) => e.kind === 'rated' && e.phase === 'start').map((e) => e.at).sort((a, b) => a - b);
+    await until(
+      async () => ended('rated').size,
+      (n) => n === 25,
+      20_000,
+      'every rated job to run',
+    );
+    const starts = events
+      .filter((e) => e.kind === 'rated' && e.phase === 'start')
+      .map((e) => e.at)
+      .sort((a, b) => a - b);
     expect(starts).toHaveLength(25);
     // The database counts starts at the claim; a handler reports a few ms later (0.1 s tolerance).
     for (const s of starts) expect(starts.filter((x) => x >= s && x < s + 900).length).toBeLessThanOrEqual(5);
@@ -275,17 +365,34 @@ describe('limits across two sidecar processes and the Worker', () => {
   it('kill -9 of a sidecar holding slots: they come back when its leases end, nothing is lost, the limit still holds', async () => {
     await startSidecars(2);
     gate.hold();
-    await enqueueMany(t.db, Array.from({ length: 6 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 300, n } })));
-    await until(async () => events.filter((e) => e.phase === 'start').length, (n) => n === 3, 10_000, 'three slots taken');
+    await enqueueMany(
+      t.db,
+      Array.from({ length: 6 }, (_, n) => ({ kind: 'limited', payload: { recorder: recorderUrl, ms: 300, n } })),
+    );
+    await until(
+      async () => events.filter((e) => e.phase === 'start').length,
+      (n) => n === 3,
+      10_000,
+      'three slots taken',
+    );
     // The process holding most of them, by the pid in its lock token (sidecar-<drainer id>.<host>.<pid>.<hex>:<n>).
-    const pids = events.filter((e) => e.phase === 'start').map((e) => Number(/^sidecar-[^.]+\..+\.(\d+)\.[0-9a-f]+:\d+$/.exec(e.token)?.[1]));
-    const victimPid = [...new Set(pids)].sort((a, b) => pids.filter((p) => p === b).length - pids.filter((p) => p === a).length)[0];
+    const pids = events
+      .filter((e) => e.phase === 'start')
+      .map((e) => Number(/^sidecar-[^.]+\..+\.(\d+)\.[0-9a-f]+:\d+$/.exec(e.token)?.[1]));
+    const victimPid = [...new Set(pids)].sort(
+      (a, b) => pids.filter((p) => p === b).length - pids.filter((p) => p === a).length,
+    )[0];
     const victim = sidecars.find((s) => s.child.pid === victimPid)!;
     victim.child.kill('SIGKILL');
     await victim.exited;
     const cutAt = performance.now();
     gate.open();
-    await until(async () => ended('limited').size, (n) => n === 6, 30_000, 'every job to run after the leases end');
+    await until(
+      async () => ended('limited').size,
+      (n) => n === 6,
+      30_000,
+      'every job to run after the leases end',
+    );
     await until(jobsLeft, (n) => n === 0, 5_000, 'the last completions');
     // The killed process's holds end when the reaper takes its jobs back, not before.
     expect(mostAtOnce(await holds('limited'))).toBe(3);
@@ -299,19 +406,50 @@ describe('round two: tenants that take turns, limits per tenant from data, batch
     await startSidecars(1, { CONCURRENCY: '4' });
     await warmUp();
     // A's 60 jobs were enqueued first, B's and C's 4 each after them, all before any drainer looked.
-    await Promise.all(sidecars.map((s) => fetch(`${s.url}/kinds/fair-work/pause`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } })));
-    await enqueueMany(t.db, Array.from({ length: 60 }, (_, n) => ({ kind: 'fair-work', payload: { recorder: recorderUrl, ms: 30, n }, groupKey: 'A' })));
-    await enqueueMany(t.db, ['B', 'C'].flatMap((key, k) => Array.from({ length: 4 }, (_, i) => ({ kind: 'fair-work', payload: { recorder: recorderUrl, ms: 30, n: 100 + k * 10 + i }, groupKey: key }))));
-    await fetch(`${sidecars[0]!.url}/kinds/fair-work/resume`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+    await Promise.all(
+      sidecars.map((s) =>
+        fetch(`${s.url}/kinds/fair-work/pause`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } }),
+      ),
+    );
+    await enqueueMany(
+      t.db,
+      Array.from({ length: 60 }, (_, n) => ({
+        kind: 'fair-work',
+        payload: { recorder: recorderUrl, ms: 30, n },
+        groupKey: 'A',
+      })),
+    );
+    await enqueueMany(
+      t.db,
+      ['B', 'C'].flatMap((key, k) =>
+        Array.from({ length: 4 }, (_, i) => ({
+          kind: 'fair-work',
+          payload: { recorder: recorderUrl, ms: 30, n: 100 + k * 10 + i },
+          groupKey: key,
+        })),
+      ),
+    );
+    await fetch(`${sidecars[0]!.url}/kinds/fair-work/resume`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     await cronUntil(() => ended('fair-work').size === 68, 60_000);
-    await until(async () => ended('fair-work').size, (n) => n === 68, 20_000, 'every fair job to run');
-    const order = events.filter((e) => e.kind === 'fair-work' && e.phase === 'start').sort((a, b) => a.at - b.at).map((e) => e.key);
+    await until(
+      async () => ended('fair-work').size,
+      (n) => n === 68,
+      20_000,
+      'every fair job to run',
+    );
+    const order = events
+      .filter((e) => e.kind === 'fair-work' && e.phase === 'start')
+      .sort((a, b) => a.at - b.at)
+      .map((e) => e.key);
     // Unfair (claim order) would run all 60 of A first; taking turns, B's and C's 8 are done early.
     const lastOfOthers = Math.max(...order.map((key, i) => (key === 'A' ? -1 : i)));
     expect(lastOfOthers).toBeLessThan(30);
   }, 120_000);
 
-  it('limits per tenant from data: a key\'s own concurrency holds on every drainer, and a change holds at the next claim', async () => {
+  it("limits per tenant from data: a key's own concurrency holds on every drainer, and a change holds at the next claim", async () => {
     await startSidecars(1, { CONCURRENCY: '2' });
     await startSidecars(1, { CONCURRENCY: '4' });
     await warmUp();
@@ -324,12 +462,25 @@ describe('round two: tenants that take turns, limits per tenant from data, batch
     expect((await put(3)).status).toBe(200);
     const wave = (from: number) =>
       enqueueMany(t.db, [
-        ...Array.from({ length: 9 }, (_, i) => ({ kind: 'grouped', payload: { recorder: recorderUrl, ms: 300, n: from + i }, groupKey: 'paying' })),
-        ...Array.from({ length: 3 }, (_, i) => ({ kind: 'grouped', payload: { recorder: recorderUrl, ms: 300, n: from + 100 + i }, groupKey: 'free' })),
+        ...Array.from({ length: 9 }, (_, i) => ({
+          kind: 'grouped',
+          payload: { recorder: recorderUrl, ms: 300, n: from + i },
+          groupKey: 'paying',
+        })),
+        ...Array.from({ length: 3 }, (_, i) => ({
+          kind: 'grouped',
+          payload: { recorder: recorderUrl, ms: 300, n: from + 100 + i },
+          groupKey: 'free',
+        })),
       ]);
     await wave(0);
     await cronUntil(() => ended('grouped').size === 12, 60_000);
-    await until(async () => ended('grouped').size, (n) => n === 12, 20_000, 'the first wave');
+    await until(
+      async () => ended('grouped').size,
+      (n) => n === 12,
+      20_000,
+      'the first wave',
+    );
     await until(jobsLeft, (n) => n === 0, 5_000, 'the first wave settled');
     const first = await holds('grouped');
     expect(mostAtOnce(first.filter((h) => h.key === 'paying'))).toBe(3);
@@ -339,7 +490,12 @@ describe('round two: tenants that take turns, limits per tenant from data, batch
     const since = Date.now();
     await wave(1000);
     await cronUntil(() => ended('grouped').size === 24, 60_000);
-    await until(async () => ended('grouped').size, (n) => n === 24, 30_000, 'the second wave');
+    await until(
+      async () => ended('grouped').size,
+      (n) => n === 24,
+      30_000,
+      'the second wave',
+    );
     const second = (await holds('grouped')).filter((h) => h.from >= since - 50);
     expect(mostAtOnce(second.filter((h) => h.key === 'paying'))).toBe(1);
   }, 120_000);
@@ -347,19 +503,38 @@ describe('round two: tenants that take turns, limits per tenant from data, batch
   it('a batch kind: 200 jobs in about 200/size calls across the drainers, the failing one retried alone', async () => {
     await startSidecars(1, { CONCURRENCY: '2' });
     await startSidecars(1, { CONCURRENCY: '4' });
-    await Promise.all(sidecars.map((s) => fetch(`${s.url}/kinds/batched/pause`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } })));
-    await enqueueMany(t.db, Array.from({ length: 200 }, (_, n) => ({ kind: 'batched', payload: { recorder: recorderUrl, ms: 0, n } })));
-    await fetch(`${sidecars[0]!.url}/kinds/batched/resume`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+    await Promise.all(
+      sidecars.map((s) =>
+        fetch(`${s.url}/kinds/batched/pause`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } }),
+      ),
+    );
+    await enqueueMany(
+      t.db,
+      Array.from({ length: 200 }, (_, n) => ({ kind: 'batched', payload: { recorder: recorderUrl, ms: 0, n } })),
+    );
+    await fetch(`${sidecars[0]!.url}/kinds/batched/resume`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     await cronUntil(() => events.filter((e) => e.kind === 'batched' && e.phase === 'call').length >= 4, 20_000);
     await until(jobsLeft, (n) => n === 0, 30_000, 'every batched job to complete');
-    const calls = events.filter((e) => e.kind === 'batched' && e.phase === 'call') as unknown as { ns: number[]; attempts: number[] }[];
+    const calls = events.filter((e) => e.kind === 'batched' && e.phase === 'call') as unknown as {
+      ns: number[];
+      attempts: number[];
+    }[];
     const items = calls.flatMap((c) => c.ns);
     // Every job once in a call, and n = 7 once more, alone (its retry).
     expect(items.length).toBe(201);
     expect(new Set(items).size).toBe(200);
     expect(calls.length).toBeLessThanOrEqual(8);
-    expect(calls.filter((c) => c.ns.includes(7)).map((c) => c.ns.length).at(-1)).toBe(1);
-    expect(await t.query(`SELECT count(*)::int AS n FROM public.job_log WHERE kind = 'batched' AND status = 'deleted'`)).toEqual([{ n: 200 }]);
+    expect(
+      calls
+        .filter((c) => c.ns.includes(7))
+        .map((c) => c.ns.length)
+        .at(-1),
+    ).toBe(1);
+    expect(
+      await t.query(`SELECT count(*)::int AS n FROM public.job_log WHERE kind = 'batched' AND status = 'deleted'`),
+    ).toEqual([{ n: 200 }]);
   }, 90_000);
 });
-

@@ -32,7 +32,11 @@ it('no generated request gets a 5xx, a stack, SQL or a secret, and a refused one
   await fc.assert(
     fc.asyncProperty(hostileRequests([TOKEN, READ_TOKEN]), async (request) => {
       const [before] = await t.query(FINGERPRINT_SQL);
-      const res = await app.request(request.path, { method: request.method, headers: request.headers, body: request.body });
+      const res = await app.request(request.path, {
+        method: request.method,
+        headers: request.headers,
+        body: request.body,
+      });
       const text = await res.text();
       const broken = checkAnswer(res.status, res.headers.get('content-type'), text, secrets, request.method);
       if (broken) throw new Error(`${request.method} ${request.path}: ${broken}`);

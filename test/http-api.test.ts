@@ -66,17 +66,26 @@ describe('only in-process', () => {
     const batch = await (await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 2, runNow: true }] })).json();
     expect(Object.keys(batch)).toEqual(['ids']);
     expect(await jobCount()).toBe(2);
-    await expectError(await post('/jobs', { kind: 'noop', payload: 1, runNow: 'yes' }), 400, 'invalid_request', 'runNow');
+    await expectError(
+      await post('/jobs', { kind: 'noop', payload: 1, runNow: 'yes' }),
+      400,
+      'invalid_request',
+      'runNow',
+    );
   });
 
-  it('a 413 closes its connection, so a keep-alive client\'s next request goes out on a fresh one and succeeds', async () => {
+  it("a 413 closes its connection, so a keep-alive client's next request goes out on a fresh one and succeeds", async () => {
     const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
     await new Promise<void>((resolve) => server.once('listening', () => resolve()));
     const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
     try {
       // Node's fetch keeps connections alive by default: the second request would reuse the first's.
       const send = (payload: unknown) =>
-        fetch(`${url}/jobs`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'noop', payload }) });
+        fetch(`${url}/jobs`, {
+          method: 'POST',
+          headers: { ...auth, 'content-type': 'application/json' },
+          body: JSON.stringify({ kind: 'noop', payload }),
+        });
       for (let i = 0; i < 3; i++) {
         const tooLarge = await send('x'.repeat(1_100_000));
         expect(tooLarge.status).toBe(413);
@@ -103,12 +112,23 @@ describe('only in-process', () => {
     const secret = 'sup3r-s3cret-pw';
     const pg = await import('pg');
     const { drizzle } = await import('drizzle-orm/node-postgres');
-    const pool = new pg.default.Pool({ connectionString: `postgres://app:${secret}@127.0.0.1:1/nowhere`, connectionTimeoutMillis: 2000 });
+    const pool = new pg.default.Pool({
+      connectionString: `postgres://app:${secret}@127.0.0.1:1/nowhere`,
+      connectionTimeoutMillis: 2000,
+    });
     pool.on('error', () => {});
-    const down = createApp({ withDb: (fn) => fn(drizzle({ client: pool }) as never), registry: createDefaultRegistry({}), apiToken: TOKEN });
+    const down = createApp({
+      withDb: (fn) => fn(drizzle({ client: pool }) as never),
+      registry: createDefaultRegistry({}),
+      apiToken: TOKEN,
+    });
     const health = await down.request('/healthz');
     expect(health.status).toBe(503);
-    const res = await down.request('/jobs', { method: 'POST', headers: { 'content-type': 'application/json', ...auth }, body: JSON.stringify({ kind: 'noop', payload: 1 }) });
+    const res = await down.request('/jobs', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...auth },
+      body: JSON.stringify({ kind: 'noop', payload: 1 }),
+    });
     const body = await expectError(res, 503, 'database_unavailable');
     const text = JSON.stringify(body) + JSON.stringify(await health.json());
     expect(text).not.toContain(secret);
@@ -119,7 +139,11 @@ describe('only in-process', () => {
 });
 
 describe('scoped tokens', () => {
-  const tokens = { enqueue: 'enqueue-token-0123456789', read: 'read-token-0123456789ab', admin: 'admin-token-0123456789a' } as const;
+  const tokens = {
+    enqueue: 'enqueue-token-0123456789',
+    read: 'read-token-0123456789ab',
+    admin: 'admin-token-0123456789a',
+  } as const;
   const scoped = createApp({
     withDb: (fn) => fn(t.db),
     registry: createDefaultRegistry({}),
@@ -130,7 +154,9 @@ describe('scoped tokens', () => {
   it('every protected route is in the scope matrix', () => {
     const registered = new Set(scoped.routes.filter((r) => r.method !== 'ALL').map((r) => `${r.method} ${r.path}`));
     const covered = new Set(SCOPED_ROUTES.map((r) => `${r.method} ${r.pattern}`));
-    expect([...registered].filter((r) => !covered.has(r) && !OPEN_ROUTES.includes(r.split(' ')[1]!)).sort()).toEqual([]);
+    expect([...registered].filter((r) => !covered.has(r) && !OPEN_ROUTES.includes(r.split(' ')[1]!)).sort()).toEqual(
+      [],
+    );
   });
 
   for (const scope of TOKEN_SCOPES) {
@@ -152,9 +178,15 @@ describe('scoped tokens', () => {
 
   it('the full API token is admin; a wrong token is 401; API_TOKENS entries are checked', async () => {
     expect((await scoped.request('/jobs/retry-dead', requestFor(SCOPED_ROUTES[6]!, TOKEN))).status).toBe(200);
-    await expectError(await scoped.request('/stats', { headers: { authorization: 'Bearer read-token-0123456789aX' } }), 401, 'unauthorized');
+    await expectError(
+      await scoped.request('/stats', { headers: { authorization: 'Bearer read-token-0123456789aX' } }),
+      401,
+      'unauthorized',
+    );
     expect(() => parseScopedTokens('reader:abcdefghijklmnopq')).toThrow(/API_TOKENS entry 1: write scope:token/);
-    expect(() => parseScopedTokens('read:abcdefghijklmnopq, admin:short')).toThrow(/API_TOKENS entry 2: the token is shorter than 16 characters/);
+    expect(() => parseScopedTokens('read:abcdefghijklmnopq, admin:short')).toThrow(
+      /API_TOKENS entry 2: the token is shorter than 16 characters/,
+    );
     expect(() => parseScopedTokens('read:abcdefghijklmnopq, admin:short')).not.toThrow(/short$/);
   });
 });

@@ -20,7 +20,9 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, public.lifecycle_writes');
+  await t.query(
+    'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, public.lifecycle_writes',
+  );
 });
 afterEach(async () => {
   for (const s of sidecars.splice(0)) {
@@ -38,9 +40,14 @@ async function startSidecar(env: Record<string, string> = {}) {
 }
 
 const jobRow = async (id: string) =>
-  (await t.query(`SELECT status, finished_at, cancel_requested_at, result, progress FROM pgdrain.jobs_and_history WHERE id = $1`, [id]))[0];
+  (
+    await t.query(
+      `SELECT status, finished_at, cancel_requested_at, result, progress FROM pgdrain.jobs_and_history WHERE id = $1`,
+      [id],
+    )
+  )[0];
 
-describe('a job\'s life on sidecar processes', () => {
+describe("a job's life on sidecar processes", () => {
   it('waitFor answers within about 100 ms of the completion, with the kept result; a job that keeps nothing answers how it ended', async () => {
     const { client } = await startSidecar();
     // The first run of a fresh process loads its handler's code: done before anything is timed.
@@ -62,12 +69,18 @@ describe('a job\'s life on sidecar processes', () => {
 
     const { id } = await client.enqueue({ kind: 'gone', payload: { ms: 300 } });
     const started = Date.now();
-    expect(await client.waitFor(id, { timeoutSeconds: 10 })).toEqual({ id, kind: 'gone', status: 'completed', finishedAt: expect.any(String), gone: true });
+    expect(await client.waitFor(id, { timeoutSeconds: 10 })).toEqual({
+      id,
+      kind: 'gone',
+      status: 'completed',
+      finishedAt: expect.any(String),
+      gone: true,
+    });
     expect(Date.now() - started).toBeLessThan(2_000);
     await expect(client.getJob(id)).rejects.toMatchObject({ status: 404 });
   }, 60_000);
 
-  it("the reaper prunes kept jobs once their time is up, and not before", async () => {
+  it('the reaper prunes kept jobs once their time is up, and not before', async () => {
     const { client } = await startSidecar({ REAP_INTERVAL_MS: '300' });
     const { id: old } = await client.enqueue({ kind: 'kept', payload: { ms: 0 } });
     const { id: fresh } = await client.enqueue({ kind: 'kept', payload: { ms: 0 } });
@@ -79,15 +92,27 @@ describe('a job\'s life on sidecar processes', () => {
     // from the default partition (a day partition whose keeps are over is dropped whole: tested
     // in test/conformance/job-lifecycle.ts).
     await t.query(`UPDATE pgdrain.job_history SET keep_until = '2020-01-01 12:00+00' WHERE id = $1`, [old]);
-    await until(async () => (await t.query('SELECT id::text FROM pgdrain.job_history ORDER BY id')).map((r) => r.id), (ids) => ids.length === 1, 5_000, 'the prune');
-    expect(await t.query('SELECT id::text, status FROM pgdrain.job_history')).toEqual([{ id: fresh, status: 'completed' }]);
+    await until(
+      async () => (await t.query('SELECT id::text FROM pgdrain.job_history ORDER BY id')).map((r) => r.id),
+      (ids) => ids.length === 1,
+      5_000,
+      'the prune',
+    );
+    expect(await t.query('SELECT id::text, status FROM pgdrain.job_history')).toEqual([
+      { id: fresh, status: 'completed' },
+    ]);
     expect((await client.getJob(fresh)).status).toBe('completed');
   }, 30_000);
 
   it('progress is visible while the job runs', async () => {
     const { client } = await startSidecar();
     const { id } = await client.enqueue({ kind: 'kept', payload: { ms: 4_000, steps: 4 } });
-    const seen = await until(async () => (await client.getJob(id)).progress, (p) => (p as { step?: number } | null)?.step === 2, 10_000, 'progress step 2');
+    const seen = await until(
+      async () => (await client.getJob(id)).progress,
+      (p) => (p as { step?: number } | null)?.step === 2,
+      10_000,
+      'progress step 2',
+    );
     expect(seen).toEqual({ step: 2, of: 4 });
     expect((await client.getJob(id)).status).toBe('running');
     const done = (await client.waitFor(id, { timeoutSeconds: 10 })) as Job;
@@ -99,7 +124,12 @@ describe('a job\'s life on sidecar processes', () => {
     const { client: a } = await startSidecar({ KINDS: 'gone' });
     const { client: b } = await startSidecar({ KINDS: 'endless,kept' });
     const { id } = await b.enqueue({ kind: 'endless', payload: {} });
-    await until(async () => (await a.getJob(id)).status, (s) => s === 'running', 10_000, 'the job to run on b');
+    await until(
+      async () => (await a.getJob(id)).status,
+      (s) => s === 'running',
+      10_000,
+      'the job to run on b',
+    );
     expect(await a.cancel(id)).toEqual({ id, status: 'running', cancelRequested: true });
     const ended = await a.waitFor(id, { timeoutSeconds: 15 });
     expect(ended).toMatchObject({ id, status: 'cancelled', attempts: 1, result: null });
@@ -111,12 +141,19 @@ describe('a job\'s life on sidecar processes', () => {
     expect((await jobRow(id))!.status).toBe('cancelled');
   }, 60_000);
 
-  it('a transactional kind: the failed attempt\'s write is rolled back, the retry commits exactly one row with its completion', async () => {
+  it("a transactional kind: the failed attempt's write is rolled back, the retry commits exactly one row with its completion", async () => {
     const { client } = await startSidecar();
     const { id } = await client.enqueue({ kind: 'tx', payload: {} });
     const done = (await client.waitFor(id, { timeoutSeconds: 20 })) as Job;
-    expect(done).toMatchObject({ status: 'completed', attempts: 2, result: { attempt: 2 }, lastError: 'first attempt fails after writing' });
-    expect(await t.query('SELECT job_id::text, attempt FROM public.lifecycle_writes')).toEqual([{ job_id: id, attempt: 2 }]);
+    expect(done).toMatchObject({
+      status: 'completed',
+      attempts: 2,
+      result: { attempt: 2 },
+      lastError: 'first attempt fails after writing',
+    });
+    expect(await t.query('SELECT job_id::text, attempt FROM public.lifecycle_writes')).toEqual([
+      { job_id: id, attempt: 2 },
+    ]);
   }, 30_000);
 
   it('a child enqueued after two parents over HTTP runs once both completed; cancelling a waiting parent makes the child dead', async () => {
@@ -133,6 +170,9 @@ describe('a job\'s life on sidecar processes', () => {
     const blocker = await client.enqueue({ kind: 'kept', payload: { ms: 0 }, delaySeconds: 3_600 });
     const orphan = await client.enqueue({ kind: 'kept', payload: { ms: 0 }, after: [blocker.id] });
     expect(await client.cancel(blocker.id)).toEqual({ id: blocker.id, status: 'cancelled', cancelRequested: true });
-    expect(await client.waitFor(orphan.id, { timeoutSeconds: 5 })).toMatchObject({ status: 'dead', lastError: `job ${blocker.id} it waits for ended cancelled` });
+    expect(await client.waitFor(orphan.id, { timeoutSeconds: 5 })).toMatchObject({
+      status: 'dead',
+      lastError: `job ${blocker.id} it waits for ended cancelled`,
+    });
   }, 30_000);
 });

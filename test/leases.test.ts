@@ -30,7 +30,10 @@ it('the lease keeper gives a lease up the moment it runs out, whatever the phase
   const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port) });
   const pool = new pg.Pool({ connectionString: proxy.urlFor(t.url), max: 2, connectionTimeoutMillis: 300 });
   pool.on('error', () => {});
-  const keeper = new LeaseKeeper(drizzle({ client: pool }) as unknown as Db, { visibilityTimeoutSeconds: 3, onLostUnstarted: () => {} });
+  const keeper = new LeaseKeeper(drizzle({ client: pool }) as unknown as Db, {
+    visibilityTimeoutSeconds: 3,
+    onLostUnstarted: () => {},
+  });
   const lost = new Map<string, { at: number; why: string }>();
   const book = new JobBook();
   const hold = async (token: string) => {
@@ -41,15 +44,26 @@ it('the lease keeper gives a lease up the moment it runs out, whatever the phase
     return { job: job!, sentAt };
   };
   try {
-    await enqueueMany(t.db, [{ kind: 'held', payload: {} }, { kind: 'held', payload: {} }]);
+    await enqueueMany(t.db, [
+      { kind: 'held', payload: {} },
+      { kind: 'held', payload: {} },
+    ]);
     const a = await hold('keeper:1');
     await new Promise((r) => setTimeout(r, 1_400)); // a's first renewal (at ~1 s) succeeds
-    const renewedA = await t.query(`SELECT locked_at > now() - interval '1 second' AS renewed FROM pgdrain.jobs WHERE id = $1`, [a.job.id]);
+    const renewedA = await t.query(
+      `SELECT locked_at > now() - interval '1 second' AS renewed FROM pgdrain.jobs WHERE id = $1`,
+      [a.job.id],
+    );
     expect(renewedA).toEqual([{ renewed: true }]);
     const b = await hold('keeper:2');
     await new Promise((r) => setTimeout(r, 300));
     await proxy.close(); // every renewal from here on fails
-    await until(async () => lost.size, (n) => n === 2, 8_000, 'both leases to be given up');
+    await until(
+      async () => lost.size,
+      (n) => n === 2,
+      8_000,
+      'both leases to be given up',
+    );
     const late = (id: string, leaseEnd: number) => lost.get(id)!.at - leaseEnd;
     // b was never renewed: its lease ends 3 s after its claim was sent. a's ended 3 s after the
     // renewal that reached the database (sent about 1 s after its claim).
@@ -74,18 +88,32 @@ it('a drainer that cannot renew a lease for its whole visibility timeout aborts 
   let abortedWith: unknown;
   const registry = new JobRegistry([
     defineJob({
-      kind: 'waits', schema: z.unknown(), timeoutMs: 20_000,
-      handler: (_, { signal }) => new Promise<void>((resolve) => signal.addEventListener('abort', () => {
-        abortedAt = Date.now();
-        abortedWith = signal.reason;
-        resolve();
-      })),
+      kind: 'waits',
+      schema: z.unknown(),
+      timeoutMs: 20_000,
+      handler: (_, { signal }) =>
+        new Promise<void>((resolve) =>
+          signal.addEventListener('abort', () => {
+            abortedAt = Date.now();
+            abortedWith = signal.reason;
+            resolve();
+          }),
+        ),
     }),
   ]);
   const { id } = await enqueue(t.db, { kind: 'waits', payload: {} });
   const settleErrors: unknown[] = [];
-  const drained = drain(db, registry, { workerId: 'cut-off', visibilityTimeoutSeconds: 2, onSettleError: (e) => settleErrors.push(e) });
-  await until(() => t.query(`SELECT status FROM pgdrain.jobs WHERE id = $1`, [id]), (r) => r[0]?.status === 'running', 5_000, 'the claim');
+  const drained = drain(db, registry, {
+    workerId: 'cut-off',
+    visibilityTimeoutSeconds: 2,
+    onSettleError: (e) => settleErrors.push(e),
+  });
+  await until(
+    () => t.query(`SELECT status FROM pgdrain.jobs WHERE id = $1`, [id]),
+    (r) => r[0]?.status === 'running',
+    5_000,
+    'the claim',
+  );
   const cutAt = Date.now();
   await proxy.close();
 
@@ -97,9 +125,18 @@ it('a drainer that cannot renew a lease for its whole visibility timeout aborts 
   expect(abortedAt - cutAt).toBeLessThan(2_000 + 1_000);
   // Its settlement could not reach the database: the job is still running there…
   expect(settleErrors.length).toBeGreaterThan(0);
-  expect(await t.query(`SELECT status, attempts FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([{ status: 'running', attempts: 1 }]);
+  expect(await t.query(`SELECT status, attempts FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
+    { status: 'running', attempts: 1 },
+  ]);
   // …until the reaper, on a connection of its own, hands it back once the lease has expired.
-  await until(async () => (await reap(t.db, 2)).reclaimed, (ids) => ids.includes(id), 5_000, 'the reaper');
-  expect(await t.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([{ status: 'pending', locked_by: null }]);
+  await until(
+    async () => (await reap(t.db, 2)).reclaimed,
+    (ids) => ids.includes(id),
+    5_000,
+    'the reaper',
+  );
+  expect(await t.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
+    { status: 'pending', locked_by: null },
+  ]);
   await pool.end();
 }, 30_000);

@@ -43,9 +43,14 @@ async function arrange() {
   const noop = claimed.filter((j) => j.kind === 'noop');
   const mail = claimed.filter((j) => j.kind !== 'noop');
   await complete(t.db, noop.slice(0, 4)); // 4 completed, 2 still running
-  await failMany(t.db, mail.slice(0, 2).map((j) => ({ ...j, error: 'smtp down' }))); // 2 dead
+  await failMany(
+    t.db,
+    mail.slice(0, 2).map((j) => ({ ...j, error: 'smtp down' })),
+  ); // 2 dead
   await t.query(`UPDATE pgdrain.jobs SET run_at = now() - interval '90 seconds' WHERE id = $1`, [mail[2]!.id]);
-  await t.query(`UPDATE pgdrain.jobs SET status = 'pending', locked_at = NULL, locked_by = NULL WHERE id = $1`, [mail[2]!.id]);
+  await t.query(`UPDATE pgdrain.jobs SET status = 'pending', locked_at = NULL, locked_by = NULL WHERE id = $1`, [
+    mail[2]!.id,
+  ]);
   // history folded into the totals long ago
   await t.query(`INSERT INTO pgdrain.job_totals (kind, completed, failed, dead) VALUES ('noop', 1000, 5, 1)`);
 }
@@ -80,7 +85,9 @@ describe('GET /metrics', () => {
     ]);
 
     // Every gauge against the table itself.
-    const rows = await t.query<{ kind: string; status: string; n: number }>(`SELECT kind, status, count(*)::int AS n FROM pgdrain.jobs GROUP BY 1, 2`);
+    const rows = await t.query<{ kind: string; status: string; n: number }>(
+      `SELECT kind, status, count(*)::int AS n FROM pgdrain.jobs GROUP BY 1, 2`,
+    );
     const mail = 'mail "weekly"\\digest';
     for (const kind of ['noop', mail, 'webhook']) {
       for (const status of ['pending', 'running', 'dead']) {
@@ -111,7 +118,8 @@ describe('GET /metrics', () => {
   });
 
   it('says what holds vacuum back: a transaction held open elsewhere, and the dead tuples the jobs table carries', async () => {
-    const scrape = async () => parsePrometheusTextFormat(await (await app.request('/metrics', { headers: bearer(TOKEN) })).text());
+    const scrape = async () =>
+      parsePrometheusTextFormat(await (await app.request('/metrics', { headers: bearer(TOKEN) })).text());
     const gauge = (families: MetricFamily[], name: string) => sample(families, name, {});
     const report = new pg.Client({ connectionString: t.url });
     await report.connect();
@@ -120,15 +128,28 @@ describe('GET /metrics', () => {
       await report.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
       await report.query('SELECT count(*) FROM pgdrain.jobs');
       await new Promise((r) => setTimeout(r, 1_200));
-      await enqueueMany(t.db, Array.from({ length: 500 }, () => ({ kind: 'noop', payload: {} })));
+      await enqueueMany(
+        t.db,
+        Array.from({ length: 500 }, () => ({ kind: 'noop', payload: {} })),
+      );
       await t.query('DELETE FROM pgdrain.jobs');
       await t.query('VACUUM pgdrain.jobs'); // cannot remove them: the report's snapshot may still see them
-      const held = await until(scrape, (f) => gauge(f, 'pgdrain_jobs_table_dead_tuples') >= 500, 5_000, 'the dead tuples to be counted');
+      const held = await until(
+        scrape,
+        (f) => gauge(f, 'pgdrain_jobs_table_dead_tuples') >= 500,
+        5_000,
+        'the dead tuples to be counted',
+      );
       expect(gauge(held, 'pgdrain_oldest_snapshot_age_seconds')).toBeGreaterThanOrEqual(1);
       expect(gauge(held, 'pgdrain_oldest_xmin_age_transactions')).toBeGreaterThan(0);
       await report.query('COMMIT');
       await t.query('VACUUM pgdrain.jobs');
-      const released = await until(scrape, (f) => gauge(f, 'pgdrain_jobs_table_dead_tuples') === 0, 5_000, 'vacuum to clean up');
+      const released = await until(
+        scrape,
+        (f) => gauge(f, 'pgdrain_jobs_table_dead_tuples') === 0,
+        5_000,
+        'vacuum to clean up',
+      );
       expect(gauge(released, 'pgdrain_oldest_snapshot_age_seconds')).toBe(0);
     } finally {
       await report.end();
@@ -159,7 +180,13 @@ describe('limits across drainers in /stats and /metrics', () => {
     const limited = createApp({
       withDb: (fn) => fn(t.db),
       registry: new JobRegistry([
-        defineJob({ kind: 'mailer', schema: z.unknown(), handler: () => {}, globalConcurrency: 3, rateLimit: { limit: 10, periodSeconds: 60 } }),
+        defineJob({
+          kind: 'mailer',
+          schema: z.unknown(),
+          handler: () => {},
+          globalConcurrency: 3,
+          rateLimit: { limit: 10, periodSeconds: 60 },
+        }),
         defineJob({ kind: 'ledger', schema: z.unknown(), handler: () => {}, groupConcurrency: 1 }),
         defineJob({ kind: 'plain', schema: z.unknown(), handler: () => {} }),
       ]),
@@ -169,14 +196,24 @@ describe('limits across drainers in /stats and /metrics', () => {
       ...Array.from({ length: 4 }, () => ({ kind: 'mailer', payload: {} })),
       ...['a', 'a', 'b', 'c'].map((groupKey) => ({ kind: 'ledger', payload: {}, groupKey })),
     ]);
-    const mailer = await claimLimited(t.db, { kind: 'mailer', limits: { globalConcurrency: 3, rateLimit: { limit: 10, periodSeconds: 60 } }, batchSize: 4, lockToken: 'm:1' });
+    const mailer = await claimLimited(t.db, {
+      kind: 'mailer',
+      limits: { globalConcurrency: 3, rateLimit: { limit: 10, periodSeconds: 60 } },
+      batchSize: 4,
+      lockToken: 'm:1',
+    });
     expect(mailer).toMatchObject({ heldBack: true });
     expect(mailer.jobs).toHaveLength(3);
     const stats = await (await limited.request('/stats', { headers: bearer(TOKEN) })).json();
-    expect(stats.kinds.mailer.limits).toEqual({ globalConcurrency: { limit: 3, running: 3 }, rateLimit: { limit: 10, periodSeconds: 60, perGroup: false, startsInWindow: 3 } });
+    expect(stats.kinds.mailer.limits).toEqual({
+      globalConcurrency: { limit: 3, running: 3 },
+      rateLimit: { limit: 10, periodSeconds: 60, perGroup: false, startsInWindow: 3 },
+    });
     expect(stats.kinds.ledger.limits).toEqual({ groupConcurrency: { limit: 1, keysWaiting: 3 } });
     expect(stats.kinds.plain).toBeUndefined(); // no jobs, no limits
-    const families = parsePrometheusTextFormat(await (await limited.request('/metrics', { headers: bearer(TOKEN) })).text());
+    const families = parsePrometheusTextFormat(
+      await (await limited.request('/metrics', { headers: bearer(TOKEN) })).text(),
+    );
     expect(sample(families, 'pgdrain_kind_limit', { kind: 'mailer', limit: 'global_concurrency' })).toBe(3);
     expect(sample(families, 'pgdrain_kind_limit_in_use', { kind: 'mailer', limit: 'global_concurrency' })).toBe(3);
     expect(sample(families, 'pgdrain_kind_limit_in_use', { kind: 'mailer', limit: 'rate' })).toBe(3);
@@ -191,14 +228,21 @@ describe('GET /stats/throughput', () => {
     expect(res.status).toBe(200);
     const { minutes } = await res.json();
     expect(minutes).toHaveLength(10);
-    const sum = (key: 'completed' | 'failed' | 'dead') => minutes.reduce((s: number, m: Record<string, number>) => s + m[key]!, 0);
-    const [db] = await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM pgdrain.job_counts`);
+    const sum = (key: 'completed' | 'failed' | 'dead') =>
+      minutes.reduce((s: number, m: Record<string, number>) => s + m[key]!, 0);
+    const [db] = await t.query(
+      `SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM pgdrain.job_counts`,
+    );
     expect({ completed: sum('completed'), failed: sum('failed'), dead: sum('dead') }).toEqual(db);
     expect(db).toEqual({ completed: 4, failed: 2, dead: 2 });
     const times = minutes.map((m: { minute: string }) => Date.parse(m.minute));
     expect(times.every((v: number, i: number) => i === 0 || v - times[i - 1] === 60_000)).toBe(true);
-    const byKind = await (await app.request('/stats/throughput?minutes=5&kind=noop', { headers: bearer(TOKEN) })).json();
-    expect(byKind.minutes.reduce((s: number, m: { completed: number; failed: number }) => s + m.completed + m.failed, 0)).toBe(4);
+    const byKind = await (
+      await app.request('/stats/throughput?minutes=5&kind=noop', { headers: bearer(TOKEN) })
+    ).json();
+    expect(
+      byKind.minutes.reduce((s: number, m: { completed: number; failed: number }) => s + m.completed + m.failed, 0),
+    ).toBe(4);
   });
 
   it('refuses a bad window with a 400 naming the parameter', async () => {

@@ -26,7 +26,9 @@ beforeAll(async () => {
   await writeFile(journalFile, JSON.stringify(journal));
   t = await createTestDatabase({ migrate: false });
   await migrateDatabase(t.url, { folder: oldFolder });
-  await t.query(`INSERT INTO pgdrain.jobs (kind, payload, priority) SELECT 'old', jsonb_build_object('i', i), i % 3 FROM generate_series(1, ${JOBS}) AS i`);
+  await t.query(
+    `INSERT INTO pgdrain.jobs (kind, payload, priority) SELECT 'old', jsonb_build_object('i', i), i % 3 FROM generate_series(1, ${JOBS}) AS i`,
+  );
   await t.query('ANALYZE pgdrain.jobs');
 }, 180_000);
 afterAll(async () => {
@@ -67,7 +69,9 @@ it('1,000,000 jobs, an old drainer and an enqueuing app at work: no statement wa
                               ORDER BY priority DESC NULLS LAST, run_at, id LIMIT 50 FOR UPDATE SKIP LOCKED))
         RETURNING id`,
     );
-    await client.query(`DELETE FROM pgdrain.jobs WHERE id = ANY($1::bigint[]) AND locked_by = 'old-drainer:1'`, [rows.map((r) => r.id)]);
+    await client.query(`DELETE FROM pgdrain.jobs WHERE id = ANY($1::bigint[]) AND locked_by = 'old-drainer:1'`, [
+      rows.map((r) => r.id),
+    ]);
   });
   // A call that resolves pgdrain.enqueue() just as a migration drops the old definition to create
   // the new one (new parameters) fails with PostgreSQL's 'cache lookup failed for function': the
@@ -86,15 +90,25 @@ it('1,000,000 jobs, an old drainer and an enqueuing app at work: no statement wa
   await new Promise((r) => setTimeout(r, 300));
   await Promise.all([drainer.stop(), app.stop()]);
 
-  const during = (timings: { at: number; ms: number }[]) => timings.filter((x) => x.at >= started && x.at - x.ms <= finished);
-  for (const [who, timings] of [['drainer', drainer.timings], ['app', app.timings]] as const) {
+  const during = (timings: { at: number; ms: number }[]) =>
+    timings.filter((x) => x.at >= started && x.at - x.ms <= finished);
+  for (const [who, timings] of [
+    ['drainer', drainer.timings],
+    ['app', app.timings],
+  ] as const) {
     const longest = Math.max(...timings.map((x) => x.ms));
-    console.log(`online upgrade of ${JOBS} jobs in ${finished - started} ms: ${who} made ${during(timings).length} calls meanwhile, the longest took ${longest.toFixed(0)} ms`);
+    console.log(
+      `online upgrade of ${JOBS} jobs in ${finished - started} ms: ${who} made ${during(timings).length} calls meanwhile, the longest took ${longest.toFixed(0)} ms`,
+    );
     expect([who, longest]).toEqual([who, expect.any(Number)]);
     expect(longest).toBeLessThan(1_000);
     expect(during(timings).length).toBeGreaterThan(0);
   }
   const applied = await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations');
   expect(applied).toEqual([{ n: readMigrationFiles({ migrationsFolder: migrationsFolder() }).length }]);
-  expect(await t.query(`SELECT count(*)::int AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relnamespace = 'pgdrain'::regnamespace AND NOT i.indisvalid`)).toEqual([{ n: 0 }]);
+  expect(
+    await t.query(
+      `SELECT count(*)::int AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relnamespace = 'pgdrain'::regnamespace AND NOT i.indisvalid`,
+    ),
+  ).toEqual([{ n: 0 }]);
 }, 120_000);

@@ -16,10 +16,22 @@ const app = createApp({
   apiToken: 'openapi-test-token-0123456789',
 });
 
-type Operation = { responses: Record<string, { content?: Record<string, { schema: unknown }> }>; security?: unknown[]; parameters?: { name: string; in: string }[] };
-type Document = { openapi: string; paths: Record<string, Record<string, Operation>>; servers: { url: string }[]; components: { schemas: Record<string, unknown> } };
+type Operation = {
+  responses: Record<string, { content?: Record<string, { schema: unknown }> }>;
+  security?: unknown[];
+  parameters?: { name: string; in: string }[];
+};
+type Document = {
+  openapi: string;
+  paths: Record<string, Record<string, Operation>>;
+  servers: { url: string }[];
+  components: { schemas: Record<string, unknown> };
+};
 
-async function documentOf(target: { request: (path: string) => Response | Promise<Response> }, path = '/openapi.json'): Promise<Document> {
+async function documentOf(
+  target: { request: (path: string) => Response | Promise<Response> },
+  path = '/openapi.json',
+): Promise<Document> {
   const res = await target.request(path);
   expect(res.status).toBe(200);
   expect(res.headers.get('content-type')).toMatch(/application\/json/);
@@ -51,7 +63,15 @@ describe('GET /openapi.json', () => {
 
   it('gives every operation its responses, errors in the shared shape, and the token except on the open routes', async () => {
     const doc = await documentOf(app);
-    const open = ['/healthz', '/openapi.json', '/docs', '/', '/dashboard', '/dashboard/script.js', '/dashboard/style.css'];
+    const open = [
+      '/healthz',
+      '/openapi.json',
+      '/docs',
+      '/',
+      '/dashboard',
+      '/dashboard/script.js',
+      '/dashboard/style.css',
+    ];
     for (const [path, operations] of Object.entries(doc.paths)) {
       for (const [method, op] of Object.entries(operations)) {
         const where = `${method.toUpperCase()} ${path}`;
@@ -63,16 +83,39 @@ describe('GET /openapi.json', () => {
         }
         for (const [status, response] of Object.entries(op.responses)) {
           // /healthz answers 503 in its own shape ({ ok: false, error }); every other error is an Error.
-          if (Number(status) >= 400 && path !== '/healthz') expect(response.content?.['application/json']?.schema, `${where} ${status}`).toEqual({ $ref: '#/components/schemas/Error' });
+          if (Number(status) >= 400 && path !== '/healthz')
+            expect(response.content?.['application/json']?.schema, `${where} ${status}`).toEqual({
+              $ref: '#/components/schemas/Error',
+            });
         }
         for (const name of path.match(/\{(\w+)\}/g) ?? []) {
-          expect(op.parameters?.some((p) => p.in === 'path' && `{${p.name}}` === name), `${where} ${name}`).toBe(true);
+          expect(
+            op.parameters?.some((p) => p.in === 'path' && `{${p.name}}` === name),
+            `${where} ${name}`,
+          ).toBe(true);
         }
       }
     }
-    expect(doc.paths['/jobs']!.get!.parameters!.map((p) => `${p.in} ${p.name}`)).toEqual(['query status', 'query kind', 'query limit', 'query cursor']);
-    expect(Object.keys(doc.paths['/jobs']!.post!.responses).sort()).toEqual(['200', '201', '400', '401', '403', '413', '415', '422', '503']);
-    expect(Object.keys(doc.components.schemas)).toEqual(expect.arrayContaining(['Job', 'JobInput', 'Enqueued', 'Error', 'QueueStats']));
+    expect(doc.paths['/jobs']!.get!.parameters!.map((p) => `${p.in} ${p.name}`)).toEqual([
+      'query status',
+      'query kind',
+      'query limit',
+      'query cursor',
+    ]);
+    expect(Object.keys(doc.paths['/jobs']!.post!.responses).sort()).toEqual([
+      '200',
+      '201',
+      '400',
+      '401',
+      '403',
+      '413',
+      '415',
+      '422',
+      '503',
+    ]);
+    expect(Object.keys(doc.components.schemas)).toEqual(
+      expect.arrayContaining(['Job', 'JobInput', 'Enqueued', 'Error', 'QueueStats']),
+    );
   });
 
   it('under a prefix, names it as the server, so every path resolves where the app is mounted', async () => {
@@ -104,8 +147,12 @@ describe('GET /docs', () => {
       expect(scripts.length).toBeGreaterThan(0);
       for (const tag of scripts) expect(tag).toContain(`nonce="${nonce}"`);
       // The library: one file of one version, with its hash; the policy allows that file alone.
-      expect(html).toContain(`<script src="${SCALAR_SCRIPT.url}" integrity="${SCALAR_SCRIPT.integrity}" crossorigin="anonymous" nonce="${nonce}"></script>`);
-      expect(SCALAR_SCRIPT.url).toMatch(/^https:\/\/cdn\.jsdelivr\.net\/npm\/@scalar\/api-reference@\d+\.\d+\.\d+\/dist\/browser\/standalone\.js$/);
+      expect(html).toContain(
+        `<script src="${SCALAR_SCRIPT.url}" integrity="${SCALAR_SCRIPT.integrity}" crossorigin="anonymous" nonce="${nonce}"></script>`,
+      );
+      expect(SCALAR_SCRIPT.url).toMatch(
+        /^https:\/\/cdn\.jsdelivr\.net\/npm\/@scalar\/api-reference@\d+\.\d+\.\d+\/dist\/browser\/standalone\.js$/,
+      );
       expect(SCALAR_SCRIPT.integrity).toMatch(/^sha384-[A-Za-z0-9+/]{64}$/);
       expect(csp).toContain(`script-src 'nonce-${nonce}' ${SCALAR_SCRIPT.url}`);
       expect(csp).not.toMatch(/https:\/\/cdn\.jsdelivr\.net[ ;]/);

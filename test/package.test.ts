@@ -32,13 +32,19 @@ const manifest = JSON.parse(await readFile(path.join(REPO, 'package.json'), 'utf
 
 /** The environment of a user's shell: none of the variables `npm test` adds for its scripts. */
 function userEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k) && k !== 'DATABASE_URL' && k !== 'API_TOKEN'));
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k) && k !== 'DATABASE_URL' && k !== 'API_TOKEN'),
+  );
   return { ...env, WRANGLER_SEND_METRICS: 'false', ...extra };
 }
 
 async function run(command: string, args: string[], cwd: string, env: Record<string, string> = {}) {
   try {
-    const { stdout, stderr } = await execFileAsync(command, args, { cwd, env: userEnv(env), maxBuffer: 64 * 1024 * 1024 });
+    const { stdout, stderr } = await execFileAsync(command, args, {
+      cwd,
+      env: userEnv(env),
+      maxBuffer: 64 * 1024 * 1024,
+    });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const e = error as { code?: number; stdout?: string; stderr?: string };
@@ -130,33 +136,62 @@ describe('the npm package, installed into a project of its own', () => {
 
   it('ships built JavaScript, types, migrations and the CLI, and no TypeScript sources or tests', async () => {
     const listed = await run('tar', ['-tzf', path.join(dir, tarball.filename)], dir);
-    const files = listed.stdout.split('\n').filter(Boolean).map((f) => f.replace(/^package\//, ''));
-    expect(files).toEqual(expect.arrayContaining([
-      'package.json', 'README.md', 'dist/entry/index.js', 'dist/entry/index.d.ts', 'dist/entry/sidecar.js', 'dist/entry/worker.js',
-      'dist/entry/hono.js', 'dist/entry/client.js', 'dist/entry/client.d.ts', 'dist/http/dashboard/script.generated.js', 'dist/entry/cli.js', 'drizzle/0000_schema.sql', 'drizzle/0002_enqueue_function.sql', 'drizzle/meta/_journal.json',
-    ]));
+    const files = listed.stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((f) => f.replace(/^package\//, ''));
+    expect(files).toEqual(
+      expect.arrayContaining([
+        'package.json',
+        'README.md',
+        'dist/entry/index.js',
+        'dist/entry/index.d.ts',
+        'dist/entry/sidecar.js',
+        'dist/entry/worker.js',
+        'dist/entry/hono.js',
+        'dist/entry/client.js',
+        'dist/entry/client.d.ts',
+        'dist/http/dashboard/script.generated.js',
+        'dist/entry/cli.js',
+        'drizzle/0000_schema.sql',
+        'drizzle/0002_enqueue_function.sql',
+        'drizzle/meta/_journal.json',
+      ]),
+    );
     expect(files.filter((f) => /\.ts$/.test(f) && !f.endsWith('.d.ts'))).toEqual([]);
     expect(files.filter((f) => /^(test|bench|src)\//.test(f))).toEqual([]);
-    console.log(`pgdrain ${manifest.version} tarball: ${tarball.size} bytes packed, ${tarball.unpackedSize} unpacked, ${tarball.entryCount} files`);
+    console.log(
+      `pgdrain ${manifest.version} tarball: ${tarball.size} bytes packed, ${tarball.unpackedSize} unpacked, ${tarball.entryCount} files`,
+    );
   });
 
   it('a Node app with its own orders and jobs tables enqueues in its Drizzle transactions and runs the sidecar with its own kind', async () => {
     const t = await database(false);
     const receipts = path.join(dir, 'node-app-receipts.log');
-    const result = await run(process.execPath, ['node-app.ts'], dir, { DATABASE_URL: t.url, RECEIPTS_FILE: receipts, LOG_LEVEL: 'warn' });
+    const result = await run(process.execPath, ['node-app.ts'], dir, {
+      DATABASE_URL: t.url,
+      RECEIPTS_FILE: receipts,
+      LOG_LEVEL: 'warn',
+    });
     expect(result.code, result.stderr + result.stdout).toBe(0);
     const seen = JSON.parse(result.stdout.trim().split('\n').at(-1)!);
     expect(seen.refused).toMatch(/^refused/);
     expect(seen.refusedOrders).toBe(0);
     expect(seen.pendingBeforeStart).toBe(1); // the committed order's job; the rolled-back one left nothing
-    expect(seen.mountedStats).toMatchObject({ status: 200, body: { kinds: { send_receipt: { pending: 1, ready: 1 } } } });
+    expect(seen.mountedStats).toMatchObject({
+      status: 200,
+      body: { kinds: { send_receipt: { pending: 1, ready: 1 } } },
+    });
     expect(seen.apiStatus).toBe(201);
     expect(seen.rejectedStatus).toBe(422);
     expect(seen.clientJob).toEqual({ kind: 'noop', status: 'pending', payload: { from: 'client' } });
     expect(seen.clientError).toEqual({ status: 422, code: 'invalid_payload' });
     expect(seen.receipts.map(Number).sort((a: number, b: number) => a - b)).toEqual([seen.placed, 1000]);
     expect(seen.leftInQueue).toEqual([]);
-    expect(seen.ownJobs).toEqual([{ id: 1, title: 'plumber', salary: 50 }, { id: 2, title: 'welder', salary: 60 }]);
+    expect(seen.ownJobs).toEqual([
+      { id: 1, title: 'plumber', salary: 50 },
+      { id: 2, title: 'welder', salary: 60 },
+    ]);
     // Its public schema holds its own tables only.
     const publicTables = await t.query(`SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1`);
     expect(publicTables.map((r) => r.tablename)).toEqual(['jobs', 'orders']);
@@ -164,7 +199,11 @@ describe('the npm package, installed into a project of its own', () => {
 
   it('a Worker mounts pgdrain under /queue in its own Hono app: wrangler bundles it, and in workerd scheduled runs what /queue/jobs enqueued', async () => {
     const workerDir = path.join(dir, 'worker');
-    const bundled = await run(BIN('wrangler'), ['deploy', '--dry-run', '--outdir', path.join(workerDir, '.bundle')], workerDir);
+    const bundled = await run(
+      BIN('wrangler'),
+      ['deploy', '--dry-run', '--outdir', path.join(workerDir, '.bundle')],
+      workerDir,
+    );
     expect(bundled.code, bundled.stderr + bundled.stdout).toBe(0);
     expect((await stat(path.join(workerDir, '.bundle', 'index.js'))).size).toBeGreaterThan(10_000);
 
@@ -172,13 +211,27 @@ describe('the npm package, installed into a project of its own', () => {
     const target = new URL(inject('adminDatabaseUrl'));
     const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port) } });
     const token = 'consumer-worker-token-0123456789';
-    await writeFile(path.join(workerDir, '.dev.vars'), `DATABASE_URL=${t.url}\nAPI_TOKEN=${token}\nNEON_WS_PROXY=${proxy.address}\n`, { mode: 0o600 });
+    await writeFile(
+      path.join(workerDir, '.dev.vars'),
+      `DATABASE_URL=${t.url}\nAPI_TOKEN=${token}\nNEON_WS_PROXY=${proxy.address}\n`,
+      { mode: 0o600 },
+    );
     const port = await freePort();
-    const wrangler = startChild(BIN('wrangler'), ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled'], workerDir, {}, true);
+    const wrangler = startChild(
+      BIN('wrangler'),
+      ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled'],
+      workerDir,
+      {},
+      true,
+    );
     const base = `http://127.0.0.1:${port}`;
     try {
       const hello = await until(
-        () => fetch(`${base}/hello`).then((r) => r.text(), () => ''),
+        () =>
+          fetch(`${base}/hello`).then(
+            (r) => r.text(),
+            () => '',
+          ),
         (text) => text !== '' || wrangler.child.exitCode !== null,
         30_000,
         'wrangler dev to answer',
@@ -195,7 +248,9 @@ describe('the npm package, installed into a project of its own', () => {
       expect(created.status).toBe(201);
       const { id } = (await created.json()) as { id: string };
       expect((await post({ userId: '' })).status).toBe(422);
-      expect(await t.query('SELECT id::text, kind, payload FROM pgdrain.jobs')).toEqual([{ id, kind: 'welcome_email', payload: { userId: 'u-17' } }]);
+      expect(await t.query('SELECT id::text, kind, payload FROM pgdrain.jobs')).toEqual([
+        { id, kind: 'welcome_email', payload: { userId: 'u-17' } },
+      ]);
 
       // The dashboard under the prefix loads its assets and calls the API from there too.
       const slash = await fetch(`${base}/queue/`, { redirect: 'manual' });
@@ -209,13 +264,21 @@ describe('the npm package, installed into a project of its own', () => {
       const scheduled = await fetch(`${base}/__scheduled?cron=*+*+*+*+*`);
       expect(scheduled.status).toBe(200);
       expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
-      expect(await t.query(`SELECT kind, sum(completed)::int AS completed FROM pgdrain.job_counts GROUP BY kind`)).toEqual([
-        { kind: 'welcome_email', completed: 1 },
-      ]);
-      await until(async () => wrangler.output(), (out) => out.includes('"userId":"u-17"'), 5_000, 'the handler log line');
+      expect(
+        await t.query(`SELECT kind, sum(completed)::int AS completed FROM pgdrain.job_counts GROUP BY kind`),
+      ).toEqual([{ kind: 'welcome_email', completed: 1 }]);
+      await until(
+        async () => wrangler.output(),
+        (out) => out.includes('"userId":"u-17"'),
+        5_000,
+        'the handler log line',
+      );
     } finally {
       signalGroup(wrangler.child, 'SIGTERM');
-      const stopped = await Promise.race([wrangler.exited.then(() => true), new Promise((r) => setTimeout(() => r(false), 5_000))]);
+      const stopped = await Promise.race([
+        wrangler.exited.then(() => true),
+        new Promise((r) => setTimeout(() => r(false), 5_000)),
+      ]);
       if (!stopped) signalGroup(wrangler.child, 'SIGKILL');
       await proxy.close();
     }
@@ -227,20 +290,28 @@ describe('the npm package, installed into a project of its own', () => {
     const misuse = await run(BIN('tsc'), ['-p', 'tsconfig.misuse.json'], dir);
     expect(misuse.code).not.toBe(0);
     expect(misuse.stdout).toMatch(/misuse\.ts\(\d+,\d+\): error TS2339: Property 'trackingNumber' does not exist/);
-    expect(misuse.stdout).toMatch(/misuse\.ts\(\d+,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/);
+    expect(misuse.stdout).toMatch(
+      /misuse\.ts\(\d+,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/,
+    );
     // The client's types come from the API's contract.
-    expect(misuse.stdout).toMatch(/misuse\.ts\(2\d,\d+\): error TS2367: This comparison appears to be unintentional because the types '(?:"\w+" \| )+"\w+"' and '"finished"' have no overlap/);
-    expect(misuse.stdout).toMatch(/misuse\.ts\(2\d,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/);
+    expect(misuse.stdout).toMatch(
+      /misuse\.ts\(2\d,\d+\): error TS2367: This comparison appears to be unintentional because the types '(?:"\w+" \| )+"\w+"' and '"finished"' have no overlap/,
+    );
+    expect(misuse.stdout).toMatch(
+      /misuse\.ts\(2\d,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/,
+    );
   }, 60_000);
 
-  it('npx pgdrain, the operator\'s commands: straight to DATABASE_URL, tables for people, --json for scripts, exit codes 0/1/2', async () => {
+  it("npx pgdrain, the operator's commands: straight to DATABASE_URL, tables for people, --json for scripts, exit codes 0/1/2", async () => {
     const t = await database(true);
     const password = new URL(t.url).password;
     const outputs: string[] = [];
     // The first through npx, the rest through the same bin directly (npx adds a second per call).
     let viaNpx = true;
     const pgdrain = async (...args: string[]) => {
-      const [command, prefix] = viaNpx ? ['npx', ['--no-install', 'pgdrain']] : [path.join(dir, 'node_modules', '.bin', 'pgdrain'), []];
+      const [command, prefix] = viaNpx
+        ? ['npx', ['--no-install', 'pgdrain']]
+        : [path.join(dir, 'node_modules', '.bin', 'pgdrain'), []];
       viaNpx = false;
       const result = await run(command, [...prefix, ...args], dir, { DATABASE_URL: t.url });
       outputs.push(result.stdout, result.stderr);
@@ -252,11 +323,19 @@ describe('the npm package, installed into a project of its own', () => {
     const first = await pgdrain('enqueue', 'send_receipt', '{"orderId":42}');
     expect(first).toMatchObject({ code: 0, stdout: expect.stringMatching(/^\d+\n$/) });
     const id = first.stdout.trim();
-    expect((await pgdrain('enqueue', 'send_receipt', '{"orderId":43}', '--priority', '5', '--dedupe-key', 'order-43')).code).toBe(0);
+    expect(
+      (await pgdrain('enqueue', 'send_receipt', '{"orderId":43}', '--priority', '5', '--dedupe-key', 'order-43')).code,
+    ).toBe(0);
     expect((await pgdrain('enqueue', 'report', '--run-at', '2030-01-01T00:00:00Z')).code).toBe(0);
-    const [dead] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error)
+    const [dead] = await t.query<{
+      id: string;
+    }>(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error)
       VALUES ('webhook', '{}', 'dead', 8, 8, 'HTTP 500 from https://hooks.example.com/x: the receipt service is down for maintenance') RETURNING id::text`);
-    expect(await t.query(`SELECT kind, payload, priority, dedupe_key, run_at > now() AS later FROM pgdrain.jobs ORDER BY id`)).toEqual([
+    expect(
+      await t.query(
+        `SELECT kind, payload, priority, dedupe_key, run_at > now() AS later FROM pgdrain.jobs ORDER BY id`,
+      ),
+    ).toEqual([
       { kind: 'send_receipt', payload: { orderId: 42 }, priority: 0, dedupe_key: null, later: false },
       { kind: 'send_receipt', payload: { orderId: 43 }, priority: 5, dedupe_key: 'order-43', later: false },
       { kind: 'report', payload: {}, priority: 0, dedupe_key: null, later: true },
@@ -266,21 +345,41 @@ describe('the npm package, installed into a project of its own', () => {
     // stats and jobs: tables that fit 80 columns; --json parsed.
     const stats = await pgdrain('stats');
     expect(stats.code).toBe(0);
-    expect(stats.stdout.split('\n')[0]).toMatch(/^KIND\s+READY\s+DELAYED\s+RUNNING\s+DEAD\s+WAITING\s+PAUSED\s+OLDEST READY$/);
+    expect(stats.stdout.split('\n')[0]).toMatch(
+      /^KIND\s+READY\s+DELAYED\s+RUNNING\s+DEAD\s+WAITING\s+PAUSED\s+OLDEST READY$/,
+    );
     expect(stats.stdout).toMatch(/^send_receipt\s+2\s+0\s+0\s+0\s+0\s+no\s+\d+ s$/m);
-    expect(JSON.parse((await pgdrain('stats', '--json')).stdout)).toMatchObject({ kinds: { report: { delayed: 1, paused: false }, webhook: { dead: 1 } }, schedules: [] });
+    expect(JSON.parse((await pgdrain('stats', '--json')).stdout)).toMatchObject({
+      kinds: { report: { delayed: 1, paused: false }, webhook: { dead: 1 } },
+      schedules: [],
+    });
     // A group key with limits of its own is listed under the kinds.
-    await t.query(`SELECT pgdrain.set_group_limits('send_receipt', 'tenant:acme', concurrency => 4, rate_limit => 10, rate_period_seconds => 60)`);
+    await t.query(
+      `SELECT pgdrain.set_group_limits('send_receipt', 'tenant:acme', concurrency => 4, rate_limit => 10, rate_period_seconds => 60)`,
+    );
     expect((await pgdrain('stats')).stdout).toMatch(/^send_receipt\s+tenant:acme\s+4\s+10 per 60 s$/m);
     expect(JSON.parse((await pgdrain('stats', '--json')).stdout).groupLimits).toEqual({
-      send_receipt: { count: 1, keys: [{ groupKey: 'tenant:acme', concurrency: 4, rateLimit: { limit: 10, periodSeconds: 60 } }] },
+      send_receipt: {
+        count: 1,
+        keys: [{ groupKey: 'tenant:acme', concurrency: 4, rateLimit: { limit: 10, periodSeconds: 60 } }],
+      },
     });
     // send-event prints the event's id; a bad one is a usage error, nothing stored.
-    expect(await pgdrain('send-event', 'email.verified', 'user:42', '{"at":"now"}')).toMatchObject({ code: 0, stdout: expect.stringMatching(/^\d+\n$/) });
-    expect(await pgdrain('send-event', 'bad name!', 'user:42')).toMatchObject({ code: 2, stderr: expect.stringMatching(/event: use 1-100 letters/) });
-    expect(await t.query(`SELECT event, event_key, payload FROM pgdrain.events`)).toEqual([{ event: 'email.verified', event_key: 'user:42', payload: { at: 'now' } }]);
+    expect(await pgdrain('send-event', 'email.verified', 'user:42', '{"at":"now"}')).toMatchObject({
+      code: 0,
+      stdout: expect.stringMatching(/^\d+\n$/),
+    });
+    expect(await pgdrain('send-event', 'bad name!', 'user:42')).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/event: use 1-100 letters/),
+    });
+    expect(await t.query(`SELECT event, event_key, payload FROM pgdrain.events`)).toEqual([
+      { event: 'email.verified', event_key: 'user:42', payload: { at: 'now' } },
+    ]);
     // job: a workflow's steps as a timeline after its fields, and in --json.
-    const [flow] = await t.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status) VALUES ('onboarding', '{}', 'waiting') RETURNING id::text`);
+    const [flow] = await t.query<{ id: string }>(
+      `INSERT INTO pgdrain.jobs (kind, payload, status) VALUES ('onboarding', '{}', 'waiting') RETURNING id::text`,
+    );
     await t.query(
       `INSERT INTO pgdrain.workflow_steps (job_id, name, position, status, attempts, result, started_at, finished_at, wake_at, event, event_key)
        VALUES ($1, 'create-account', 0, 'completed', 1, '{"accountId": 7}', now(), now(), NULL, NULL, NULL),
@@ -290,17 +389,34 @@ describe('the npm package, installed into a project of its own', () => {
     const shown = (await pgdrain('job', flow!.id)).stdout;
     expect(shown).toMatch(/^create-account\s+completed\s+1\s+.*\{"accountId":7\}$/m);
     expect(shown).toMatch(/^verified\s+waiting\s+1\s+.*event email\.verified \(user:42\)$/m);
-    expect(JSON.parse((await pgdrain('job', flow!.id, '--json')).stdout).steps.map((step: { name: string }) => step.name)).toEqual(['create-account', 'verified']);
+    expect(
+      JSON.parse((await pgdrain('job', flow!.id, '--json')).stdout).steps.map((step: { name: string }) => step.name),
+    ).toEqual(['create-account', 'verified']);
     const jobs = await pgdrain('jobs');
-    expect(jobs.stdout.split('\n').filter(Boolean).every((line) => line.length <= 80)).toBe(true);
-    expect(jobs.stdout).toMatch(new RegExp(`^\\s*${dead!.id}\\s+webhook\\s+dead\\s+8/8\\s+\\S+ \\S+\\s+HTTP 500 from .*…$`, 'm'));
-    const lines = (await pgdrain('jobs', '--status', 'pending', '--kind', 'send_receipt', '--json')).stdout.trim().split('\n').map((l) => JSON.parse(l));
+    expect(
+      jobs.stdout
+        .split('\n')
+        .filter(Boolean)
+        .every((line) => line.length <= 80),
+    ).toBe(true);
+    expect(jobs.stdout).toMatch(
+      new RegExp(`^\\s*${dead!.id}\\s+webhook\\s+dead\\s+8/8\\s+\\S+ \\S+\\s+HTTP 500 from .*…$`, 'm'),
+    );
+    const lines = (await pgdrain('jobs', '--status', 'pending', '--kind', 'send_receipt', '--json')).stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     // A list shows each payload's size and start, as the API's does; `job` shows the payload.
     expect(lines.map((j) => [j.id, j.payload, j.payloadBytes, j.payloadPreview])).toEqual([
       [String(Number(id) + 1), undefined, 15, '{"orderId":43}'],
       [id, undefined, 15, '{"orderId":42}'],
     ]);
-    expect(JSON.parse((await pgdrain('job', id, '--json')).stdout)).toMatchObject({ id, kind: 'send_receipt', status: 'pending', attempts: 0 });
+    expect(JSON.parse((await pgdrain('job', id, '--json')).stdout)).toMatchObject({
+      id,
+      kind: 'send_receipt',
+      status: 'pending',
+      attempts: 0,
+    });
     expect((await pgdrain('job', id)).stdout).toMatch(/^payload\s+\{"orderId":42\}$/m);
 
     // Repairs: pause and resume, retry and delete (a script must say --yes), cancel.
@@ -311,7 +427,10 @@ describe('the npm package, installed into a project of its own', () => {
     expect(unconfirmed).toMatchObject({ code: 2, stderr: expect.stringMatching(/pass --yes/) });
     expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'dead'`)).toEqual([{ n: 1 }]);
     expect(await pgdrain('retry', dead!.id)).toMatchObject({ code: 0, stdout: `job ${dead!.id} is pending again\n` });
-    expect(await pgdrain('retry', dead!.id)).toMatchObject({ code: 1, stderr: expect.stringMatching(/is pending; only dead jobs can be retried/) });
+    expect(await pgdrain('retry', dead!.id)).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/is pending; only dead jobs can be retried/),
+    });
     expect(await pgdrain('cancel', id)).toMatchObject({ code: 0, stdout: `job ${id} is cancelled\n` });
     expect(await pgdrain('cancel', id)).toMatchObject({ code: 1, stderr: expect.stringMatching(/does not exist/) });
     expect(await pgdrain('delete', dead!.id, '--yes')).toMatchObject({ code: 0, stdout: `job ${dead!.id} deleted\n` });
@@ -334,8 +453,13 @@ describe('the npm package, installed into a project of its own', () => {
     }
     expect(await jobCount()).toBe(before);
     expect((await pgdrain('stats', '--help')).stdout).toMatch(/^Usage: pgdrain stats \[--json\]/);
-    const unreachable = await run('npx', ['--no-install', 'pgdrain', 'stats'], dir, { DATABASE_URL: `postgres://app:${password}x@127.0.0.1:1/none` });
-    expect(unreachable).toMatchObject({ code: 1, stderr: expect.stringMatching(/postgres:\/\/app:\*\*\*@127\.0\.0\.1:1\/none: connect ECONNREFUSED/) });
+    const unreachable = await run('npx', ['--no-install', 'pgdrain', 'stats'], dir, {
+      DATABASE_URL: `postgres://app:${password}x@127.0.0.1:1/none`,
+    });
+    expect(unreachable).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/postgres:\/\/app:\*\*\*@127\.0\.0\.1:1\/none: connect ECONNREFUSED/),
+    });
     outputs.push(unreachable.stderr);
     for (const output of outputs) expect(output).not.toContain(password);
   }, 120_000);
@@ -346,18 +470,34 @@ describe('the npm package, installed into a project of its own', () => {
     expect(migrated.code, migrated.stderr).toBe(0);
     expect(migrated.stdout).toMatch(/is up to date \(schema pgdrain\)/);
     expect(migrated.stdout + migrated.stderr).not.toContain(new URL(t.url).password);
-    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([{ n: readMigrationFiles({ migrationsFolder: migrationsFolder() }).length }]);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([
+      { n: readMigrationFiles({ migrationsFolder: migrationsFolder() }).length },
+    ]);
     expect((await run('npx', ['--no-install', 'pgdrain', 'migrate'], dir)).stderr).toMatch(/set DATABASE_URL/);
     expect((await run('npx', ['--no-install', 'pgdrain', '--help'], dir)).stdout).toMatch(/Usage: pgdrain <command>/);
 
     const receipts = path.join(dir, 'cli-receipts.log');
     const dataDir = path.join(dir, '.pgdrain');
     // The command npx runs, started directly: npx (npm exec) does not pass SIGTERM on to it.
-    const sidecar = startChild(path.join(dir, 'node_modules', '.bin', 'pgdrain'), ['start', '--jobs', './jobs.ts'], dir, {
-      PORT: '0', PGDRAIN_DATA_DIR: dataDir, RECEIPTS_FILE: receipts, LOG_LEVEL: 'info',
-    }, false);
+    const sidecar = startChild(
+      path.join(dir, 'node_modules', '.bin', 'pgdrain'),
+      ['start', '--jobs', './jobs.ts'],
+      dir,
+      {
+        PORT: '0',
+        PGDRAIN_DATA_DIR: dataDir,
+        RECEIPTS_FILE: receipts,
+        LOG_LEVEL: 'info',
+      },
+      false,
+    );
     try {
-      const out = await until(async () => sidecar.output(), (o) => /"msg":"sidecar started"/.test(o) || sidecar.child.exitCode !== null, 60_000, 'the sidecar to start');
+      const out = await until(
+        async () => sidecar.output(),
+        (o) => /"msg":"sidecar started"/.test(o) || sidecar.child.exitCode !== null,
+        60_000,
+        'the sidecar to start',
+      );
       const url = /"url":"(http:\/\/[^"]+)"/.exec(out)?.[1];
       expect(url, out).toBeDefined();
       expect(out).toMatch(/"kinds":\["noop","webhook","send_receipt"\],"schedules":\["nightly-receipt"\]/);
@@ -368,11 +508,21 @@ describe('the npm package, installed into a project of its own', () => {
         body: JSON.stringify({ kind: 'send_receipt', payload: { orderId: 7 } }),
       });
       expect(res.status).toBe(201);
-      await until(() => readFile(receipts, 'utf8').catch(() => ''), (r) => r === '7\n', 10_000, 'the receipt');
+      await until(
+        () => readFile(receipts, 'utf8').catch(() => ''),
+        (r) => r === '7\n',
+        10_000,
+        'the receipt',
+      );
     } finally {
       sidecar.child.kill('SIGTERM');
     }
-    await until(async () => sidecar.output(), (o) => /"msg":"stopped"/.test(o), 20_000, 'a graceful stop');
+    await until(
+      async () => sidecar.output(),
+      (o) => /"msg":"stopped"/.test(o),
+      20_000,
+      'a graceful stop',
+    );
     expect(await sidecar.exited).toBe(0);
   }, 120_000);
 });

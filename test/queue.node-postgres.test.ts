@@ -40,35 +40,55 @@ flowControlSuite('node-postgres', nodePostgresHarness);
 jobLifecycleSuite('node-postgres', nodePostgresHarness, { fanIn: 10_000 });
 workflowSuite('node-postgres', nodePostgresHarness);
 
-
 // Planner settings belong to the one statement they are for (drizzle/0014): the sidecar's drain
 // pool, which every settlement, limited claim, park and housekeeping statement shares, carries none;
 // pgdrain.claim() has its own, which reach no statement after it on the same connection.
 describe('planner settings (the sidecar drain pool)', () => {
-  it('stay inside pgdrain.claim(): the drain pool plans every other statement with the server\'s own', async () => {
+  it("stay inside pgdrain.claim(): the drain pool plans every other statement with the server's own", async () => {
     const t = await createTestDatabase();
     const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })));
     const settings = async () =>
-      (await rowsOf(database.drainDb, sql`SELECT current_setting('enable_sort') AS sort, current_setting('enable_seqscan') AS seqscan, current_setting('enable_bitmapscan') AS bitmapscan, current_setting('synchronous_commit') AS commit`))[0];
+      (
+        await rowsOf(
+          database.drainDb,
+          sql`SELECT current_setting('enable_sort') AS sort, current_setting('enable_seqscan') AS seqscan, current_setting('enable_bitmapscan') AS bitmapscan, current_setting('synchronous_commit') AS commit`,
+        )
+      )[0];
     try {
-      const [server] = await t.query(`SELECT current_setting('enable_sort') AS sort, current_setting('enable_seqscan') AS seqscan, current_setting('enable_bitmapscan') AS bitmapscan`);
+      const [server] = await t.query(
+        `SELECT current_setting('enable_sort') AS sort, current_setting('enable_seqscan') AS seqscan, current_setting('enable_bitmapscan') AS bitmapscan`,
+      );
       expect(await settings()).toEqual({ ...server, commit: 'off' });
-      await enqueueMany(database.db, Array.from({ length: 5 }, (_, i) => ({ kind: 'a', payload: { i } })));
+      await enqueueMany(
+        database.db,
+        Array.from({ length: 5 }, (_, i) => ({ kind: 'a', payload: { i } })),
+      );
       const claimed = await claim(database.drainDb, { batchSize: 3, lockToken: 'planner-test' });
       expect(claimed.map((j) => j.payload)).toEqual([{ i: 0 }, { i: 1 }, { i: 2 }]);
       // Once the call returns, its settings are gone from the session.
       expect(await settings()).toEqual({ ...server, commit: 'off' });
-      const [fn] = await t.query(`SELECT l.lanname, p.proconfig FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pgdrain.claim(integer,text[],text,integer)'::regprocedure`);
+      const [fn] = await t.query(
+        `SELECT l.lanname, p.proconfig FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'pgdrain.claim(integer,text[],text,integer)'::regprocedure`,
+      );
       // An enqueue made on the drain pool (step.invoke's child) asks for a durable commit in its own
       // transaction only: the session goes back to asynchronous commits after it.
       const inside = await database.drainDb.transaction(async (tx) => {
         await commitDurably(tx);
-        return (await rowsOf<{ commit: string }>(tx, sql`SELECT current_setting('synchronous_commit') AS commit`))[0]!.commit;
+        return (await rowsOf<{ commit: string }>(tx, sql`SELECT current_setting('synchronous_commit') AS commit`))[0]!
+          .commit;
       });
       expect(inside).toBe('on');
       expect(await settings()).toEqual({ ...server, commit: 'off' });
       // PL/pgSQL: its statement's plan is kept for the session, planned under these settings.
-      expect(fn).toEqual({ lanname: 'plpgsql', proconfig: expect.arrayContaining(['enable_seqscan=off', 'enable_bitmapscan=off', 'enable_sort=off', 'jit=off']) });
+      expect(fn).toEqual({
+        lanname: 'plpgsql',
+        proconfig: expect.arrayContaining([
+          'enable_seqscan=off',
+          'enable_bitmapscan=off',
+          'enable_sort=off',
+          'jit=off',
+        ]),
+      });
     } finally {
       await database.close();
       await t.close();
@@ -80,13 +100,15 @@ describe('planner settings (the sidecar drain pool)', () => {
 // errors: one whose backend ends between two of the handler's queries (a server restart, a network
 // cut) once ended the sidecar with an unhandled 'error' event (the chaos suite's SIGTERM with a
 // workflow's transactional step in flight).
-describe('checked-out connections (the sidecar\'s pools)', () => {
+describe("checked-out connections (the sidecar's pools)", () => {
   it('one whose backend is terminated while checked out (or in a Drizzle transaction) errs its next query, goes back destroyed, and the process lives on', async () => {
     const t = await createTestDatabase();
     const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })));
     try {
       const connection = await database.transactions();
-      const [{ pid }] = (await rowsOf<{ pid: number }>(connection.db, sql`SELECT pg_backend_pid() AS pid`)) as [{ pid: number }];
+      const [{ pid }] = (await rowsOf<{ pid: number }>(connection.db, sql`SELECT pg_backend_pid() AS pid`)) as [
+        { pid: number },
+      ];
       await t.query('SELECT pg_terminate_backend($1)', [pid]);
       // The client hears its socket close while no query is on it (the unhandled 'error' was here).
       await new Promise((r) => setTimeout(r, 200));
@@ -123,7 +145,10 @@ describe('checked-out connections (the sidecar\'s pools)', () => {
         await expect(database.drainDb.transaction(async (tx) => rowsOf(tx, sql`SELECT 1`))).rejects.toThrow();
       }
       // Every checkout went back: close() ends (pg-pool's end() waits for every checked-out client).
-      const closed = await Promise.race([database.close().then(() => 'closed'), new Promise((r) => setTimeout(() => r('hung'), 5_000))]);
+      const closed = await Promise.race([
+        database.close().then(() => 'closed'),
+        new Promise((r) => setTimeout(() => r('hung'), 5_000)),
+      ]);
       expect(closed).toBe('closed');
     } finally {
       await proxy.close();

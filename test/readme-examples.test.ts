@@ -38,7 +38,8 @@ it('the sidecar as a library runs a kind of your own, enqueued over its HTTP API
     for (let i = 0; i < 100 && sent.length < 2; i++) await new Promise((r) => setTimeout(r, 20));
     expect([...sent].sort((a, b) => a - b)).toEqual([1, 42]);
     // A handler returns just before its completion is written: give that a moment.
-    const left = async () => (await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'send_receipt'`))[0]!.n as number;
+    const left = async () =>
+      (await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'send_receipt'`))[0]!.n as number;
     for (let i = 0; i < 100 && (await left()) > 0; i++) await new Promise((r) => setTimeout(r, 20));
     expect(await left()).toBe(0);
   } finally {
@@ -52,7 +53,11 @@ it("a job's life: the invoice is written in its job's transaction, and the email
   const registry = new JobRegistry([createInvoice, emailInvoice]);
   expect(await drain(t.db, registry, { workerId: 'readme' })).toMatchObject({ completed: 2, failed: 0 });
   const [invoice] = await t.query<{ id: number }>('SELECT id FROM invoices WHERE order_id = 7');
-  expect(await getJob(t.db, invoiceJob)).toMatchObject({ status: 'completed', result: { invoiceId: invoice!.id }, progress: { step: 'invoice written' } });
+  expect(await getJob(t.db, invoiceJob)).toMatchObject({
+    status: 'completed',
+    result: { invoiceId: invoice!.id },
+    progress: { step: 'invoice written' },
+  });
   expect(emailed).toEqual([{ orderId: 7, invoiceId: invoice!.id }]);
   expect(await getJob(t.db, emailJob)).toBeNull(); // its kind keeps nothing
 });
@@ -61,14 +66,21 @@ it('the quick start: the order and its job commit together; the drainer runs it'
   const { quickStart, sendReceipt } = await import('../examples/quick-start.ts');
   await t.query(`TRUNCATE pgdrain.jobs`);
   await quickStart(t.db, 'pen');
-  expect(await t.query(`SELECT kind, payload->>'orderId' IS NOT NULL AS has_order FROM pgdrain.jobs`)).toEqual([{ kind: 'send_receipt', has_order: true }]);
-  expect(await drain(t.db, new JobRegistry([sendReceipt]), { workerId: 'quick-start' })).toMatchObject({ completed: 1 });
+  expect(await t.query(`SELECT kind, payload->>'orderId' IS NOT NULL AS has_order FROM pgdrain.jobs`)).toEqual([
+    { kind: 'send_receipt', has_order: true },
+  ]);
+  expect(await drain(t.db, new JobRegistry([sendReceipt]), { workerId: 'quick-start' })).toMatchObject({
+    completed: 1,
+  });
 });
 
 it("the Worker's quick start serves the API with the kind registered", async () => {
   const worker = (await import('../examples/worker-quick-start.ts')).default;
   expect(typeof worker.scheduled).toBe('function');
-  const res = await worker.fetch(new Request('http://worker/openapi.json'), {}, { waitUntil: () => {}, passThroughOnException: () => {} } as never);
+  const res = await worker.fetch(new Request('http://worker/openapi.json'), {}, {
+    waitUntil: () => {},
+    passThroughOnException: () => {},
+  } as never);
   expect(res.status).toBe(200);
 });
 
@@ -85,12 +97,16 @@ it("a kind's settings: retries, timeouts and its own visibility timeout are writ
   await t.query(`TRUNCATE pgdrain.jobs`);
   const { enqueue } = await import('../src/entry/index.ts');
   const bad = await enqueue(t.db, sendReceipt, { orderId: -1 });
-  expect(await t.query(`SELECT max_attempts, visibility_seconds FROM pgdrain.jobs WHERE id = $1`, [bad.id])).toEqual([{ max_attempts: 5, visibility_seconds: 120 }]);
+  expect(await t.query(`SELECT max_attempts, visibility_seconds FROM pgdrain.jobs WHERE id = $1`, [bad.id])).toEqual([
+    { max_attempts: 5, visibility_seconds: 120 },
+  ]);
   expect(await drain(t.db, new JobRegistry([sendReceipt]), { workerId: 'kinds' })).toMatchObject({ dead: 1 });
 });
 
 it('flow control: a priority above the kind default, a key for per-customer order, a schedule the drainer accepts', async () => {
-  const { urgentInvoice, ledgerEntry, sendInvoice, syncLedger, report, nightlyReport } = await import('../examples/flow-control.ts');
+  const { urgentInvoice, ledgerEntry, sendInvoice, syncLedger, report, nightlyReport } = await import(
+    '../examples/flow-control.ts'
+  );
   const { checkSchedules } = await import('../src/schedules.ts');
   await t.query(`TRUNCATE pgdrain.jobs`);
   await t.db.transaction(async (tx) => {
@@ -104,7 +120,9 @@ it('flow control: a priority above the kind default, a key for per-customer orde
   expect(() => checkSchedules(new JobRegistry([sendInvoice, syncLedger, report]), [nightlyReport])).not.toThrow();
   const { upgradeCustomer, downgradeCustomer } = await import('../examples/flow-control.ts');
   await upgradeCustomer(t.db, 42);
-  expect(await t.query(`SELECT kind, group_key, concurrency, rate_limit, rate_period_seconds FROM pgdrain.group_limits`)).toEqual([
+  expect(
+    await t.query(`SELECT kind, group_key, concurrency, rate_limit, rate_period_seconds FROM pgdrain.group_limits`),
+  ).toEqual([
     { kind: 'sync_ledger', group_key: 'customer-42', concurrency: 10, rate_limit: 20, rate_period_seconds: 1 },
   ]);
   await downgradeCustomer(t.db, 42);
@@ -113,11 +131,17 @@ it('flow control: a priority above the kind default, a key for per-customer orde
   // The batch kind: 150 emails in two calls (100, then the 50 left), the bounced one retried alone.
   const { sendEmails, mailbox } = await import('../examples/flow-control.ts');
   const { enqueueMany } = await import('../src/jobs/enqueue.ts');
-  await enqueueMany(t.db, sendEmails, Array.from({ length: 150 }, (_, i) => ({ to: i === 9 ? 'nobody@example.invalid' : `user${i}@example.com` })));
+  await enqueueMany(
+    t.db,
+    sendEmails,
+    Array.from({ length: 150 }, (_, i) => ({ to: i === 9 ? 'nobody@example.invalid' : `user${i}@example.com` })),
+  );
   const emailed = await drain(t.db, new JobRegistry([sendEmails]), { workerId: 'batch-example' });
   expect(emailed).toMatchObject({ claimed: 150, completed: 149, failed: 1 });
   expect(mailbox.requests).toBe(2);
-  expect(await t.query(`SELECT payload->>'to' AS to, last_error FROM pgdrain.jobs WHERE kind = 'send_email'`)).toEqual([{ to: 'nobody@example.invalid', last_error: 'bounced' }]);
+  expect(await t.query(`SELECT payload->>'to' AS to, last_error FROM pgdrain.jobs WHERE kind = 'send_email'`)).toEqual([
+    { to: 'nobody@example.invalid', last_error: 'bounced' },
+  ]);
 });
 
 it('the typed client, against a sidecar', async () => {
@@ -133,7 +157,7 @@ it('the typed client, against a sidecar', async () => {
   }
 });
 
-it('the workflow example: steps once, a sleep, an event sent in the verifying transaction, a child\'s result', async () => {
+it("the workflow example: steps once, a sleep, an event sent in the verifying transaction, a child's result", async () => {
   const { onboarding, sendReceipt, startOnboarding, verifyEmail, calls } = await import('../examples/workflow.ts');
   const { drain } = await import('../src/drain/index.ts');
   const { JobRegistry } = await import('../src/jobs/registry.ts');
@@ -141,7 +165,8 @@ it('the workflow example: steps once, a sleep, an event sent in the verifying tr
   await t.query('CREATE TABLE welcome (user_id int PRIMARY KEY)');
   await t.query('INSERT INTO users (id) VALUES (42)');
   const registry = new JobRegistry([onboarding, sendReceipt]);
-  const run = (wakeDueAt?: number) => drain(t.db, registry, { workerId: 'example', ...(wakeDueAt ? { wakeDueAt } : {}) });
+  const run = (wakeDueAt?: number) =>
+    drain(t.db, registry, { workerId: 'example', ...(wakeDueAt ? { wakeDueAt } : {}) });
   const { id } = await startOnboarding(t.db, 42);
   expect(await run()).toMatchObject({ parked: 1 });
   expect(await t.query('SELECT status FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([{ status: 'waiting' }]);
@@ -151,7 +176,10 @@ it('the workflow example: steps once, a sleep, an event sent in the verifying tr
   await verifyEmail(t.db, 42, new Date('2026-12-01T10:00:00Z'));
   await run();
   const [job] = await t.query('SELECT status, result FROM pgdrain.jobs_and_history WHERE id = $1', [id]);
-  expect(job).toEqual({ status: 'completed', result: { account: { accountId: 'acct-42' }, verified: true, receipt: { receiptId: 'rcpt-42' } } });
+  expect(job).toEqual({
+    status: 'completed',
+    result: { account: { accountId: 'acct-42' }, verified: true, receipt: { receiptId: 'rcpt-42' } },
+  });
   expect(calls).toEqual(['account 42', 'receipt 42']);
   expect(await t.query('SELECT user_id FROM welcome')).toEqual([{ user_id: 42 }]);
 });

@@ -14,9 +14,19 @@ it('masks the password of every connection string in an error message, and keeps
 });
 
 it('masks the secrets a connection string can carry in its parameters, and those of key=value connection strings', () => {
-  expect(redactUrl('postgres://u@db:5432/app?password=s3cr3t&sslmode=require')).toBe('postgres://u@db:5432/app?password=***&sslmode=require');
-  expect(redactUrl('postgres://u:pw@db/app?PASSWORD=a&sslpassword=b')).toBe('postgres://u:***@db/app?PASSWORD=***&sslpassword=***');
-  const message = safeErrorMessage(new Error(`bad "host=db user=app password=s3cr3t sslpassword='two words' dbname=x" and postgres://u@h/d?password=pw3`));
-  expect(message).toBe(`bad "host=db user=app password=*** sslpassword=*** dbname=x" and postgres://u@h/d?password=***`);
+  expect(redactUrl('postgres://u@db:5432/app?password=s3cr3t&sslmode=require')).toBe(
+    'postgres://u@db:5432/app?password=***&sslmode=require',
+  );
+  expect(redactUrl('postgres://u:pw@db/app?PASSWORD=a&sslpassword=b')).toBe(
+    'postgres://u:***@db/app?PASSWORD=***&sslpassword=***',
+  );
+  const message = safeErrorMessage(
+    new Error(
+      `bad "host=db user=app password=s3cr3t sslpassword='two words' dbname=x" and postgres://u@h/d?password=pw3`,
+    ),
+  );
+  expect(message).toBe(
+    `bad "host=db user=app password=*** sslpassword=*** dbname=x" and postgres://u@h/d?password=***`,
+  );
   expect(safeErrorMessage('password = hunter2 and Password=x')).toBe('password = *** and Password=***');
 });

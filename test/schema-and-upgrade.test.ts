@@ -45,7 +45,11 @@ async function userObjects(db: TestDatabase) {
   const schemas = await db.query<{ name: string }>(
     `SELECT nspname AS name FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema' ORDER BY 1`,
   );
-  return { relations: relations.map((r) => r.name), functions: functions.map((r) => r.name), schemas: schemas.map((r) => r.name) };
+  return {
+    relations: relations.map((r) => r.name),
+    functions: functions.map((r) => r.name),
+    schemas: schemas.map((r) => r.name),
+  };
 }
 
 it('a fresh migration puts every table, index, sequence and function in the schema pgdrain and nothing in public', async () => {
@@ -55,8 +59,17 @@ it('a fresh migration puts every table, index, sequence and function in the sche
   expect(objects.relations.filter((r) => !r.startsWith('pgdrain.'))).toEqual([]);
   expect(objects.relations).toEqual(
     expect.arrayContaining([
-      'pgdrain.jobs', 'pgdrain.jobs_ready', 'pgdrain.jobs_id_seq', 'pgdrain.job_counts', 'pgdrain.job_totals', 'pgdrain.migrations',
-      'pgdrain.job_dependencies', 'pgdrain.finished_jobs', 'pgdrain.jobs_kept', 'pgdrain.job_history', 'pgdrain.job_history_default',
+      'pgdrain.jobs',
+      'pgdrain.jobs_ready',
+      'pgdrain.jobs_id_seq',
+      'pgdrain.job_counts',
+      'pgdrain.job_totals',
+      'pgdrain.migrations',
+      'pgdrain.job_dependencies',
+      'pgdrain.finished_jobs',
+      'pgdrain.jobs_kept',
+      'pgdrain.job_history',
+      'pgdrain.job_history_default',
       'pgdrain.jobs_and_history',
     ]),
   );
@@ -77,7 +90,9 @@ it('a fresh migration puts every table, index, sequence and function in the sche
   // Applying the migrations again changes nothing.
   await migrateDatabase(t.url);
   expect(await userObjects(t)).toEqual(objects);
-  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([{ n: readMigrationFiles({ migrationsFolder: migrationsFolder() }).length }]);
+  expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([
+    { n: readMigrationFiles({ migrationsFolder: migrationsFolder() }).length },
+  ]);
 });
 
 it("an application's own public.jobs table and its own drizzle migrations are left untouched", async () => {
@@ -86,17 +101,23 @@ it("an application's own public.jobs table and its own drizzle migrations are le
   await t.query(`INSERT INTO public.jobs (title, salary) VALUES ('plumber', 50), ('welder', 60)`);
   // The app's own drizzle-kit history, in the table wave 1 shared with it.
   await t.query(`CREATE SCHEMA drizzle`);
-  await t.query(`CREATE TABLE drizzle.__drizzle_migrations (id serial PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
+  await t.query(
+    `CREATE TABLE drizzle.__drizzle_migrations (id serial PRIMARY KEY, hash text NOT NULL, created_at bigint)`,
+  );
   await t.query(`INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES ('the-apps-own', 1700000000000)`);
   const before = await t.query('SELECT * FROM public.jobs ORDER BY id');
 
   await migrateDatabase(t.url);
 
   expect(await t.query('SELECT * FROM public.jobs ORDER BY id')).toEqual(before);
-  expect(await t.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'jobs' ORDER BY ordinal_position`)).toEqual([
-    { column_name: 'id' }, { column_name: 'title' }, { column_name: 'salary' },
+  expect(
+    await t.query(
+      `SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'jobs' ORDER BY ordinal_position`,
+    ),
+  ).toEqual([{ column_name: 'id' }, { column_name: 'title' }, { column_name: 'salary' }]);
+  expect(await t.query('SELECT hash, created_at::text FROM drizzle.__drizzle_migrations')).toEqual([
+    { hash: 'the-apps-own', created_at: '1700000000000' },
   ]);
-  expect(await t.query('SELECT hash, created_at::text FROM drizzle.__drizzle_migrations')).toEqual([{ hash: 'the-apps-own', created_at: '1700000000000' }]);
   const job = await enqueue(t.db, { kind: 'noop', payload: { a: 1 } });
   expect(await t.query('SELECT id::text, kind FROM pgdrain.jobs')).toEqual([{ id: job.id, kind: 'noop' }]);
   expect(await t.query('SELECT count(*)::int AS n FROM public.jobs')).toEqual([{ n: 2 }]);
@@ -113,9 +134,12 @@ it('a database migrated by wave 1 upgrades in place: every job, lock, dedupe key
       ('noop', '{"n":2}', 'running', now() - interval '1 hour', 1, 3, now() - interval '10 minutes', 'old-sidecar:7', NULL, NULL, 60, now() - interval '1 hour'),
       ('noop', '{"n":3}', 'dead', now() - interval '1 day', 3, 3, NULL, NULL, 'boom', 'order-3', NULL, now() - interval '1 day'),
       ('noop', '{"n":4}', 'pending', now() + interval '1 hour', 1, 5, NULL, NULL, 'try later', NULL, 30, now())`);
-  await t.query(`INSERT INTO public.job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()), 'noop', 7, 2, 1)`);
+  await t.query(
+    `INSERT INTO public.job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()), 'noop', 7, 2, 1)`,
+  );
   await t.query(`INSERT INTO public.job_totals (kind, completed, failed, dead) VALUES ('noop', 1000, 20, 3)`);
-  const WAVE1_COLUMNS = 'id, kind, payload, run_at, attempts, max_attempts, locked_at, locked_by, status, last_error, dedupe_key, visibility_seconds, created_at';
+  const WAVE1_COLUMNS =
+    'id, kind, payload, run_at, attempts, max_attempts, locked_at, locked_by, status, last_error, dedupe_key, visibility_seconds, created_at';
   const jobsBefore = await t.query(`SELECT ${WAVE1_COLUMNS} FROM public.jobs ORDER BY id`);
   const countsBefore = await t.query('SELECT * FROM public.job_counts');
   const totalsBefore = await t.query('SELECT * FROM public.job_totals');
@@ -129,7 +153,9 @@ it('a database migrated by wave 1 upgrades in place: every job, lock, dedupe key
   expect(await t.query('SELECT * FROM pgdrain.job_totals')).toEqual(totalsBefore);
   const objects = await userObjects(t);
   expect(objects.relations.filter((r) => r.startsWith('public.'))).toEqual([]);
-  expect(objects.relations).toEqual(expect.arrayContaining(['pgdrain.jobs_ready', 'pgdrain.jobs_dedupe_key', 'pgdrain.jobs_id_seq']));
+  expect(objects.relations).toEqual(
+    expect.arrayContaining(['pgdrain.jobs_ready', 'pgdrain.jobs_dedupe_key', 'pgdrain.jobs_id_seq']),
+  );
   // Wave 1's rows are forgotten; the app's own stays.
   expect(await t.query('SELECT hash FROM drizzle.__drizzle_migrations')).toEqual([{ hash: 'the-apps-own' }]);
 
@@ -148,7 +174,7 @@ it('a database migrated by wave 1 upgrades in place: every job, lock, dedupe key
   expect(Number((await t.query(`SELECT sum(completed) AS n FROM pgdrain.job_counts`))[0]!.n)).toBe(7 + 4);
 });
 
-it('with only wave 1 in the database, the upgrade also removes drizzle\'s migrations table and schema', async () => {
+it("with only wave 1 in the database, the upgrade also removes drizzle's migrations table and schema", async () => {
   t = await createTestDatabase({ migrate: false });
   await migrateLikeWave1(t.url);
   await t.query(`INSERT INTO public.jobs (kind, payload) VALUES ('noop', '{}')`);

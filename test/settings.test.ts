@@ -41,9 +41,17 @@ describe('a bad value is refused by both runtimes, naming the variable', () => {
     ['BATCH_SIZE', 'lots', 'must be a whole number'],
     ['VISIBILITY_TIMEOUT_SECONDS', '0', 'must be at least 1'],
     ['RECORD_COUNTS', 'yes', 'must be true or false'],
-    ['API_TOKENS', 'root:abcdefghijklmnopqrstuvwxyz', 'entry 1: write scope:token with a scope of enqueue, read, admin'],
+    [
+      'API_TOKENS',
+      'root:abcdefghijklmnopqrstuvwxyz',
+      'entry 1: write scope:token with a scope of enqueue, read, admin',
+    ],
     ['API_TOKEN', 'short', 'use at least 16 characters'],
-    ['WEBHOOK_ALLOWED_HOSTS', 'hooks.example.com, hooks.example.com:99999', 'entry "hooks.example.com:99999" has a port outside 1-65535'],
+    [
+      'WEBHOOK_ALLOWED_HOSTS',
+      'hooks.example.com, hooks.example.com:99999',
+      'entry "hooks.example.com:99999" has a port outside 1-65535',
+    ],
   ] as const) {
     it(`${variable}=${value}`, () => {
       for (const runtime of ['sidecar', 'worker'] as const) {
@@ -63,13 +71,17 @@ describe('a bad value is refused by both runtimes, naming the variable', () => {
 
   it('CONCURRENCY has the bound of its runtime: the Worker holds 6 connections', () => {
     expect(readSettings({ CONCURRENCY: '50' }, 'sidecar').concurrency).toBe(50);
-    expect(() => readSettings({ CONCURRENCY: '50' }, 'worker')).toThrow('invalid settings: CONCURRENCY: must be at most 5');
+    expect(() => readSettings({ CONCURRENCY: '50' }, 'worker')).toThrow(
+      'invalid settings: CONCURRENCY: must be at most 5',
+    );
   });
 
   it('an empty variable is unset, and defaults differ by runtime only where the runtimes differ', () => {
     const sidecar = readSettings({ BATCH_SIZE: '' }, 'sidecar');
     const worker = readSettings({ BATCH_SIZE: '' }, 'worker');
-    expect([sidecar.batchSize, sidecar.concurrency, worker.batchSize, worker.concurrency, worker.maxBatchSize]).toEqual([250, 250, 20, 5, 500]);
+    expect([sidecar.batchSize, sidecar.concurrency, worker.batchSize, worker.concurrency, worker.maxBatchSize]).toEqual(
+      [250, 250, 20, 5, 500],
+    );
     expect([sidecar.visibilityTimeoutSeconds, worker.visibilityTimeoutSeconds]).toEqual([30, 30]);
     // A setting one runtime does not read is not read there, whatever its value.
     expect(readSettings({ POLL_INTERVAL_MS: 'nonsense' }, 'worker').pollIntervalMs).toBeUndefined();
@@ -84,18 +96,27 @@ describe('pgdrain.enqueue() in SQL and the TypeScript agree', () => {
   afterAll(() => t?.close());
 
   it('on the defaults of max_attempts and priority', async () => {
-    const [{ args }] = (await t.query(`SELECT pg_get_function_arguments('pgdrain.enqueue'::regproc) AS args`)) as [{ args: string }];
+    const [{ args }] = (await t.query(`SELECT pg_get_function_arguments('pgdrain.enqueue'::regproc) AS args`)) as [
+      { args: string },
+    ];
     expect(args).toContain(`max_attempts integer DEFAULT ${JOB_DEFAULTS.maxAttempts}`);
     expect(args).toContain(`priority integer DEFAULT ${JOB_DEFAULTS.priority}`);
     await t.query(`SELECT pgdrain.enqueue('noop', '{}')`);
-    expect(await t.query('SELECT max_attempts, priority FROM pgdrain.jobs')).toEqual([{ max_attempts: JOB_DEFAULTS.maxAttempts, priority: JOB_DEFAULTS.priority }]);
+    expect(await t.query('SELECT max_attempts, priority FROM pgdrain.jobs')).toEqual([
+      { max_attempts: JOB_DEFAULTS.maxAttempts, priority: JOB_DEFAULTS.priority },
+    ]);
   });
 
   it('on what a kind may be called', async () => {
-    const [{ source }] = (await t.query(`SELECT prosrc AS source FROM pg_proc WHERE oid = 'pgdrain.enqueue'::regproc`)) as [{ source: string }];
+    const [{ source }] = (await t.query(
+      `SELECT prosrc AS source FROM pg_proc WHERE oid = 'pgdrain.enqueue'::regproc`,
+    )) as [{ source: string }];
     expect(source).toContain(`'${KIND_PATTERN.source}'`);
     for (const kind of ['a', 'send_receipt', 'v2.mail:x-y', 'x'.repeat(100), '', 'x'.repeat(101), 'a b', 'ü', "a'b"]) {
-      const accepted = await t.query(`SELECT pgdrain.enqueue($1, '{}')`, [kind]).then(() => true, () => false);
+      const accepted = await t.query(`SELECT pgdrain.enqueue($1, '{}')`, [kind]).then(
+        () => true,
+        () => false,
+      );
       expect([kind, accepted]).toEqual([kind, KIND_PATTERN.test(kind)]);
     }
   });

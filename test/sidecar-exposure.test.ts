@@ -62,15 +62,27 @@ describe('webhooks reach only what the allow-list names, after DNS', () => {
     PGDRAIN_TEST_DNS: JSON.stringify({ vm: ['127.0.0.1'], 'rebind.test': ['127.0.0.2', '127.0.0.1'] }),
   });
   const deliver = async (p: SidecarProcess, url: string) => {
-    const res = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'webhook', payload: { url } }) });
+    const res = await fetch(`${p.url}/jobs`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ kind: 'webhook', payload: { url } }),
+    });
     expect(res.status).toBe(201);
     const { id } = (await res.json()) as { id: string };
-    return until(async () => (await t.query(`SELECT status, last_error FROM pgdrain.jobs WHERE id = $1`, [id]))[0], (row) => row === undefined || row.status !== 'pending' && row.status !== 'running', 10_000, 'the delivery');
+    return until(
+      async () => (await t.query(`SELECT status, last_error FROM pgdrain.jobs WHERE id = $1`, [id]))[0],
+      (row) => row === undefined || (row.status !== 'pending' && row.status !== 'running'),
+      10_000,
+      'the delivery',
+    );
   };
 
   it('a listed name that resolves to 127.0.0.1 is refused, with nothing sent; listing 127.0.0.1 lets it through', async () => {
     const strict = await start(withDns(`vm:${port}`));
-    expect(await deliver(strict, `http://vm:${port}/internal-secret`)).toEqual({ status: 'dead', last_error: expect.stringMatching(/^PermanentJobError: host vm resolved to an address that is not allowed/) });
+    expect(await deliver(strict, `http://vm:${port}/internal-secret`)).toEqual({
+      status: 'dead',
+      last_error: expect.stringMatching(/^PermanentJobError: host vm resolved to an address that is not allowed/),
+    });
     expect(received).toEqual([]);
     strict.kill();
     await strict.exited;
@@ -87,9 +99,15 @@ describe('webhooks reach only what the allow-list names, after DNS', () => {
 
   it('a port the list does not name is refused at enqueue, before anything is stored', async () => {
     const p = await start(withDns('hooks.example.com'));
-    const res = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'webhook', payload: { url: 'http://hooks.example.com:25901/' } }) });
+    const res = await fetch(`${p.url}/jobs`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ kind: 'webhook', payload: { url: 'http://hooks.example.com:25901/' } }),
+    });
     expect(res.status).toBe(422);
-    expect(((await res.json()) as { error: { message: string } }).error.message).toContain('port 25901 of host hooks.example.com is not allowed');
+    expect(((await res.json()) as { error: { message: string } }).error.message).toContain(
+      'port 25901 of host hooks.example.com is not allowed',
+    );
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
   });
 });
@@ -98,12 +116,16 @@ describe('responses and CPU an enqueuer can make expensive', () => {
   it('a list of jobs with 1 MB payloads answers their size and a preview, not the payloads; the job itself has its payload', async () => {
     const p = await start({});
     // Pending for an hour: what the dashboard lists every 5 s.
-    await t.query(`SELECT pgdrain.enqueue('noop', jsonb_build_object('blob', repeat('x', 1000000), 'n', n), now() + interval '1 hour') FROM generate_series(1, 19) AS n`);
+    await t.query(
+      `SELECT pgdrain.enqueue('noop', jsonb_build_object('blob', repeat('x', 1000000), 'n', n), now() + interval '1 hour') FROM generate_series(1, 19) AS n`,
+    );
     const res = await fetch(`${p.url}/jobs?status=pending&limit=50`, { headers: auth });
     const text = await res.text();
     expect(res.status).toBe(200);
     expect(text.length).toBeLessThan(30_000);
-    const { jobs } = JSON.parse(text) as { jobs: { id: string; payloadBytes: number; payloadPreview: string; payload?: unknown }[] };
+    const { jobs } = JSON.parse(text) as {
+      jobs: { id: string; payloadBytes: number; payloadPreview: string; payload?: unknown }[];
+    };
     expect(jobs).toHaveLength(19);
     for (const job of jobs) {
       expect(job.payload).toBeUndefined();
@@ -111,7 +133,9 @@ describe('responses and CPU an enqueuer can make expensive', () => {
       expect(job.payloadPreview).toMatch(/^\{"n": \d+, "blob": "xxx.*…$/);
       expect(job.payloadPreview.length).toBe(120);
     }
-    const one = (await (await fetch(`${p.url}/jobs/${jobs[0]!.id}`, { headers: auth })).json()) as { payload: { blob: string } };
+    const one = (await (await fetch(`${p.url}/jobs/${jobs[0]!.id}`, { headers: auth })).json()) as {
+      payload: { blob: string };
+    };
     expect(one.payload.blob).toHaveLength(1_000_000);
   });
 
@@ -120,8 +144,14 @@ describe('responses and CPU an enqueuer can make expensive', () => {
     const many = `{"kind":"noop","payload":[${Array.from({ length: 330_000 }, () => '{}').join(',')}]}`;
     const res = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: many });
     expect(res.status).toBe(400);
-    expect(await res.json()).toEqual({ error: { code: 'invalid_request', message: '(body): holds more than 100000 JSON values' } });
-    const fine = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: `{"kind":"noop","payload":[${Array.from({ length: 90_000 }, () => '0').join(',')}]}` });
+    expect(await res.json()).toEqual({
+      error: { code: 'invalid_request', message: '(body): holds more than 100000 JSON values' },
+    });
+    const fine = await fetch(`${p.url}/jobs`, {
+      method: 'POST',
+      headers: auth,
+      body: `{"kind":"noop","payload":[${Array.from({ length: 90_000 }, () => '0').join(',')}]}`,
+    });
     expect(fine.status).toBe(201);
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 1 }]);
   });
@@ -130,13 +160,29 @@ describe('responses and CPU an enqueuer can make expensive', () => {
 describe('input that would change or break silently', () => {
   it('a number JSON cannot hold (1e400) is refused with a 400 naming the field, in a job and in an event; nothing is stored', async () => {
     const p = await start({});
-    const job = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: '{"kind":"noop","payload":{"total":1e400}}' });
+    const job = await fetch(`${p.url}/jobs`, {
+      method: 'POST',
+      headers: auth,
+      body: '{"kind":"noop","payload":{"total":1e400}}',
+    });
     expect(job.status).toBe(400);
-    expect(((await job.json()) as { error: { message: string } }).error.message).toMatch(/^payload\.total: a number too large for JSON to hold/);
-    const event = await fetch(`${p.url}/events`, { method: 'POST', headers: auth, body: '{"event":"order.paid","key":"o1","payload":{"n":[-1e999]}}' });
+    expect(((await job.json()) as { error: { message: string } }).error.message).toMatch(
+      /^payload\.total: a number too large for JSON to hold/,
+    );
+    const event = await fetch(`${p.url}/events`, {
+      method: 'POST',
+      headers: auth,
+      body: '{"event":"order.paid","key":"o1","payload":{"n":[-1e999]}}',
+    });
     expect(event.status).toBe(400);
-    expect(((await event.json()) as { error: { message: string } }).error.message).toMatch(/^payload\.n\[0\]: a number too large/);
-    expect(await t.query('SELECT (SELECT count(*) FROM pgdrain.jobs)::int AS jobs, (SELECT count(*) FROM pgdrain.events)::int AS events')).toEqual([{ jobs: 0, events: 0 }]);
+    expect(((await event.json()) as { error: { message: string } }).error.message).toMatch(
+      /^payload\.n\[0\]: a number too large/,
+    );
+    expect(
+      await t.query(
+        'SELECT (SELECT count(*) FROM pgdrain.jobs)::int AS jobs, (SELECT count(*) FROM pgdrain.events)::int AS events',
+      ),
+    ).toEqual([{ jobs: 0, events: 0 }]);
   });
 
   it('a key in a URL is checked as a key in a body; every key counts characters as PostgreSQL does', async () => {
@@ -144,37 +190,66 @@ describe('input that would change or break silently', () => {
     // A kind only other drainers register (this one cannot see its limits, so takes the row as it is).
     await t.query(`SELECT pgdrain.enqueue('elsewhere', '{}', run_at => now() + interval '1 hour')`);
     const limits = (key: string, method = 'PUT', kind = 'elsewhere') =>
-      fetch(`${p.url}/kinds/${kind}/groups/${encodeURIComponent(key)}/limits`, { method, headers: auth, ...(method === 'PUT' ? { body: '{"concurrency":2}' } : {}) });
+      fetch(`${p.url}/kinds/${kind}/groups/${encodeURIComponent(key)}/limits`, {
+        method,
+        headers: auth,
+        ...(method === 'PUT' ? { body: '{"concurrency":2}' } : {}),
+      });
     for (const method of ['PUT', 'DELETE']) {
       const res = await limits('a\u0000b', method);
       expect(res.status, method).toBe(400);
-      expect(await res.json()).toEqual({ error: { code: 'invalid_request', message: 'key: contains the NUL character (\\u0000), which PostgreSQL cannot store' } });
+      expect(await res.json()).toEqual({
+        error: {
+          code: 'invalid_request',
+          message: 'key: contains the NUL character (\\u0000), which PostgreSQL cannot store',
+        },
+      });
     }
     // 101 emoji are 101 characters (202 UTF-16 units): a group key that enqueues takes limits too.
     const emoji = '\u{1F600}'.repeat(101);
-    const enqueued = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'noop', payload: {}, groupKey: emoji }) });
+    const enqueued = await fetch(`${p.url}/jobs`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ kind: 'noop', payload: {}, groupKey: emoji }),
+    });
     expect(enqueued.status).toBe(201);
     expect((await limits(emoji)).status).toBe(200);
     expect((await limits('\u{1F600}'.repeat(201))).status).toBe(400);
     // Dedupe keys and event keys: the same bound, counted the same way.
     const long = '\u{1F600}'.repeat(251);
-    const deduped = await fetch(`${p.url}/jobs`, { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'noop', payload: {}, key: long }) });
+    const deduped = await fetch(`${p.url}/jobs`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ kind: 'noop', payload: {}, key: long }),
+    });
     expect(deduped.status).toBe(201);
-    const sent = await fetch(`${p.url}/events`, { method: 'POST', headers: auth, body: JSON.stringify({ event: 'order.paid', key: long }) });
+    const sent = await fetch(`${p.url}/events`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ event: 'order.paid', key: long }),
+    });
     expect(sent.status).toBe(201);
-    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits WHERE group_key = $1`, [emoji])).toEqual([{ n: 1 }]);
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits WHERE group_key = $1`, [emoji])).toEqual([
+      { n: 1 },
+    ]);
   });
 
   it('limits for a key of a kind claimed without limits are refused, saying why: the row would do nothing', async () => {
     const p = await start({});
     for (const kind of ['noop', 'webhook', 'record']) {
-      const res = await fetch(`${p.url}/kinds/${kind}/groups/tenant-1/limits`, { method: 'PUT', headers: auth, body: '{"concurrency":2}' });
+      const res = await fetch(`${p.url}/kinds/${kind}/groups/tenant-1/limits`, {
+        method: 'PUT',
+        headers: auth,
+        body: '{"concurrency":2}',
+      });
       expect(res.status, kind).toBe(422);
       const { error } = (await res.json()) as { error: { code: string; message: string } };
       expect(error.code).toBe('not_limited');
       expect(error.message).toMatch(new RegExp(`^kind ${kind} is claimed without limits`));
     }
-    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits WHERE group_key = 'tenant-1'`)).toEqual([{ n: 0 }]);
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits WHERE group_key = 'tenant-1'`)).toEqual([
+      { n: 0 },
+    ]);
   });
 });
 
@@ -200,7 +275,9 @@ describe('connections a client can hold', () => {
     for (let i = 0; i < 5; i++) {
       await new Promise<void>((resolve) => {
         const s = net.connect(port, '127.0.0.1', () => {
-          s.write(`POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"kind":"noop",`);
+          s.write(
+            `POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"kind":"noop",`,
+          );
           setTimeout(() => {
             s.resetAndDestroy();
             resolve();
@@ -211,16 +288,28 @@ describe('connections a client can hold', () => {
     }
     expect((await fetch(`${p.url}/healthz`)).status).toBe(200);
     await new Promise((r) => setTimeout(r, 300));
-    expect(p.stdout().split('\n').filter((line) => line.includes('"level":50'))).toEqual([]);
+    expect(
+      p
+        .stdout()
+        .split('\n')
+        .filter((line) => line.includes('"level":50')),
+    ).toEqual([]);
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
   });
 
   it('headers and a body sent a byte a second are cut off at their timeouts; past the cap an idle socket makes room for a probe, and only a server full of requests refuses one', async () => {
-    const p = await start({ HTTP_HEADERS_TIMEOUT_MS: '1500', HTTP_REQUEST_TIMEOUT_MS: '3000', HTTP_MAX_CONNECTIONS: '4' });
+    const p = await start({
+      HTTP_HEADERS_TIMEOUT_MS: '1500',
+      HTTP_REQUEST_TIMEOUT_MS: '3000',
+      HTTP_MAX_CONNECTIONS: '4',
+    });
     const port = Number(new URL(p.url).port);
     const [headers, body] = await Promise.all([
       trickle(port, 'POST /jobs HTTP/1.1\r\nHost: x\r\nX-Slow: '),
-      trickle(port, `POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"kind":"noop","payload":"`),
+      trickle(
+        port,
+        `POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"kind":"noop","payload":"`,
+      ),
     ]);
     expect(headers.closedAfterMs).toBeLessThan(1_500 + 2_500);
     expect(body.closedAfterMs).toBeGreaterThanOrEqual(1_500);
@@ -248,14 +337,21 @@ describe('connections a client can hold', () => {
     for (let i = 0; i < 4; i++) idle.push(await connect());
     await new Promise((r) => setTimeout(r, 200));
     expect(await probe()).toBe(200);
-    await until(async () => idle.map((c) => c.closed()), (closed) => closed[0] === true, 2_000, 'the oldest idle socket closed');
+    await until(
+      async () => idle.map((c) => c.closed()),
+      (closed) => closed[0] === true,
+      2_000,
+      'the oldest idle socket closed',
+    );
     expect(idle.slice(1).map((c) => c.closed())).toEqual([false, false, false]);
     for (const c of idle) c.socket.destroy();
     // Four requests under way (their bodies still arriving) fill it: nothing to close, a fifth connection is refused.
     const busy: { socket: net.Socket; closed: () => boolean }[] = [];
     for (let i = 0; i < 4; i++) {
       const c = await connect();
-      c.socket.write(`POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`);
+      c.socket.write(
+        `POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`,
+      );
       busy.push(c);
     }
     await new Promise((r) => setTimeout(r, 200));

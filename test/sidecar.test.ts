@@ -45,7 +45,8 @@ const runs = () =>
             (extract(epoch from started_at - run_at) * 1000)::float8 AS late_ms
        FROM test_runs ORDER BY started_at`,
   );
-const jobCount = async (where = 'true') => (await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n as number;
+const jobCount = async (where = 'true') =>
+  (await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n as number;
 
 describe('npm start on the embedded PostgreSQL', () => {
   let dataDir: string;
@@ -63,15 +64,39 @@ describe('npm start on the embedded PostgreSQL', () => {
     const tokenFile = path.join(dataDir, 'api-token');
     const token = (await readFile(tokenFile, 'utf8')).trim();
     expect((await stat(tokenFile)).mode & 0o777).toBe(0o600);
-    expect(await first.waitForOutput(/"tokenFile":"([^"]+)".*"msg":"API token generated and saved in its file/)).toBe(tokenFile);
+    expect(await first.waitForOutput(/"tokenFile":"([^"]+)".*"msg":"API token generated and saved in its file/)).toBe(
+      tokenFile,
+    );
     // JSON mode: every line is a log line; none carries the token.
-    expect(first.stdout().split('\n').filter((l) => l.trim() && !l.startsWith('{'))).toEqual([]);
+    expect(
+      first
+        .stdout()
+        .split('\n')
+        .filter((l) => l.trim() && !l.startsWith('{')),
+    ).toEqual([]);
     expect((await fetch(`${first.url}/healthz`)).status).toBe(200);
     expect((await fetch(`${first.url}/`)).headers.get('content-type')).toMatch(/^text\/html/);
     const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
-    const now = await (await fetch(`${first.url}/jobs`, { method: 'POST', headers, body: JSON.stringify({ kind: 'noop', payload: { n: 1 } }) })).json();
-    const later = await (await fetch(`${first.url}/jobs`, { method: 'POST', headers, body: JSON.stringify({ kind: 'noop', payload: { n: 2 }, delaySeconds: 3600 }) })).json();
-    await until(() => fetch(`${first.url}/jobs/${now.id}`, { headers }).then((r) => r.status), (s) => s === 404, 5_000, 'the job to complete');
+    const now = await (
+      await fetch(`${first.url}/jobs`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ kind: 'noop', payload: { n: 1 } }),
+      })
+    ).json();
+    const later = await (
+      await fetch(`${first.url}/jobs`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ kind: 'noop', payload: { n: 2 }, delaySeconds: 3600 }),
+      })
+    ).json();
+    await until(
+      () => fetch(`${first.url}/jobs/${now.id}`, { headers }).then((r) => r.status),
+      (s) => s === 404,
+      5_000,
+      'the job to complete',
+    );
     expect(first.stdout()).not.toContain(token);
 
     first.child.kill('SIGTERM');
@@ -91,10 +116,16 @@ describe('npm start on the embedded PostgreSQL', () => {
 describe('with DATABASE_URL', () => {
   it('an idle sidecar starts an enqueued job within milliseconds (NOTIFY, not the poll)', async () => {
     // A minute of counts older than the retention: the reaper's first round folds it into the totals.
-    await t.query(`INSERT INTO pgdrain.job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()) - interval '2 days', 'record', 40, 2, 1)`);
+    await t.query(
+      `INSERT INTO pgdrain.job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()) - interval '2 days', 'record', 40, 2, 1)`,
+    );
     await start({ POLL_INTERVAL_MS: '5000' });
-    expect(await t.query(`SELECT kind, completed::int, failed::int, dead::int FROM pgdrain.job_totals`)).toEqual([{ kind: 'record', completed: 40, failed: 2, dead: 1 }]);
-    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.job_counts WHERE minute < now() - interval '1 day'`)).toEqual([{ n: 0 }]);
+    expect(await t.query(`SELECT kind, completed::int, failed::int, dead::int FROM pgdrain.job_totals`)).toEqual([
+      { kind: 'record', completed: 40, failed: 2, dead: 1 },
+    ]);
+    expect(
+      await t.query(`SELECT count(*)::int AS n FROM pgdrain.job_counts WHERE minute < now() - interval '1 day'`),
+    ).toEqual([{ n: 0 }]);
     await sleep(500);
     for (let i = 0; i < 5; i++) {
       await enqueue(t.db, { kind: 'record', payload: {} });
@@ -111,27 +142,50 @@ describe('with DATABASE_URL', () => {
     const [{ id }] = (await t.query(`SELECT pgdrain.enqueue('record', '{}')::text AS id`)) as [{ id: string }];
     const [run] = await until(runs, (r) => r.length === 1, 5_000, 'the SQL-enqueued job to run');
     expect(run!.job_id).toBe(id);
-    await until(() => jobCount(), (n) => n === 0, 5_000, 'the job to complete');
+    await until(
+      () => jobCount(),
+      (n) => n === 0,
+      5_000,
+      'the job to complete',
+    );
   });
 
   it('a kind paused through one sidecar is claimed by no sidecar while others drain; resumed through another, it runs', async () => {
     const [a, b] = await Promise.all([start({ POLL_INTERVAL_MS: '200' }), start({ POLL_INTERVAL_MS: '200' })]);
-    const call = (p: SidecarProcess, path: string) => fetch(`${p.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+    const call = (p: SidecarProcess, path: string) =>
+      fetch(`${p.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
     expect(await (await call(a!, '/kinds/record/pause')).json()).toEqual({ kind: 'record', paused: true });
-    await enqueueMany(t.db, [...Array.from({ length: 3 }, () => ({ kind: 'record', payload: {} })), ...Array.from({ length: 3 }, () => ({ kind: 'noop', payload: {} }))]);
-    await until(() => jobCount(`kind = 'noop'`), (n) => n === 0, 5_000, 'the noop jobs to run');
+    await enqueueMany(t.db, [
+      ...Array.from({ length: 3 }, () => ({ kind: 'record', payload: {} })),
+      ...Array.from({ length: 3 }, () => ({ kind: 'noop', payload: {} })),
+    ]);
+    await until(
+      () => jobCount(`kind = 'noop'`),
+      (n) => n === 0,
+      5_000,
+      'the noop jobs to run',
+    );
     await sleep(1_000); // five polls of each sidecar
     expect(await jobCount(`kind = 'record' AND status = 'pending' AND attempts = 0`)).toBe(3);
     expect(await t.query('SELECT count(*)::int AS n FROM test_runs').catch(() => [{ n: 0 }])).toEqual([{ n: 0 }]);
     expect(await (await call(b!, '/kinds/record/resume')).json()).toEqual({ kind: 'record', paused: false });
-    await until(() => jobCount(), (n) => n === 0, 5_000, 'the record jobs to run after resume');
+    await until(
+      () => jobCount(),
+      (n) => n === 0,
+      5_000,
+      'the record jobs to run after resume',
+    );
     expect((await runs()).length).toBe(3);
   });
 
   it('with its LISTEN connection killed, jobs still run by the poll, and NOTIFY works again after the reconnect', async () => {
     const p = await start({ POLL_INTERVAL_MS: '700' });
     const listenerPid = async () =>
-      (await t.query(`SELECT pid FROM pg_stat_activity WHERE application_name = 'pgdrain-listener' AND datname = current_database()`))[0]?.pid as number | undefined;
+      (
+        await t.query(
+          `SELECT pid FROM pg_stat_activity WHERE application_name = 'pgdrain-listener' AND datname = current_database()`,
+        )
+      )[0]?.pid as number | undefined;
     const oldPid = await until(listenerPid, (pid) => pid !== undefined, 5_000, 'the listener');
     await t.query('SELECT pg_terminate_backend($1)', [oldPid]);
     // A job whose notification is lost (inserted without one): only the poll can find it.
@@ -139,7 +193,12 @@ describe('with DATABASE_URL', () => {
     const [polled] = await until(runs, (r) => r.length === 1, 3_000, 'the polled job');
     expect(polled!.latency_ms).toBeLessThan(700 + 500);
 
-    const newPid = await until(listenerPid, (pid) => pid !== undefined && pid !== oldPid, 10_000, 'the listener to reconnect');
+    const newPid = await until(
+      listenerPid,
+      (pid) => pid !== undefined && pid !== oldPid,
+      10_000,
+      'the listener to reconnect',
+    );
     expect(newPid).not.toBe(oldPid);
     await p.waitForOutput(/listener down[\s\S]*listener up/);
     await sleep(800); // let the reconnect's own wake-up drain pass
@@ -153,12 +212,22 @@ describe('with DATABASE_URL', () => {
 
   it('RECORD_COUNTS=false: jobs run, nothing is counted, and the dashboard says why its chart is empty', async () => {
     const p = await start({ RECORD_COUNTS: 'false' });
-    await enqueueMany(t.db, Array.from({ length: 5 }, () => ({ kind: 'record', payload: {} })));
-    await until(() => jobCount(), (n) => n === 0, 5_000, 'the jobs to complete');
+    await enqueueMany(
+      t.db,
+      Array.from({ length: 5 }, () => ({ kind: 'record', payload: {} })),
+    );
+    await until(
+      () => jobCount(),
+      (n) => n === 0,
+      5_000,
+      'the jobs to complete',
+    );
     expect((await runs()).length).toBe(5);
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.job_counts')).toEqual([{ n: 0 }]);
     expect(await (await fetch(p.url)).text()).toContain('Counting is off');
-    const bad = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, RECORD_COUNTS: 'no' }).catch((e: Error) => e);
+    const bad = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, RECORD_COUNTS: 'no' }).catch(
+      (e: Error) => e,
+    );
     expect(bad).toBeInstanceOf(Error);
     expect((bad as Error).message).toContain('RECORD_COUNTS: must be true or false');
   });
@@ -173,7 +242,12 @@ describe('with DATABASE_URL', () => {
       await sleep(300);
     }
     const delayed = await enqueue(t.db, { kind: 'record', payload: {}, runAt: new Date(Date.now() + 1_000) });
-    const done = await until(runs, (r) => r.filter((x) => x.finished).length === 4, 5_000, 'the quick and the delayed jobs');
+    const done = await until(
+      runs,
+      (r) => r.filter((x) => x.finished).length === 4,
+      5_000,
+      'the quick and the delayed jobs',
+    );
     // All of them ran while the slow one was still running.
     expect(done.find((r) => r.job_id === slow.id)).toMatchObject({ finished: false });
     for (const id of quick) expect(done.find((r) => r.job_id === id)!.latency_ms).toBeLessThan(1_000);
@@ -194,25 +268,48 @@ describe('with DATABASE_URL', () => {
     expect(run!.late_ms).toBeLessThan(400 + 300);
     // The delay counts from the request (the API computes run_at), not from the row's created_at,
     // which the database stamps a little later: compare the start with the time of sending.
-    const [{ started_ms }] = (await t.query<{ started_ms: number }>(`SELECT extract(epoch from started_at)::float8 * 1000 AS started_ms FROM test_runs`)) as [{ started_ms: number }];
+    const [{ started_ms }] = (await t.query<{ started_ms: number }>(
+      `SELECT extract(epoch from started_at)::float8 * 1000 AS started_ms FROM test_runs`,
+    )) as [{ started_ms: number }];
     expect(started_ms - sent).toBeGreaterThanOrEqual(2_000);
   });
 
   it('kill -9 mid-batch loses nothing: after a restart and the visibility timeout every job completes, duplicates only for jobs in flight', async () => {
-    const env = { BATCH_SIZE: '4', CONCURRENCY: '4', VISIBILITY_TIMEOUT_SECONDS: '2', REAP_INTERVAL_MS: '300', POLL_INTERVAL_MS: '300' };
-    const jobs = await enqueueMany(t.db, Array.from({ length: 24 }, () => ({ kind: 'record', payload: { ms: 400 } })));
+    const env = {
+      BATCH_SIZE: '4',
+      CONCURRENCY: '4',
+      VISIBILITY_TIMEOUT_SECONDS: '2',
+      REAP_INTERVAL_MS: '300',
+      POLL_INTERVAL_MS: '300',
+    };
+    const jobs = await enqueueMany(
+      t.db,
+      Array.from({ length: 24 }, () => ({ kind: 'record', payload: { ms: 400 } })),
+    );
     const first = await start(env);
-    await until(runs, (r) => r.filter((x) => x.finished).length >= 4 && r.some((x) => !x.finished), 10_000, 'a batch in flight');
+    await until(
+      runs,
+      (r) => r.filter((x) => x.finished).length >= 4 && r.some((x) => !x.finished),
+      10_000,
+      'a batch in flight',
+    );
     first.child.kill('SIGKILL');
     await first.exited;
     // In flight: claimed by the dead process and not yet settled (running, or finished but not yet
     // deleted). Only these may run twice.
-    const inFlight = new Set((await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'running'`)).map((r) => r.id));
+    const inFlight = new Set(
+      (await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'running'`)).map((r) => r.id),
+    );
     expect(inFlight.size).toBeGreaterThan(0);
     expect((await runs()).some((r) => !r.finished)).toBe(true);
 
     await start(env);
-    await until(() => jobCount(), (n) => n === 0, 20_000, 'every job to complete');
+    await until(
+      () => jobCount(),
+      (n) => n === 0,
+      20_000,
+      'every job to complete',
+    );
     const after = await runs();
     const finishedIds = new Set(after.filter((r) => r.finished).map((r) => r.job_id));
     expect([...finishedIds].sort()).toEqual(jobs.map((j) => j.id).sort());
@@ -221,24 +318,38 @@ describe('with DATABASE_URL', () => {
     const duplicated = [...startsPerJob].filter(([, n]) => n > 1).map(([id]) => id);
     for (const id of duplicated) expect(inFlight.has(id)).toBe(true);
     // Counted exactly once each: every job completed once, and each reaped attempt as a failure.
-    expect(await t.query(`SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM pgdrain.job_counts`)).toEqual([
-      { completed: 24, failed: inFlight.size, dead: 0 },
-    ]);
+    expect(
+      await t.query(
+        `SELECT sum(completed)::int AS completed, sum(failed)::int AS failed, sum(dead)::int AS dead FROM pgdrain.job_counts`,
+      ),
+    ).toEqual([{ completed: 24, failed: inFlight.size, dead: 0 }]);
   });
 
   it('with the default 30 s visibility and lease renewal, a kill -9 with 200 jobs in hand is recovered by a restarted sidecar within 60 s, no manual step', async () => {
-    const jobs = await enqueueMany(t.db, Array.from({ length: 200 }, () => ({ kind: 'record', payload: { ms: 1000 } })));
+    const jobs = await enqueueMany(
+      t.db,
+      Array.from({ length: 200 }, () => ({ kind: 'record', payload: { ms: 1000 } })),
+    );
     const first = await start({ POLL_INTERVAL_MS: '200' });
     await until(runs, (r) => r.length >= 100, 10_000, 'the first sidecar to be running its batch');
     first.child.kill('SIGKILL');
     await first.exited;
     const killedAt = Date.now();
-    const inFlight = new Set((await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'running'`)).map((r) => r.id));
+    const inFlight = new Set(
+      (await t.query<{ id: string }>(`SELECT id::text FROM pgdrain.jobs WHERE status = 'running'`)).map((r) => r.id),
+    );
     expect(inFlight.size).toBeGreaterThan(0);
     await start({ POLL_INTERVAL_MS: '200' });
-    await until(() => jobCount(), (n) => n === 0, 60_000, 'every job to complete within 60 s of the kill');
+    await until(
+      () => jobCount(),
+      (n) => n === 0,
+      60_000,
+      'every job to complete within 60 s of the kill',
+    );
     const recoveredMs = Date.now() - killedAt;
-    console.log(`kill -9 with ${inFlight.size} jobs in hand: all 200 jobs done ${(recoveredMs / 1000).toFixed(1)} s after the kill`);
+    console.log(
+      `kill -9 with ${inFlight.size} jobs in hand: all 200 jobs done ${(recoveredMs / 1000).toFixed(1)} s after the kill`,
+    );
     expect(recoveredMs).toBeLessThan(60_000);
     const finished = new Set((await runs()).filter((r) => r.finished).map((r) => r.job_id));
     expect(finished.size).toBe(200);
@@ -248,8 +359,16 @@ describe('with DATABASE_URL', () => {
   it('a handler slower than the visibility timeout but alive is never run twice: its lease is renewed while two sidecars reap', async () => {
     const env = { VISIBILITY_TIMEOUT_SECONDS: '2', REAP_INTERVAL_MS: '300', POLL_INTERVAL_MS: '200' };
     await Promise.all([start(env), start(env)]);
-    const jobs = await enqueueMany(t.db, Array.from({ length: 4 }, () => ({ kind: 'record', payload: { ms: 5000 } })));
-    await until(() => jobCount(), (n) => n === 0, 20_000, 'the slow jobs to complete');
+    const jobs = await enqueueMany(
+      t.db,
+      Array.from({ length: 4 }, () => ({ kind: 'record', payload: { ms: 5000 } })),
+    );
+    await until(
+      () => jobCount(),
+      (n) => n === 0,
+      20_000,
+      'the slow jobs to complete',
+    );
     const all = await runs();
     expect(all.map((r) => r.job_id).sort()).toEqual(jobs.map((j) => j.id).sort()); // one run each
     expect(all.every((r) => r.finished && r.attempt === 1)).toBe(true);
@@ -265,32 +384,63 @@ describe('with DATABASE_URL', () => {
     expect(await p.exited).toEqual({ code: 0, signal: null });
     expect(Date.now() - signalled).toBeLessThan(1_000 + 4_000);
     // Not stuck `running` until a reaper: pending now, its attempt refunded, the reason kept.
-    expect(await t.query(`SELECT id::text, status, attempts, locked_by, locked_until, last_error FROM pgdrain.jobs`)).toEqual([
-      { id: job!.id, status: 'pending', attempts: 0, locked_by: null, locked_until: null, last_error: 'the drainer shut down before the handler finished; released to run again' },
+    expect(
+      await t.query(`SELECT id::text, status, attempts, locked_by, locked_until, last_error FROM pgdrain.jobs`),
+    ).toEqual([
+      {
+        id: job!.id,
+        status: 'pending',
+        attempts: 0,
+        locked_by: null,
+        locked_until: null,
+        last_error: 'the drainer shut down before the handler finished; released to run again',
+      },
     ]);
-    const levels = p.stdout().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { level: number; msg: string });
+    const levels = p
+      .stdout()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { level: number; msg: string });
     expect(levels.filter((l) => l.level >= 50)).toEqual([]);
-    expect(levels.map((l) => l.msg)).toContain('grace period over with handlers still running: they were abandoned and their jobs released to run again');
+    expect(levels.map((l) => l.msg)).toContain(
+      'grace period over with handlers still running: they were abandoned and their jobs released to run again',
+    );
   });
 
   it("two sidecars with different visibility timeouts: the short one's reaper never takes the long one's live jobs", async () => {
     // A rolling config change: the jobs run on a sidecar with 30 s leases, next to one whose own
     // default is 6 s and which reaps every 300 ms. Each 8 s job must run exactly once.
     await start({ VISIBILITY_TIMEOUT_SECONDS: '30', POLL_INTERVAL_MS: '200' });
-    const jobs = await enqueueMany(t.db, Array.from({ length: 10 }, () => ({ kind: 'record', payload: { ms: 8000 } })));
+    const jobs = await enqueueMany(
+      t.db,
+      Array.from({ length: 10 }, () => ({ kind: 'record', payload: { ms: 8000 } })),
+    );
     await until(runs, (r) => r.length === 10, 5_000, 'the long-lease sidecar to start every job');
     await start({ VISIBILITY_TIMEOUT_SECONDS: '6', REAP_INTERVAL_MS: '300', POLL_INTERVAL_MS: '200' });
-    await until(() => jobCount(), (n) => n === 0, 20_000, 'the jobs to complete');
+    await until(
+      () => jobCount(),
+      (n) => n === 0,
+      20_000,
+      'the jobs to complete',
+    );
     const all = await runs();
     expect(all.map((r) => r.job_id).sort()).toEqual(jobs.map((j) => j.id).sort()); // one run each
     expect(all.every((r) => r.finished && r.attempt === 1)).toBe(true);
   }, 40_000);
 
   it('SIGTERM mid-batch: running handlers finish, unstarted claimed jobs are released with attempts refunded, exit 0', async () => {
-    await enqueueMany(t.db, Array.from({ length: 20 }, () => ({ kind: 'record', payload: { ms: 600 } })));
+    await enqueueMany(
+      t.db,
+      Array.from({ length: 20 }, () => ({ kind: 'record', payload: { ms: 600 } })),
+    );
     const p = await start({ BATCH_SIZE: '6', CONCURRENCY: '2', SHUTDOWN_GRACE_MS: '5000' });
     await until(runs, (r) => r.length >= 2, 5_000, 'handlers to start');
-    await until(() => jobCount(`status = 'running'`), (n) => n > 2, 5_000, 'claimed jobs waiting for a slot');
+    await until(
+      () => jobCount(`status = 'running'`),
+      (n) => n > 2,
+      5_000,
+      'claimed jobs waiting for a slot',
+    );
     const signalled = Date.now();
     p.child.kill('SIGTERM');
     expect(await p.exited).toEqual({ code: 0, signal: null });
@@ -306,7 +456,10 @@ describe('with DATABASE_URL', () => {
 
   it('a SIGTERM while it is still starting (its first job already running) stops it gracefully too', async () => {
     const [first] = await enqueueMany(t.db, [{ kind: 'record', payload: { ms: 300, signalSelf: true } }]);
-    await enqueueMany(t.db, Array.from({ length: 5 }, () => ({ kind: 'record', payload: { ms: 300 } })));
+    await enqueueMany(
+      t.db,
+      Array.from({ length: 5 }, () => ({ kind: 'record', payload: { ms: 300 } })),
+    );
     // Without the handlers installed before the start, the process died by the signal before it said it had started.
     const p = await start({ CONCURRENCY: '2' });
     expect(await p.exited).toEqual({ code: 0, signal: null });
@@ -331,7 +484,11 @@ describe('a database restart under load', () => {
     const db = drizzle({ client: pool }) as unknown as Db;
     try {
       const p = await startSidecarProcess({
-        DATABASE_URL: server.url, API_TOKEN: TOKEN, POLL_INTERVAL_MS: '200', VISIBILITY_TIMEOUT_SECONDS: '2', REAP_INTERVAL_MS: '500',
+        DATABASE_URL: server.url,
+        API_TOKEN: TOKEN,
+        POLL_INTERVAL_MS: '200',
+        VISIBILITY_TIMEOUT_SECONDS: '2',
+        REAP_INTERVAL_MS: '500',
       });
       running.push(p);
       const committed: string[] = [];

@@ -62,14 +62,20 @@ const settle = () => new Promise((r) => setTimeout(r, 100));
 it('returns the job id; committed with the business row, the job is announced at commit and runs', async () => {
   const id = await inTransaction(true, async (c) => {
     const order = (await c.query(`INSERT INTO orders (item) VALUES ('book') RETURNING id`)).rows[0].id as number;
-    const job = (await c.query(`SELECT pgdrain.enqueue('send_receipt', jsonb_build_object('orderId', $1::int)) AS id`, [order])).rows[0].id;
+    const job = (
+      await c.query(`SELECT pgdrain.enqueue('send_receipt', jsonb_build_object('orderId', $1::int)) AS id`, [order])
+    ).rows[0].id;
     await settle();
     expect(notified).toEqual([]); // not before COMMIT
     return String(job);
   });
   await settle();
   expect(notified).toEqual(['send_receipt']);
-  expect(await t.query('SELECT id::text, kind, payload, status, attempts, max_attempts, run_at <= now() AS due FROM pgdrain.jobs')).toEqual([
+  expect(
+    await t.query(
+      'SELECT id::text, kind, payload, status, attempts, max_attempts, run_at <= now() AS due FROM pgdrain.jobs',
+    ),
+  ).toEqual([
     { id, kind: 'send_receipt', payload: { orderId: 1 }, status: 'pending', attempts: 0, max_attempts: 3, due: true },
   ]);
   expect((await drainAll()).completed).toBe(1);
@@ -83,9 +89,11 @@ it('rolled back, neither the business row nor the job exists, and nobody is noti
     await c.query(`SELECT pgdrain.enqueue('noop', '{}')`);
   });
   await settle();
-  expect(await t.query('SELECT (SELECT count(*) FROM orders)::int AS orders, (SELECT count(*) FROM pgdrain.jobs)::int AS jobs')).toEqual([
-    { orders: 0, jobs: 0 },
-  ]);
+  expect(
+    await t.query(
+      'SELECT (SELECT count(*) FROM orders)::int AS orders, (SELECT count(*) FROM pgdrain.jobs)::int AS jobs',
+    ),
+  ).toEqual([{ orders: 0, jobs: 0 }]);
   expect(notified).toEqual([]);
 });
 
@@ -97,9 +105,11 @@ it('takes run_at, max_attempts and a dedupe key; a delayed job is not announced'
   expect(same).toBe(id);
   await settle();
   expect(notified).toEqual([]);
-  expect(await t.query(`SELECT payload, max_attempts, dedupe_key, round(extract(epoch from run_at - now()) / 60) AS minutes FROM pgdrain.jobs`)).toEqual([
-    { payload: { a: 1 }, max_attempts: 7, dedupe_key: 'order-9', minutes: '60' },
-  ]);
+  expect(
+    await t.query(
+      `SELECT payload, max_attempts, dedupe_key, round(extract(epoch from run_at - now()) / 60) AS minutes FROM pgdrain.jobs`,
+    ),
+  ).toEqual([{ payload: { a: 1 }, max_attempts: 7, dedupe_key: 'order-9', minutes: '60' }]);
   // Once that job is gone, the key is free again.
   await t.query('DELETE FROM pgdrain.jobs');
   const fresh = await sqlId(`SELECT pgdrain.enqueue('noop', '{}', dedupe_key => 'order-9')::text AS id`);
@@ -121,9 +131,13 @@ it('a trigger on an application table enqueues in the same transaction as the ro
       PERFORM pgdrain.enqueue('send_receipt', jsonb_build_object('orderId', NEW.id));
       RETURN NEW;
     END $$`);
-  await t.query(`CREATE OR REPLACE TRIGGER order_placed AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION order_placed()`);
+  await t.query(
+    `CREATE OR REPLACE TRIGGER order_placed AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION order_placed()`,
+  );
   try {
-    const orders = (await t.query<{ id: number }>(`INSERT INTO orders (item) VALUES ('lamp'), ('desk') RETURNING id`)).map((o) => o.id);
+    const orders = (
+      await t.query<{ id: number }>(`INSERT INTO orders (item) VALUES ('lamp'), ('desk') RETURNING id`)
+    ).map((o) => o.id);
     await inTransaction(false, (c) => c.query(`INSERT INTO orders (item) VALUES ('rolled back')`));
     const expected = orders.map((orderId) => ({ orderId }));
     expect((await t.query(`SELECT payload FROM pgdrain.jobs ORDER BY id`)).map((r) => r.payload)).toEqual(expected);
@@ -139,25 +153,40 @@ it('takes a priority (higher runs first), and refuses one outside -1000..1000', 
   const high = await sqlId(`SELECT pgdrain.enqueue('noop', '{"n":2}', priority => 7)::text AS id`);
   const plain = await sqlId(`SELECT pgdrain.enqueue('noop', '{"n":3}')::text AS id`);
   expect(await t.query('SELECT id::text, priority FROM pgdrain.jobs ORDER BY id')).toEqual([
-    { id: low, priority: -5 }, { id: high, priority: 7 }, { id: plain, priority: 0 },
+    { id: low, priority: -5 },
+    { id: high, priority: 7 },
+    { id: plain, priority: 0 },
   ]);
   const order: string[] = [];
-  const recorder = new JobRegistry([defineJob({ kind: 'noop', schema: z.unknown(), handler: (_, { job }) => void order.push(job.id) })]);
+  const recorder = new JobRegistry([
+    defineJob({ kind: 'noop', schema: z.unknown(), handler: (_, { job }) => void order.push(job.id) }),
+  ]);
   await drain(t.db, recorder, { workerId: 'sql-priority', batchSize: 1, concurrency: 1, prefetch: 0 });
   expect(order).toEqual([high, plain, low]);
-  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', priority => 1001)`)).rejects.toThrow(/priority is 1001, it must be between -1000 and 1000/);
+  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', priority => 1001)`)).rejects.toThrow(
+    /priority is 1001, it must be between -1000 and 1000/,
+  );
   expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
 });
 
 it("takes a group key, and dedupe_mode 'replace': a pending job takes the new payload, a running one gives up its key", async () => {
-  const id = await sqlId(`SELECT pgdrain.enqueue('noop', '{"v":1}', dedupe_key => 'sync-1', group_key => 'tenant-1', dedupe_mode => 'replace')::text AS id`);
+  const id = await sqlId(
+    `SELECT pgdrain.enqueue('noop', '{"v":1}', dedupe_key => 'sync-1', group_key => 'tenant-1', dedupe_mode => 'replace')::text AS id`,
+  );
   const later = new Date(Date.now() + 3_600_000).toISOString();
-  expect(await sqlId(`SELECT pgdrain.enqueue('noop', '{"v":2}', $1::timestamptz, dedupe_key => 'sync-1', dedupe_mode => 'replace')::text AS id`, [later])).toBe(id);
-  expect(await t.query('SELECT id::text, payload, group_key, run_at = $1::timestamptz AS moved FROM pgdrain.jobs', [later])).toEqual([
-    { id, payload: { v: 2 }, group_key: 'tenant-1', moved: true },
-  ]);
+  expect(
+    await sqlId(
+      `SELECT pgdrain.enqueue('noop', '{"v":2}', $1::timestamptz, dedupe_key => 'sync-1', dedupe_mode => 'replace')::text AS id`,
+      [later],
+    ),
+  ).toBe(id);
+  expect(
+    await t.query('SELECT id::text, payload, group_key, run_at = $1::timestamptz AS moved FROM pgdrain.jobs', [later]),
+  ).toEqual([{ id, payload: { v: 2 }, group_key: 'tenant-1', moved: true }]);
   await t.query(`UPDATE pgdrain.jobs SET status = 'running', locked_at = now(), locked_by = 'busy:1', attempts = 1`);
-  const next = await sqlId(`SELECT pgdrain.enqueue('noop', '{"v":3}', dedupe_key => 'sync-1', dedupe_mode => 'replace')::text AS id`);
+  const next = await sqlId(
+    `SELECT pgdrain.enqueue('noop', '{"v":3}', dedupe_key => 'sync-1', dedupe_mode => 'replace')::text AS id`,
+  );
   expect(next).not.toBe(id);
   expect(await t.query('SELECT id::text, status, payload, dedupe_key FROM pgdrain.jobs ORDER BY id')).toEqual([
     { id, status: 'running', payload: { v: 2 }, dedupe_key: null },
@@ -166,7 +195,9 @@ it("takes a group key, and dedupe_mode 'replace': a pending job takes the new pa
 });
 
 it('refuses a bad kind, a NULL payload or max_attempts below 1 with a clear error, and stores nothing', async () => {
-  await expect(t.query(`SELECT pgdrain.enqueue('no spaces allowed', '{}')`)).rejects.toThrow(/kind 'no spaces allowed' is not a job kind/);
+  await expect(t.query(`SELECT pgdrain.enqueue('no spaces allowed', '{}')`)).rejects.toThrow(
+    /kind 'no spaces allowed' is not a job kind/,
+  );
   await expect(t.query(`SELECT pgdrain.enqueue(NULL, '{}')`)).rejects.toThrow(/kind NULL is not a job kind/);
   await expect(t.query(`SELECT pgdrain.enqueue('noop', NULL)`)).rejects.toThrow(/payload is NULL/);
   await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', now(), 0)`)).rejects.toThrow(/max_attempts is 0/);
@@ -183,9 +214,9 @@ it("a payload the kind's schema rejects cannot be checked in SQL: the drainer se
   expect(row!.last_error).toMatch(/payload rejected by kind send_receipt: payload\.orderId/);
 });
 
-
 /** The one value of a statement's one row. */
-const one = async (text: string, values?: unknown[]): Promise<string> => Object.values((await t.query(text, values))[0]!)[0] as string;
+const one = async (text: string, values?: unknown[]): Promise<string> =>
+  Object.values((await t.query(text, values))[0]!)[0] as string;
 
 it('takes after (the job waits until every one completed; unknown ids are refused) and timeout_ms', async () => {
   const a = await one(`SELECT pgdrain.enqueue('send_receipt', '{"orderId": 1}')::text AS a`);
@@ -194,19 +225,27 @@ it('takes after (the job waits until every one completed; unknown ids are refuse
     `SELECT pgdrain.enqueue('send_receipt', '{"orderId": 3}', after => ARRAY[$1, $2, $1]::bigint[], timeout_ms => 5000)::text AS child`,
     [a, b],
   );
-  expect(await t.query(`SELECT status, waiting_for, timeout_ms FROM pgdrain.jobs WHERE id = $1`, [child])).toEqual([{ status: 'waiting', waiting_for: 2, timeout_ms: 5000 }]);
+  expect(await t.query(`SELECT status, waiting_for, timeout_ms FROM pgdrain.jobs WHERE id = $1`, [child])).toEqual([
+    { status: 'waiting', waiting_for: 2, timeout_ms: 5000 },
+  ]);
   expect(notified).toEqual(['send_receipt', 'send_receipt']); // the waiting one is not announced
   // One drain: the completion of the child's last parent makes it pending, and the drain claims again.
   expect(await drainAll()).toMatchObject({ completed: 3 });
   expect(ran).toHaveLength(3);
   expect(ran.at(-1)).toEqual({ orderId: 3 });
-  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', after => ARRAY[987654321]::bigint[])`)).rejects.toThrow(/after names jobs that do not exist: \{987654321\}/);
-  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', timeout_ms => 50)`)).rejects.toThrow(/timeout_ms is 50, use 100/);
+  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', after => ARRAY[987654321]::bigint[])`)).rejects.toThrow(
+    /after names jobs that do not exist: \{987654321\}/,
+  );
+  await expect(t.query(`SELECT pgdrain.enqueue('noop', '{}', timeout_ms => 50)`)).rejects.toThrow(
+    /timeout_ms is 50, use 100/,
+  );
   expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
 });
 
 it('pgdrain.cancel(): pending → cancelled at once, running → asked to stop (its drainer is told), completed or unknown → an error saying which', async () => {
-  const pending = await one(`SELECT pgdrain.enqueue('noop', '{}', run_at => now() + interval '1 hour')::text AS pending`);
+  const pending = await one(
+    `SELECT pgdrain.enqueue('noop', '{}', run_at => now() + interval '1 hour')::text AS pending`,
+  );
   expect(await t.query(`SELECT pgdrain.cancel($1) AS s`, [pending])).toEqual([{ s: 'cancelled' }]);
   expect(await t.query(`SELECT id FROM pgdrain.jobs WHERE id = $1`, [pending])).toEqual([]); // noop keeps nothing
   const cancels = new pg.Client({ connectionString: t.url });
@@ -221,8 +260,18 @@ it('pgdrain.cancel(): pending → cancelled at once, running → asked to stop (
   for (let i = 0; i < 50 && heard.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
   await cancels.end();
   expect(heard).toEqual([`pgdrain_cancel:${running}`]);
-  expect(await t.query(`SELECT status, cancel_requested_at IS NOT NULL AS asked FROM pgdrain.jobs WHERE id = $1`, [running])).toEqual([{ status: 'running', asked: true }]);
-  const done = await one(`INSERT INTO pgdrain.jobs (kind, payload, status) VALUES ('noop', '{}', 'completed') RETURNING id::text AS done`);
-  await expect(t.query(`SELECT pgdrain.cancel($1)`, [done])).rejects.toMatchObject({ code: '55000', message: expect.stringContaining(`job ${done} is completed`) });
-  await expect(t.query(`SELECT pgdrain.cancel(987654321)`)).rejects.toMatchObject({ code: 'P0002', message: expect.stringContaining('does not exist') });
+  expect(
+    await t.query(`SELECT status, cancel_requested_at IS NOT NULL AS asked FROM pgdrain.jobs WHERE id = $1`, [running]),
+  ).toEqual([{ status: 'running', asked: true }]);
+  const done = await one(
+    `INSERT INTO pgdrain.jobs (kind, payload, status) VALUES ('noop', '{}', 'completed') RETURNING id::text AS done`,
+  );
+  await expect(t.query(`SELECT pgdrain.cancel($1)`, [done])).rejects.toMatchObject({
+    code: '55000',
+    message: expect.stringContaining(`job ${done} is completed`),
+  });
+  await expect(t.query(`SELECT pgdrain.cancel(987654321)`)).rejects.toMatchObject({
+    code: 'P0002',
+    message: expect.stringContaining('does not exist'),
+  });
 });

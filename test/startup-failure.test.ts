@@ -36,7 +36,11 @@ async function pgdrainConnections(): Promise<{ n: number }[]> {
   const client = new pg.Client({ connectionString: t.url });
   await client.connect();
   try {
-    return (await client.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgdrain%'`)).rows;
+    return (
+      await client.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pgdrain%'`,
+      )
+    ).rows;
   } finally {
     await client.end();
   }
@@ -60,7 +64,12 @@ function expectNothingLeftBehind(before: Record<string, number>): void {
 function runCli(env: Record<string, string>, args: string[] = []): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [CLI, 'start', ...args], {
-      env: { PATH: process.env.PATH ?? '', NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS ?? '', LOG_FORMAT: 'json', ...env },
+      env: {
+        PATH: process.env.PATH ?? '',
+        NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS ?? '',
+        LOG_FORMAT: 'json',
+        ...env,
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
@@ -87,7 +96,12 @@ describe('startSidecar() in-process', () => {
   it('with its port in use: rejects saying so, and leaves no timer, pool, listener or server behind', async () => {
     const before = activeResources();
     await expect(
-      startSidecar({ databaseUrl: t.url, apiToken: 'startup-test-token-0123456789', port: busyPort, logger: (await import('pino')).default(silent) }),
+      startSidecar({
+        databaseUrl: t.url,
+        apiToken: 'startup-test-token-0123456789',
+        port: busyPort,
+        logger: (await import('pino')).default(silent),
+      }),
     ).rejects.toThrow(`127.0.0.1:${busyPort} is already in use`);
     // Pools end their clients asynchronously; give the server a moment to see them go.
     for (let i = 0; i < 50 && (await pgdrainConnections())[0]!.n > 0; i++) await new Promise((r) => setTimeout(r, 50));
@@ -101,8 +115,15 @@ describe('startSidecar() in-process', () => {
       // A `pgdrain` schema that is not pgdrain's: the first migration cannot create its table.
       await broken.query('CREATE SCHEMA pgdrain; CREATE TABLE pgdrain.jobs (x int)');
       const before = activeResources();
-      const failure = startSidecar({ databaseUrl: broken.url, apiToken: 'startup-test-token-0123456789', port: 0, logger: (await import('pino')).default(silent) });
-      await expect(failure).rejects.toThrow(/^migrations failed on postgres:\/\/postgres:\*\*\*@.*: relation "jobs" already exists \(in the migration statement "CREATE TABLE \\"pgdrain\\"\.\\"jobs\\" \("\)$/);
+      const failure = startSidecar({
+        databaseUrl: broken.url,
+        apiToken: 'startup-test-token-0123456789',
+        port: 0,
+        logger: (await import('pino')).default(silent),
+      });
+      await expect(failure).rejects.toThrow(
+        /^migrations failed on postgres:\/\/postgres:\*\*\*@.*: relation "jobs" already exists \(in the migration statement "CREATE TABLE \\"pgdrain\\"\.\\"jobs\\" \("\)$/,
+      );
       await expect(failure).rejects.not.toThrow(/:[^/*]+@/); // no password in the message
       expectNothingLeftBehind(before);
     } finally {
@@ -131,7 +152,12 @@ describe('pgdrain start as a process', () => {
   });
 
   it('with a setting out of range: exits 1 naming the variable and its bound, and connects to nothing', async () => {
-    const result = await runCli({ DATABASE_URL: t.url, API_TOKEN: 'startup-test-token-0123456789', PORT: '0', BATCH_SIZE: '5000' });
+    const result = await runCli({
+      DATABASE_URL: t.url,
+      API_TOKEN: 'startup-test-token-0123456789',
+      PORT: '0',
+      BATCH_SIZE: '5000',
+    });
     expect(result.code).toBe(1);
     expect(result.output).toContain('pgdrain: could not start: invalid settings: BATCH_SIZE: must be at most 1000');
     expect(await pgdrainConnections()).toEqual([{ n: 0 }]);
@@ -140,7 +166,10 @@ describe('pgdrain start as a process', () => {
   it('with a jobs module that throws on import: exits 1 naming it, and connects to nothing', async () => {
     const module = path.join(dir, 'bad-jobs.mjs');
     await writeFile(module, "throw new Error('the jobs module is broken');\n");
-    const result = await runCli({ DATABASE_URL: t.url, API_TOKEN: 'startup-test-token-0123456789', PORT: '0' }, ['--jobs', module]);
+    const result = await runCli({ DATABASE_URL: t.url, API_TOKEN: 'startup-test-token-0123456789', PORT: '0' }, [
+      '--jobs',
+      module,
+    ]);
     expect(result.code).toBe(1);
     expect(result.output).toContain(`could not load the jobs module ${module}: the jobs module is broken`);
     expect(await pgdrainConnections()).toEqual([{ n: 0 }]);
@@ -160,7 +189,11 @@ describe('pgdrain start as a process', () => {
   });
 
   it('with DATABASE_URL and its port in use: exits 1, and no connection of it is left on the database', async () => {
-    const result = await runCli({ DATABASE_URL: t.url, API_TOKEN: 'startup-test-token-0123456789', PORT: String(busyPort) });
+    const result = await runCli({
+      DATABASE_URL: t.url,
+      API_TOKEN: 'startup-test-token-0123456789',
+      PORT: String(busyPort),
+    });
     expect(result.code).toBe(1);
     expect(result.output).toContain('is already in use');
     expect(await pgdrainConnections()).toEqual([{ n: 0 }]);

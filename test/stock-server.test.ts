@@ -28,14 +28,27 @@ beforeAll(async () => {
   t = await createTestDatabase();
   dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-stock-'));
   await chmod(dir, 0o755);
-  const [{ loaded } = { loaded: false }] = await t.query<{ loaded: boolean }>(`SELECT 'pg_stat_statements' = ANY(string_to_array(current_setting('shared_preload_libraries'), ', ')) AS loaded`);
-  if (!loaded) throw new Error('this test reads pg_stat_statements: the server needs shared_preload_libraries = pg_stat_statements');
+  const [{ loaded } = { loaded: false }] = await t.query<{ loaded: boolean }>(
+    `SELECT 'pg_stat_statements' = ANY(string_to_array(current_setting('shared_preload_libraries'), ', ')) AS loaded`,
+  );
+  if (!loaded)
+    throw new Error(
+      'this test reads pg_stat_statements: the server needs shared_preload_libraries = pg_stat_statements',
+    );
   await t.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
   // Statements inside pgdrain's SQL functions too, for this database's sessions only.
   await t.query(`ALTER DATABASE ${new URL(t.url).pathname.slice(1)} SET pg_stat_statements.track = 'all'`);
-  await t.query('CREATE TABLE public.serial_runs (kind text NOT NULL, n int NOT NULL, started_ms float8 NOT NULL, ended_ms float8 NOT NULL)');
+  await t.query(
+    'CREATE TABLE public.serial_runs (kind text NOT NULL, n int NOT NULL, started_ms float8 NOT NULL, ended_ms float8 NOT NULL)',
+  );
   sidecar = await startSidecarProcess(
-    { DATABASE_URL: t.url, API_TOKEN: 'stock-test-token-0123456789', PGDRAIN_DATA_DIR: dir, POLL_INTERVAL_MS: '30000', REAP_INTERVAL_MS: '500' },
+    {
+      DATABASE_URL: t.url,
+      API_TOKEN: 'stock-test-token-0123456789',
+      PGDRAIN_DATA_DIR: dir,
+      POLL_INTERVAL_MS: '30000',
+      REAP_INTERVAL_MS: '500',
+    },
     SIDECAR,
   );
 }, 60_000);
@@ -60,15 +73,21 @@ describe('on this server, with its default settings', () => {
 
     // The workflows wait for their events once their sleep and child are done; send them from SQL.
     await until(
-      () => t.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgdrain.workflow_steps WHERE name = 'go' AND status = 'waiting'`),
+      () =>
+        t.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pgdrain.workflow_steps WHERE name = 'go' AND status = 'waiting'`,
+        ),
       (r) => r[0]!.n === WORKFLOWS,
       60_000,
       'every workflow waiting for its event',
     );
-    await t.query(`SELECT pgdrain.send_event('stock.go', 'run:' || i, '{"go": 1}') FROM generate_series(1, ${WORKFLOWS}) AS i`);
+    await t.query(
+      `SELECT pgdrain.send_event('stock.go', 'run:' || i, '{"go": 1}') FROM generate_series(1, ${WORKFLOWS}) AS i`,
+    );
 
     const left = await until(
-      () => t.query<{ status: string; n: number }>(`SELECT status, count(*)::int AS n FROM pgdrain.jobs GROUP BY status`),
+      () =>
+        t.query<{ status: string; n: number }>(`SELECT status, count(*)::int AS n FROM pgdrain.jobs GROUP BY status`),
       (rows) => rows.length === 0,
       90_000,
       'every job finished',
@@ -81,15 +100,22 @@ describe('on this server, with its default settings', () => {
       { kind: 'kept', status: 'completed', n: WORKFLOWS },
       { kind: 'wf', status: 'completed', n: WORKFLOWS },
     ]);
-    const results = await t.query<{ result: { a: number; child: { doubled: number }; event: { go: number } } }>(`SELECT result FROM pgdrain.job_history WHERE kind = 'wf'`);
+    const results = await t.query<{ result: { a: number; child: { doubled: number }; event: { go: number } } }>(
+      `SELECT result FROM pgdrain.job_history WHERE kind = 'wf'`,
+    );
     for (const { result } of results) expect(result.child.doubled).toBe(result.a * 2);
 
     // Serial kinds: each job once, never two at once, each next one started as the last one's
     // settlement returned (a median gap far below the 30 s poll and any recheck).
-    const runs = await t.query<{ kind: string; n: number; started_ms: number; ended_ms: number }>(`SELECT * FROM public.serial_runs ORDER BY kind, started_ms`);
+    const runs = await t.query<{ kind: string; n: number; started_ms: number; ended_ms: number }>(
+      `SELECT * FROM public.serial_runs ORDER BY kind, started_ms`,
+    );
     for (const kind of SERIAL_KINDS) {
       const mine = runs.filter((r) => r.kind === kind);
-      expect(mine.map((r) => r.n).sort((a, b) => a - b), kind).toEqual(Array.from({ length: SERIAL_JOBS }, (_, i) => i + 1));
+      expect(
+        mine.map((r) => r.n).sort((a, b) => a - b),
+        kind,
+      ).toEqual(Array.from({ length: SERIAL_JOBS }, (_, i) => i + 1));
       const gaps = mine.slice(1).map((r, i) => r.started_ms - mine[i]!.ended_ms);
       expect(Math.min(...gaps), `${kind}: two ran at once`).toBeGreaterThanOrEqual(0);
       const median = [...gaps].sort((a, b) => a - b)[Math.floor(gaps.length / 2)]!;
@@ -104,13 +130,20 @@ describe('on this server, with its default settings', () => {
     );
     // The drainer's statements were recorded: the claims, settlements, parks and wakes among them.
     for (const fragment of ['pgdrain.claim(', 'pg_advisory_xact_lock', 'workflow_steps', 'DELETE FROM']) {
-      expect(statements.some((s) => s.query.includes(fragment)), `a statement with ${fragment}`).toBe(true);
+      expect(
+        statements.some((s) => s.query.includes(fragment)),
+        `a statement with ${fragment}`,
+      ).toBe(true);
     }
-    const compiled = statements.filter((s) => s.jit_functions > 0).map((s) => ({ ...s, query: s.query.replace(/\s+/g, ' ').slice(0, 240) }));
+    const compiled = statements
+      .filter((s) => s.jit_functions > 0)
+      .map((s) => ({ ...s, query: s.query.replace(/\s+/g, ' ').slice(0, 240) }));
     expect(compiled, 'statements JIT-compiled').toEqual([]);
     if (process.env.PGDRAIN_STOCK_SERVER) {
       // The run that claims to be on a stock server is: JIT is there and on.
-      const [server] = await t.query<{ jit: string; available: boolean }>(`SELECT current_setting('jit') AS jit, pg_jit_available() AS available`);
+      const [server] = await t.query<{ jit: string; available: boolean }>(
+        `SELECT current_setting('jit') AS jit, pg_jit_available() AS available`,
+      );
       expect(server).toEqual({ jit: 'on', available: true });
     }
   }, 150_000);

@@ -43,7 +43,10 @@ beforeEach(async () => {
 const byName = (spans: ExportedSpan[], name: string) => spans.filter((s) => s.name === name);
 const one = (spans: ExportedSpan[], name: string) => {
   const found = byName(spans, name);
-  expect(found.map((s) => s.name), `one span named ${name} among ${spans.map((s) => s.name).join(', ')}`).toEqual([name]);
+  expect(
+    found.map((s) => s.name),
+    `one span named ${name} among ${spans.map((s) => s.name).join(', ')}`,
+  ).toEqual([name]);
   return found[0]!;
 };
 
@@ -77,15 +80,30 @@ describe('in one process', () => {
     const smtp = one(spans, 'smtp');
     expect(create).toMatchObject({ kind: SpanKind.PRODUCER, traceId: request.traceId, parentSpanId: request.spanId });
     expect(create.attributes).toEqual({
-      'messaging.system': 'pgdrain', 'messaging.operation.type': 'create', 'messaging.operation.name': 'create',
-      'messaging.destination.name': 'mail', 'messaging.message.id': job.id,
+      'messaging.system': 'pgdrain',
+      'messaging.operation.type': 'create',
+      'messaging.operation.name': 'create',
+      'messaging.destination.name': 'mail',
+      'messaging.message.id': job.id,
     });
     expect(receive).toMatchObject({ kind: SpanKind.CLIENT, parentSpanId: null });
-    expect(receive.attributes).toMatchObject({ 'messaging.operation.type': 'receive', 'messaging.batch.message_count': 1 });
-    expect(processed).toMatchObject({ kind: SpanKind.CONSUMER, traceId: receive.traceId, parentSpanId: receive.spanId, links: [{ traceId: create.traceId, spanId: create.spanId }] });
+    expect(receive.attributes).toMatchObject({
+      'messaging.operation.type': 'receive',
+      'messaging.batch.message_count': 1,
+    });
+    expect(processed).toMatchObject({
+      kind: SpanKind.CONSUMER,
+      traceId: receive.traceId,
+      parentSpanId: receive.spanId,
+      links: [{ traceId: create.traceId, spanId: create.spanId }],
+    });
     expect(processed.attributes).toMatchObject({
-      'messaging.system': 'pgdrain', 'messaging.operation.type': 'process', 'messaging.destination.name': 'mail',
-      'messaging.message.id': job.id, 'pgdrain.job.attempt': 1, 'pgdrain.job.outcome': 'completed',
+      'messaging.system': 'pgdrain',
+      'messaging.operation.type': 'process',
+      'messaging.destination.name': 'mail',
+      'messaging.message.id': job.id,
+      'pgdrain.job.attempt': 1,
+      'pgdrain.job.outcome': 'completed',
     });
     expect(smtp).toMatchObject({ traceId: processed.traceId, parentSpanId: processed.spanId });
   });
@@ -96,7 +114,9 @@ describe('in one process', () => {
     await t.query(`UPDATE pgdrain.jobs SET run_at = now() WHERE id = $1`, [job!.id]);
     await drain(t.db, registry, { workerId: 'traced' });
     const attempts = byName(tracing.spans(), 'process mail');
-    expect(attempts.map((s) => [s.attributes['pgdrain.job.attempt'], s.attributes['pgdrain.job.outcome'], s.status])).toEqual([
+    expect(
+      attempts.map((s) => [s.attributes['pgdrain.job.attempt'], s.attributes['pgdrain.job.outcome'], s.status]),
+    ).toEqual([
       [1, 'retry', { code: SpanStatusCode.ERROR, message: 'smtp said 451' }],
       [2, 'dead', { code: SpanStatusCode.ERROR, message: 'smtp said 451' }],
     ]);
@@ -104,10 +124,12 @@ describe('in one process', () => {
     // No span was active at the enqueue: no create span, and nothing to link to.
     expect(byName(tracing.spans(), 'create mail')).toEqual([]);
     expect(attempts.every((s) => s.links.length === 0)).toBe(true);
-    expect(await t.query(`SELECT traceparent FROM pgdrain.jobs WHERE id = $1`, [job!.id])).toEqual([{ traceparent: null }]);
+    expect(await t.query(`SELECT traceparent FROM pgdrain.jobs WHERE id = $1`, [job!.id])).toEqual([
+      { traceparent: null },
+    ]);
   });
 
-  it('a workflow step that runs is a step span under the run\'s process span, its own spans nested; a stored step has none; a sleep says parked', async () => {
+  it("a workflow step that runs is a step span under the run's process span, its own spans nested; a stored step has none; a sleep says parked", async () => {
     const flow = defineWorkflow({
       kind: 'traced_flow',
       schema: z.object({}),
@@ -133,12 +155,21 @@ describe('in one process', () => {
     expect(first!.attributes['pgdrain.job.outcome']).toBe('parked');
     // Ran once, in the first attempt, under it, with the step's own span nested.
     const fetched = one(spans, 'step fetch');
-    expect(fetched).toMatchObject({ traceId: first!.traceId, parentSpanId: first!.spanId, attributes: { 'pgdrain.step.outcome': 'completed', 'pgdrain.step.name': 'fetch' } });
+    expect(fetched).toMatchObject({
+      traceId: first!.traceId,
+      parentSpanId: first!.spanId,
+      attributes: { 'pgdrain.step.outcome': 'completed', 'pgdrain.step.name': 'fetch' },
+    });
     expect(one(spans, 'http GET')).toMatchObject({ parentSpanId: fetched.spanId });
     const naps = byName(spans, 'step nap');
-    expect(naps.map((s) => [s.parentSpanId, s.attributes['pgdrain.step.outcome']])).toEqual([[first!.spanId, 'parked']]);
+    expect(naps.map((s) => [s.parentSpanId, s.attributes['pgdrain.step.outcome']])).toEqual([
+      [first!.spanId, 'parked'],
+    ]);
     const broken = one(spans, 'step broken');
-    expect(broken).toMatchObject({ parentSpanId: second!.spanId, status: { code: SpanStatusCode.ERROR, message: 'step said no' } });
+    expect(broken).toMatchObject({
+      parentSpanId: second!.spanId,
+      status: { code: SpanStatusCode.ERROR, message: 'step said no' },
+    });
     expect(broken.attributes['pgdrain.step.outcome']).toBe('failed');
   });
 
@@ -154,17 +185,21 @@ describe('in one process', () => {
     const { id } = (await res.json()) as { id: string };
     const fromSql = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
     await t.query(`SELECT pgdrain.enqueue('mail', '{}', traceparent => $1)`, [fromSql]);
-    await expect(t.query(`SELECT pgdrain.enqueue('mail', '{}', traceparent => 'not-a-trace')`)).rejects.toThrow(/traceparent 'not-a-trace' is not a W3C trace context/);
+    await expect(t.query(`SELECT pgdrain.enqueue('mail', '{}', traceparent => 'not-a-trace')`)).rejects.toThrow(
+      /traceparent 'not-a-trace' is not a W3C trace context/,
+    );
     await drain(t.db, registry, { workerId: 'traced' });
     const spans = tracing.spans();
     const create = one(spans, 'create mail');
     expect(create).toMatchObject({ traceId: '4bf92f3577b34da6a3ce929d0e0e4736', parentSpanId: '00f067aa0ba902b7' });
     expect(create.attributes['messaging.message.id']).toBe(id);
     const links = byName(spans, 'process mail').map((s) => s.links[0]);
-    expect(links).toEqual(expect.arrayContaining([
-      { traceId: create.traceId, spanId: create.spanId },
-      { traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203331' },
-    ]));
+    expect(links).toEqual(
+      expect.arrayContaining([
+        { traceId: create.traceId, spanId: create.spanId },
+        { traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203331' },
+      ]),
+    );
   });
 });
 
@@ -172,17 +207,31 @@ describe('across processes', () => {
   it('the enqueue here and the handler in a `pgdrain start` process are one linked trace, exported by each process', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-tracing-'));
     const spansFile = path.join(dir, 'spans.json');
-    const sidecar = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, SPANS_FILE: spansFile }, SIDECAR);
+    const sidecar = await startSidecarProcess(
+      { DATABASE_URL: t.url, API_TOKEN: TOKEN, SPANS_FILE: spansFile },
+      SIDECAR,
+    );
     try {
-      const traced = defineJob({ kind: 'traced', schema: z.object({ fail: z.boolean().default(false) }), handler: () => {} });
-      const job = await trace.getTracer('app').startActiveSpan('nightly import', async (span) => {
+      const traced = defineJob({
+        kind: 'traced',
+        schema: z.object({ fail: z.boolean().default(false) }),
+        handler: () => {},
+      });
+      const _job = await trace.getTracer('app').startActiveSpan('nightly import', async (span) => {
         try {
-          return await context.with(trace.setSpan(context.active(), span), () => enqueue(t.db, traced, { fail: false }));
+          return await context.with(trace.setSpan(context.active(), span), () =>
+            enqueue(t.db, traced, { fail: false }),
+          );
         } finally {
           span.end();
         }
       });
-      await until(async () => (await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n, (n) => n === 0, 15_000, 'the job to run');
+      await until(
+        async () => (await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n,
+        (n) => n === 0,
+        15_000,
+        'the job to run',
+      );
     } finally {
       sidecar.child.kill('SIGTERM');
       await sidecar.exited;
@@ -193,12 +242,17 @@ describe('across processes', () => {
     const processed = one(theirs, 'process traced');
     expect(processed.links).toEqual([{ traceId: create.traceId, spanId: create.spanId }]);
     expect(processed.attributes).toMatchObject({ 'messaging.system': 'pgdrain', 'pgdrain.job.outcome': 'completed' });
-    expect(one(theirs, 'send the receipt')).toMatchObject({ parentSpanId: processed.spanId, traceId: processed.traceId });
+    expect(one(theirs, 'send the receipt')).toMatchObject({
+      parentSpanId: processed.spanId,
+      traceId: processed.traceId,
+    });
     expect(one(theirs, 'receive traced').spanId).toBe(processed.parentSpanId);
   }, 60_000);
 
   it('with nothing registered, a process that enqueues (in TypeScript and over HTTP) and drains never loads @opentelemetry/api', async () => {
-    const { stdout } = await promisify(execFile)(process.execPath, [UNTRACED], { env: { ...process.env, DATABASE_URL: t.url } });
+    const { stdout } = await promisify(execFile)(process.execPath, [UNTRACED], {
+      env: { ...process.env, DATABASE_URL: t.url },
+    });
     expect(JSON.parse(stdout.trim().split('\n').at(-1)!)).toEqual({ posted: 201, completed: 2, loaded: [] });
   }, 30_000);
 });

@@ -69,23 +69,38 @@ async function enqueueHook(payload: unknown): Promise<string> {
   expect(res.status).toBe(201);
   return (await res.json()).id;
 }
-const row = async (id: string) => (await t.query('SELECT status, attempts, last_error FROM pgdrain.jobs WHERE id = $1', [id]))[0];
+const row = async (id: string) =>
+  (await t.query('SELECT status, attempts, last_error FROM pgdrain.jobs WHERE id = $1', [id]))[0];
 const dueNow = () => t.query(`UPDATE pgdrain.jobs SET run_at = now() WHERE status = 'pending'`);
 
 it('a 2xx completes the job and the receiver gets the JSON body and headers', async () => {
-  const id = await enqueueHook({ url: `${base}/ok`, method: 'PUT', headers: { 'X-Signature': 'abc' }, body: { order: 7 } });
+  const id = await enqueueHook({
+    url: `${base}/ok`,
+    method: 'PUT',
+    headers: { 'X-Signature': 'abc' },
+    body: { order: 7 },
+  });
   const report = await drain(t.db, registry, { workerId: 'w' });
   expect(report).toMatchObject({ claimed: 1, completed: 1 });
   expect(await row(id)).toBeUndefined();
   expect(hits).toHaveLength(1);
   expect(hits[0]).toMatchObject({ path: '/ok', method: 'PUT', body: '{"order":7}' });
-  expect(hits[0]!.headers).toMatchObject({ 'content-type': 'application/json', 'x-signature': 'abc', 'x-pgdrain-job-id': id, 'x-pgdrain-attempt': '1' });
+  expect(hits[0]!.headers).toMatchObject({
+    'content-type': 'application/json',
+    'x-signature': 'abc',
+    'x-pgdrain-job-id': id,
+    'x-pgdrain-attempt': '1',
+  });
 });
 
 it('a 500 is retried with backoff, and the next attempt that gets a 200 completes', async () => {
   const id = await enqueueHook({ url: `${base}/flaky-a` });
   expect(await drain(t.db, registry, { workerId: 'w' })).toMatchObject({ failed: 1 });
-  expect(await row(id)).toEqual({ status: 'pending', attempts: 1, last_error: `webhook POST ${base.slice(7)} answered HTTP 500` });
+  expect(await row(id)).toEqual({
+    status: 'pending',
+    attempts: 1,
+    last_error: `webhook POST ${base.slice(7)} answered HTTP 500`,
+  });
   await dueNow();
   expect(await drain(t.db, registry, { workerId: 'w' })).toMatchObject({ completed: 1 });
   expect(await row(id)).toBeUndefined();
@@ -101,14 +116,21 @@ it('a 404 is permanent: dead at once with the status in last_error', async () =>
 it('a redirect is not followed and is permanent', async () => {
   const id = await enqueueHook({ url: `${base}/redirect` });
   await drain(t.db, registry, { workerId: 'w' });
-  expect(await row(id)).toEqual({ status: 'dead', attempts: 1, last_error: expect.stringContaining('redirects are not followed') });
+  expect(await row(id)).toEqual({
+    status: 'dead',
+    attempts: 1,
+    last_error: expect.stringContaining('redirects are not followed'),
+  });
   expect(hits.map((h) => h.path)).toEqual(['/redirect']);
 });
 
 it('a 429 honours Retry-After', async () => {
   const id = await enqueueHook({ url: `${base}/busy` });
   await drain(t.db, registry, { workerId: 'w' });
-  const [r] = await t.query(`SELECT status, extract(epoch from run_at - now())::int AS wait FROM pgdrain.jobs WHERE id = $1`, [id]);
+  const [r] = await t.query(
+    `SELECT status, extract(epoch from run_at - now())::int AS wait FROM pgdrain.jobs WHERE id = $1`,
+    [id],
+  );
   expect(r!.status).toBe('pending');
   expect(r!.wait).toBeGreaterThanOrEqual(115);
 });
@@ -118,7 +140,11 @@ it('a receiver that does not answer in time is a retryable timeout', async () =>
   const started = Date.now();
   await drain(t.db, registry, { workerId: 'w' });
   expect(Date.now() - started).toBeLessThan(2_000);
-  expect(await row(id)).toEqual({ status: 'pending', attempts: 1, last_error: 'TimeoutError: handler timed out after 300 ms' });
+  expect(await row(id)).toEqual({
+    status: 'pending',
+    attempts: 1,
+    last_error: 'TimeoutError: handler timed out after 300 ms',
+  });
 });
 
 it('a connection refused is a retryable network error', async () => {
@@ -127,15 +153,25 @@ it('a connection refused is a retryable network error', async () => {
   const closedPort = (closed.address() as AddressInfo).port;
   await new Promise((r) => closed.close(r));
   const { id } = await enqueue(t.db, { kind: 'webhook', payload: { url: `http://127.0.0.1:${closedPort}/x` } });
-  await drain(t.db, new JobRegistry([createWebhookJob({ allowedHosts: [`127.0.0.1:${closedPort}`] })]), { workerId: 'w' });
-  expect(await row(id)).toEqual({ status: 'pending', attempts: 1, last_error: expect.stringContaining('webhook request failed') });
+  await drain(t.db, new JobRegistry([createWebhookJob({ allowedHosts: [`127.0.0.1:${closedPort}`] })]), {
+    workerId: 'w',
+  });
+  expect(await row(id)).toEqual({
+    status: 'pending',
+    attempts: 1,
+    last_error: expect.stringContaining('webhook request failed'),
+  });
 });
 
 it('a host taken off the allow-list after enqueue is refused at delivery, without a request', async () => {
   const id = await enqueueHook({ url: `${base}/ok` });
   const stricter = new JobRegistry([createWebhookJob({ allowedHosts: ['hooks.example.com'] })]);
   await drain(t.db, stricter, { workerId: 'w' });
-  expect(await row(id)).toEqual({ status: 'dead', attempts: 1, last_error: expect.stringContaining('not in WEBHOOK_ALLOWED_HOSTS') });
+  expect(await row(id)).toEqual({
+    status: 'dead',
+    attempts: 1,
+    last_error: expect.stringContaining('not in WEBHOOK_ALLOWED_HOSTS'),
+  });
   expect(hits).toHaveLength(0);
 });
 
@@ -167,19 +203,32 @@ describe('where a delivery may go: the allow-list after DNS, the address checked
   const deliverWith = async (allowedHosts: string[], answers: Record<string, string[]>, url: string) => {
     const { resolve, lookups } = resolverOf(answers);
     const { id } = await enqueue(t.db, { kind: 'webhook', payload: { url } });
-    await drain(t.db, new JobRegistry([createWebhookJob({ allowedHosts, timeoutMs: 1_000, resolve })]), { workerId: 'w' });
+    await drain(t.db, new JobRegistry([createWebhookJob({ allowedHosts, timeoutMs: 1_000, resolve })]), {
+      workerId: 'w',
+    });
     return { id, lookups, job: await row(id) };
   };
 
   it('a name in the list that resolves to loopback is refused, saying not allowed and nothing else; naming the address lets it through', async () => {
     const refused = await deliverWith([`vm:${port}`], { vm: ['127.0.0.1'] }, `http://vm:${port}/ok`);
-    expect(refused.job).toEqual({ status: 'dead', attempts: 1, last_error: 'PermanentJobError: host vm resolved to an address that is not allowed (loopback, private, link-local, unique-local, multicast, reserved and unspecified addresses are refused unless WEBHOOK_ALLOWED_HOSTS names them)' });
+    expect(refused.job).toEqual({
+      status: 'dead',
+      attempts: 1,
+      last_error:
+        'PermanentJobError: host vm resolved to an address that is not allowed (loopback, private, link-local, unique-local, multicast, reserved and unspecified addresses are refused unless WEBHOOK_ALLOWED_HOSTS names them)',
+    });
     expect(hits).toHaveLength(0);
-    const allowed = await deliverWith([`vm:${port}`, `127.0.0.1:${port}`], { vm: ['127.0.0.1'] }, `http://vm:${port}/ok`);
+    const allowed = await deliverWith(
+      [`vm:${port}`, `127.0.0.1:${port}`],
+      { vm: ['127.0.0.1'] },
+      `http://vm:${port}/ok`,
+    );
     expect(allowed.job).toBeUndefined();
     expect(hits.map((h) => [h.path, h.headers.host])).toEqual([['/ok', `vm:${port}`]]);
     // A range names every address in it.
-    expect((await deliverWith([`vm:${port}`, '127.0.0.0/8'], { vm: ['127.0.0.1'] }, `http://vm:${port}/ok`)).job).toBeUndefined();
+    expect(
+      (await deliverWith([`vm:${port}`, '127.0.0.0/8'], { vm: ['127.0.0.1'] }, `http://vm:${port}/ok`)).job,
+    ).toBeUndefined();
   });
 
   it('a name that resolves to an allowed address first and to loopback next (DNS rebinding) is dialled at the first: resolved once, checked, dialled', async () => {
@@ -190,7 +239,11 @@ describe('where a delivery may go: the allow-list after DNS, the address checked
     });
     await new Promise<void>((r) => other.listen(port, '127.0.0.2', r));
     try {
-      const { job, lookups } = await deliverWith([`rebind.test:${port}`, `127.0.0.2:${port}`], { 'rebind.test': ['127.0.0.2', '127.0.0.1'] }, `http://rebind.test:${port}/ok`);
+      const { job, lookups } = await deliverWith(
+        [`rebind.test:${port}`, `127.0.0.2:${port}`],
+        { 'rebind.test': ['127.0.0.2', '127.0.0.1'] },
+        `http://rebind.test:${port}/ok`,
+      );
       expect(job).toBeUndefined();
       expect(lookups).toEqual(['rebind.test']);
       expect(hits.map((h) => h.path)).toEqual(['other/ok']);
@@ -200,41 +253,85 @@ describe('where a delivery may go: the allow-list after DNS, the address checked
   });
 
   it('ports 80 and 443 only, unless an entry names the port; an address literal only when the list names it', async () => {
-    const check = (allowedHosts: string[], url: string) => createWebhookJob({ allowedHosts }).schema.safeParse({ url }).error?.issues[0]?.message ?? 'ok';
+    const check = (allowedHosts: string[], url: string) =>
+      createWebhookJob({ allowedHosts }).schema.safeParse({ url }).error?.issues[0]?.message ?? 'ok';
     expect(check(['hooks.example.com'], 'https://hooks.example.com/a')).toBe('ok');
     expect(check(['hooks.example.com'], 'http://hooks.example.com:80/a')).toBe('ok');
     expect(check(['hooks.example.com'], 'https://hooks.example.com:25901/a')).toBe(
       'port 25901 of host hooks.example.com is not allowed: WEBHOOK_ALLOWED_HOSTS allows ports 80 and 443 unless an entry names its port (hooks.example.com:25901)',
     );
     expect(check(['hooks.example.com:8443'], 'https://hooks.example.com:8443/a')).toBe('ok');
-    expect(check(['hooks.example.com:8443'], 'https://hooks.example.com/a')).toMatch(/^port 443 of host hooks.example.com is not allowed/);
-    expect(check(['hooks.example.com'], 'http://10.0.0.5/')).toBe('host 10.0.0.5 is not allowed: not in WEBHOOK_ALLOWED_HOSTS');
+    expect(check(['hooks.example.com:8443'], 'https://hooks.example.com/a')).toMatch(
+      /^port 443 of host hooks.example.com is not allowed/,
+    );
+    expect(check(['hooks.example.com'], 'http://10.0.0.5/')).toBe(
+      'host 10.0.0.5 is not allowed: not in WEBHOOK_ALLOWED_HOSTS',
+    );
     expect(check(['10.0.0.0/8'], 'http://10.0.0.5/')).toBe('ok');
     expect(check(['10.0.0.0/8'], 'http://10.0.0.5:8080/')).toMatch(/^port 8080 of host 10.0.0.5 is not allowed/);
     expect(check(['127.0.0.1:9000'], 'http://127.0.0.1:9000/')).toBe('ok');
     // What the URL parser makes of other spellings is what is checked.
-    expect(check(['hooks.example.com'], 'http://0x7f.1/')).toBe('host 127.0.0.1 is not allowed: not in WEBHOOK_ALLOWED_HOSTS');
-    expect(check(['hooks.example.com'], 'http://2130706433/')).toBe('host 127.0.0.1 is not allowed: not in WEBHOOK_ALLOWED_HOSTS');
+    expect(check(['hooks.example.com'], 'http://0x7f.1/')).toBe(
+      'host 127.0.0.1 is not allowed: not in WEBHOOK_ALLOWED_HOSTS',
+    );
+    expect(check(['hooks.example.com'], 'http://2130706433/')).toBe(
+      'host 127.0.0.1 is not allowed: not in WEBHOOK_ALLOWED_HOSTS',
+    );
     expect(check(['[::1]:9000'], 'http://[::1]:9000/')).toBe('ok');
     expect(check(['127.0.0.1:9000'], 'http://[::ffff:127.0.0.1]:9000/')).toBe('ok');
-    expect(check(['hooks.example.com'], 'http://[::ffff:169.254.169.254]/')).toBe('host ::ffff:a9fe:a9fe is not allowed: not in WEBHOOK_ALLOWED_HOSTS');
+    expect(check(['hooks.example.com'], 'http://[::ffff:169.254.169.254]/')).toBe(
+      'host ::ffff:a9fe:a9fe is not allowed: not in WEBHOOK_ALLOWED_HOSTS',
+    );
   });
 
   it('an entry that is not a host, pattern, address or range is refused when the list is read', () => {
-    expect(() => createWebhookJob({ allowedHosts: ['hooks.example.com:99999'] })).toThrow('WEBHOOK_ALLOWED_HOSTS: entry "hooks.example.com:99999" has a port outside 1-65535');
+    expect(() => createWebhookJob({ allowedHosts: ['hooks.example.com:99999'] })).toThrow(
+      'WEBHOOK_ALLOWED_HOSTS: entry "hooks.example.com:99999" has a port outside 1-65535',
+    );
     expect(() => createWebhookJob({ allowedHosts: ['10.0.0.0/33'] })).toThrow('has a prefix longer than 32');
-    expect(() => createWebhookJob({ allowedHosts: ['http://x'] })).toThrow('WEBHOOK_ALLOWED_HOSTS: entry "http://x" has a port outside 1-65535');
+    expect(() => createWebhookJob({ allowedHosts: ['http://x'] })).toThrow(
+      'WEBHOOK_ALLOWED_HOSTS: entry "http://x" has a port outside 1-65535',
+    );
     expect(() => createWebhookJob({ allowedHosts: ['hooks/24'] })).toThrow('is not an address range');
-    expect(() => createWebhookJob({ allowedHosts: ['hooks example.com'] })).toThrow('is not a host name, *.domain pattern, address or range');
+    expect(() => createWebhookJob({ allowedHosts: ['hooks example.com'] })).toThrow(
+      'is not a host name, *.domain pattern, address or range',
+    );
   });
 
   it('the special ranges: loopback, private, shared, link-local, unique-local, multicast, reserved, unspecified, in both families', () => {
     const special = (text: string) => isSpecialAddress(parseIp(text)!);
-    for (const address of ['127.0.0.1', '10.1.2.3', '172.31.255.255', '192.168.1.1', '100.64.0.1', '169.254.169.254', '0.0.0.0', '224.0.0.1', '255.255.255.255',
-      '::', '::1', '::ffff:127.0.0.1', '::ffff:7f00:1', 'fe80::1', 'fd00::1', 'fc00::1', 'ff02::1', '64:ff9b::7f00:1', '2002:7f00:1::', '::127.0.0.1']) {
+    for (const address of [
+      '127.0.0.1',
+      '10.1.2.3',
+      '172.31.255.255',
+      '192.168.1.1',
+      '100.64.0.1',
+      '169.254.169.254',
+      '0.0.0.0',
+      '224.0.0.1',
+      '255.255.255.255',
+      '::',
+      '::1',
+      '::ffff:127.0.0.1',
+      '::ffff:7f00:1',
+      'fe80::1',
+      'fd00::1',
+      'fc00::1',
+      'ff02::1',
+      '64:ff9b::7f00:1',
+      '2002:7f00:1::',
+      '::127.0.0.1',
+    ]) {
       expect([address, special(address)]).toEqual([address, true]);
     }
-    for (const address of ['93.184.216.34', '8.8.8.8', '172.32.0.1', '192.169.0.1', '2606:4700:4700::1111', '2a00:1450:4001::200e']) {
+    for (const address of [
+      '93.184.216.34',
+      '8.8.8.8',
+      '172.32.0.1',
+      '192.169.0.1',
+      '2606:4700:4700::1111',
+      '2a00:1450:4001::200e',
+    ]) {
       expect([address, special(address)]).toEqual([address, false]);
     }
     expect(parseIp('fe80::1%eth0')).toBeNull();
@@ -246,10 +343,17 @@ describe('where a delivery may go: the allow-list after DNS, the address checked
     const res = await app.request('/jobs', {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: 'Bearer tok' },
-      body: JSON.stringify({ kind: 'webhook', payload: { url: `${base}/ok`, headers: { 'X-Token': 'a\r\nX-Injected: 1' } } }),
+      body: JSON.stringify({
+        kind: 'webhook',
+        payload: { url: `${base}/ok`, headers: { 'X-Token': 'a\r\nX-Injected: 1' } },
+      }),
     });
     expect(res.status).toBe(422);
-    expect((await res.json()).error).toEqual({ code: 'invalid_payload', message: 'payload rejected by kind webhook: payload.headers.X-Token: a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other control character, nothing above U+00FF' });
+    expect((await res.json()).error).toEqual({
+      code: 'invalid_payload',
+      message:
+        'payload rejected by kind webhook: payload.headers.X-Token: a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other control character, nothing above U+00FF',
+    });
     const id = await enqueueHook({ url: `${base}/ok`, headers: { Authorization: 'Bearer receiver-secret' } });
     const shown = await (await app.request(`/jobs/${id}`, { headers: { authorization: 'Bearer tok' } })).json();
     expect(shown.payload).toEqual({ url: `${base}/ok`, headers: { Authorization: '[redacted]' } });
@@ -262,17 +366,31 @@ describe('signed deliveries (Standard Webhooks), checked by the published verifi
   // Two secrets at once, as during a rotation: the receiver may know either.
   const oldSecret = `whsec_${Buffer.from('a'.repeat(32)).toString('base64')}`;
   const newSecret = `whsec_${Buffer.from('b'.repeat(32)).toString('base64')}`;
-  const signed = () => new JobRegistry([createWebhookJob({ allowedHosts: [`127.0.0.1:${port}`], timeoutMs: 300, signingKeys: parseSigningSecrets(`${oldSecret} ${newSecret}`) })]);
-  const headersOf = (hit: (typeof hits)[number]) => Object.fromEntries(['webhook-id', 'webhook-timestamp', 'webhook-signature'].map((h) => [h, String(hit.headers[h])]));
+  const signed = () =>
+    new JobRegistry([
+      createWebhookJob({
+        allowedHosts: [`127.0.0.1:${port}`],
+        timeoutMs: 300,
+        signingKeys: parseSigningSecrets(`${oldSecret} ${newSecret}`),
+      }),
+    ]);
+  const headersOf = (hit: (typeof hits)[number]) =>
+    Object.fromEntries(
+      ['webhook-id', 'webhook-timestamp', 'webhook-signature'].map((h) => [h, String(hit.headers[h])]),
+    );
 
   it('every delivery carries an id that is the same for each attempt of a job, and a signature each secret verifies', async () => {
-    const { id } = await enqueue(t.db, { kind: 'webhook', payload: { url: `${base}/flaky-signed`, body: { order: 7, note: 'ünïcode ✓' } } });
+    const { id } = await enqueue(t.db, {
+      kind: 'webhook',
+      payload: { url: `${base}/flaky-signed`, body: { order: 7, note: 'ünïcode ✓' } },
+    });
     expect(await drain(t.db, signed(), { workerId: 'w' })).toMatchObject({ failed: 1 });
     await dueNow();
     expect(await drain(t.db, signed(), { workerId: 'w' })).toMatchObject({ completed: 1 });
     expect(hits).toHaveLength(2);
     for (const secret of [oldSecret, newSecret]) {
-      for (const hit of hits) expect(new Webhook(secret).verify(hit.body, headersOf(hit))).toEqual({ order: 7, note: 'ünïcode ✓' });
+      for (const hit of hits)
+        expect(new Webhook(secret).verify(hit.body, headersOf(hit))).toEqual({ order: 7, note: 'ünïcode ✓' });
     }
     // A retry is the same message: a receiver deduplicates on the id.
     expect(hits.map((h) => h.headers['webhook-id'])).toEqual([`msg_${id}`, `msg_${id}`]);
@@ -285,16 +403,24 @@ describe('signed deliveries (Standard Webhooks), checked by the published verifi
     const [hit] = hits;
     const verifier = new Webhook(newSecret);
     expect(() => verifier.verify(hit!.body.replace('10', '1000'), headersOf(hit!))).toThrow(WebhookVerificationError);
-    expect(() => new Webhook(`whsec_${Buffer.from('c'.repeat(32)).toString('base64')}`).verify(hit!.body, headersOf(hit!))).toThrow(WebhookVerificationError);
+    expect(() =>
+      new Webhook(`whsec_${Buffer.from('c'.repeat(32)).toString('base64')}`).verify(hit!.body, headersOf(hit!)),
+    ).toThrow(WebhookVerificationError);
     // The same signature replayed ten minutes later: the verifier's tolerance is five.
-    const replayed = await createSigner(parseSigningSecrets(newSecret))!.headers(String(hit!.headers['webhook-id']), hit!.body, new Date(Date.now() - 10 * 60_000));
+    const replayed = await createSigner(parseSigningSecrets(newSecret))!.headers(
+      String(hit!.headers['webhook-id']),
+      hit!.body,
+      new Date(Date.now() - 10 * 60_000),
+    );
     expect(() => verifier.verify(hit!.body, replayed)).toThrow(/timestamp/i);
   });
 
   it('WEBHOOK_SIGNING_SECRET is refused when it is not a whsec_ key, naming the entry and never its value', () => {
     expect(() => parseSigningSecrets(`${oldSecret}, sk_live_123`)).toThrow('secret 2 of 2 does not start with whsec_');
     expect(() => parseSigningSecrets('whsec_!!!')).toThrow('secret 1 of 1 is not base64 after whsec_');
-    expect(() => parseSigningSecrets(`whsec_${Buffer.from('short').toString('base64')}`)).toThrow('secret 1 of 1 is 5 bytes; use 24 to 64');
+    expect(() => parseSigningSecrets(`whsec_${Buffer.from('short').toString('base64')}`)).toThrow(
+      'secret 1 of 1 is 5 bytes; use 24 to 64',
+    );
     expect(parseSigningSecrets(undefined)).toEqual([]);
   });
 
@@ -302,7 +428,10 @@ describe('signed deliveries (Standard Webhooks), checked by the published verifi
     const res = await app.request('/jobs', {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: 'Bearer tok' },
-      body: JSON.stringify({ kind: 'webhook', payload: { url: `${base}/ok`, headers: { 'Webhook-Signature': 'v1,forged' } } }),
+      body: JSON.stringify({
+        kind: 'webhook',
+        payload: { url: `${base}/ok`, headers: { 'Webhook-Signature': 'v1,forged' } },
+      }),
     });
     expect(res.status).toBe(422);
     expect((await res.json()).error.message).toMatch(/webhook-signature are set by pgdrain/);

@@ -30,7 +30,11 @@ async function workerTarget(hyperdrive: boolean): Promise<ApiTarget> {
     t,
     token: TOKEN,
     loggedErrors: async () => {
-      const lines = worker.output().slice(seen).split('\n').filter((line) => line.includes('"event":"request_failed"'));
+      const lines = worker
+        .output()
+        .slice(seen)
+        .split('\n')
+        .filter((line) => line.includes('"event":"request_failed"'));
       seen = worker.output().length;
       return lines;
     },

@@ -17,7 +17,7 @@ import { type WorkerDevProcess, startWorkerDev } from './support/worker-dev-proc
 const TOKEN = 'worker-dev-clock-token-0123456';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-describe('the queue\'s clock under npm run dev:worker', () => {
+describe("the queue's clock under npm run dev:worker", () => {
   let t: TestDatabase;
   let proxy: TcpProxy;
   let worker: WorkerDevProcess;
@@ -39,7 +39,11 @@ describe('the queue\'s clock under npm run dev:worker', () => {
     });
     await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
     const hookPort = (hook.address() as { port: number }).port;
-    worker = await startWorkerDev({ databaseUrl: proxy.urlFor(t.url), hyperdrive: false, env: { API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}` } });
+    worker = await startWorkerDev({
+      databaseUrl: proxy.urlFor(t.url),
+      hyperdrive: false,
+      env: { API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}` },
+    });
   }, 90_000);
 
   afterAll(async () => {
@@ -55,7 +59,11 @@ describe('the queue\'s clock under npm run dev:worker', () => {
     const res = await fetch(`${worker.url}/__scheduled?cron=*+*+*+*+*`);
     expect(res.ok).toBe(true);
     for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(20)) {
-      const line = worker.output().slice(before).split('\n').find((l) => l.includes('"event":"scheduled"'));
+      const line = worker
+        .output()
+        .slice(before)
+        .split('\n')
+        .find((l) => l.includes('"event":"scheduled"'));
       if (line) return JSON.parse(line.slice(line.indexOf('{')));
     }
     throw new Error(`no scheduled report:\n${worker.output().slice(before)}`);
@@ -80,7 +88,7 @@ describe('the queue\'s clock under npm run dev:worker', () => {
     expect(res.status).toBe(201);
     const { id, runAt } = (await res.json()) as { id: string; runAt: string };
     for (const deadline = Date.now() + 10_000; !arrivals.has(1) && Date.now() < deadline; ) await sleep(20);
-    expect(arrivals.has(1), 'delivered by the clock\'s alarm').toBe(true);
+    expect(arrivals.has(1), "delivered by the clock's alarm").toBe(true);
     const late = arrivals.get(1)! - Date.parse(runAt);
     expect(late).toBeGreaterThanOrEqual(0);
     expect(late).toBeLessThan(1_000);
@@ -121,14 +129,17 @@ describe('a Worker killed in the middle of a job, under npm run dev:worker', () 
     await t?.close();
   });
 
-  it('its job runs again at its lease\'s end, by the alarm, once the Worker is back; no cron tick', async () => {
+  it("its job runs again at its lease's end, by the alarm, once the Worker is back; no cron tick", async () => {
     const hookPort = (hook.address() as { port: number }).port;
     const env = { API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}`, VISIBILITY_TIMEOUT_SECONDS: '6' };
     worker = await startWorkerDev({ databaseUrl: t.url, hyperdrive: false, env, dataDir });
     const res = await fetch(`${worker.url}/jobs`, {
       method: 'POST',
       headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ kind: 'webhook', payload: { url: `http://127.0.0.1:${hookPort}/hook`, body: { seq: 7 } } }),
+      body: JSON.stringify({
+        kind: 'webhook',
+        payload: { url: `http://127.0.0.1:${hookPort}/hook`, body: { seq: 7 } },
+      }),
     });
     expect(res.status).toBe(201);
     const { id } = (await res.json()) as { id: string };
@@ -136,7 +147,10 @@ describe('a Worker killed in the middle of a job, under npm run dev:worker', () 
     expect(deliveries.length, 'the alarm started it').toBe(1);
     await worker.kill();
     worker = undefined;
-    const [held] = await t.query<{ status: string; attempts: number; until: Date }>('SELECT status, attempts, locked_until AS until FROM pgdrain.jobs WHERE id = $1', [id]);
+    const [held] = await t.query<{ status: string; attempts: number; until: Date }>(
+      'SELECT status, attempts, locked_until AS until FROM pgdrain.jobs WHERE id = $1',
+      [id],
+    );
     expect(held).toMatchObject({ status: 'running', attempts: 1 });
     worker = await startWorkerDev({ databaseUrl: t.url, hyperdrive: false, env, dataDir });
     for (const deadline = Date.now() + 30_000; deliveries.length < 2 && Date.now() < deadline; ) await sleep(20);

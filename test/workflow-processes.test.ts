@@ -18,7 +18,9 @@ const running: SidecarProcess[] = [];
 
 beforeAll(async () => {
   t = await createTestDatabase();
-  await t.query('CREATE TABLE public.workflow_effects (job_id bigint NOT NULL, step text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())');
+  await t.query(
+    'CREATE TABLE public.workflow_effects (job_id bigint NOT NULL, step text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())',
+  );
 });
 afterAll(() => t?.close());
 afterEach(async () => {
@@ -30,7 +32,10 @@ afterEach(async () => {
 
 /** A `pgdrain start` process whose leases run out 2 s after it dies, reaped within 0.3 s. */
 async function start() {
-  const sidecar = await startSidecarProcess({ DATABASE_URL: t.url, API_TOKEN: TOKEN, VISIBILITY_TIMEOUT_SECONDS: '2', REAP_INTERVAL_MS: '300' }, SIDECAR);
+  const sidecar = await startSidecarProcess(
+    { DATABASE_URL: t.url, API_TOKEN: TOKEN, VISIBILITY_TIMEOUT_SECONDS: '2', REAP_INTERVAL_MS: '300' },
+    SIDECAR,
+  );
   running.push(sidecar);
   return sidecar;
 }
@@ -42,11 +47,16 @@ async function killNine(sidecar: SidecarProcess) {
 }
 
 const effects = async (id: string) => {
-  const rows = await t.query<{ step: string; n: number }>('SELECT step, count(*)::int AS n FROM public.workflow_effects WHERE job_id = $1 GROUP BY step', [id]);
+  const rows = await t.query<{ step: string; n: number }>(
+    'SELECT step, count(*)::int AS n FROM public.workflow_effects WHERE job_id = $1 GROUP BY step',
+    [id],
+  );
   return Object.fromEntries(rows.map((r) => [r.step, r.n]));
 };
-const stepRow = async (id: string, name: string) => (await t.query('SELECT status FROM pgdrain.workflow_steps WHERE job_id = $1 AND name = $2', [id, name]))[0]?.status;
-const jobStatus = async (id: string) => (await t.query('SELECT status FROM pgdrain.jobs_and_history WHERE id = $1', [id]))[0]?.status;
+const stepRow = async (id: string, name: string) =>
+  (await t.query('SELECT status FROM pgdrain.workflow_steps WHERE job_id = $1 AND name = $2', [id, name]))[0]?.status;
+const jobStatus = async (id: string) =>
+  (await t.query('SELECT status FROM pgdrain.jobs_and_history WHERE id = $1', [id]))[0]?.status;
 
 it('kill -9 in a step, a transactional step, a sleep and a wait: each effect once but the plain step in flight', async () => {
   let sidecar = await start();
@@ -54,31 +64,69 @@ it('kill -9 in a step, a transactional step, a sleep and a wait: each effect onc
   const { id } = await client.enqueue({ kind: 'wf_killed', payload: { slowMs: 4000, napSeconds: 1 } });
 
   // 1. In the plain step 'slow': it runs again in the next process.
-  await until(() => effects(id), (e) => e.slow === 1, 15_000, 'the slow step to start');
+  await until(
+    () => effects(id),
+    (e) => e.slow === 1,
+    15_000,
+    'the slow step to start',
+  );
   await killNine(sidecar);
   sidecar = await start();
   // 2. In the transactional step, after its write, before its commit: the write is rolled back.
-  await until(() => effects(id), (e) => e['b-try'] === 1, 20_000, 'the transactional step to start');
+  await until(
+    () => effects(id),
+    (e) => e['b-try'] === 1,
+    20_000,
+    'the transactional step to start',
+  );
   await killNine(sidecar);
   expect((await effects(id)).b).toBeUndefined();
   sidecar = await start();
   // 3. In the sleep: the run is waiting, nothing held.
-  await until(() => stepRow(id, 'nap'), (s) => s === 'sleeping', 20_000, 'the sleep');
-  expect((await t.query('SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1', [id]))[0]).toEqual({ status: 'waiting', locked_by: null });
+  await until(
+    () => stepRow(id, 'nap'),
+    (s) => s === 'sleeping',
+    20_000,
+    'the sleep',
+  );
+  expect((await t.query('SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1', [id]))[0]).toEqual({
+    status: 'waiting',
+    locked_by: null,
+  });
   await killNine(sidecar);
   sidecar = await start();
   // 4. In the wait, after the sleep ended: the next process woke it (no process was there at its time).
-  await until(() => stepRow(id, 'go'), (s) => s === 'waiting', 20_000, 'the wait');
+  await until(
+    () => stepRow(id, 'go'),
+    (s) => s === 'waiting',
+    20_000,
+    'the wait',
+  );
   await killNine(sidecar);
   // The event, sent in SQL while no process runs.
   await t.query(`SELECT pgdrain.send_event('test.go', $1, '{"go": 1}')`, [`run:${id}`]);
   expect(await jobStatus(id)).toBe('pending');
   sidecar = await start();
-  await until(() => jobStatus(id), (s) => s === 'completed', 20_000, 'the run to complete');
+  await until(
+    () => jobStatus(id),
+    (s) => s === 'completed',
+    20_000,
+    'the run to complete',
+  );
 
   expect(await effects(id)).toEqual({ a: 1, slow: 2, 'b-try': 2, b: 1, c: 1 });
-  const steps = await t.query('SELECT name, status, attempts FROM pgdrain.workflow_steps WHERE job_id = $1 ORDER BY position', [id]);
-  expect(steps.map((s) => `${s.name}:${s.status}`)).toEqual(['a:completed', 'slow:completed', 'b-tx:completed', 'nap:completed', 'go:completed', 'c:completed']);
+  const steps = await t.query(
+    'SELECT name, status, attempts FROM pgdrain.workflow_steps WHERE job_id = $1 ORDER BY position',
+    [id],
+  );
+  expect(steps.map((s) => `${s.name}:${s.status}`)).toEqual([
+    'a:completed',
+    'slow:completed',
+    'b-tx:completed',
+    'nap:completed',
+    'go:completed',
+    'c:completed',
+  ]);
   const job = await createClient({ baseUrl: sidecar.url, token: TOKEN }).getJob(id);
   expect(job).toMatchObject({ status: 'completed', result: { answer: { go: 1 } } });
   expect(job.steps?.map((s) => s.name)).toEqual(['a', 'slow', 'b-tx', 'nap', 'go', 'c']);

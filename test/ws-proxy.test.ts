@@ -102,7 +102,10 @@ it("keeps logged-in backends for the next client, as Neon's pooled endpoint does
   });
   // Handed back only once DISCARD ALL has run on it.
   for (let waited = 0; waited < 2_000; waited += 20) {
-    const [row] = await t.query<{ state: string; query: string }>(`SELECT state, query FROM pg_stat_activity WHERE pid = $1`, [first]);
+    const [row] = await t.query<{ state: string; query: string }>(
+      `SELECT state, query FROM pg_stat_activity WHERE pid = $1`,
+      [first],
+    );
     if (row?.state === 'idle' && row.query === 'DISCARD ALL') break;
     await new Promise((r) => setTimeout(r, 20));
   }

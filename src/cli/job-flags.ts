@@ -14,7 +14,11 @@ const kindOf = (name: JobOptionName): Kind => {
 };
 const PLACEHOLDER: Record<Kind, string> = { number: 'N', date: 'ISO', list: 'ID,ID', text: 'TEXT' };
 
-export const JOB_FLAGS = (Object.keys(JOB_OPTIONS) as JobOptionName[]).map((option) => ({ option, flag: kebab(option), kind: kindOf(option) }));
+export const JOB_FLAGS = (Object.keys(JOB_OPTIONS) as JobOptionName[]).map((option) => ({
+  option,
+  flag: kebab(option),
+  kind: kindOf(option),
+}));
 
 /** For parseArgs. */
 export const jobFlagOptions = Object.fromEntries(JOB_FLAGS.map((f) => [f.flag, { type: 'string' as const }]));
@@ -41,8 +45,14 @@ function read(kind: Kind, text: string, flag: string): unknown {
   }
   if (kind === 'date') {
     const date = new Date(text);
-    if (Number.isNaN(date.getTime()) || !/^\d{4}-\d\d-\d\d/.test(text)) throw new Error(`--${flag} ${JSON.stringify(text)} is not an ISO-8601 date and time`);
+    if (Number.isNaN(date.getTime()) || !/^\d{4}-\d\d-\d\d/.test(text))
+      throw new Error(`--${flag} ${JSON.stringify(text)} is not an ISO-8601 date and time`);
     return date;
   }
-  return kind === 'list' ? text.split(',').map((s) => s.trim()).filter(Boolean) : text;
+  return kind === 'list'
+    ? text
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+    : text;
 }

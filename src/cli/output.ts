@@ -9,9 +9,17 @@ export const TERMINAL_WIDTH = 80;
 export function cell(value: unknown): string {
   if (value === null || value === undefined) return '–';
   if (value instanceof Date) return formatDate(value);
-  const text = typeof value === 'string' ? value : typeof value === 'number' || typeof value === 'boolean' ? String(value) : JSON.stringify(value);
+  const text =
+    typeof value === 'string'
+      ? value
+      : typeof value === 'number' || typeof value === 'boolean'
+        ? String(value)
+        : JSON.stringify(value);
   // eslint-disable-next-line no-control-regex
-  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => (c === '\n' ? '⏎' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`));
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: these are the characters it takes out
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) =>
+    c === '\n' ? '⏎' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
 }
 
 /** `2026-12-01 04:03:23` (UTC). */
@@ -44,7 +52,8 @@ export function table<Row>(rows: readonly Row[], columns: readonly Column<Row>[]
   const widths = columns.map((c, i) => Math.max(c.title.length, ...texts.map((t) => t[i]!.length)));
   const total = () => widths.reduce((a, b) => a + b, 0) + 2 * (columns.length - 1);
   const flexible = columns.findIndex((c) => c.flexible);
-  if (flexible >= 0 && total() > width) widths[flexible] = Math.max(columns[flexible]!.title.length, widths[flexible]! - (total() - width));
+  if (flexible >= 0 && total() > width)
+    widths[flexible] = Math.max(columns[flexible]!.title.length, widths[flexible]! - (total() - width));
   const line = (cells: readonly string[]) =>
     cells
       .map((text, i) => {

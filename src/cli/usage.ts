@@ -20,19 +20,25 @@ export const OPERATOR_USAGE = {
 
 export type OperatorCommand = keyof typeof OPERATOR_USAGE;
 
-export const isOperatorCommand = (name: string | undefined): name is OperatorCommand => name !== undefined && Object.hasOwn(OPERATOR_USAGE, name);
+export const isOperatorCommand = (name: string | undefined): name is OperatorCommand =>
+  name !== undefined && Object.hasOwn(OPERATOR_USAGE, name);
 
 const SUMMARY: Record<OperatorCommand, string> = {
-  stats: 'Per kind: ready, delayed, running, dead, waiting, paused, oldest ready; each schedule\'s last enqueued slot; and the group keys with limits of their own.',
+  stats:
+    "Per kind: ready, delayed, running, dead, waiting, paused, oldest ready; each schedule's last enqueued slot; and the group keys with limits of their own.",
   jobs: `Jobs, newest first (default 50, at most ${MAX_LISTED}); --json prints one JSON object per line. Statuses: ${JOB_STATUSES.join(', ')}.`,
-  job: 'One job, every field; a workflow\'s steps as a timeline (name, status, attempts, started, finished, result or error).',
-  enqueue: 'Enqueues a job (payload default {}) and prints its id. Options as for enqueue() (--after takes ids separated by commas). The built-in kinds\' payloads are checked now; any other kind\'s when it runs, as for pgdrain.enqueue() in SQL.',
-  retry: 'A dead job (or every dead job, of a kind or all) back to pending, attempts reset. The bulk form asks first on a terminal; a script passes --yes.',
+  job: "One job, every field; a workflow's steps as a timeline (name, status, attempts, started, finished, result or error).",
+  enqueue:
+    "Enqueues a job (payload default {}) and prints its id. Options as for enqueue() (--after takes ids separated by commas). The built-in kinds' payloads are checked now; any other kind's when it runs, as for pgdrain.enqueue() in SQL.",
+  retry:
+    'A dead job (or every dead job, of a kind or all) back to pending, attempts reset. The bulk form asks first on a terminal; a script passes --yes.',
   delete: 'Deletes a job that is not running (or every dead job). Asks first on a terminal; a script passes --yes.',
   pause: 'No drainer claims the kind until it is resumed (enqueueing still works).',
   resume: 'Drainers claim the kind again.',
-  cancel: 'A pending or waiting job is cancelled at once; a running one is stopped by its drainer and ends cancelled. A workflow\'s unfinished children are cancelled with it.',
-  'send-event': 'Sends an event (payload default {}): every workflow run waiting on the event and key gets the payload and runs again. Prints the event\'s id.',
+  cancel:
+    "A pending or waiting job is cancelled at once; a running one is stopped by its drainer and ends cancelled. A workflow's unfinished children are cancelled with it.",
+  'send-event':
+    "Sends an event (payload default {}): every workflow run waiting on the event and key gets the payload and runs again. Prints the event's id.",
 };
 
 /** `pgdrain <command> --help`. */

@@ -7,13 +7,54 @@
 //   const queue = createClient({ baseUrl: 'https://queue.example.com', token: process.env.PGDRAIN_TOKEN });
 //   const { id } = await queue.enqueue({ kind: 'send_receipt', payload: { orderId: 17 } });
 import type {
-  ApiErrorBody, BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, EventInput, EventSent, GoneJob, GroupLimitsAnswer, GroupLimitsInput,
-  GroupLimitsRemoved, Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats, ScheduleList, Throughput, ThroughputQuery, WorkflowStep,
+  ApiErrorBody,
+  BatchEnqueued,
+  CancelAnswer,
+  DeadDeleted,
+  DeadRetried,
+  Enqueued,
+  EventInput,
+  EventSent,
+  GoneJob,
+  GroupLimitsAnswer,
+  GroupLimitsInput,
+  GroupLimitsRemoved,
+  Health,
+  Job,
+  JobInput,
+  JobPage,
+  KindPaused,
+  ListQuery,
+  QueueStats,
+  ScheduleList,
+  Throughput,
+  ThroughputQuery,
+  WorkflowStep,
 } from '../http/contract.ts';
 
 export type {
-  BatchEnqueued, CancelAnswer, DeadDeleted, DeadRetried, Enqueued, EventInput, EventSent, GoneJob, GroupLimitsAnswer, GroupLimitsInput, GroupLimitsRemoved,
-  Health, Job, JobInput, JobPage, KindPaused, ListQuery, QueueStats, ScheduleList, Throughput, ThroughputQuery, WorkflowStep,
+  BatchEnqueued,
+  CancelAnswer,
+  DeadDeleted,
+  DeadRetried,
+  Enqueued,
+  EventInput,
+  EventSent,
+  GoneJob,
+  GroupLimitsAnswer,
+  GroupLimitsInput,
+  GroupLimitsRemoved,
+  Health,
+  Job,
+  JobInput,
+  JobPage,
+  KindPaused,
+  ListQuery,
+  QueueStats,
+  ScheduleList,
+  Throughput,
+  ThroughputQuery,
+  WorkflowStep,
 };
 
 /** The longest one request waits (GET /jobs/:id?waitSeconds); waitFor() asks again for longer waits. */
@@ -48,18 +89,35 @@ type Query = Record<string, string | number | undefined>;
 type Send = (input: string, init: RequestInit) => Promise<Response>;
 
 /** One request to the API: JSON in and out, a PgdrainApiError for every failure. */
-async function callApi<T>(send: Send, base: string, token: string | undefined, method: string, path: string, request: { body?: unknown; query?: Query } = {}): Promise<T> {
+async function callApi<T>(
+  send: Send,
+  base: string,
+  token: string | undefined,
+  method: string,
+  path: string,
+  request: { body?: unknown; query?: Query } = {},
+): Promise<T> {
   const headers: Record<string, string> = { accept: 'application/json' };
   if (token) headers.authorization = `Bearer ${token}`;
   if (request.body !== undefined) headers['content-type'] = 'application/json';
   const search = new URLSearchParams();
-  for (const [key, value] of Object.entries(request.query ?? {})) if (value !== undefined) search.set(key, String(value));
+  for (const [key, value] of Object.entries(request.query ?? {}))
+    if (value !== undefined) search.set(key, String(value));
   const url = `${base}${path}${search.size > 0 ? `?${search}` : ''}`;
   let response: Response;
   try {
-    response = await send(url, { method, headers, body: request.body === undefined ? undefined : JSON.stringify(request.body) });
+    response = await send(url, {
+      method,
+      headers,
+      body: request.body === undefined ? undefined : JSON.stringify(request.body),
+    });
   } catch (error) {
-    throw new PgdrainApiError(0, 'network_error', `${method} ${path}: no response (${error instanceof Error ? error.message : String(error)})`, { cause: error });
+    throw new PgdrainApiError(
+      0,
+      'network_error',
+      `${method} ${path}: no response (${error instanceof Error ? error.message : String(error)})`,
+      { cause: error },
+    );
   }
   if (response.status === 204) return undefined as T;
   const text = await response.text();
@@ -71,7 +129,11 @@ async function callApi<T>(send: Send, base: string, token: string | undefined, m
   }
   if (!response.ok) {
     const error = (body as Partial<ApiErrorBody> | undefined)?.error;
-    throw new PgdrainApiError(response.status, error?.code ?? `http_${response.status}`, error?.message ?? `${method} ${path} answered ${response.status}`);
+    throw new PgdrainApiError(
+      response.status,
+      error?.code ?? `http_${response.status}`,
+      error?.message ?? `${method} ${path} answered ${response.status}`,
+    );
   }
   return body as T;
 }
@@ -80,12 +142,16 @@ export function createClient(options: ClientOptions) {
   const base = options.baseUrl.replace(/\/+$/, '');
   // Unbound, a Workers runtime's global fetch throws "Illegal invocation".
   const send: Send = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
-  const call = <T>(method: string, path: string, request?: { body?: unknown; query?: Query }) => callApi<T>(send, base, options.token, method, path, request);
+  const call = <T>(method: string, path: string, request?: { body?: unknown; query?: Query }) =>
+    callApi<T>(send, base, options.token, method, path, request);
 
   const idPath = (id: string) => encodeURIComponent(id);
 
   /** The job once it is completed, dead or cancelled, or as it is after `timeoutSeconds` (default 60). */
-  async function waitFor(id: string, { timeoutSeconds = MAX_WAIT_SECONDS }: { timeoutSeconds?: number } = {}): Promise<Job | GoneJob> {
+  async function waitFor(
+    id: string,
+    { timeoutSeconds = MAX_WAIT_SECONDS }: { timeoutSeconds?: number } = {},
+  ): Promise<Job | GoneJob> {
     const deadline = Date.now() + timeoutSeconds * 1000;
     for (;;) {
       const waitSeconds = Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.ceil((deadline - Date.now()) / 1000)));
@@ -118,7 +184,8 @@ export function createClient(options: ClientOptions) {
     /** POST /jobs/retry-dead: in bounded batches; call again while `done` is false. */
     retryDeadJobs: (filter: { kind?: string } = {}) => call<DeadRetried>('POST', '/jobs/retry-dead', { body: filter }),
     /** POST /jobs/delete-dead: in bounded batches; call again while `done` is false. */
-    deleteDeadJobs: (filter: { kind?: string } = {}) => call<DeadDeleted>('POST', '/jobs/delete-dead', { body: filter }),
+    deleteDeadJobs: (filter: { kind?: string } = {}) =>
+      call<DeadDeleted>('POST', '/jobs/delete-dead', { body: filter }),
     /** GET /stats: counts by kind and state, the oldest ready job's wait. */
     stats: () => call<QueueStats>('GET', '/stats'),
     /** GET /stats/throughput: settled jobs per minute. */
@@ -131,10 +198,17 @@ export function createClient(options: ClientOptions) {
     resumeKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/resume`),
     /** PUT /kinds/:kind/groups/:key/limits: the key's own concurrency and/or rate, instead of its kind's. */
     setGroupLimits: (kind: string, groupKey: string, limits: GroupLimitsInput) =>
-      call<GroupLimitsAnswer>('PUT', `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`, { body: limits }),
+      call<GroupLimitsAnswer>(
+        'PUT',
+        `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`,
+        { body: limits },
+      ),
     /** DELETE /kinds/:kind/groups/:key/limits: the key goes back to its kind's limits. */
     removeGroupLimits: (kind: string, groupKey: string) =>
-      call<GroupLimitsRemoved>('DELETE', `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`),
+      call<GroupLimitsRemoved>(
+        'DELETE',
+        `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`,
+      ),
     /** GET /healthz (no token needed); a 503 throws with code `database_unavailable`. */
     health: () => call<Health>('GET', '/healthz'),
   };

@@ -13,9 +13,15 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
     if (isServerShuttingDown(e)) return true;
     const code = String((e as { code?: unknown }).code ?? '');
-    if (/^(08|53300)/.test(code) || /^E(CONNREFUSED|CONNRESET|PIPE|TIMEDOUT|HOSTUNREACH|NOTFOUND|AI_AGAIN)$/.test(code)) return true;
+    if (/^(08|53300)/.test(code) || /^E(CONNREFUSED|CONNRESET|PIPE|TIMEDOUT|HOSTUNREACH|NOTFOUND|AI_AGAIN)$/.test(code))
+      return true;
     const message = String((e as { message?: unknown }).message ?? '');
-    if (/Connection terminated|connection .*(closed|lost|timeout)|Network connection lost|ECONNREFUSED|terminating connection/i.test(message)) return true;
+    if (
+      /Connection terminated|connection .*(closed|lost|timeout)|Network connection lost|ECONNREFUSED|terminating connection/i.test(
+        message,
+      )
+    )
+      return true;
   }
   return false;
 }

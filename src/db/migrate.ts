@@ -43,12 +43,19 @@ export async function migrateDatabase(databaseUrl: string, options: MigrateOptio
     await client.query('SELECT pg_advisory_lock(7477853620)');
     const table = `${pg.escapeIdentifier(PGDRAIN_SCHEMA)}.${pg.escapeIdentifier(MIGRATIONS_TABLE)}`;
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(PGDRAIN_SCHEMA)}`);
-    await client.query(`CREATE TABLE IF NOT EXISTS ${table} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
-    const { rows } = await client.query<{ created_at: string }>(`SELECT created_at FROM ${table} ORDER BY created_at DESC LIMIT 1`);
+    await client.query(
+      `CREATE TABLE IF NOT EXISTS ${table} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`,
+    );
+    const { rows } = await client.query<{ created_at: string }>(
+      `SELECT created_at FROM ${table} ORDER BY created_at DESC LIMIT 1`,
+    );
     const last = rows[0] ? Number(rows[0].created_at) : -Infinity;
     for (const migration of readMigrationFiles({ migrationsFolder: options.folder ?? migrationsFolder() })) {
       if (migration.folderMillis <= last) continue;
-      const record = { text: `INSERT INTO ${table} (hash, created_at) VALUES ($1, $2)`, values: [migration.hash, migration.folderMillis] };
+      const record = {
+        text: `INSERT INTO ${table} (hash, created_at) VALUES ($1, $2)`,
+        values: [migration.hash, migration.folderMillis],
+      };
       if (ONLINE_MARKER.test(migration.sql[0] ?? '')) await applyOnline(client, migration, record);
       else await applyInTransaction(client, migration, record);
     }
@@ -103,7 +110,10 @@ async function dropInvalidIndex(client: pg.Client, statement: string): Promise<v
       WHERE n.nspname = $1 AND c.relname = $2 AND NOT i.indisvalid`,
     [PGDRAIN_SCHEMA, name],
   );
-  if (rows.length > 0) await client.query(`DROP INDEX CONCURRENTLY IF EXISTS ${pg.escapeIdentifier(PGDRAIN_SCHEMA)}.${pg.escapeIdentifier(name)}`);
+  if (rows.length > 0)
+    await client.query(
+      `DROP INDEX CONCURRENTLY IF EXISTS ${pg.escapeIdentifier(PGDRAIN_SCHEMA)}.${pg.escapeIdentifier(name)}`,
+    );
 }
 
 /** One statement; a failure says what the database said first, then which statement. */
@@ -111,7 +121,13 @@ async function run(client: pg.Client, statement: string): Promise<void> {
   try {
     await client.query(statement);
   } catch (error) {
-    const first = statement.trim().split('\n').find((line) => line.trim() !== '' && !line.trim().startsWith('--')) ?? '';
-    throw new Error(`${(error as Error).message} (in the migration statement ${JSON.stringify(first.slice(0, 120))})`, { cause: error });
+    const first =
+      statement
+        .trim()
+        .split('\n')
+        .find((line) => line.trim() !== '' && !line.trim().startsWith('--')) ?? '';
+    throw new Error(`${(error as Error).message} (in the migration statement ${JSON.stringify(first.slice(0, 120))})`, {
+      cause: error,
+    });
   }
 }

@@ -14,13 +14,37 @@
 //   job_history --its day's keeps all over--> its partition dropped (the housekeeping round)
 //   dead --retry--> pending; dead --delete--> deleted
 import { sql } from 'drizzle-orm';
-import { bigint, boolean, check, customType, doublePrecision, index, integer, jsonb, pgSchema, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core';
+import {
+  bigint,
+  boolean,
+  check,
+  customType,
+  doublePrecision,
+  index,
+  integer,
+  jsonb,
+  pgSchema,
+  primaryKey,
+  text,
+  timestamp,
+  uniqueIndex,
+} from 'drizzle-orm/pg-core';
 
 import { JOB_DEFAULTS, JOB_STATUSES, MAX_GROUP_KEY_LENGTH, PGDRAIN_SCHEMA } from './constants.ts';
 
 export {
-  FINAL_STATUSES, JOB_DEFAULTS, JOB_STATUSES, JOB_TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, LIVE_STATUSES, MAX_DEDUPE_KEY_LENGTH,
-  MAX_GROUP_KEY_LENGTH, PGDRAIN_SCHEMA, PRIORITY_BOUNDS, type JobStatus,
+  FINAL_STATUSES,
+  JOB_DEFAULTS,
+  JOB_STATUSES,
+  JOB_TIMEOUT_BOUNDS_MS,
+  KIND_PATTERN,
+  KIND_PATTERN_MESSAGE,
+  LIVE_STATUSES,
+  MAX_DEDUPE_KEY_LENGTH,
+  MAX_GROUP_KEY_LENGTH,
+  PGDRAIN_SCHEMA,
+  PRIORITY_BOUNDS,
+  type JobStatus,
 } from './constants.ts';
 
 export const pgdrainSchema = pgSchema(PGDRAIN_SCHEMA);
@@ -37,53 +61,53 @@ const timestamptz = (name: string) => timestamp(name, { withTimezone: true, mode
 
 /** A job's columns but its id: the same in pgdrain.jobs and pgdrain.job_history. */
 const jobColumns = () => ({
-    kind: text('kind').notNull(),
-    payload: jsonb('payload').notNull(),
-    runAt: timestamptz('run_at').notNull().defaultNow(),
-    attempts: integer('attempts').notNull().default(0),
-    maxAttempts: integer('max_attempts').notNull().default(JOB_DEFAULTS.maxAttempts),
-    lockedAt: timestamptz('locked_at'),
-    lockedBy: text('locked_by'),
-    /** When a running job's lease ends unless its drainer renews it: written by the claim and each
-     * renewal from the lease the drainer holds, so every reaper applies that lease and none of its
-     * own. NULL only for jobs locked by a drainer older than this column (the reaper then applies
-     * its own timeout, as before). */
-    lockedUntil: timestamptz('locked_until'),
-    status: text('status', { enum: JOB_STATUSES }).notNull().default('pending'),
-    lastError: text('last_error'),
-    /** Enqueueing the same key again returns the existing job while its row exists. */
-    dedupeKey: text('dedupe_key'),
-    /** Per-job visibility timeout (the kind's); NULL means the claiming drainer's. */
-    visibilitySeconds: integer('visibility_seconds'),
-    /** Higher runs first among ready jobs; -1000..1000, default 0. */
-    priority: integer('priority').notNull().default(JOB_DEFAULTS.priority),
-    /** Jobs of one kind with the same key share its groupConcurrency (and, per group, its rate
-     * limit): with a concurrency of 1, a key's jobs run one at a time, in order. */
-    groupKey: text('group_key'),
-    /** The handler's timeout for this job (an enqueue may override its kind's); NULL: the kind's. */
-    timeoutMs: integer('timeout_ms'),
-    /** How long the job stays once completed or cancelled (its kind's keepCompletedSeconds); NULL: deleted at once. */
-    keepSeconds: integer('keep_seconds'),
-    /** A kept job is deleted after this (the reaper prunes). */
-    keepUntil: timestamptz('keep_until'),
-    /** When it completed, died or was cancelled. */
-    finishedAt: timestamptz('finished_at'),
-    /** What the handler returned (kinds that keep their jobs). */
-    result: jsonb('result'),
-    /** What the handler last reported with ctx.progress(). */
-    progress: jsonb('progress'),
-    /** Someone asked to cancel it while it ran: its drainer aborts the handler at the next renewal. */
-    cancelRequestedAt: timestamptz('cancel_requested_at'),
-    /** Someone waits for it to finish (GET /jobs/:id?waitSeconds): its settlement says so. */
-    watchedUntil: timestamptz('watched_until'),
-    /** Jobs it waits for (`after`) that have not completed yet; it is `waiting` until 0. */
-    waitingFor: integer('waiting_for'),
-    /** Jobs wait for it: its settlement settles their counters. NULL: none. */
-    hasDependents: boolean('has_dependents'),
-    /** The W3C trace context of the enqueue (`00-<trace id>-<span id>-<flags>`): the handler's span
-     * links to it. NULL when nothing traced the enqueue. */
-    traceparent: text('traceparent'),
-    createdAt: timestamptz('created_at').notNull().defaultNow(),
+  kind: text('kind').notNull(),
+  payload: jsonb('payload').notNull(),
+  runAt: timestamptz('run_at').notNull().defaultNow(),
+  attempts: integer('attempts').notNull().default(0),
+  maxAttempts: integer('max_attempts').notNull().default(JOB_DEFAULTS.maxAttempts),
+  lockedAt: timestamptz('locked_at'),
+  lockedBy: text('locked_by'),
+  /** When a running job's lease ends unless its drainer renews it: written by the claim and each
+   * renewal from the lease the drainer holds, so every reaper applies that lease and none of its
+   * own. NULL only for jobs locked by a drainer older than this column (the reaper then applies
+   * its own timeout, as before). */
+  lockedUntil: timestamptz('locked_until'),
+  status: text('status', { enum: JOB_STATUSES }).notNull().default('pending'),
+  lastError: text('last_error'),
+  /** Enqueueing the same key again returns the existing job while its row exists. */
+  dedupeKey: text('dedupe_key'),
+  /** Per-job visibility timeout (the kind's); NULL means the claiming drainer's. */
+  visibilitySeconds: integer('visibility_seconds'),
+  /** Higher runs first among ready jobs; -1000..1000, default 0. */
+  priority: integer('priority').notNull().default(JOB_DEFAULTS.priority),
+  /** Jobs of one kind with the same key share its groupConcurrency (and, per group, its rate
+   * limit): with a concurrency of 1, a key's jobs run one at a time, in order. */
+  groupKey: text('group_key'),
+  /** The handler's timeout for this job (an enqueue may override its kind's); NULL: the kind's. */
+  timeoutMs: integer('timeout_ms'),
+  /** How long the job stays once completed or cancelled (its kind's keepCompletedSeconds); NULL: deleted at once. */
+  keepSeconds: integer('keep_seconds'),
+  /** A kept job is deleted after this (the reaper prunes). */
+  keepUntil: timestamptz('keep_until'),
+  /** When it completed, died or was cancelled. */
+  finishedAt: timestamptz('finished_at'),
+  /** What the handler returned (kinds that keep their jobs). */
+  result: jsonb('result'),
+  /** What the handler last reported with ctx.progress(). */
+  progress: jsonb('progress'),
+  /** Someone asked to cancel it while it ran: its drainer aborts the handler at the next renewal. */
+  cancelRequestedAt: timestamptz('cancel_requested_at'),
+  /** Someone waits for it to finish (GET /jobs/:id?waitSeconds): its settlement says so. */
+  watchedUntil: timestamptz('watched_until'),
+  /** Jobs it waits for (`after`) that have not completed yet; it is `waiting` until 0. */
+  waitingFor: integer('waiting_for'),
+  /** Jobs wait for it: its settlement settles their counters. NULL: none. */
+  hasDependents: boolean('has_dependents'),
+  /** The W3C trace context of the enqueue (`00-<trace id>-<span id>-<flags>`): the handler's span
+   * links to it. NULL when nothing traced the enqueue. */
+  traceparent: text('traceparent'),
+  createdAt: timestamptz('created_at').notNull().defaultNow(),
 });
 
 export const jobs = pgdrainSchema.table(
@@ -106,15 +130,22 @@ export const jobs = pgdrainSchema.table(
     uniqueIndex('jobs_dedupe_key').on(t.dedupeKey).where(sql`dedupe_key IS NOT NULL`),
     // What holds a group key: its running jobs, and its jobs waiting to retry (so a key's order is
     // kept across a retry). Only grouped jobs have entries: other kinds write nothing here.
-    index('jobs_group_holders').on(t.kind, t.groupKey).where(sql`group_key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))`),
+    index('jobs_group_holders')
+      .on(t.kind, t.groupKey)
+      .where(sql`group_key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))`),
     // Fair kinds (fair: true) take turns across their group keys: the claim walks this index from
     // key to key (pgdrain.fair_keys()), one probe per key it visits. Only grouped jobs enter it.
-    index('jobs_fair').on(t.kind, t.priority.desc(), t.groupKey, t.runAt, t.id).where(sql`status = 'pending' AND group_key IS NOT NULL`),
+    index('jobs_fair')
+      .on(t.kind, t.priority.desc(), t.groupKey, t.runAt, t.id)
+      .where(sql`status = 'pending' AND group_key IS NOT NULL`),
     check('jobs_status_valid', sql`status IN ('pending', 'running', 'dead', 'completed', 'cancelled', 'waiting')`),
     check('jobs_attempts_valid', sql`attempts >= 0 AND max_attempts >= 1`),
     check('jobs_visibility_valid', sql`visibility_seconds IS NULL OR visibility_seconds > 0`),
     check('jobs_priority_valid', sql`priority BETWEEN -1000 AND 1000`),
-    check('jobs_group_key_valid', sql`group_key IS NULL OR length(group_key) BETWEEN 1 AND ${sql.raw(String(MAX_GROUP_KEY_LENGTH))}`),
+    check(
+      'jobs_group_key_valid',
+      sql`group_key IS NULL OR length(group_key) BETWEEN 1 AND ${sql.raw(String(MAX_GROUP_KEY_LENGTH))}`,
+    ),
     check('jobs_running_is_locked', sql`(status = 'running') = (locked_at IS NOT NULL AND locked_by IS NOT NULL)`),
   ],
 );
@@ -224,7 +255,10 @@ export const jobDependencies = pgdrainSchema.table(
     dependsOn: bigintAsString('depends_on').notNull(),
     jobId: bigintAsString('job_id').notNull(),
   },
-  (t) => [primaryKey({ name: 'job_dependencies_pkey', columns: [t.dependsOn, t.jobId] }), index('job_dependencies_job').on(t.jobId)],
+  (t) => [
+    primaryKey({ name: 'job_dependencies_pkey', columns: [t.dependsOn, t.jobId] }),
+    index('job_dependencies_job').on(t.jobId),
+  ],
 );
 
 // How a job someone waited for ended, when its row was not kept: written by the statement that
@@ -316,7 +350,10 @@ export const groupLimits = pgdrainSchema.table(
   (t) => [
     primaryKey({ name: 'group_limits_pkey', columns: [t.kind, t.groupKey] }),
     check('group_limits_concurrency_valid', sql`concurrency IS NULL OR concurrency >= 1`),
-    check('group_limits_rate_valid', sql`(rate_limit IS NULL) = (rate_period_seconds IS NULL) AND (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period_seconds > 0 AND rate_period_seconds <= 86400))`),
+    check(
+      'group_limits_rate_valid',
+      sql`(rate_limit IS NULL) = (rate_period_seconds IS NULL) AND (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period_seconds > 0 AND rate_period_seconds <= 86400))`,
+    ),
     check('group_limits_something', sql`concurrency IS NOT NULL OR rate_limit IS NOT NULL`),
   ],
 );

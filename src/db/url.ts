@@ -18,7 +18,10 @@ export function redactUrl(url: string): string {
 }
 
 /** `password=…` and `sslpassword=…` of a key=value connection string (`host=db password='x y'`). */
-const KEY_VALUE_SECRET = new RegExp(`\\b(${SECRET_PARAMETERS.join('|')})(\\s*=\\s*)('(?:[^'\\\\]|\\\\.)*'|[^\\s'"]+)`, 'gi');
+const KEY_VALUE_SECRET = new RegExp(
+  `\\b(${SECRET_PARAMETERS.join('|')})(\\s*=\\s*)('(?:[^'\\\\]|\\\\.)*'|[^\\s'"]+)`,
+  'gi',
+);
 
 /** An error's message fit for a log line: every connection string in it, URL or key=value, has its
  * secrets masked. */

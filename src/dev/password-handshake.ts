@@ -45,7 +45,12 @@ export class ClientGreeting {
   readonly #onCancel: (request: Buffer) => void;
   readonly #fail: (why: string) => void;
 
-  constructor(handlers: { toClient(bytes: Buffer): void; onGreeting(greeting: Greeting): void; onCancel(request: Buffer): void; fail(why: string): void }) {
+  constructor(handlers: {
+    toClient(bytes: Buffer): void;
+    onGreeting(greeting: Greeting): void;
+    onCancel(request: Buffer): void;
+    fail(why: string): void;
+  }) {
     this.#toClient = handlers.toClient;
     this.#onGreeting = handlers.onGreeting;
     this.#onCancel = handlers.onCancel;
@@ -83,7 +88,10 @@ export class ClientGreeting {
     const length = this.#bytes.readInt32BE(1);
     if (this.#bytes.length < 1 + length) return;
     this.#finished = true;
-    if (this.#bytes[0] !== 0x70) return this.#fail('the client did not send a password');
+    if (this.#bytes[0] !== 0x70) {
+      this.#fail('the client did not send a password');
+      return;
+    }
     const password = this.#bytes.subarray(5, length).toString('utf8');
     this.#onGreeting({ startup: this.#startup, user: this.#user, password, rest: this.#bytes.subarray(1 + length) });
   }
@@ -105,7 +113,12 @@ export class ServerLogin {
 
   constructor(
     greeting: Greeting,
-    handlers: { toServer(bytes: Buffer): void; toClient(bytes: Buffer): void; onLoggedIn(hello: Buffer, rest: Buffer): void; fail(why: string): void },
+    handlers: {
+      toServer(bytes: Buffer): void;
+      toClient(bytes: Buffer): void;
+      onLoggedIn(hello: Buffer, rest: Buffer): void;
+      fail(why: string): void;
+    },
   ) {
     this.#greeting = greeting;
     this.#toServer = handlers.toServer;
@@ -149,11 +162,16 @@ export class ServerLogin {
     if (code === AUTH_CLEARTEXT) {
       this.#toServer(passwordMessage(Buffer.from(`${password}\0`)));
     } else if (code === AUTH_MD5) {
-      const inner = createHash('md5').update(password + user).digest('hex');
+      const inner = createHash('md5')
+        .update(password + user)
+        .digest('hex');
       const outer = createHash('md5').update(inner).update(data.subarray(0, 4)).digest('hex');
       this.#toServer(passwordMessage(Buffer.from(`md5${outer}\0`)));
     } else if (code === AUTH_SASL) {
-      if (!data.toString('utf8').split('\0').includes('SCRAM-SHA-256')) return this.#fail('the server offers no SCRAM-SHA-256');
+      if (!data.toString('utf8').split('\0').includes('SCRAM-SHA-256')) {
+        this.#fail('the server offers no SCRAM-SHA-256');
+        return;
+      }
       const nonce = randomBytes(18).toString('base64');
       const clientFirstBare = `n=,r=${nonce}`;
       this.#scram = { nonce, clientFirstBare };
@@ -164,7 +182,10 @@ export class ServerLogin {
     } else if (code === AUTH_SASL_CONTINUE && this.#scram) {
       const serverFirst = data.toString('utf8');
       const fields = Object.fromEntries(serverFirst.split(',').map((pair) => [pair[0], pair.slice(2)]));
-      if (!fields.r?.startsWith(this.#scram.nonce) || !fields.s || !fields.i) return this.#fail('SCRAM: a malformed server-first message');
+      if (!fields.r?.startsWith(this.#scram.nonce) || !fields.s || !fields.i) {
+        this.#fail('SCRAM: a malformed server-first message');
+        return;
+      }
       const salted = pbkdf2Sync(password, Buffer.from(fields.s, 'base64'), Number(fields.i), 32, 'sha256');
       const clientKey = hmac(salted, 'Client Key');
       const withoutProof = `c=biws,r=${fields.r}`;
@@ -175,7 +196,8 @@ export class ServerLogin {
       this.#toServer(passwordMessage(Buffer.from(`${withoutProof},p=${proof.toString('base64')}`)));
     } else if (code === AUTH_SASL_FINAL && this.#scram?.serverSignature) {
       const verifier = Buffer.from(data.toString('utf8').replace(/^v=/, ''), 'base64');
-      if (verifier.length !== 32 || !timingSafeEqual(verifier, this.#scram.serverSignature)) this.#fail('SCRAM: the server signature does not match');
+      if (verifier.length !== 32 || !timingSafeEqual(verifier, this.#scram.serverSignature))
+        this.#fail('SCRAM: the server signature does not match');
     } else {
       this.#fail(`unsupported authentication request ${code}`);
     }

@@ -32,15 +32,22 @@ const secret = (name: string) => readOrCreateSecret(path.join(dataDir, name));
 
 const embedded = process.env.DATABASE_URL
   ? null
-  : await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'postgres'), password: await secret('postgres-password') });
+  : await startEmbeddedPostgres({
+      dataDir: path.join(dataDir, 'postgres'),
+      password: await secret('postgres-password'),
+    });
 const databaseUrl = process.env.DATABASE_URL ?? embedded!.url;
 await migrateDatabase(databaseUrl);
 const target = new URL(databaseUrl);
 // PROXY_DELAY_MS=5: each direction 5 ms later, a 10 ms round trip, as from a Worker to Neon.
 const delayMs = Number(process.env.PROXY_DELAY_MS ?? 0);
-if (!Number.isFinite(delayMs) || delayMs < 0) throw new Error('PROXY_DELAY_MS: a one-way delay in milliseconds, 0 or more');
-if (hyperdrive && delayMs > 0) console.warn('dev:worker: PROXY_DELAY_MS applies to the Neon path only; --hyperdrive connects directly');
-const proxy = hyperdrive ? null : await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) }, delayMs });
+if (!Number.isFinite(delayMs) || delayMs < 0)
+  throw new Error('PROXY_DELAY_MS: a one-way delay in milliseconds, 0 or more');
+if (hyperdrive && delayMs > 0)
+  console.warn('dev:worker: PROXY_DELAY_MS applies to the Neon path only; --hyperdrive connects directly');
+const proxy = hyperdrive
+  ? null
+  : await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) }, delayMs });
 const apiToken = process.env.API_TOKEN ?? (await secret('api-token'));
 
 // The Worker's settings (src/settings.ts), taken from this process's environment when set there, so a
@@ -69,18 +76,33 @@ console.log(
     : `dev:worker: database ${redactUrl(databaseUrl)} through the local Hyperdrive binding HYPERDRIVE (wrangler.hyperdrive.toml)`,
 );
 console.log(`dev:worker: API token in ${path.join(dataDir, 'api-token')}`);
-console.log(`dev:worker: try  curl -H "Authorization: Bearer $(cat ${path.join(dataDir, 'api-token')})" http://127.0.0.1:${port}/stats`);
+console.log(
+  `dev:worker: try  curl -H "Authorization: Bearer $(cat ${path.join(dataDir, 'api-token')})" http://127.0.0.1:${port}/stats`,
+);
 console.log(`dev:worker: run the cron handler with  curl 'http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*'`);
 
 // The queue's clock (a Durable Object) keeps its state beside the database it caches, not in the
 // repo's .wrangler/: another database (PGDRAIN_DATA_DIR, a test's) gets a clock of its own.
-const wranglerArgs = ['dev', '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile, '--persist-to', path.join(dataDir, 'wrangler-state')];
+const wranglerArgs = [
+  'dev',
+  '--ip',
+  '127.0.0.1',
+  '--port',
+  String(port),
+  '--test-scheduled',
+  '--env-file',
+  envFile,
+  '--persist-to',
+  path.join(dataDir, 'wrangler-state'),
+];
 if (hyperdrive) wranglerArgs.push('--config', 'wrangler.hyperdrive.toml');
 const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), wranglerArgs, {
   cwd: root,
   stdio: 'inherit',
   // Local Hyperdrive takes its target from the environment and insists on a password.
-  env: hyperdrive ? { ...process.env, CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: withPlaceholderPassword(databaseUrl) } : process.env,
+  env: hyperdrive
+    ? { ...process.env, CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE: withPlaceholderPassword(databaseUrl) }
+    : process.env,
 });
 const shutdown = async (code: number) => {
   await proxy?.close();

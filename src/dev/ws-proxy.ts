@@ -46,7 +46,9 @@ export async function startWsProxy(options: {
   // Equal delays keep order: timers of the same duration fire first in, first out.
   const later = (send: () => void) => (delayMs > 0 ? void setTimeout(send, delayMs) : send());
   const allowed = `${options.target.host}:${options.target.port}`;
-  const server = http.createServer((_, res) => res.writeHead(426, { 'content-type': 'text/plain' }).end('WebSocket only\n'));
+  const server = http.createServer((_, res) =>
+    res.writeHead(426, { 'content-type': 'text/plain' }).end('WebSocket only\n'),
+  );
   const wss = new WebSocketServer({ noServer: true });
   const backends = new Backends(options.target);
 
@@ -95,7 +97,8 @@ interface Backend {
   onClose: (() => void) | null;
 }
 
-const readyAndIdle = (tail: Buffer) => tail.length >= 6 && tail[tail.length - 6] === 0x5a && tail[tail.length - 1] === 0x49;
+const readyAndIdle = (tail: Buffer) =>
+  tail.length >= 6 && tail[tail.length - 6] === 0x5a && tail[tail.length - 1] === 0x49;
 
 /** The connections to PostgreSQL: every open socket, and the logged-in backends no client holds, by
  * start-up message and password (a client gets one only with the credentials it was logged in with). */
@@ -129,7 +132,7 @@ class Backends {
   takeIdle(key: string): Backend | undefined {
     const list = this.#idle.get(key);
     let backend = list?.pop();
-    while (backend && backend.tcp.destroyed) backend = list?.pop();
+    while (backend?.tcp.destroyed) backend = list?.pop();
     return backend;
   }
 
@@ -138,7 +141,8 @@ class Backends {
   giveBack(backend: Backend): void {
     backend.owner = null;
     backend.onClose = null;
-    if (backend.busy || !readyAndIdle(backend.tail) || backend.tcp.destroyed || this.#closing) return void backend.tcp.destroy();
+    if (backend.busy || !readyAndIdle(backend.tail) || backend.tcp.destroyed || this.#closing)
+      return void backend.tcp.destroy();
     backend.tail = Buffer.alloc(0);
     backend.owner = () => {
       if (!readyAndIdle(backend.tail)) return;
@@ -188,7 +192,10 @@ class ClientSession {
       toClient: this.#toClient,
       fail: () => ws.close(),
       onCancel: (request) => {
-        const { tcp, send } = backends.open(() => {}, () => {});
+        const { tcp, send } = backends.open(
+          () => {},
+          () => {},
+        );
         send(request);
         tcp.end();
       },
@@ -196,7 +203,9 @@ class ClientSession {
     });
     ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
       const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-      later(() => (this.#send ? this.#send(chunk) : this.#greeting.finished ? this.#early.push(chunk) : this.#greeting.read(chunk)));
+      later(() =>
+        this.#send ? this.#send(chunk) : this.#greeting.finished ? this.#early.push(chunk) : this.#greeting.read(chunk),
+      );
     });
     ws.on('close', () => this.#closed());
     ws.on('error', () => ws.terminate());
@@ -214,7 +223,8 @@ class ClientSession {
     if (reused) {
       this.#toClient(reused.hello);
       this.#attach(reused);
-      return this.#passOn(g.rest);
+      this.#passOn(g.rest);
+      return;
     }
     let login: ServerLogin | undefined;
     const opened = this.#backends.open(
@@ -226,7 +236,15 @@ class ClientSession {
       },
       () => b.onClose?.(),
     );
-    const b: Backend = { tcp: opened.tcp, key, hello: Buffer.alloc(0), tail: Buffer.alloc(0), busy: false, owner: null, onClose: () => this.#ws.close() };
+    const b: Backend = {
+      tcp: opened.tcp,
+      key,
+      hello: Buffer.alloc(0),
+      tail: Buffer.alloc(0),
+      busy: false,
+      owner: null,
+      onClose: () => this.#ws.close(),
+    };
     login = new ServerLogin(g, {
       toServer: opened.send,
       toClient: this.#toClient,
@@ -249,7 +267,8 @@ class ClientSession {
     this.#backend = b;
     this.#send = (bytes) => {
       // Terminate ends the client's session, not the pooled backend's: kept from the server.
-      const terminate = bytes.length >= 5 && bytes[bytes.length - 5] === 0x58 && bytes.readInt32BE(bytes.length - 4) === 4;
+      const terminate =
+        bytes.length >= 5 && bytes[bytes.length - 5] === 0x58 && bytes.readInt32BE(bytes.length - 4) === 4;
       const sent = terminate ? bytes.subarray(0, bytes.length - 5) : bytes;
       if (sent.length > 0) {
         b.busy = true;

@@ -16,7 +16,13 @@
 // and trace span. A drain that stops while a batch waits releases its jobs (attempts refunded).
 // The runner has a job book of its own, so its items never take the slots the claim planner
 // counts for the other kinds.
-import { PermanentJobError, describeIssues, handlerTimeoutMs, type JobDefinition, type JobRegistry } from '../jobs/registry.ts';
+import {
+  PermanentJobError,
+  describeIssues,
+  handlerTimeoutMs,
+  type JobDefinition,
+  type JobRegistry,
+} from '../jobs/registry.ts';
 import { batchOf } from '../jobs/batch.ts';
 import { type KindLimits, limitsOf } from '../jobs/definition.ts';
 import type { ClaimedJob } from '../queries/index.ts';
@@ -104,7 +110,10 @@ export class BatchRunner {
 
   /** When the loop should look at it again on its own: its wait's end, or its limits' next room. */
   get nextWakeAt(): number {
-    return Math.min(this.#phase === 'waiting' ? this.#waitUntil : Infinity, this.#blockedUntil > Date.now() ? this.#blockedUntil : Infinity);
+    return Math.min(
+      this.#phase === 'waiting' ? this.#waitUntil : Infinity,
+      this.#blockedUntil > Date.now() ? this.#blockedUntil : Infinity,
+    );
   }
 
   get drainedAt(): number {
@@ -158,7 +167,10 @@ export class BatchRunner {
     // Jobs lost or cancelled while the batch waited were settled by the drain already.
     const held = records.filter((r) => r.state === 'waiting');
     if (this.#deps.stopping()) {
-      this.#deps.settler.release(held, 'the drainer stopped while the batch waited for more jobs; released to run again');
+      this.#deps.settler.release(
+        held,
+        'the drainer stopped while the batch waited for more jobs; released to run again',
+      );
       for (const r of held) this.#deps.leases.drop(r.job.id);
       return;
     }
@@ -181,15 +193,24 @@ export class BatchRunner {
     const sentAt = Date.now();
     try {
       const outcome = await this.#deps.claimer.send(
-        { batchSize: n, lockToken, kinds: [this.kind], ids: this.#deps.ids, visibilityTimeoutSeconds: this.#deps.visibilityTimeoutSeconds },
+        {
+          batchSize: n,
+          lockToken,
+          kinds: [this.kind],
+          ids: this.#deps.ids,
+          visibilityTimeoutSeconds: this.#deps.visibilityTimeoutSeconds,
+        },
         this.#limits,
       );
-      if (outcome.heldBack) this.#blockedUntil = outcome.nextStartAt ? outcome.nextStartAt.getTime() : Date.now() + 1_000;
+      if (outcome.heldBack)
+        this.#blockedUntil = outcome.nextStartAt ? outcome.nextStartAt.getTime() : Date.now() + 1_000;
       const records = this.book.claimed(outcome.jobs, sentAt);
       this.#deps.onClaimed(records.length);
       if (records.length > 0) {
         this.#deps.leases.hold(records);
-        const longest = Math.max(...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#deps.visibilityTimeoutSeconds));
+        const longest = Math.max(
+          ...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#deps.visibilityTimeoutSeconds),
+        );
         this.#deps.onLeaseTaken?.(sentAt + longest * 1000);
       }
       return records;
@@ -206,7 +227,9 @@ export class BatchRunner {
     const controller = new AbortController();
     const givenUp = new Map<string, Error>();
     const tracing = this.#deps.tracing();
-    const claimContext = tracing ? traceClaim(tracing, [this.kind], records.length, records[0]!.claimSentAt) : undefined;
+    const claimContext = tracing
+      ? traceClaim(tracing, [this.kind], records.length, records[0]!.claimSentAt)
+      : undefined;
     const spans = new Map<string, ProcessSpan>();
     const items: { record: JobRecord; payload: unknown }[] = [];
     for (const record of records) {
@@ -218,7 +241,13 @@ export class BatchRunner {
       });
       const parsed = this.#definition.schema.safeParse(record.job.payload);
       if (parsed.success) items.push({ record, payload: parsed.data });
-      else this.#settle(record, new PermanentJobError(`payload rejected by kind ${this.kind}: ${describeIssues(parsed.error)}`), spans, givenUp);
+      else
+        this.#settle(
+          record,
+          new PermanentJobError(`payload rejected by kind ${this.kind}: ${describeIssues(parsed.error)}`),
+          spans,
+          givenUp,
+        );
     }
     if (items.length === 0) return;
     // The call's timeout: the kind's (the shortest any of its jobs asked for), within the drain's budget.
@@ -227,7 +256,11 @@ export class BatchRunner {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        const error = new Error(allowedMs < timeoutMs ? `batch handler did not finish within the drain's remaining budget of ${allowedMs} ms` : `batch handler timed out after ${allowedMs} ms`);
+        const error = new Error(
+          allowedMs < timeoutMs
+            ? `batch handler did not finish within the drain's remaining budget of ${allowedMs} ms`
+            : `batch handler timed out after ${allowedMs} ms`,
+        );
         error.name = 'TimeoutError';
         controller.abort(error);
         reject(error);
@@ -235,18 +268,28 @@ export class BatchRunner {
     });
     let answer: unknown[] | Error;
     try {
-      const call = Promise.resolve().then(() => batch.handler(items.map((i) => ({ payload: i.payload, job: i.record.job })), { signal: controller.signal }));
+      const call = Promise.resolve().then(() =>
+        batch.handler(
+          items.map((i) => ({ payload: i.payload, job: i.record.job })),
+          { signal: controller.signal },
+        ),
+      );
       call.catch(() => {});
       const value = await Promise.race([call, timedOut]);
-      answer = Array.isArray(value) && value.length === items.length
-        ? value
-        : new Error(`batch handler of ${this.kind} answered ${Array.isArray(value) ? `${value.length} outcomes` : `a ${typeof value}`} for ${items.length} jobs; it must answer one outcome per job, in order`);
+      answer =
+        Array.isArray(value) && value.length === items.length
+          ? value
+          : new Error(
+              `batch handler of ${this.kind} answered ${Array.isArray(value) ? `${value.length} outcomes` : `a ${typeof value}`} for ${items.length} jobs; it must answer one outcome per job, in order`,
+            );
     } catch (error) {
       answer = error instanceof Error ? error : new Error(String(error));
     } finally {
       clearTimeout(timer);
     }
-    items.forEach((item, i) => this.#settle(item.record, answer instanceof Error ? answer : (answer as unknown[])[i], spans, givenUp));
+    for (const [i, item] of items.entries()) {
+      this.#settle(item.record, answer instanceof Error ? answer : (answer as unknown[])[i], spans, givenUp);
+    }
   }
 
   /** One item's end: its lease given up (cancelled, lost) wins over what the call answered. */
@@ -258,19 +301,29 @@ export class BatchRunner {
     if (lost instanceof JobCancelledError) {
       const keepSeconds = this.#definition.keepCompletedSeconds ?? 0;
       span?.end('cancelled', lost);
-      return this.#deps.settler.complete(record, keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined, 'cancelled');
+      this.#deps.settler.complete(record, keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined, 'cancelled');
+      return;
     }
     const error = lost ?? (outcome instanceof Error ? outcome : null);
     if (error) {
-      span?.end(error instanceof LeaseLostError ? 'lost' : error instanceof PermanentJobError || job.attempts >= job.maxAttempts ? 'dead' : 'retry', error);
-      return this.#deps.settler.fail(record, error, this.#definition.backoff);
+      span?.end(
+        error instanceof LeaseLostError
+          ? 'lost'
+          : error instanceof PermanentJobError || job.attempts >= job.maxAttempts
+            ? 'dead'
+            : 'retry',
+        error,
+      );
+      this.#deps.settler.fail(record, error, this.#definition.backoff);
+      return;
     }
     let kept;
     try {
       kept = keptResult(this.#definition, outcome);
     } catch (problem) {
       span?.end('dead', problem);
-      return this.#deps.settler.fail(record, problem, this.#definition.backoff);
+      this.#deps.settler.fail(record, problem, this.#definition.backoff);
+      return;
     }
     span?.end('completed');
     this.#deps.settler.complete(record, kept && progressJson !== undefined ? { ...kept, progressJson } : kept);

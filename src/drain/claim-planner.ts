@@ -123,11 +123,22 @@ export class ClaimPlanner {
     const together = options.kinds.filter((k) => !own(k));
     this.#apart = new Set(apart);
     const group = (kinds: readonly string[], cap: number, limits: ClaimLimits | null): ClaimGroup => ({
-      kinds, cap, limits, inFlight: 0, drained: false, drainedAt: 0, blockedUntil: 0, blockedByRate: false, freed: 0, reopened: 0,
+      kinds,
+      cap,
+      limits,
+      inFlight: 0,
+      drained: false,
+      drainedAt: 0,
+      blockedUntil: 0,
+      blockedByRate: false,
+      freed: 0,
+      reopened: 0,
     });
     this.#groups = [
       // With no kind apart, the one group asks for exactly the drain's kinds.
-      ...(together.length > 0 || apart.length === 0 ? [group(together.length > 0 ? together : options.kinds, Infinity, null)] : []),
+      ...(together.length > 0 || apart.length === 0
+        ? [group(together.length > 0 ? together : options.kinds, Infinity, null)]
+        : []),
       ...apart.map((kind) => group([kind], capOf(kind) ?? Infinity, limitsOf(registry.get(kind)))),
     ];
   }
@@ -165,7 +176,11 @@ export class ClaimPlanner {
   next(): PlannedClaim | null {
     const { waiting, running } = this.#book;
     const held = waiting + running;
-    if (this.#inFlight > 0 && (this.#inFlight >= this.#options.claimsInFlight || (this.#options.carryCompletions && !this.#grown))) return null;
+    if (
+      this.#inFlight > 0 &&
+      (this.#inFlight >= this.#options.claimsInFlight || (this.#options.carryCompletions && !this.#grown))
+    )
+      return null;
     if (this.exhausted) return null;
     const { batchSize, concurrency, prefetch, claimsInFlight } = this.#options;
     const batch = this.#batchNow();
@@ -186,7 +201,11 @@ export class ClaimPlanner {
       if (group.drained || group.blockedUntil > now) continue;
       const kind = group.kinds[0]!;
       const apart = group.kinds.length === 1 && this.#apart.has(kind);
-      const room = Math.min(group.cap - this.#book.held(kind), (group.limits?.globalConcurrency ?? Infinity) - (group.limits ? this.#book.unsettled(kind) : 0)) - group.inFlight;
+      const room =
+        Math.min(
+          group.cap - this.#book.held(kind),
+          (group.limits?.globalConcurrency ?? Infinity) - (group.limits ? this.#book.unsettled(kind) : 0),
+        ) - group.inFlight;
       // A kind limited across drainers claims no more than there are free slots to run it now:
       // a job it claimed counts against its limit everywhere, so one held waiting here would keep
       // another drainer's free slot from running it.
@@ -199,7 +218,12 @@ export class ClaimPlanner {
       group.blockedUntil = 0;
       this.#inFlight++;
       this.#inFlightSize += size;
-      return { kinds: group.kinds, size, reopenedAtSend: group.reopened, ...(group.limits ? { limits: group.limits, freedAtSend: group.freed } : {}) };
+      return {
+        kinds: group.kinds,
+        size,
+        reopenedAtSend: group.reopened,
+        ...(group.limits ? { limits: group.limits, freedAtSend: group.freed } : {}),
+      };
     }
     return null;
   }
@@ -280,7 +304,10 @@ export class ClaimPlanner {
   #batchNow(): number {
     const { batchSize, maxBatchSize, concurrency } = this.#options;
     if (maxBatchSize <= batchSize || Number.isNaN(this.#handlerMs) || Number.isNaN(this.#claimMs)) return batchSize;
-    return Math.max(batchSize, Math.min(maxBatchSize, Math.ceil((concurrency * this.#claimMs) / Math.max(this.#handlerMs, QUICKEST_HANDLER_MS))));
+    return Math.max(
+      batchSize,
+      Math.min(maxBatchSize, Math.ceil((concurrency * this.#claimMs) / Math.max(this.#handlerMs, QUICKEST_HANDLER_MS))),
+    );
   }
 
   #groupOf(claim: PlannedClaim): ClaimGroup {

@@ -5,7 +5,15 @@
 //     (queries/complete-and-claim.ts), so a cycle costs one round trip instead of two — the settler
 //     hands them over and hears back which it settled;
 //   - otherwise the plain claim (queries/claim.ts).
-import { type ClaimLimits, type ClaimOptions, type Db, claim, claimLimited, claimReportingNextDue, completeAndClaim } from '../queries/index.ts';
+import {
+  type ClaimLimits,
+  type ClaimOptions,
+  type Db,
+  claim,
+  claimLimited,
+  claimReportingNextDue,
+  completeAndClaim,
+} from '../queries/index.ts';
 import type { ClaimOutcome } from './claim-planner.ts';
 import type { Settler } from './settler.ts';
 
@@ -28,12 +36,19 @@ export class Claimer {
     this.#settler.claimInFlight(1);
     try {
       const carried = this.#settler.takeCarried();
-      if (carried.length === 0) return options.nextDue ? claimReportingNextDue(this.#db, options) : { jobs: await claim(this.#db, options) };
-      const completed = carried.map(({ record, kept }) => ({ id: record.job.id, lockedBy: record.job.lockedBy, ...kept }));
-      const result = await completeAndClaim(this.#db, completed, options, { recordCounts: this.#recordCounts }).catch((error: unknown) => {
-        this.#settler.carryFailed(carried);
-        throw error;
-      });
+      if (carried.length === 0)
+        return options.nextDue ? claimReportingNextDue(this.#db, options) : { jobs: await claim(this.#db, options) };
+      const completed = carried.map(({ record, kept }) => ({
+        id: record.job.id,
+        lockedBy: record.job.lockedBy,
+        ...kept,
+      }));
+      const result = await completeAndClaim(this.#db, completed, options, { recordCounts: this.#recordCounts }).catch(
+        (error: unknown) => {
+          this.#settler.carryFailed(carried);
+          throw error;
+        },
+      );
       this.#settler.carried(carried, result.completed);
       return { jobs: result.claimed, ...(options.nextDue ? { nextDueAt: result.nextDueAt } : {}) };
     } finally {

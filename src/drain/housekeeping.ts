@@ -5,7 +5,15 @@
 // when their day is over; workflows whose sleep ended or wait timed out are woken, and events past
 // their retention pruned (in the prune's statement). Four statements, each idempotent and cheap.
 import {
-  type Db, type HistoryUpkeep, type PruneResult, type ReapResult, housekeepingDueAt, maintainHistory, pruneFinished, reap, rollUpCounts,
+  type Db,
+  type HistoryUpkeep,
+  type PruneResult,
+  type ReapResult,
+  housekeepingDueAt,
+  maintainHistory,
+  pruneFinished,
+  reap,
+  rollUpCounts,
 } from '../queries/index.ts';
 
 export interface HousekeepingRound {
@@ -21,14 +29,22 @@ export interface HousekeepingOptions {
 
 /** A round, and when the next one has something to do (ms since the epoch): for a drainer that
  * sleeps until then (the Worker's clock). One statement more than housekeep(). */
-export async function housekeepAndSchedule(db: Db, visibilityTimeoutSeconds: number, options: HousekeepingOptions = {}): Promise<HousekeepingRound & { nextDueAt: number }> {
+export async function housekeepAndSchedule(
+  db: Db,
+  visibilityTimeoutSeconds: number,
+  options: HousekeepingOptions = {},
+): Promise<HousekeepingRound & { nextDueAt: number }> {
   const round = await housekeep(db, visibilityTimeoutSeconds, options);
   const due = await housekeepingDueAt(db, visibilityTimeoutSeconds);
   return { ...round, nextDueAt: Math.min(round.history.nextDueAt, due ?? Infinity) };
 }
 
 /** One round. `visibilityTimeoutSeconds` applies only to jobs locked without a lease end (older drainers). */
-export async function housekeep(db: Db, visibilityTimeoutSeconds: number, options: HousekeepingOptions = {}): Promise<HousekeepingRound> {
+export async function housekeep(
+  db: Db,
+  visibilityTimeoutSeconds: number,
+  options: HousekeepingOptions = {},
+): Promise<HousekeepingRound> {
   const reaped = await reap(db, visibilityTimeoutSeconds);
   await rollUpCounts(db);
   const pruned = await pruneFinished(db, undefined, options.eventRetentionSeconds);

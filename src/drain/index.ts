@@ -43,7 +43,7 @@
 //   cancelled (lease keeper) complete, which ends it cancelled (someone asked to cancel it)
 //   abandoned at shutdown    release: pending again, attempt refunded
 import type { OpenTransactionConnection } from '../db/connections.ts';
-import { PermanentJobError, type JobRegistry } from '../jobs/registry.ts';
+import { type JobDefinition, type JobRegistry, PermanentJobError } from '../jobs/registry.ts';
 import { type ClaimedJob, type Db, wakeWorkflows } from '../queries/index.ts';
 import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '../tracing.ts';
 import { BatchRunner } from './batch-runner.ts';
@@ -54,7 +54,13 @@ import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
 import { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
 import type { DrainNotices } from './notices.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-import { HandlerAbandonedError, type HandlerEnvironment, type HandlerOutcome, WorkflowParked, runHandler } from './run-handler.ts';
+import {
+  HandlerAbandonedError,
+  type HandlerEnvironment,
+  type HandlerOutcome,
+  WorkflowParked,
+  runHandler,
+} from './run-handler.ts';
 import { Settler } from './settler.ts';
 
 export { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError } from './lease-keeper.ts';
@@ -234,16 +240,7 @@ class DrainRun {
       visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
       onLostUnstarted: (record, error) => this.#lostBeforeStart(record, error),
     });
-    this.#runners = [...batchKinds].map(
-      (kind) =>
-        new BatchRunner(registry.get(kind)!, {
-          claimer: this.#claimer, settler: this.#settler, leases: this.#leases, registry, workerId: options.workerId,
-          visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds, ids: options.ids,
-          handlerDeadline: () => this.#budget.handlerDeadline, mayClaim: () => this.#mode === 'draining', stopping: () => this.#mode !== 'draining',
-          tracing: () => this.#tracing, onLeaseTaken: options.onLeaseTaken, onClaimError: options.onClaimError, onChange: () => this.#wakeup.wake(),
-          onClaimed: (n) => (this.#claimed += n),
-        }),
-    );
+    this.#runners = [...batchKinds].map((kind) => this.#batchRunner(registry.get(kind)!, registry, options));
     this.#handlerEnvironment = {
       db,
       transactions: options.transactions,
@@ -251,7 +248,41 @@ class DrainRun {
       unsavedProgress: (jobId) => this.#leases.unsavedProgress(jobId),
       recordCounts,
     };
-    this.#unsubscribe =
+    this.#unsubscribe = this.#listen(options);
+  }
+
+  /** The runner of one batch kind, sharing this drain's claimer, settler and leases. */
+  #batchRunner(definition: JobDefinition<unknown>, registry: JobRegistry, options: DrainOptions): BatchRunner {
+    return new BatchRunner(definition, {
+      claimer: this.#claimer,
+      settler: this.#settler,
+      leases: this.#leases,
+      registry,
+      workerId: options.workerId,
+      visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
+      ids: options.ids,
+      handlerDeadline: () => this.#budget.handlerDeadline,
+      mayClaim: () => this.#mode === 'draining',
+      stopping: () => this.#mode !== 'draining',
+      tracing: () => this.#tracing,
+      onLeaseTaken: options.onLeaseTaken,
+      onClaimError: options.onClaimError,
+      onChange: () => this.#wakeup.wake(),
+      onClaimed: (n) => (this.#claimed += n),
+    });
+  }
+
+  /** Notices (a kind has ready jobs, a cancel was asked) and the shutdown's abandon; returns the unsubscribe. */
+  #listen(options: DrainOptions): () => void {
+    options.abandonSignal?.addEventListener(
+      'abort',
+      () =>
+        this.#leases.abandonRunning(
+          new HandlerAbandonedError('the drainer shut down before the handler finished; released to run again'),
+        ),
+      { once: true },
+    );
+    return (
       options.notices?.subscribe({
         ready: (kind) => {
           this.#planner.reopen(kind === undefined ? undefined : [kind]);
@@ -259,11 +290,7 @@ class DrainRun {
           this.#wakeup.wake();
         },
         cancelRequested: (jobId) => this.#leases.checkNow(jobId),
-      }) ?? (() => {});
-    options.abandonSignal?.addEventListener(
-      'abort',
-      () => this.#leases.abandonRunning(new HandlerAbandonedError('the drainer shut down before the handler finished; released to run again')),
-      { once: true },
+      }) ?? (() => {})
     );
   }
 
@@ -282,18 +309,28 @@ class DrainRun {
     await this.#settler.finish();
     if (this.#claimError !== undefined) throw this.#claimError;
     const counts = { ...this.#book.counts };
-    for (const runner of this.#runners) for (const [as, n] of Object.entries(runner.book.counts)) counts[as as keyof SettledCounts] += n;
-    const nextClaimAt = this.#stoppedBy === 'empty' && Number.isFinite(this.#planner.nextUnblockAt) ? this.#planner.nextUnblockAt : null;
+    for (const runner of this.#runners)
+      for (const [as, n] of Object.entries(runner.book.counts)) counts[as as keyof SettledCounts] += n;
+    const nextClaimAt =
+      this.#stoppedBy === 'empty' && Number.isFinite(this.#planner.nextUnblockAt) ? this.#planner.nextUnblockAt : null;
     const nextWakeAt = Number.isFinite(this.#wakeDueAt) ? this.#wakeDueAt : null;
     return {
-      claimed: this.#claimed, ...counts, elapsedMs: Date.now() - this.#started, stoppedBy: this.#stoppedBy, nextClaimAt, nextDueAt: this.#nextDueAt(nextClaimAt), nextWakeAt,
+      claimed: this.#claimed,
+      ...counts,
+      elapsedMs: Date.now() - this.#started,
+      stoppedBy: this.#stoppedBy,
+      nextClaimAt,
+      nextDueAt: this.#nextDueAt(nextClaimAt),
+      nextWakeAt,
     };
   }
 
   /** DrainReport.nextDueAt. */
   #nextDueAt(nextClaimAt: number | null): number | null {
     const known = [
-      this.#nextDueFromClaims, nextClaimAt, this.#stoppedBy === 'empty' ? null : Date.now(),
+      this.#nextDueFromClaims,
+      nextClaimAt,
+      this.#stoppedBy === 'empty' ? null : Date.now(),
       Number.isFinite(this.#earliestRetryAt) ? this.#earliestRetryAt : null,
       Number.isFinite(this.#wakeDueAt) ? this.#wakeDueAt : null,
     ].filter((t): t is number => t !== null);
@@ -302,7 +339,8 @@ class DrainRun {
 
   /** draining: start what fits, claim what the planner wants, and see whether all is done. */
   #drainTurn(): void {
-    for (let record: JobRecord | null; this.#slotsInUse < this.#concurrency && (record = this.#book.nextWaiting()); ) this.#start(record);
+    for (let record: JobRecord | null; this.#slotsInUse < this.#concurrency && (record = this.#book.nextWaiting()); )
+      this.#start(record);
     for (const runner of this.#runners) {
       // Held open by running handlers: a drained batch kind is looked at again at the poll, as the planner's are.
       if (runner.drained && Date.now() >= runner.drainedAt + this.#pollIntervalMs) runner.reopen();
@@ -312,10 +350,18 @@ class DrainRun {
     if (!this.#waking && Date.now() >= this.#wakeDueAt) this.#wakeWorkflows();
     if (this.#waking) return;
     // Held open by running handlers: look again for what came due since a claim came back short.
-    if (Date.now() >= this.#planner.oldestDrainedAt + this.#pollIntervalMs) this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
+    if (Date.now() >= this.#planner.oldestDrainedAt + this.#pollIntervalMs)
+      this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
     for (let plan: PlannedClaim | null; (plan = this.#planner.next()); ) this.#sendClaim(plan);
     // Settlements still on their way may free a limited kind's slots: wait for them first.
-    if (this.#idle && this.#planner.exhausted && this.#runners.every((r) => r.drained) && !this.#settler.busy && !this.#waking) this.#setMode('draining', 'done');
+    if (
+      this.#idle &&
+      this.#planner.exhausted &&
+      this.#runners.every((r) => r.drained) &&
+      !this.#settler.busy &&
+      !this.#waking
+    )
+      this.#setMode('draining', 'done');
   }
 
   /** stopping: release what waits; done once nothing is claimed or running any more. */
@@ -330,7 +376,12 @@ class DrainRun {
   }
 
   get #idle(): boolean {
-    return this.#planner.inFlight === 0 && this.#book.running === 0 && this.#book.waiting === 0 && this.#runners.every((r) => !r.busy);
+    return (
+      this.#planner.inFlight === 0 &&
+      this.#book.running === 0 &&
+      this.#book.waiting === 0 &&
+      this.#runners.every((r) => !r.busy)
+    );
   }
 
   /** Handlers running: each job's, and one per batch call. */
@@ -344,7 +395,13 @@ class DrainRun {
   #nextWakeAt(): number {
     let runners = Infinity;
     for (const r of this.#runners) runners = Math.min(runners, r.nextWakeAt, r.drainedAt + this.#pollIntervalMs);
-    return Math.min(this.#budget.claimDeadline, this.#planner.nextUnblockAt, this.#planner.oldestDrainedAt + this.#pollIntervalMs, this.#wakeDueAt, runners);
+    return Math.min(
+      this.#budget.claimDeadline,
+      this.#planner.nextUnblockAt,
+      this.#planner.oldestDrainedAt + this.#pollIntervalMs,
+      this.#wakeDueAt,
+      runners,
+    );
   }
 
   /** A run parked itself; a sleep or a timeout is to be woken at its time (by this drain, if it is
@@ -363,21 +420,23 @@ class DrainRun {
   #wakeWorkflows(): void {
     this.#waking = true;
     this.#wakeDueAt = Infinity;
-    wakeWorkflows(this.#db).then(
-      (woken) => {
-        // The database knows every run's next wake time, this drain's own parks among them.
-        if (woken.nextWakeAt) this.#wakeDueAt = Math.min(this.#wakeDueAt, woken.nextWakeAt.getTime());
-        if (woken.woken > 0) this.#planner.reopen(undefined);
-      },
-      (error: unknown) => {
-        // Tried again at the next poll; the housekeeping round wakes them meanwhile.
-        this.#wakeDueAt = Math.min(this.#wakeDueAt, Date.now() + this.#pollIntervalMs);
-        this.#options.onClaimError?.(error);
-      },
-    ).finally(() => {
-      this.#waking = false;
-      this.#wakeup.wake();
-    });
+    wakeWorkflows(this.#db)
+      .then(
+        (woken) => {
+          // The database knows every run's next wake time, this drain's own parks among them.
+          if (woken.nextWakeAt) this.#wakeDueAt = Math.min(this.#wakeDueAt, woken.nextWakeAt.getTime());
+          if (woken.woken > 0) this.#planner.reopen(undefined);
+        },
+        (error: unknown) => {
+          // Tried again at the next poll; the housekeeping round wakes them meanwhile.
+          this.#wakeDueAt = Math.min(this.#wakeDueAt, Date.now() + this.#pollIntervalMs);
+          this.#options.onClaimError?.(error);
+        },
+      )
+      .finally(() => {
+        this.#waking = false;
+        this.#wakeup.wake();
+      });
   }
 
   #stop(reason: DrainReport['stoppedBy']): void {
@@ -417,7 +476,11 @@ class DrainRun {
 
   #settle(record: JobRecord, outcome: HandlerOutcome, progressJson: string | undefined): void {
     if (outcome?.settledInTransaction) this.#settler.settledInTransaction(record, outcome.unblockedKinds);
-    else this.#settler.complete(record, outcome?.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome?.kept);
+    else
+      this.#settler.complete(
+        record,
+        outcome?.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome?.kept,
+      );
   }
 
   /** Someone asked to cancel it: the completing statement ends it cancelled (kept like a completed
@@ -431,7 +494,11 @@ class DrainRun {
     const lockToken = `${this.#options.workerId}:${++claimSequence}`;
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
     const claim = {
-      batchSize: plan.size, lockToken, kinds: plan.kinds, ids: this.#options.ids, visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
+      batchSize: plan.size,
+      lockToken,
+      kinds: plan.kinds,
+      ids: this.#options.ids,
+      visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
       ...(this.#options.reportNextDue ? { nextDue: { kinds: this.#options.kinds } } : {}),
     };
     this.#claimer
@@ -440,15 +507,23 @@ class DrainRun {
         (outcome) => {
           const records = this.#book.claimed(outcome.jobs, sentAt);
           this.#planner.claimReturned(plan, outcome, Date.now() - sentAt);
-          if (outcome.nextDueAt !== undefined && outcome.jobs.length < plan.size) this.#nextDueFromClaims = outcome.nextDueAt?.getTime() ?? null;
+          if (outcome.nextDueAt !== undefined && outcome.jobs.length < plan.size)
+            this.#nextDueFromClaims = outcome.nextDueAt?.getTime() ?? null;
           if (outcome.jobs.length > 0 && this.#options.onLeaseTaken) {
-            const longest = Math.max(...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#visibilityTimeoutSeconds));
+            const longest = Math.max(
+              ...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#visibilityTimeoutSeconds),
+            );
             this.#options.onLeaseTaken(sentAt + longest * 1000);
           }
           this.#claimError = undefined;
           this.#claimed += outcome.jobs.length;
           if (this.#tracing && outcome.jobs.length > 0) {
-            const context = traceClaim(this.#tracing, [...new Set(outcome.jobs.map((j) => j.kind))], outcome.jobs.length, sentAt);
+            const context = traceClaim(
+              this.#tracing,
+              [...new Set(outcome.jobs.map((j) => j.kind))],
+              outcome.jobs.length,
+              sentAt,
+            );
             for (const job of outcome.jobs) this.#claimContexts.set(job, context);
           }
           this.#leases.hold(records);
@@ -492,7 +567,8 @@ function budgetClock(started: number, budgetMs = Infinity, signal?: AbortSignal)
   return {
     claimDeadline,
     handlerDeadline: started + budgetMs - margin / 2,
-    stopReason: (): DrainReport['stoppedBy'] | null => (signal?.aborted ? 'signal' : Date.now() >= claimDeadline ? 'budget' : null),
+    stopReason: (): DrainReport['stoppedBy'] | null =>
+      signal?.aborted ? 'signal' : Date.now() >= claimDeadline ? 'budget' : null,
   };
 }
 
@@ -508,7 +584,9 @@ class Wakeup {
     const woken = new Promise<void>((resolve) => {
       this.#resolve = resolve;
     });
-    const timer = Number.isFinite(deadline) ? setTimeout(() => this.wake(), Math.max(0, deadline - Date.now())) : undefined;
+    const timer = Number.isFinite(deadline)
+      ? setTimeout(() => this.wake(), Math.max(0, deadline - Date.now()))
+      : undefined;
     const onAbort = () => this.wake();
     signal?.addEventListener('abort', onAbort, { once: true });
     await woken;

@@ -81,7 +81,12 @@ export class LeaseKeeper {
     const fallbackMs = this.#options.visibilityTimeoutSeconds * 1000;
     for (const record of records) {
       const { job } = record;
-      this.#leases.set(job.id, { record, job, renewedAt: record.claimSentAt, visibilityTimeoutMs: job.visibilityTimeoutSeconds ? job.visibilityTimeoutSeconds * 1000 : fallbackMs });
+      this.#leases.set(job.id, {
+        record,
+        job,
+        renewedAt: record.claimSentAt,
+        visibilityTimeoutMs: job.visibilityTimeoutSeconds ? job.visibilityTimeoutSeconds * 1000 : fallbackMs,
+      });
     }
     // A third of the shortest visibility from now at the latest: a claim of a shorter one brings it forward.
     this.#renewAt = Math.min(this.#renewAt, Date.now() + this.#renewalInterval());
@@ -192,7 +197,12 @@ export class LeaseKeeper {
     const sent = [...this.#leases.values()].map((lease) => ({ lease, progressJson: lease.progressJson }));
     renew(
       this.#db,
-      sent.map(({ lease, progressJson }) => ({ id: lease.job.id, lockedBy: lease.job.lockedBy, visibilityTimeoutSeconds: lease.visibilityTimeoutMs / 1000, progressJson })),
+      sent.map(({ lease, progressJson }) => ({
+        id: lease.job.id,
+        lockedBy: lease.job.lockedBy,
+        visibilityTimeoutSeconds: lease.visibilityTimeoutMs / 1000,
+        progressJson,
+      })),
     )
       .then((answers) => {
         const renewed = new Map(answers.map((a) => [a.id, a]));
@@ -200,18 +210,25 @@ export class LeaseKeeper {
           if (this.#leases.get(lease.job.id) !== lease) continue; // settled meanwhile
           const answer = renewed.get(lease.job.id);
           if (!answer) {
-            this.#lose(lease, new LeaseLostError(`job ${lease.job.id}: its lease was lost: the job was reaped and may be running elsewhere`));
+            this.#lose(
+              lease,
+              new LeaseLostError(
+                `job ${lease.job.id}: its lease was lost: the job was reaped and may be running elsewhere`,
+              ),
+            );
             continue;
           }
           lease.renewedAt = sentAt;
           if (lease.progressJson === progressJson) lease.progressJson = undefined;
-          if (answer.cancelRequested) this.#lose(lease, new JobCancelledError(`job ${lease.job.id} was cancelled while it ran`));
+          if (answer.cancelRequested)
+            this.#lose(lease, new JobCancelledError(`job ${lease.job.id} was cancelled while it ran`));
         }
       })
       .catch(() => {}) // out of reach: the expiry timer decides
       .finally(() => {
         this.#renewing = false;
-        if (this.#renewAgainAt < Infinity) this.#renewAt = Math.min(this.#renewAt, Math.max(Date.now(), this.#renewAgainAt));
+        if (this.#renewAgainAt < Infinity)
+          this.#renewAt = Math.min(this.#renewAt, Math.max(Date.now(), this.#renewAgainAt));
         this.#renewAgainAt = Infinity;
         this.#schedule();
       });

@@ -26,4 +26,3 @@ export class DrainNotices {
     return () => this.#listeners.delete(listener);
   }
 }
-

@@ -30,9 +30,23 @@ export const DRAIN_PROFILES = {
   // match graphile-worker's tuned local queue of 500. Two claims in flight: the next batch is
   // claimed while the database writes the last one (claims are serialized on a deep backlog
   // otherwise, the drain's slots idle for the length of each).
-  near: { batchSize: 250, maxBatchSize: null, concurrency: 250, settleWithClaim: false, claimsInFlight: 2, pollIntervalMs: 1000 },
+  near: {
+    batchSize: 250,
+    maxBatchSize: null,
+    concurrency: 250,
+    settleWithClaim: false,
+    claimsInFlight: 2,
+    pollIntervalMs: 1000,
+  },
   // 20 per claim at least (the article's measured sweet spot), growing to 500 for quick handlers;
   // 5 handlers and two claims in flight: a Worker invocation holds 6 connections at once, and the
   // drain's database connections take at most two of them (src/worker/database.ts).
-  far: { batchSize: 20, maxBatchSize: 500, concurrency: 5, settleWithClaim: true, claimsInFlight: 2, pollIntervalMs: 1000 },
+  far: {
+    batchSize: 20,
+    maxBatchSize: 500,
+    concurrency: 5,
+    settleWithClaim: true,
+    claimsInFlight: 2,
+    pollIntervalMs: 1000,
+  },
 } as const satisfies Record<Placement, DrainProfile>;

@@ -14,7 +14,14 @@
 //
 // Given up mid-transaction (timeout, lost lease, cancel, shutdown), its connection is destroyed, so
 // the server rolls back at once and nothing the handler does afterwards can reach the database.
-import { type JobContext, type JobDefinition, type JobRegistry, PermanentJobError, describeIssues, handlerTimeoutMs } from '../jobs/registry.ts';
+import {
+  type JobContext,
+  type JobDefinition,
+  type JobRegistry,
+  PermanentJobError,
+  describeIssues,
+  handlerTimeoutMs,
+} from '../jobs/registry.ts';
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { type ClaimedJob, type Db, completeJobs, getDependencies } from '../queries/index.ts';
 import { longerThan, toJson, utf8Length } from '../json.ts';
@@ -33,7 +40,6 @@ export class HandlerAbandonedError extends Error {
 export const MAX_RESULT_BYTES = 64 * 1024;
 /** ctx.progress() takes JSON of at most this many bytes. */
 export const MAX_PROGRESS_BYTES = 8 * 1024;
-
 
 export interface HandlerEnvironment {
   /** The drain's database: ctx.dependencies() reads through it. */
@@ -78,7 +84,8 @@ export async function runHandler(
   const definition = registry.get(job.kind);
   if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
   const parsed = definition.schema.safeParse(job.payload);
-  if (!parsed.success) throw new PermanentJobError(`payload rejected by kind ${job.kind}: ${describeIssues(parsed.error)}`);
+  if (!parsed.success)
+    throw new PermanentJobError(`payload rejected by kind ${job.kind}: ${describeIssues(parsed.error)}`);
 
   const attempt = new Attempt(job, definition, deadline);
   onStart((error) => attempt.giveUp(error));
@@ -86,7 +93,9 @@ export async function runHandler(
     if (definition.transactional) return await runInTransaction(attempt, parsed.data, environment, span);
     const invoke = () => definition.handler(parsed.data, new HandlerContext(job, attempt.signal, environment));
     const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
-    return definition.keepCompletedSeconds ? { kept: keptResult(definition, value), settledInTransaction: false } : undefined;
+    return definition.keepCompletedSeconds
+      ? { kept: keptResult(definition, value), settledInTransaction: false }
+      : undefined;
   } finally {
     attempt.end();
   }
@@ -112,7 +121,9 @@ class Attempt {
     const allowedMs = Math.max(0, Math.min(timeoutMs, left));
     this.#timer = setTimeout(() => {
       const error = new Error(
-        left < timeoutMs ? `handler did not finish within the drain's remaining budget of ${allowedMs} ms` : `handler timed out after ${allowedMs} ms`,
+        left < timeoutMs
+          ? `handler did not finish within the drain's remaining budget of ${allowedMs} ms`
+          : `handler timed out after ${allowedMs} ms`,
       );
       error.name = 'TimeoutError';
       this.giveUp(error);
@@ -193,7 +204,9 @@ class HandlerContext implements JobContext {
     const json = toJson(value, 'ctx.progress()');
     if (json === null) throw new TypeError('ctx.progress() needs a JSON value, not undefined');
     if (longerThan(json, MAX_PROGRESS_BYTES)) {
-      throw new RangeError(`ctx.progress() takes at most ${MAX_PROGRESS_BYTES} bytes of JSON; this value is ${utf8Length(json)}`);
+      throw new RangeError(
+        `ctx.progress() takes at most ${MAX_PROGRESS_BYTES} bytes of JSON; this value is ${utf8Length(json)}`,
+      );
     }
     this.#environment.progress(this.job.id, json);
   }
@@ -203,17 +216,28 @@ class HandlerContext implements JobContext {
   }
 
   get tx(): Db {
-    if (!this.#tx) throw new Error(`ctx.tx: kind ${this.job.kind} is not transactional; define it with transactional: true to get a transaction`);
+    if (!this.#tx)
+      throw new Error(
+        `ctx.tx: kind ${this.job.kind} is not transactional; define it with transactional: true to get a transaction`,
+      );
     return this.#tx;
   }
 }
 
-async function runInTransaction(attempt: Attempt, payload: unknown, environment: HandlerEnvironment, span?: ProcessSpan): Promise<HandlerOutcome> {
+async function runInTransaction(
+  attempt: Attempt,
+  payload: unknown,
+  environment: HandlerEnvironment,
+  span?: ProcessSpan,
+): Promise<HandlerOutcome> {
   const { job, definition } = attempt;
   const open = environment.transactions ?? (async () => ({ db: environment.db, giveBack: () => {} }));
   const opening = open();
   const connection = await attempt.race(opening).catch((error: unknown) => {
-    opening.then((late) => late.giveBack(true), () => {}); // given up while connecting
+    opening.then(
+      (late) => late.giveBack(true),
+      () => {},
+    ); // given up while connecting
     throw attempt.givenUpWith ?? error;
   });
   let over = false;
@@ -230,13 +254,22 @@ async function runInTransaction(attempt: Attempt, payload: unknown, environment:
       const invoke = () => definition.handler(payload, new HandlerContext(job, attempt.signal, environment, guarded));
       const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
       kept = keptResult(definition, value);
-      const { ended: [ended], unblockedKinds } = await attempt.race(
-        completeJobs(tx as unknown as Db, [{ id: job.id, lockedBy: job.lockedBy, ...kept, progressJson: environment.unsavedProgress(job.id) }], {
-          recordCounts: environment.recordCounts,
-        }),
+      const {
+        ended: [ended],
+        unblockedKinds,
+      } = await attempt.race(
+        completeJobs(
+          tx as unknown as Db,
+          [{ id: job.id, lockedBy: job.lockedBy, ...kept, progressJson: environment.unsavedProgress(job.id) }],
+          {
+            recordCounts: environment.recordCounts,
+          },
+        ),
       );
-      if (!ended) throw new LeaseLostError(`job ${job.id}: its lease was lost before its transaction committed; rolled back`);
-      if (ended.status === 'cancelled') throw new JobCancelledError(`job ${job.id} was cancelled while it ran; its transaction was rolled back`);
+      if (!ended)
+        throw new LeaseLostError(`job ${job.id}: its lease was lost before its transaction committed; rolled back`);
+      if (ended.status === 'cancelled')
+        throw new JobCancelledError(`job ${job.id} was cancelled while it ran; its transaction was rolled back`);
       unblocked = unblockedKinds;
     });
   } catch (error) {
@@ -253,7 +286,10 @@ async function runInTransaction(attempt: Attempt, payload: unknown, environment:
 function guardTransaction(tx: Db, isOver: () => boolean): Db {
   return new Proxy(tx, {
     get(target, property, receiver) {
-      if (isOver()) throw new Error('ctx.tx: this job\'s transaction is over (its handler was given up); nothing more can be written through it');
+      if (isOver())
+        throw new Error(
+          "ctx.tx: this job's transaction is over (its handler was given up); nothing more can be written through it",
+        );
       const value = Reflect.get(target, property, receiver) as unknown;
       return typeof value === 'function' ? value.bind(target) : value;
     },
@@ -266,12 +302,14 @@ export function keptResult(definition: JobDefinition<unknown>, value: unknown): 
   if (keepSeconds === 0) return undefined;
   let resultJson: string | null;
   try {
-    resultJson = toJson(value, 'the handler\'s result');
+    resultJson = toJson(value, "the handler's result");
   } catch (error) {
     throw new PermanentJobError((error as Error).message);
   }
   if (resultJson !== null && longerThan(resultJson, MAX_RESULT_BYTES)) {
-    throw new PermanentJobError(`the handler's result is ${utf8Length(resultJson)} bytes of JSON; a kept result is at most ${MAX_RESULT_BYTES}`);
+    throw new PermanentJobError(
+      `the handler's result is ${utf8Length(resultJson)} bytes of JSON; a kept result is at most ${MAX_RESULT_BYTES}`,
+    );
   }
   return { keepSeconds, resultJson };
 }

@@ -17,7 +17,15 @@
 // the reaper (onError says so) and its records done, settled as nothing. finish() flushes what is
 // buffered and resolves when every statement has returned.
 import {
-  type Backoff, type CompletedJob, type CompletionReport, type Db, type Failure, completeFollowed, completeJobs, failJobs, release,
+  type Backoff,
+  type CompletedJob,
+  type CompletionReport,
+  type Db,
+  type Failure,
+  completeFollowed,
+  completeJobs,
+  failJobs,
+  release,
 } from '../queries/index.ts';
 import { isTransientConflict } from '../db/errors.ts';
 import { PermanentJobError, RetryLaterError } from '../jobs/registry.ts';
@@ -74,7 +82,12 @@ export class Settler {
       (batch) =>
         this.#settle(
           batch.map((b) => b.record),
-          () => failJobs(db, batch.map((b) => b.failure), counted),
+          () =>
+            failJobs(
+              db,
+              batch.map((b) => b.failure),
+              counted,
+            ),
           ({ outcomes, unblockedKinds }) => {
             // Workflows parked on a job that died are pending now: this drain runs them too.
             if (unblockedKinds.length > 0) options.onUnblocked?.(unblockedKinds);
@@ -133,7 +146,12 @@ export class Settler {
     this.#track(
       this.#settle(
         records,
-        () => release(this.#db, records.map((r) => r.job), reason),
+        () =>
+          release(
+            this.#db,
+            records.map((r) => r.job),
+            reason,
+          ),
         (ids) => {
           const released = new Set(ids);
           return records.map((r): SettledAs => (released.has(r.job.id) ? 'released' : 'lost'));
@@ -161,7 +179,12 @@ export class Settler {
     for (const c of carried) if (settled.has(c.record.job.id)) c.record.settled('completed');
     this.#completions.taken();
     const rest = carried.filter((c) => !settled.has(c.record.job.id));
-    if (rest.length > 0) this.#track(this.#complete(rest, () => completeFollowed(this.#db, rest.map(completedJob), { recordCounts: this.#options.recordCounts })));
+    if (rest.length > 0)
+      this.#track(
+        this.#complete(rest, () =>
+          completeFollowed(this.#db, rest.map(completedJob), { recordCounts: this.#options.recordCounts }),
+        ),
+      );
   }
 
   /** The claim carrying `carried` failed: they were rolled back with it and settle on their own. */
@@ -200,12 +223,16 @@ export class Settler {
 
   /** Sends `statement` (again, on a lock conflict) and settles `records` by what `read` makes of its
    * answer — or as nothing when it failed: they stay running for the reaper. */
-  async #settle<T>(records: readonly JobRecord[], statement: () => Promise<T>, read: (answer: T) => SettledAs[]): Promise<void> {
+  async #settle<T>(
+    records: readonly JobRecord[],
+    statement: () => Promise<T>,
+    read: (answer: T) => SettledAs[],
+  ): Promise<void> {
     let settledAs: (SettledAs | null)[] = records.map(() => null);
     try {
       settledAs = read(await resend(statement));
     } finally {
-      records.forEach((r, i) => r.settled(settledAs[i] ?? null));
+      for (const [i, r] of records.entries()) r.settled(settledAs[i] ?? null);
     }
   }
 
@@ -221,7 +248,11 @@ export class Settler {
 }
 
 /** What the completing statements take of a record. */
-const completedJob = ({ record, kept }: CompletionOf): CompletedJob => ({ id: record.job.id, lockedBy: record.job.lockedBy, ...kept });
+const completedJob = ({ record, kept }: CompletionOf): CompletedJob => ({
+  id: record.job.id,
+  lockedBy: record.job.lockedBy,
+  ...kept,
+});
 
 /** `statement()`, sent again (after a short random pause) while the database rolls it back for a lock conflict. */
 async function resend<T>(statement: () => Promise<T>): Promise<T> {
@@ -250,7 +281,11 @@ class SettlementBatcher<T> {
   readonly #run: (batch: T[]) => Promise<void>;
   readonly #holdWhile: () => boolean;
 
-  constructor(track: (work: Promise<void>) => void, run: (batch: T[]) => Promise<void>, holdWhile: () => boolean = () => false) {
+  constructor(
+    track: (work: Promise<void>) => void,
+    run: (batch: T[]) => Promise<void>,
+    holdWhile: () => boolean = () => false,
+  ) {
     this.#track = track;
     this.#run = run;
     this.#holdWhile = holdWhile;

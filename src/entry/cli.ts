@@ -46,7 +46,9 @@ Environment (the README lists every setting):
 `;
 
 function version(): string {
-  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+    version: string;
+  };
   return manifest.version;
 }
 
@@ -59,7 +61,8 @@ function fail(message: string, code = 2): never {
  * less clear (a `.ts` jobs module, a missing API): the floor is checked first. */
 function requireNode(): void {
   const [major = 0, minor = 0] = process.versions.node.split('.').map(Number);
-  if (major < 22 || (major === 22 && minor < 18)) fail(`needs Node.js >= 22.18 (this is ${process.version}); install a current Node and try again`, 1);
+  if (major < 22 || (major === 22 && minor < 18))
+    fail(`needs Node.js >= 22.18 (this is ${process.version}); install a current Node and try again`, 1);
 }
 
 async function main(argv: string[]): Promise<void> {
@@ -98,7 +101,10 @@ async function main(argv: string[]): Promise<void> {
   switch (command) {
     case 'start': {
       restartWithHeapSettings();
-      const [{ loadJobsModule }, { runSidecarCli }] = await Promise.all([import('../sidecar/jobs-module.ts'), import('../sidecar/cli.ts')]);
+      const [{ loadJobsModule }, { runSidecarCli }] = await Promise.all([
+        import('../sidecar/jobs-module.ts'),
+        import('../sidecar/cli.ts'),
+      ]);
       let loaded: Awaited<ReturnType<typeof loadJobsModule>> = { jobs: [], schedules: [] };
       if (values.jobs !== undefined) {
         try {
@@ -112,7 +118,10 @@ async function main(argv: string[]): Promise<void> {
     case 'migrate': {
       if (values.jobs !== undefined) fail('--jobs is an option of start, not of migrate');
       const url = process.env.DATABASE_URL;
-      if (!url) fail('migrate: set DATABASE_URL to the database to migrate, e.g. DATABASE_URL=postgres://user:pass@host/db pgdrain migrate');
+      if (!url)
+        fail(
+          'migrate: set DATABASE_URL to the database to migrate, e.g. DATABASE_URL=postgres://user:pass@host/db pgdrain migrate',
+        );
       const { migrateDatabase } = await import('../db/migrate.ts');
       try {
         await migrateDatabase(url);
@@ -137,8 +146,16 @@ async function main(argv: string[]): Promise<void> {
  */
 function restartWithHeapSettings(): void {
   const options = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').split(/\s+/)];
-  if (options.some((o) => /^--(max-semi-space-size|semi-space-growth-factor)/.test(o)) || typeof process.execve !== 'function') return;
-  process.execve(process.execPath, [process.execPath, `--max-semi-space-size=${SEMI_SPACE_MB}`, ...process.execArgv, ...process.argv.slice(1)], process.env);
+  if (
+    options.some((o) => /^--(max-semi-space-size|semi-space-growth-factor)/.test(o)) ||
+    typeof process.execve !== 'function'
+  )
+    return;
+  process.execve(
+    process.execPath,
+    [process.execPath, `--max-semi-space-size=${SEMI_SPACE_MB}`, ...process.execArgv, ...process.argv.slice(1)],
+    process.env,
+  );
 }
 const SEMI_SPACE_MB = 8;
 

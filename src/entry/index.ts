@@ -5,8 +5,13 @@
 
 // Job kinds.
 export {
-  defineJob, PermanentJobError, RetryLaterError, JobRegistry, JobValidationError,
-  type JobDefinition, type JobContext,
+  defineJob,
+  PermanentJobError,
+  RetryLaterError,
+  JobRegistry,
+  JobValidationError,
+  type JobDefinition,
+  type JobContext,
 } from '../jobs/registry.ts';
 export { noopJob } from '../jobs/noop.ts';
 export { createWebhookJob, type WebhookOptions } from '../jobs/webhook.ts';
@@ -29,28 +34,78 @@ export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, JobCancelledError, LeaseLostError
 
 // Durable workflows: steps that run once, sleeps and waits that hold nothing, events in your transaction.
 export {
-  defineWorkflow, sendEvent, EventValidationError, MAX_STEPS_PER_RUN, MAX_EVENT_PAYLOAD_BYTES,
-  type Workflow, type WorkflowDefinition, type WorkflowStep, type StepContext, type StepOptions, type WaitForEventOptions, type WorkflowEvent,
+  defineWorkflow,
+  sendEvent,
+  EventValidationError,
+  MAX_STEPS_PER_RUN,
+  MAX_EVENT_PAYLOAD_BYTES,
+  type Workflow,
+  type WorkflowDefinition,
+  type WorkflowStep,
+  type StepContext,
+  type StepOptions,
+  type WaitForEventOptions,
+  type WorkflowEvent,
 } from '../workflows/index.ts';
 
 // Batch kinds: many jobs per handler call, one outcome per job.
-export { defineBatchJob, MAX_BATCH_SIZE, MAX_BATCH_WAIT_MS, type BatchJob, type BatchJobDefinition, type BatchItem, type BatchContext } from '../jobs/batch.ts';
+export {
+  defineBatchJob,
+  MAX_BATCH_SIZE,
+  MAX_BATCH_WAIT_MS,
+  type BatchJob,
+  type BatchJobDefinition,
+  type BatchItem,
+  type BatchContext,
+} from '../jobs/batch.ts';
 
 // Limits per group key, from data (a tenant's own concurrency and rate).
 export { setGroupLimits, removeGroupLimits, type GroupLimits } from '../jobs/group-limits.ts';
 
 // Inspect and repair.
 export {
-  getJob, listJobs, stats, retryDead, deleteJob, countsByMinute, countTotals,
-  retryDeadJobs, deleteDeadJobs, pauseKind, resumeKind, listPausedKinds,
-  type BulkOptions, type BulkResult, type Job, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
-  type MinuteCounts, type KindTotals,
+  getJob,
+  listJobs,
+  stats,
+  retryDead,
+  deleteJob,
+  countsByMinute,
+  countTotals,
+  retryDeadJobs,
+  deleteDeadJobs,
+  pauseKind,
+  resumeKind,
+  listPausedKinds,
+  type BulkOptions,
+  type BulkResult,
+  type Job,
+  type ListOptions,
+  type QueueStats,
+  type KindStats,
+  type RetryOutcome,
+  type DeleteOutcome,
+  type MinuteCounts,
+  type KindTotals,
 } from '../queries/index.ts';
 
 // The database: migrations and the Drizzle tables (for your own queries and drizzle-kit).
 export { migrateDatabase as migrate } from '../db/migrate.ts';
 export {
-  jobs, jobCounts, jobTotals, pausedKinds, schedules, jobDependencies, finishedJobs, workflowSteps, workflowEvents, groupLimits, pgdrainSchema, PGDRAIN_SCHEMA, JOB_STATUSES, FINAL_STATUSES,
-  type JobRow, type JobStatus,
+  jobs,
+  jobCounts,
+  jobTotals,
+  pausedKinds,
+  schedules,
+  jobDependencies,
+  finishedJobs,
+  workflowSteps,
+  workflowEvents,
+  groupLimits,
+  pgdrainSchema,
+  PGDRAIN_SCHEMA,
+  JOB_STATUSES,
+  FINAL_STATUSES,
+  type JobRow,
+  type JobStatus,
 } from '../db/schema.ts';
 export { NOTIFY_CHANNEL } from '../queries/index.ts';

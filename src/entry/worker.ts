@@ -5,8 +5,12 @@
 //   export default { fetch: app.fetch, scheduled: queue.scheduled };
 //   export const QueueClock = queue.QueueClock;   // the queue's clock (docs/workers.md), bound as PGDRAIN_CLOCK
 export {
-  createWorker, DEFAULT_BUDGET_MS, type WorkerOptions,
-  type Env as WorkerEnv, type ScheduledReport, type ScheduledControllerLike,
+  createWorker,
+  DEFAULT_BUDGET_MS,
+  type WorkerOptions,
+  type Env as WorkerEnv,
+  type ScheduledReport,
+  type ScheduledControllerLike,
 } from '../worker/create-worker.ts';
 export type { HyperdriveBinding, WorkerDriver } from '../worker/database.ts';
 export { tellQueueClock, type QueueClockApi, type ClockState } from '../worker/clock.ts';

@@ -7,7 +7,7 @@ import { bodyLimit } from 'hono/body-limit';
 import { timingSafeEqual } from 'hono/utils/buffer';
 import { type AppEnv, DEFAULT_MAX_BODY_BYTES } from './context.ts';
 import { ApiError } from './errors.ts';
-import { type ScopedToken, type TokenScope } from './tokens.ts';
+import type { ScopedToken, TokenScope } from './tokens.ts';
 
 export { parseScopedTokens, TOKEN_SCOPES, type ScopedToken, type TokenScope } from './tokens.ts';
 
@@ -35,7 +35,11 @@ export function access(needed: Access): MiddlewareHandler<AppEnv> {
     ];
     const granted = await authenticate(c, accepted);
     if (scope !== 'any' && !allows(granted, scope)) {
-      throw new ApiError(403, 'forbidden', `this token's scope is ${granted}; ${c.req.method} ${c.req.path} needs ${scope === 'admin' ? 'admin' : `${scope} or admin`}`);
+      throw new ApiError(
+        403,
+        'forbidden',
+        `this token's scope is ${granted}; ${c.req.method} ${c.req.path} needs ${scope === 'admin' ? 'admin' : `${scope} or admin`}`,
+      );
     }
     c.set('scope', granted);
     c.header('X-Pgdrain-Scope', granted);
@@ -43,7 +47,11 @@ export function access(needed: Access): MiddlewareHandler<AppEnv> {
     return bodyLimit({
       maxSize,
       onError: () => {
-        throw new ApiError(413, 'body_too_large', `the request body is over the limit of ${maxSize} bytes; split a batch into smaller ones`);
+        throw new ApiError(
+          413,
+          'body_too_large',
+          `the request body is over the limit of ${maxSize} bytes; split a batch into smaller ones`,
+        );
       },
     })(c, next);
   };
@@ -54,13 +62,18 @@ async function authenticate(c: Context<AppEnv>, accepted: readonly ScopedToken[]
   const misconfigured = c.var.api.misconfigured;
   if (misconfigured) throw new ApiError(503, 'not_configured', misconfigured);
   if (accepted.length === 0) {
-    throw new ApiError(503, 'not_configured', 'no API token is configured: set API_TOKEN (sidecar: environment variable; Worker: `wrangler secret put API_TOKEN`)');
+    throw new ApiError(
+      503,
+      'not_configured',
+      'no API token is configured: set API_TOKEN (sidecar: environment variable; Worker: `wrangler secret put API_TOKEN`)',
+    );
   }
   const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
   if (!match) throw new ApiError(401, 'unauthorized', 'send the API token as `Authorization: Bearer <token>`');
   // Every configured token is compared, so the time taken does not say which one nearly matched.
   let scope: TokenScope | undefined;
-  for (const candidate of accepted) if ((await timingSafeEqual(match[1] as string, candidate.token)) && !scope) scope = candidate.scope;
+  for (const candidate of accepted)
+    if ((await timingSafeEqual(match[1] as string, candidate.token)) && !scope) scope = candidate.scope;
   if (!scope) throw new ApiError(401, 'unauthorized', 'the API token is wrong');
   return scope;
 }

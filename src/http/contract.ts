@@ -3,8 +3,22 @@
 // generated from them (src/http/openapi.ts), and the typed client's types are inferred from them
 // (src/client/index.ts) — so the three cannot drift apart.
 import { z } from 'zod';
-import { FINAL_STATUSES, JOB_STATUSES, KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH } from '../db/schema.ts';
-import { JOB_ID_PATTERN, JOB_OPTIONS, type JobOptionName, MAX_AFTER, RUN_AT_BOUNDS, describeOption, jobId } from '../jobs/job-options.ts';
+import {
+  FINAL_STATUSES,
+  JOB_STATUSES,
+  KIND_PATTERN,
+  KIND_PATTERN_MESSAGE,
+  MAX_DEDUPE_KEY_LENGTH,
+} from '../db/schema.ts';
+import {
+  JOB_ID_PATTERN,
+  JOB_OPTIONS,
+  type JobOptionName,
+  MAX_AFTER,
+  RUN_AT_BOUNDS,
+  describeOption,
+  jobId,
+} from '../jobs/job-options.ts';
 import { isJobId } from '../queries/inspect.ts';
 
 export { JOB_ID_PATTERN, MAX_AFTER };
@@ -19,13 +33,17 @@ const jobStatus = z.enum(JOB_STATUSES);
 // Any JSON value. Bodies are parsed JSON already, and src/http/input.ts walks them once (size, depth,
 // what PostgreSQL cannot store): a second, recursive check here cost 0.6 s of CPU for a 1 MB payload
 // of 330k empty objects.
-const jsonValue = z.unknown().meta({ id: 'JsonValue', description: "Any JSON value (a job's payload; its kind's schema validates it)." });
+const jsonValue = z
+  .unknown()
+  .meta({ id: 'JsonValue', description: "Any JSON value (a job's payload; its kind's schema validates it)." });
 
 // --- requests ------------------------------------------------------------------------------------
 
 /** An option over HTTP: the one schema's bounds and meaning (src/jobs/job-options.ts). */
 const option = <K extends JobOptionName>(name: K) =>
-  (JOB_OPTIONS[name] as z.ZodType).optional().meta(JOB_OPTIONS[name].meta()!) as unknown as z.ZodOptional<(typeof JOB_OPTIONS)[K]>;
+  (JOB_OPTIONS[name] as z.ZodType).optional().meta(JOB_OPTIONS[name].meta()!) as unknown as z.ZodOptional<
+    (typeof JOB_OPTIONS)[K]
+  >;
 
 export const jobInput = z
   .strictObject({
@@ -33,16 +51,27 @@ export const jobInput = z
     payload: jsonValue.refine((v) => v !== undefined, 'required: any JSON value'),
     // JSON has no dates: an ISO-8601 string, bounded as the option is.
     runAt: timestamp
-      .refine((t) => Date.parse(t) >= RUN_AT_BOUNDS.earliest && Date.parse(t) < RUN_AT_BOUNDS.latest, 'must be between 1970-01-01 and 9999-12-31')
+      .refine(
+        (t) => Date.parse(t) >= RUN_AT_BOUNDS.earliest && Date.parse(t) < RUN_AT_BOUNDS.latest,
+        'must be between 1970-01-01 and 9999-12-31',
+      )
       .optional()
       .meta({ description: `${describeOption('runAt')} ISO-8601; not with delaySeconds.` }),
-    delaySeconds: z.number().min(0).max(MAX_DELAY_SECONDS).optional().meta({ description: 'Run no sooner than this many seconds from now. Not with runAt.' }),
+    delaySeconds: z
+      .number()
+      .min(0)
+      .max(MAX_DELAY_SECONDS)
+      .optional()
+      .meta({ description: 'Run no sooner than this many seconds from now. Not with runAt.' }),
     maxAttempts: option('maxAttempts'),
     key: option('dedupeKey'),
     dedupeMode: option('dedupeMode'),
     groupKey: option('groupKey'),
     priority: option('priority'),
-    runNow: z.boolean().optional().meta({ description: 'Run it right after the response (the Worker); the sidecar runs it at once anyway.' }),
+    runNow: z
+      .boolean()
+      .optional()
+      .meta({ description: 'Run it right after the response (the Worker); the sidecar runs it at once anyway.' }),
     after: option('after'),
     timeoutMs: option('timeoutMs'),
   })
@@ -50,7 +79,10 @@ export const jobInput = z
     message: 'give runAt or delaySeconds, not both',
     path: ['delaySeconds'],
   })
-  .refine((j) => j.dedupeMode === undefined || j.key !== undefined, { message: 'dedupeMode needs a key', path: ['dedupeMode'] })
+  .refine((j) => j.dedupeMode === undefined || j.key !== undefined, {
+    message: 'dedupeMode needs a key',
+    path: ['dedupeMode'],
+  })
   .meta({ id: 'JobInput' });
 export type JobInput = z.input<typeof jobInput>;
 
@@ -60,7 +92,12 @@ export const listQuery = z.strictObject({
   status: jobStatus.optional().meta({ description: 'Only jobs in this state.' }),
   kind: z.string().regex(KIND_PATTERN, KIND_MESSAGE).optional().meta({ description: 'Only jobs of this kind.' }),
   limit: z.coerce.number<number>().int().min(1).max(500).default(50).meta({ description: 'Page size, 1-500.' }),
-  cursor: z.string().regex(JOB_ID_PATTERN, 'not a cursor returned by this API').refine(isJobId, 'not a cursor returned by this API').optional().meta({ description: 'nextCursor of the previous page.' }),
+  cursor: z
+    .string()
+    .regex(JOB_ID_PATTERN, 'not a cursor returned by this API')
+    .refine(isJobId, 'not a cursor returned by this API')
+    .optional()
+    .meta({ description: 'nextCursor of the previous page.' }),
 });
 export type ListQuery = z.input<typeof listQuery>;
 
@@ -71,14 +108,24 @@ export const getJobQuery = z.strictObject({
     .min(WAIT_SECONDS_BOUNDS.min)
     .max(WAIT_SECONDS_BOUNDS.max)
     .optional()
-    .meta({ description: `Wait up to this many seconds (${WAIT_SECONDS_BOUNDS.min}-${WAIT_SECONDS_BOUNDS.max}) for the job to be completed, dead or cancelled; the answer comes as soon as it is, else with its state then.` }),
+    .meta({
+      description: `Wait up to this many seconds (${WAIT_SECONDS_BOUNDS.min}-${WAIT_SECONDS_BOUNDS.max}) for the job to be completed, dead or cancelled; the answer comes as soon as it is, else with its state then.`,
+    }),
 });
 export type GetJobQuery = z.input<typeof getJobQuery>;
 
-export const bulkInput = z.strictObject({ kind: z.string().min(1).max(100).optional().meta({ description: 'Only this kind; every kind when absent.' }) });
+export const bulkInput = z.strictObject({
+  kind: z.string().min(1).max(100).optional().meta({ description: 'Only this kind; every kind when absent.' }),
+});
 
 export const throughputQuery = z.strictObject({
-  minutes: z.coerce.number<number>().int().min(1).max(1440).default(60).meta({ description: 'How many minutes back, 1-1440.' }),
+  minutes: z.coerce
+    .number<number>()
+    .int()
+    .min(1)
+    .max(1440)
+    .default(60)
+    .meta({ description: 'How many minutes back, 1-1440.' }),
   kind: z.string().regex(KIND_PATTERN, KIND_MESSAGE).optional().meta({ description: 'Only this kind.' }),
 });
 export type ThroughputQuery = z.input<typeof throughputQuery>;
@@ -91,7 +138,10 @@ export const kindParam = z.strictObject({ kind: z.string().meta({ description: '
 export const apiErrorBody = z
   .object({
     error: z.object({
-      code: z.string().meta({ description: 'Stable, machine-readable: invalid_request, unauthorized, not_found, …', example: 'invalid_request' }),
+      code: z.string().meta({
+        description: 'Stable, machine-readable: invalid_request, unauthorized, not_found, …',
+        example: 'invalid_request',
+      }),
       message: z.string().meta({ description: 'For people: what was wrong and how to fix it.' }),
     }),
   })
@@ -103,8 +153,14 @@ export const enqueued = z
     id: jobId,
     status: jobStatus,
     runAt: timestamp,
-    deduplicated: z.literal(true).optional().meta({ description: 'Present (200) when a job with the same key already existed.' }),
-    replaced: z.literal(true).optional().meta({ description: "Present (200) when dedupeMode 'replace' gave the pending job with the key this payload and run time." }),
+    deduplicated: z
+      .literal(true)
+      .optional()
+      .meta({ description: 'Present (200) when a job with the same key already existed.' }),
+    replaced: z.literal(true).optional().meta({
+      description:
+        "Present (200) when dedupeMode 'replace' gave the pending job with the key this payload and run time.",
+    }),
   })
   .meta({ id: 'Enqueued' });
 export type Enqueued = z.output<typeof enqueued>;
@@ -112,7 +168,10 @@ export type Enqueued = z.output<typeof enqueued>;
 const runNowAnswer = z.object({ started: z.int().min(0), deferred: z.int().min(0) });
 const runNowNote = 'The Worker, when jobs asked to run now: how many started, how many wait for the cron.';
 export const batchEnqueued = z
-  .object({ ids: z.array(jobId).meta({ description: 'In the order of the request.' }), runNow: runNowAnswer.optional().meta({ description: runNowNote }) })
+  .object({
+    ids: z.array(jobId).meta({ description: 'In the order of the request.' }),
+    runNow: runNowAnswer.optional().meta({ description: runNowNote }),
+  })
   .meta({ id: 'BatchEnqueued' });
 export type BatchEnqueued = z.output<typeof batchEnqueued>;
 
@@ -132,17 +191,32 @@ export const job = z
     lastError: z.string().nullable(),
     createdAt: timestamp,
     finishedAt: timestamp.nullable().meta({ description: 'When it was completed, cancelled or became dead.' }),
-    result: jsonValue.nullable().meta({ description: "What its handler returned (kinds with keepCompletedSeconds; null otherwise)." }),
+    result: jsonValue
+      .nullable()
+      .meta({ description: 'What its handler returned (kinds with keepCompletedSeconds; null otherwise).' }),
     progress: jsonValue.nullable().meta({ description: 'What its handler last reported with ctx.progress().' }),
     cancelRequested: z.boolean().meta({ description: 'Someone asked to cancel it while it ran: it ends cancelled.' }),
-    waitingFor: z.int().min(0).nullable().meta({ description: 'While waiting: how many of the jobs it waits for (after) have not completed yet.' }),
-    timeoutMs: z.int().nullable().meta({ description: "The handler's timeout for this job, when its enqueue set one." }),
-    steps: z.array(z.lazy(() => workflowStep)).optional().meta({ description: 'A workflow: the steps its run has reached, in order (GET /jobs/:id only).' }),
+    waitingFor: z
+      .int()
+      .min(0)
+      .nullable()
+      .meta({ description: 'While waiting: how many of the jobs it waits for (after) have not completed yet.' }),
+    timeoutMs: z
+      .int()
+      .nullable()
+      .meta({ description: "The handler's timeout for this job, when its enqueue set one." }),
+    steps: z
+      .array(z.lazy(() => workflowStep))
+      .optional()
+      .meta({ description: 'A workflow: the steps its run has reached, in order (GET /jobs/:id only).' }),
     waitingOn: z
       .lazy(() => workflowStep)
       .nullable()
       .optional()
-      .meta({ description: 'A waiting workflow: the step it waits on — until when (wakeAt), for what event and key, or for which child job.' }),
+      .meta({
+        description:
+          'A waiting workflow: the step it waits on — until when (wakeAt), for what event and key, or for which child job.',
+      }),
   })
   .meta({ id: 'Job' });
 export type Job = z.output<typeof job>;
@@ -152,12 +226,15 @@ export const workflowStep = z
   .object({
     name: z.string(),
     status: z.enum(['completed', 'failed', 'sleeping', 'waiting']).meta({
-      description: 'completed: its outcome is stored; failed: its last run threw (it runs again at the next attempt); sleeping / waiting: the run waits on it.',
+      description:
+        'completed: its outcome is stored; failed: its last run threw (it runs again at the next attempt); sleeping / waiting: the run waits on it.',
     }),
     attempts: z.int().min(0),
     startedAt: timestamp,
     finishedAt: timestamp.nullable(),
-    result: jsonValue.nullable().meta({ description: 'What it returned (an event wait: the payload, or null at its timeout).' }),
+    result: jsonValue
+      .nullable()
+      .meta({ description: 'What it returned (an event wait: the payload, or null at its timeout).' }),
     error: z.string().nullable().meta({ description: 'Why its last run failed.' }),
     wakeAt: timestamp.nullable().meta({ description: "A sleep's end, a wait's timeout." }),
     event: z.string().nullable(),
@@ -169,8 +246,15 @@ export type WorkflowStep = z.output<typeof workflowStep>;
 
 export const eventInput = z
   .strictObject({
-    event: z.string().regex(KIND_PATTERN, KIND_PATTERN_MESSAGE).meta({ description: "The event's name (like a kind's).", example: 'email.verified' }),
-    key: z.string().min(1).max(MAX_DEDUPE_KEY_LENGTH).meta({ description: 'Which waits it answers.', example: 'user:42' }),
+    event: z
+      .string()
+      .regex(KIND_PATTERN, KIND_PATTERN_MESSAGE)
+      .meta({ description: "The event's name (like a kind's).", example: 'email.verified' }),
+    key: z
+      .string()
+      .min(1)
+      .max(MAX_DEDUPE_KEY_LENGTH)
+      .meta({ description: 'Which waits it answers.', example: 'user:42' }),
     payload: jsonValue.optional().meta({ description: 'What the waits return (JSON, at most 64 KiB); default {}.' }),
   })
   .meta({ id: 'EventInput' });
@@ -184,11 +268,14 @@ export type EventSent = z.output<typeof eventSent>;
 export const jobSummary = job
   .omit({ payload: true, steps: true, waitingOn: true })
   .extend({
-    payloadBytes: z.int().min(0).meta({ description: "The payload's size as JSON, in bytes (GET /jobs/:id has the payload itself)." }),
-    payloadPreview: z
-      .string()
-      .nullable()
-      .meta({ description: 'The start of the payload as JSON (at most 120 characters, secrets its kind hides left out); null when it is too large to show safely.' }),
+    payloadBytes: z
+      .int()
+      .min(0)
+      .meta({ description: "The payload's size as JSON, in bytes (GET /jobs/:id has the payload itself)." }),
+    payloadPreview: z.string().nullable().meta({
+      description:
+        'The start of the payload as JSON (at most 120 characters, secrets its kind hides left out); null when it is too large to show safely.',
+    }),
   })
   .meta({ id: 'JobSummary' });
 export type JobSummary = z.output<typeof jobSummary>;
@@ -198,7 +285,9 @@ export const goneJob = job
   .extend({
     status: z.enum([...FINAL_STATUSES, 'deleted']),
     finishedAt: timestamp,
-    gone: z.literal(true).meta({ description: 'Its row is gone (its kind keeps no history): only how it ended is left.' }),
+    gone: z
+      .literal(true)
+      .meta({ description: 'Its row is gone (its kind keeps no history): only how it ended is left.' }),
   })
   .meta({ id: 'GoneJob' });
 export type GoneJob = z.output<typeof goneJob>;
@@ -206,14 +295,20 @@ export type GoneJob = z.output<typeof goneJob>;
 export const cancelAnswer = z
   .object({
     id: jobId,
-    status: z.enum(['cancelled', 'running']).meta({ description: "cancelled (200): it never ran, or already ended so. running (202): its handler is being stopped; it ends cancelled." }),
+    status: z.enum(['cancelled', 'running']).meta({
+      description:
+        'cancelled (200): it never ran, or already ended so. running (202): its handler is being stopped; it ends cancelled.',
+    }),
     cancelRequested: z.literal(true),
   })
   .meta({ id: 'CancelAnswer' });
 export type CancelAnswer = z.output<typeof cancelAnswer>;
 
 export const jobPage = z
-  .object({ jobs: z.array(jobSummary), nextCursor: jobId.nullable().meta({ description: 'Pass as cursor for the next page; null on the last.' }) })
+  .object({
+    jobs: z.array(jobSummary),
+    nextCursor: jobId.nullable().meta({ description: 'Pass as cursor for the next page; null on the last.' }),
+  })
   .meta({ id: 'JobPage' });
 export type JobPage = z.output<typeof jobPage>;
 
@@ -224,27 +319,45 @@ export const kindStats = z
     delayed: z.int().min(0).meta({ description: 'Pending with a future run_at (a delay or a backoff).' }),
     running: z.int().min(0),
     dead: z.int().min(0),
-    waiting: z.int().min(0).meta({ description: 'Waiting for other jobs to complete (after), or workflow runs waiting on a step (a sleep, an event, a child).' }),
+    waiting: z.int().min(0).meta({
+      description:
+        'Waiting for other jobs to complete (after), or workflow runs waiting on a step (a sleep, an event, a child).',
+    }),
     oldestReadySeconds: z.number().min(0).nullable(),
     paused: z.boolean(),
     limits: z
       .object({
         globalConcurrency: z.object({ limit: z.int().min(1), running: z.int().min(0) }).optional(),
-        groupConcurrency: z.object({ limit: z.int().min(1), keysWaiting: z.int().min(0).meta({ description: 'Group keys with jobs ready to run.' }) }).optional(),
+        groupConcurrency: z
+          .object({
+            limit: z.int().min(1),
+            keysWaiting: z.int().min(0).meta({ description: 'Group keys with jobs ready to run.' }),
+          })
+          .optional(),
         rateLimit: z
-          .object({ limit: z.int().min(1), periodSeconds: z.number().positive(), perGroup: z.boolean(), startsInWindow: z.int().min(0).meta({ description: 'Starts in the current window, all keys together.' }) })
+          .object({
+            limit: z.int().min(1),
+            periodSeconds: z.number().positive(),
+            perGroup: z.boolean(),
+            startsInWindow: z.int().min(0).meta({ description: 'Starts in the current window, all keys together.' }),
+          })
           .optional(),
         fair: z.literal(true).optional().meta({ description: 'fair: true — claims take turns across group keys.' }),
         groupOverrides: z
           .object({
             count: z.int().min(0),
-            keys: z.array(z.lazy(() => groupLimitsAnswer.omit({ kind: true }))).meta({ description: 'The first 100, by key.' }),
+            keys: z
+              .array(z.lazy(() => groupLimitsAnswer.omit({ kind: true })))
+              .meta({ description: 'The first 100, by key.' }),
           })
           .optional()
           .meta({ description: 'Group keys with limits of their own (PUT /kinds/:kind/groups/:key/limits).' }),
       })
       .optional()
-      .meta({ description: "The kind's limits across every drainer and how much of them is in use (kinds limited in this drainer's code)." }),
+      .meta({
+        description:
+          "The kind's limits across every drainer and how much of them is in use (kinds limited in this drainer's code).",
+      }),
   })
   .meta({ id: 'KindStats' });
 
@@ -255,10 +368,20 @@ const groupRate = z.strictObject({
 
 export const groupLimitsInput = z
   .strictObject({
-    concurrency: z.int().min(1).max(100_000).optional().meta({ description: "Most jobs of this key running at once (instead of the kind's groupConcurrency)." }),
-    rateLimit: groupRate.optional().meta({ description: "Most starts of this key per rolling window (instead of the kind's per-group rate limit)." }),
+    concurrency: z
+      .int()
+      .min(1)
+      .max(100_000)
+      .optional()
+      .meta({ description: "Most jobs of this key running at once (instead of the kind's groupConcurrency)." }),
+    rateLimit: groupRate.optional().meta({
+      description: "Most starts of this key per rolling window (instead of the kind's per-group rate limit).",
+    }),
   })
-  .refine((v) => v.concurrency !== undefined || v.rateLimit !== undefined, 'give concurrency, rateLimit or both (DELETE removes the key\'s limits)')
+  .refine(
+    (v) => v.concurrency !== undefined || v.rateLimit !== undefined,
+    "give concurrency, rateLimit or both (DELETE removes the key's limits)",
+  )
   .meta({ id: 'GroupLimitsInput' });
 export type GroupLimitsInput = z.input<typeof groupLimitsInput>;
 
@@ -272,7 +395,11 @@ export const groupLimitsAnswer = z
   .meta({ id: 'GroupLimits' });
 export type GroupLimitsAnswer = z.output<typeof groupLimitsAnswer>;
 
-export const groupLimitsRemoved = z.object({ kind: z.string(), groupKey: z.string(), removed: z.boolean().meta({ description: 'false: it had none.' }) });
+export const groupLimitsRemoved = z.object({
+  kind: z.string(),
+  groupKey: z.string(),
+  removed: z.boolean().meta({ description: 'false: it had none.' }),
+});
 export type GroupLimitsRemoved = z.output<typeof groupLimitsRemoved>;
 
 export const groupKeyParam = z.strictObject({
@@ -285,9 +412,15 @@ export const queueStats = z
   .meta({ id: 'QueueStats' });
 export type QueueStats = z.output<typeof queueStats>;
 
-export const deadRetried = z.object({ retried: z.int().min(0), done: z.boolean().meta({ description: 'false: more remain, send it again.' }) });
+export const deadRetried = z.object({
+  retried: z.int().min(0),
+  done: z.boolean().meta({ description: 'false: more remain, send it again.' }),
+});
 export type DeadRetried = z.output<typeof deadRetried>;
-export const deadDeleted = z.object({ deleted: z.int().min(0), done: z.boolean().meta({ description: 'false: more remain, send it again.' }) });
+export const deadDeleted = z.object({
+  deleted: z.int().min(0),
+  done: z.boolean().meta({ description: 'false: more remain, send it again.' }),
+});
 export type DeadDeleted = z.output<typeof deadDeleted>;
 
 export const kindPaused = z.object({ kind: z.string(), paused: z.boolean() });
@@ -308,7 +441,9 @@ export const scheduleList = z.object({
 export type ScheduleList = z.output<typeof scheduleList>;
 
 export const throughput = z.object({
-  minutes: z.array(z.object({ minute: timestamp, completed: z.int().min(0), failed: z.int().min(0), dead: z.int().min(0) })),
+  minutes: z.array(
+    z.object({ minute: timestamp, completed: z.int().min(0), failed: z.int().min(0), dead: z.int().min(0) }),
+  ),
 });
 export type Throughput = z.output<typeof throughput>;
 

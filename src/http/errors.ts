@@ -16,7 +16,8 @@ export class ApiError extends Error {
   }
 }
 
-export const jobNotFound = (id: string) => new ApiError(404, 'not_found', `job ${id} does not exist (completed jobs are deleted)`);
+export const jobNotFound = (id: string) =>
+  new ApiError(404, 'not_found', `job ${id} does not exist (completed jobs are deleted)`);
 
 /** app.onError: the error as JSON with its status. */
 export function answerError(error: Error, c: Context<AppEnv>): Response {
@@ -28,7 +29,23 @@ export function answerError(error: Error, c: Context<AppEnv>): Response {
   }
   c.get('api')?.onError?.(error, `${c.req.method} ${c.req.routePath}`);
   if (isDatabaseUnavailable(error)) {
-    return c.json({ error: { code: 'database_unavailable', message: 'the database is unreachable; nothing was changed, try again shortly' } }, 503);
+    return c.json(
+      {
+        error: {
+          code: 'database_unavailable',
+          message: 'the database is unreachable; nothing was changed, try again shortly',
+        },
+      },
+      503,
+    );
   }
-  return c.json({ error: { code: 'internal', message: 'an unexpected error occurred; nothing was changed if the request was an enqueue' } }, 500);
+  return c.json(
+    {
+      error: {
+        code: 'internal',
+        message: 'an unexpected error occurred; nothing was changed if the request was an enqueue',
+      },
+    },
+    500,
+  );
 }

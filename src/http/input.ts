@@ -22,7 +22,11 @@ export async function readJson(c: Context): Promise<unknown> {
   try {
     body = JSON.parse(text);
   } catch (error) {
-    throw new ApiError(400, 'malformed_json', `the body is not valid JSON: ${error instanceof SyntaxError ? error.message : 'parse error'}`);
+    throw new ApiError(
+      400,
+      'malformed_json',
+      `the body is not valid JSON: ${error instanceof SyntaxError ? error.message : 'parse error'}`,
+    );
   }
   const problem = findUnstorable(body);
   if (problem) throw new ApiError(400, 'invalid_request', problem);
@@ -32,7 +36,8 @@ export async function readJson(c: Context): Promise<unknown> {
 /** A JSON body, or {} when there is none at all. */
 export async function readOptionalJson(c: Context): Promise<unknown> {
   const length = c.req.header('content-length');
-  if ((length === undefined || length === '0') && !c.req.header('content-type') && !c.req.header('transfer-encoding')) return {};
+  if ((length === undefined || length === '0') && !c.req.header('content-type') && !c.req.header('transfer-encoding'))
+    return {};
   return readJson(c);
 }
 
@@ -55,12 +60,16 @@ export function parseInput<T extends z.ZodType>(schema: T, value: unknown, prefi
 /** The :id path parameter, a job id (400 otherwise). */
 export function jobIdParam(c: Context): string {
   const id = c.req.param('id') ?? '';
-  if (!isJobId(id)) throw new ApiError(400, 'invalid_id', `job id ${JSON.stringify(id.slice(0, 40))} is not a positive integer`);
+  if (!isJobId(id))
+    throw new ApiError(400, 'invalid_id', `job id ${JSON.stringify(id.slice(0, 40))} is not a positive integer`);
   return id;
 }
 
 function formatPath(path: readonly PropertyKey[]): string {
-  return path.reduce<string>((s, p) => (typeof p === 'number' ? `${s}[${p}]` : s ? `${s}.${String(p)}` : String(p)), '');
+  return path.reduce<string>(
+    (s, p) => (typeof p === 'number' ? `${s}[${p}]` : s ? `${s}.${String(p)}` : String(p)),
+    '',
+  );
 }
 
 /**
@@ -82,13 +91,15 @@ function findUnstorable(root: unknown): string | null {
       const problem = badString(value);
       if (problem) return `${pathOf(frame)}: ${problem}`;
     } else if (typeof value === 'number') {
-      if (!Number.isFinite(value)) return `${pathOf(frame)}: a number too large for JSON to hold (it would be stored as ${value}); numbers must be within ±1.7976931348623157e308`;
+      if (!Number.isFinite(value))
+        return `${pathOf(frame)}: a number too large for JSON to hold (it would be stored as ${value}); numbers must be within ±1.7976931348623157e308`;
     } else if (value !== null && typeof value === 'object') {
       if (depth >= MAX_JSON_DEPTH) return `${pathOf(frame)}: nested deeper than ${MAX_JSON_DEPTH} levels`;
       // Pushed in reverse so that the first problem in document order is the one reported.
       if (Array.isArray(value)) {
         if ((values += value.length) > MAX_JSON_VALUES) return tooMany;
-        for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], parent: frame, key: i, depth: depth + 1 });
+        for (let i = value.length - 1; i >= 0; i--)
+          stack.push({ value: value[i], parent: frame, key: i, depth: depth + 1 });
       } else {
         const keys = Object.keys(value);
         if ((values += keys.length) > MAX_JSON_VALUES) return tooMany;

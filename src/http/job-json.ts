@@ -28,7 +28,8 @@ function shownPayload(kind: string, payload: unknown, registry: JobRegistry | un
  * says), else from the start of its text when its kind hides nothing; else null. */
 function payloadPreview(job: JobSummary, registry: JobRegistry | undefined): string | null {
   let text: string;
-  if (job.payloadBytes <= SUMMARY_PAYLOAD_BYTES) text = JSON.stringify(shownPayload(job.kind, job.smallPayload, registry)) ?? 'null';
+  if (job.payloadBytes <= SUMMARY_PAYLOAD_BYTES)
+    text = JSON.stringify(shownPayload(job.kind, job.smallPayload, registry)) ?? 'null';
   else if (!registry?.get(job.kind)?.redactPayload) text = job.payloadHead;
   else return null;
   return text.length > PAYLOAD_PREVIEW_CHARS ? `${text.slice(0, PAYLOAD_PREVIEW_CHARS - 1)}…` : text;

@@ -19,15 +19,32 @@ interface Family {
  * `kinds` lists every kind to report even at zero (the registered ones), so a series does not
  * vanish when its queue empties; kinds found only in the database are added.
  */
-export function renderMetrics(stats: QueueStats, totals: Record<string, KindTotals>, registered: readonly string[], health?: TableHealth): string {
+export function renderMetrics(
+  stats: QueueStats,
+  totals: Record<string, KindTotals>,
+  registered: readonly string[],
+  health?: TableHealth,
+): string {
   const kinds = [...new Set([...registered, ...Object.keys(stats.kinds), ...Object.keys(totals)])].sort();
   const gauge = (name: string, help: string): Family => ({ name, help, type: 'gauge', samples: [] });
   const counter = (name: string, help: string): Family => ({ name, help, type: 'counter', samples: [] });
-  const jobs = gauge('pgdrain_jobs', 'Jobs in the table by kind and status (completed jobs are deleted, see pgdrain_jobs_completed_total).');
-  const ready = gauge('pgdrain_jobs_ready', 'Pending jobs that are due now (the rest of pending waits for its run_at).');
-  const oldest = gauge('pgdrain_oldest_ready_job_age_seconds', 'How long the oldest ready job has waited past its run_at; 0 when none is ready.');
+  const jobs = gauge(
+    'pgdrain_jobs',
+    'Jobs in the table by kind and status (completed jobs are deleted, see pgdrain_jobs_completed_total).',
+  );
+  const ready = gauge(
+    'pgdrain_jobs_ready',
+    'Pending jobs that are due now (the rest of pending waits for its run_at).',
+  );
+  const oldest = gauge(
+    'pgdrain_oldest_ready_job_age_seconds',
+    'How long the oldest ready job has waited past its run_at; 0 when none is ready.',
+  );
   const completed = counter('pgdrain_jobs_completed_total', 'Jobs completed.');
-  const failed = counter('pgdrain_jobs_failed_total', 'Failed attempts: a handler error or timeout, or a lock the reaper expired (retried or dead).');
+  const failed = counter(
+    'pgdrain_jobs_failed_total',
+    'Failed attempts: a handler error or timeout, or a lock the reaper expired (retried or dead).',
+  );
   const dead = counter('pgdrain_jobs_dead_total', 'Jobs that became dead (attempts spent or a permanent error).');
 
   for (const kind of kinds) {
@@ -52,7 +69,12 @@ export function renderMetrics(stats: QueueStats, totals: Record<string, KindTota
 
 /** Each limit across drainers of each kind, and how much of it is in use (only kinds that have limits). */
 function limitFamilies(stats: QueueStats): Family[] {
-  const limit: Family = { name: 'pgdrain_kind_limit', help: 'A limit across every drainer: limit=global_concurrency|group_concurrency|rate (starts per period).', type: 'gauge', samples: [] };
+  const limit: Family = {
+    name: 'pgdrain_kind_limit',
+    help: 'A limit across every drainer: limit=global_concurrency|group_concurrency|rate (starts per period).',
+    type: 'gauge',
+    samples: [],
+  };
   const used: Family = {
     name: 'pgdrain_kind_limit_in_use',
     help: 'How much of the limit is in use: running jobs (global_concurrency), group keys with ready jobs (group_concurrency), starts in the current window (rate).',
@@ -75,12 +97,33 @@ function limitFamilies(stats: QueueStats): Family[] {
 
 /** What holds vacuum back, and what it has not cleaned yet (queries/table-health.ts). */
 function healthFamilies(health: TableHealth): Family[] {
-  const gauge = (name: string, help: string, value: number): Family => ({ name, help, type: 'gauge', samples: [{ labels: {}, value }] });
+  const gauge = (name: string, help: string, value: number): Family => ({
+    name,
+    help,
+    type: 'gauge',
+    samples: [{ labels: {}, value }],
+  });
   return [
-    gauge('pgdrain_oldest_snapshot_age_seconds', 'How long the oldest open transaction holding a snapshot has run (vacuum cannot clean past it); 0 when none.', health.oldestSnapshotSeconds),
-    gauge('pgdrain_oldest_xmin_age_transactions', 'Transactions since the oldest xmin held by a session, replication slot or prepared transaction.', health.oldestXminAge),
-    gauge('pgdrain_jobs_table_dead_tuples', 'Dead row versions in the jobs table not yet removed by vacuum (every claim walks past their index entries).', health.deadTuples),
-    gauge('pgdrain_jobs_table_live_tuples', 'Live rows in the jobs table, as the statistics last counted them.', health.liveTuples),
+    gauge(
+      'pgdrain_oldest_snapshot_age_seconds',
+      'How long the oldest open transaction holding a snapshot has run (vacuum cannot clean past it); 0 when none.',
+      health.oldestSnapshotSeconds,
+    ),
+    gauge(
+      'pgdrain_oldest_xmin_age_transactions',
+      'Transactions since the oldest xmin held by a session, replication slot or prepared transaction.',
+      health.oldestXminAge,
+    ),
+    gauge(
+      'pgdrain_jobs_table_dead_tuples',
+      'Dead row versions in the jobs table not yet removed by vacuum (every claim walks past their index entries).',
+      health.deadTuples,
+    ),
+    gauge(
+      'pgdrain_jobs_table_live_tuples',
+      'Live rows in the jobs table, as the statistics last counted them.',
+      health.liveTuples,
+    ),
   ];
 }
 

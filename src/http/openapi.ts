@@ -16,7 +16,9 @@ type Responses = NonNullable<DescribeRouteOptions['responses']>;
 const json = (schema: z.ZodType) => ({ 'application/json': { schema: resolver(schema) } });
 const ok = (description: string, schema: z.ZodType) => ({ description, content: json(schema) });
 /** A 200 that is not JSON: a page, a script, a stylesheet, metrics. */
-const body = (mediaType: string, description: string) => ({ 200: { description, content: { [mediaType]: { schema: { type: 'string' as const } } } } });
+const body = (mediaType: string, description: string) => ({
+  200: { description, content: { [mediaType]: { schema: { type: 'string' as const } } } },
+});
 
 const ERROR_MEANINGS = {
   400: 'The request is malformed (bad JSON, a field out of range, an unknown field, an `after` naming jobs that do not exist); nothing was changed.',
@@ -32,7 +34,9 @@ const ERROR_MEANINGS = {
 type ErrorStatus = keyof typeof ERROR_MEANINGS;
 
 function errors(...statuses: ErrorStatus[]): Responses {
-  return Object.fromEntries(statuses.map((s) => [s, { description: ERROR_MEANINGS[s], content: json(contract.apiErrorBody) }]));
+  return Object.fromEntries(
+    statuses.map((s) => [s, { description: ERROR_MEANINGS[s], content: json(contract.apiErrorBody) }]),
+  );
 }
 /** What every route behind the token can answer. */
 const AUTH_ERRORS: ErrorStatus[] = [401, 403, 503];
@@ -63,13 +67,23 @@ function guarded(
   tag: string,
   scope: 'enqueue' | 'read' | 'admin',
   summary: string,
-  spec: { note?: string; path?: z.ZodObject; query?: z.ZodObject; body?: { schema: z.ZodType; required: boolean }; ok: Responses; errors?: ErrorStatus[] },
+  spec: {
+    note?: string;
+    path?: z.ZodObject;
+    query?: z.ZodObject;
+    body?: { schema: z.ZodType; required: boolean };
+    ok: Responses;
+    errors?: ErrorStatus[];
+  },
 ) {
   return describeRoute({
     tags: [tag],
     summary,
     description: `Scope: ${scope}.${spec.note ? ` ${spec.note}` : ''}`,
-    parameters: [...(spec.path ? parameters('path', spec.path) : []), ...(spec.query ? parameters('query', spec.query) : [])],
+    parameters: [
+      ...(spec.path ? parameters('path', spec.path) : []),
+      ...(spec.query ? parameters('query', spec.query) : []),
+    ],
     ...(spec.body ? { requestBody: { required: spec.body.required, content: json(spec.body.schema) } } : {}),
     responses: { ...spec.ok, ...errors(...(spec.errors ?? []), ...AUTH_ERRORS) },
   });
@@ -78,21 +92,58 @@ function guarded(
 /** One `describe` middleware per route of src/http/routes/; a route without one fails the tests. */
 export const describe = {
   health: describeRoute({
-    tags: ['health'], summary: 'Is the database reachable?', ...OPEN,
-    responses: { 200: ok('The database answers.', contract.health), 503: ok('The database does not answer.', contract.health) },
+    tags: ['health'],
+    summary: 'Is the database reachable?',
+    ...OPEN,
+    responses: {
+      200: ok('The database answers.', contract.health),
+      503: ok('The database does not answer.', contract.health),
+    },
   }),
   openapi: describeRoute({
-    tags: ['health'], summary: 'This document', ...OPEN,
-    responses: { 200: { description: 'The OpenAPI 3.1 description of the API.', content: { 'application/json': { schema: { type: 'object' as const } } } } },
+    tags: ['health'],
+    summary: 'This document',
+    ...OPEN,
+    responses: {
+      200: {
+        description: 'The OpenAPI 3.1 description of the API.',
+        content: { 'application/json': { schema: { type: 'object' as const } } },
+      },
+    },
   }),
-  docs: describeRoute({ tags: ['health'], summary: 'The API reference, rendered from /openapi.json', ...OPEN, responses: body('text/html', 'An HTML page.') }),
-  dashboardPage: describeRoute({ tags: ['dashboard'], summary: 'The dashboard page (asks for a token in the browser)', ...OPEN, responses: body('text/html', 'An HTML page.') }),
-  dashboardScript: describeRoute({ tags: ['dashboard'], summary: "The dashboard's script", ...OPEN, responses: body('text/javascript', 'JavaScript.') }),
-  dashboardStyle: describeRoute({ tags: ['dashboard'], summary: "The dashboard's stylesheet", ...OPEN, responses: body('text/css', 'CSS.') }),
-  metrics: guarded('monitoring', 'read', 'Prometheus metrics (the API token, a read token, or METRICS_TOKEN)', { ok: body('text/plain', 'Prometheus text format 0.0.4.') }),
+  docs: describeRoute({
+    tags: ['health'],
+    summary: 'The API reference, rendered from /openapi.json',
+    ...OPEN,
+    responses: body('text/html', 'An HTML page.'),
+  }),
+  dashboardPage: describeRoute({
+    tags: ['dashboard'],
+    summary: 'The dashboard page (asks for a token in the browser)',
+    ...OPEN,
+    responses: body('text/html', 'An HTML page.'),
+  }),
+  dashboardScript: describeRoute({
+    tags: ['dashboard'],
+    summary: "The dashboard's script",
+    ...OPEN,
+    responses: body('text/javascript', 'JavaScript.'),
+  }),
+  dashboardStyle: describeRoute({
+    tags: ['dashboard'],
+    summary: "The dashboard's stylesheet",
+    ...OPEN,
+    responses: body('text/css', 'CSS.'),
+  }),
+  metrics: guarded('monitoring', 'read', 'Prometheus metrics (the API token, a read token, or METRICS_TOKEN)', {
+    ok: body('text/plain', 'Prometheus text format 0.0.4.'),
+  }),
   enqueue: guarded('jobs', 'enqueue', 'Enqueue a job', {
     body: { schema: contract.jobInput, required: true },
-    ok: { 201: ok('Stored, in its own transaction.', contract.enqueued), 200: ok('A job with the same key exists: its id, nothing stored.', contract.enqueued) },
+    ok: {
+      201: ok('Stored, in its own transaction.', contract.enqueued),
+      200: ok('A job with the same key exists: its id, nothing stored.', contract.enqueued),
+    },
     errors: [400, 413, 415, 422],
   }),
   enqueueBatch: guarded('jobs', 'enqueue', 'Enqueue up to 1000 jobs, all or none', {
@@ -113,11 +164,15 @@ export const describe = {
     ok: { 200: ok('Deleted.', contract.deadDeleted) },
     errors: [400, 413, 415],
   }),
-  listJobs: guarded('jobs', 'read', 'List jobs, newest first', { query: contract.listQuery, ok: { 200: ok('A page of jobs.', contract.jobPage) }, errors: [400] }),
+  listJobs: guarded('jobs', 'read', 'List jobs, newest first', {
+    query: contract.listQuery,
+    ok: { 200: ok('A page of jobs.', contract.jobPage) },
+    errors: [400],
+  }),
   getJob: guarded('jobs', 'read', 'One job, or wait for it to finish', {
     note:
       'With waitSeconds, the answer comes as soon as the job is completed, dead or cancelled (or when the time is up, with its state then). ' +
-      "A job whose row was deleted meanwhile (its kind keeps no history) answers with how it ended (GoneJob).",
+      'A job whose row was deleted meanwhile (its kind keeps no history) answers with how it ended (GoneJob).',
     path: contract.jobIdParam,
     query: contract.getJobQuery,
     ok: { 200: ok('The job (or, after a wait, how a deleted one ended).', z.union([contract.job, contract.goneJob])) },
@@ -133,24 +188,36 @@ export const describe = {
   }),
   cancelJob: guarded('jobs', 'admin', 'Cancel a job', {
     note:
-      'A pending, delayed or waiting job is cancelled at once (200). A running one is asked to stop (202): its handler\'s signal is aborted within a third of its ' +
+      "A pending, delayed or waiting job is cancelled at once (200). A running one is asked to stop (202): its handler's signal is aborted within a third of its " +
       'visibility timeout plus a second, and it ends cancelled whatever the handler does after; never retried. A completed or dead job answers 409.',
     path: contract.jobIdParam,
     ok: { 200: ok('Cancelled.', contract.cancelAnswer), 202: ok('Running: being stopped.', contract.cancelAnswer) },
     errors: [400, 404, 409],
   }),
   retryJob: guarded('jobs', 'admin', 'Retry a dead job', {
-    note: 'Attempts start again from 0.', path: contract.jobIdParam, ok: { 200: ok('The job, pending again.', contract.job) }, errors: [400, 404, 409],
+    note: 'Attempts start again from 0.',
+    path: contract.jobIdParam,
+    ok: { 200: ok('The job, pending again.', contract.job) },
+    errors: [400, 404, 409],
   }),
   deleteJob: guarded('jobs', 'admin', 'Delete a pending or dead job', {
-    note: 'A running job cannot be deleted (409).', path: contract.jobIdParam, ok: { 204: { description: 'Deleted.' } }, errors: [400, 404, 409],
+    note: 'A running job cannot be deleted (409).',
+    path: contract.jobIdParam,
+    ok: { 204: { description: 'Deleted.' } },
+    errors: [400, 404, 409],
   }),
-  stats: guarded('queue', 'read', 'Counts by kind and state, oldest ready job', { ok: { 200: ok('The queue now.', contract.queueStats) } }),
+  stats: guarded('queue', 'read', 'Counts by kind and state, oldest ready job', {
+    ok: { 200: ok('The queue now.', contract.queueStats) },
+  }),
   throughput: guarded('queue', 'read', 'Completed, failed and dead jobs per minute', {
-    query: contract.throughputQuery, ok: { 200: ok('Oldest minute first.', contract.throughput) }, errors: [400],
+    query: contract.throughputQuery,
+    ok: { 200: ok('Oldest minute first.', contract.throughput) },
+    errors: [400],
   }),
-  schedules: guarded('queue', 'read', 'The recurring schedules this drainer evaluates', { ok: { 200: ok('Each schedule with its next and last slot.', contract.scheduleList) } }),
-  setGroupLimits: guarded('kinds', 'admin', "Give a group key limits of its own", {
+  schedules: guarded('queue', 'read', 'The recurring schedules this drainer evaluates', {
+    ok: { 200: ok('Each schedule with its next and last slot.', contract.scheduleList) },
+  }),
+  setGroupLimits: guarded('kinds', 'admin', 'Give a group key limits of its own', {
     note:
       "Overrides, for this key of this kind, the kind's groupConcurrency (concurrency) and its per-group rate limit (rateLimit): a paying tenant 10 at once, a free one 1. " +
       'Replaces what the key had; in effect at the next claim of every drainer. pgdrain.set_group_limits() in SQL does the same. ' +
@@ -166,9 +233,16 @@ export const describe = {
     errors: [400, 404],
   }),
   pauseKind: guarded('queue', 'admin', 'Pause a kind for every drainer', {
-    note: 'Enqueueing still works; nothing of the kind is claimed.', path: contract.kindParam, ok: { 200: ok('Paused.', contract.kindPaused) }, errors: [404],
+    note: 'Enqueueing still works; nothing of the kind is claimed.',
+    path: contract.kindParam,
+    ok: { 200: ok('Paused.', contract.kindPaused) },
+    errors: [404],
   }),
-  resumeKind: guarded('queue', 'admin', 'Resume a paused kind', { path: contract.kindParam, ok: { 200: ok('Resumed.', contract.kindPaused) }, errors: [404] }),
+  resumeKind: guarded('queue', 'admin', 'Resume a paused kind', {
+    path: contract.kindParam,
+    ok: { 200: ok('Resumed.', contract.kindPaused) },
+    errors: [404],
+  }),
 };
 
 const DOCUMENTATION = {
@@ -179,7 +253,11 @@ const DOCUMENTATION = {
       'A durable job queue in PostgreSQL. Every route but /healthz, /openapi.json, /docs and the dashboard page takes ' +
       '`Authorization: Bearer <token>`; errors are `{"error": {"code", "message"}}` with a 4xx or 5xx status.',
   },
-  components: { securitySchemes: { bearer: { type: 'http' as const, scheme: 'bearer', description: 'API_TOKEN, or a scoped token from API_TOKENS.' } } },
+  components: {
+    securitySchemes: {
+      bearer: { type: 'http' as const, scheme: 'bearer', description: 'API_TOKEN, or a scoped token from API_TOKENS.' },
+    },
+  },
   security: [{ bearer: [] }],
 };
 
@@ -189,9 +267,11 @@ const documents = new WeakMap<object, Promise<Record<string, unknown>>>();
 export async function openApiDocument(app: Hono<any>, basePath: string): Promise<Record<string, unknown>> {
   let generated = documents.get(app);
   if (!generated) {
-    generated = generateSpecs(app, { documentation: DOCUMENTATION, excludeStaticFile: false, defaultValidationErrorResponse: false }) as Promise<
-      Record<string, unknown>
-    >;
+    generated = generateSpecs(app, {
+      documentation: DOCUMENTATION,
+      excludeStaticFile: false,
+      defaultValidationErrorResponse: false,
+    }) as Promise<Record<string, unknown>>;
     documents.set(app, generated);
   }
   return { ...(await generated), servers: [{ url: basePath || '/' }] };

@@ -22,4 +22,3 @@ export function parseScopedTokens(value: string | undefined): ScopedToken[] {
     return { scope: match[1] as TokenScope, token: match[2]! };
   });
 }
-

@@ -39,15 +39,21 @@ export interface BatchJobDefinition<Payload> extends Omit<JobDefinition<Payload>
   handler: BatchHandler<Payload>;
 }
 
-export type BatchJob<Payload> = JobDefinition<Payload> & { readonly batch: { size: number; waitMs: number; handler: BatchHandler<Payload> } };
+export type BatchJob<Payload> = JobDefinition<Payload> & {
+  readonly batch: { size: number; waitMs: number; handler: BatchHandler<Payload> };
+};
 
 export function defineBatchJob<Payload>(definition: BatchJobDefinition<Payload>): BatchJob<Payload> {
   const { size, waitMs = 0, handler, ...rest } = definition;
   if (!(Number.isInteger(size) && size >= 1 && size <= MAX_BATCH_SIZE)) {
-    throw new Error(`job kind ${definition.kind}: size must be a whole number from 1 to ${MAX_BATCH_SIZE}, not ${JSON.stringify(size)}`);
+    throw new Error(
+      `job kind ${definition.kind}: size must be a whole number from 1 to ${MAX_BATCH_SIZE}, not ${JSON.stringify(size)}`,
+    );
   }
   if (!(Number.isInteger(waitMs) && waitMs >= 0 && waitMs <= MAX_BATCH_WAIT_MS)) {
-    throw new Error(`job kind ${definition.kind}: waitMs must be a whole number of milliseconds from 0 to ${MAX_BATCH_WAIT_MS}, not ${JSON.stringify(waitMs)}`);
+    throw new Error(
+      `job kind ${definition.kind}: waitMs must be a whole number of milliseconds from 0 to ${MAX_BATCH_WAIT_MS}, not ${JSON.stringify(waitMs)}`,
+    );
   }
   if (typeof handler !== 'function') throw new Error(`job kind ${definition.kind}: handler must be a function`);
   // Run on its own (a drainer that does not batch, a test): a batch of one.

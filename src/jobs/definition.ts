@@ -1,8 +1,14 @@
 // A job kind: what its payload must look like, how its handler runs, its limits, and the errors a
 // handler throws to say how it failed. The registry (registry.ts) holds the kinds a drainer runs;
 // the enqueue pipeline (enqueue.ts) checks jobs against them.
-import { z } from 'zod';
-import { JOB_DEFAULTS, JOB_TIMEOUT_BOUNDS_MS, KIND_PATTERN, KIND_PATTERN_MESSAGE, PRIORITY_BOUNDS } from '../db/schema.ts';
+import type { z } from 'zod';
+import {
+  JOB_DEFAULTS,
+  JOB_TIMEOUT_BOUNDS_MS,
+  KIND_PATTERN,
+  KIND_PATTERN_MESSAGE,
+  PRIORITY_BOUNDS,
+} from '../db/schema.ts';
 import type { Backoff, ClaimedJob, ClaimLimits, Db } from '../queries/index.ts';
 
 export interface JobContext {
@@ -94,13 +100,15 @@ export function handlerTimeoutMs(definition: JobDefinition<any>, jobTimeoutMs: n
 }
 
 /** The longest timeout a job of the kind may ask for. */
-export const maxTimeoutOf = (definition: JobDefinition<any>): number => definition.maxTimeoutMs ?? definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+export const maxTimeoutOf = (definition: JobDefinition<any>): number =>
+  definition.maxTimeoutMs ?? definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
 
 /** The limits of a kind that has any, else null: such kinds are claimed under their own lock. */
 export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits | null {
   if (!definition) return null;
   const { globalConcurrency, groupConcurrency, rateLimit, fair } = definition;
-  if (globalConcurrency === undefined && groupConcurrency === undefined && rateLimit === undefined && fair !== true) return null;
+  if (globalConcurrency === undefined && groupConcurrency === undefined && rateLimit === undefined && fair !== true)
+    return null;
   return { globalConcurrency, groupConcurrency, rateLimit, ...(fair === true ? { fair: true } : {}) };
 }
 
@@ -120,7 +128,10 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
     throw new Error(`job kind ${JSON.stringify(definition.kind)}: ${KIND_PATTERN_MESSAGE}`);
   }
   const { min, max } = PRIORITY_BOUNDS;
-  if (definition.priority !== undefined && !(Number.isInteger(definition.priority) && definition.priority >= min && definition.priority <= max)) {
+  if (
+    definition.priority !== undefined &&
+    !(Number.isInteger(definition.priority) && definition.priority >= min && definition.priority <= max)
+  ) {
     throw new Error(`job kind ${definition.kind}: priority must be an integer from ${min} to ${max}`);
   }
   const positiveInteger = (name: string, value: unknown) => {
@@ -132,24 +143,33 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
   for (const name of ['timeoutMs', 'maxTimeoutMs'] as const) {
     const ms = definition[name];
     if (ms !== undefined && !(Number.isInteger(ms) && ms >= TIMEOUT_BOUNDS_MS.min && ms <= TIMEOUT_BOUNDS_MS.max)) {
-      throw new Error(`job kind ${definition.kind}: ${name} must be a whole number of milliseconds from ${TIMEOUT_BOUNDS_MS.min} to ${TIMEOUT_BOUNDS_MS.max}, not ${JSON.stringify(ms)}`);
+      throw new Error(
+        `job kind ${definition.kind}: ${name} must be a whole number of milliseconds from ${TIMEOUT_BOUNDS_MS.min} to ${TIMEOUT_BOUNDS_MS.max}, not ${JSON.stringify(ms)}`,
+      );
     }
   }
   if (definition.maxTimeoutMs !== undefined && definition.maxTimeoutMs < (definition.timeoutMs ?? DEFAULT_TIMEOUT_MS)) {
-    throw new Error(`job kind ${definition.kind}: maxTimeoutMs (${definition.maxTimeoutMs}) is below its timeoutMs (${definition.timeoutMs ?? DEFAULT_TIMEOUT_MS})`);
+    throw new Error(
+      `job kind ${definition.kind}: maxTimeoutMs (${definition.maxTimeoutMs}) is below its timeoutMs (${definition.timeoutMs ?? DEFAULT_TIMEOUT_MS})`,
+    );
   }
   const keep = definition.keepCompletedSeconds;
   if (keep !== undefined && !(Number.isInteger(keep) && keep >= 0 && keep <= MAX_KEEP_SECONDS)) {
-    throw new Error(`job kind ${definition.kind}: keepCompletedSeconds must be a whole number of seconds from 0 to ${MAX_KEEP_SECONDS}, not ${JSON.stringify(keep)}`);
+    throw new Error(
+      `job kind ${definition.kind}: keepCompletedSeconds must be a whole number of seconds from 0 to ${MAX_KEEP_SECONDS}, not ${JSON.stringify(keep)}`,
+    );
   }
-  if (definition.fair !== undefined && typeof definition.fair !== 'boolean') throw new Error(`job kind ${definition.kind}: fair must be true or false, not ${JSON.stringify(definition.fair)}`);
+  if (definition.fair !== undefined && typeof definition.fair !== 'boolean')
+    throw new Error(`job kind ${definition.kind}: fair must be true or false, not ${JSON.stringify(definition.fair)}`);
   positiveInteger('globalConcurrency', definition.globalConcurrency);
   positiveInteger('groupConcurrency', definition.groupConcurrency);
   if (definition.rateLimit !== undefined) {
     const { limit, periodSeconds } = definition.rateLimit;
     positiveInteger('rateLimit.limit', limit);
     if (!(typeof periodSeconds === 'number' && periodSeconds > 0 && periodSeconds <= MAX_RATE_PERIOD_SECONDS)) {
-      throw new Error(`job kind ${definition.kind}: rateLimit.periodSeconds must be a number of seconds above 0 and at most ${MAX_RATE_PERIOD_SECONDS}, not ${JSON.stringify(periodSeconds)}`);
+      throw new Error(
+        `job kind ${definition.kind}: rateLimit.periodSeconds must be a number of seconds above 0 and at most ${MAX_RATE_PERIOD_SECONDS}, not ${JSON.stringify(periodSeconds)}`,
+      );
     }
   }
   return definition;

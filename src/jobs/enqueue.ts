@@ -14,7 +14,14 @@ import * as queries from '../queries/index.ts';
 import type { Db, EnqueuedJob, NewJob } from '../queries/index.ts';
 import { traceEnqueue } from '../tracing.ts';
 import { type EnqueueOptions, optionsProblem } from './job-options.ts';
-import { DEFAULT_MAX_ATTEMPTS, type JobDefinition, JobValidationError, type KindLookup, describeIssues, maxTimeoutOf } from './definition.ts';
+import {
+  DEFAULT_MAX_ATTEMPTS,
+  type JobDefinition,
+  JobValidationError,
+  type KindLookup,
+  describeIssues,
+  maxTimeoutOf,
+} from './definition.ts';
 
 export type { EnqueueOptions } from './job-options.ts';
 
@@ -63,20 +70,31 @@ export function preparedJobs(jobs: readonly NewJob[], traceParent?: string | nul
   return {
     jobs,
     send: (db) =>
-      traceEnqueue(jobs, (all) => (all.length === 1 ? queries.enqueue(db, all[0]!).then((one) => [one]) : queries.enqueueMany(db, all)), {
-        parent: traceParent,
-        ids: (r) => r.map((e) => e.id),
-      }),
+      traceEnqueue(
+        jobs,
+        (all) => (all.length === 1 ? queries.enqueue(db, all[0]!).then((one) => [one]) : queries.enqueueMany(db, all)),
+        {
+          parent: traceParent,
+          ids: (r) => r.map((e) => e.id),
+        },
+      ),
   };
 }
 
 /** One request: its kind's definition from `registry`, or as given (unknownKinds 'store'). */
-export function prepareRequest(request: EnqueueRequest, registry: KindLookup | undefined, unknownKinds: UnknownKinds): NewJob {
+export function prepareRequest(
+  request: EnqueueRequest,
+  registry: KindLookup | undefined,
+  unknownKinds: UnknownKinds,
+): NewJob {
   const definition = registry?.get(request.kind);
   if (definition) return prepareJob(definition, request);
   if (unknownKinds === 'refuse') {
     const kinds = registry?.kinds() ?? [];
-    throw new JobValidationError('unknown_kind', `unknown job kind ${JSON.stringify(request.kind)}; registered kinds: ${kinds.join(', ') || '(none)'}`);
+    throw new JobValidationError(
+      'unknown_kind',
+      `unknown job kind ${JSON.stringify(request.kind)}; registered kinds: ${kinds.join(', ') || '(none)'}`,
+    );
   }
   const { kind, payload, ...options } = request;
   const problem = optionsProblem(options);
@@ -89,13 +107,19 @@ export function prepareRequest(request: EnqueueRequest, registry: KindLookup | u
 export function prepareJob(definition: JobDefinition<any>, request: Omit<EnqueueRequest, 'kind'>): NewJob {
   const parsed = definition.schema.safeParse(request.payload);
   if (!parsed.success) {
-    throw new JobValidationError('invalid_payload', `payload rejected by kind ${definition.kind}: ${describeIssues(parsed.error)}`);
+    throw new JobValidationError(
+      'invalid_payload',
+      `payload rejected by kind ${definition.kind}: ${describeIssues(parsed.error)}`,
+    );
   }
   const { payload, ...options } = request;
   const problem = optionsProblem(options);
   if (problem) throw new JobValidationError('invalid_option', problem);
   if (options.timeoutMs !== undefined && options.timeoutMs > maxTimeoutOf(definition)) {
-    throw new JobValidationError('invalid_request', `timeoutMs: kind ${definition.kind} allows a job at most ${maxTimeoutOf(definition)} ms (its maxTimeoutMs), not ${options.timeoutMs}`);
+    throw new JobValidationError(
+      'invalid_request',
+      `timeoutMs: kind ${definition.kind} allows a job at most ${maxTimeoutOf(definition)} ms (its maxTimeoutMs), not ${options.timeoutMs}`,
+    );
   }
   return {
     ...options,
@@ -121,11 +145,23 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
  * the options' refuse what is given. With OpenTelemetry in use and a span active, the enqueue is a
  * `create` span and the job carries its trace context (src/tracing.ts).
  */
-export function enqueue<Payload>(db: Db, job: JobDefinition<Payload>, payload: Payload, options?: EnqueueOptions): Promise<EnqueuedJob>;
+export function enqueue<Payload>(
+  db: Db,
+  job: JobDefinition<Payload>,
+  payload: Payload,
+  options?: EnqueueOptions,
+): Promise<EnqueuedJob>;
 export function enqueue(db: Db, job: EnqueueRequest | NewJob): Promise<EnqueuedJob>;
-export function enqueue<Payload>(db: Db, job: JobDefinition<Payload> | NewJob, payload?: Payload, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
+export function enqueue<Payload>(
+  db: Db,
+  job: JobDefinition<Payload> | NewJob,
+  payload?: Payload,
+  options: EnqueueOptions = {},
+): Promise<EnqueuedJob> {
   // Validation throws (at the call, not in the promise) before anything is sent to the database.
-  const prepared = isDefinition(job) ? preparedJobs([prepareJob(job, { ...options, payload })]) : prepareEnqueue([job as EnqueueRequest]);
+  const prepared = isDefinition(job)
+    ? preparedJobs([prepareJob(job, { ...options, payload })])
+    : prepareEnqueue([job as EnqueueRequest]);
   return prepared.send(db).then(([one]) => one!);
 }
 
@@ -136,7 +172,12 @@ export function enqueue<Payload>(db: Db, job: JobDefinition<Payload> | NewJob, p
  *   await enqueueMany(tx, sendReceipt, orders.map((o) => ({ orderId: o.id })));
  *   await enqueueMany(tx, [{ kind: 'noop', payload: {} }, …]);
  */
-export function enqueueMany<Payload>(db: Db, job: JobDefinition<Payload>, payloads: readonly Payload[], options?: Omit<EnqueueOptions, 'dedupeKey'>): Promise<EnqueuedJob[]>;
+export function enqueueMany<Payload>(
+  db: Db,
+  job: JobDefinition<Payload>,
+  payloads: readonly Payload[],
+  options?: Omit<EnqueueOptions, 'dedupeKey'>,
+): Promise<EnqueuedJob[]>;
 export function enqueueMany(db: Db, jobs: readonly (EnqueueRequest | NewJob)[]): Promise<EnqueuedJob[]>;
 export function enqueueMany<Payload>(
   db: Db,
@@ -150,12 +191,18 @@ export function enqueueMany<Payload>(
   const first = prepareJob(job, { ...options, payload: payloads[0] });
   const rest = payloads.slice(1).map((payload) => {
     const parsed = job.schema.safeParse(payload);
-    if (!parsed.success) throw new JobValidationError('invalid_payload', `payload rejected by kind ${job.kind}: ${describeIssues(parsed.error)}`);
+    if (!parsed.success)
+      throw new JobValidationError(
+        'invalid_payload',
+        `payload rejected by kind ${job.kind}: ${describeIssues(parsed.error)}`,
+      );
     return { ...first, payload };
   });
   return preparedJobs([first, ...rest]).send(db);
 }
 
-function isDefinition<Payload>(job: JobDefinition<Payload> | NewJob | readonly unknown[]): job is JobDefinition<Payload> {
+function isDefinition<Payload>(
+  job: JobDefinition<Payload> | NewJob | readonly unknown[],
+): job is JobDefinition<Payload> {
   return typeof (job as JobDefinition<Payload>).handler === 'function' && 'schema' in job;
 }

@@ -26,15 +26,21 @@ export function groupLimitsProblem(limits: GroupLimits): string | null {
   const keyIssue = keyProblem(limits.groupKey, MAX_GROUP_KEY_LENGTH);
   if (keyIssue) return `groupKey ${keyIssue}`;
   const { concurrency, rateLimit } = limits;
-  if (concurrency !== undefined && !(Number.isInteger(concurrency) && concurrency >= 1 && concurrency <= MAX_GROUP_CONCURRENCY)) {
+  if (
+    concurrency !== undefined &&
+    !(Number.isInteger(concurrency) && concurrency >= 1 && concurrency <= MAX_GROUP_CONCURRENCY)
+  ) {
     return `concurrency must be a whole number from 1 to ${MAX_GROUP_CONCURRENCY}`;
   }
   if (rateLimit !== undefined) {
-    if (!(Number.isInteger(rateLimit?.limit) && rateLimit.limit >= 1 && rateLimit.limit <= MAX_GROUP_RATE)) return `rateLimit.limit must be a whole number from 1 to ${MAX_GROUP_RATE}`;
+    if (!(Number.isInteger(rateLimit?.limit) && rateLimit.limit >= 1 && rateLimit.limit <= MAX_GROUP_RATE))
+      return `rateLimit.limit must be a whole number from 1 to ${MAX_GROUP_RATE}`;
     const p = rateLimit.periodSeconds;
-    if (!(typeof p === 'number' && p > 0 && p <= MAX_RATE_PERIOD_SECONDS)) return `rateLimit.periodSeconds must be above 0 and at most ${MAX_RATE_PERIOD_SECONDS}`;
+    if (!(typeof p === 'number' && p > 0 && p <= MAX_RATE_PERIOD_SECONDS))
+      return `rateLimit.periodSeconds must be above 0 and at most ${MAX_RATE_PERIOD_SECONDS}`;
   }
-  if (concurrency === undefined && rateLimit === undefined) return 'give concurrency, rateLimit or both (removeGroupLimits removes a key\'s limits)';
+  if (concurrency === undefined && rateLimit === undefined)
+    return "give concurrency, rateLimit or both (removeGroupLimits removes a key's limits)";
   return null;
 }
 

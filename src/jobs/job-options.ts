@@ -7,7 +7,12 @@
 // A new option: a line here, its column in the enqueue statements (src/queries/enqueue/columns.ts),
 // the migration that adds the column and pgdrain.enqueue()'s parameter, and a case in that test.
 import { z } from 'zod';
-import { JOB_TIMEOUT_BOUNDS_MS, MAX_DEDUPE_KEY_LENGTH, MAX_GROUP_KEY_LENGTH, PRIORITY_BOUNDS } from '../db/constants.ts';
+import {
+  JOB_TIMEOUT_BOUNDS_MS,
+  MAX_DEDUPE_KEY_LENGTH,
+  MAX_GROUP_KEY_LENGTH,
+  PRIORITY_BOUNDS,
+} from '../db/constants.ts';
 
 /** An enqueue waits for at most this many jobs (`after`). */
 export const MAX_AFTER = 100;
@@ -16,7 +21,10 @@ export const JOB_ID_PATTERN = /^[1-9][0-9]{0,18}$/;
 /** PostgreSQL's timestamptz has no year 0 ("0000-01-01" is refused): runAt stays in a sane range. */
 export const RUN_AT_BOUNDS = { earliest: Date.UTC(1970, 0, 1), latest: Date.UTC(10000, 0, 1) } as const;
 
-export const jobId = z.string().regex(JOB_ID_PATTERN).meta({ description: 'A job id: a positive 64-bit integer as a decimal string.', example: '42' });
+export const jobId = z
+  .string()
+  .regex(JOB_ID_PATTERN)
+  .meta({ description: 'A job id: a positive 64-bit integer as a decimal string.', example: '42' });
 
 const { min: minTimeout, max: maxTimeout } = JOB_TIMEOUT_BOUNDS_MS;
 /** A whole number within bounds; every refusal says the bounds. */
@@ -24,23 +32,37 @@ const wholeNumber = (min: number, max: number, unit = '') => {
   const error = `must be a whole number${unit} from ${min} to ${max}`;
   return z.int({ error }).min(min, error).max(max, error);
 };
-const text = (max: number) => z.string({ error: `must be 1 to ${max} characters` }).min(1, `must be 1 to ${max} characters`).max(max, `must be 1 to ${max} characters`);
+const text = (max: number) =>
+  z
+    .string({ error: `must be 1 to ${max} characters` })
+    .min(1, `must be 1 to ${max} characters`)
+    .max(max, `must be 1 to ${max} characters`);
 
 /** The options, as the TypeScript API takes them; the HTTP contract and the CLI derive theirs. */
 export const JOB_OPTIONS = {
   runAt: z
     .date({ error: 'must be a Date' })
-    .refine((d) => d.getTime() >= RUN_AT_BOUNDS.earliest && d.getTime() < RUN_AT_BOUNDS.latest, 'must be between 1970-01-01 and 9999-12-31')
+    .refine(
+      (d) => d.getTime() >= RUN_AT_BOUNDS.earliest && d.getTime() < RUN_AT_BOUNDS.latest,
+      'must be between 1970-01-01 and 9999-12-31',
+    )
     .meta({ description: 'When it may run; default now.' }),
-  maxAttempts: wholeNumber(1, 100).meta({ description: "Attempts before the job goes dead; default its kind's, else 3." }),
-  dedupeKey: text(MAX_DEDUPE_KEY_LENGTH).meta({ description: 'While a job with this key exists, enqueueing the key again returns that job instead.' }),
+  maxAttempts: wholeNumber(1, 100).meta({
+    description: "Attempts before the job goes dead; default its kind's, else 3.",
+  }),
+  dedupeKey: text(MAX_DEDUPE_KEY_LENGTH).meta({
+    description: 'While a job with this key exists, enqueueing the key again returns that job instead.',
+  }),
   dedupeMode: z.enum(['keep', 'replace'], { error: "must be 'keep' or 'replace'" }).meta({
     description:
       "With a dedupe key: 'keep' (default) returns the existing job as it is; 'replace' (debounce) gives a pending job of the kind this payload and run time, or, when the key's job is running or dead, enqueues this one (that job gives up the key).",
   }),
-  priority: wholeNumber(PRIORITY_BOUNDS.min, PRIORITY_BOUNDS.max).meta({ description: `Higher runs first (${PRIORITY_BOUNDS.min} to ${PRIORITY_BOUNDS.max}); default its kind's, else 0.` }),
+  priority: wholeNumber(PRIORITY_BOUNDS.min, PRIORITY_BOUNDS.max).meta({
+    description: `Higher runs first (${PRIORITY_BOUNDS.min} to ${PRIORITY_BOUNDS.max}); default its kind's, else 0.`,
+  }),
   groupKey: text(MAX_GROUP_KEY_LENGTH).meta({
-    description: 'Jobs of the kind with the same group key share its groupConcurrency (1 runs them one at a time, in order) and, where asked, its rate limit.',
+    description:
+      'Jobs of the kind with the same group key share its groupConcurrency (1 runs them one at a time, in order) and, where asked, its rate limit.',
   }),
   timeoutMs: wholeNumber(minTimeout, maxTimeout, ' of milliseconds').meta({
     description: `The handler's timeout for this job in milliseconds (${minTimeout} to ${maxTimeout}, and at most its kind's maxTimeoutMs); default its kind's.`,
@@ -60,7 +82,11 @@ export type JobOptionName = keyof typeof JOB_OPTIONS;
 export type EnqueueOptions = { [K in JobOptionName]?: z.output<(typeof JOB_OPTIONS)[K]> };
 
 // Not strict: a NewJob given by name carries settings of its kind's too (keepSeconds, …).
-const optionsSchema = z.object(Object.fromEntries(Object.entries(JOB_OPTIONS).map(([k, s]) => [k, s.optional()])) as { [K in JobOptionName]: z.ZodOptional<(typeof JOB_OPTIONS)[K]> });
+const optionsSchema = z.object(
+  Object.fromEntries(Object.entries(JOB_OPTIONS).map(([k, s]) => [k, s.optional()])) as {
+    [K in JobOptionName]: z.ZodOptional<(typeof JOB_OPTIONS)[K]>;
+  },
+);
 
 /** Why these options cannot be taken (naming the option and its bound), or null. The one check
  * every way in applies; options that do not go together are its business too. */
@@ -77,9 +103,11 @@ export function optionsProblem(options: EnqueueOptions): string | null {
       .join('; ');
   }
   if (options.dedupeMode !== undefined && options.dedupeKey === undefined) return 'dedupeMode needs a dedupeKey';
-  if (options.after !== undefined && options.dedupeKey !== undefined) return 'a job that waits for others (after) cannot also have a dedupe key';
+  if (options.after !== undefined && options.dedupeKey !== undefined)
+    return 'a job that waits for others (after) cannot also have a dedupe key';
   return null;
 }
 
 /** The option's description, as the HTTP contract and the CLI's help show it. */
-export const describeOption = (name: JobOptionName): string => (JOB_OPTIONS[name].meta() as { description: string }).description;
+export const describeOption = (name: JobOptionName): string =>
+  (JOB_OPTIONS[name].meta() as { description: string }).description;

@@ -40,4 +40,3 @@ export class JobRegistry implements KindLookup {
     return prepareRequest(request, this, 'refuse');
   }
 }
-

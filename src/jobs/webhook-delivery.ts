@@ -45,37 +45,70 @@ function nodeModules(): NodeModules | null {
   if ((globalThis as { navigator?: { userAgent?: string } }).navigator?.userAgent === 'Cloudflare-Workers') return null;
   const get = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process?.getBuiltinModule;
   if (typeof get !== 'function') return null;
-  return { http: get('node:http') as NodeModules['http'], https: get('node:https') as NodeModules['https'], dns: get('node:dns') as NodeModules['dns'] };
+  return {
+    http: get('node:http') as NodeModules['http'],
+    https: get('node:https') as NodeModules['https'],
+    dns: get('node:dns') as NodeModules['dns'],
+  };
 }
 
 /** How the webhook kind sends: `fetch` when given (tests, embedders), else node:http(s) on Node,
  * else the runtime's fetch. */
-export function webhookSender(list: AllowList, options: { fetch?: typeof fetch; resolve?: ResolveHost } = {}): SendWebhook {
+export function webhookSender(
+  list: AllowList,
+  options: { fetch?: typeof fetch; resolve?: ResolveHost } = {},
+): SendWebhook {
   const node = options.fetch ? null : nodeModules();
   if (node) return (target, request) => sendWithNode(node, list, target, request, options.resolve);
   const doFetch = options.fetch ?? ((input: RequestInfo | URL, init?: RequestInit) => fetch(input, init));
   return async (target, request) => {
-    const response = await doFetch(target.url, { method: request.method, headers: request.headers, body: request.body, redirect: 'manual', signal: request.signal });
+    const response = await doFetch(target.url, {
+      method: request.method,
+      headers: request.headers,
+      body: request.body,
+      redirect: 'manual',
+      signal: request.signal,
+    });
     // The body is not needed; release the connection.
     await response.body?.cancel().catch(() => {});
     return { status: response.status, retryAfter: response.headers.get('retry-after') };
   };
 }
 
-type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | { address: string; family: number }[], family?: number) => void;
+type LookupCallback = (
+  error: NodeJS.ErrnoException | null,
+  address: string | { address: string; family: number }[],
+  family?: number,
+) => void;
 
-function sendWithNode(node: NodeModules, list: AllowList, target: CheckedTarget, request: WebhookRequest, resolve?: ResolveHost): Promise<WebhookAnswer> {
+function sendWithNode(
+  node: NodeModules,
+  list: AllowList,
+  target: CheckedTarget,
+  request: WebhookRequest,
+  resolve?: ResolveHost,
+): Promise<WebhookAnswer> {
   const resolveHost: ResolveHost = resolve ?? ((host) => node.dns.promises.lookup(host, { all: true, verbatim: true }));
   // Called for the connection itself: what it answers is what the socket dials.
   const lookup = (hostname: string, options: { all?: boolean }, callback: LookupCallback) => {
     resolveHost(hostname).then(
       (addresses) => {
-        const refused = addresses.length === 0 || addresses.some((a) => {
-          const ip = parseIp(a.address);
-          return !ip || !list.allowsAddress(ip);
-        });
-        if (refused) return callback(Object.assign(new WebhookRefusedError(refusedAddressProblem(hostname)), { code: 'EPGDRAINREFUSED' }), options.all ? [] : '');
-        if (options.all) callback(null, addresses.map((a) => ({ address: a.address, family: a.family })));
+        const refused =
+          addresses.length === 0 ||
+          addresses.some((a) => {
+            const ip = parseIp(a.address);
+            return !ip || !list.allowsAddress(ip);
+          });
+        if (refused)
+          return callback(
+            Object.assign(new WebhookRefusedError(refusedAddressProblem(hostname)), { code: 'EPGDRAINREFUSED' }),
+            options.all ? [] : '',
+          );
+        if (options.all)
+          callback(
+            null,
+            addresses.map((a) => ({ address: a.address, family: a.family })),
+          );
         else callback(null, addresses[0]!.address, addresses[0]!.family);
       },
       (error: NodeJS.ErrnoException) => callback(error, options.all ? [] : ''),

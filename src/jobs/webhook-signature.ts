@@ -24,27 +24,38 @@ export function parseSigningSecrets(value: string | undefined): Uint8Array[] {
     } catch {
       throw new Error(`${where} is not base64 after ${SECRET_PREFIX}`);
     }
-    if (key.length < MIN_KEY_BYTES || key.length > MAX_KEY_BYTES) throw new Error(`${where} is ${key.length} bytes; use ${MIN_KEY_BYTES} to ${MAX_KEY_BYTES}`);
+    if (key.length < MIN_KEY_BYTES || key.length > MAX_KEY_BYTES)
+      throw new Error(`${where} is ${key.length} bytes; use ${MIN_KEY_BYTES} to ${MAX_KEY_BYTES}`);
     return key;
   });
 }
 
 export interface WebhookSigner {
   /** The three headers for one delivery of `body`. */
-  headers(id: string, body: string, now?: Date): Promise<Record<'webhook-id' | 'webhook-timestamp' | 'webhook-signature', string>>;
+  headers(
+    id: string,
+    body: string,
+    now?: Date,
+  ): Promise<Record<'webhook-id' | 'webhook-timestamp' | 'webhook-signature', string>>;
 }
 
 export function createSigner(keys: readonly Uint8Array[]): WebhookSigner | null {
   if (keys.length === 0) return null;
   const imported = Promise.all(
-    keys.map((key) => crypto.subtle.importKey('raw', key as Uint8Array<ArrayBuffer>, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign'])),
+    keys.map((key) =>
+      crypto.subtle.importKey('raw', key as Uint8Array<ArrayBuffer>, { name: 'HMAC', hash: 'SHA-256' }, false, [
+        'sign',
+      ]),
+    ),
   );
   const encoder = new TextEncoder();
   return {
     async headers(id, body, now = new Date()) {
       const timestamp = String(Math.floor(now.getTime() / 1000));
       const content = encoder.encode(`${id}.${timestamp}.${body}`);
-      const signatures = await Promise.all((await imported).map(async (key) => `v1,${toBase64(await crypto.subtle.sign('HMAC', key, content))}`));
+      const signatures = await Promise.all(
+        (await imported).map(async (key) => `v1,${toBase64(await crypto.subtle.sign('HMAC', key, content))}`),
+      );
       return { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signatures.join(' ') };
     },
   };

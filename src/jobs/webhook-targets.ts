@@ -42,19 +42,28 @@ export class AllowList {
   /** An entry admits the host (a name or an address literal) at `port`. */
   admits(host: string, port: number): boolean {
     const address = parseIp(host);
-    return this.entries.some((entry) => portAdmitted(entry.port, port) && (address ? entry.type === 'address' && inRange(address, entry.range) : nameMatches(entry, host)));
+    return this.entries.some(
+      (entry) =>
+        portAdmitted(entry.port, port) &&
+        (address ? entry.type === 'address' && inRange(address, entry.range) : nameMatches(entry, host)),
+    );
   }
 
   /** Some entry names the host, whatever the port. */
   namesHost(host: string): boolean {
     const address = parseIp(host);
-    return this.entries.some((entry) => (address ? entry.type === 'address' && inRange(address, entry.range) : nameMatches(entry, host)));
+    return this.entries.some((entry) =>
+      address ? entry.type === 'address' && inRange(address, entry.range) : nameMatches(entry, host),
+    );
   }
 
   /** The address may be dialled: public, or named by an address entry (the port is the entry's
    * that admitted the URL: the address entry of a literal, the name entry of a name). */
   allowsAddress(address: IpAddress): boolean {
-    return !isSpecialAddress(address) || this.entries.some((entry) => entry.type === 'address' && inRange(address, entry.range));
+    return (
+      !isSpecialAddress(address) ||
+      this.entries.some((entry) => entry.type === 'address' && inRange(address, entry.range))
+    );
   }
 }
 
@@ -81,15 +90,22 @@ export function checkTarget(raw: string, list: AllowList): CheckedTarget | { pro
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:') return { problem: 'url must use http or https' };
   if (url.username || url.password) return { problem: 'url must not carry credentials; send them in headers' };
-  const host = url.hostname.toLowerCase().replace(/^\[(.*)\]$/, '$1').replace(/\.$/, '');
+  const host = url.hostname
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, '$1')
+    .replace(/\.$/, '');
   const port = url.port === '' ? DEFAULT_PORTS[url.protocol]! : Number(url.port);
-  if (list.isEmpty) return { problem: `no webhook host is allowed: set ${ALLOWED_LIST} (comma-separated, *.example.com patterns)` };
+  if (list.isEmpty)
+    return { problem: `no webhook host is allowed: set ${ALLOWED_LIST} (comma-separated, *.example.com patterns)` };
   if (!list.namesHost(host)) return { problem: `host ${host} is not allowed: not in ${ALLOWED_LIST}` };
   if (!list.admits(host, port)) {
-    return { problem: `port ${port} of host ${host} is not allowed: ${ALLOWED_LIST} allows ports 80 and 443 unless an entry names its port (${host}:${port})` };
+    return {
+      problem: `port ${port} of host ${host} is not allowed: ${ALLOWED_LIST} allows ports 80 and 443 unless an entry names its port (${host}:${port})`,
+    };
   }
   const literal = parseIp(host);
-  if (literal && !list.allowsAddress(literal)) return { problem: `address ${host} is not allowed: ${ALLOWED_LIST} does not name it` };
+  if (literal && !list.allowsAddress(literal))
+    return { problem: `address ${host} is not allowed: ${ALLOWED_LIST} does not name it` };
   return { url, host, port, literal };
 }
 
@@ -140,7 +156,12 @@ function parseEntry(raw: string): Entry {
     const bits = Number(cidr[2]);
     const max = address!.family === 4 ? 32 : 128;
     if (bits > max) refuse(`has a prefix longer than ${max}`);
-    return { type: 'address', range: { bytes: address!.bytes, prefix: address!.family === 4 ? 96 + bits : bits }, port: null, text };
+    return {
+      type: 'address',
+      range: { bytes: address!.bytes, prefix: address!.family === 4 ? 96 + bits : bits },
+      port: null,
+      text,
+    };
   }
   // a bare IPv6 address (no port: it would be ambiguous)
   if ((text.match(/:/g) ?? []).length > 1) {
@@ -168,7 +189,7 @@ function parseIpv4(text: string): IpAddress | null {
   const bytes = new Uint8Array(16);
   bytes[10] = 0xff;
   bytes[11] = 0xff;
-  parts.forEach((p, i) => (bytes[12 + i] = Number(p)));
+  for (const [i, p] of parts.entries()) bytes[12 + i] = Number(p);
   return { family: 4, bytes };
 }
 
@@ -193,7 +214,12 @@ function parseIpv6(text: string): IpAddress | null {
   if (![...left, ...right].every((g) => /^[0-9a-f]{1,4}$/i.test(g))) return null;
   const given = left.length + right.length + tail.length;
   if (halves.length === 1 ? given !== 8 : given > 7) return null;
-  const words = [...left.map((g) => parseInt(g, 16)), ...Array(8 - given).fill(0), ...right.map((g) => parseInt(g, 16)), ...tail];
+  const words = [
+    ...left.map((g) => parseInt(g, 16)),
+    ...Array(8 - given).fill(0),
+    ...right.map((g) => parseInt(g, 16)),
+    ...tail,
+  ];
   const bytes = new Uint8Array(16);
   words.forEach((w, i) => {
     bytes[i * 2] = w >> 8;

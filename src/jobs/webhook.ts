@@ -46,29 +46,54 @@ export function isHostAllowed(hostname: string, allowedHosts: readonly string[])
 }
 
 /** Set by pgdrain: the transport's, and the signature's (see webhook-signature.ts). */
-const FORBIDDEN_HEADERS = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'webhook-id', 'webhook-timestamp', 'webhook-signature']);
+const FORBIDDEN_HEADERS = new Set([
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'webhook-id',
+  'webhook-timestamp',
+  'webhook-signature',
+]);
 /** What a header value shown by the API or the CLI reads instead of its value. */
 export const REDACTED = '[redacted]';
 
-export function createWebhookJob(options: WebhookOptions) {
-  const list = new AllowList(options.allowedHosts);
-  const schema = z.strictObject({
-    url: z.string().max(8192).superRefine((value, ctx) => {
-      const checked = checkTarget(value, list);
-      if ('problem' in checked) ctx.addIssue({ code: 'custom', message: checked.problem });
-    }),
+/** A webhook job's payload, its URL checked against the allow-list. */
+function webhookPayload(list: AllowList) {
+  return z.strictObject({
+    url: z
+      .string()
+      .max(8192)
+      .superRefine((value, ctx) => {
+        const checked = checkTarget(value, list);
+        if ('problem' in checked) ctx.addIssue({ code: 'custom', message: checked.problem });
+      }),
     method: z.enum(['POST', 'PUT']).default('POST'),
     headers: z
       .record(
         z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'not a valid header name'),
         // What HTTP lets a field value hold (fetch refuses anything else at every delivery).
-        z.string().max(8192).regex(/^[\t\x20-\x7e\x80-\xff]*$/, 'a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other control character, nothing above U+00FF'),
+        z
+          .string()
+          .max(8192)
+          .regex(
+            /^[\t\x20-\x7e\x80-\xff]*$/,
+            'a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other control character, nothing above U+00FF',
+          ),
       )
-      .refine((h) => Object.keys(h).every((k) => !FORBIDDEN_HEADERS.has(k.toLowerCase())), `${[...FORBIDDEN_HEADERS].join(', ')} are set by pgdrain`)
+      .refine(
+        (h) => Object.keys(h).every((k) => !FORBIDDEN_HEADERS.has(k.toLowerCase())),
+        `${[...FORBIDDEN_HEADERS].join(', ')} are set by pgdrain`,
+      )
       .optional(),
     // Any JSON: the API has checked the body's JSON already (src/http/input.ts), in linear time.
     body: z.unknown().optional(),
   });
+}
+
+export function createWebhookJob(options: WebhookOptions) {
+  const list = new AllowList(options.allowedHosts);
+  const schema = webhookPayload(list);
   const send = webhookSender(list, { fetch: options.fetch, resolve: options.resolve });
   const signer = createSigner(options.signingKeys ?? []);
 
@@ -117,7 +142,9 @@ export function createWebhookJob(options: WebhookOptions) {
         if (Number.isFinite(retryAfter) && retryAfter > 0) throw new RetryLaterError(what, retryAfter);
         throw new Error(what);
       }
-      throw new PermanentJobError(answer.status >= 300 && answer.status < 400 ? `${what} (redirects are not followed)` : what);
+      throw new PermanentJobError(
+        answer.status >= 300 && answer.status < 400 ? `${what} (redirects are not followed)` : what,
+      );
     },
   });
 }

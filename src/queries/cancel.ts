@@ -20,19 +20,27 @@ export type CancelOutcome =
 export async function cancel(db: Db, id: string): Promise<CancelOutcome> {
   if (!isJobId(id)) return { outcome: 'not_found' };
   try {
-    const [row] = await rowsOf<{ status: 'cancelled' | 'cancelling' }>(db, sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.cancel(${id}::bigint) AS status`);
+    const [row] = await rowsOf<{ status: 'cancelled' | 'cancelling' }>(
+      db,
+      sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.cancel(${id}::bigint) AS status`,
+    );
     return { outcome: row?.status === 'cancelling' ? 'cancelling' : 'cancelled' };
   } catch (error) {
     const { code, message } = causeOf(error);
     if (code === 'P0002') return { outcome: 'not_found' };
-    if (code === '55000') return { outcome: 'not_cancellable', status: /is completed;/.test(message) ? 'completed' : 'dead' };
+    if (code === '55000')
+      return { outcome: 'not_cancellable', status: /is completed;/.test(message) ? 'completed' : 'dead' };
     throw error;
   }
 }
 
 /** The database's own error under the driver's wrapping (drizzle wraps it in `cause`). */
 function causeOf(error: unknown): { code?: string; message: string } {
-  for (let e = error as { code?: string; message?: string; cause?: unknown } | undefined, depth = 0; e && depth < 3; e = e.cause as typeof e, depth++) {
+  for (
+    let e = error as { code?: string; message?: string; cause?: unknown } | undefined, depth = 0;
+    e && depth < 3;
+    e = e.cause as typeof e, depth++
+  ) {
     if (typeof e.code === 'string') return { code: e.code, message: e.message ?? '' };
   }
   return { message: String((error as Error)?.message ?? error) };

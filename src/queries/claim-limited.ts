@@ -20,7 +20,15 @@
 // groupConcurrency, and, for a kind limited per group, that row's rate instead of the kind's.
 import { type SQL, sql } from 'drizzle-orm';
 import { PGDRAIN_SCHEMA, fairTurns, groupLimits, jobs, pausedKinds, rateStarts } from '../db/schema.ts';
-import { type ClaimedJob, type ClaimOptions, type ClaimValues, claimUpdate, claimValues, claimedJobs, claimedRowFromDriver } from './claim.ts';
+import {
+  type ClaimedJob,
+  type ClaimOptions,
+  type ClaimValues,
+  claimUpdate,
+  claimValues,
+  claimedJobs,
+  claimedRowFromDriver,
+} from './claim.ts';
 import { type Db, rowsOf } from './db.ts';
 
 export interface ClaimLimits {
@@ -60,8 +68,13 @@ export async function claimLimited(db: Db, options: LimitedClaimOptions): Promis
       sql`SELECT pg_advisory_xact_lock(hashtextextended(${`pgdrain.limits:${options.kind}`}, 0)),
                  set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`,
     );
-    const rows = await rowsOf<Record<string, unknown> & { pgdrain_candidates: number; pgdrain_next_start_ms: number | null }>(tx, limitedClaim(tx, options));
-    const claimed = claimedJobs(rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver), options.lockToken);
+    const rows = await rowsOf<
+      Record<string, unknown> & { pgdrain_candidates: number; pgdrain_next_start_ms: number | null }
+    >(tx, limitedClaim(tx, options));
+    const claimed = claimedJobs(
+      rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver),
+      options.lockToken,
+    );
     const candidates = Number(rows[0]?.pgdrain_candidates ?? 0);
     const nextStart = rows[0]?.pgdrain_next_start_ms;
     return {
@@ -84,17 +97,19 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
   // A key's own rate period (a group_limits row), else the kind's; the longest of them bounds the window read.
   const keyPeriod = perGroup ? sql`coalesce(o.rate_period_seconds, ${periodSeconds})` : periodSeconds;
   const longestPeriod = sql`make_interval(secs => greatest(${periodSeconds}, coalesce((SELECT max(rate_period_seconds) FROM ${groupLimits} WHERE kind = ${kind}), 0)))`;
-  const update = claimUpdate(db, sql`${jobs.id} IN (SELECT id FROM chosen)`, sql`${v.token}::text`, sql`${v.lease}::int`).getSQL();
+  const update = claimUpdate(
+    db,
+    sql`${jobs.id} IN (SELECT id FROM chosen)`,
+    sql`${v.token}::text`,
+    sql`${v.lease}::int`,
+  ).getSQL();
   return sql`
     WITH clock AS (SELECT clock_timestamp() AS t),
-    ${limits.fair ? fairCandidates(kind, v, options.ids !== undefined) : sql`cand AS (
-      SELECT id, group_key, attempts, priority, run_at, NULL::bigint AS turn_pos FROM ${jobs}
-       WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}
-         AND NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind})
-         ${options.ids ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``}
-       ORDER BY priority DESC NULLS LAST, run_at, id
-       LIMIT ${candidateWindow(v.limit)}
-       FOR UPDATE SKIP LOCKED),`}
+    ${
+      limits.fair
+        ? fairCandidates(kind, v, options.ids !== undefined)
+        : plainCandidates(kind, v, options.ids !== undefined)
+    }
     overrides AS (
       SELECT group_key, concurrency, rate_limit, rate_period_seconds FROM ${groupLimits}
        WHERE kind = ${kind} AND group_key IN (SELECT group_key FROM cand WHERE group_key IS NOT NULL)),
@@ -135,11 +150,7 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
        ORDER BY ${limits.fair ? sql`in_group, turn_pos, run_at, id` : sql`priority DESC NULLS LAST, run_at, id`}
        LIMIT greatest(0, (SELECT n FROM room))),
     claimed AS (${update}),
-    ${limits.fair ? sql`turned AS (
-      INSERT INTO ${fairTurns} (kind, priority, group_key, updated_at)
-      SELECT ${kind}, (SELECT priority FROM top), (SELECT c.group_key FROM claimed c JOIN cand ON cand.id = c.id ORDER BY cand.turn_pos DESC LIMIT 1), now()
-       WHERE EXISTS (SELECT 1 FROM claimed)
-      ON CONFLICT (kind) DO UPDATE SET priority = excluded.priority, group_key = excluded.group_key, updated_at = now()),` : sql``}
+    ${limits.fair ? fairTurnTaken(kind) : sql``}
     started AS (
       INSERT INTO ${rateStarts} (kind, group_key, started_at)
       SELECT ${kind}, ${perGroup ? sql`coalesce(claimed.group_key, '')` : sql`''`}, (SELECT t FROM clock) FROM claimed
@@ -150,6 +161,27 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
       FROM (SELECT (SELECT count(*) FROM cand)::int AS pgdrain_candidates,
                    (SELECT extract(epoch FROM min(oldest + make_interval(secs => period_s))) * 1000 FROM window_starts)::float8 AS pgdrain_next_start_ms) AS s
       LEFT JOIN claimed ON true`;
+}
+
+/** A kind that is not fair: its ready jobs in claim order, a window of them, locked. */
+function plainCandidates(kind: string, v: ReturnType<typeof claimValues>, byIds: boolean): SQL {
+  return sql`cand AS (
+      SELECT id, group_key, attempts, priority, run_at, NULL::bigint AS turn_pos FROM ${jobs}
+       WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}
+         AND NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind})
+         ${byIds ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``}
+       ORDER BY priority DESC NULLS LAST, run_at, id
+       LIMIT ${candidateWindow(v.limit)}
+       FOR UPDATE SKIP LOCKED),`;
+}
+
+/** A fair kind's claim: where its turns ended (the last key claimed), for the next claim to go on from. */
+function fairTurnTaken(kind: string): SQL {
+  return sql`turned AS (
+      INSERT INTO ${fairTurns} (kind, priority, group_key, updated_at)
+      SELECT ${kind}, (SELECT priority FROM top), (SELECT c.group_key FROM claimed c JOIN cand ON cand.id = c.id ORDER BY cand.turn_pos DESC LIMIT 1), now()
+       WHERE EXISTS (SELECT 1 FROM claimed)
+      ON CONFLICT (kind) DO UPDATE SET priority = excluded.priority, group_key = excluded.group_key, updated_at = now()),`;
 }
 
 /**

@@ -64,7 +64,8 @@ export interface ClaimedBatch {
 
 /** claim(), with the next due time in the same statement when it came back short (next-due.ts). */
 export async function claimReportingNextDue(db: Db, options: ClaimOptions): Promise<ClaimedBatch> {
-  if (options.batchSize < 1 || options.kinds?.length === 0 || options.ids?.length === 0) return { jobs: [], nextDueAt: null };
+  if (options.batchSize < 1 || options.kinds?.length === 0 || options.ids?.length === 0)
+    return { jobs: [], nextDueAt: null };
   const rows = await rowsOf<Record<string, unknown> & { pgdrain_next_due: Date | string | null }>(
     db,
     sql`WITH claimed AS (${claimStatement(claimValues(options), options.kinds !== undefined, options.ids !== undefined)})
@@ -80,11 +81,15 @@ export function nextDueWhenShort(options: ClaimOptions): SQL {
   return sql`CASE WHEN row_number() OVER () = 1 AND (SELECT count(*) FROM claimed) < ${options.batchSize}::int THEN ${nextDueSql(options.nextDue?.kinds)} END`;
 }
 
-export const toDate = (value: Date | string | null | undefined): Date | null => (value == null ? null : value instanceof Date ? value : new Date(value));
+export const toDate = (value: Date | string | null | undefined): Date | null =>
+  value == null ? null : value instanceof Date ? value : new Date(value);
 
 export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]> {
   if (options.batchSize < 1 || options.kinds?.length === 0 || options.ids?.length === 0) return [];
-  const rows = await rowsOf<Record<string, unknown>>(db, claimStatement(claimValues(options), options.kinds !== undefined, options.ids !== undefined));
+  const rows = await rowsOf<Record<string, unknown>>(
+    db,
+    claimStatement(claimValues(options), options.kinds !== undefined, options.ids !== undefined),
+  );
   return claimedJobs(rows.map(claimedRowFromDriver), options.lockToken);
 }
 
@@ -119,7 +124,12 @@ export async function explainClaim(db: Db, options: ClaimOptions, { generic = fa
       await tx.execute(sql`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`);
       await tx.execute(sql.raw(`PREPARE pgdrain_explain_claim(${types.join(', ')}) AS ${body}`));
       // EXPLAIN EXECUTE takes no bind parameters: the values go in as literals.
-      rows = await rowsOf(tx, sql.raw(`EXPLAIN EXECUTE pgdrain_explain_claim(${params.map((p, i) => `${literal(p)}::${types[i]}`).join(', ')})`));
+      rows = await rowsOf(
+        tx,
+        sql.raw(
+          `EXPLAIN EXECUTE pgdrain_explain_claim(${params.map((p, i) => `${literal(p)}::${types[i]}`).join(', ')})`,
+        ),
+      );
       await tx.execute(sql`DEALLOCATE pgdrain_explain_claim`);
     } else {
       rows = await rowsOf(tx, sql.join([sql.raw('EXPLAIN '), bindPositional(body, params)]));
@@ -142,7 +152,8 @@ function literal(value: unknown): string {
 function bindPositional(text: string, params: readonly unknown[]) {
   const parts = text.split(/\$(\d+)/);
   const chunks = [sql.raw(parts[0] ?? '')];
-  for (let i = 1; i < parts.length; i += 2) chunks.push(sql`${sql.param(params[Number(parts[i]) - 1])}`, sql.raw(parts[i + 1] ?? ''));
+  for (let i = 1; i < parts.length; i += 2)
+    chunks.push(sql`${sql.param(params[Number(parts[i]) - 1])}`, sql.raw(parts[i + 1] ?? ''));
   return sql.join(chunks);
 }
 

@@ -6,7 +6,16 @@
 // the same fencing by lock token, the same claim order and SKIP LOCKED. They run on one snapshot
 // and touch different rows (the DELETE running ones, the claim pending ones), and commit together.
 import { type SQL, sql } from 'drizzle-orm';
-import { type ClaimedJob, type ClaimOptions, claimStatement, claimValues, claimedJobs, claimedRowFromDriver, nextDueWhenShort, toDate } from './claim.ts';
+import {
+  type ClaimedJob,
+  type ClaimOptions,
+  claimStatement,
+  claimValues,
+  claimedJobs,
+  claimedRowFromDriver,
+  nextDueWhenShort,
+  toDate,
+} from './claim.ts';
 import { type CompletedJob, type SettleOptions, completingCtes } from './complete.ts';
 import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
@@ -28,7 +37,11 @@ export async function completeAndClaim(
   settle: SettleOptions = {},
 ): Promise<CompleteAndClaimResult> {
   const claiming = options.batchSize >= 1 && options.kinds?.length !== 0 && options.ids?.length !== 0;
-  const claimSql: SQL = claimStatement({ ...claimValues(options), limit: claiming ? options.batchSize : 0 }, options.kinds !== undefined, options.ids !== undefined);
+  const claimSql: SQL = claimStatement(
+    { ...claimValues(options), limit: claiming ? options.batchSize : 0 },
+    options.kinds !== undefined,
+    options.ids !== undefined,
+  );
   const counted = settle.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('ended')})`;
   // A row per claimed job, the first also carrying the deleted ids (once: a claim of 500 must not
   // bring them back 500 times); one row of NULLs when nothing was claimed, so that the deletions

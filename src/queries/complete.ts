@@ -64,22 +64,32 @@ export function completingCtes(held: readonly CompletedJob[], { followed }: { fo
     // Not a prepared statement on purpose: a flush can hold one job or thousands, and a generic
     // plan fitted to neither can turn the pair check into a scan per row. Planning it is cheap
     // next to the rows it deletes. The fence's id array drives primary-key lookups.
-    parts.push(sql`deleted AS (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${fence(deleted)} RETURNING ${ENDED_COLUMNS}, ${status} AS status)`);
+    parts.push(
+      sql`deleted AS (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${fence(deleted)} RETURNING ${ENDED_COLUMNS}, ${status} AS status)`,
+    );
   }
   if (kept.length > 0) {
-    parts.push(sql`held_kept AS MATERIALIZED (SELECT * FROM ${heldRows(kept, {
-      keep: { type: 'int', values: kept.map((k) => k.keepSeconds ?? 0) },
-      result: { type: 'jsonb', values: kept.map((k) => k.resultJson ?? null) },
-      progress: { type: 'jsonb', values: kept.map((k) => k.progressJson ?? null) },
-    })})`);
+    parts.push(
+      sql`held_kept AS MATERIALIZED (SELECT * FROM ${heldRows(kept, {
+        keep: { type: 'int', values: kept.map((k) => k.keepSeconds ?? 0) },
+        result: { type: 'jsonb', values: kept.map((k) => k.resultJson ?? null) },
+        progress: { type: 'jsonb', values: kept.map((k) => k.progressJson ?? null) },
+      })})`,
+    );
     const result = sql`CASE WHEN j.cancel_requested_at IS NOT NULL THEN NULL ELSE h.result END`;
     // A kept job moves to the history (job-history.ts); one with a dedupe key stays, finished, in
     // pgdrain.jobs, whose unique index is what holds its key while it is kept.
     parts.push(sql`archived AS (
       DELETE FROM ${jobs} j USING held_kept h WHERE ${fence(kept)} AND j.dedupe_key IS NULL
       RETURNING ${historyRow({
-        status, result, progress: sql`coalesce(h.progress, j.progress)`, finished_at: sql`now()`, keep_until: sql`now() + make_interval(secs => h.keep)`,
-        locked_at: sql`NULL::timestamptz`, locked_by: sql`NULL::text`, locked_until: sql`NULL::timestamptz`,
+        status,
+        result,
+        progress: sql`coalesce(h.progress, j.progress)`,
+        finished_at: sql`now()`,
+        keep_until: sql`now() + make_interval(secs => h.keep)`,
+        locked_at: sql`NULL::timestamptz`,
+        locked_by: sql`NULL::text`,
+        locked_until: sql`NULL::timestamptz`,
       })}),
     stored AS (INSERT INTO ${jobHistory} (${HISTORY_COLUMNS}) SELECT ${HISTORY_COLUMNS} FROM archived),
     kept AS (
@@ -90,7 +100,9 @@ export function completingCtes(held: readonly CompletedJob[], { followed }: { fo
   }
   const union = [
     deleted.length > 0 ? sql`SELECT * FROM deleted` : undefined,
-    kept.length > 0 ? sql`SELECT id, kind, watched_until, has_dependents, status FROM archived UNION ALL SELECT * FROM kept` : undefined,
+    kept.length > 0
+      ? sql`SELECT id, kind, watched_until, has_dependents, status FROM archived UNION ALL SELECT * FROM kept`
+      : undefined,
   ].filter((x) => x !== undefined);
   parts.push(sql`ended AS (${sql.join(union, sql` UNION ALL `)})`);
   const ending = sql.join(parts, sql`, `);
@@ -112,24 +124,44 @@ export interface CompletionReport {
 /** complete(), saying what it did: one plain statement, and a second, with what follows a job's
  * end, only for the jobs the first left (and for those it does not hold any more, which the
  * second leaves too). */
-export async function completeJobs(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<CompletionReport> {
+export async function completeJobs(
+  db: Db,
+  held: readonly CompletedJob[],
+  options: SettleOptions = {},
+): Promise<CompletionReport> {
   const plain = await completing(db, held, false, options);
   if (plain.ended.length === held.length) return plain;
   const settled = new Set(plain.ended.map((e) => e.id));
-  const followed = await completeFollowed(db, held.filter((h) => !settled.has(h.id)), options);
+  const followed = await completeFollowed(
+    db,
+    held.filter((h) => !settled.has(h.id)),
+    options,
+  );
   return { ended: [...plain.ended, ...followed.ended], unblockedKinds: followed.unblockedKinds };
 }
 
 /** Completes the jobs with what follows their end (for jobs a plain completion left running). */
-export function completeFollowed(db: Db, held: readonly CompletedJob[], options: SettleOptions = {}): Promise<CompletionReport> {
+export function completeFollowed(
+  db: Db,
+  held: readonly CompletedJob[],
+  options: SettleOptions = {},
+): Promise<CompletionReport> {
   return completing(db, held, true, options);
 }
 
-async function completing(db: Db, held: readonly CompletedJob[], followed: boolean, options: SettleOptions): Promise<CompletionReport> {
+async function completing(
+  db: Db,
+  held: readonly CompletedJob[],
+  followed: boolean,
+  options: SettleOptions,
+): Promise<CompletionReport> {
   if (held.length === 0) return { ended: [], unblockedKinds: [] };
   const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('ended')})`;
   if (!followed) {
-    const rows = await rowsOf<{ id: string }>(db, sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id FROM ended`);
+    const rows = await rowsOf<{ id: string }>(
+      db,
+      sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id FROM ended`,
+    );
     return { ended: rows.map((r) => ({ id: String(r.id), status: 'completed' })), unblockedKinds: [] };
   }
   // One row per ended job, and one more (id NULL) with the kinds it released. The notifications

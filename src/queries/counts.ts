@@ -12,7 +12,9 @@ export const COUNTS_RETENTION_HOURS = 24;
 /** Adds the rows of the CTE `ended` (kind, new status per row) that completed to this minute's
  * completed counts (a job cancelled while it ran is not counted). */
 export const countCompleted = (ended: string): SQL =>
-  addToCounts(sql`SELECT kind, count(*) AS completed, 0 AS failed, 0 AS dead FROM ${sql.identifier(ended)} WHERE status = 'completed' GROUP BY kind`);
+  addToCounts(
+    sql`SELECT kind, count(*) AS completed, 0 AS failed, 0 AS dead FROM ${sql.identifier(ended)} WHERE status = 'completed' GROUP BY kind`,
+  );
 
 /** Adds the rows of the CTE `settled` (kind, new status per row) to this minute's failed and dead
  * counts: a retry or a death is a failed attempt; a job cancelled while it ran is neither. */
@@ -77,7 +79,8 @@ export async function countTotals(db: Db): Promise<Record<string, KindTotals>> {
          GROUP BY kind ORDER BY kind`,
   );
   const totals: Record<string, KindTotals> = {};
-  for (const r of rows) totals[r.kind] = { completed: Number(r.completed), failed: Number(r.failed), dead: Number(r.dead) };
+  for (const r of rows)
+    totals[r.kind] = { completed: Number(r.completed), failed: Number(r.failed), dead: Number(r.dead) };
   return totals;
 }
 

@@ -8,6 +8,9 @@ import { type Db, rowsOf } from './db.ts';
 
 /** Takes the identity's lock on `session` (a dedicated connection) if nobody holds it; true if taken. */
 export async function holdDrainerIdentity(session: Db, drainerId: string): Promise<boolean> {
-  const [row] = await rowsOf<{ held: boolean }>(session, sql`SELECT pg_try_advisory_lock(hashtextextended(${`pgdrain.drainer:${drainerId}`}::text, 0)) AS held`);
+  const [row] = await rowsOf<{ held: boolean }>(
+    session,
+    sql`SELECT pg_try_advisory_lock(hashtextextended(${`pgdrain.drainer:${drainerId}`}::text, 0)) AS held`,
+  );
   return row?.held === true;
 }

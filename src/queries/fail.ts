@@ -49,13 +49,21 @@ export async function fail(db: Db, job: HeldJob, options: FailOptions & SettleOp
  * batches completions) and adds them to this minute's failed and dead counts in the same
  * statement. Returns one outcome per failure, in input order.
  */
-export async function failMany(db: Db, failures: readonly Failure[], options: SettleOptions = {}): Promise<FailOutcome[]> {
+export async function failMany(
+  db: Db,
+  failures: readonly Failure[],
+  options: SettleOptions = {},
+): Promise<FailOutcome[]> {
   return (await failJobs(db, failures, options)).outcomes;
 }
 
 /** failMany(), saying also the kinds of jobs its failures made pending (workflows parked on a job
  * that ended dead: step.invoke), which a drain may claim at once. */
-export async function failJobs(db: Db, failures: readonly Failure[], options: SettleOptions = {}): Promise<{ outcomes: FailOutcome[]; unblockedKinds: string[] }> {
+export async function failJobs(
+  db: Db,
+  failures: readonly Failure[],
+  options: SettleOptions = {},
+): Promise<{ outcomes: FailOutcome[]; unblockedKinds: string[] }> {
   if (failures.length === 0) return { outcomes: [], unblockedKinds: [] };
   const column = (type: string, pick: (f: Failure) => unknown) => ({ type, values: failures.map(pick) });
   // delay = min(cap, max(retryAfter, base * 2^(attempts-1) * jitter)), jitter uniform in [0.5, 1).
@@ -81,7 +89,13 @@ export async function failJobs(db: Db, failures: readonly Failure[], options: Se
         RETURNING ${ENDED_COLUMNS}, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;
   const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countFailed('ended')})`;
   // One row per ended job, and one more (id NULL) with the kinds it made pending.
-  const rows = await rowsOf<{ id: string | null; status: 'pending' | 'dead' | 'cancelled'; run_at_ms: number; attempts: number; released: string[] | null }>(
+  const rows = await rowsOf<{
+    id: string | null;
+    status: 'pending' | 'dead' | 'cancelled';
+    run_at_ms: number;
+    attempts: number;
+    released: string[] | null;
+  }>(
     db,
     sql`WITH RECURSIVE ended AS (${settled})${counted}${afterJobsEnded({ deleted: false })}
         SELECT id, status, run_at_ms, attempts, NULL::text[] AS released, NULL::bigint AS pgdrain_notified FROM ended
@@ -93,7 +107,10 @@ export async function failJobs(db: Db, failures: readonly Failure[], options: Se
   return { outcomes: outcomesOf(failures, byId), unblockedKinds };
 }
 
-function outcomesOf(failures: readonly Failure[], byId: Map<string, { status: 'pending' | 'dead' | 'cancelled'; run_at_ms: number; attempts: number }>): FailOutcome[] {
+function outcomesOf(
+  failures: readonly Failure[],
+  byId: Map<string, { status: 'pending' | 'dead' | 'cancelled'; run_at_ms: number; attempts: number }>,
+): FailOutcome[] {
   return failures.map((f): FailOutcome => {
     const row = byId.get(String(f.id));
     if (!row) return { outcome: 'lost' };

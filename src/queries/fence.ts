@@ -26,9 +26,16 @@ export function heldRows(held: readonly HeldJob[], extra: HeldColumns = {}): SQL
   const columns: [string, string, readonly unknown[]][] = [
     ['id', 'bigint', inOrder(held.map((h) => h.id))],
     ['token', 'text', inOrder(held.map((h) => h.lockedBy))],
-    ...Object.entries(extra).map(([name, c]): [string, string, readonly unknown[]] => [name, c.type, inOrder(c.values)]),
+    ...Object.entries(extra).map(([name, c]): [string, string, readonly unknown[]] => [
+      name,
+      c.type,
+      inOrder(c.values),
+    ]),
   ];
-  const arrays = sql.join(columns.map(([, type, values]) => sql`${sql.param(values)}::${sql.raw(type)}[]`), sql`, `);
+  const arrays = sql.join(
+    columns.map(([, type, values]) => sql`${sql.param(values)}::${sql.raw(type)}[]`),
+    sql`, `,
+  );
   return sql`unnest(${arrays}) AS h(${sql.raw(columns.map(([name]) => name).join(', '))})`;
 }
 

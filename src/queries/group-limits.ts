@@ -30,16 +30,33 @@ export async function writeGroupLimits(
 
 /** Removes the key's limits (back to its kind's); true when it had some. */
 export async function deleteGroupLimits(db: Db, kind: string, groupKey: string): Promise<boolean> {
-  const rows = await rowsOf(db, sql`DELETE FROM ${groupLimits} WHERE kind = ${kind} AND group_key = ${groupKey} RETURNING 1`);
+  const rows = await rowsOf(
+    db,
+    sql`DELETE FROM ${groupLimits} WHERE kind = ${kind} AND group_key = ${groupKey} RETURNING 1`,
+  );
   return rows.length > 0;
 }
 
 /** Each kind's keys with limits of their own (`kinds`: these; undefined: every kind that has any):
  * how many, and the first `limit` by key. */
-export async function listGroupLimits(db: Db, kinds?: readonly string[], limit = 100): Promise<Record<string, { count: number; keys: GroupLimitsRow[] }>> {
+export async function listGroupLimits(
+  db: Db,
+  kinds?: readonly string[],
+  limit = 100,
+): Promise<Record<string, { count: number; keys: GroupLimitsRow[] }>> {
   if (kinds?.length === 0) return {};
-  const from = kinds ? sql`unnest(${sql.param(kinds)}::text[]) AS k(kind)` : sql`(SELECT DISTINCT kind FROM ${groupLimits}) AS k`;
-  const rows = await rowsOf<{ kind: string; n: number; group_key: string | null; concurrency: number | null; rate_limit: number | null; rate_period_seconds: number | null; updated_at: Date | string | null }>(
+  const from = kinds
+    ? sql`unnest(${sql.param(kinds)}::text[]) AS k(kind)`
+    : sql`(SELECT DISTINCT kind FROM ${groupLimits}) AS k`;
+  const rows = await rowsOf<{
+    kind: string;
+    n: number;
+    group_key: string | null;
+    concurrency: number | null;
+    rate_limit: number | null;
+    rate_period_seconds: number | null;
+    updated_at: Date | string | null;
+  }>(
     db,
     sql`SELECT k.kind, (SELECT count(*) FROM ${groupLimits} c WHERE c.kind = k.kind)::int AS n, g.group_key, g.concurrency, g.rate_limit, g.rate_period_seconds, g.updated_at
           FROM ${from}

@@ -2,20 +2,79 @@
 // Drizzle database or transaction, so the Worker (neon-serverless), the sidecar (node-postgres)
 // and the tests run identical SQL, and enqueue joins whatever transaction the caller has open.
 export { type Db, NOTIFY_CHANNEL, FINISHED_CHANNEL, CANCEL_CHANNEL } from './db.ts';
-export { enqueue, enqueueMany, ENQUEUE_CHUNK, UnknownDependencyError, type NewJob, type EnqueuedJob, type DedupeMode } from './enqueue/index.ts';
-export { claim, claimReportingNextDue, claimStatement, explainClaim, compareIds, type ClaimedBatch, type ClaimedJob, type ClaimOptions } from './claim.ts';
+export {
+  enqueue,
+  enqueueMany,
+  ENQUEUE_CHUNK,
+  UnknownDependencyError,
+  type NewJob,
+  type EnqueuedJob,
+  type DedupeMode,
+} from './enqueue/index.ts';
+export {
+  claim,
+  claimReportingNextDue,
+  claimStatement,
+  explainClaim,
+  compareIds,
+  type ClaimedBatch,
+  type ClaimedJob,
+  type ClaimOptions,
+} from './claim.ts';
 export { claimLimited, type ClaimLimits, type LimitedClaim, type LimitedClaimOptions } from './claim-limited.ts';
-export { complete, completeJobs, completeFollowed, type CompletedJob, type CompletionReport, type EndedJob, type HeldJob, type SettleOptions } from './complete.ts';
+export {
+  complete,
+  completeJobs,
+  completeFollowed,
+  type CompletedJob,
+  type CompletionReport,
+  type EndedJob,
+  type HeldJob,
+  type SettleOptions,
+} from './complete.ts';
 export { completeAndClaim, type CompleteAndClaimResult } from './complete-and-claim.ts';
-export { fail, failMany, failJobs, MAX_ERROR_LENGTH, type Backoff, type Failure, type FailOptions, type FailOutcome } from './fail.ts';
+export {
+  fail,
+  failMany,
+  failJobs,
+  MAX_ERROR_LENGTH,
+  type Backoff,
+  type Failure,
+  type FailOptions,
+  type FailOutcome,
+} from './fail.ts';
 export { release } from './release.ts';
 export { renew, renewLeases, type HeldLease, type RenewedLease } from './renew.ts';
 export { reap, type ReapOptions, type ReapResult } from './reap.ts';
 export { holdDrainerIdentity } from './drainer-identity.ts';
-export { countsByMinute, countTotals, rollUpCounts, COUNTS_RETENTION_HOURS, type MinuteCounts, type KindTotals } from './counts.ts';
 export {
-  getJob, getFinishedJob, watchJob, getDependencies, listJobs, stats, emptyKindStats, retryDead, deleteJob, ping, isJobId,
-  type Job, type JobSummary, SUMMARY_PAYLOAD_BYTES, type ListOptions, type QueueStats, type KindStats, type RetryOutcome, type DeleteOutcome,
+  countsByMinute,
+  countTotals,
+  rollUpCounts,
+  COUNTS_RETENTION_HOURS,
+  type MinuteCounts,
+  type KindTotals,
+} from './counts.ts';
+export {
+  getJob,
+  getFinishedJob,
+  watchJob,
+  getDependencies,
+  listJobs,
+  stats,
+  emptyKindStats,
+  retryDead,
+  deleteJob,
+  ping,
+  isJobId,
+  type Job,
+  type JobSummary,
+  SUMMARY_PAYLOAD_BYTES,
+  type ListOptions,
+  type QueueStats,
+  type KindStats,
+  type RetryOutcome,
+  type DeleteOutcome,
 } from './inspect.ts';
 export { pauseKind, resumeKind, listPausedKinds, kindInQueue } from './pause.ts';
 export { retryDeadJobs, deleteDeadJobs, DEAD_BATCH, type BulkOptions, type BulkResult } from './dead-bulk.ts';
@@ -27,8 +86,24 @@ export { pruneFinished, PRUNE_BATCH, type PruneResult } from './prune.ts';
 export { maintainHistory, type HistoryUpkeep } from './job-history.ts';
 export { housekeepingDueAt } from './housekeeping-due.ts';
 export {
-  loadSteps, recordStepCompleted, recordStepFailed, parkSleep, waitForEvent, parkOnChild, wakeWorkflows, sendEvent, DEFAULT_EVENT_RETENTION_SECONDS,
-  type HeldRun, type NotHeld, type StoredStep, type StepStatus, type StepRecord, type EventWait, type ParkOutcome, type WakeResult, type SentEvent,
+  loadSteps,
+  recordStepCompleted,
+  recordStepFailed,
+  parkSleep,
+  waitForEvent,
+  parkOnChild,
+  wakeWorkflows,
+  sendEvent,
+  DEFAULT_EVENT_RETENTION_SECONDS,
+  type HeldRun,
+  type NotHeld,
+  type StoredStep,
+  type StepStatus,
+  type StepRecord,
+  type EventWait,
+  type ParkOutcome,
+  type WakeResult,
+  type SentEvent,
 } from './workflows.ts';
 export { commitDurably } from './durable-commit.ts';
 export { writeGroupLimits, deleteGroupLimits, listGroupLimits, type GroupLimitsRow } from './group-limits.ts';

@@ -1,7 +1,15 @@
 // Inspection and repair: what a person (or the HTTP API) uses to look at the queue and act on
 // dead jobs. None of these are on the drain's hot path.
 import { and, desc, eq, getTableColumns, getViewSelectedFields, lt, sql } from 'drizzle-orm';
-import { type JobRow, type JobStatus, finishedJobs, jobDependencies, jobHistory, jobs, jobsAndHistory } from '../db/schema.ts';
+import {
+  type JobRow,
+  type JobStatus,
+  finishedJobs,
+  jobDependencies,
+  jobHistory,
+  jobs,
+  jobsAndHistory,
+} from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, fromDriverRow, rowsOf } from './db.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 import { listPausedKinds } from './pause.ts';
@@ -24,7 +32,10 @@ export async function getJob(db: Db, id: string): Promise<Job | null> {
 }
 
 /** How a job someone waited for ended, when its row is gone (pgdrain.finished_jobs). */
-export async function getFinishedJob(db: Db, id: string): Promise<{ id: string; kind: string; status: JobStatus; finishedAt: Date } | null> {
+export async function getFinishedJob(
+  db: Db,
+  id: string,
+): Promise<{ id: string; kind: string; status: JobStatus; finishedAt: Date } | null> {
   if (!isJobId(id)) return null;
   const [row] = await db.select().from(finishedJobs).where(eq(finishedJobs.id, id)).limit(1);
   return row ? { ...row, id: String(row.id) } : null;
@@ -44,7 +55,10 @@ export async function watchJob(db: Db, id: string, seconds: number): Promise<boo
 }
 
 /** The jobs `id` waits for (or waited for), with their state and, where kept, their results. */
-export async function getDependencies(db: Db, id: string): Promise<{ id: string; kind: string | null; status: JobStatus | null; result: unknown }[]> {
+export async function getDependencies(
+  db: Db,
+  id: string,
+): Promise<{ id: string; kind: string | null; status: JobStatus | null; result: unknown }[]> {
   const rows = await rowsOf<{ id: string; kind: string | null; status: JobStatus | null; result: unknown }>(
     db,
     sql`SELECT d.depends_on::text AS id, coalesce(j.kind, f.kind) AS kind, coalesce(j.status, f.status) AS status, j.result
@@ -80,7 +94,10 @@ export type JobSummary = Omit<Job, 'payload'> & {
 export const SUMMARY_PAYLOAD_BYTES = 4096;
 const PAYLOAD_HEAD_CHARS = 200;
 
-export async function listJobs(db: Db, options: ListOptions): Promise<{ jobs: JobSummary[]; nextCursor: string | null }> {
+export async function listJobs(
+  db: Db,
+  options: ListOptions,
+): Promise<{ jobs: JobSummary[]; nextCursor: string | null }> {
   const { payload: _payload, ...columns } = getViewSelectedFields(jobsAndHistory);
   const text = sql`${jobsAndHistory.payload}::text`;
   const rows = await db
@@ -121,7 +138,16 @@ export interface KindStats {
 }
 
 /** A kind with no live jobs. */
-export const emptyKindStats = (): KindStats => ({ pending: 0, ready: 0, delayed: 0, running: 0, dead: 0, waiting: 0, oldestReadySeconds: null, paused: false });
+export const emptyKindStats = (): KindStats => ({
+  pending: 0,
+  ready: 0,
+  delayed: 0,
+  running: 0,
+  dead: 0,
+  waiting: 0,
+  oldestReadySeconds: null,
+  paused: false,
+});
 
 export interface QueueStats {
   kinds: Record<string, KindStats>;
@@ -134,7 +160,15 @@ export interface QueueStats {
 export async function stats(db: Db): Promise<QueueStats> {
   const paused = new Set(await listPausedKinds(db));
   // The live states only: kept completed and cancelled jobs are history (GET /jobs lists them).
-  const rows = await rowsOf<{ kind: string; pending: number; ready: number; running: number; dead: number; waiting: number; oldest_ready_seconds: number | null }>(
+  const rows = await rowsOf<{
+    kind: string;
+    pending: number;
+    ready: number;
+    running: number;
+    dead: number;
+    waiting: number;
+    oldest_ready_seconds: number | null;
+  }>(
     db,
     sql`SELECT kind,
                count(*) FILTER (WHERE status = 'pending')::int AS pending,
@@ -150,8 +184,14 @@ export async function stats(db: Db): Promise<QueueStats> {
   for (const r of rows) {
     const oldest = r.oldest_ready_seconds == null ? null : Math.max(0, Number(r.oldest_ready_seconds));
     kinds[r.kind] = {
-      pending: r.pending, ready: r.ready, delayed: r.pending - r.ready, running: r.running, dead: r.dead, waiting: r.waiting,
-      oldestReadySeconds: oldest, paused: paused.has(r.kind),
+      pending: r.pending,
+      ready: r.ready,
+      delayed: r.pending - r.ready,
+      running: r.running,
+      dead: r.dead,
+      waiting: r.waiting,
+      oldestReadySeconds: oldest,
+      paused: paused.has(r.kind),
     };
     if (oldest !== null && (oldestReadySeconds === null || oldest > oldestReadySeconds)) oldestReadySeconds = oldest;
   }
@@ -161,7 +201,10 @@ export async function stats(db: Db): Promise<QueueStats> {
   return { kinds, oldestReadySeconds };
 }
 
-export type RetryOutcome = { outcome: 'retried'; job: Job } | { outcome: 'not_dead'; status: JobStatus } | { outcome: 'not_found' };
+export type RetryOutcome =
+  | { outcome: 'retried'; job: Job }
+  | { outcome: 'not_dead'; status: JobStatus }
+  | { outcome: 'not_found' };
 
 /** A dead job back to pending, due now, with its attempts reset; last_error stays for reference.
  * The drainers are notified by the same statement, so the wake-up commits with the retry. */

@@ -49,9 +49,13 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
         FROM (SELECT DISTINCT ON (id) id, cause, cause_status FROM doomed ORDER BY id, cause) x
        WHERE c.id = x.id AND c.status = 'waiting' AND c.id IN (SELECT id FROM locked)
       RETURNING c.id, c.watched_until),
-    ${options.deleted ? sql`told AS (
+    ${
+      options.deleted
+        ? sql`told AS (
       INSERT INTO ${finishedJobs} (id, kind, status)
-      SELECT id, kind, status FROM ended WHERE watched_until > now() ON CONFLICT (id) DO NOTHING),` : sql``}
+      SELECT id, kind, status FROM ended WHERE watched_until > now() ON CONFLICT (id) DO NOTHING),`
+        : sql``
+    }
     woken AS (
       SELECT count(pg_notify(${NOTIFY_CHANNEL}, kind)) AS n FROM (SELECT DISTINCT kind FROM released WHERE status = 'pending') AS k),
     watchers AS (

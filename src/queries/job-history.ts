@@ -57,7 +57,9 @@ export async function maintainHistory(db: Db): Promise<HistoryUpkeep> {
     sql`SELECT created, dropped, pruned, next_due FROM ${sql.raw(PGDRAIN_SCHEMA)}.maintain_history()`,
   );
   return {
-    created: Number(row?.created ?? 0), dropped: Number(row?.dropped ?? 0), pruned: Number(row?.pruned ?? 0),
+    created: Number(row?.created ?? 0),
+    dropped: Number(row?.dropped ?? 0),
+    pruned: Number(row?.pruned ?? 0),
     nextDueAt: row ? new Date(row.next_due).getTime() : Date.now() + 3_600_000,
   };
 }

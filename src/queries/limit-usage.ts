@@ -14,7 +14,10 @@ export interface LimitUsage {
   keysWaiting: number | null;
 }
 
-export async function limitUsage(db: Db, kinds: readonly { kind: string; limits: ClaimLimits }[]): Promise<Record<string, LimitUsage>> {
+export async function limitUsage(
+  db: Db,
+  kinds: readonly { kind: string; limits: ClaimLimits }[],
+): Promise<Record<string, LimitUsage>> {
   if (kinds.length === 0) return {};
   const periods = kinds.map((k) => k.limits.rateLimit?.periodSeconds ?? null);
   const grouped = kinds.map((k) => k.limits.groupConcurrency !== undefined);
@@ -29,5 +32,7 @@ export async function limitUsage(db: Db, kinds: readonly { kind: string; limits:
                    WHERE j.status = 'pending' AND j.run_at <= now() AND j.kind = k.kind AND j.group_key IS NOT NULL)::int END AS keys
           FROM unnest(${sql.param(kinds.map((k) => k.kind))}::text[], ${sql.param(periods)}::float8[], ${sql.param(grouped)}::boolean[]) AS k(kind, period, grouped)`,
   );
-  return Object.fromEntries(rows.map((r) => [r.kind, { running: r.running, startsInWindow: r.starts, keysWaiting: r.keys }]));
+  return Object.fromEntries(
+    rows.map((r) => [r.kind, { running: r.running, startsInWindow: r.starts, keysWaiting: r.keys }]),
+  );
 }

@@ -38,7 +38,11 @@ export interface PruneResult {
  * usually with nothing to do); rounds go on for those whose batch was full. Dependency rows of jobs
  * deleted in the same round go in the next one (a statement does not see its own deletions).
  */
-export async function pruneFinished(db: Db, maxBatches = 20, eventRetentionSeconds = DEFAULT_EVENT_RETENTION_SECONDS): Promise<PruneResult> {
+export async function pruneFinished(
+  db: Db,
+  maxBatches = 20,
+  eventRetentionSeconds = DEFAULT_EVENT_RETENTION_SECONDS,
+): Promise<PruneResult> {
   const result: PruneResult = { jobs: 0, moved: 0, notes: 0, dependencies: 0, events: 0, steps: 0, woken: 0 };
   const more = { jobs: true, moved: true, notes: true, dependencies: true, events: true, steps: true };
   const parts = ['jobs', 'moved', 'notes', 'dependencies', 'events', 'steps'] as const;

@@ -29,10 +29,16 @@ export interface ReapOptions {
 }
 
 /** `legacyTimeoutSeconds` applies only to jobs locked without a lease end (by an older drainer). */
-export async function reap(db: Db, legacyTimeoutSeconds: number = JOB_DEFAULTS.visibilityTimeoutSeconds, options: ReapOptions = {}): Promise<ReapResult> {
+export async function reap(
+  db: Db,
+  legacyTimeoutSeconds: number = JOB_DEFAULTS.visibilityTimeoutSeconds,
+  options: ReapOptions = {},
+): Promise<ReapResult> {
   const leaseEnd = sql`coalesce(locked_until, locked_at + make_interval(secs => coalesce(visibility_seconds, ${legacyTimeoutSeconds}::int)))`;
   const earlier = options.earlierProcess;
-  const gone = earlier ? sql`(starts_with(locked_by, ${earlier.prefix}::text) AND NOT starts_with(locked_by, ${earlier.except}::text))` : sql`false`;
+  const gone = earlier
+    ? sql`(starts_with(locked_by, ${earlier.prefix}::text) AND NOT starts_with(locked_by, ${earlier.except}::text))`
+    : sql`false`;
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' | 'cancelled' }>(
     db,
     sql`WITH RECURSIVE ended AS (
@@ -50,6 +56,9 @@ export async function reap(db: Db, legacyTimeoutSeconds: number = JOB_DEFAULTS.v
       SELECT id, status, ${ENDED_FOLLOWED} FROM ended`,
   );
   const result: ReapResult = { reclaimed: [], dead: [], cancelled: [] };
-  for (const r of rows) (r.status === 'dead' ? result.dead : r.status === 'cancelled' ? result.cancelled : result.reclaimed).push(String(r.id));
+  for (const r of rows)
+    (r.status === 'dead' ? result.dead : r.status === 'cancelled' ? result.cancelled : result.reclaimed).push(
+      String(r.id),
+    );
   return result;
 }

@@ -37,7 +37,13 @@ export async function lockScheduleState(tx: Db, name: string): Promise<ScheduleS
 
 /** Records the latest slot handled (enqueued or skipped), the latest one enqueued if any, and adds
  * to the skipped count. */
-export async function advanceSchedule(tx: Db, name: string, lastSlot: Date, skipped: number, lastEnqueued: Date | null = null): Promise<void> {
+export async function advanceSchedule(
+  tx: Db,
+  name: string,
+  lastSlot: Date,
+  skipped: number,
+  lastEnqueued: Date | null = null,
+): Promise<void> {
   await tx.execute(
     sql`UPDATE ${schedules} SET last_slot = ${lastSlot.toISOString()}::timestamptz, skipped = skipped + ${skipped}::bigint,
                last_enqueued_slot = coalesce(${lastEnqueued?.toISOString() ?? null}::timestamptz, last_enqueued_slot), evaluated_at = now()
@@ -46,12 +52,27 @@ export async function advanceSchedule(tx: Db, name: string, lastSlot: Date, skip
 }
 
 export async function listScheduleStates(db: Db): Promise<Map<string, ScheduleState>> {
-  const rows = await rowsOf<{ name: string; last_slot_ms: number | null; last_enqueued_ms: number | null; skipped: number }>(
+  const rows = await rowsOf<{
+    name: string;
+    last_slot_ms: number | null;
+    last_enqueued_ms: number | null;
+    skipped: number;
+  }>(
     db,
     sql`SELECT name, (extract(epoch from last_slot) * 1000)::float8 AS last_slot_ms,
                (extract(epoch from last_enqueued_slot) * 1000)::float8 AS last_enqueued_ms, skipped::float8 AS skipped
           FROM ${schedules}`,
   );
   const date = (ms: number | null) => (ms === null ? null : new Date(Number(ms)));
-  return new Map(rows.map((r) => [r.name, { name: r.name, lastSlot: date(r.last_slot_ms), lastEnqueuedSlot: date(r.last_enqueued_ms), skipped: Number(r.skipped) }]));
+  return new Map(
+    rows.map((r) => [
+      r.name,
+      {
+        name: r.name,
+        lastSlot: date(r.last_slot_ms),
+        lastEnqueuedSlot: date(r.last_enqueued_ms),
+        skipped: Number(r.skipped),
+      },
+    ]),
+  );
 }

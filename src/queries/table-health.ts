@@ -22,7 +22,12 @@ export interface TableHealth {
 
 export async function tableHealth(db: Db): Promise<TableHealth> {
   const jobsTable = `${PGDRAIN_SCHEMA}.jobs`;
-  const [row] = await rowsOf<{ snapshot_seconds: number | null; xmin_age: number | null; dead: string | null; live: string | null }>(
+  const [row] = await rowsOf<{
+    snapshot_seconds: number | null;
+    xmin_age: number | null;
+    dead: string | null;
+    live: string | null;
+  }>(
     db,
     sql`SELECT
           (SELECT extract(epoch FROM now() - min(xact_start))::float8 FROM pg_stat_activity

@@ -62,7 +62,6 @@ const WHY_NOT_HELD = (run: HeldRun) =>
   sql`(SELECT CASE WHEN locked_by = ${run.lockedBy} AND cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'lost' END
          FROM ${jobs} WHERE id = ${run.jobId}::bigint AND NOT EXISTS (SELECT 1 FROM held))`;
 
-
 interface FencedRow {
   not_held: NotHeld | null;
 }
@@ -86,7 +85,8 @@ export async function loadSteps(db: Db, jobId: string): Promise<StoredStep[]> {
     const byId = new Map(children.map((c) => [String(c.id), c]));
     for (const r of rows) {
       const child = typeof r.child_id === 'string' ? byId.get(r.child_id) : undefined;
-      if (child) Object.assign(r, { child_status: child.status, child_result: child.result, child_error: child.last_error });
+      if (child)
+        Object.assign(r, { child_status: child.status, child_result: child.result, child_error: child.last_error });
     }
   }
   return rows.map(stepFromRow);
@@ -111,7 +111,14 @@ function stepFromRow(r: Record<string, unknown>): StoredStep {
     eventKey: (r.event_key as string | null) ?? null,
     eventId: (r.event_id as string | null) ?? null,
     childId: (r.child_id as string | null) ?? null,
-    child: r.child_status == null ? null : { status: r.child_status as string, result: r.child_result == null ? undefined : json(r.child_result), lastError: (r.child_error as string | null) ?? null },
+    child:
+      r.child_status == null
+        ? null
+        : {
+            status: r.child_status as string,
+            result: r.child_result == null ? undefined : json(r.child_result),
+            lastError: (r.child_error as string | null) ?? null,
+          },
   };
 }
 
@@ -126,7 +133,12 @@ export interface StepRecord extends HeldRun {
 /** The step completed: its result stored (JSON text, or null for undefined). Fenced (pgdrain.record_step());
  * `transactional`: in the step's own transaction, the job's row share-locked until it commits (the
  * reaper cannot take it back between the fence and the commit, so nobody runs the step again meanwhile). */
-export async function recordStepCompleted(db: Db, step: StepRecord, resultJson: string | null, { transactional = false } = {}): Promise<NotHeld | null> {
+export async function recordStepCompleted(
+  db: Db,
+  step: StepRecord,
+  resultJson: string | null,
+  { transactional = false } = {},
+): Promise<NotHeld | null> {
   return recordStep(db, step, 'completed', resultJson, null, transactional);
 }
 
@@ -135,7 +147,14 @@ export async function recordStepFailed(db: Db, step: StepRecord, error: string):
   await recordStep(db, step, 'failed', null, error, false);
 }
 
-async function recordStep(db: Db, step: StepRecord, status: 'completed' | 'failed', resultJson: string | null, error: string | null, shareLock: boolean): Promise<NotHeld | null> {
+async function recordStep(
+  db: Db,
+  step: StepRecord,
+  status: 'completed' | 'failed',
+  resultJson: string | null,
+  error: string | null,
+  shareLock: boolean,
+): Promise<NotHeld | null> {
   const [row] = await rowsOf<{ outcome: 'written' | NotHeld }>(
     db,
     sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.record_step(${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int, ${status},
@@ -146,7 +165,10 @@ async function recordStep(db: Db, step: StepRecord, status: 'completed' | 'faile
 
 /** What a park did: `parked` (the job waits now), `done` (nothing to wait for: the step completed,
  * with `result` for a wait), or why the job was not held. */
-export type ParkOutcome = { outcome: 'parked'; wakeAt: Date | null } | { outcome: 'done'; result: unknown } | { outcome: NotHeld };
+export type ParkOutcome =
+  | { outcome: 'parked'; wakeAt: Date | null }
+  | { outcome: 'done'; result: unknown }
+  | { outcome: NotHeld };
 
 /**
  * step.sleep: parks the run until `until` (kept from a first park: a sleep's end does not move when
@@ -195,7 +217,8 @@ interface ParkRow {
 function parkOutcome(row: ParkRow | undefined): ParkOutcome {
   if (!row) return { outcome: 'lost' };
   if (row.outcome === 'lost' || row.outcome === 'cancelled') return { outcome: row.outcome };
-  if (row.outcome === 'done') return { outcome: 'done', result: row.answer == null ? null : (JSON.parse(row.answer) as unknown) };
+  if (row.outcome === 'done')
+    return { outcome: 'done', result: row.answer == null ? null : (JSON.parse(row.answer) as unknown) };
   return { outcome: 'parked', wakeAt: row.until_at == null ? null : new Date(row.until_at) };
 }
 
@@ -226,7 +249,9 @@ export async function parkOnChild(tx: Db, step: StepRecord, childId: string): Pr
                ${WHY_NOT_HELD(step)} AS not_held`,
   );
   if (!row || row.status === null) return { outcome: notHeld(row) };
-  return Number((row as { parked?: unknown }).parked) > 0 ? { outcome: 'parked', wakeAt: null } : { outcome: 'done', result: undefined };
+  return Number((row as { parked?: unknown }).parked) > 0
+    ? { outcome: 'parked', wakeAt: null }
+    : { outcome: 'done', result: undefined };
 }
 
 /** What pgdrain.wake_workflows() did: runs made pending, and the next wake time (null: none). */
@@ -238,7 +263,10 @@ export interface WakeResult {
 /** Wakes the runs whose sleep ended or whose wait timed out, at most `howMany` (pgdrain.wake_workflows(),
  * one statement). When it stopped at `howMany`, nextWakeAt is now: more are due already. */
 export async function wakeWorkflows(db: Db, howMany = 1000): Promise<WakeResult> {
-  const [row] = await rowsOf<{ woken: number; next_wake_at: Date | string | null }>(db, sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.wake_workflows(${howMany}::int)`);
+  const [row] = await rowsOf<{ woken: number; next_wake_at: Date | string | null }>(
+    db,
+    sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.wake_workflows(${howMany}::int)`,
+  );
   return { woken: Number(row?.woken ?? 0), nextWakeAt: row?.next_wake_at == null ? null : new Date(row.next_wake_at) };
 }
 
@@ -263,7 +291,11 @@ export async function sendEvent(db: Db, event: SentEvent): Promise<string> {
 
 /** The CTEs of the housekeeping round's prune for workflows: events past their retention, and the
  * steps of runs that are gone (as `events_pruned`, `steps_pruned`, each at most `batch` rows). */
-export function pruneWorkflowsCtes(retentionSeconds: number, batch: number, more: { events: boolean; steps: boolean }): SQL {
+export function pruneWorkflowsCtes(
+  retentionSeconds: number,
+  batch: number,
+  more: { events: boolean; steps: boolean },
+): SQL {
   return sql`events_pruned AS (
       DELETE FROM ${workflowEvents} WHERE ${more.events} AND id IN (
         SELECT id FROM ${workflowEvents} WHERE sent_at < now() - make_interval(secs => ${retentionSeconds}::int) ORDER BY sent_at LIMIT ${batch})

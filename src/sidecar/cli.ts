@@ -7,7 +7,10 @@ import type { ScheduleDefinition } from '../schedules.ts';
 import { sidecarOptionsFromEnv } from './config.ts';
 import { startSidecar } from './index.ts';
 
-export async function runSidecarCli(jobs: readonly JobDefinition<any>[] = [], schedules: readonly ScheduleDefinition[] = []): Promise<void> {
+export async function runSidecarCli(
+  jobs: readonly JobDefinition<any>[] = [],
+  schedules: readonly ScheduleDefinition[] = [],
+): Promise<void> {
   let sidecar: Awaited<ReturnType<typeof startSidecar>> | undefined;
   let stopRequested = false;
   let signals = 0;

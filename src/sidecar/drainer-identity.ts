@@ -28,7 +28,11 @@ export interface DrainerIdentity {
   stop(): Promise<void>;
 }
 
-export async function holdIdentity(url: string, options: { given?: string; dataDir: string }, log: Logger): Promise<DrainerIdentity> {
+export async function holdIdentity(
+  url: string,
+  options: { given?: string; dataDir: string },
+  log: Logger,
+): Promise<DrainerIdentity> {
   const wanted = options.given ?? (await storedDrainerId(options.dataDir));
   let session = await openSession(url);
   let held: boolean;
@@ -40,7 +44,10 @@ export async function holdIdentity(url: string, options: { given?: string; dataD
   }
   if (!held) {
     await session.end().catch(() => {});
-    log.warn({ drainerId: wanted }, 'another live process holds this DRAINER_ID: this one runs under a fresh one and releases none of its jobs; give each process its own');
+    log.warn(
+      { drainerId: wanted },
+      'another live process holds this DRAINER_ID: this one runs under a fresh one and releases none of its jobs; give each process its own',
+    );
   }
   const drainerId = held ? wanted : `${wanted}-${randomBytes(4).toString('hex')}`;
   const workerId = `sidecar-${drainerId}.${os.hostname()}.${process.pid}.${randomBytes(3).toString('hex')}`;
@@ -65,7 +72,10 @@ export async function holdIdentity(url: string, options: { given?: string; dataD
         return;
       }
       await next.end().catch(() => {});
-      log.error({ drainerId }, 'another process took this DRAINER_ID while its connection was down: give each process its own name');
+      log.error(
+        { drainerId },
+        'another process took this DRAINER_ID while its connection was down: give each process its own name',
+      );
     } catch {
       if (!stopped) retry = setTimeout(retake, 1_000);
     }
@@ -102,6 +112,9 @@ async function storedDrainerId(dataDir: string): Promise<string> {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
     id = (await readFile(file, 'utf8')).trim();
   }
-  if (!DRAINER_ID_PATTERN.test(id)) throw new Error(`${file} holds ${JSON.stringify(id.slice(0, 40))}, not a drainer id (1 to 100 letters, digits, - or _): delete it or set DRAINER_ID`);
+  if (!DRAINER_ID_PATTERN.test(id))
+    throw new Error(
+      `${file} holds ${JSON.stringify(id.slice(0, 40))}, not a drainer id (1 to 100 letters, digits, - or _): delete it or set DRAINER_ID`,
+    );
   return id;
 }

@@ -100,7 +100,12 @@ export class Drainer {
       if (this.#stop.signal.aborted) break;
       try {
         const report = await drain(this.#db, this.#registry, {
-          ...drainOptions, pollIntervalMs, onClaimError: claimFailed, notices: this.#notices, signal: this.#stop.signal, abandonSignal: this.#abandon.signal,
+          ...drainOptions,
+          pollIntervalMs,
+          onClaimError: claimFailed,
+          notices: this.#notices,
+          signal: this.#stop.signal,
+          abandonSignal: this.#abandon.signal,
           ...(nextWakeAt !== null ? { wakeDueAt: nextWakeAt } : {}),
         });
         if (failing) onRecovered?.();
@@ -132,7 +137,10 @@ export class Drainer {
 /** True when `work` settles within `ms`. */
 async function settlesWithin(work: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const settled = await Promise.race([work.then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)))]);
+  const settled = await Promise.race([
+    work.then(() => true),
+    new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms))),
+  ]);
   clearTimeout(timer);
   return settled;
 }

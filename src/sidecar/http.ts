@@ -42,7 +42,11 @@ export async function serveHttp(app: Hono<any>, host: string, port: number, limi
   } catch (error) {
     server.close();
     const code = (error as { code?: string }).code;
-    throw new Error(code === 'EADDRINUSE' ? `${host}:${port} is already in use: stop what listens there, or set PORT (0 picks a free one)` : `cannot listen on ${host}:${port}: ${(error as Error).message}`);
+    throw new Error(
+      code === 'EADDRINUSE'
+        ? `${host}:${port} is already in use: stop what listens there, or set PORT (0 picks a free one)`
+        : `cannot listen on ${host}:${port}: ${(error as Error).message}`,
+    );
   }
   const bound = (server.address() as AddressInfo).port;
   return {

@@ -18,7 +18,10 @@ export class Incidents {
     const count = this.#open.get(what);
     this.#open.set(what, (count ?? 0) + 1);
     if (count !== undefined) return;
-    this.#log[isServerShuttingDown(error) ? 'warn' : 'error']({ err: errorForLog(error) }, `${what}: database error; retrying quietly until it recovers`);
+    this.#log[isServerShuttingDown(error) ? 'warn' : 'error'](
+      { err: errorForLog(error) },
+      `${what}: database error; retrying quietly until it recovers`,
+    );
   }
 
   end(what: string): void {

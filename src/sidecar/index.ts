@@ -21,14 +21,19 @@
 // incident is logged once when it starts and once when it ends (incidents.ts).
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, DRAIN_PROFILES, DrainNotices, type OpenTransactionConnection } from '../drain/index.ts';
-import { createApp, type ScopedToken } from '../http/app.ts';
+import {
+  DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
+  DRAIN_PROFILES,
+  DrainNotices,
+  type OpenTransactionConnection,
+} from '../drain/index.ts';
+import { createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
 import { checkSchedules, type ScheduleDefinition } from '../schedules.ts';
 import { type RuntimeSettings, defaultFor } from '../settings.ts';
 import { openDatabase, openPools, resolveApiToken } from './database.ts';
-import { holdIdentity } from './drainer-identity.ts';
+import { type DrainerIdentity, holdIdentity } from './drainer-identity.ts';
 import { Drainer } from './drainer.ts';
 import { FinishedJobsHub } from './finished-jobs.ts';
 import { serveHttp } from './http.ts';
@@ -79,7 +84,8 @@ export interface Sidecar {
 }
 
 export async function startSidecar(options: SidecarOptions = {}): Promise<Sidecar> {
-  const log = options.logger ?? createLogger({ level: options.logLevel ?? process.env.LOG_LEVEL, format: options.logFormat });
+  const log =
+    options.logger ?? createLogger({ level: options.logLevel ?? process.env.LOG_LEVEL, format: options.logFormat });
   const parts = new Parts(log);
   try {
     return await startParts(options, log, parts);
@@ -93,47 +99,106 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   const dataDir = path.resolve(options.dataDir ?? defaultFor('dataDir', 'sidecar'));
   const visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;
   const registry =
-    options.registry ?? createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: options.webhookSigningSecret }, options.jobs ?? []);
+    options.registry ??
+    createDefaultRegistry(
+      { WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: options.webhookSigningSecret },
+      options.jobs ?? [],
+    );
   const schedules = options.schedules ?? [];
   checkSchedules(registry, schedules);
   const incidents = new Incidents(log);
 
-  const database = await parts.start('database', () => openDatabase({ databaseUrl: options.databaseUrl, dataDir, embeddedSettings: options.embeddedSettings }, log));
+  const database = await parts.start('database', () =>
+    openDatabase({ databaseUrl: options.databaseUrl, dataDir, embeddedSettings: options.embeddedSettings }, log),
+  );
   const apiToken = await resolveApiToken(options.apiToken, dataDir, log);
-  const identity = await parts.start('identity', () => holdIdentity(database.url, { given: options.drainerId, dataDir }, log));
+  const identity = await parts.start('identity', () =>
+    holdIdentity(database.url, { given: options.drainerId, dataDir }, log),
+  );
   const { workerId } = identity;
   const pools = await parts.start('pools', () => {
     const opened = openPools(database.url, options.poolSize ?? defaultFor('poolSize', 'sidecar'), incidents);
     return Object.assign(opened, { stop: () => opened.close() });
   });
-  // What an earlier process of this identity held (killed, say) runs again now, not after its leases.
-  if (identity.earlierProcess) {
-    const released = await reap(pools.drainDb, visibilityTimeoutSeconds, { earlierProcess: identity.earlierProcess });
-    const count = released.reclaimed.length + released.dead.length + released.cancelled.length;
-    if (count > 0) log.info({ drainerId: identity.drainerId, ...released }, 'released the jobs an earlier process of this drainer held');
-  }
+  await releaseEarlierProcess(pools.drainDb, identity, visibilityTimeoutSeconds, log);
   const notices = new DrainNotices();
   const finishedJobs = new FinishedJobsHub();
   const drainer = await parts.start('drainer', () =>
-    startDrainer(pools.drainDb, registry, options, { workerId, visibilityTimeoutSeconds, log, incidents, transactions: pools.transactions, notices }),
+    startDrainer(pools.drainDb, registry, options, {
+      workerId,
+      visibilityTimeoutSeconds,
+      log,
+      incidents,
+      transactions: pools.transactions,
+      notices,
+    }),
   );
   const wake = () => drainer.wake();
-  await parts.start('listener', () => startListener(database.url, { kinds: options.kinds, notices, finishedJobs }, log));
+  await parts.start('listener', () =>
+    startListener(database.url, { kinds: options.kinds, notices, finishedJobs }, log),
+  );
   await parts.start('reaper', () =>
     new Reaper(
       pools.drainDb,
-      { intervalMs: options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS, visibilityTimeoutSeconds, onReaped: wake, eventRetentionSeconds: options.eventRetentionSeconds },
+      {
+        intervalMs: options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS,
+        visibilityTimeoutSeconds,
+        onReaped: wake,
+        eventRetentionSeconds: options.eventRetentionSeconds,
+      },
       log,
       incidents,
     ).start(),
   );
   await parts.start('scheduler', () => new Scheduler(pools.db, registry, schedules, log, incidents).start());
+  const http = await parts.start('http', () =>
+    serveApi(options, { registry, schedules, finishedJobs, apiToken: apiToken.token, db: pools.db }, log),
+  );
+
+  announceStart(options, { http, apiToken, workerId, registry, schedules, settings: drainer.settings }, log);
+  let stopping: Promise<void> | null = null;
+  const stop = () =>
+    (stopping ??= (async () => {
+      log.info(
+        { graceMs: options.shutdownGraceMs ?? defaultFor('shutdownGraceMs', 'sidecar') },
+        'shutting down: no new claims; in-flight jobs may finish',
+      );
+      await parts.stopAll();
+      log.info('stopped');
+    })());
+  return { url: http.url, port: http.port, databaseUrl: database.url, db: pools.db, registry, wake, stop };
+}
+
+/** What an earlier process of this identity held (killed, say) runs again now, not after its leases. */
+async function releaseEarlierProcess(db: Db, identity: DrainerIdentity, visibilityTimeoutSeconds: number, log: Logger) {
+  if (!identity.earlierProcess) return;
+  const released = await reap(db, visibilityTimeoutSeconds, { earlierProcess: identity.earlierProcess });
+  const count = released.reclaimed.length + released.dead.length + released.cancelled.length;
+  if (count > 0)
+    log.info(
+      { drainerId: identity.drainerId, ...released },
+      'released the jobs an earlier process of this drainer held',
+    );
+}
+
+/** The HTTP API (src/http) on the sidecar's own server. */
+function serveApi(
+  options: SidecarOptions,
+  api: {
+    registry: JobRegistry;
+    schedules: readonly ScheduleDefinition[];
+    finishedJobs: FinishedJobsHub;
+    apiToken: string;
+    db: Db;
+  },
+  log: Logger,
+) {
   const app = createApp({
-    withDb: (fn) => fn(pools.db),
-    registry,
-    schedules,
-    finishedJobs,
-    apiToken: apiToken.token,
+    withDb: (fn) => fn(api.db),
+    registry: api.registry,
+    schedules: api.schedules,
+    finishedJobs: api.finishedJobs,
+    apiToken: api.apiToken,
     metricsToken: options.metricsToken,
     scopedTokens: options.scopedTokens,
     oldestReadyWarnSeconds: options.oldestReadyWarnSeconds,
@@ -141,31 +206,50 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
     maxBodyBytes: options.maxBodyBytes,
     // A client that hung up mid-request is not the server's error: debug, not an operator's alarm.
     onError: (error, where) =>
-      isClientHangUp(error) ? log.debug({ err: errorForLog(error), where }, 'client hung up mid-request') : log.error({ err: errorForLog(error), where }, 'request failed'),
+      isClientHangUp(error)
+        ? log.debug({ err: errorForLog(error), where }, 'client hung up mid-request')
+        : log.error({ err: errorForLog(error), where }, 'request failed'),
   });
-  const http = await parts.start('http', () =>
-    serveHttp(app, options.host ?? defaultFor('host', 'sidecar'), options.port ?? defaultFor('port', 'sidecar'), {
-      headersTimeoutMs: options.httpHeadersTimeoutMs ?? defaultFor('httpHeadersTimeoutMs', 'sidecar'),
-      requestTimeoutMs: options.httpRequestTimeoutMs ?? defaultFor('httpRequestTimeoutMs', 'sidecar'),
-      maxConnections: options.httpMaxConnections ?? defaultFor('httpMaxConnections', 'sidecar'),
-    }),
-  );
+  return serveHttp(app, options.host ?? defaultFor('host', 'sidecar'), options.port ?? defaultFor('port', 'sidecar'), {
+    headersTimeoutMs: options.httpHeadersTimeoutMs ?? defaultFor('httpHeadersTimeoutMs', 'sidecar'),
+    requestTimeoutMs: options.httpRequestTimeoutMs ?? defaultFor('httpRequestTimeoutMs', 'sidecar'),
+    maxConnections: options.httpMaxConnections ?? defaultFor('httpMaxConnections', 'sidecar'),
+  });
+}
 
-  const printBanner = options.printBanner ?? (!options.logger && logFormatFor(options.logFormat) === 'pretty' ? (text: string) => process.stdout.write(text) : undefined);
-  if (apiToken.generatedIn) printBanner?.(tokenBanner(apiToken.generatedIn, http.url));
-  const { batchSize, concurrency } = drainer.settings;
+/** The first-run banner (where a generated token is kept) and the "sidecar started" line. */
+function announceStart(
+  options: SidecarOptions,
+  started: {
+    http: { url: string };
+    apiToken: { generatedIn: string | null };
+    workerId: string;
+    registry: JobRegistry;
+    schedules: readonly ScheduleDefinition[];
+    settings: { batchSize: number; concurrency: number; pollIntervalMs: number };
+  },
+  log: Logger,
+) {
+  const { http, settings } = started;
+  const printBanner =
+    options.printBanner ??
+    (!options.logger && logFormatFor(options.logFormat) === 'pretty'
+      ? (text: string) => process.stdout.write(text)
+      : undefined);
+  if (started.apiToken.generatedIn) printBanner?.(tokenBanner(started.apiToken.generatedIn, http.url));
   log.info(
-    { url: http.url, dashboard: `${http.url}/`, workerId, batchSize, concurrency, kinds: options.kinds ?? registry.kinds(), schedules: schedules.map((x) => x.name), pollIntervalMs: drainer.settings.pollIntervalMs },
+    {
+      url: http.url,
+      dashboard: `${http.url}/`,
+      workerId: started.workerId,
+      batchSize: settings.batchSize,
+      concurrency: settings.concurrency,
+      kinds: options.kinds ?? started.registry.kinds(),
+      schedules: started.schedules.map((x) => x.name),
+      pollIntervalMs: settings.pollIntervalMs,
+    },
     'sidecar started',
   );
-  let stopping: Promise<void> | null = null;
-  const stop = () =>
-    (stopping ??= (async () => {
-      log.info({ graceMs: options.shutdownGraceMs ?? defaultFor('shutdownGraceMs', 'sidecar') }, 'shutting down: no new claims; in-flight jobs may finish');
-      await parts.stopAll();
-      log.info('stopped');
-    })());
-  return { url: http.url, port: http.port, databaseUrl: database.url, db: pools.db, registry, wake, stop };
 }
 
 /** The error a request's handler meets when its client closed the connection before it was done. */
@@ -217,7 +301,10 @@ function startDrainer(
     settings,
     wake: () => drainer.wake(),
     stop: async () => {
-      if (!(await drainer.stop(graceMs))) log.warn('grace period over with handlers still running: they were abandoned and their jobs released to run again');
+      if (!(await drainer.stop(graceMs)))
+        log.warn(
+          'grace period over with handlers still running: they were abandoned and their jobs released to run again',
+        );
     },
   };
 }
@@ -225,7 +312,11 @@ function startDrainer(
 /** The LISTEN connection as a part. A ready job of one of our kinds (or any, without KINDS) is
  * claimed at once, by the open drain or a new one; a cancelled running job is checked at once by
  * the drain holding it; a finished job answers whoever waits for it. */
-function startListener(url: string, to: { kinds: readonly string[] | undefined; notices: DrainNotices; finishedJobs: FinishedJobsHub }, log: Logger) {
+function startListener(
+  url: string,
+  to: { kinds: readonly string[] | undefined; notices: DrainNotices; finishedJobs: FinishedJobsHub },
+  log: Logger,
+) {
   const listener = new NotificationListener({
     connectionString: url,
     channels: [NOTIFY_CHANNEL, CANCEL_CHANNEL, FINISHED_CHANNEL],
@@ -240,7 +331,8 @@ function startListener(url: string, to: { kinds: readonly string[] | undefined; 
       to.notices.ready();
       to.finishedJobs.announceAll();
     },
-    onDown: (error) => log.warn({ err: errorForLog(error) }, 'listener down: reconnecting; the poll keeps jobs moving meanwhile'),
+    onDown: (error) =>
+      log.warn({ err: errorForLog(error) }, 'listener down: reconnecting; the poll keeps jobs moving meanwhile'),
   });
   listener.start();
   return listener;

@@ -8,7 +8,9 @@ import { pathToFileURL } from 'node:url';
 import type { JobDefinition } from '../jobs/index.ts';
 import type { ScheduleDefinition } from '../schedules.ts';
 
-export async function loadJobsModule(modulePath: string): Promise<{ jobs: JobDefinition<any>[]; schedules: ScheduleDefinition[] }> {
+export async function loadJobsModule(
+  modulePath: string,
+): Promise<{ jobs: JobDefinition<any>[]; schedules: ScheduleDefinition[] }> {
   const url = pathToFileURL(path.resolve(modulePath)).href;
   let module: Record<string, unknown>;
   try {
@@ -23,17 +25,31 @@ export async function loadJobsModule(modulePath: string): Promise<{ jobs: JobDef
     else if (isScheduleDefinition(value)) schedules.add(value);
   }
   if (jobs.size === 0 && schedules.size === 0) {
-    throw new Error(`the jobs module ${modulePath} exports no job kinds: export what defineJob() returns (default or named, alone or in an array)`);
+    throw new Error(
+      `the jobs module ${modulePath} exports no job kinds: export what defineJob() returns (default or named, alone or in an array)`,
+    );
   }
   return { jobs: [...jobs], schedules: [...schedules] };
 }
 
 function isScheduleDefinition(value: unknown): value is ScheduleDefinition {
   const v = value as Partial<ScheduleDefinition> | null;
-  return typeof v === 'object' && v !== null && typeof v.name === 'string' && typeof v.cron === 'string' && typeof v.kind === 'string';
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    typeof v.name === 'string' &&
+    typeof v.cron === 'string' &&
+    typeof v.kind === 'string'
+  );
 }
 
 function isJobDefinition(value: unknown): value is JobDefinition<any> {
   const v = value as Partial<JobDefinition> | null;
-  return typeof v === 'object' && v !== null && typeof v.kind === 'string' && typeof v.handler === 'function' && typeof v.schema === 'object';
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    typeof v.kind === 'string' &&
+    typeof v.handler === 'function' &&
+    typeof v.schema === 'object'
+  );
 }

@@ -70,7 +70,8 @@ export class NotificationListener {
     client.on('error', fail);
     client.on('end', () => fail(new Error('the LISTEN connection closed')));
     client.on('notification', (message) => {
-      if (this.#options.channels.includes(message.channel)) this.#options.onNotify(message.channel, message.payload ?? '');
+      if (this.#options.channels.includes(message.channel))
+        this.#options.onNotify(message.channel, message.payload ?? '');
     });
     try {
       await client.connect();
@@ -82,7 +83,10 @@ export class NotificationListener {
     if (this.#stopped || failed) return;
     this.#up = true;
     this.#failures = 0;
-    this.#healthTimer = setInterval(() => void this.#checkHealth(client, fail), this.#options.healthIntervalMs ?? 15_000);
+    this.#healthTimer = setInterval(
+      () => void this.#checkHealth(client, fail),
+      this.#options.healthIntervalMs ?? 15_000,
+    );
     this.#healthTimer.unref?.();
     this.#options.onUp();
   }
@@ -93,7 +97,10 @@ export class NotificationListener {
       await Promise.race([
         client.query('SELECT 1'),
         new Promise((_, reject) => {
-          timer = setTimeout(() => reject(new Error('the LISTEN connection did not answer a health query within 5 s')), 5_000);
+          timer = setTimeout(
+            () => reject(new Error('the LISTEN connection did not answer a health query within 5 s')),
+            5_000,
+          );
         }),
       ]);
     } catch (error) {

@@ -14,5 +14,13 @@ export function createLogger(options: { level?: string; format?: LogFormat } = {
   const format = logFormatFor(options.format);
   const settings = { level: options.level ?? 'info', base: { app: 'pgdrain' } };
   if (format === 'json') return pino(settings);
-  return pino(settings, pretty({ colorize: process.stdout.isTTY === true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname,app', sync: true }));
+  return pino(
+    settings,
+    pretty({
+      colorize: process.stdout.isTTY === true,
+      translateTime: 'SYS:HH:MM:ss.l',
+      ignore: 'pid,hostname,app',
+      sync: true,
+    }),
+  );
 }

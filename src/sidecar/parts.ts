@@ -33,7 +33,10 @@ export class Parts {
         try {
           await part.stop();
         } catch (error) {
-          this.#log.warn({ err: { message: safeErrorMessage(error) }, part: name }, 'a part of the sidecar did not stop cleanly');
+          this.#log.warn(
+            { err: { message: safeErrorMessage(error) }, part: name },
+            'a part of the sidecar did not stop cleanly',
+          );
         }
       }
     })();

@@ -42,14 +42,26 @@ export class Reaper {
   runOnce(): Promise<void> {
     this.#round = this.#round.then(async () => {
       try {
-        const { reaped: result, pruned, history } = await housekeep(this.#db, this.#options.visibilityTimeoutSeconds, { eventRetentionSeconds: this.#options.eventRetentionSeconds });
+        const {
+          reaped: result,
+          pruned,
+          history,
+        } = await housekeep(this.#db, this.#options.visibilityTimeoutSeconds, {
+          eventRetentionSeconds: this.#options.eventRetentionSeconds,
+        });
         this.#incidents.end('reaper');
-        if (pruned.jobs > 0 || pruned.moved > 0 || pruned.events > 0 || pruned.steps > 0) this.#log.debug({ ...pruned }, 'pruned kept jobs past their time');
+        if (pruned.jobs > 0 || pruned.moved > 0 || pruned.events > 0 || pruned.steps > 0)
+          this.#log.debug({ ...pruned }, 'pruned kept jobs past their time');
         if (pruned.woken > 0) this.#options.onReaped();
-        if (history.dropped > 0 || history.pruned > 0) this.#log.info({ ...history }, 'history days past their keep dropped');
+        if (history.dropped > 0 || history.pruned > 0)
+          this.#log.info({ ...history }, 'history days past their keep dropped');
         const total = result.reclaimed.length + result.dead.length + result.cancelled.length;
         if (total === 0) return;
-        const counts = { reclaimed: result.reclaimed.length, dead: result.dead.length, cancelled: result.cancelled.length };
+        const counts = {
+          reclaimed: result.reclaimed.length,
+          dead: result.dead.length,
+          cancelled: result.cancelled.length,
+        };
         this.#log.warn(counts, `reaped ${total} jobs whose lease had run out`);
         this.#options.onReaped();
       } catch (error) {

@@ -22,7 +22,13 @@ export class Scheduler {
   #evaluating: Promise<void> = Promise.resolve();
   #stopped = false;
 
-  constructor(db: Db, registry: JobRegistry, schedules: readonly ScheduleDefinition[], log: Logger, incidents: Incidents) {
+  constructor(
+    db: Db,
+    registry: JobRegistry,
+    schedules: readonly ScheduleDefinition[],
+    log: Logger,
+    incidents: Incidents,
+  ) {
     this.#db = db;
     this.#registry = registry;
     this.#schedules = schedules;
@@ -56,7 +62,11 @@ export class Scheduler {
       const reports = await evaluateSchedules(this.#db, this.#registry, this.#schedules);
       this.#incidents.end('schedules');
       for (const r of reports) {
-        if (r.skipped > 0) this.#log.warn({ schedule: r.name, enqueued: r.enqueued, skipped: r.skipped }, 'schedule: missed slots beyond its backfill window were skipped');
+        if (r.skipped > 0)
+          this.#log.warn(
+            { schedule: r.name, enqueued: r.enqueued, skipped: r.skipped },
+            'schedule: missed slots beyond its backfill window were skipped',
+          );
         else if (r.enqueued > 0) this.#log.debug({ schedule: r.name, enqueued: r.enqueued }, 'schedule: enqueued');
       }
     } catch (error) {

@@ -89,7 +89,11 @@ export function told(state: ClockState, at: number, now: number): ClockState {
 
 /** A drain took leases that end at `at`: if it is killed, housekeeping reaps them then. */
 export function leaseTaken(state: ClockState, at: number, now: number): ClockState {
-  return { ...state, housekeepAt: earliest(state.housekeepAt, at), leasesTold: remember(state.leasesTold ?? [], at, now) };
+  return {
+    ...state,
+    housekeepAt: earliest(state.housekeepAt, at),
+    leasesTold: remember(state.leasesTold ?? [], at, now),
+  };
 }
 
 /** The tells worth keeping, with [now, at]: those still recent that name an earlier moment. */
@@ -98,8 +102,10 @@ const remember = (list: [number, number][], at: number, now: number): [number, n
   [now, at],
 ];
 
-const toldSince = (list: [number, number][] | undefined, since: number) => (list ?? []).filter(([t]) => t >= since).map(([, at]) => at);
-const recent = (list: [number, number][] | undefined, now: number) => (list ?? []).filter(([t]) => t >= now - TOLD_KEPT_MS);
+const toldSince = (list: [number, number][] | undefined, since: number) =>
+  (list ?? []).filter(([t]) => t >= since).map(([, at]) => at);
+const recent = (list: [number, number][] | undefined, now: number) =>
+  (list ?? []).filter(([t]) => t >= now - TOLD_KEPT_MS);
 
 /** What to do at `now`, given the backstop interval (0: look every time, as without a clock). */
 export function decide(state: ClockState, now: number, backstopMs: number): ClockDecision {
@@ -109,14 +115,22 @@ export function decide(state: ClockState, now: number, backstopMs: number): Cloc
   // Unknown (a new or reset clock): housekeeping runs with the first look, and says when next.
   const housekeepDue = state.housekeepAt === null ? backstop || drainDue : state.housekeepAt <= now;
   if (drainDue || housekeepDue) return { drain: drainDue || backstop, housekeep: housekeepDue, reason: 'due' };
-  return backstop ? { drain: true, housekeep: false, reason: 'backstop' } : { drain: false, housekeep: false, reason: 'idle' };
+  return backstop
+    ? { drain: true, housekeep: false, reason: 'backstop' }
+    : { drain: false, housekeep: false, reason: 'idle' };
 }
 
 /** A look ended at `now`: what it found is next, and what was told after it began. */
 export function looked(state: ClockState, result: LookResult, now: number): ClockState {
   return {
-    drainAt: result.drainAt === undefined ? state.drainAt : earliest(result.drainAt, ...toldSince(state.told, result.startedAt)),
-    housekeepAt: result.housekeepAt === undefined ? state.housekeepAt : earliest(result.housekeepAt, ...toldSince(state.leasesTold, result.startedAt)),
+    drainAt:
+      result.drainAt === undefined
+        ? state.drainAt
+        : earliest(result.drainAt, ...toldSince(state.told, result.startedAt)),
+    housekeepAt:
+      result.housekeepAt === undefined
+        ? state.housekeepAt
+        : earliest(result.housekeepAt, ...toldSince(state.leasesTold, result.startedAt)),
     lookedAt: Math.max(state.lookedAt, result.startedAt),
     told: recent(state.told, now),
     leasesTold: recent(state.leasesTold, now),
@@ -126,7 +140,11 @@ export function looked(state: ClockState, result: LookResult, now: number): Cloc
 /** When the alarm should ring: the earliest moment known, or the backstop (a clock that knows of
  * nothing still looks once per backstop interval, as the cron would). */
 export function alarmAt(state: ClockState, backstopMs: number): number | null {
-  return earliest(state.drainAt, state.housekeepAt, backstopMs > 0 && state.lookedAt > 0 ? state.lookedAt + backstopMs : null);
+  return earliest(
+    state.drainAt,
+    state.housekeepAt,
+    backstopMs > 0 && state.lookedAt > 0 ? state.lookedAt + backstopMs : null,
+  );
 }
 
 /** The clock's methods, as the Worker calls them (through the object's fetch: clockStub()). */
@@ -153,7 +171,9 @@ function clockStub(stub: FetchStub): QueueClockApi {
     if (!res.ok) throw new Error(`the queue's clock answered ${res.status} to ${method}: ${await res.text()}`);
     return res.json();
   };
-  return Object.fromEntries(CLOCK_METHODS.map((m) => [m, (...args: unknown[]) => call(m, args)])) as unknown as QueueClockApi;
+  return Object.fromEntries(
+    CLOCK_METHODS.map((m) => [m, (...args: unknown[]) => call(m, args)]),
+  ) as unknown as QueueClockApi;
 }
 
 /** The Worker's binding for the clock (wrangler.toml: durable_objects.bindings). */
@@ -222,7 +242,8 @@ export const FAILED_LOOK_RETRY_MS = 30_000;
 /** Answers clockStub()'s request with the method it names. */
 async function serveClockCall(clock: QueueClockApi, request: Request): Promise<Response> {
   const method = new URL(request.url).pathname.slice(1) as ClockMethod;
-  if (request.method !== 'POST' || !CLOCK_METHODS.includes(method)) return new Response('no such method', { status: 404 });
+  if (request.method !== 'POST' || !CLOCK_METHODS.includes(method))
+    return new Response('no such method', { status: 404 });
   const args = (await request.json()) as unknown[];
   const result = await (clock[method] as (...a: unknown[]) => Promise<unknown>).apply(clock, args);
   return Response.json(result ?? null);
@@ -301,7 +322,9 @@ export function queueClockClass(look: AlarmLook, backstopOf: BackstopOf): QueueC
         const result = await look(this.env, decision);
         await this.#save(looked(this.#state, result, Date.now()));
       } catch (error) {
-        console.error(JSON.stringify({ event: 'clock_look_failed', error: error instanceof Error ? error.message : String(error) }));
+        console.error(
+          JSON.stringify({ event: 'clock_look_failed', error: error instanceof Error ? error.message : String(error) }),
+        );
         await this.#save({ ...this.#state, drainAt: earliest(this.#state.drainAt, Date.now() + FAILED_LOOK_RETRY_MS) });
       }
     }

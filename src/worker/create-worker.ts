@@ -17,7 +17,16 @@ import { housekeep, housekeepAndSchedule } from '../drain/housekeeping.ts';
 import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 import { type SettingVariables, type Settings, SettingsError, readSettings } from '../settings.ts';
 import { type OpenTelemetryApi, useOpenTelemetry } from '../tracing.ts';
-import { type AlarmLook, type ClockEnv, type QueueClockApi, earliest, leaseTeller, queueClock, queueClockClass, tellQueueClock } from './clock.ts';
+import {
+  type AlarmLook,
+  type ClockEnv,
+  type QueueClockApi,
+  earliest,
+  leaseTeller,
+  queueClock,
+  queueClockClass,
+  tellQueueClock,
+} from './clock.ts';
 import { cronBudgetMs } from './cron-budget.ts';
 import { type DatabaseEnv, type WorkerDatabase, openWorkerDatabase } from './database.ts';
 
@@ -83,7 +92,9 @@ export function createWorker(options: WorkerOptions = {}) {
     return entry;
   };
 
-  const app = createApp((c: Context) => apiRuntime(c, configure, schedules, (env, ids, database) => runNow(env, database, configure(env), ids)));
+  const app = createApp((c: Context) =>
+    apiRuntime(c, configure, schedules, (env, ids, database) => runNow(env, database, configure(env), ids)),
+  );
 
   /** One cron invocation; resolves within the budget (plus settling), with what it did. Without
    * the clock it looks every time; with it, only when the clock says something is due or the
@@ -96,7 +107,9 @@ export function createWorker(options: WorkerOptions = {}) {
     const clock = queueClock(env);
     // A clock that cannot be reached (its object failing, a platform incident) never stops the
     // backstop: the cron then looks as it would without one.
-    const decision = clock ? await clock.decide(started, backstopMs(config)).catch(clockUnreachable) : LOOK_AT_EVERYTHING;
+    const decision = clock
+      ? await clock.decide(started, backstopMs(config)).catch(clockUnreachable)
+      : LOOK_AT_EVERYTHING;
     if (!decision.drain && !decision.housekeep) return { cron: controller.cron, ...idleReport(), budgetMs };
     const label = `worker-${controller.scheduledTime}`;
     const found = await look(env, config, schedules, { ...decision, budgetMs, label, clock });
@@ -109,7 +122,12 @@ export function createWorker(options: WorkerOptions = {}) {
     const config = configure(env as Env);
     const startedAt = Date.now();
     const budgetMs = config.settings.drainBudgetMs ?? ALARM_BUDGET_MS;
-    const found = await look(env as Env, config, schedules, { ...decision, budgetMs, label: `worker-alarm-${startedAt}`, clock: queueClock(env as Env) });
+    const found = await look(env as Env, config, schedules, {
+      ...decision,
+      budgetMs,
+      label: `worker-alarm-${startedAt}`,
+      clock: queueClock(env as Env),
+    });
     console.log(JSON.stringify({ event: 'clock_alarm', reason: decision.reason, ...found.report, budgetMs }));
     return { startedAt, ...lookResult(found) };
   };
@@ -124,7 +142,9 @@ export function createWorker(options: WorkerOptions = {}) {
         const report = await runScheduled(controller, env);
         console.log(JSON.stringify({ event: 'scheduled', ...report }));
       } catch (error) {
-        console.error(JSON.stringify({ event: 'scheduled_failed', cron: controller.cron, error: safeErrorMessage(error) }));
+        console.error(
+          JSON.stringify({ event: 'scheduled_failed', cron: controller.cron, error: safeErrorMessage(error) }),
+        );
         throw error;
       }
     },
@@ -151,10 +171,20 @@ const clockUnreachable = (error: unknown) => {
 
 /** A cron invocation the clock let off: nothing due, nothing sent. */
 const idleReport = (): Omit<ScheduledReport, 'cron' | 'budgetMs'> => ({
-  ...emptyDrainReport(), looked: 'idle', reaped: 0, reapedDead: 0, pruned: 0, scheduled: 0, housekeepingMs: 0,
+  ...emptyDrainReport(),
+  looked: 'idle',
+  reaped: 0,
+  reapedDead: 0,
+  pruned: 0,
+  scheduled: 0,
+  housekeepingMs: 0,
 });
 
-function readConfiguration(env: Env, jobs: readonly JobDefinition<any>[], schedules: readonly ScheduleDefinition[]): Configured | SettingsError {
+function readConfiguration(
+  env: Env,
+  jobs: readonly JobDefinition<any>[],
+  schedules: readonly ScheduleDefinition[],
+): Configured | SettingsError {
   let settings: Settings;
   try {
     settings = readSettings(env as unknown as Record<string, unknown>, 'worker');
@@ -162,7 +192,10 @@ function readConfiguration(env: Env, jobs: readonly JobDefinition<any>[], schedu
     if (error instanceof SettingsError) return error;
     throw error;
   }
-  const registry = createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: settings.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: settings.webhookSigningSecret }, jobs);
+  const registry = createDefaultRegistry(
+    { WEBHOOK_ALLOWED_HOSTS: settings.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: settings.webhookSigningSecret },
+    jobs,
+  );
   checkSchedules(registry, schedules);
   return { settings, registry };
 }
@@ -175,7 +208,12 @@ type RunNow = (env: Env, ids: string[], database: WorkerDatabase) => Promise<voi
  * by the request goes on with it after the response, instead of paying for a connection of its own
  * (the handshake is most of a run-now's wait).
  */
-function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: readonly ScheduleDefinition[], runNow: RunNow): ApiRuntime {
+function apiRuntime(
+  c: Context,
+  configure: (env: Env) => Configured,
+  schedules: readonly ScheduleDefinition[],
+  runNow: RunNow,
+): ApiRuntime {
   const env = c.env as Env;
   let open: { database: WorkerDatabase; users: number } | undefined;
   const use = () => {
@@ -203,7 +241,13 @@ function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: 
   } catch (error) {
     if (!(error instanceof SettingsError)) throw error;
     // Every protected route answers 503 naming the setting; open routes still work.
-    return { withDb, registry: createDefaultRegistry({}), schedules, apiToken: undefined, misconfigured: `the Worker's ${error.message}` };
+    return {
+      withDb,
+      registry: createDefaultRegistry({}),
+      schedules,
+      apiToken: undefined,
+      misconfigured: `the Worker's ${error.message}`,
+    };
   }
   const s = config.settings;
   return {
@@ -216,7 +260,8 @@ function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: 
     oldestReadyWarnSeconds: s.oldestReadyWarnSeconds,
     recordCounts: s.recordCounts,
     maxBodyBytes: s.maxBodyBytes,
-    onError: (error, where) => console.error(JSON.stringify({ event: 'request_failed', where, error: safeErrorMessage(error) })),
+    onError: (error, where) =>
+      console.error(JSON.stringify({ event: 'request_failed', where, error: safeErrorMessage(error) })),
     runNow: (ids) => {
       const used = use();
       c.executionCtx.waitUntil(runNow(env, ids, used.database).finally(() => done(used)));
@@ -231,7 +276,12 @@ function apiRuntime(c: Context, configure: (env: Env) => Configured, schedules: 
  * (restricted to their ids): a cron or another invocation that claimed one first runs it, this
  * one skips it. Failures settle as usual; if the isolate dies, the reaper returns the jobs.
  */
-async function runNow(env: Env, { db, transactions }: WorkerDatabase, { settings, registry }: Configured, ids: string[]): Promise<void> {
+async function runNow(
+  env: Env,
+  { db, transactions }: WorkerDatabase,
+  { settings, registry }: Configured,
+  ids: string[],
+): Promise<void> {
   // The request's connection (the caller closes it).
   const clock = queueClock(env);
   try {
@@ -282,13 +332,25 @@ interface Look {
  * is spent, with the housekeeping round (reap, roll-up, prune) beside the drain. A cron invocation
  * without the clock does both every time; with it, a cron or the clock's alarm does what is due.
  */
-async function look(env: Env, { settings, registry }: Configured, schedules: readonly ScheduleDefinition[], plan: LookPlan): Promise<Look> {
+async function look(
+  env: Env,
+  { settings, registry }: Configured,
+  schedules: readonly ScheduleDefinition[],
+  plan: LookPlan,
+): Promise<Look> {
   const started = Date.now();
   const { db, transactions, close } = openWorkerDatabase(env);
   // Housekeeping goes beside the drain, on a connection of its own (from the transactional
   // handlers' pool, given back when done): before the drain, its connection and round trips would
   // hold the drain back (docs/benchmark.md has what they cost). Settled, it is awaited.
-  const housekeeping = plan.housekeep ? housekeepBeside(transactions, settings.visibilityTimeoutSeconds!, plan.clock !== null, settings.eventRetentionSeconds) : null;
+  const housekeeping = plan.housekeep
+    ? housekeepBeside(
+        transactions,
+        settings.visibilityTimeoutSeconds!,
+        plan.clock !== null,
+        settings.eventRetentionSeconds,
+      )
+    : null;
   housekeeping?.catch(() => {});
   try {
     const scheduled = plan.drain && schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
@@ -299,7 +361,15 @@ async function look(env: Env, { settings, registry }: Configured, schedules: rea
     // the clock as one housekeeping is due at, like a lease's end.
     const onWakeScheduled = plan.clock ? leaseTeller(plan.clock) : undefined;
     const drainFor = (ms: number) =>
-      drain(db, registry, { ...drainSettings(settings), workerId, transactions, budgetMs: ms, reportNextDue: plan.clock !== null, onLeaseTaken, onWakeScheduled });
+      drain(db, registry, {
+        ...drainSettings(settings),
+        workerId,
+        transactions,
+        budgetMs: ms,
+        reportNextDue: plan.clock !== null,
+        onLeaseTaken,
+        onWakeScheduled,
+      });
     let report = plan.drain ? await drainFor(deadline - Date.now()) : emptyDrainReport();
     let drained = plan.drain;
     const housekept = housekeeping ? await housekeeping : null;
@@ -319,8 +389,13 @@ async function look(env: Env, { settings, registry }: Configured, schedules: rea
     const slotIn = msUntilNextSlot(schedules);
     return {
       report: {
-        ...report, reaped: housekept?.reaped.reclaimed.length ?? 0, reapedDead: housekept?.reaped.dead.length ?? 0, pruned: housekept?.pruned.jobs ?? 0,
-        scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0), elapsedMs: Date.now() - started, housekeepingMs: housekept?.housekeepingMs ?? 0,
+        ...report,
+        reaped: housekept?.reaped.reclaimed.length ?? 0,
+        reapedDead: housekept?.reaped.dead.length ?? 0,
+        pruned: housekept?.pruned.jobs ?? 0,
+        scheduled: scheduled.reduce((n, r) => n + r.enqueued, 0),
+        elapsedMs: Date.now() - started,
+        housekeepingMs: housekept?.housekeepingMs ?? 0,
         looked: plan.drain ? 'drain' : 'housekeeping',
       },
       ...(drained ? { drainAt: earliest(report.nextDueAt, slotIn === null ? null : Date.now() + slotIn) } : {}),
@@ -333,7 +408,12 @@ async function look(env: Env, { settings, registry }: Configured, schedules: rea
 
 /** The housekeeping round (src/drain/housekeeping.ts) on a connection of its own; with the clock,
  * it also says when it next has something to do. */
-async function housekeepBeside(transactions: WorkerDatabase['transactions'], visibilityTimeoutSeconds: number, scheduleNext: boolean, eventRetentionSeconds?: number) {
+async function housekeepBeside(
+  transactions: WorkerDatabase['transactions'],
+  visibilityTimeoutSeconds: number,
+  scheduleNext: boolean,
+  eventRetentionSeconds?: number,
+) {
   const started = Date.now();
   const connection = await transactions();
   let healthy = false;
@@ -349,10 +429,25 @@ async function housekeepBeside(transactions: WorkerDatabase['transactions'], vis
 }
 
 /** What a look tells the clock: only what it learnt. */
-const lookResult = ({ drainAt, housekeepAt }: Look) => ({ ...(drainAt !== undefined ? { drainAt } : {}), ...(housekeepAt !== undefined ? { housekeepAt } : {}) });
+const lookResult = ({ drainAt, housekeepAt }: Look) => ({
+  ...(drainAt !== undefined ? { drainAt } : {}),
+  ...(housekeepAt !== undefined ? { housekeepAt } : {}),
+});
 
 const emptyDrainReport = (): DrainReport => ({
-  claimed: 0, completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, parked: 0, elapsedMs: 0, stoppedBy: 'empty', nextClaimAt: null, nextDueAt: null, nextWakeAt: null,
+  claimed: 0,
+  completed: 0,
+  failed: 0,
+  dead: 0,
+  released: 0,
+  cancelled: 0,
+  lost: 0,
+  parked: 0,
+  elapsedMs: 0,
+  stoppedBy: 'empty',
+  nextClaimAt: null,
+  nextDueAt: null,
+  nextWakeAt: null,
 });
 
 /** The drain's options from the Worker's settings, for its cron drains and run-now alike. */
@@ -371,8 +466,17 @@ function drainSettings(settings: Settings) {
 /** Two drains of one invocation as one report (the second's stop and next claim). */
 function addReports(a: DrainReport, b: DrainReport): DrainReport {
   return {
-    claimed: a.claimed + b.claimed, completed: a.completed + b.completed, failed: a.failed + b.failed, dead: a.dead + b.dead,
-    released: a.released + b.released, cancelled: a.cancelled + b.cancelled, lost: a.lost + b.lost, parked: a.parked + b.parked, elapsedMs: a.elapsedMs + b.elapsedMs, stoppedBy: b.stoppedBy, nextClaimAt: b.nextClaimAt,
+    claimed: a.claimed + b.claimed,
+    completed: a.completed + b.completed,
+    failed: a.failed + b.failed,
+    dead: a.dead + b.dead,
+    released: a.released + b.released,
+    cancelled: a.cancelled + b.cancelled,
+    lost: a.lost + b.lost,
+    parked: a.parked + b.parked,
+    elapsedMs: a.elapsedMs + b.elapsedMs,
+    stoppedBy: b.stoppedBy,
+    nextClaimAt: b.nextClaimAt,
     // The second drain knows the queue as it is now, but a retry of the first may come sooner.
     nextDueAt: earliest(b.nextDueAt, a.nextDueAt !== null && a.nextDueAt > Date.now() ? a.nextDueAt : null),
     nextWakeAt: earliest(a.nextWakeAt, b.nextWakeAt),

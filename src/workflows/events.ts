@@ -35,7 +35,8 @@ export class EventValidationError extends Error {
 
 /** The event's payload as JSON text, or throws EventValidationError naming the field. */
 export function checkedEvent(event: WorkflowEvent): { event: string; key: string; payloadJson: string } {
-  if (typeof event.event !== 'string' || !KIND_PATTERN.test(event.event)) throw new EventValidationError('event', `event: ${KIND_PATTERN_MESSAGE}`);
+  if (typeof event.event !== 'string' || !KIND_PATTERN.test(event.event))
+    throw new EventValidationError('event', `event: ${KIND_PATTERN_MESSAGE}`);
   const keyIssue = keyProblem(event.key, MAX_EVENT_KEY_LENGTH);
   if (keyIssue) throw new EventValidationError('key', `key ${keyIssue}`);
   let payloadJson: string;
@@ -45,7 +46,11 @@ export function checkedEvent(event: WorkflowEvent): { event: string; key: string
     throw new EventValidationError('payload', (error as Error).message);
   }
   if (longerThan(payloadJson, MAX_EVENT_PAYLOAD_BYTES)) {
-    throw new EventValidationError('payload', `payload is ${utf8Length(payloadJson)} bytes of JSON; an event carries at most ${MAX_EVENT_PAYLOAD_BYTES}`, true);
+    throw new EventValidationError(
+      'payload',
+      `payload is ${utf8Length(payloadJson)} bytes of JSON; an event carries at most ${MAX_EVENT_PAYLOAD_BYTES}`,
+      true,
+    );
   }
   return { event: event.event, key: event.key, payloadJson };
 }

@@ -26,13 +26,29 @@ import { errorText, longerThan, toJson, utf8Length } from '../json.ts';
 import { type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
 import { type EnqueueOptions, prepareJob, preparedJobs } from '../jobs/enqueue.ts';
 import {
-  type Db, type NotHeld, type ParkOutcome, type StepRecord, type StoredStep, commitDurably, loadSteps, parkOnChild, parkSleep, recordStepCompleted,
-  recordStepFailed, waitForEvent,
+  type Db,
+  type NotHeld,
+  type ParkOutcome,
+  type StepRecord,
+  type StoredStep,
+  commitDurably,
+  loadSteps,
+  parkOnChild,
+  parkSleep,
+  recordStepCompleted,
+  recordStepFailed,
+  waitForEvent,
 } from '../queries/index.ts';
 import { traceStep } from '../tracing.ts';
 import { MAX_EVENT_KEY_LENGTH } from './events.ts';
 
-export { sendEvent, checkedEvent, EventValidationError, MAX_EVENT_PAYLOAD_BYTES, type WorkflowEvent } from './events.ts';
+export {
+  sendEvent,
+  checkedEvent,
+  EventValidationError,
+  MAX_EVENT_PAYLOAD_BYTES,
+  type WorkflowEvent,
+} from './events.ts';
 
 /** A run reaches at most this many steps. */
 export const MAX_STEPS_PER_RUN = 1000;
@@ -77,20 +93,34 @@ export interface WorkflowDefinition<Payload, Result> extends Omit<JobDefinition<
   run: (payload: Payload, step: WorkflowStep, ctx: JobContext) => Result | Promise<Result>;
 }
 
-export type Workflow<Payload, Result> = JobDefinition<Payload> & { readonly workflow: true; readonly run: WorkflowDefinition<Payload, Result>['run'] };
+export type Workflow<Payload, Result> = JobDefinition<Payload> & {
+  readonly workflow: true;
+  readonly run: WorkflowDefinition<Payload, Result>['run'];
+};
 
 /** A durable workflow: a job kind (register it, enqueue it, limit it like any other) whose run is made of steps. */
-export function defineWorkflow<Payload, Result = unknown>(definition: WorkflowDefinition<Payload, Result>): Workflow<Payload, Result> {
+export function defineWorkflow<Payload, Result = unknown>(
+  definition: WorkflowDefinition<Payload, Result>,
+): Workflow<Payload, Result> {
   const { run, ...rest } = definition;
   if (typeof run !== 'function') throw new Error(`workflow ${definition.kind}: run must be a function`);
-  const job = defineJob<Payload>({ ...rest, handler: (payload, ctx) => runWorkflow(definition.kind, run, payload, ctx) });
+  const job = defineJob<Payload>({
+    ...rest,
+    handler: (payload, ctx) => runWorkflow(definition.kind, run, payload, ctx),
+  });
   return Object.assign(job, { workflow: true as const, run });
 }
 
 /** Whether a kind is a workflow. */
-export const isWorkflow = (definition: JobDefinition<any> | undefined): boolean => (definition as { workflow?: unknown } | undefined)?.workflow === true;
+export const isWorkflow = (definition: JobDefinition<any> | undefined): boolean =>
+  (definition as { workflow?: unknown } | undefined)?.workflow === true;
 
-async function runWorkflow<Payload, Result>(kind: string, run: WorkflowDefinition<Payload, Result>['run'], payload: Payload, ctx: JobContext): Promise<Result> {
+async function runWorkflow<Payload, Result>(
+  kind: string,
+  run: WorkflowDefinition<Payload, Result>['run'],
+  payload: Payload,
+  ctx: JobContext,
+): Promise<Result> {
   const environment = (ctx as unknown as Record<symbol, RunEnvironment | undefined>)[RUN_ENVIRONMENT];
   if (!environment) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
   const steps = new Steps(kind, ctx, environment, await loadSteps(environment.db, ctx.job.id));
@@ -125,11 +155,22 @@ class Steps implements WorkflowStep {
     return this.#traced(name, () => this.#runStep(name, fn, options, record));
   }
 
-  async #runStep<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, options: StepOptions, record: StepRecord): Promise<T> {
+  async #runStep<T>(
+    name: string,
+    fn: (ctx: StepContext) => T | Promise<T>,
+    options: StepOptions,
+    record: StepRecord,
+  ): Promise<T> {
     const attempt = record.priorAttempts + 1;
     try {
       if (options.transactional) return await this.#runInTransaction(name, fn, record, attempt);
-      const value = await fn({ signal: this.#ctx.signal, attempt, get tx(): Db { throw new Error(`step ${name}: tx is given to { transactional: true } steps only`); } });
+      const value = await fn({
+        signal: this.#ctx.signal,
+        attempt,
+        get tx(): Db {
+          throw new Error(`step ${name}: tx is given to { transactional: true } steps only`);
+        },
+      });
       const json = this.#resultJson(name, value);
       this.#written(await recordStepCompleted(this.#db, record, json));
       return (json === null ? undefined : JSON.parse(json)) as T;
@@ -141,22 +182,29 @@ class Steps implements WorkflowStep {
 
   async sleep(name: string, forSeconds: number): Promise<void> {
     const { stored, record } = this.#begin(name, 'sleep');
-    if (!seconds.safeParse(forSeconds).success) throw new RangeError(`step.sleep('${name}'): seconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
+    if (!seconds.safeParse(forSeconds).success)
+      throw new RangeError(`step.sleep('${name}'): seconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
     if (stored?.status === 'completed') return;
     await this.#traced(name, async () => {
-      this.#parkedOr(await parkSleep(this.#db, record, new Date(Date.now() + forSeconds * 1000)), `sleeping (step ${name})`);
+      this.#parkedOr(
+        await parkSleep(this.#db, record, new Date(Date.now() + forSeconds * 1000)),
+        `sleeping (step ${name})`,
+      );
     });
   }
 
   async waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null> {
     const { stored, record } = this.#begin(name, 'waitForEvent');
     const { event, key, timeoutSeconds } = options ?? ({} as WaitForEventOptions);
-    if (typeof event !== 'string' || !KIND_PATTERN.test(event)) throw new TypeError(`step.waitForEvent('${name}'): event: ${KIND_PATTERN_MESSAGE}`);
+    if (typeof event !== 'string' || !KIND_PATTERN.test(event))
+      throw new TypeError(`step.waitForEvent('${name}'): event: ${KIND_PATTERN_MESSAGE}`);
     if (typeof key !== 'string' || key.length < 1 || key.length > MAX_EVENT_KEY_LENGTH) {
       throw new TypeError(`step.waitForEvent('${name}'): key must be 1 to ${MAX_EVENT_KEY_LENGTH} characters`);
     }
     if (timeoutSeconds !== undefined && !seconds.safeParse(timeoutSeconds).success) {
-      throw new RangeError(`step.waitForEvent('${name}'): timeoutSeconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
+      throw new RangeError(
+        `step.waitForEvent('${name}'): timeoutSeconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`,
+      );
     }
     if (stored?.status === 'completed') return (stored.result ?? null) as T | null;
     const until = timeoutSeconds === undefined ? null : new Date(Date.now() + timeoutSeconds * 1000);
@@ -166,12 +214,19 @@ class Steps implements WorkflowStep {
     });
   }
 
-  async invoke<P, R = unknown>(name: string, job: JobDefinition<P>, payload: P, options: EnqueueOptions = {}): Promise<R> {
+  async invoke<P, R = unknown>(
+    name: string,
+    job: JobDefinition<P>,
+    payload: P,
+    options: EnqueueOptions = {},
+  ): Promise<R> {
     const { stored, record } = this.#begin(name, 'invoke');
     if (stored?.status === 'completed') return stored.result as R;
     if (stored?.childId) return this.#traced(name, () => this.#childEnded<R>(name, stored, record));
     if (!job?.keepCompletedSeconds) {
-      throw new Error(`step.invoke('${name}'): kind ${job?.kind} keeps no results; give it keepCompletedSeconds so the workflow can read what its child returned`);
+      throw new Error(
+        `step.invoke('${name}'): kind ${job?.kind} keeps no results; give it keepCompletedSeconds so the workflow can read what its child returned`,
+      );
     }
     // The enqueue pipeline's checks (payload, options) throw here, before anything is written.
     const prepared = preparedJobs([prepareJob(job, { ...options, payload })], null);
@@ -184,7 +239,8 @@ class Steps implements WorkflowStep {
         if (parked.outcome === 'lost' || parked.outcome === 'cancelled') throw this.#notHeldError(parked.outcome);
         return { parked, childId: child!.id };
       });
-      if (outcome.parked.outcome === 'parked') throw new WorkflowParked(`waiting for job ${outcome.childId} (step ${name})`, null, [job.kind]);
+      if (outcome.parked.outcome === 'parked')
+        throw new WorkflowParked(`waiting for job ${outcome.childId} (step ${name})`, null, [job.kind]);
       // The child had ended already (a dedupe key matched a finished job): read how.
       const [again] = (await loadSteps(this.#db, this.#ctx.job.id)).filter((s) => s.name === name);
       return this.#childEnded<R>(name, again!, record);
@@ -193,7 +249,9 @@ class Steps implements WorkflowStep {
 
   /** A step that runs in this attempt, as a `step <name>` span under the run's (tracing.ts). */
   #traced<T>(name: string, fn: () => Promise<T>): Promise<T> {
-    return traceStep({ kind: this.#kind, jobId: this.#ctx.job.id }, name, fn, (error) => (error instanceof WorkflowParked ? 'parked' : 'failed'));
+    return traceStep({ kind: this.#kind, jobId: this.#ctx.job.id }, name, fn, (error) =>
+      error instanceof WorkflowParked ? 'parked' : 'failed',
+    );
   }
 
   /** A step's child has ended (or is still on its way: park again until it ends). */
@@ -207,16 +265,27 @@ class Steps implements WorkflowStep {
     if (child && ['pending', 'running', 'waiting'].includes(child.status)) {
       const parked = await this.#db.transaction((tx) => parkOnChild(tx, record, stored.childId!));
       this.#parkedOr(parked, `waiting for job ${stored.childId} (step ${name})`);
-      return (await this.#childEnded<R>(name, (await loadSteps(this.#db, this.#ctx.job.id)).find((s) => s.name === name)!, record));
+      return await this.#childEnded<R>(
+        name,
+        (await loadSteps(this.#db, this.#ctx.job.id)).find((s) => s.name === name)!,
+        record,
+      );
     }
     const error = new Error(
-      child ? `step ${name}: job ${stored.childId} it invoked ended ${child.status}${child.lastError ? `: ${child.lastError}` : ''}` : `step ${name}: job ${stored.childId} it invoked is gone (deleted, or its keep ran out)`,
+      child
+        ? `step ${name}: job ${stored.childId} it invoked ended ${child.status}${child.lastError ? `: ${child.lastError}` : ''}`
+        : `step ${name}: job ${stored.childId} it invoked is gone (deleted, or its keep ran out)`,
     );
     await this.#failed(record, error);
     throw error;
   }
 
-  async #runInTransaction<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, record: StepRecord, attempt: number): Promise<T> {
+  async #runInTransaction<T>(
+    name: string,
+    fn: (ctx: StepContext) => T | Promise<T>,
+    record: StepRecord,
+    attempt: number,
+  ): Promise<T> {
     const connection = this.#transactions ? await this.#transactions() : { db: this.#db, giveBack: () => {} };
     let broken = false;
     try {
@@ -237,16 +306,28 @@ class Steps implements WorkflowStep {
 
   /** Checks a step's name and the run's bounds; what is stored of it, and its record to write. */
   #begin(name: string, what: string): { stored: StoredStep | undefined; record: StepRecord } {
-    if (!stepName.safeParse(name).success) throw new TypeError(`workflow ${this.#kind}: step.${what}() needs a name of 1 to ${MAX_STEP_NAME_LENGTH} characters`);
+    if (!stepName.safeParse(name).success)
+      throw new TypeError(
+        `workflow ${this.#kind}: step.${what}() needs a name of 1 to ${MAX_STEP_NAME_LENGTH} characters`,
+      );
     if (this.#used.has(name)) {
-      throw new Error(`workflow ${this.#kind}: step name '${name}' is used twice in one run; every step needs its own name (in a loop, add the index)`);
+      throw new Error(
+        `workflow ${this.#kind}: step name '${name}' is used twice in one run; every step needs its own name (in a loop, add the index)`,
+      );
     }
-    if (this.#used.size >= MAX_STEPS_PER_RUN) throw new Error(`workflow ${this.#kind}: a run has at most ${MAX_STEPS_PER_RUN} steps; step '${name}' is one more`);
+    if (this.#used.size >= MAX_STEPS_PER_RUN)
+      throw new Error(
+        `workflow ${this.#kind}: a run has at most ${MAX_STEPS_PER_RUN} steps; step '${name}' is one more`,
+      );
     if (this.#ctx.signal.aborted) throw this.#ctx.signal.reason;
     this.#used.add(name);
     const stored = this.#stored.get(name);
     const record: StepRecord = {
-      jobId: this.#ctx.job.id, lockedBy: this.#ctx.job.lockedBy, name, position: stored?.position ?? this.#nextPosition++, startedAt: new Date(),
+      jobId: this.#ctx.job.id,
+      lockedBy: this.#ctx.job.lockedBy,
+      name,
+      position: stored?.position ?? this.#nextPosition++,
+      startedAt: new Date(),
       priorAttempts: stored?.status === 'failed' ? stored.attempts : 0,
     };
     return { stored, record };
@@ -254,7 +335,10 @@ class Steps implements WorkflowStep {
 
   #resultJson(name: string, value: unknown): string | null {
     const json = toJson(value, `step ${name}'s result`);
-    if (json !== null && longerThan(json, MAX_RESULT_BYTES)) throw new RangeError(`step ${name}'s result is ${utf8Length(json)} bytes of JSON; a step's result is at most ${MAX_RESULT_BYTES}`);
+    if (json !== null && longerThan(json, MAX_RESULT_BYTES))
+      throw new RangeError(
+        `step ${name}'s result is ${utf8Length(json)} bytes of JSON; a step's result is at most ${MAX_RESULT_BYTES}`,
+      );
     return json;
   }
 
@@ -277,7 +361,13 @@ class Steps implements WorkflowStep {
 
   /** The step threw: its error is recorded for readers (best effort), unless the run was given up. */
   async #failed(record: StepRecord, error: unknown): Promise<void> {
-    if (error instanceof WorkflowParked || error instanceof LeaseLostError || error instanceof JobCancelledError || this.#ctx.signal.aborted) return;
+    if (
+      error instanceof WorkflowParked ||
+      error instanceof LeaseLostError ||
+      error instanceof JobCancelledError ||
+      this.#ctx.signal.aborted
+    )
+      return;
     await recordStepFailed(this.#db, record, errorText(error)).catch(() => {});
   }
 }

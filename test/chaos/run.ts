@@ -12,9 +12,18 @@ const report = await runChaos(
 );
 console.log(JSON.stringify(report, null, 2));
 const ok =
-  report.lost.length === 0 && report.duplicatedOutsideFaults.length === 0 && report.leftRunning === 0 && report.leftPending === 0 && report.leftWaiting === 0 &&
-  report.stuckAtStop.length === 0 && report.countersMatch && report.flowsNotCompleted.length === 0 && report.transactionalWritesNotOnce.length === 0 &&
-  report.plainStepsRepeatedOutsideFaults.length === 0 && report.limitsExceeded.length === 0 && report.flows.completed === report.flows.runs &&
+  report.lost.length === 0 &&
+  report.duplicatedOutsideFaults.length === 0 &&
+  report.leftRunning === 0 &&
+  report.leftPending === 0 &&
+  report.leftWaiting === 0 &&
+  report.stuckAtStop.length === 0 &&
+  report.countersMatch &&
+  report.flowsNotCompleted.length === 0 &&
+  report.transactionalWritesNotOnce.length === 0 &&
+  report.plainStepsRepeatedOutsideFaults.length === 0 &&
+  report.limitsExceeded.length === 0 &&
+  report.flows.completed === report.flows.runs &&
   report.batch.completed + report.batch.dead === report.batch.items;
 console.log(ok ? 'chaos: nothing lost' : 'chaos: FAILED');
 process.exit(ok ? 0 : 1);

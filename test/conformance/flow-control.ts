@@ -44,18 +44,27 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.paused_kinds, pgdrain.group_limits, pgdrain.fair_turns');
+      await h.query(
+        'TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.paused_kinds, pgdrain.group_limits, pgdrain.fair_turns',
+      );
     });
     /** `n` drains of `registry` at once, each on connections of its own, like `n` drainers. */
     const drainers = async (n: number, registry: JobRegistry) => {
       const dbs = await Promise.all(Array.from({ length: n }, () => h.connect()));
-      return Promise.all(dbs.map((db, i) => drain(db, registry, { workerId: `drainer-${i}`, batchSize: 10, concurrency: 10 })));
+      return Promise.all(
+        dbs.map((db, i) => drain(db, registry, { workerId: `drainer-${i}`, batchSize: 10, concurrency: 10 })),
+      );
     };
 
     it('globalConcurrency: three drainers claiming at once never run more than the limit, and reach it', async () => {
       const r = recorder();
       const registry = new JobRegistry([
-        defineJob({ kind: 'limited', schema: z.object({ n: z.number() }), globalConcurrency: 3, handler: ({ n }, { job }) => r.run(job, n, 60) }),
+        defineJob({
+          kind: 'limited',
+          schema: z.object({ n: z.number() }),
+          globalConcurrency: 3,
+          handler: ({ n }, { job }) => r.run(job, n, 60),
+        }),
         defineJob({ kind: 'free', schema: z.unknown(), handler: () => {} }),
       ]);
       await enqueueMany(h.db, [
@@ -63,7 +72,12 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
         ...Array.from({ length: 40 }, () => ({ kind: 'free', payload: {} })),
       ]);
       // Each drain ends when the limit holds the rest back; drain again as a sidecar's next wake-up would.
-      for (let round = 0; round < 50 && Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n) > 0; round++) await drainers(3, registry);
+      for (
+        let round = 0;
+        round < 50 && Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n) > 0;
+        round++
+      )
+        await drainers(3, registry);
       expect(r.starts).toHaveLength(18);
       expect(r.peak.value).toBe(3);
       // A job held back by the limit is not an attempt.
@@ -73,17 +87,31 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
     it('groupConcurrency 1: a key runs one job at a time, in order, while different keys run side by side', async () => {
       const r = recorder();
       const registry = new JobRegistry([
-        defineJob({ kind: 'grouped', schema: z.object({ n: z.number() }), groupConcurrency: 1, handler: ({ n }, { job }) => r.run(job, n, 30) }),
+        defineJob({
+          kind: 'grouped',
+          schema: z.object({ n: z.number() }),
+          groupConcurrency: 1,
+          handler: ({ n }, { job }) => r.run(job, n, 30),
+        }),
       ]);
       // 4 keys × 5 jobs, interleaved key by key.
-      await enqueueMany(h.db, Array.from({ length: 20 }, (_, n) => ({ kind: 'grouped', payload: { n }, groupKey: `customer-${n % 4}` })));
-      for (let round = 0; round < 100 && Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n) > 0; round++) await drainers(2, registry);
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 20 }, (_, n) => ({ kind: 'grouped', payload: { n }, groupKey: `customer-${n % 4}` })),
+      );
+      for (
+        let round = 0;
+        round < 100 && Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n) > 0;
+        round++
+      )
+        await drainers(2, registry);
       expect(r.starts).toHaveLength(20);
       for (let key = 0; key < 4; key++) {
         const mine = r.starts.filter((s) => s.key === `customer-${key}`).sort((a, b) => a.at - b.at);
         expect(mine.map((s) => s.n)).toEqual([0, 1, 2, 3, 4].map((i) => i * 4 + key)); // enqueue order
         const ended = r.ends.filter((e) => e.key === `customer-${key}`);
-        for (let i = 1; i < mine.length; i++) expect(mine[i]!.at).toBeGreaterThanOrEqual(ended.find((e) => e.n === mine[i - 1]!.n)!.at); // never two at once
+        for (let i = 1; i < mine.length; i++)
+          expect(mine[i]!.at).toBeGreaterThanOrEqual(ended.find((e) => e.n === mine[i - 1]!.n)!.at); // never two at once
       }
       expect(r.peak.value).toBeGreaterThan(1); // keys overlap
     });
@@ -102,7 +130,10 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
           },
         }),
       ]);
-      await enqueueMany(h.db, [0, 1, 2].map((n) => ({ kind: 'ledger', payload: { n }, groupKey: 'account-7' })));
+      await enqueueMany(
+        h.db,
+        [0, 1, 2].map((n) => ({ kind: 'ledger', payload: { n }, groupKey: 'account-7' })),
+      );
       const first = await drain(h.db, registry, { workerId: 'w' });
       expect(first).toMatchObject({ failed: 1, completed: 0 });
       expect(await h.query(`SELECT payload->>'n' AS n, status, attempts FROM pgdrain.jobs ORDER BY id`)).toEqual([
@@ -120,13 +151,23 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
     it('rateLimit: no rolling window holds more starts than the limit, the rest wait as pending (not attempts), at the limit pace', async () => {
       const starts: number[] = [];
       const registry = new JobRegistry([
-        defineJob({ kind: 'rated', schema: z.unknown(), rateLimit: { limit: 4, periodSeconds: 1 }, handler: () => void starts.push(performance.now()) }),
+        defineJob({
+          kind: 'rated',
+          schema: z.unknown(),
+          rateLimit: { limit: 4, periodSeconds: 1 },
+          handler: () => void starts.push(performance.now()),
+        }),
       ]);
-      await enqueueMany(h.db, Array.from({ length: 12 }, () => ({ kind: 'rated', payload: {} })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 12 }, () => ({ kind: 'rated', payload: {} })),
+      );
       const first = await drain(h.db, registry, { workerId: 'w' });
       expect(first.completed).toBe(4);
       expect(first.nextClaimAt).toBeGreaterThan(Date.now()); // held back until the window allows
-      expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'pending' AND attempts = 0`)).toEqual([{ n: 8 }]);
+      expect(
+        await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE status = 'pending' AND attempts = 0`),
+      ).toEqual([{ n: 8 }]);
       const began = performance.now();
       let report = first;
       while (starts.length < 12) {
@@ -143,16 +184,31 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
     it("debounce: 'replace' keeps one pending job with the last payload and run_at; a running one is left alone and a new one follows", async () => {
       const later = new Date(Date.now() + 60_000);
       const a = await enqueue(h.db, { kind: 'index', payload: { v: 1 }, dedupeKey: 'doc-9', dedupeMode: 'replace' });
-      const b = await enqueue(h.db, { kind: 'index', payload: { v: 2 }, dedupeKey: 'doc-9', dedupeMode: 'replace', runAt: later });
+      const b = await enqueue(h.db, {
+        kind: 'index',
+        payload: { v: 2 },
+        dedupeKey: 'doc-9',
+        dedupeMode: 'replace',
+        runAt: later,
+      });
       expect(b).toMatchObject({ id: a.id, deduplicated: true, replaced: true });
-      expect(await h.query(`SELECT payload, run_at = $1::timestamptz AS moved FROM pgdrain.jobs`, [later.toISOString()])).toEqual([{ payload: { v: 2 }, moved: true }]);
+      expect(
+        await h.query(`SELECT payload, run_at = $1::timestamptz AS moved FROM pgdrain.jobs`, [later.toISOString()]),
+      ).toEqual([{ payload: { v: 2 }, moved: true }]);
       // 'keep' (the default) leaves it as it is.
-      expect(await enqueue(h.db, { kind: 'index', payload: { v: 3 }, dedupeKey: 'doc-9' })).toMatchObject({ id: a.id, deduplicated: true });
-      await h.query(`UPDATE pgdrain.jobs SET status = 'running', locked_at = now(), locked_by = 'busy:1', attempts = 1`);
+      expect(await enqueue(h.db, { kind: 'index', payload: { v: 3 }, dedupeKey: 'doc-9' })).toMatchObject({
+        id: a.id,
+        deduplicated: true,
+      });
+      await h.query(
+        `UPDATE pgdrain.jobs SET status = 'running', locked_at = now(), locked_by = 'busy:1', attempts = 1`,
+      );
       const c = await enqueue(h.db, { kind: 'index', payload: { v: 4 }, dedupeKey: 'doc-9', dedupeMode: 'replace' });
       expect(c.id).not.toBe(a.id);
       expect(c).toMatchObject({ deduplicated: false, status: 'pending' });
-      expect(await h.query(`SELECT id::text, status, payload, dedupe_key, locked_by FROM pgdrain.jobs ORDER BY id`)).toEqual([
+      expect(
+        await h.query(`SELECT id::text, status, payload, dedupe_key, locked_by FROM pgdrain.jobs ORDER BY id`),
+      ).toEqual([
         { id: a.id, status: 'running', payload: { v: 2 }, dedupe_key: null, locked_by: 'busy:1' },
         { id: c.id, status: 'pending', payload: { v: 4 }, dedupe_key: 'doc-9', locked_by: null },
       ]);
@@ -162,12 +218,20 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       expect(await h.query(`SELECT payload FROM pgdrain.jobs WHERE id = $1`, [c.id])).toEqual([{ payload: { v: 4 } }]);
     });
 
-    it('limits per group key from data: a key with its own concurrency or rate gets it, the others the kind\'s, changed at the next claim', async () => {
+    it("limits per group key from data: a key with its own concurrency or rate gets it, the others the kind's, changed at the next claim", async () => {
       const kind = 'tenant-job';
-      await enqueueMany(h.db, ['paying', 'free'].flatMap((key) => Array.from({ length: 6 }, () => ({ kind, payload: {}, groupKey: key }))));
+      await enqueueMany(
+        h.db,
+        ['paying', 'free'].flatMap((key) => Array.from({ length: 6 }, () => ({ kind, payload: {}, groupKey: key }))),
+      );
       await setGroupLimits(h.db, { kind, groupKey: 'paying', concurrency: 3 });
-      const byKey = (jobs: { groupKey: string | null }[]) => jobs.reduce<Record<string, number>>((n, j) => ({ ...n, [j.groupKey!]: (n[j.groupKey!] ?? 0) + 1 }), {});
-      const claimed = (token: string) => claimLimited(h.db, { kind, limits: { groupConcurrency: 1 }, batchSize: 20, lockToken: token });
+      const byKey = (jobs: { groupKey: string | null }[]) =>
+        jobs.reduce<Record<string, number>>((n, j) => {
+          n[j.groupKey!] = (n[j.groupKey!] ?? 0) + 1;
+          return n;
+        }, {});
+      const claimed = (token: string) =>
+        claimLimited(h.db, { kind, limits: { groupConcurrency: 1 }, batchSize: 20, lockToken: token });
       expect(byKey((await claimed('t:1')).jobs)).toEqual({ paying: 3, free: 1 });
       // Raised: the next claim takes two more of it; the other key is still at its kind's 1.
       await setGroupLimits(h.db, { kind, groupKey: 'paying', concurrency: 5 });
@@ -179,7 +243,12 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
 
       // A key's own rate, for a kind limited per group: 3 starts a minute for it, the kind's 1 for the other.
       const rated = 'tenant-rated';
-      await enqueueMany(h.db, ['big', 'small'].flatMap((key) => Array.from({ length: 5 }, () => ({ kind: rated, payload: {}, groupKey: key }))));
+      await enqueueMany(
+        h.db,
+        ['big', 'small'].flatMap((key) =>
+          Array.from({ length: 5 }, () => ({ kind: rated, payload: {}, groupKey: key })),
+        ),
+      );
       await setGroupLimits(h.db, { kind: rated, groupKey: 'big', rateLimit: { limit: 3, periodSeconds: 60 } });
       const rate = { rateLimit: { limit: 1, periodSeconds: 60, perGroup: true } };
       const first = await claimLimited(h.db, { kind: rated, limits: rate, batchSize: 20, lockToken: 'r:1' });
@@ -189,18 +258,32 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       expect(second.nextStartAt!.getTime()).toBeGreaterThan(Date.now() + 50_000);
 
       // In SQL: the same function, the same bounds; all limits NULL removes the key's.
-      expect(await h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free', concurrency => 2) AS set`)).toEqual([{ set: true }]);
-      expect(await h.query(`SELECT group_key, concurrency FROM pgdrain.group_limits WHERE kind = 'tenant-job'`)).toEqual([{ group_key: 'free', concurrency: 2 }]);
+      expect(await h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free', concurrency => 2) AS set`)).toEqual([
+        { set: true },
+      ]);
+      expect(
+        await h.query(`SELECT group_key, concurrency FROM pgdrain.group_limits WHERE kind = 'tenant-job'`),
+      ).toEqual([{ group_key: 'free', concurrency: 2 }]);
       expect(await h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free') AS set`)).toEqual([{ set: false }]);
-      await expect(h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free', 0)`)).rejects.toThrow(/concurrency must be a whole number from 1 to 100000/);
-      await expect(h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free', rate_limit => 5)`)).rejects.toThrow(/go together/);
-      await expect(setGroupLimits(h.db, { kind, groupKey: '', concurrency: 1 })).rejects.toThrow(/groupKey must be 1 to 200 characters/);
-      await expect(setGroupLimits(h.db, { kind, groupKey: 'x' })).rejects.toThrow(/give concurrency, rateLimit or both/);
-      await expect(setGroupLimits(h.db, { kind, groupKey: 'x', rateLimit: { limit: 1, periodSeconds: 0 } })).rejects.toThrow(/rateLimit.periodSeconds/);
+      await expect(h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free', 0)`)).rejects.toThrow(
+        /concurrency must be a whole number from 1 to 100000/,
+      );
+      await expect(h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'free', rate_limit => 5)`)).rejects.toThrow(
+        /go together/,
+      );
+      await expect(setGroupLimits(h.db, { kind, groupKey: '', concurrency: 1 })).rejects.toThrow(
+        /groupKey must be 1 to 200 characters/,
+      );
+      await expect(setGroupLimits(h.db, { kind, groupKey: 'x' })).rejects.toThrow(
+        /give concurrency, rateLimit or both/,
+      );
+      await expect(
+        setGroupLimits(h.db, { kind, groupKey: 'x', rateLimit: { limit: 1, periodSeconds: 0 } }),
+      ).rejects.toThrow(/rateLimit.periodSeconds/);
       expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits`)).toEqual([{ n: 1 }]);
     });
 
-    it('fair: true: keys take turns — a backlog of one key holds another\'s jobs back one round at most — with priority first, in one drainer or three', async () => {
+    it("fair: true: keys take turns — a backlog of one key holds another's jobs back one round at most — with priority first, in one drainer or three", async () => {
       const order: string[] = [];
       const fairKind = (extra: object = {}) =>
         defineJob({
@@ -215,8 +298,16 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
         });
       const backlog = async () => {
         // Key A's 30 jobs were enqueued first; B's and C's 3 each after them; D has no key.
-        await enqueueMany(h.db, Array.from({ length: 30 }, (_, i) => ({ kind: 'fair-job', payload: { tag: `A${i}` }, groupKey: 'A' })));
-        await enqueueMany(h.db, ['B', 'C'].flatMap((key) => Array.from({ length: 3 }, (_, i) => ({ kind: 'fair-job', payload: { tag: `${key}${i}` }, groupKey: key }))));
+        await enqueueMany(
+          h.db,
+          Array.from({ length: 30 }, (_, i) => ({ kind: 'fair-job', payload: { tag: `A${i}` }, groupKey: 'A' })),
+        );
+        await enqueueMany(
+          h.db,
+          ['B', 'C'].flatMap((key) =>
+            Array.from({ length: 3 }, (_, i) => ({ kind: 'fair-job', payload: { tag: `${key}${i}` }, groupKey: key })),
+          ),
+        );
         await enqueueMany(h.db, [{ kind: 'fair-job', payload: { tag: 'D0' } }]);
       };
       await backlog();
@@ -242,7 +333,12 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       await h.query('TRUNCATE pgdrain.fair_turns');
       await backlog();
       const registry = new JobRegistry([fairKind({ groupConcurrency: 1 })]);
-      for (let round = 0; round < 100 && Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n) > 0; round++) await drainers(3, registry);
+      for (
+        let round = 0;
+        round < 100 && Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n) > 0;
+        round++
+      )
+        await drainers(3, registry);
       expect(order).toHaveLength(37);
       expect(order.indexOf('B2')).toBeLessThan(15);
       expect(order.indexOf('C2')).toBeLessThan(15);
@@ -271,17 +367,27 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
           },
         }),
       ]);
-      await enqueueMany(h.db, Array.from({ length: 200 }, (_, n) => ({ kind: 'batch-mail', payload: { n }, keepSeconds: 600 })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 200 }, (_, n) => ({ kind: 'batch-mail', payload: { n }, keepSeconds: 600 })),
+      );
       const first = await drain(h.db, registry, { workerId: 'batch', batchSize: 10, concurrency: 4 });
       expect(first).toMatchObject({ claimed: 200, completed: 199, failed: 1 });
       expect(calls.map((c) => c.length)).toEqual([50, 50, 50, 50]);
       expect(calls.flat().sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, n) => n));
-      expect(await h.query(`SELECT status, attempts, last_error FROM pgdrain.jobs WHERE payload->>'n' = '7'`)).toEqual([{ status: 'pending', attempts: 1, last_error: 'bounced' }]);
+      expect(await h.query(`SELECT status, attempts, last_error FROM pgdrain.jobs WHERE payload->>'n' = '7'`)).toEqual([
+        { status: 'pending', attempts: 1, last_error: 'bounced' },
+      ]);
       await h.query(`UPDATE pgdrain.jobs SET run_at = now() WHERE payload->>'n' = '7'`);
       expect(await drain(h.db, registry, { workerId: 'batch' })).toMatchObject({ claimed: 1, completed: 1 });
       expect(calls.at(-1)).toEqual([7]);
-      const kept = await h.query<{ n: string; result: unknown }>(`SELECT payload->>'n' AS n, result FROM pgdrain.jobs_and_history WHERE kind = 'batch-mail' AND payload->>'n' IN ('3', '7') ORDER BY 1`);
-      expect(kept).toEqual([{ n: '3', result: { sent: 3 } }, { n: '7', result: { sent: 7 } }]);
+      const kept = await h.query<{ n: string; result: unknown }>(
+        `SELECT payload->>'n' AS n, result FROM pgdrain.jobs_and_history WHERE kind = 'batch-mail' AND payload->>'n' IN ('3', '7') ORDER BY 1`,
+      );
+      expect(kept).toEqual([
+        { n: '3', result: { sent: 3 } },
+        { n: '7', result: { sent: 7 } },
+      ]);
     });
 
     it('a batch that throws, or answers the wrong number of outcomes, fails every item; waitMs gathers a fuller batch; a cancelled item ends cancelled alone', async () => {
@@ -308,50 +414,88 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
         }),
       ]);
       const run = () => drain(h.db, registry, { workerId: 'strict', visibilityTimeoutSeconds: 3 });
-      await enqueueMany(h.db, Array.from({ length: 3 }, (_, n) => ({ kind: 'batch-strict', payload: { n } })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 3 }, (_, n) => ({ kind: 'batch-strict', payload: { n } })),
+      );
       expect(await run()).toMatchObject({ failed: 3 });
-      expect(await h.query(`SELECT DISTINCT last_error FROM pgdrain.jobs`)).toEqual([{ last_error: 'the mail service is down' }]);
+      expect(await h.query(`SELECT DISTINCT last_error FROM pgdrain.jobs`)).toEqual([
+        { last_error: 'the mail service is down' },
+      ]);
       await h.query(`UPDATE pgdrain.jobs SET run_at = now()`);
       mode = 'short';
       expect(await run()).toMatchObject({ failed: 3 });
-      expect((await h.query(`SELECT DISTINCT last_error FROM pgdrain.jobs`))[0]!.last_error).toMatch(/answered 2 outcomes for 3 jobs; it must answer one outcome per job, in order/);
+      expect((await h.query(`SELECT DISTINCT last_error FROM pgdrain.jobs`))[0]!.last_error).toMatch(
+        /answered 2 outcomes for 3 jobs; it must answer one outcome per job, in order/,
+      );
 
       // waitMs: 3 ready, 4 more enqueued while the batch waits: one call of 7.
       await h.query('TRUNCATE pgdrain.jobs');
       calls.length = 0;
       mode = 'ok';
-      await enqueueMany(h.db, Array.from({ length: 3 }, (_, n) => ({ kind: 'batch-strict', payload: { n } })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 3 }, (_, n) => ({ kind: 'batch-strict', payload: { n } })),
+      );
       const draining = run();
       await sleep(150);
-      await enqueueMany(h.db, Array.from({ length: 4 }, (_, n) => ({ kind: 'batch-strict', payload: { n: 10 + n } })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 4 }, (_, n) => ({ kind: 'batch-strict', payload: { n: 10 + n } })),
+      );
       expect(await draining).toMatchObject({ completed: 7 });
       expect(calls).toEqual([7]);
 
       // A cancel of one item while the call runs: it ends cancelled, the others complete.
-      const [one, two] = await enqueueMany(h.db, [{ kind: 'batch-strict', payload: { n: 1 } }, { kind: 'batch-strict', payload: { n: 2 } }]);
+      const [one, two] = await enqueueMany(h.db, [
+        { kind: 'batch-strict', payload: { n: 1 } },
+        { kind: 'batch-strict', payload: { n: 2 } },
+      ]);
       cancelDuringCall = one!.id;
       expect(await run()).toMatchObject({ completed: 1, cancelled: 1 });
-      expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE id IN ($1, $2)`, [one!.id, two!.id])).toEqual([{ n: 0 }]);
+      expect(
+        await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE id IN ($1, $2)`, [one!.id, two!.id]),
+      ).toEqual([{ n: 0 }]);
     });
 
     it('bad limits are refused by defineJob; a bad group key is refused before anything is stored', async () => {
       const kind = { kind: 'k', schema: z.unknown(), handler: () => {} };
-      expect(() => defineJob({ ...kind, globalConcurrency: 0 })).toThrow('globalConcurrency must be a positive integer, not 0');
-      expect(() => defineJob({ ...kind, groupConcurrency: 1.5 })).toThrow('groupConcurrency must be a positive integer, not 1.5');
-      expect(() => defineJob({ ...kind, rateLimit: { limit: -1, periodSeconds: 1 } })).toThrow('rateLimit.limit must be a positive integer');
-      expect(() => defineJob({ ...kind, rateLimit: { limit: 5, periodSeconds: 0 } })).toThrow('rateLimit.periodSeconds must be a number of seconds above 0');
+      expect(() => defineJob({ ...kind, globalConcurrency: 0 })).toThrow(
+        'globalConcurrency must be a positive integer, not 0',
+      );
+      expect(() => defineJob({ ...kind, groupConcurrency: 1.5 })).toThrow(
+        'groupConcurrency must be a positive integer, not 1.5',
+      );
+      expect(() => defineJob({ ...kind, rateLimit: { limit: -1, periodSeconds: 1 } })).toThrow(
+        'rateLimit.limit must be a positive integer',
+      );
+      expect(() => defineJob({ ...kind, rateLimit: { limit: 5, periodSeconds: 0 } })).toThrow(
+        'rateLimit.periodSeconds must be a number of seconds above 0',
+      );
       expect(() => defineJob({ ...kind, fair: 'yes' as unknown as boolean })).toThrow('fair must be true or false');
       const batch = { kind: 'b', schema: z.unknown(), handler: (items: unknown[]) => items };
       expect(() => defineBatchJob({ ...batch, size: 0 })).toThrow('size must be a whole number from 1 to 1000, not 0');
-      expect(() => defineBatchJob({ ...batch, size: 1001 })).toThrow('size must be a whole number from 1 to 1000, not 1001');
-      expect(() => defineBatchJob({ ...batch, size: 10, waitMs: 60_001 })).toThrow('waitMs must be a whole number of milliseconds from 0 to 60000, not 60001');
+      expect(() => defineBatchJob({ ...batch, size: 1001 })).toThrow(
+        'size must be a whole number from 1 to 1000, not 1001',
+      );
+      expect(() => defineBatchJob({ ...batch, size: 10, waitMs: 60_001 })).toThrow(
+        'waitMs must be a whole number of milliseconds from 0 to 60000, not 60001',
+      );
       const typed = defineJob(kind);
       // Validation throws before anything is sent to the database.
       expect(() => enqueueTyped(h.db, typed, {}, { groupKey: '' })).toThrow(JobValidationError);
-      expect(() => enqueueTyped(h.db, typed, {}, { groupKey: 'x'.repeat(201) })).toThrow('groupKey must be 1 to 200 characters');
-      await expect(h.query(`SELECT pgdrain.enqueue('k', '{}', group_key => '')`)).rejects.toThrow(/group_key is 0 characters long/);
-      await expect(h.query(`SELECT pgdrain.enqueue('k', '{}', dedupe_key => 'x', dedupe_mode => 'merge')`)).rejects.toThrow(/dedupe_mode is 'merge'/);
-      await expect(h.query(`INSERT INTO pgdrain.jobs (kind, payload, group_key) VALUES ('k', '{}', '')`)).rejects.toThrow(/jobs_group_key_valid/);
+      expect(() => enqueueTyped(h.db, typed, {}, { groupKey: 'x'.repeat(201) })).toThrow(
+        'groupKey must be 1 to 200 characters',
+      );
+      await expect(h.query(`SELECT pgdrain.enqueue('k', '{}', group_key => '')`)).rejects.toThrow(
+        /group_key is 0 characters long/,
+      );
+      await expect(
+        h.query(`SELECT pgdrain.enqueue('k', '{}', dedupe_key => 'x', dedupe_mode => 'merge')`),
+      ).rejects.toThrow(/dedupe_mode is 'merge'/);
+      await expect(
+        h.query(`INSERT INTO pgdrain.jobs (kind, payload, group_key) VALUES ('k', '{}', '')`),
+      ).rejects.toThrow(/jobs_group_key_valid/);
       expect(await h.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
     });
   });

@@ -73,9 +73,13 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
       });
 
       it('honours delaySeconds, runAt and maxAttempts', async () => {
-        const delayed = await (await post('/jobs', { kind: 'noop', payload: 1, delaySeconds: 120, maxAttempts: 9 })).json();
+        const delayed = await (
+          await post('/jobs', { kind: 'noop', payload: 1, delaySeconds: 120, maxAttempts: 9 })
+        ).json();
         const at = '2030-01-02T03:04:05.000Z';
-        const scheduled = await (await post('/jobs', { kind: 'noop', payload: 2, runAt: '2030-01-02T04:04:05+01:00' })).json();
+        const scheduled = await (
+          await post('/jobs', { kind: 'noop', payload: 2, runAt: '2030-01-02T04:04:05+01:00' })
+        ).json();
         expect(scheduled.runAt).toBe(at);
         const rows = await t.query(
           `SELECT id::text, max_attempts, extract(epoch from run_at - now())::int AS wait FROM pgdrain.jobs ORDER BY id`,
@@ -83,14 +87,25 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         expect(rows[0]).toMatchObject({ id: delayed.id, max_attempts: 9 });
         expect(rows[0]!.wait).toBeGreaterThanOrEqual(118);
         expect(rows[0]!.wait).toBeLessThanOrEqual(120);
-        expect((await t.query('SELECT run_at FROM pgdrain.jobs WHERE id = $1', [scheduled.id]))[0]!.run_at.toISOString()).toBe(at);
+        expect(
+          (await t.query('SELECT run_at FROM pgdrain.jobs WHERE id = $1', [scheduled.id]))[0]!.run_at.toISOString(),
+        ).toBe(at);
       });
 
       it('stores a priority given one by one and in a batch; the default is 0', async () => {
         const one = await (await post('/jobs', { kind: 'noop', payload: 1, priority: 7 })).json();
-        const batch = await (await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 2, priority: -1000 }, { kind: 'noop', payload: 3 }] })).json();
+        const batch = await (
+          await post('/jobs/batch', {
+            jobs: [
+              { kind: 'noop', payload: 2, priority: -1000 },
+              { kind: 'noop', payload: 3 },
+            ],
+          })
+        ).json();
         expect(await t.query('SELECT id::text, priority FROM pgdrain.jobs ORDER BY id')).toEqual([
-          { id: one.id, priority: 7 }, { id: batch.ids[0], priority: -1000 }, { id: batch.ids[1], priority: 0 },
+          { id: one.id, priority: 7 },
+          { id: batch.ids[0], priority: -1000 },
+          { id: batch.ids[1], priority: 0 },
         ]);
       });
 
@@ -103,31 +118,72 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
       });
 
       it("keeps a group key; dedupeMode 'replace' gives the pending job the new payload; bad ones are 400 and store nothing", async () => {
-        const first = await (await post('/jobs', { kind: 'noop', payload: { v: 1 }, key: 'sync-3', dedupeMode: 'replace', groupKey: 'tenant-3' })).json();
+        const first = await (
+          await post('/jobs', {
+            kind: 'noop',
+            payload: { v: 1 },
+            key: 'sync-3',
+            dedupeMode: 'replace',
+            groupKey: 'tenant-3',
+          })
+        ).json();
         expect((await (await get(`/jobs/${first.id}`)).json()).groupKey).toBe('tenant-3');
-        const res = await post('/jobs', { kind: 'noop', payload: { v: 2 }, key: 'sync-3', dedupeMode: 'replace', delaySeconds: 60 });
+        const res = await post('/jobs', {
+          kind: 'noop',
+          payload: { v: 2 },
+          key: 'sync-3',
+          dedupeMode: 'replace',
+          delaySeconds: 60,
+        });
         expect(res.status).toBe(200);
         const replaced = await res.json();
         expect(replaced).toMatchObject({ id: first.id, status: 'pending', deduplicated: true, replaced: true });
         expect(Date.parse(replaced.runAt)).toBeGreaterThan(Date.now() + 50_000);
         expect((await (await get(`/jobs/${first.id}`)).json()).payload).toEqual({ v: 2 });
-        const batch = await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 1, groupKey: 'tenant-4' }, { kind: 'noop', payload: 2, key: 'sync-3', dedupeMode: 'replace' }] });
+        const batch = await post('/jobs/batch', {
+          jobs: [
+            { kind: 'noop', payload: 1, groupKey: 'tenant-4' },
+            { kind: 'noop', payload: 2, key: 'sync-3', dedupeMode: 'replace' },
+          ],
+        });
         expect(batch.status).toBe(201);
         const { ids } = await batch.json();
         expect(ids[1]).toBe(first.id);
         expect((await (await get(`/jobs/${first.id}`)).json()).payload).toBe(2);
-        await expectError(await post('/jobs', { kind: 'noop', payload: {}, groupKey: '' }), 400, 'invalid_request', 'groupKey');
-        await expectError(await post('/jobs', { kind: 'noop', payload: {}, groupKey: 'x'.repeat(201) }), 400, 'invalid_request', 'groupKey');
-        await expectError(await post('/jobs', { kind: 'noop', payload: {}, dedupeMode: 'replace' }), 400, 'invalid_request', 'dedupeMode needs a key');
-        await expectError(await post('/jobs', { kind: 'noop', payload: {}, key: 'k', dedupeMode: 'merge' }), 400, 'invalid_request', 'dedupeMode');
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: {}, groupKey: '' }),
+          400,
+          'invalid_request',
+          'groupKey',
+        );
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: {}, groupKey: 'x'.repeat(201) }),
+          400,
+          'invalid_request',
+          'groupKey',
+        );
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: {}, dedupeMode: 'replace' }),
+          400,
+          'invalid_request',
+          'dedupeMode needs a key',
+        );
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: {}, key: 'k', dedupeMode: 'merge' }),
+          400,
+          'invalid_request',
+          'dedupeMode',
+        );
         expect(await jobCount()).toBe(2);
       });
 
       it('stores SQL-looking strings verbatim', async () => {
-        const nasty = "'); DROP TABLE jobs; -- \\ \" $1 \u2028 😀";
+        const nasty = '\'); DROP TABLE jobs; -- \\ " $1 \u2028 😀';
         const res = await post('/jobs', { kind: 'noop', payload: { nasty }, key: nasty });
         expect(res.status).toBe(201);
-        expect(await t.query('SELECT payload, dedupe_key FROM pgdrain.jobs')).toEqual([{ payload: { nasty }, dedupe_key: nasty }]);
+        expect(await t.query('SELECT payload, dedupe_key FROM pgdrain.jobs')).toEqual([
+          { payload: { nasty }, dedupe_key: nasty },
+        ]);
       });
 
       const bad: [string, unknown, number, string, string][] = [
@@ -135,25 +191,95 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         ['a missing payload', { kind: 'noop' }, 400, 'invalid_request', 'payload'],
         ['a kind of the wrong type', { kind: 42, payload: {} }, 400, 'invalid_request', 'kind'],
         ['a negative delay', { kind: 'noop', payload: {}, delaySeconds: -5 }, 400, 'invalid_request', 'delaySeconds'],
-        ['runAt and delaySeconds together', { kind: 'noop', payload: {}, delaySeconds: 5, runAt: '2030-01-01T00:00:00Z' }, 400, 'invalid_request', 'not both'],
-        ['a runAt that is not ISO-8601', { kind: 'noop', payload: {}, runAt: 'tomorrow' }, 400, 'invalid_request', 'runAt'],
+        [
+          'runAt and delaySeconds together',
+          { kind: 'noop', payload: {}, delaySeconds: 5, runAt: '2030-01-01T00:00:00Z' },
+          400,
+          'invalid_request',
+          'not both',
+        ],
+        [
+          'a runAt that is not ISO-8601',
+          { kind: 'noop', payload: {}, runAt: 'tomorrow' },
+          400,
+          'invalid_request',
+          'runAt',
+        ],
         ['maxAttempts of 0', { kind: 'noop', payload: {}, maxAttempts: 0 }, 400, 'invalid_request', 'maxAttempts'],
-        ['maxAttempts over 100', { kind: 'noop', payload: {}, maxAttempts: 101 }, 400, 'invalid_request', 'maxAttempts'],
+        [
+          'maxAttempts over 100',
+          { kind: 'noop', payload: {}, maxAttempts: 101 },
+          400,
+          'invalid_request',
+          'maxAttempts',
+        ],
         ['an unknown field', { kind: 'noop', payload: {}, urgency: 1 }, 400, 'invalid_request', 'urgency'],
         ['a priority above 1000', { kind: 'noop', payload: {}, priority: 1001 }, 400, 'invalid_request', 'priority'],
         ['a fractional priority', { kind: 'noop', payload: {}, priority: 1.5 }, 400, 'invalid_request', 'priority'],
         ['a body that is an array', [1, 2], 400, 'invalid_request', '(body)'],
-        ['a NUL character in the payload', { kind: 'noop', payload: { a: ['ok', 'b\u0000d'] } }, 400, 'invalid_request', 'payload.a[1]'],
+        [
+          'a NUL character in the payload',
+          { kind: 'noop', payload: { a: ['ok', 'b\u0000d'] } },
+          400,
+          'invalid_request',
+          'payload.a[1]',
+        ],
         ['an unknown kind', { kind: 'send_fax', payload: {} }, 422, 'unknown_kind', 'send_fax'],
-        ['a webhook payload without url', { kind: 'webhook', payload: { body: 1 } }, 422, 'invalid_payload', 'payload.url'],
-        ['a webhook to a host not allowed', { kind: 'webhook', payload: { url: 'http://169.254.169.254/latest' } }, 422, 'invalid_payload', 'not in WEBHOOK_ALLOWED_HOSTS'],
-        ['a webhook to a look-alike host', { kind: 'webhook', payload: { url: 'https://example.org.evil.com/' } }, 422, 'invalid_payload', 'not in WEBHOOK_ALLOWED_HOSTS'],
-        ['a webhook with credentials in the URL', { kind: 'webhook', payload: { url: 'https://u:p@hooks.example.com/' } }, 422, 'invalid_payload', 'credentials'],
-        ['a webhook with a Host header', { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { Host: 'internal' } } }, 422, 'invalid_payload', 'set by pgdrain'],
-        ...['http://[fe80::1%25eth0]/', 'http://a%25b/', 'http://hooks.example.com:99999/', 'http://[::1', 'http://a b/'].map(
-          (url): [string, unknown, number, string, string] => [`a webhook URL that does not parse (${url})`, { kind: 'webhook', payload: { url } }, 422, 'invalid_payload', 'payload.url: url is not a valid URL'],
-        ),
-        ['a webhook to a port the allow-list does not name', { kind: 'webhook', payload: { url: 'https://hooks.example.com:25901/' } }, 422, 'invalid_payload', 'port 25901 of host hooks.example.com is not allowed'],
+        [
+          'a webhook payload without url',
+          { kind: 'webhook', payload: { body: 1 } },
+          422,
+          'invalid_payload',
+          'payload.url',
+        ],
+        [
+          'a webhook to a host not allowed',
+          { kind: 'webhook', payload: { url: 'http://169.254.169.254/latest' } },
+          422,
+          'invalid_payload',
+          'not in WEBHOOK_ALLOWED_HOSTS',
+        ],
+        [
+          'a webhook to a look-alike host',
+          { kind: 'webhook', payload: { url: 'https://example.org.evil.com/' } },
+          422,
+          'invalid_payload',
+          'not in WEBHOOK_ALLOWED_HOSTS',
+        ],
+        [
+          'a webhook with credentials in the URL',
+          { kind: 'webhook', payload: { url: 'https://u:p@hooks.example.com/' } },
+          422,
+          'invalid_payload',
+          'credentials',
+        ],
+        [
+          'a webhook with a Host header',
+          { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { Host: 'internal' } } },
+          422,
+          'invalid_payload',
+          'set by pgdrain',
+        ],
+        ...[
+          'http://[fe80::1%25eth0]/',
+          'http://a%25b/',
+          'http://hooks.example.com:99999/',
+          'http://[::1',
+          'http://a b/',
+        ].map((url): [string, unknown, number, string, string] => [
+          `a webhook URL that does not parse (${url})`,
+          { kind: 'webhook', payload: { url } },
+          422,
+          'invalid_payload',
+          'payload.url: url is not a valid URL',
+        ]),
+        [
+          'a webhook to a port the allow-list does not name',
+          { kind: 'webhook', payload: { url: 'https://hooks.example.com:25901/' } },
+          422,
+          'invalid_payload',
+          'port 25901 of host hooks.example.com is not allowed',
+        ],
         [
           'a webhook header value with CR LF',
           { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { 'X-A': 'a\r\nX-Injected: 1' } } },
@@ -164,7 +290,10 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         [
           // fetch refuses it at every delivery ("Invalid character in header content"): refused at enqueue instead.
           'a webhook header value with a character above U+00FF',
-          { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { 'X-A': 'caf\u00e9 \u2028 \u4e2d' } } },
+          {
+            kind: 'webhook',
+            payload: { url: 'https://hooks.example.com/', headers: { 'X-A': 'caf\u00e9 \u2028 \u4e2d' } },
+          },
           422,
           'invalid_payload',
           'payload.headers.X-A: a header value holds tabs and characters from U+0020 to U+00FF',
@@ -185,8 +314,17 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
       }
 
       it('accepts a webhook to an allowed host and a wildcard subdomain', async () => {
-        expect((await post('/jobs', { kind: 'webhook', payload: { url: 'https://hooks.example.com/a' } })).status).toBe(201);
-        expect((await post('/jobs', { kind: 'webhook', payload: { url: 'https://deep.api.example.org/b', method: 'PUT', body: { x: 1 } } })).status).toBe(201);
+        expect((await post('/jobs', { kind: 'webhook', payload: { url: 'https://hooks.example.com/a' } })).status).toBe(
+          201,
+        );
+        expect(
+          (
+            await post('/jobs', {
+              kind: 'webhook',
+              payload: { url: 'https://deep.api.example.org/b', method: 'PUT', body: { x: 1 } },
+            })
+          ).status,
+        ).toBe(201);
         expect(await jobCount()).toBe(2);
       });
 
@@ -196,29 +334,62 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
       });
 
       it('refuses a body that is not JSON with 415', async () => {
-        await expectError(await post('/jobs', 'kind=noop', { 'content-type': 'application/x-www-form-urlencoded' }), 415, 'unsupported_media_type', 'Content-Type: application/json');
+        await expectError(
+          await post('/jobs', 'kind=noop', { 'content-type': 'application/x-www-form-urlencoded' }),
+          415,
+          'unsupported_media_type',
+          'Content-Type: application/json',
+        );
         expect(await jobCount()).toBe(0);
       });
 
       it('refuses a body over the limit with 413', async () => {
-        await expectError(await post('/jobs', { kind: 'noop', payload: 'x'.repeat(70 * 1024) }), 413, 'body_too_large', '65536');
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: 'x'.repeat(70 * 1024) }),
+          413,
+          'body_too_large',
+          '65536',
+        );
         expect(await jobCount()).toBe(0);
       });
 
       it.each([
-        ['a payload nested 5,000 levels deep', `{"kind":"noop","payload":${'['.repeat(5000)}${']'.repeat(5000)}}`, 'payload' + '[0]'.repeat(63) + ': nested deeper than 64 levels'],
-        ['a lone surrogate in a payload string', '{"kind":"noop","payload":{"name":"\\ud800"}}', 'payload.name: contains a lone UTF-16 surrogate'],
+        [
+          'a payload nested 5,000 levels deep',
+          `{"kind":"noop","payload":${'['.repeat(5000)}${']'.repeat(5000)}}`,
+          `payload${'[0]'.repeat(63)}: nested deeper than 64 levels`,
+        ],
+        [
+          'a lone surrogate in a payload string',
+          '{"kind":"noop","payload":{"name":"\\ud800"}}',
+          'payload.name: contains a lone UTF-16 surrogate',
+        ],
         ['a lone surrogate in a key', '{"kind":"noop","payload":{"\\udfff":1}}', 'contains a lone UTF-16 surrogate'],
-        ['a runAt in year 0', JSON.stringify({ kind: 'noop', payload: {}, runAt: '0000-01-01T00:00:00Z' }), 'runAt: must be between 1970-01-01 and 9999-12-31'],
+        [
+          'a runAt in year 0',
+          JSON.stringify({ kind: 'noop', payload: {}, runAt: '0000-01-01T00:00:00Z' }),
+          'runAt: must be between 1970-01-01 and 9999-12-31',
+        ],
         // JSON.parse turns it into Infinity: stored, it would not be what was sent.
-        ['a number JSON cannot hold', '{"kind":"noop","payload":{"n":[1,-1e400]}}', 'payload.n[1]: a number too large for JSON to hold'],
-        ['a number JSON cannot hold as the payload', '{"kind":"noop","payload":1e400}', 'payload: a number too large for JSON to hold'],
-      ])('refuses %s with 400 and stores nothing (PostgreSQL or validation would fail on it)', async (_, body, message) => {
-        await expectError(await post('/jobs', body), 400, 'invalid_request', message);
-        await expectError(await post('/jobs/batch', `{"jobs":[${body}]}`), 400, 'invalid_request');
-        expect(await jobCount()).toBe(0);
-        expect(await target.loggedErrors()).toEqual([]);
-      });
+        [
+          'a number JSON cannot hold',
+          '{"kind":"noop","payload":{"n":[1,-1e400]}}',
+          'payload.n[1]: a number too large for JSON to hold',
+        ],
+        [
+          'a number JSON cannot hold as the payload',
+          '{"kind":"noop","payload":1e400}',
+          'payload: a number too large for JSON to hold',
+        ],
+      ])(
+        'refuses %s with 400 and stores nothing (PostgreSQL or validation would fail on it)',
+        async (_, body, message) => {
+          await expectError(await post('/jobs', body), 400, 'invalid_request', message);
+          await expectError(await post('/jobs/batch', `{"jobs":[${body}]}`), 400, 'invalid_request');
+          expect(await jobCount()).toBe(0);
+          expect(await target.loggedErrors()).toEqual([]);
+        },
+      );
 
       it('names each broken field once, however many of its rules the value breaks', async () => {
         const res = await post('/jobs', { kind: 'noop', payload: {}, timeoutMs: 1e308 });
@@ -231,7 +402,13 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
 
     describe('POST /jobs/batch', () => {
       it('stores every job in one transaction and returns ids in input order', async () => {
-        const res = await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 1 }, { kind: 'noop', payload: 2, delaySeconds: 60 }, { kind: 'noop', payload: 3 }] });
+        const res = await post('/jobs/batch', {
+          jobs: [
+            { kind: 'noop', payload: 1 },
+            { kind: 'noop', payload: 2, delaySeconds: 60 },
+            { kind: 'noop', payload: 3 },
+          ],
+        });
         expect(res.status).toBe(201);
         const { ids } = await res.json();
         expect(ids).toHaveLength(3);
@@ -241,18 +418,33 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
 
       it('stores nothing when one job is bad, and names it', async () => {
         await expectError(
-          await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 1 }, { kind: 'webhook', payload: { url: 'http://localhost:5432' } }] }),
+          await post('/jobs/batch', {
+            jobs: [
+              { kind: 'noop', payload: 1 },
+              { kind: 'webhook', payload: { url: 'http://localhost:5432' } },
+            ],
+          }),
           422,
           'invalid_payload',
           'jobs[1]',
         );
-        await expectError(await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 1 }, { kind: 'noop' }] }), 400, 'invalid_request', 'jobs[1].payload');
+        await expectError(
+          await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 1 }, { kind: 'noop' }] }),
+          400,
+          'invalid_request',
+          'jobs[1].payload',
+        );
         expect(await jobCount()).toBe(0);
       });
 
       it('refuses an empty batch and one over 1000 jobs', async () => {
         await expectError(await post('/jobs/batch', { jobs: [] }), 400, 'invalid_request', 'jobs');
-        await expectError(await post('/jobs/batch', { jobs: Array.from({ length: 1001 }, () => ({ kind: 'noop', payload: 0 })) }), 400, 'invalid_request', 'jobs');
+        await expectError(
+          await post('/jobs/batch', { jobs: Array.from({ length: 1001 }, () => ({ kind: 'noop', payload: 0 })) }),
+          400,
+          'invalid_request',
+          'jobs',
+        );
         expect(await jobCount()).toBe(0);
       });
     });
@@ -270,9 +462,25 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         const res = await get(`/jobs/${id}`);
         expect(res.status).toBe(200);
         expect(await res.json()).toEqual({
-          id, kind: 'noop', payload: { a: 1 }, status: 'pending', attempts: 0, maxAttempts: 3, priority: 0, groupKey: null,
-          runAt: expect.any(String), lockedAt: null, lockedBy: null, lastError: null, createdAt: expect.any(String),
-          finishedAt: null, result: null, progress: null, cancelRequested: false, waitingFor: null, timeoutMs: null,
+          id,
+          kind: 'noop',
+          payload: { a: 1 },
+          status: 'pending',
+          attempts: 0,
+          maxAttempts: 3,
+          priority: 0,
+          groupKey: null,
+          runAt: expect.any(String),
+          lockedAt: null,
+          lockedBy: null,
+          lastError: null,
+          createdAt: expect.any(String),
+          finishedAt: null,
+          result: null,
+          progress: null,
+          cancelRequested: false,
+          waitingFor: null,
+          timeoutMs: null,
         });
         await expectError(await get('/jobs/999999999'), 404, 'not_found', 'does not exist');
         await expectError(await get('/jobs/abc'), 400, 'invalid_id');
@@ -280,7 +488,11 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
       });
 
       it('GET /jobs lists newest first, filters by status and kind, and pages with a cursor', async () => {
-        const ids: string[] = (await (await post('/jobs/batch', { jobs: Array.from({ length: 5 }, (_, i) => ({ kind: 'noop', payload: i })) })).json()).ids;
+        const ids: string[] = (
+          await (
+            await post('/jobs/batch', { jobs: Array.from({ length: 5 }, (_, i) => ({ kind: 'noop', payload: i })) })
+          ).json()
+        ).ids;
         const dead = await deadJob();
         const page1 = await (await get('/jobs?status=pending&limit=2')).json();
         expect(page1.jobs.map((j: { id: string }) => j.id)).toEqual([ids[4], ids[3]]);
@@ -289,7 +501,9 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         const page3 = await (await get(`/jobs?status=pending&limit=2&cursor=${page2.nextCursor}`)).json();
         expect(page3).toEqual({ jobs: [expect.objectContaining({ id: ids[0] })], nextCursor: null });
         const deadList = await (await get('/jobs?status=dead&kind=noop')).json();
-        expect(deadList.jobs.map((j: { id: string; lastError: string }) => [j.id, j.lastError])).toEqual([[dead, 'boom']]);
+        expect(deadList.jobs.map((j: { id: string; lastError: string }) => [j.id, j.lastError])).toEqual([
+          [dead, 'boom'],
+        ]);
         await expectError(await get('/jobs?status=finished'), 400, 'invalid_request', 'query.status');
         await expectError(await get('/jobs?limit=501'), 400, 'invalid_request', 'query.limit');
         await expectError(await get('/jobs?cursor=xyz'), 400, 'invalid_request', 'query.cursor');
@@ -300,9 +514,9 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         const res = await post(`/jobs/${dead}/retry`, {});
         expect(res.status).toBe(200);
         expect(await res.json()).toMatchObject({ id: dead, status: 'pending', attempts: 0, lastError: 'boom' });
-        expect(await t.query('SELECT status, attempts, run_at <= now() AS due FROM pgdrain.jobs WHERE id = $1', [dead])).toEqual([
-          { status: 'pending', attempts: 0, due: true },
-        ]);
+        expect(
+          await t.query('SELECT status, attempts, run_at <= now() AS due FROM pgdrain.jobs WHERE id = $1', [dead]),
+        ).toEqual([{ status: 'pending', attempts: 0, due: true }]);
         await expectError(await post(`/jobs/${dead}/retry`, {}), 409, 'not_dead', 'pending');
         await expectError(await post('/jobs/424242/retry', {}), 404, 'not_found');
       });
@@ -311,27 +525,58 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         const dead = await deadJob();
         const { id: pending } = await (await post('/jobs', { kind: 'noop', payload: 1 })).json();
         const { id: running } = await (await post('/jobs', { kind: 'noop', payload: 2 })).json();
-        await t.query(`UPDATE pgdrain.jobs SET status = 'running', locked_at = now(), locked_by = 'w:1' WHERE id = $1`, [running]);
+        await t.query(
+          `UPDATE pgdrain.jobs SET status = 'running', locked_at = now(), locked_by = 'w:1' WHERE id = $1`,
+          [running],
+        );
         const del = (id: string) => target.request(`/jobs/${id}`, { method: 'DELETE', headers: auth });
         expect((await del(dead)).status).toBe(204);
         expect((await del(pending)).status).toBe(204);
         await expectError(await del(running), 409, 'running');
         await expectError(await del(pending), 404, 'not_found');
-        expect(await t.query('SELECT id::text, status FROM pgdrain.jobs')).toEqual([{ id: running, status: 'running' }]);
+        expect(await t.query('SELECT id::text, status FROM pgdrain.jobs')).toEqual([
+          { id: running, status: 'running' },
+        ]);
       });
 
       it('GET /stats counts by kind and status and reports the oldest ready age', async () => {
-        await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 1 }, { kind: 'noop', payload: 2, delaySeconds: 300 }, { kind: 'webhook', payload: { url: 'https://hooks.example.com' } }] });
+        await post('/jobs/batch', {
+          jobs: [
+            { kind: 'noop', payload: 1 },
+            { kind: 'noop', payload: 2, delaySeconds: 300 },
+            { kind: 'webhook', payload: { url: 'https://hooks.example.com' } },
+          ],
+        });
         await deadJob();
         await t.query(`UPDATE pgdrain.jobs SET run_at = now() - interval '30 seconds' WHERE kind = 'webhook'`);
         await claim(t.db, { batchSize: 1, lockToken: 'w:1', kinds: ['webhook'] });
-        await t.query(`UPDATE pgdrain.jobs SET run_at = now() - interval '10 seconds' WHERE kind = 'noop' AND status = 'pending' AND run_at <= now()`);
+        await t.query(
+          `UPDATE pgdrain.jobs SET run_at = now() - interval '10 seconds' WHERE kind = 'noop' AND status = 'pending' AND run_at <= now()`,
+        );
         const res = await get('/stats');
         expect(res.status).toBe(200);
         const body = await res.json();
         expect(body.kinds).toEqual({
-          noop: { pending: 2, ready: 1, delayed: 1, running: 0, dead: 1, waiting: 0, oldestReadySeconds: expect.any(Number), paused: false },
-          webhook: { pending: 0, ready: 0, delayed: 0, running: 1, dead: 0, waiting: 0, oldestReadySeconds: null, paused: false },
+          noop: {
+            pending: 2,
+            ready: 1,
+            delayed: 1,
+            running: 0,
+            dead: 1,
+            waiting: 0,
+            oldestReadySeconds: expect.any(Number),
+            paused: false,
+          },
+          webhook: {
+            pending: 0,
+            ready: 0,
+            delayed: 0,
+            running: 1,
+            dead: 0,
+            waiting: 0,
+            oldestReadySeconds: null,
+            paused: false,
+          },
         });
         expect(body.kinds.noop.oldestReadySeconds).toBeGreaterThanOrEqual(10);
         expect(body.kinds.noop.oldestReadySeconds).toBeLessThan(15);
@@ -341,8 +586,10 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
 
     describe("a job's life: waiting for others, a timeout of its own, waiting for it, cancelling it", () => {
       const insert = async (columns: string) =>
-        (await t.query(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_by, locked_at, finished_at, result, progress)
-                        VALUES ${columns} RETURNING id::text`))[0]!.id as string;
+        (
+          await t.query(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_by, locked_at, finished_at, result, progress)
+                        VALUES ${columns} RETURNING id::text`)
+        )[0]!.id as string;
 
       it('POST /jobs with after waits for existing jobs; an unknown id is a 400 naming it and stores nothing; timeoutMs is bounded', async () => {
         const parent = (await (await post('/jobs', { kind: 'noop', payload: 1 })).json()).id;
@@ -350,14 +597,51 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         expect(child.status).toBe(201);
         expect(await child.json()).toMatchObject({ status: 'waiting' });
         const before = await jobCount();
-        await expectError(await post('/jobs', { kind: 'noop', payload: 3, after: [parent, '987654321'] }), 400, 'unknown_dependency', '987654321');
-        await expectError(await post('/jobs/batch', { jobs: [{ kind: 'noop', payload: 4 }, { kind: 'noop', payload: 5, after: ['987654321'] }] }), 400, 'unknown_dependency', 'jobs: ');
-        await expectError(await post('/jobs', { kind: 'noop', payload: 6, after: ['x'] }), 400, 'invalid_request', 'after[0]');
-        await expectError(await post('/jobs', { kind: 'noop', payload: 7, after: [] }), 400, 'invalid_request', 'after');
-        await expectError(await post('/jobs', { kind: 'noop', payload: 8, timeoutMs: 99 }), 400, 'invalid_request', 'timeoutMs');
-        await expectError(await post('/jobs', { kind: 'noop', payload: 9, after: [parent], key: 'k' }), 422, 'invalid_option', 'dedupe key');
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: 3, after: [parent, '987654321'] }),
+          400,
+          'unknown_dependency',
+          '987654321',
+        );
+        await expectError(
+          await post('/jobs/batch', {
+            jobs: [
+              { kind: 'noop', payload: 4 },
+              { kind: 'noop', payload: 5, after: ['987654321'] },
+            ],
+          }),
+          400,
+          'unknown_dependency',
+          'jobs: ',
+        );
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: 6, after: ['x'] }),
+          400,
+          'invalid_request',
+          'after[0]',
+        );
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: 7, after: [] }),
+          400,
+          'invalid_request',
+          'after',
+        );
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: 8, timeoutMs: 99 }),
+          400,
+          'invalid_request',
+          'timeoutMs',
+        );
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: 9, after: [parent], key: 'k' }),
+          422,
+          'invalid_option',
+          'dedupe key',
+        );
         expect(await jobCount()).toBe(before);
-        const shown = await (await get(`/jobs/${(await (await post('/jobs', { kind: 'noop', payload: 10, after: [parent] })).json()).id}`)).json();
+        const shown = await (
+          await get(`/jobs/${(await (await post('/jobs', { kind: 'noop', payload: 10, after: [parent] })).json()).id}`)
+        ).json();
         expect(shown).toMatchObject({ status: 'waiting', waitingFor: 1, timeoutMs: null });
       });
 
@@ -368,9 +652,18 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         expect(Date.now() - started).toBeLessThan(2_000);
         const pending = (await (await post('/jobs', { kind: 'noop', payload: 1 })).json()).id;
         started = Date.now();
-        expect(await (await get(`/jobs/${pending}?waitSeconds=1`)).json()).toMatchObject({ id: pending, status: 'pending' });
+        expect(await (await get(`/jobs/${pending}?waitSeconds=1`)).json()).toMatchObject({
+          id: pending,
+          status: 'pending',
+        });
         expect(Date.now() - started).toBeGreaterThanOrEqual(950);
-        for (const bad of ['0', '61', '1.5', 'soon']) await expectError(await get(`/jobs/${pending}?waitSeconds=${bad}`), 400, 'invalid_request', 'query.waitSeconds');
+        for (const bad of ['0', '61', '1.5', 'soon'])
+          await expectError(
+            await get(`/jobs/${pending}?waitSeconds=${bad}`),
+            400,
+            'invalid_request',
+            'query.waitSeconds',
+          );
         await expectError(await get('/jobs/987654321?waitSeconds=1'), 404, 'not_found');
       });
 
@@ -378,10 +671,18 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         const done = await insert(`('noop', '{}', 'completed', 1, NULL, NULL, now(), '{"total": 3}', '{"step": 3}')`);
         const stopped = await insert(`('noop', '{}', 'cancelled', 1, NULL, NULL, now(), NULL, NULL)`);
         expect(await (await get(`/jobs/${done}`)).json()).toMatchObject({
-          status: 'completed', result: { total: 3 }, progress: { step: 3 }, finishedAt: expect.any(String), cancelRequested: false,
+          status: 'completed',
+          result: { total: 3 },
+          progress: { step: 3 },
+          finishedAt: expect.any(String),
+          cancelRequested: false,
         });
-        expect((await (await get('/jobs?status=completed')).json()).jobs.map((j: { id: string }) => j.id)).toEqual([done]);
-        expect((await (await get('/jobs?status=cancelled')).json()).jobs.map((j: { id: string }) => j.id)).toEqual([stopped]);
+        expect((await (await get('/jobs?status=completed')).json()).jobs.map((j: { id: string }) => j.id)).toEqual([
+          done,
+        ]);
+        expect((await (await get('/jobs?status=cancelled')).json()).jobs.map((j: { id: string }) => j.id)).toEqual([
+          stopped,
+        ]);
         // History is not the queue: /stats counts live jobs only.
         expect((await (await get('/stats')).json()).kinds).toEqual({});
       });
@@ -396,7 +697,10 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         const asked = await post(`/jobs/${running}/cancel`, undefined);
         expect(asked.status).toBe(202);
         expect(await asked.json()).toEqual({ id: running, status: 'running', cancelRequested: true });
-        expect(await (await get(`/jobs/${running}`)).json()).toMatchObject({ status: 'running', cancelRequested: true });
+        expect(await (await get(`/jobs/${running}`)).json()).toMatchObject({
+          status: 'running',
+          cancelRequested: true,
+        });
         const completed = await insert(`('noop', '{}', 'completed', 1, NULL, NULL, now(), NULL, NULL)`);
         await expectError(await post(`/jobs/${completed}/cancel`, undefined), 409, 'not_cancellable', 'is completed');
         const dead = await insert(`('noop', '{}', 'dead', 3, NULL, NULL, now(), NULL, NULL)`);
@@ -419,7 +723,12 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         expect((await post('/jobs', { kind: 'noop', payload: {} })).status).toBe(201);
         expect(await (await post('/kinds/noop/resume', undefined)).json()).toEqual({ kind: 'noop', paused: false });
         expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.paused_kinds')).toEqual([{ n: 0 }]);
-        await expectError(await post('/kinds/send_fax/pause', undefined), 404, 'not_found', 'unknown job kind "send_fax"');
+        await expectError(
+          await post('/kinds/send_fax/pause', undefined),
+          404,
+          'not_found',
+          'unknown job kind "send_fax"',
+        );
         // A kind this process has no handler for but the queue holds (another pool's) can be paused.
         await t.query(`INSERT INTO pgdrain.jobs (kind, payload) VALUES ('fax', '{}')`);
         expect(await (await post('/kinds/fax/pause', undefined)).json()).toEqual({ kind: 'fax', paused: true });
@@ -431,21 +740,34 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         await t.query(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error)
                        SELECT CASE WHEN i % 2 = 0 THEN 'noop' ELSE 'webhook' END, jsonb_build_object('i', i), 'dead', 3, 3, 'boom'
                          FROM generate_series(1, 10000) AS i`);
-        const live = await (await post('/jobs/batch', { jobs: Array.from({ length: 20 }, (_, i) => ({ kind: 'noop', payload: { live: i } })) })).json();
+        const live = await (
+          await post('/jobs/batch', {
+            jobs: Array.from({ length: 20 }, (_, i) => ({ kind: 'noop', payload: { live: i } })),
+          })
+        ).json();
         // Enqueues keep arriving while the bulk actions run.
-        const during = Promise.all(Array.from({ length: 20 }, (_, i) => post('/jobs', { kind: 'noop', payload: { during: i } })));
+        const during = Promise.all(
+          Array.from({ length: 20 }, (_, i) => post('/jobs', { kind: 'noop', payload: { during: i } })),
+        );
         const retried = await post('/jobs/retry-dead', { kind: 'noop' });
         expect(retried.status).toBe(200);
         expect(await retried.json()).toEqual({ retried: 5000, done: true });
         const deleted = await post('/jobs/delete-dead', { kind: 'webhook' });
         expect(await deleted.json()).toEqual({ deleted: 5000, done: true });
         expect((await Promise.all(await during)).map((r) => r.status)).toEqual(Array(20).fill(201));
-        expect(await t.query(`SELECT kind, status, attempts, count(*)::int AS n FROM pgdrain.jobs GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`)).toEqual([
-          { kind: 'noop', status: 'pending', attempts: 0, n: 5000 + 20 + 20 },
-        ]);
-        expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE id = ANY($1::bigint[])`, [live.ids])).toEqual([{ n: 20 }]);
+        expect(
+          await t.query(
+            `SELECT kind, status, attempts, count(*)::int AS n FROM pgdrain.jobs GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
+          ),
+        ).toEqual([{ kind: 'noop', status: 'pending', attempts: 0, n: 5000 + 20 + 20 }]);
+        expect(
+          await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE id = ANY($1::bigint[])`, [live.ids]),
+        ).toEqual([{ n: 20 }]);
         // Nothing dead is left to act on; no body means every kind.
-        expect(await (await target.request('/jobs/retry-dead', { method: 'POST', headers: auth })).json()).toEqual({ retried: 0, done: true });
+        expect(await (await target.request('/jobs/retry-dead', { method: 'POST', headers: auth })).json()).toEqual({
+          retried: 0,
+          done: true,
+        });
         await expectError(await post('/jobs/delete-dead', { kind: 'noop', extra: 1 }), 400, 'invalid_request', 'extra');
       });
     });
@@ -458,10 +780,23 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
       });
 
       it('refuses a missing or wrong token with 401 and changes nothing', async () => {
-        const noToken = await target.request('/jobs', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ kind: 'noop', payload: 1 }) });
+        const noToken = await target.request('/jobs', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ kind: 'noop', payload: 1 }),
+        });
         await expectError(noToken, 401, 'unauthorized', 'Authorization: Bearer');
-        await expectError(await post('/jobs', { kind: 'noop', payload: 1 }, { authorization: `Bearer ${target.token}x` }), 401, 'unauthorized', 'wrong');
-        await expectError(await post('/jobs', { kind: 'noop', payload: 1 }, { authorization: target.token }), 401, 'unauthorized');
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: 1 }, { authorization: `Bearer ${target.token}x` }),
+          401,
+          'unauthorized',
+          'wrong',
+        );
+        await expectError(
+          await post('/jobs', { kind: 'noop', payload: 1 }, { authorization: target.token }),
+          401,
+          'unauthorized',
+        );
         await expectError(await target.request('/stats'), 401, 'unauthorized');
         expect(await jobCount()).toBe(0);
       });

@@ -10,39 +10,73 @@ import { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, drain, type DrainOptions } from '
 import { JobRegistry, JobValidationError, type JobDefinition, defineJob } from '../../src/jobs/registry.ts';
 import { type EnqueueOptions, enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import {
-  UnknownDependencyError, cancel, enqueue, enqueueMany, getDependencies, getJob, maintainHistory, pruneFinished, watchJob,
+  UnknownDependencyError,
+  cancel,
+  enqueue,
+  enqueueMany,
+  getDependencies,
+  getJob,
+  maintainHistory,
+  pruneFinished,
+  watchJob,
 } from '../../src/queries/index.ts';
 import type { Harness } from './queue-behaviour.ts';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 /** Resolves when `signal` aborts (never rejects). */
-const aborted = (signal: AbortSignal) => new Promise<void>((resolve) => (signal.aborted ? resolve() : signal.addEventListener('abort', () => resolve(), { once: true })));
+const aborted = (signal: AbortSignal) =>
+  new Promise<void>((resolve) =>
+    signal.aborted ? resolve() : signal.addEventListener('abort', () => resolve(), { once: true }),
+  );
 
 export function jobLifecycleSuite(name: string, createHarness: () => Promise<Harness>, sizes: { fanIn: number }) {
   describe(`a job's whole life (${name})`, () => {
     let h: Harness;
     beforeAll(async () => {
       h = await createHarness();
-      await h.query('CREATE TABLE IF NOT EXISTS public.lifecycle_writes (job_id bigint NOT NULL, attempt int NOT NULL)');
+      await h.query(
+        'CREATE TABLE IF NOT EXISTS public.lifecycle_writes (job_id bigint NOT NULL, attempt int NOT NULL)',
+      );
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.paused_kinds, public.lifecycle_writes');
+      await h.query(
+        'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.paused_kinds, public.lifecycle_writes',
+      );
     });
 
     const run = (registry: JobRegistry, options: Partial<DrainOptions> = {}) =>
-      drain(h.db, registry, { workerId: 'lifecycle', batchSize: 20, concurrency: 10, transactions: h.transactions, ...options });
+      drain(h.db, registry, {
+        workerId: 'lifecycle',
+        batchSize: 20,
+        concurrency: 10,
+        transactions: h.transactions,
+        ...options,
+      });
     // Live jobs and kept ones, wherever they are kept (pgdrain.jobs or the history).
-    const row = async (id: string) => (await h.query(`SELECT status, result, progress, last_error, attempts, waiting_for, finished_at, keep_until FROM pgdrain.jobs_and_history WHERE id = $1`, [id]))[0];
-    const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs_and_history WHERE ${where}`))[0]!.n);
+    const row = async (id: string) =>
+      (
+        await h.query(
+          `SELECT status, result, progress, last_error, attempts, waiting_for, finished_at, keep_until FROM pgdrain.jobs_and_history WHERE id = $1`,
+          [id],
+        )
+      )[0];
+    const count = async (where = 'true') =>
+      Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs_and_history WHERE ${where}`))[0]!.n);
     const kind = <P>(definition: JobDefinition<P>) => defineJob(definition);
     /** Enqueues a job of the registry's kind `name`, validated and filled in by its definition. */
-    const add = (registry: JobRegistry, name: string, payload: unknown, options?: EnqueueOptions) => enqueueTyped(h.db, registry.get(name)!, payload, options);
+    const add = (registry: JobRegistry, name: string, payload: unknown, options?: EnqueueOptions) =>
+      enqueueTyped(h.db, registry.get(name)!, payload, options);
 
     describe('results', () => {
       it('a kind with keepCompletedSeconds keeps its completed job with the result and finish time; a kind without deletes it', async () => {
         const registry = new JobRegistry([
-          kind({ kind: 'kept', schema: z.object({ n: z.number() }), keepCompletedSeconds: 600, handler: ({ n }) => ({ doubled: n * 2, note: 'é' }) }),
+          kind({
+            kind: 'kept',
+            schema: z.object({ n: z.number() }),
+            keepCompletedSeconds: 600,
+            handler: ({ n }) => ({ doubled: n * 2, note: 'é' }),
+          }),
           kind({ kind: 'gone', schema: z.unknown(), handler: () => ({ ignored: true }) }),
         ]);
         const kept = await add(registry, 'kept', { n: 21 });
@@ -50,7 +84,12 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         const report = await run(registry);
         expect(report).toMatchObject({ completed: 2, failed: 0, dead: 0, cancelled: 0 });
         const job = await getJob(h.db, kept.id);
-        expect(job).toMatchObject({ status: 'completed', result: { doubled: 42, note: 'é' }, lockedBy: null, lockedAt: null });
+        expect(job).toMatchObject({
+          status: 'completed',
+          result: { doubled: 42, note: 'é' },
+          lockedBy: null,
+          lockedAt: null,
+        });
         expect(job!.finishedAt).toBeInstanceOf(Date);
         const keptFor = (job!.keepUntil!.getTime() - job!.finishedAt!.getTime()) / 1000;
         expect(keptFor).toBeCloseTo(600, 0);
@@ -59,7 +98,12 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
 
       it('a result over the cap, or one that is not JSON, fails the job for good, saying why', async () => {
         const registry = new JobRegistry([
-          kind({ kind: 'huge', schema: z.unknown(), keepCompletedSeconds: 60, handler: () => 'x'.repeat(MAX_RESULT_BYTES) }),
+          kind({
+            kind: 'huge',
+            schema: z.unknown(),
+            keepCompletedSeconds: 60,
+            handler: () => 'x'.repeat(MAX_RESULT_BYTES),
+          }),
           kind({ kind: 'bigint', schema: z.unknown(), keepCompletedSeconds: 60, handler: () => ({ n: 1n }) }),
           kind({ kind: 'nothing', schema: z.unknown(), keepCompletedSeconds: 60, handler: () => undefined }),
         ]);
@@ -67,30 +111,53 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         const bigint = await add(registry, 'bigint', {});
         const nothing = await add(registry, 'nothing', {});
         await run(registry);
-        expect(await row(huge.id)).toMatchObject({ status: 'dead', attempts: 1, last_error: expect.stringMatching(/result is \d+ bytes of JSON; a kept result is at most 65536/) });
-        expect(await row(bigint.id)).toMatchObject({ status: 'dead', attempts: 1, last_error: expect.stringContaining('is not JSON') });
+        expect(await row(huge.id)).toMatchObject({
+          status: 'dead',
+          attempts: 1,
+          last_error: expect.stringMatching(/result is \d+ bytes of JSON; a kept result is at most 65536/),
+        });
+        expect(await row(bigint.id)).toMatchObject({
+          status: 'dead',
+          attempts: 1,
+          last_error: expect.stringContaining('is not JSON'),
+        });
         expect(await row(nothing.id)).toMatchObject({ status: 'completed', result: null });
       });
 
       it('kept jobs are pruned once their time is up, and not before', async () => {
-        const registry = new JobRegistry([kind({ kind: 'kept', schema: z.unknown(), keepCompletedSeconds: 60, handler: () => 1 })]);
-        await enqueueMany(h.db, Array.from({ length: 30 }, () => ({ kind: 'kept', payload: {}, keepSeconds: 60 })));
+        const registry = new JobRegistry([
+          kind({ kind: 'kept', schema: z.unknown(), keepCompletedSeconds: 60, handler: () => 1 }),
+        ]);
+        await enqueueMany(
+          h.db,
+          Array.from({ length: 30 }, () => ({ kind: 'kept', payload: {}, keepSeconds: 60 })),
+        );
         await run(registry);
         expect(await count(`status = 'completed'`)).toBe(30);
         // Out of the hot table: in the history, in the partition of the day their keep ends.
         expect(Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n)).toBe(0);
-        const partitions = await h.query<{ p: string }>(`SELECT DISTINCT tableoid::regclass::text AS p FROM pgdrain.job_history`);
+        const partitions = await h.query<{ p: string }>(
+          `SELECT DISTINCT tableoid::regclass::text AS p FROM pgdrain.job_history`,
+        );
         expect(partitions.map((p) => p.p)).toEqual([expect.stringMatching(/^pgdrain\.job_history_p\d{8}$/)]);
         expect(await maintainHistory(h.db)).toMatchObject({ dropped: 0, pruned: 0 });
         expect(await count()).toBe(30);
         // A job whose keep is over is gone for every reader at once, whatever the partition holds.
-        await h.query(`UPDATE pgdrain.job_history SET keep_until = now() - interval '1 second' WHERE id IN (SELECT id FROM pgdrain.job_history ORDER BY id LIMIT 12)`);
+        await h.query(
+          `UPDATE pgdrain.job_history SET keep_until = now() - interval '1 second' WHERE id IN (SELECT id FROM pgdrain.job_history ORDER BY id LIMIT 12)`,
+        );
         expect(await count()).toBe(18);
         // A day whose keeps are all over is dropped whole: here a past day's partition with 5 rows,
         // and 3 rows left in the default partition (no day partition was there for them).
-        await h.query(`CREATE TABLE pgdrain.job_history_p20200101 PARTITION OF pgdrain.job_history FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00')`);
-        await h.query(`UPDATE pgdrain.job_history SET keep_until = '2020-01-01 12:00+00' WHERE id IN (SELECT id FROM pgdrain.job_history ORDER BY id DESC LIMIT 5)`);
-        await h.query(`UPDATE pgdrain.job_history SET keep_until = '2019-06-01 12:00+00' WHERE id IN (SELECT id FROM pgdrain.job_history WHERE keep_until > now() ORDER BY id DESC LIMIT 3)`);
+        await h.query(
+          `CREATE TABLE pgdrain.job_history_p20200101 PARTITION OF pgdrain.job_history FOR VALUES FROM ('2020-01-01 00:00+00') TO ('2020-01-02 00:00+00')`,
+        );
+        await h.query(
+          `UPDATE pgdrain.job_history SET keep_until = '2020-01-01 12:00+00' WHERE id IN (SELECT id FROM pgdrain.job_history ORDER BY id DESC LIMIT 5)`,
+        );
+        await h.query(
+          `UPDATE pgdrain.job_history SET keep_until = '2019-06-01 12:00+00' WHERE id IN (SELECT id FROM pgdrain.job_history WHERE keep_until > now() ORDER BY id DESC LIMIT 3)`,
+        );
         expect((await h.query(`SELECT count(*)::int AS n FROM pgdrain.job_history_default`))[0]).toEqual({ n: 3 });
         expect(await maintainHistory(h.db)).toMatchObject({ dropped: 1, pruned: 3 });
         expect(await h.query(`SELECT to_regclass('pgdrain.job_history_p20200101') AS p`)).toEqual([{ p: null }]);
@@ -108,7 +175,14 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
       it('a pending, delayed or waiting job is cancelled at once (kept, or deleted); a completed or dead one is refused; an unknown id is not found', async () => {
         const registry = new JobRegistry([
           kind({ kind: 'kept', schema: z.unknown(), keepCompletedSeconds: 60, handler: () => 'done' }),
-          kind({ kind: 'plain', schema: z.unknown(), maxAttempts: 1, handler: () => { throw new Error('no'); } }),
+          kind({
+            kind: 'plain',
+            schema: z.unknown(),
+            maxAttempts: 1,
+            handler: () => {
+              throw new Error('no');
+            },
+          }),
         ]);
         const pending = await add(registry, 'kept', {});
         const delayed = await add(registry, 'plain', {}, { runAt: new Date(Date.now() + 3_600_000) });
@@ -120,7 +194,10 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         expect(await cancel(h.db, delayed.id)).toEqual({ outcome: 'cancelled' });
         expect(await row(delayed.id)).toBeUndefined(); // its kind keeps nothing
         expect(await cancel(h.db, waiting.id)).toEqual({ outcome: 'cancelled' });
-        expect(await row(grandchild.id)).toMatchObject({ status: 'dead', last_error: `job ${waiting.id} it waits for ended cancelled` });
+        expect(await row(grandchild.id)).toMatchObject({
+          status: 'dead',
+          last_error: `job ${waiting.id} it waits for ended cancelled`,
+        });
         expect(await cancel(h.db, pending.id)).toEqual({ outcome: 'cancelled' }); // again: as it is
         expect(await cancel(h.db, '987654321')).toEqual({ outcome: 'not_found' });
         expect(await cancel(h.db, 'nope')).toEqual({ outcome: 'not_found' });
@@ -132,20 +209,31 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         expect(await cancel(h.db, dead.id)).toEqual({ outcome: 'not_cancellable', status: 'dead' });
       });
 
-      it('a running job: its handler\'s signal aborts within a third of the visibility timeout plus a second, and it ends cancelled, never retried', async () => {
+      it("a running job: its handler's signal aborts within a third of the visibility timeout plus a second, and it ends cancelled, never retried", async () => {
         const aborts = new Map<string, number>();
         const registry = new JobRegistry([
           // One gives up when told; the other ignores its signal and returns anyway.
-          kind({ kind: 'obedient', schema: z.unknown(), keepCompletedSeconds: 60, maxAttempts: 5, handler: async (_, { job, signal }) => {
-            await aborted(signal);
-            aborts.set(job.id, Date.now());
-            throw signal.reason;
-          } }),
-          kind({ kind: 'stubborn', schema: z.unknown(), maxAttempts: 5, handler: async (_, { job, signal }) => {
-            signal.addEventListener('abort', () => aborts.set(job.id, Date.now()));
-            await sleep(4_000);
-            return 'finished anyway';
-          } }),
+          kind({
+            kind: 'obedient',
+            schema: z.unknown(),
+            keepCompletedSeconds: 60,
+            maxAttempts: 5,
+            handler: async (_, { job, signal }) => {
+              await aborted(signal);
+              aborts.set(job.id, Date.now());
+              throw signal.reason;
+            },
+          }),
+          kind({
+            kind: 'stubborn',
+            schema: z.unknown(),
+            maxAttempts: 5,
+            handler: async (_, { job, signal }) => {
+              signal.addEventListener('abort', () => aborts.set(job.id, Date.now()));
+              await sleep(4_000);
+              return 'finished anyway';
+            },
+          }),
         ]);
         const obedient = await add(registry, 'obedient', {});
         const stubborn = await add(registry, 'stubborn', {});
@@ -168,7 +256,14 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         let ran = 0;
         const registry = new JobRegistry([
           kind({ kind: 'slow', schema: z.unknown(), handler: async () => sleep(2_500) }),
-          kind({ kind: 'queued', schema: z.unknown(), keepCompletedSeconds: 60, handler: () => { ran++; } }),
+          kind({
+            kind: 'queued',
+            schema: z.unknown(),
+            keepCompletedSeconds: 60,
+            handler: () => {
+              ran++;
+            },
+          }),
         ]);
         await add(registry, 'slow', {});
         const queued = await add(registry, 'queued', {});
@@ -187,18 +282,22 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
       let release!: () => void;
       const held = new Promise<void>((r) => (release = r));
       const registry = new JobRegistry([
-        kind({ kind: 'reporting', schema: z.unknown(), handler: async (_, ctx) => {
-          try {
-            ctx.progress('x'.repeat(MAX_PROGRESS_BYTES));
-          } catch (error) {
-            tooLarge = error;
-          }
-          for (let step = 1; step <= 40; step++) {
-            ctx.progress({ step, of: 40 });
-            await sleep(25);
-          }
-          await held;
-        } }),
+        kind({
+          kind: 'reporting',
+          schema: z.unknown(),
+          handler: async (_, ctx) => {
+            try {
+              ctx.progress('x'.repeat(MAX_PROGRESS_BYTES));
+            } catch (error) {
+              tooLarge = error;
+            }
+            for (let step = 1; step <= 40; step++) {
+              ctx.progress({ step, of: 40 });
+              await sleep(25);
+            }
+            await held;
+          },
+        }),
       ]);
       const job = await add(registry, 'reporting', {});
       const updates: string[] = [];
@@ -236,14 +335,23 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         const order: string[] = [];
         let readBack: unknown;
         const registry = new JobRegistry([
-          kind({ kind: 'parent', schema: z.object({ n: z.number() }), keepCompletedSeconds: 60, handler: ({ n }) => {
-            order.push(`parent ${n}`);
-            return { n };
-          } }),
-          kind({ kind: 'child', schema: z.unknown(), handler: async (_, ctx) => {
-            order.push('child');
-            readBack = await ctx.dependencies();
-          } }),
+          kind({
+            kind: 'parent',
+            schema: z.object({ n: z.number() }),
+            keepCompletedSeconds: 60,
+            handler: ({ n }) => {
+              order.push(`parent ${n}`);
+              return { n };
+            },
+          }),
+          kind({
+            kind: 'child',
+            schema: z.unknown(),
+            handler: async (_, ctx) => {
+              order.push('child');
+              readBack = await ctx.dependencies();
+            },
+          }),
         ]);
         const a = await add(registry, 'parent', { n: 1 });
         const b = await add(registry, 'parent', { n: 2 }, { runAt: new Date(Date.now() + 3_600_000) });
@@ -270,10 +378,23 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         ]);
       });
 
-      it('a parent that ends dead makes its child, and the child\'s own dependents, dead, naming it', async () => {
+      it("a parent that ends dead makes its child, and the child's own dependents, dead, naming it", async () => {
         const registry = new JobRegistry([
-          kind({ kind: 'failing', schema: z.unknown(), maxAttempts: 1, handler: () => { throw new Error('broken'); } }),
-          kind({ kind: 'after', schema: z.unknown(), handler: () => { throw new Error('must not run'); } }),
+          kind({
+            kind: 'failing',
+            schema: z.unknown(),
+            maxAttempts: 1,
+            handler: () => {
+              throw new Error('broken');
+            },
+          }),
+          kind({
+            kind: 'after',
+            schema: z.unknown(),
+            handler: () => {
+              throw new Error('must not run');
+            },
+          }),
         ]);
         const parent = await add(registry, 'failing', {});
         const other = await add(registry, 'after', {}, { runAt: new Date(Date.now() + 3_600_000) });
@@ -281,7 +402,13 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         const grandchild = await add(registry, 'after', {}, { after: [child.id] });
         await run(registry);
         const why = `job ${parent.id} it waits for ended dead`;
-        expect(await row(child.id)).toMatchObject({ status: 'dead', last_error: why, attempts: 0, waiting_for: null, finished_at: expect.any(Date) });
+        expect(await row(child.id)).toMatchObject({
+          status: 'dead',
+          last_error: why,
+          attempts: 0,
+          waiting_for: null,
+          finished_at: expect.any(Date),
+        });
         expect(await row(grandchild.id)).toMatchObject({ status: 'dead', last_error: why });
         // Enqueued after its parent ended: dead at once.
         const late = await add(registry, 'after', {}, { after: [parent.id] });
@@ -292,9 +419,18 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         let childRan = 0;
         const registry = new JobRegistry([
           kind({ kind: 'leaf', schema: z.unknown(), handler: () => {} }),
-          kind({ kind: 'join', schema: z.unknown(), handler: () => { childRan++; } }),
+          kind({
+            kind: 'join',
+            schema: z.unknown(),
+            handler: () => {
+              childRan++;
+            },
+          }),
         ]);
-        const parents = await enqueueMany(h.db, Array.from({ length: sizes.fanIn }, (_, n) => ({ kind: 'leaf', payload: { n } })));
+        const parents = await enqueueMany(
+          h.db,
+          Array.from({ length: sizes.fanIn }, (_, n) => ({ kind: 'leaf', payload: { n } })),
+        );
         const child = await enqueue(h.db, { kind: 'join', payload: {}, after: parents.map((p) => p.id) });
         expect(await row(child.id)).toMatchObject({ status: 'waiting', waiting_for: sizes.fanIn });
         // Two drainers at once, claiming only parents: their completions count the child down.
@@ -315,16 +451,27 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         let childRuns = 0;
         const registry = new JobRegistry([
           kind({ kind: 'parent', schema: z.object({ n: z.number() }), handler: () => sleep(20) }),
-          kind({ kind: 'child', schema: z.unknown(), handler: () => { childRuns++; } }),
+          kind({
+            kind: 'child',
+            schema: z.unknown(),
+            handler: () => {
+              childRuns++;
+            },
+          }),
         ]);
-        const parents = await enqueueMany(h.db, Array.from({ length: 40 }, (_, n) => ({ kind: 'parent', payload: { n } })));
+        const parents = await enqueueMany(
+          h.db,
+          Array.from({ length: 40 }, (_, n) => ({ kind: 'parent', payload: { n } })),
+        );
         const child = await enqueue(h.db, { kind: 'child', payload: {}, after: parents.slice(0, 30).map((p) => p.id) });
         expect(await watchJob(h.db, parents[35]!.id, 30)).toBe(true);
         const report = await run(registry, { placement: 'far', batchSize: 5, concurrency: 5 });
         expect(report).toMatchObject({ completed: 41, lost: 0 });
         expect(childRuns).toBe(1);
         expect(await count()).toBe(0);
-        expect(await h.query('SELECT id::text, status FROM pgdrain.finished_jobs')).toEqual([{ id: parents[35]!.id, status: 'completed' }]);
+        expect(await h.query('SELECT id::text, status FROM pgdrain.finished_jobs')).toEqual([
+          { id: parents[35]!.id, status: 'completed' },
+        ]);
         expect(await row(child.id)).toBeUndefined();
       });
 
@@ -332,7 +479,9 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         const registry = new JobRegistry([kind({ kind: 'k', schema: z.unknown(), handler: () => {} })]);
         const real = await add(registry, 'k', {});
         await expect(add(registry, 'k', {}, { after: [real.id, '987654321'] })).rejects.toThrow(UnknownDependencyError);
-        await expect(add(registry, 'k', {}, { after: [real.id, '987654321'] })).rejects.toThrow(/after names jobs that do not exist: 987654321/);
+        await expect(add(registry, 'k', {}, { after: [real.id, '987654321'] })).rejects.toThrow(
+          /after names jobs that do not exist: 987654321/,
+        );
         // Checked before anything is sent: it throws at once, as every invalid option does.
         expect(() => add(registry, 'k', {}, { after: [real.id], dedupeKey: 'x' })).toThrow(JobValidationError);
         expect(await count()).toBe(1);
@@ -342,8 +491,13 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
     });
 
     describe('transactional handlers', () => {
-      const writes = async () => h.query<{ job_id: string; attempt: number }>('SELECT job_id::text, attempt FROM public.lifecycle_writes ORDER BY attempt');
-      const writingKind = (options: { failFirst?: boolean; afterWrite?: (signal: AbortSignal) => Promise<void> } = {}) =>
+      const writes = async () =>
+        h.query<{ job_id: string; attempt: number }>(
+          'SELECT job_id::text, attempt FROM public.lifecycle_writes ORDER BY attempt',
+        );
+      const writingKind = (
+        options: { failFirst?: boolean; afterWrite?: (signal: AbortSignal) => Promise<void> } = {},
+      ) =>
         kind({
           kind: 'tx',
           schema: z.unknown(),
@@ -351,7 +505,9 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
           keepCompletedSeconds: 60,
           timeoutMs: 1_000,
           handler: async (_, ctx) => {
-            await ctx.tx.execute(sql`INSERT INTO public.lifecycle_writes (job_id, attempt) VALUES (${ctx.job.id}::bigint, ${ctx.job.attempts})`);
+            await ctx.tx.execute(
+              sql`INSERT INTO public.lifecycle_writes (job_id, attempt) VALUES (${ctx.job.id}::bigint, ${ctx.job.attempts})`,
+            );
             if (options.failFirst && ctx.job.attempts === 1) throw new Error('first attempt fails after writing');
             await options.afterWrite?.(ctx.signal);
             return { wrote: ctx.job.attempts };
@@ -372,16 +528,27 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
       it('a handler given up mid-transaction (its timeout) writes nothing, even what it tries after', async () => {
         let lateWrite: unknown = 'not tried';
         const registry = new JobRegistry([
-          kind({ kind: 'tx', schema: z.unknown(), transactional: true, timeoutMs: 300, maxAttempts: 1, handler: async (_, ctx) => {
-            await ctx.tx.execute(sql`INSERT INTO public.lifecycle_writes (job_id, attempt) VALUES (${ctx.job.id}::bigint, 1)`);
-            await sleep(600); // ignores its signal
-            try {
-              await ctx.tx.execute(sql`INSERT INTO public.lifecycle_writes (job_id, attempt) VALUES (${ctx.job.id}::bigint, 2)`);
-              lateWrite = 'written';
-            } catch (error) {
-              lateWrite = error;
-            }
-          } }),
+          kind({
+            kind: 'tx',
+            schema: z.unknown(),
+            transactional: true,
+            timeoutMs: 300,
+            maxAttempts: 1,
+            handler: async (_, ctx) => {
+              await ctx.tx.execute(
+                sql`INSERT INTO public.lifecycle_writes (job_id, attempt) VALUES (${ctx.job.id}::bigint, 1)`,
+              );
+              await sleep(600); // ignores its signal
+              try {
+                await ctx.tx.execute(
+                  sql`INSERT INTO public.lifecycle_writes (job_id, attempt) VALUES (${ctx.job.id}::bigint, 2)`,
+                );
+                lateWrite = 'written';
+              } catch (error) {
+                lateWrite = error;
+              }
+            },
+          }),
         ]);
         const job = await add(registry, 'tx', {});
         expect(await run(registry)).toMatchObject({ dead: 1 });
@@ -389,7 +556,10 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         for (let waited = 0; lateWrite === 'not tried' && waited < 5_000; waited += 50) await sleep(50);
         expect(lateWrite).toBeInstanceOf(Error);
         expect(await writes()).toEqual([]);
-        expect(await row(job.id)).toMatchObject({ status: 'dead', last_error: 'TimeoutError: handler timed out after 300 ms' });
+        expect(await row(job.id)).toMatchObject({
+          status: 'dead',
+          last_error: 'TimeoutError: handler timed out after 300 ms',
+        });
       });
 
       it('a running transactional job that is cancelled rolls back its writes and ends cancelled', async () => {
@@ -405,38 +575,71 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
 
       it('ctx.tx throws for a kind that is not transactional', async () => {
         let thrown: unknown;
-        const registry = new JobRegistry([kind({ kind: 'plain', schema: z.unknown(), handler: (_, ctx) => { try { void ctx.tx; } catch (e) { thrown = e; } } })]);
+        const registry = new JobRegistry([
+          kind({
+            kind: 'plain',
+            schema: z.unknown(),
+            handler: (_, ctx) => {
+              try {
+                void ctx.tx;
+              } catch (e) {
+                thrown = e;
+              }
+            },
+          }),
+        ]);
         await add(registry, 'plain', {});
         await run(registry);
         expect(String(thrown)).toContain('kind plain is not transactional');
       });
     });
 
-    it('an enqueue\'s timeoutMs overrides its kind\'s, within bounds', async () => {
-      const registry = new JobRegistry([kind({ kind: 'sleepy', schema: z.unknown(), timeoutMs: 30_000, maxAttempts: 1, handler: () => sleep(1_000) })]);
+    it("an enqueue's timeoutMs overrides its kind's, within bounds", async () => {
+      const registry = new JobRegistry([
+        kind({ kind: 'sleepy', schema: z.unknown(), timeoutMs: 30_000, maxAttempts: 1, handler: () => sleep(1_000) }),
+      ]);
       const quick = await add(registry, 'sleepy', {}, { timeoutMs: 200 });
       expect(await run(registry)).toMatchObject({ dead: 1 });
       expect(await row(quick.id)).toMatchObject({ last_error: 'TimeoutError: handler timed out after 200 ms' });
-      expect(() => add(registry, 'sleepy', {}, { timeoutMs: 50 })).toThrow(/timeoutMs must be a whole number of milliseconds from 100 to 86400000/);
+      expect(() => add(registry, 'sleepy', {}, { timeoutMs: 50 })).toThrow(
+        /timeoutMs must be a whole number of milliseconds from 100 to 86400000/,
+      );
       expect(() => add(registry, 'sleepy', {}, { timeoutMs: 86_400_001 })).toThrow(JobValidationError);
-      await expect(h.query(`SELECT pgdrain.enqueue('sleepy', '{}', timeout_ms => 99)`)).rejects.toThrow(/timeout_ms is 99, use 100/);
+      await expect(h.query(`SELECT pgdrain.enqueue('sleepy', '{}', timeout_ms => 99)`)).rejects.toThrow(
+        /timeout_ms is 99, use 100/,
+      );
       expect(await count()).toBe(1);
     });
 
     it("a job may ask for a longer timeout than its kind's only up to maxTimeoutMs: refused at enqueue, cut to it when SQL asked for more", async () => {
       const registry = new JobRegistry([
         kind({ kind: 'capped', schema: z.unknown(), timeoutMs: 200, maxAttempts: 1, handler: () => sleep(1_500) }),
-        kind({ kind: 'roomy', schema: z.unknown(), timeoutMs: 200, maxTimeoutMs: 400, maxAttempts: 1, handler: () => sleep(1_500) }),
+        kind({
+          kind: 'roomy',
+          schema: z.unknown(),
+          timeoutMs: 200,
+          maxTimeoutMs: 400,
+          maxAttempts: 1,
+          handler: () => sleep(1_500),
+        }),
       ]);
-      expect(() => add(registry, 'capped', {}, { timeoutMs: 201 })).toThrow(/timeoutMs: kind capped allows a job at most 200 ms \(its maxTimeoutMs\), not 201/);
+      expect(() => add(registry, 'capped', {}, { timeoutMs: 201 })).toThrow(
+        /timeoutMs: kind capped allows a job at most 200 ms \(its maxTimeoutMs\), not 201/,
+      );
       expect(() => add(registry, 'roomy', {}, { timeoutMs: 401 })).toThrow(/at most 400 ms/);
       const asked = await add(registry, 'roomy', {}, { timeoutMs: 400 });
       // pgdrain.enqueue() knows nothing of kinds: what it stores is cut to the kind's bound when the job runs.
-      const fromSql = (await h.query<{ id: string }>(`SELECT pgdrain.enqueue('capped', '{}', max_attempts => 1, timeout_ms => 86400000)::text AS id`))[0]!.id;
+      const fromSql = (
+        await h.query<{ id: string }>(
+          `SELECT pgdrain.enqueue('capped', '{}', max_attempts => 1, timeout_ms => 86400000)::text AS id`,
+        )
+      )[0]!.id;
       expect(await run(registry)).toMatchObject({ dead: 2 });
       expect(await row(asked.id)).toMatchObject({ last_error: 'TimeoutError: handler timed out after 400 ms' });
       expect(await row(fromSql)).toMatchObject({ last_error: 'TimeoutError: handler timed out after 200 ms' });
-      expect(() => kind({ kind: 'odd', schema: z.unknown(), timeoutMs: 500, maxTimeoutMs: 400, handler: () => {} })).toThrow(/maxTimeoutMs \(400\) is below its timeoutMs \(500\)/);
+      expect(() =>
+        kind({ kind: 'odd', schema: z.unknown(), timeoutMs: 500, maxTimeoutMs: 400, handler: () => {} }),
+      ).toThrow(/maxTimeoutMs \(400\) is below its timeoutMs \(500\)/);
     });
 
     it('a watched job that is completed and deleted is announced, and leaves a note of how it ended', async () => {
@@ -451,7 +654,9 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
       expect(listener.received).toEqual([job.id]); // not the job nobody watched
       expect(await row(unwatched.id)).toBeUndefined();
       expect(await row(job.id)).toBeUndefined();
-      expect(await h.query('SELECT id::text, kind, status FROM pgdrain.finished_jobs')).toEqual([{ id: job.id, kind: 'gone', status: 'completed' }]);
+      expect(await h.query('SELECT id::text, kind, status FROM pgdrain.finished_jobs')).toEqual([
+        { id: job.id, kind: 'gone', status: 'completed' },
+      ]);
       expect(await watchJob(h.db, job.id, 5)).toBe(false);
     });
   });

@@ -11,13 +11,34 @@ import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/regist
 import { noopJob } from '../../src/jobs/noop.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import {
-  type Db, claim, compareIds, complete, completeAndClaim, countTotals, countsByMinute, ENQUEUE_CHUNK, enqueue, enqueueMany, explainClaim, fail, failMany,
-  MAX_ERROR_LENGTH, pauseKind, release, reap, renewLeases, resumeKind, retryDead, rollUpCounts, stats,
+  type Db,
+  claim,
+  compareIds,
+  complete,
+  completeAndClaim,
+  countTotals,
+  countsByMinute,
+  ENQUEUE_CHUNK,
+  enqueue,
+  enqueueMany,
+  explainClaim,
+  fail,
+  failMany,
+  MAX_ERROR_LENGTH,
+  pauseKind,
+  release,
+  reap,
+  renewLeases,
+  resumeKind,
+  retryDead,
+  rollUpCounts,
+  stats,
 } from '../../src/queries/index.ts';
 
 /** Polls until `probe` returns `expected` (5 s at most). */
 async function until<T>(probe: () => Promise<T>, expected: T): Promise<void> {
-  for (const deadline = Date.now() + 5_000; Date.now() < deadline; await sleep(20)) if ((await probe()) === expected) return;
+  for (const deadline = Date.now() + 5_000; Date.now() < deadline; await sleep(20))
+    if ((await probe()) === expected) return;
   throw new Error(`timed out waiting for ${String(expected)}`);
 }
 
@@ -88,7 +109,8 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       await h.query('TRUNCATE pgdrain.jobs, orders, pgdrain.job_counts, pgdrain.job_totals, pgdrain.paused_kinds');
     });
 
-    const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]?.n);
+    const count = async (where = 'true') =>
+      Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]?.n);
 
     it('a job enqueued in a rolled-back transaction vanishes with the business row, and nobody is notified', async () => {
       const listener = await h.listen('pgdrain_jobs');
@@ -111,7 +133,9 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         });
         for (let i = 0; i < 50 && listener.received.length === 0; i++) await sleep(20);
         expect(await h.query('SELECT item FROM orders')).toEqual([{ item: 'lamp' }]);
-        expect(await h.query('SELECT kind, payload FROM pgdrain.jobs')).toEqual([{ kind: 'send_receipt', payload: { order: 'lamp' } }]);
+        expect(await h.query('SELECT kind, payload FROM pgdrain.jobs')).toEqual([
+          { kind: 'send_receipt', payload: { order: 'lamp' } },
+        ]);
         expect(listener.received).toEqual(['send_receipt']);
       } finally {
         await listener.close();
@@ -120,7 +144,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
     it('several workers on separate connections drain every job exactly once and leave the table empty', async () => {
       const total = options.drainJobs;
-      await enqueueMany(h.db, Array.from({ length: total }, (_, i) => ({ kind: 'count', payload: { n: i } })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: total }, (_, i) => ({ kind: 'count', payload: { n: i } })),
+      );
       const runs = new Map<number, number>();
       const registry = new JobRegistry([
         defineJob({
@@ -147,7 +174,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
          SELECT 'old', '{}'::jsonb, 'dead', 3, 'boom' FROM generate_series(1, $1::int)`,
         [options.historyRows],
       );
-      await enqueueMany(h.db, Array.from({ length: 50 }, () => ({ kind: 'noop', payload: {} })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 50 }, () => ({ kind: 'noop', payload: {} })),
+      );
       await h.query('ANALYZE pgdrain.jobs');
       const plan = await explainClaim(h.db, { batchSize: 20, lockToken: 'explain:1' });
       expect(plan).toContain('Index Scan using jobs_ready');
@@ -158,7 +188,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(filtered).toContain('Index Scan using jobs_ready');
       expect(filtered).not.toMatch(/Sort/);
       // And with a deep backlog, analyzed: still walked in order, never read whole and sorted.
-      await enqueueMany(h.db, Array.from({ length: 20_000 }, (_, i) => ({ kind: 'noop', payload: {}, priority: (i % 21) - 10 })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 20_000 }, (_, i) => ({ kind: 'noop', payload: {}, priority: (i % 21) - 10 })),
+      );
       await h.query('ANALYZE pgdrain.jobs');
       for (const kinds of [undefined, ['noop']]) {
         const deep = await explainClaim(h.db, { batchSize: 250, lockToken: 'explain:3', kinds });
@@ -171,7 +204,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       // Four sidecars hold 2,000 jobs running at once; a completion of 50 of them compared every
       // running job with every held one (100,000 comparisons, 17 ms) before the fence gave the ids
       // to the primary key.
-      await enqueueMany(h.db, Array.from({ length: 5_000 }, () => ({ kind: 'noop', payload: {} })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 5_000 }, () => ({ kind: 'noop', payload: {} })),
+      );
       const held = [];
       for (let i = 0; i < 8; i++) held.push(...(await claim(h.db, { batchSize: 250, lockToken: `many:${i}` })));
       expect(held).toHaveLength(2_000);
@@ -180,12 +216,19 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         get: (target, property, receiver) =>
           property === 'execute'
             ? async (query: SQL) => {
-                const result = (await target.execute(sql`EXPLAIN (ANALYZE, FORMAT JSON) ${query}`)) as unknown as { rows?: Record<string, unknown>[] } | Record<string, unknown>[];
+                const result = (await target.execute(sql`EXPLAIN (ANALYZE, FORMAT JSON) ${query}`)) as unknown as
+                  | { rows?: Record<string, unknown>[] }
+                  | Record<string, unknown>[];
                 const [row] = Array.isArray(result) ? result : (result.rows ?? []);
                 const raw = Object.values(row!)[0];
                 const [{ Plan }] = (typeof raw === 'string' ? JSON.parse(raw) : raw) as [{ Plan: PlanNode }];
                 const visit = (node: PlanNode) => {
-                  if (node['Relation Name'] === 'jobs' && node['Node Type'] !== 'Delete' && node['Node Type'] !== 'Update') scanned.push(node['Actual Rows']);
+                  if (
+                    node['Relation Name'] === 'jobs' &&
+                    node['Node Type'] !== 'Delete' &&
+                    node['Node Type'] !== 'Update'
+                  )
+                    scanned.push(node['Actual Rows']);
                   for (const child of node.Plans ?? []) visit(child);
                 };
                 visit(Plan);
@@ -205,9 +248,16 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       await h.query('ANALYZE pgdrain.jobs');
       const whenEmpty = await explainClaim(h.db, { batchSize: 250, lockToken: 'burst:1' }, { generic: true });
       // Then a nightly import commits thousands of jobs in one transaction, and nobody runs ANALYZE.
-      await enqueueMany(h.db, Array.from({ length: 5_000 }, (_, i) => ({ kind: 'noop', payload: { i }, priority: i % 3 })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 5_000 }, (_, i) => ({ kind: 'noop', payload: { i }, priority: i % 3 })),
+      );
       const stale = await explainClaim(h.db, { batchSize: 250, lockToken: 'burst:2' });
-      const staleGeneric = await explainClaim(h.db, { batchSize: 250, lockToken: 'burst:3', kinds: ['noop'] }, { generic: true });
+      const staleGeneric = await explainClaim(
+        h.db,
+        { batchSize: 250, lockToken: 'burst:3', kinds: ['noop'] },
+        { generic: true },
+      );
       for (const plan of [whenEmpty, stale, staleGeneric]) {
         expect(plan).toContain('Index Scan using jobs_ready');
         expect(plan).toContain('Index Scan using jobs_pkey');
@@ -246,13 +296,18 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     });
 
     it('backoff grows exponentially with jitter, up to the cap', async () => {
-      const jobs = await enqueueMany(h.db, Array.from({ length: 20 }, () => ({ kind: 'x', payload: {}, maxAttempts: 10 })));
+      const jobs = await enqueueMany(
+        h.db,
+        Array.from({ length: 20 }, () => ({ kind: 'x', payload: {}, maxAttempts: 10 })),
+      );
       await h.query(`UPDATE pgdrain.jobs SET attempts = 4`);
       const claimed = await claim(h.db, { batchSize: 20, lockToken: 'w:1' });
       expect(claimed).toHaveLength(20);
       for (const job of claimed) await fail(h.db, job, { error: 'e', backoff: { baseSeconds: 10, capSeconds: 3600 } });
       // attempt 5: 10 s * 2^4 = 160 s, times a jitter in [0.5, 1).
-      const delays = (await h.query<{ d: number }>(`SELECT extract(epoch from run_at - now())::float8 AS d FROM pgdrain.jobs`)).map((r) => r.d);
+      const delays = (
+        await h.query<{ d: number }>(`SELECT extract(epoch from run_at - now())::float8 AS d FROM pgdrain.jobs`)
+      ).map((r) => r.d);
       expect(Math.min(...delays)).toBeGreaterThan(79);
       expect(Math.max(...delays)).toBeLessThan(161);
       expect(new Set(delays.map((d) => Math.round(d))).size).toBeGreaterThan(1);
@@ -260,7 +315,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       await h.query(`UPDATE pgdrain.jobs SET run_at = now(), attempts = 8`);
       const again = await claim(h.db, { batchSize: 1, lockToken: 'w:2' });
       await fail(h.db, again[0]!, { error: 'e', backoff: { baseSeconds: 10, capSeconds: 60 } });
-      const [capped] = await h.query(`SELECT extract(epoch from run_at - now())::float8 AS d FROM pgdrain.jobs WHERE id = $1`, [again[0]!.id]);
+      const [capped] = await h.query(
+        `SELECT extract(epoch from run_at - now())::float8 AS d FROM pgdrain.jobs WHERE id = $1`,
+        [again[0]!.id],
+      );
       expect(capped!.d).toBeLessThanOrEqual(60);
       expect(jobs).toHaveLength(20);
     });
@@ -294,7 +352,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const { id } = await enqueue(h.db, { kind: 'k', payload: {} });
       const [mine] = await claim(h.db, { batchSize: 1, lockToken: 'slow-worker:1' });
       // Its lease ended an hour ago.
-      await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour', locked_until = now() - interval '59 minutes' WHERE id = $1`, [id]);
+      await h.query(
+        `UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour', locked_until = now() - interval '59 minutes' WHERE id = $1`,
+        [id],
+      );
       expect((await reap(h.db, 60)).reclaimed).toEqual([id]);
       const [theirs] = await claim(h.db, { batchSize: 1, lockToken: 'other-worker:7' });
       expect(theirs!.id).toBe(id);
@@ -303,7 +364,12 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(await fail(h.db, mine!, { error: 'late failure' })).toEqual({ outcome: 'lost' });
       expect(await release(h.db, [mine!])).toEqual([]);
       expect(await h.query('SELECT status, locked_by, attempts, last_error FROM pgdrain.jobs')).toEqual([
-        { status: 'running', locked_by: 'other-worker:7', attempts: 2, last_error: expect.stringContaining('visibility timeout') },
+        {
+          status: 'running',
+          locked_by: 'other-worker:7',
+          attempts: 2,
+          last_error: expect.stringContaining('visibility timeout'),
+        },
       ]);
       expect(await complete(h.db, [theirs!])).toEqual([id]);
       expect(await count()).toBe(0);
@@ -351,7 +417,9 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(Date.now() - started).toBeLessThan(3_000);
       expect(report).toMatchObject({ claimed: 5, failed: 5, completed: 0 });
       expect(aborted).toBe(true);
-      const errors = (await h.query<{ kind: string; e: string }>(`SELECT kind, last_error AS e FROM pgdrain.jobs ORDER BY id`)).map((r) => r.e);
+      const errors = (
+        await h.query<{ kind: string; e: string }>(`SELECT kind, last_error AS e FROM pgdrain.jobs ORDER BY id`)
+      ).map((r) => r.e);
       expect(errors[0]).toBe('TimeoutError: handler timed out after 100 ms');
       expect(errors[1]).toBe('handler threw a non-Error value: {"code":42,"reason":"teapot"}');
       expect(errors[2]).toBe('plain words');
@@ -383,7 +451,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     });
 
     it('a worker filtered to kind B is not delayed by a flood of kind A', async () => {
-      await enqueueMany(h.db, Array.from({ length: 5_000 }, () => ({ kind: 'A', payload: {} })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 5_000 }, () => ({ kind: 'A', payload: {} })),
+      );
       const { id } = await enqueue(h.db, { kind: 'B', payload: {} });
       const ran: string[] = [];
       const registry = new JobRegistry([
@@ -402,19 +473,25 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const record = (kind: string, priority?: number) =>
         defineJob({ kind, schema: z.unknown(), priority, handler: (_, { job }) => void ran.push(job.id) });
       const registry = new JobRegistry([record('p'), record('urgent', 50)]);
-      const [zero, ten, minus, tenAgain] = await enqueueMany(h.db, [0, 10, -5, 10].map((priority) => ({ kind: 'p', payload: {}, priority })));
+      const [zero, ten, minus, tenAgain] = await enqueueMany(
+        h.db,
+        [0, 10, -5, 10].map((priority) => ({ kind: 'p', payload: {}, priority })),
+      );
       // Through the typed path, the kind's default applies unless the caller gives one.
       const urgent = await enqueueTyped(h.db, registry.get('urgent')!, {});
       const notSoUrgent = await enqueueTyped(h.db, registry.get('urgent')!, {}, { priority: -1 });
       expect(await h.query(`SELECT id::text, priority FROM pgdrain.jobs WHERE kind = 'urgent' ORDER BY id`)).toEqual([
-        { id: urgent.id, priority: 50 }, { id: notSoUrgent.id, priority: -1 },
+        { id: urgent.id, priority: 50 },
+        { id: notSoUrgent.id, priority: -1 },
       ]);
       await drain(h.db, registry, { workerId: 'prio', batchSize: 1, concurrency: 1, prefetch: 0 });
       expect(ran).toEqual([urgent.id, ten!.id, tenAgain!.id, zero!.id, notSoUrgent.id, minus!.id]);
     });
 
     it('a claim takes the highest priority among ready jobs only: a delayed high-priority job waits its turn', async () => {
-      const [later] = await enqueueMany(h.db, [{ kind: 'k', payload: {}, priority: 100, runAt: new Date(Date.now() + 60_000) }]);
+      const [later] = await enqueueMany(h.db, [
+        { kind: 'k', payload: {}, priority: 100, runAt: new Date(Date.now() + 60_000) },
+      ]);
       const [now] = await enqueueMany(h.db, [{ kind: 'k', payload: {}, priority: -100 }]);
       const claimed = await claim(h.db, { batchSize: 10, lockToken: 'w:1' });
       expect(claimed.map((j) => [j.id, j.priority])).toEqual([[now!.id, -100]]);
@@ -423,8 +500,13 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
     it('a paused kind is not claimed while others are; resume lets it drain', async () => {
       const ran: string[] = [];
-      const registry = new JobRegistry(['mail', 'sms'].map((kind) => defineJob({ kind, schema: z.unknown(), handler: () => void ran.push(kind) })));
-      await enqueueMany(h.db, [...Array.from({ length: 3 }, () => ({ kind: 'mail', payload: {} })), ...Array.from({ length: 2 }, () => ({ kind: 'sms', payload: {} }))]);
+      const registry = new JobRegistry(
+        ['mail', 'sms'].map((kind) => defineJob({ kind, schema: z.unknown(), handler: () => void ran.push(kind) })),
+      );
+      await enqueueMany(h.db, [
+        ...Array.from({ length: 3 }, () => ({ kind: 'mail', payload: {} })),
+        ...Array.from({ length: 2 }, () => ({ kind: 'sms', payload: {} })),
+      ]);
       expect(await pauseKind(h.db, 'mail')).toBe(true);
       expect(await pauseKind(h.db, 'mail')).toBe(false);
       expect((await stats(h.db)).kinds.mail).toMatchObject({ pending: 3, paused: true });
@@ -446,7 +528,9 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const finished: string[] = [];
       const registry = new JobRegistry([
         defineJob({
-          kind: 'slow', schema: z.unknown(), concurrency: 2,
+          kind: 'slow',
+          schema: z.unknown(),
+          concurrency: 2,
           handler: async () => {
             slowMax = Math.max(slowMax, ++slowNow);
             await sleep(40);
@@ -472,7 +556,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
     it('a claim by ids takes only those jobs, and only when ready and free (run-now is fenced like any claim)', async () => {
       const [ready, held, later, other] = await enqueueMany(h.db, [
-        { kind: 'k', payload: 1 }, { kind: 'k', payload: 2 }, { kind: 'k', payload: 3, runAt: new Date(Date.now() + 60_000) }, { kind: 'k', payload: 4 },
+        { kind: 'k', payload: 1 },
+        { kind: 'k', payload: 2 },
+        { kind: 'k', payload: 3, runAt: new Date(Date.now() + 60_000) },
+        { kind: 'k', payload: 4 },
       ]);
       await claim(h.db, { batchSize: 1, lockToken: 'first:1', ids: [held!.id] });
       const claimed = await claim(h.db, { batchSize: 10, lockToken: 'now:1', ids: [ready!.id, held!.id, later!.id] });
@@ -487,7 +574,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     });
 
     it('renewLeases extends only the leases still held under their lock tokens', async () => {
-      await enqueueMany(h.db, Array.from({ length: 3 }, (_, i) => ({ kind: 'k', payload: { i } })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 3 }, (_, i) => ({ kind: 'k', payload: { i } })),
+      );
       const claimed = await claim(h.db, { batchSize: 3, lockToken: 'w:1' });
       await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 minute'`);
       // The third was reaped and claimed by another worker meanwhile.
@@ -502,7 +592,15 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it('a handler slower than the visibility timeout is never reaped while its drainer renews the lease', async () => {
       let runs = 0;
       const registry = new JobRegistry([
-        defineJob({ kind: 'slow', schema: z.unknown(), timeoutMs: 10_000, handler: async () => { runs++; await sleep(2_500); } }),
+        defineJob({
+          kind: 'slow',
+          schema: z.unknown(),
+          timeoutMs: 10_000,
+          handler: async () => {
+            runs++;
+            await sleep(2_500);
+          },
+        }),
       ]);
       await enqueue(h.db, { kind: 'slow', payload: {} });
       // Another process reaps with the same 1 s timeout every 200 ms the whole time.
@@ -527,7 +625,16 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it("a kind's own short visibility is renewed in time, though the drain's default is 30 s", async () => {
       let runs = 0;
       const registry = new JobRegistry([
-        defineJob({ kind: 'brief', schema: z.unknown(), visibilityTimeoutSeconds: 1, timeoutMs: 10_000, handler: async () => { runs++; await sleep(2_500); } }),
+        defineJob({
+          kind: 'brief',
+          schema: z.unknown(),
+          visibilityTimeoutSeconds: 1,
+          timeoutMs: 10_000,
+          handler: async () => {
+            runs++;
+            await sleep(2_500);
+          },
+        }),
       ]);
       await enqueueTyped(h.db, registry.get('brief')!, {});
       const reaper = await h.connect();
@@ -550,11 +657,16 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       let abortedWith: unknown;
       const registry = new JobRegistry([
         defineJob({
-          kind: 'waits', schema: z.unknown(), timeoutMs: 10_000,
-          handler: (_, { signal }) => new Promise<void>((resolve) => signal.addEventListener('abort', () => {
-            abortedWith = signal.reason;
-            resolve();
-          })),
+          kind: 'waits',
+          schema: z.unknown(),
+          timeoutMs: 10_000,
+          handler: (_, { signal }) =>
+            new Promise<void>((resolve) =>
+              signal.addEventListener('abort', () => {
+                abortedWith = signal.reason;
+                resolve();
+              }),
+            ),
         }),
       ]);
       const { id } = await enqueue(h.db, { kind: 'waits', payload: {} });
@@ -564,7 +676,9 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const report = await drained;
       expect(String(abortedWith)).toMatch(/LeaseLostError: job \d+: its lease was lost/);
       expect(report).toMatchObject({ claimed: 1, completed: 0, lost: 1 });
-      expect(await h.query(`SELECT status, locked_by FROM pgdrain.jobs`)).toEqual([{ status: 'running', locked_by: 'someone-else:1' }]);
+      expect(await h.query(`SELECT status, locked_by FROM pgdrain.jobs`)).toEqual([
+        { status: 'running', locked_by: 'someone-else:1' },
+      ]);
     });
 
     it('retrying a dead job and waking the drainers is one statement: the wake-up commits with the retry, or not at all', async () => {
@@ -587,12 +701,16 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         const statements: string[] = [];
         const counted = new Proxy(h.db, {
           get: (target, property, receiver) => {
-            if (['execute', 'select', 'update', 'insert', 'delete', 'transaction'].includes(String(property))) statements.push(String(property));
+            if (['execute', 'select', 'update', 'insert', 'delete', 'transaction'].includes(String(property)))
+              statements.push(String(property));
             return Reflect.get(target, property, receiver);
           },
         });
         const result = await retryDead(counted, id);
-        expect(result).toMatchObject({ outcome: 'retried', job: { id, kind: 'fax', status: 'pending', attempts: 0, lastError: 'busy' } });
+        expect(result).toMatchObject({
+          outcome: 'retried',
+          job: { id, kind: 'fax', status: 'pending', attempts: 0, lastError: 'busy' },
+        });
         expect(statements).toEqual(['execute']);
         await until(async () => listener.received.length, 1);
         expect(listener.received).toEqual(['fax']);
@@ -602,7 +720,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     });
 
     it('release puts claimed but unstarted jobs back in line with their attempt refunded', async () => {
-      const enqueued = await enqueueMany(h.db, Array.from({ length: 5 }, (_, i) => ({ kind: 'k', payload: { i } })));
+      const enqueued = await enqueueMany(
+        h.db,
+        Array.from({ length: 5 }, (_, i) => ({ kind: 'k', payload: { i } })),
+      );
       const claimed = await claim(h.db, { batchSize: 5, lockToken: 'w:1' });
       expect(claimed.map((j) => j.id)).toEqual(enqueued.map((j) => j.id));
       expect(await count(`status = 'running' AND attempts = 1`)).toBe(5);
@@ -613,9 +734,18 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     });
 
     it('a drain that runs out of budget releases what it claimed but did not start', async () => {
-      await enqueueMany(h.db, Array.from({ length: 30 }, () => ({ kind: 'sleepy', payload: {} })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 30 }, () => ({ kind: 'sleepy', payload: {} })),
+      );
       const registry = new JobRegistry([
-        defineJob({ kind: 'sleepy', schema: z.unknown(), handler: async () => { await sleep(150); } }),
+        defineJob({
+          kind: 'sleepy',
+          schema: z.unknown(),
+          handler: async () => {
+            await sleep(150);
+          },
+        }),
       ]);
       const started = Date.now();
       const report = await drain(h.db, registry, { workerId: 'w', batchSize: 10, concurrency: 2, budgetMs: 600 });
@@ -658,7 +788,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const jobs = await enqueueMany(h.db, [
         { kind: 'a', payload: { n: 1 } },
         { kind: 'b', payload: [1, 'two'], runAt: later, maxAttempts: 7, visibilitySeconds: 90 },
-        { kind: 'a', payload: "it's \"quoted\" -- ; DROP TABLE jobs" },
+        { kind: 'a', payload: 'it\'s "quoted" -- ; DROP TABLE jobs' },
       ]);
       const rows = await h.query(
         `SELECT id::text, kind, payload, max_attempts, visibility_seconds, run_at > now() AS delayed FROM pgdrain.jobs ORDER BY jobs.id`,
@@ -667,7 +797,14 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(rows).toEqual([
         { id: jobs[0]!.id, kind: 'a', payload: { n: 1 }, max_attempts: 3, visibility_seconds: null, delayed: false },
         { id: jobs[1]!.id, kind: 'b', payload: [1, 'two'], max_attempts: 7, visibility_seconds: 90, delayed: true },
-        { id: jobs[2]!.id, kind: 'a', payload: "it's \"quoted\" -- ; DROP TABLE jobs", max_attempts: 3, visibility_seconds: null, delayed: false },
+        {
+          id: jobs[2]!.id,
+          kind: 'a',
+          payload: 'it\'s "quoted" -- ; DROP TABLE jobs',
+          max_attempts: 3,
+          visibility_seconds: null,
+          delayed: false,
+        },
       ]);
       expect(jobs[1]!.runAt.getTime()).toBe(later.getTime());
     });
@@ -688,11 +825,15 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
       const jobs = await enqueueMany(h.db, many({ priority: 3 }));
       expect(jobs).toHaveLength(n);
-      const rows = await h.query<{ id: string; i: number; priority: number }>(`SELECT id::text, (payload->>'i')::int AS i, priority FROM pgdrain.jobs ORDER BY id`);
+      const rows = await h.query<{ id: string; i: number; priority: number }>(
+        `SELECT id::text, (payload->>'i')::int AS i, priority FROM pgdrain.jobs ORDER BY id`,
+      );
       expect(rows).toHaveLength(n - 1);
       expect(rows.map((r) => r.i)).toEqual([...Array(n).keys()].filter((i) => i !== ENQUEUE_CHUNK * 2 - 1));
       const idOf = new Map(rows.map((r) => [r.i, r.id]));
-      expect(jobs.map((j, i) => (i === ENQUEUE_CHUNK * 2 - 1 ? idOf.get(1) : idOf.get(i)))).toEqual(jobs.map((j) => j.id));
+      expect(jobs.map((_j, i) => (i === ENQUEUE_CHUNK * 2 - 1 ? idOf.get(1) : idOf.get(i)))).toEqual(
+        jobs.map((j) => j.id),
+      );
       expect(jobs.filter((j) => j.deduplicated).map((j) => jobs.indexOf(j))).toEqual([ENQUEUE_CHUNK * 2 - 1]);
       expect(rows.at(-1)!.priority).toBe(3);
     });
@@ -702,7 +843,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const heap: number[] = [];
       const total: number[] = [];
       for (let cycle = 0; cycle < 8; cycle++) {
-        await enqueueMany(h.db, Array.from({ length: 2_000 }, (_, i) => ({ kind: 'noop', payload: { cycle, i } })));
+        await enqueueMany(
+          h.db,
+          Array.from({ length: 2_000 }, (_, i) => ({ kind: 'noop', payload: { cycle, i } })),
+        );
         await drain(h.db, registry, { workerId: 'w' });
         await h.query('VACUUM pgdrain.jobs');
         const [row] = await h.query<{ heap: string; total: string }>(
@@ -741,7 +885,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const c = claimed.find((j) => j.kind === 'c')!;
       expect(await complete(h.db, [...a.slice(0, 20), ...b.slice(0, 2)])).toHaveLength(22);
       expect(await complete(h.db, a.slice(20))).toHaveLength(10);
-      const outcomes = await failMany(h.db, [...b.slice(2).map((j) => ({ ...j, error: 'boom' })), { ...c, error: 'once' }]);
+      const outcomes = await failMany(h.db, [
+        ...b.slice(2).map((j) => ({ ...j, error: 'boom' })),
+        { ...c, error: 'once' },
+      ]);
       expect(outcomes.map((o) => o.outcome)).toEqual([...Array(10).fill('dead'), 'retry']);
       // A worker that lost its lock counts nothing: the job's row was not settled by it.
       expect(await complete(h.db, [{ id: a[0]!.id, lockedBy: 'w:1' }])).toEqual([]);
@@ -760,7 +907,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     });
 
     it('a settlement rolled back with its transaction leaves the counts untouched; recordCounts: false writes none', async () => {
-      await enqueueMany(h.db, Array.from({ length: 5 }, () => ({ kind: 'a', payload: {} })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 5 }, () => ({ kind: 'a', payload: {} })),
+      );
       const claimed = await claim(h.db, { batchSize: 5, lockToken: 'w:1' });
       await expect(
         h.db.transaction(async (tx) => {
@@ -778,9 +928,15 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     });
 
     it('a reaped attempt counts as failed, and as dead when it was the last', async () => {
-      await enqueueMany(h.db, [{ kind: 'a', payload: {}, maxAttempts: 1 }, { kind: 'a', payload: {} }, { kind: 'b', payload: {} }]);
+      await enqueueMany(h.db, [
+        { kind: 'a', payload: {}, maxAttempts: 1 },
+        { kind: 'a', payload: {} },
+        { kind: 'b', payload: {} },
+      ]);
       await claim(h.db, { batchSize: 3, lockToken: 'gone:1' });
-      await h.query(`UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour', locked_until = now() - interval '59 minutes'`);
+      await h.query(
+        `UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour', locked_until = now() - interval '59 minutes'`,
+      );
       const reaped = await reap(h.db, 60);
       expect(reaped.dead).toHaveLength(1);
       expect(reaped.reclaimed).toHaveLength(2);
@@ -795,7 +951,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it('concurrent settlements of overlapping kinds add up exactly', async () => {
       const kinds = ['k1', 'k2', 'k3'];
       const rounds = 100;
-      await enqueueMany(h.db, Array.from({ length: rounds * 3 }, (_, i) => ({ kind: kinds[i % 3]!, payload: {} })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: rounds * 3 }, (_, i) => ({ kind: kinds[i % 3]!, payload: {} })),
+      );
       const claimed = await claim(h.db, { batchSize: rounds * 3, lockToken: 'w:1' });
       const workers = await Promise.all([1, 2, 3, 4].map(() => h.connect()));
       // Many small settlements at once, each adding to all three kinds' counter rows, half of them
@@ -808,15 +967,24 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       });
       const settled = await Promise.all(
         batches.map((batch, i) =>
-          i % 2 === 0 ? complete(workers[i % 4]!, batch) : failMany(workers[i % 4]!, batch.map((j) => ({ ...j, error: 'e' }))),
+          i % 2 === 0
+            ? complete(workers[i % 4]!, batch)
+            : failMany(
+                workers[i % 4]!,
+                batch.map((j) => ({ ...j, error: 'e' })),
+              ),
         ),
       );
       expect(settled.flat()).toHaveLength(rounds * 3);
-      expect(await countRows()).toEqual(kinds.map((kind) => ({ kind, completed: rounds / 2, failed: rounds / 2, dead: 0, current: true })));
+      expect(await countRows()).toEqual(
+        kinds.map((kind) => ({ kind, completed: rounds / 2, failed: rounds / 2, dead: 0, current: true })),
+      );
     });
 
     it('countsByMinute fills empty minutes with zeros; rollUpCounts moves old minutes into the totals without changing them', async () => {
-      const [{ m }] = (await h.query<{ m: string }>(`SELECT to_char(date_trunc('minute', now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS m`)) as [{ m: string }];
+      const [{ m }] = (await h.query<{ m: string }>(
+        `SELECT to_char(date_trunc('minute', now()) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS m`,
+      )) as [{ m: string }];
       await h.query(
         `INSERT INTO pgdrain.job_counts (minute, kind, completed, failed, dead) VALUES
           ($1::timestamptz - interval '3 days', 'a', 100, 7, 2),
@@ -839,11 +1007,17 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(series.reduce((s, e) => s + e.completed, 0)).toBe(9);
       expect(series.at(-1)!.minute.getTime() - series[0]!.minute.getTime()).toBe(59 * 60_000);
       expect(series.at(-1)!.minute.getTime() - minute).toBeLessThanOrEqual(60_000); // the last entry is the current minute
-      expect(at(await countsByMinute(h.db, { minutes: 60, kind: 'b' }), minute)).toMatchObject({ completed: 2, failed: 2, dead: 1 });
+      expect(at(await countsByMinute(h.db, { minutes: 60, kind: 'b' }), minute)).toMatchObject({
+        completed: 2,
+        failed: 2,
+        dead: 1,
+      });
 
       expect(await rollUpCounts(h.db)).toBe(3);
       expect(await rollUpCounts(h.db)).toBe(0);
-      expect(await h.query(`SELECT kind, completed::int, failed::int, dead::int FROM pgdrain.job_totals ORDER BY kind`)).toEqual([
+      expect(
+        await h.query(`SELECT kind, completed::int, failed::int, dead::int FROM pgdrain.job_totals ORDER BY kind`),
+      ).toEqual([
         { kind: 'a', completed: 150, failed: 7, dead: 2 },
         { kind: 'b', completed: 5, failed: 1, dead: 1 },
       ]);
@@ -853,15 +1027,28 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
     it('complete-and-claim deletes only what its tokens still hold, counts it, and claims the next batch in claim order, in one statement', async () => {
       const [a, b, c, d] = await enqueueMany(h.db, [
-        { kind: 'k', payload: 1 }, { kind: 'k', payload: 2 }, { kind: 'k', payload: 3, priority: -1 }, { kind: 'k', payload: 4, priority: 5 },
+        { kind: 'k', payload: 1 },
+        { kind: 'k', payload: 2 },
+        { kind: 'k', payload: 3, priority: -1 },
+        { kind: 'k', payload: 4, priority: 5 },
       ]);
       const mine = await claim(h.db, { batchSize: 1, lockToken: 'w:1', ids: [a!.id] });
       const stolen = await claim(h.db, { batchSize: 1, lockToken: 'other:1', ids: [b!.id] });
       const forged = { ...stolen[0]!, lockedBy: 'w:1' }; // a token that no longer holds it
       const result = await completeAndClaim(h.db, [mine[0]!, forged], { batchSize: 5, lockToken: 'w:2' });
       expect(result.completed).toEqual([a!.id]);
-      expect(result.claimed.map((j) => [j.id, j.priority, j.attempts, j.lockedBy])).toEqual([[d!.id, 5, 1, 'w:2'], [c!.id, -1, 1, 'w:2']]);
-      expect(result.claimed[0]).toMatchObject({ kind: 'k', payload: 4, maxAttempts: 3, visibilitySeconds: null, runAt: expect.any(Date), createdAt: expect.any(Date) });
+      expect(result.claimed.map((j) => [j.id, j.priority, j.attempts, j.lockedBy])).toEqual([
+        [d!.id, 5, 1, 'w:2'],
+        [c!.id, -1, 1, 'w:2'],
+      ]);
+      expect(result.claimed[0]).toMatchObject({
+        kind: 'k',
+        payload: 4,
+        maxAttempts: 3,
+        visibilitySeconds: null,
+        runAt: expect.any(Date),
+        createdAt: expect.any(Date),
+      });
       expect(await h.query(`SELECT id::text, status, locked_by FROM pgdrain.jobs ORDER BY id`)).toEqual([
         { id: b!.id, status: 'running', locked_by: 'other:1' },
         { id: c!.id, status: 'running', locked_by: 'w:2' },
@@ -869,7 +1056,9 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       ]);
       expect(await countRows()).toEqual([{ kind: 'k', completed: 1, failed: 0, dead: 0, current: true }]);
       // Nothing left to claim: the deletions are still reported.
-      expect(await completeAndClaim(h.db, result.claimed, { batchSize: 5, lockToken: 'w:3' }, { recordCounts: false })).toEqual({
+      expect(
+        await completeAndClaim(h.db, result.claimed, { batchSize: 5, lockToken: 'w:3' }, { recordCounts: false }),
+      ).toEqual({
         completed: [c!.id, d!.id].sort(compareIds),
         claimed: [],
       });
@@ -878,7 +1067,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
     it('a drain settles its completions with its next claims: one statement per cycle, not two', async () => {
       const registry = new JobRegistry([defineJob({ kind: 'fine', schema: z.unknown(), handler: () => {} })]);
-      await enqueueMany(h.db, Array.from({ length: 200 }, (_, i) => ({ kind: 'fine', payload: i })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 200 }, (_, i) => ({ kind: 'fine', payload: i })),
+      );
       const dialect = new PgDialect();
       const statements = { merged: 0, deletesAlone: 0 };
       const counted = new Proxy(h.db, {
@@ -892,13 +1084,23 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
               }
             : Reflect.get(target, property, receiver),
       });
-      const report = await drain(counted, registry, { workerId: 'w', placement: 'far', batchSize: 10, maxBatchSize: 10, concurrency: 10, prefetch: 10 });
+      const report = await drain(counted, registry, {
+        workerId: 'w',
+        placement: 'far',
+        batchSize: 10,
+        maxBatchSize: 10,
+        concurrency: 10,
+        prefetch: 10,
+      });
       expect(report).toMatchObject({ claimed: 200, completed: 200, lost: 0 });
       expect(await count()).toBe(0);
       expect(statements.merged).toBeGreaterThanOrEqual(10);
       expect(statements.deletesAlone).toBeLessThan(statements.merged);
       // Off (the default, for drainers next to their database), every completion goes alone.
-      await enqueueMany(h.db, Array.from({ length: 50 }, (_, i) => ({ kind: 'fine', payload: i })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 50 }, (_, i) => ({ kind: 'fine', payload: i })),
+      );
       statements.merged = 0;
       expect(await drain(counted, registry, { workerId: 'w', batchSize: 10 })).toMatchObject({ completed: 50 });
       expect(statements.merged).toBe(0);
@@ -913,10 +1115,26 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       };
       const registry = new JobRegistry([
         defineJob({ kind: 'quick', schema: z.unknown(), handler: (_, { job }) => seen(job) }),
-        defineJob({ kind: 'slow', schema: z.unknown(), handler: async (_, { job }) => { seen(job); await sleep(100); } }),
+        defineJob({
+          kind: 'slow',
+          schema: z.unknown(),
+          handler: async (_, { job }) => {
+            seen(job);
+            await sleep(100);
+          },
+        }),
       ]);
-      await enqueueMany(h.db, Array.from({ length: 600 }, (_, i) => ({ kind: 'quick', payload: i })));
-      const quick = await drain(h.db, registry, { workerId: 'grow', batchSize: 10, maxBatchSize: 200, concurrency: 5, kinds: ['quick'] });
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 600 }, (_, i) => ({ kind: 'quick', payload: i })),
+      );
+      const quick = await drain(h.db, registry, {
+        workerId: 'grow',
+        batchSize: 10,
+        maxBatchSize: 200,
+        concurrency: 5,
+        kinds: ['quick'],
+      });
       expect(quick).toMatchObject({ claimed: 600, completed: 600, lost: 0 });
       expect(runs.size).toBe(600);
       expect([...runs.values()].every((n) => n === 1)).toBe(true);
@@ -927,8 +1145,17 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
       tokens.clear();
       runs.clear();
-      await enqueueMany(h.db, Array.from({ length: 60 }, (_, i) => ({ kind: 'slow', payload: i })));
-      const slow = await drain(h.db, registry, { workerId: 'stay', batchSize: 10, maxBatchSize: 200, concurrency: 5, kinds: ['slow'] });
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 60 }, (_, i) => ({ kind: 'slow', payload: i })),
+      );
+      const slow = await drain(h.db, registry, {
+        workerId: 'stay',
+        batchSize: 10,
+        maxBatchSize: 200,
+        concurrency: 5,
+        kinds: ['slow'],
+      });
       expect(slow).toMatchObject({ claimed: 60, completed: 60 });
       // 100 ms handlers outlast any local round trip, even on a loaded machine: claims stay at 10.
       expect(Math.max(...tokens.values())).toBeLessThanOrEqual(10);
@@ -937,9 +1164,16 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
     it('far from the database, a second claim goes out while the first is on its way once claims have grown, never a third', async () => {
       const runs = new Map<string, number>();
       const registry = new JobRegistry([
-        defineJob({ kind: 'quick', schema: z.unknown(), handler: (_, { job }) => void runs.set(job.id, (runs.get(job.id) ?? 0) + 1) }),
+        defineJob({
+          kind: 'quick',
+          schema: z.unknown(),
+          handler: (_, { job }) => void runs.set(job.id, (runs.get(job.id) ?? 0) + 1),
+        }),
       ]);
-      await enqueueMany(h.db, Array.from({ length: 3_000 }, (_, i) => ({ kind: 'quick', payload: i })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 3_000 }, (_, i) => ({ kind: 'quick', payload: i })),
+      );
       // Every statement takes 15 ms longer, as from a Worker to its database: the round trip, not the
       // handlers, is what limits this drain.
       const dialect = new PgDialect();
@@ -963,22 +1197,36 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
               }
             : Reflect.get(target, property, receiver),
       });
-      const report = await drain(distant, registry, { workerId: 'far', placement: 'far', batchSize: 10, maxBatchSize: 200, concurrency: 5 });
+      const report = await drain(distant, registry, {
+        workerId: 'far',
+        placement: 'far',
+        batchSize: 10,
+        maxBatchSize: 200,
+        concurrency: 5,
+      });
       expect(report).toMatchObject({ claimed: 3_000, completed: 3_000, lost: 0 });
       expect(runs.size).toBe(3_000);
       expect([...runs.values()].every((n) => n === 1)).toBe(true);
       expect(await count()).toBe(0);
       expect(claims.most).toBe(2);
       // Near the database (the sidecar's profile) one claim at a time, whatever the distance.
-      await enqueueMany(h.db, Array.from({ length: 500 }, (_, i) => ({ kind: 'quick', payload: i })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 500 }, (_, i) => ({ kind: 'quick', payload: i })),
+      );
       claims.most = 0;
-      expect(await drain(distant, registry, { workerId: 'near', batchSize: 10, concurrency: 5 })).toMatchObject({ completed: 500 });
+      expect(await drain(distant, registry, { workerId: 'near', batchSize: 10, concurrency: 5 })).toMatchObject({
+        completed: 500,
+      });
       expect(claims.most).toBe(1);
     });
 
     it('a drain of given ids (run-now) claims once when it gets them all, and settles them with nothing more', async () => {
       const registry = new JobRegistry([defineJob({ kind: 'fine', schema: z.unknown(), handler: () => {} })]);
-      const jobs = await enqueueMany(h.db, Array.from({ length: 3 }, (_, i) => ({ kind: 'fine', payload: i })));
+      const jobs = await enqueueMany(
+        h.db,
+        Array.from({ length: 3 }, (_, i) => ({ kind: 'fine', payload: i })),
+      );
       const other = await enqueue(h.db, { kind: 'fine', payload: 'not asked for' });
       const dialect = new PgDialect();
       const claims: string[] = [];
@@ -993,7 +1241,14 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
             : Reflect.get(target, property, receiver),
       });
       const ids = jobs.map((j) => j.id);
-      const report = await drain(counted, registry, { workerId: 'now', placement: 'far', ids, batchSize: ids.length, concurrency: ids.length, prefetch: 0 });
+      const report = await drain(counted, registry, {
+        workerId: 'now',
+        placement: 'far',
+        ids,
+        batchSize: ids.length,
+        concurrency: ids.length,
+        prefetch: 0,
+      });
       expect(report).toMatchObject({ claimed: 3, completed: 3, lost: 0 });
       expect(claims).toHaveLength(1);
       expect(await count()).toBe(1);
@@ -1002,7 +1257,13 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
     it('the drain settles a burst of failures in a few statements, not one per job, and counts them', async () => {
       const registry = new JobRegistry([
-        defineJob({ kind: 'flaky', schema: z.unknown(), handler: () => { throw new Error('down'); } }),
+        defineJob({
+          kind: 'flaky',
+          schema: z.unknown(),
+          handler: () => {
+            throw new Error('down');
+          },
+        }),
         defineJob({ kind: 'fine', schema: z.unknown(), handler: () => {} }),
       ]);
       await enqueueMany(h.db, [

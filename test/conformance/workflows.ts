@@ -20,7 +20,9 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
     let h: Harness;
     beforeAll(async () => {
       h = await createHarness();
-      await h.query('CREATE TABLE IF NOT EXISTS public.workflow_effects (job_id bigint NOT NULL, step text NOT NULL, at timestamptz NOT NULL DEFAULT now())');
+      await h.query(
+        'CREATE TABLE IF NOT EXISTS public.workflow_effects (job_id bigint NOT NULL, step text NOT NULL, at timestamptz NOT NULL DEFAULT now())',
+      );
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
@@ -30,16 +32,43 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
     });
 
     const run = (registry: JobRegistry, options: Partial<DrainOptions> = {}) =>
-      drain(h.db, registry, { workerId: 'workflows', batchSize: 20, concurrency: 10, transactions: h.transactions, ...options });
+      drain(h.db, registry, {
+        workerId: 'workflows',
+        batchSize: 20,
+        concurrency: 10,
+        transactions: h.transactions,
+        ...options,
+      });
     const job = async (id: string) =>
-      (await h.query(`SELECT status, attempts, result, last_error, locked_by, waiting_for FROM pgdrain.jobs_and_history WHERE id = $1`, [id]))[0]!;
+      (
+        await h.query(
+          `SELECT status, attempts, result, last_error, locked_by, waiting_for FROM pgdrain.jobs_and_history WHERE id = $1`,
+          [id],
+        )
+      )[0]!;
     const steps = async (id: string) =>
-      h.query<{ name: string; status: string; attempts: number; result: unknown; error: string | null; wake_at: Date | null; event: string | null; child_id: string | null }>(
+      h.query<{
+        name: string;
+        status: string;
+        attempts: number;
+        result: unknown;
+        error: string | null;
+        wake_at: Date | null;
+        event: string | null;
+        child_id: string | null;
+      }>(
         `SELECT name, status, attempts, result, error, wake_at, event, child_id::text FROM pgdrain.workflow_steps WHERE job_id = $1 ORDER BY position`,
         [id],
       );
-    const effects = async (id: string) => (await h.query<{ step: string }>(`SELECT step FROM public.workflow_effects WHERE job_id = $1 ORDER BY at, step`, [id])).map((r) => r.step);
-    const effect = (db: typeof h.db, jobId: string, step: string) => db.execute(sql`INSERT INTO public.workflow_effects (job_id, step) VALUES (${jobId}::bigint, ${step})`);
+    const effects = async (id: string) =>
+      (
+        await h.query<{ step: string }>(
+          `SELECT step FROM public.workflow_effects WHERE job_id = $1 ORDER BY at, step`,
+          [id],
+        )
+      ).map((r) => r.step);
+    const effect = (db: typeof h.db, jobId: string, step: string) =>
+      db.execute(sql`INSERT INTO public.workflow_effects (job_id, step) VALUES (${jobId}::bigint, ${step})`);
 
     it('runs each step once across attempts: a failed step runs again, stored ones return their result without running', async () => {
       const calls: Record<string, number> = {};
@@ -51,7 +80,10 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         backoff: { baseSeconds: 0.01, capSeconds: 0.01 },
         keepCompletedSeconds: 3600,
         run: async ({ n }, step) => {
-          const a = await step.run('a', () => ((calls.a = (calls.a ?? 0) + 1), { doubled: n * 2, at: new Date(0) }));
+          const a = await step.run('a', () => {
+            calls.a = (calls.a ?? 0) + 1;
+            return { doubled: n * 2, at: new Date(0) };
+          });
           const b = await step.run('b', ({ attempt }) => {
             calls.b = (calls.b ?? 0) + 1;
             if (failNext) {
@@ -75,8 +107,15 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       await run(registry);
       // The stored step returned its JSON (the Date as its string) without running again.
       expect(calls).toEqual({ a: 1, b: 2 });
-      expect(await job(id)).toMatchObject({ status: 'completed', attempts: 2, result: { a: { doubled: 10, at: '1970-01-01T00:00:00.000Z' }, b: 11 } });
-      expect((await steps(id)).map((s) => [s.name, s.status, s.attempts])).toEqual([['a', 'completed', 1], ['b', 'completed', 2]]);
+      expect(await job(id)).toMatchObject({
+        status: 'completed',
+        attempts: 2,
+        result: { a: { doubled: 10, at: '1970-01-01T00:00:00.000Z' }, b: 11 },
+      });
+      expect((await steps(id)).map((s) => [s.name, s.status, s.attempts])).toEqual([
+        ['a', 'completed', 1],
+        ['b', 'completed', 2],
+      ]);
     });
 
     it('a step result with no exact JSON form (NaN, Infinity, a Map, a class instance) fails the step, naming it; a Date is kept as its string', async () => {
@@ -86,9 +125,19 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
           this.x = x;
         }
       }
-      const bad: Record<string, () => unknown> = { nan: () => ({ n: NaN }), inf: () => [1, Infinity], map: () => new Map([['a', 1]]), point: () => ({ p: new Point(1) }) };
+      const bad: Record<string, () => unknown> = {
+        nan: () => ({ n: NaN }),
+        inf: () => [1, Infinity],
+        map: () => new Map([['a', 1]]),
+        point: () => ({ p: new Point(1) }),
+      };
       for (const [name, value] of Object.entries(bad)) {
-        const flow = defineWorkflow({ kind: `wf_bad_${name}`, schema: z.object({}), maxAttempts: 1, run: async (_p, step) => step.run(name, value) });
+        const flow = defineWorkflow({
+          kind: `wf_bad_${name}`,
+          schema: z.object({}),
+          maxAttempts: 1,
+          run: async (_p, step) => step.run(name, value),
+        });
         const { id } = await enqueue(h.db, flow, {});
         await run(new JobRegistry([flow]));
         const row = await job(id);
@@ -98,15 +147,19 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       }
     });
 
-    it('a transactional step\'s writes and its record commit together; a step name used twice is an error at the second call', async () => {
+    it("a transactional step's writes and its record commit together; a step name used twice is an error at the second call", async () => {
       const flow = defineWorkflow({
         kind: 'wf_tx',
         schema: z.object({}),
         maxAttempts: 1,
         run: async (_p, step, ctx) => {
-          await step.run('write', async ({ tx }) => {
-            await effect(tx, ctx.job.id, 'write');
-          }, { transactional: true });
+          await step.run(
+            'write',
+            async ({ tx }) => {
+              await effect(tx, ctx.job.id, 'write');
+            },
+            { transactional: true },
+          );
           await step.run('again', () => 1);
           await step.run('again', () => 2);
         },
@@ -125,10 +178,14 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         schema: z.object({}),
         maxAttempts: 1,
         run: async (_p, step, ctx) => {
-          await step.run('write', async ({ tx }) => {
-            await effect(tx, ctx.job.id, 'write');
-            throw new Error('after the write');
-          }, { transactional: true });
+          await step.run(
+            'write',
+            async ({ tx }) => {
+              await effect(tx, ctx.job.id, 'write');
+              throw new Error('after the write');
+            },
+            { transactional: true },
+          );
         },
       });
       const { id } = await enqueue(h.db, flow, {});
@@ -169,7 +226,11 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
     });
 
     it('a wake round stopped at its limit says more are due now; the round after wakes the rest', async () => {
-      const flow = defineWorkflow({ kind: 'wf_sleep_many', schema: z.object({ i: z.number() }), run: async (_p, step) => step.sleep('nap', 0.2) });
+      const flow = defineWorkflow({
+        kind: 'wf_sleep_many',
+        schema: z.object({ i: z.number() }),
+        run: async (_p, step) => step.sleep('nap', 0.2),
+      });
       const ids = [];
       for (let i = 0; i < 3; i++) ids.push((await enqueue(h.db, flow, { i })).id);
       const registry = new JobRegistry([flow]);
@@ -185,7 +246,11 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
     });
 
     it('the housekeeping round wakes a sleep whose drainer is gone', async () => {
-      const flow = defineWorkflow({ kind: 'wf_sleep_hk', schema: z.object({}), run: async (_p, step) => step.sleep('nap', 0.2) });
+      const flow = defineWorkflow({
+        kind: 'wf_sleep_hk',
+        schema: z.object({}),
+        run: async (_p, step) => step.sleep('nap', 0.2),
+      });
       const { id } = await enqueue(h.db, flow, {});
       await run(new JobRegistry([flow]));
       expect((await job(id)).status).toBe('waiting');
@@ -205,22 +270,35 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       await sendEvent(h.db, { event: 'fresh.news', key: 'k' });
       await h.query(`UPDATE pgdrain.events SET sent_at = now() - interval '2 days' WHERE event = 'old.news'`);
       // A run that is gone (its job deleted), and one still here.
-      await h.query(`INSERT INTO pgdrain.workflow_steps (job_id, name, position, status) VALUES (987654321, 'a', 0, 'completed'), (987654321, 'b', 1, 'completed')`);
-      const flow = defineWorkflow({ kind: 'wf_kept_steps', schema: z.object({}), run: async (_p, step) => step.sleep('nap', 3600) });
+      await h.query(
+        `INSERT INTO pgdrain.workflow_steps (job_id, name, position, status) VALUES (987654321, 'a', 0, 'completed'), (987654321, 'b', 1, 'completed')`,
+      );
+      const flow = defineWorkflow({
+        kind: 'wf_kept_steps',
+        schema: z.object({}),
+        run: async (_p, step) => step.sleep('nap', 3600),
+      });
       const { id } = await enqueue(h.db, flow, {});
       await run(new JobRegistry([flow]));
       const pruned = await pruneFinished(h.db, 20, 86_400);
       expect(pruned).toMatchObject({ events: 1, steps: 2 });
       expect(await h.query(`SELECT event FROM pgdrain.events`)).toEqual([{ event: 'fresh.news' }]);
-      expect(await h.query(`SELECT job_id::text AS id, name FROM pgdrain.workflow_steps`)).toEqual([{ id, name: 'nap' }]);
+      expect(await h.query(`SELECT job_id::text AS id, name FROM pgdrain.workflow_steps`)).toEqual([
+        { id, name: 'nap' },
+      ]);
     });
 
-    it('an event answers every run waiting on its event and key, in the sender\'s transaction; a rolled-back send wakes nothing', async () => {
+    it("an event answers every run waiting on its event and key, in the sender's transaction; a rolled-back send wakes nothing", async () => {
       const flow = defineWorkflow({
         kind: 'wf_event',
         schema: z.object({ user: z.number() }),
         keepCompletedSeconds: 60,
-        run: async ({ user }, step) => step.waitForEvent<{ at: string }>('verified', { event: 'email.verified', key: `user:${user}`, timeoutSeconds: 3600 }),
+        run: async ({ user }, step) =>
+          step.waitForEvent<{ at: string }>('verified', {
+            event: 'email.verified',
+            key: `user:${user}`,
+            timeoutSeconds: 3600,
+          }),
       });
       const registry = new JobRegistry([flow]);
       const a = await enqueue(h.db, flow, { user: 1 });
@@ -271,12 +349,31 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
     // Every JSON shape a step, an event or a child gives comes back as it went in when the run is
     // re-entered (issue 42: a JSON string was parsed twice on replay — 'hello' killed the run, '42'
     // came back a number, '{"x":1}' an object, and every Date result, stored as its ISO string, died).
-    it('every JSON shape comes back as it went in on replay: step results, event payloads, a child\'s result', async () => {
+    it("every JSON shape comes back as it went in on replay: step results, event payloads, a child's result", async () => {
       const shapes: Record<string, unknown> = {
-        word: 'hello', numeric: '42', objectText: '{"x":1}', quoted: '"q"', empty: '', unicode: 'zoë ✓', nullText: 'null',
-        number: 42, float: 1.5, negative: -7, zero: 0, yes: true, no: false, nothing: null, list: [1, 'two', null, { three: 3 }], object: { a: { b: ['c'] } },
+        word: 'hello',
+        numeric: '42',
+        objectText: '{"x":1}',
+        quoted: '"q"',
+        empty: '',
+        unicode: 'zoë ✓',
+        nullText: 'null',
+        number: 42,
+        float: 1.5,
+        negative: -7,
+        zero: 0,
+        yes: true,
+        no: false,
+        nothing: null,
+        list: [1, 'two', null, { three: 3 }],
+        object: { a: { b: ['c'] } },
       };
-      const child = defineJob({ kind: 'wf_shape_child', schema: z.object({}), keepCompletedSeconds: 600, handler: () => 'a child says hello' });
+      const child = defineJob({
+        kind: 'wf_shape_child',
+        schema: z.object({}),
+        keepCompletedSeconds: 600,
+        handler: () => 'a child says hello',
+      });
       const flow = defineWorkflow({
         kind: 'wf_shapes',
         schema: z.object({}),
@@ -288,7 +385,15 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
           await step.sleep('between', 0.05); // re-entered from here: every stored result is read back
           const event = await step.waitForEvent('word-event', { event: 'shaped', key: 'k' });
           const fromChild = await step.invoke('child', child, {});
-          return { got, date, event, fromChild, types: Object.fromEntries(Object.entries(got).map(([k, v]) => [k, v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v])) };
+          return {
+            got,
+            date,
+            event,
+            fromChild,
+            types: Object.fromEntries(
+              Object.entries(got).map(([k, v]) => [k, v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v]),
+            ),
+          };
         },
       });
       const registry = new JobRegistry([flow, child]);
@@ -302,8 +407,13 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(done.last_error).toBeNull();
       expect(done).toMatchObject({ status: 'completed' });
       expect(done.result).toEqual({
-        got: shapes, date: '2026-12-02T00:00:00.000Z', event: 'an event says hello', fromChild: 'a child says hello',
-        types: Object.fromEntries(Object.entries(shapes).map(([k, v]) => [k, v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v])),
+        got: shapes,
+        date: '2026-12-02T00:00:00.000Z',
+        event: 'an event says hello',
+        fromChild: 'a child says hello',
+        types: Object.fromEntries(
+          Object.entries(shapes).map(([k, v]) => [k, v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v]),
+        ),
       });
       // Read back by a later replay too (the stored rows, as loadSteps reads them).
       expect((await steps(id)).find((s) => s.name === 'word')).toMatchObject({ status: 'completed', result: 'hello' });
@@ -314,7 +424,9 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         kind: 'wf_timeout',
         schema: z.object({}),
         keepCompletedSeconds: 60,
-        run: async (_p, step) => ({ got: await step.waitForEvent('wait', { event: 'never', key: 'k', timeoutSeconds: 0.3 }) }),
+        run: async (_p, step) => ({
+          got: await step.waitForEvent('wait', { event: 'never', key: 'k', timeoutSeconds: 0.3 }),
+        }),
       });
       const registry = new JobRegistry([flow]);
       const { id } = await enqueue(h.db, flow, {});
@@ -355,12 +467,23 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(failed.status).toBe('dead');
       expect(failed.last_error).toMatch(/job \d+ it invoked ended dead: negative/);
       expect(childRuns).toBe(2);
-      expect(Number((await h.query(`SELECT count(*) AS n FROM pgdrain.jobs_and_history WHERE kind = 'wf_child'`))[0]!.n)).toBe(2);
+      expect(
+        Number((await h.query(`SELECT count(*) AS n FROM pgdrain.jobs_and_history WHERE kind = 'wf_child'`))[0]!.n),
+      ).toBe(2);
     });
 
     it('cancelling a waiting workflow ends its wait and cancels its pending child; bounds are errors naming the field', async () => {
-      const child = defineJob({ kind: 'wf_slow_child', schema: z.object({}), keepCompletedSeconds: 60, handler: () => 1 });
-      const parent = defineWorkflow({ kind: 'wf_cancel', schema: z.object({}), run: async (_p, step) => step.invoke('child', child, {}) });
+      const child = defineJob({
+        kind: 'wf_slow_child',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        handler: () => 1,
+      });
+      const parent = defineWorkflow({
+        kind: 'wf_cancel',
+        schema: z.object({}),
+        run: async (_p, step) => step.invoke('child', child, {}),
+      });
       const { id } = await enqueue(h.db, parent, {});
       await run(new JobRegistry([parent])); // drains the parent only: the child stays pending
       const [s] = await steps(id);
@@ -371,21 +494,25 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
 
       await expect(sendEvent(h.db, { event: 'bad name!', key: 'k' })).rejects.toMatchObject({ field: 'event' });
       await expect(sendEvent(h.db, { event: 'e', key: '' })).rejects.toMatchObject({ field: 'key' });
-      await expect(sendEvent(h.db, { event: 'e', key: 'k', payload: 'x'.repeat(70_000) })).rejects.toBeInstanceOf(EventValidationError);
-      await expect(h.query(`SELECT pgdrain.send_event('e', 'k', to_jsonb(repeat('x', 70000)))`)).rejects.toThrow(/at most 65536/);
+      await expect(sendEvent(h.db, { event: 'e', key: 'k', payload: 'x'.repeat(70_000) })).rejects.toBeInstanceOf(
+        EventValidationError,
+      );
+      await expect(h.query(`SELECT pgdrain.send_event('e', 'k', to_jsonb(repeat('x', 70000)))`)).rejects.toThrow(
+        /at most 65536/,
+      );
       expect(Number((await h.query(`SELECT count(*) AS n FROM pgdrain.events`))[0]!.n)).toBe(0);
     });
 
     it('a deploy that changes a workflow mid-run reuses stored names, runs new ones, and ignores removed ones', async () => {
       const ran: string[] = [];
-      const v1 = (p: unknown, step: WorkflowStep) =>
+      const v1 = (_p: unknown, step: WorkflowStep) =>
         (async () => {
           await step.run('one', () => void ran.push('one@v1'));
           await step.run('removed', () => void ran.push('removed@v1'));
           await step.sleep('pause', 0.1);
           await step.run('three', () => void ran.push('three@v1'));
         })();
-      const v2 = (p: unknown, step: WorkflowStep) =>
+      const v2 = (_p: unknown, step: WorkflowStep) =>
         (async () => {
           await step.run('one', () => void ran.push('one@v2'));
           await step.run('added', () => void ran.push('added@v2'));
@@ -415,7 +542,9 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       const { id } = await enqueue(h.db, flow, {});
       await run(new JobRegistry([flow]));
       expect((await job(id)).last_error).toMatch(/at most 1000 steps; step 's1000' is one more/);
-      expect(Number((await h.query(`SELECT count(*) AS n FROM pgdrain.workflow_steps WHERE job_id = $1`, [id]))[0]!.n)).toBe(1000);
+      expect(
+        Number((await h.query(`SELECT count(*) AS n FROM pgdrain.workflow_steps WHERE job_id = $1`, [id]))[0]!.n),
+      ).toBe(1000);
     }, 120_000);
   });
 }

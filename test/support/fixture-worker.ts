@@ -17,14 +17,40 @@ export interface FixtureWorker {
   stop(): Promise<void>;
 }
 
-export async function startFixtureWorker(options: { config: string; env: Record<string, string>; dir: string }): Promise<FixtureWorker> {
+export async function startFixtureWorker(options: {
+  config: string;
+  env: Record<string, string>;
+  dir: string;
+}): Promise<FixtureWorker> {
   const envFile = path.join(options.dir, `worker-${Date.now()}.env`);
-  await writeFile(envFile, Object.entries(options.env).map(([k, v]) => `${k}=${v}`).join('\n'), { mode: 0o600 });
+  await writeFile(
+    envFile,
+    Object.entries(options.env)
+      .map(([k, v]) => `${k}=${v}`)
+      .join('\n'),
+    { mode: 0o600 },
+  );
   const port = await freePort();
   const child: ChildProcess = spawn(
     path.join(ROOT, 'node_modules/.bin/wrangler'),
-    ['dev', '--config', options.config, '--ip', '127.0.0.1', '--port', String(port), '--test-scheduled', '--env-file', envFile],
-    { cwd: ROOT, env: { ...process.env, WRANGLER_SEND_METRICS: 'false' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+    [
+      'dev',
+      '--config',
+      options.config,
+      '--ip',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--test-scheduled',
+      '--env-file',
+      envFile,
+    ],
+    {
+      cwd: ROOT,
+      env: { ...process.env, WRANGLER_SEND_METRICS: 'false' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    },
   );
   let out = '';
   child.stdout!.on('data', (c) => (out += c));

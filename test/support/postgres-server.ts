@@ -16,7 +16,13 @@ export async function startTestServer(): Promise<{ adminUrl: string; stop: () =>
     password: 'test-password',
     // Durability is not under test here; speed is welcome. pg_stat_statements for the tests that
     // read what statements cost (test/stock-server.test.ts).
-    settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off', max_connections: 300, shared_preload_libraries: 'pg_stat_statements' },
+    settings: {
+      fsync: 'off',
+      synchronous_commit: 'off',
+      full_page_writes: 'off',
+      max_connections: 300,
+      shared_preload_libraries: 'pg_stat_statements',
+    },
   });
   return {
     adminUrl: server.url,

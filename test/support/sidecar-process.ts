@@ -17,7 +17,13 @@ export interface SidecarProcess {
 /** `fixture`: another sidecar script (the chaos suite's); default the one with the `record` kind. */
 export async function startSidecarProcess(env: Record<string, string>, fixture = FIXTURE): Promise<SidecarProcess> {
   const child = spawn(process.execPath, [fixture], {
-    env: { PATH: process.env.PATH ?? '', NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS ?? '', PORT: '0', LOG_LEVEL: 'info', ...env },
+    env: {
+      PATH: process.env.PATH ?? '',
+      NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS ?? '',
+      PORT: '0',
+      LOG_LEVEL: 'info',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -70,7 +76,12 @@ export async function startSidecarProcess(env: Record<string, string>, fixture =
   };
 }
 
-export async function until<T>(probe: () => Promise<T>, ok: (value: T) => boolean, timeoutMs = 15_000, what = 'condition'): Promise<T> {
+export async function until<T>(
+  probe: () => Promise<T>,
+  ok: (value: T) => boolean,
+  timeoutMs = 15_000,
+  what = 'condition',
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();

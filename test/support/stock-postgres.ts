@@ -27,14 +27,19 @@ export interface StockServer {
 export function findStockBinaries(): string | null {
   const root = '/usr/lib/postgresql';
   if (!existsSync(root)) return null;
-  const majors = readdirSync(root).filter((d) => /^\d+$/.test(d) && existsSync(path.join(root, d, 'bin', 'postgres'))).sort((a, b) => Number(b) - Number(a));
+  const majors = readdirSync(root)
+    .filter((d) => /^\d+$/.test(d) && existsSync(path.join(root, d, 'bin', 'postgres')))
+    .sort((a, b) => Number(b) - Number(a));
   return majors[0] ? path.join(root, majors[0], 'bin') : null;
 }
 
 /** Starts Debian's PostgreSQL with its defaults (plus `settings`, which tests should leave empty). */
 export async function startStockPostgres(settings: Record<string, string | number> = {}): Promise<StockServer> {
   const bin = findStockBinaries();
-  if (!bin) throw new Error("Debian's PostgreSQL is not installed: apt-get install -y postgresql (no /usr/lib/postgresql/N/bin/postgres)");
+  if (!bin)
+    throw new Error(
+      "Debian's PostgreSQL is not installed: apt-get install -y postgresql (no /usr/lib/postgresql/N/bin/postgres)",
+    );
   const asRoot = process.getuid?.() === 0;
   const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-stock-'));
   await chmod(dir, 0o755);
@@ -45,8 +50,17 @@ export async function startStockPostgres(settings: Record<string, string | numbe
     if (id.status !== 0) throw new Error("running as root needs the package's `postgres` user, which is missing");
     await chown(dir, Number(id.stdout), Number(gid.stdout));
   }
-  const run = (cmd: string, args: string[]) => (asRoot ? { cmd: 'runuser', args: ['-u', 'postgres', '--', cmd, ...args] } : { cmd, args });
-  const init = run(path.join(bin, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--no-instructions']);
+  const run = (cmd: string, args: string[]) =>
+    asRoot ? { cmd: 'runuser', args: ['-u', 'postgres', '--', cmd, ...args] } : { cmd, args };
+  const init = run(path.join(bin, 'initdb'), [
+    '-D',
+    data,
+    '-U',
+    'postgres',
+    '--auth=trust',
+    '--encoding=UTF8',
+    '--no-instructions',
+  ]);
   const initdb = spawnSync(init.cmd, init.args, { encoding: 'utf8' });
   if (initdb.status !== 0) throw new Error(`initdb failed: ${initdb.stderr || initdb.stdout}`);
   const port = await freePort();
@@ -59,7 +73,11 @@ export async function startStockPostgres(settings: Record<string, string | numbe
     max_connections: 300,
     ...settings,
   };
-  const start = run(path.join(bin, 'postgres'), ['-D', data, ...Object.entries(all).flatMap(([k, v]) => ['-c', `${k}=${v}`])]);
+  const start = run(path.join(bin, 'postgres'), [
+    '-D',
+    data,
+    ...Object.entries(all).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
+  ]);
   const child = spawn(start.cmd, start.args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   child.stderr.on('data', (chunk: Buffer) => {

@@ -26,7 +26,12 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-export async function startWorkerDev(options: { databaseUrl: string; hyperdrive: boolean; env: Record<string, string>; dataDir?: string }): Promise<WorkerDevProcess> {
+export async function startWorkerDev(options: {
+  databaseUrl: string;
+  hyperdrive: boolean;
+  env: Record<string, string>;
+  dataDir?: string;
+}): Promise<WorkerDevProcess> {
   const port = await freePort();
   const dataDir = options.dataDir ?? (await mkdtemp(path.join(os.tmpdir(), 'pgdrain-worker-dev-')));
   const args = [path.join(ROOT, 'src/dev/worker-dev.ts'), ...(options.hyperdrive ? ['--hyperdrive'] : [])];
@@ -60,7 +65,10 @@ export async function startWorkerDev(options: { databaseUrl: string; hyperdrive:
   };
   const stop = async () => {
     signal('SIGTERM');
-    const stopped = await Promise.race([exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 10_000))]);
+    const stopped = await Promise.race([
+      exited.then(() => true),
+      new Promise<boolean>((r) => setTimeout(() => r(false), 10_000)),
+    ]);
     if (!stopped) signal('SIGKILL');
     if (!options.dataDir) await rm(dataDir, { recursive: true, force: true });
   };
@@ -76,7 +84,10 @@ export async function startWorkerDev(options: { databaseUrl: string; hyperdrive:
       await stop();
       throw new Error(`dev:worker did not serve /healthz within 60 s:\n${out}`);
     }
-    const ok = await fetch(`${url}/healthz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`${url}/healthz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) break;
   }
   return { url, output: () => out, stop, kill };

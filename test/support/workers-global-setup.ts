@@ -4,7 +4,19 @@ import type { TestProject } from 'vitest/node';
 import { startWsProxy } from '../../src/dev/ws-proxy.ts';
 import { createMigratedDatabase, startTestServer } from './postgres-server.ts';
 
-export const WORKER_DATABASES = ['conformance', 'scheduled', 'api', 'hostile', 'client', 'tracing', 'hyperdrive_conformance', 'hyperdrive_scheduled', 'hyperdrive_tracing', 'clock', 'schedule_clock'] as const;
+export const WORKER_DATABASES = [
+  'conformance',
+  'scheduled',
+  'api',
+  'hostile',
+  'client',
+  'tracing',
+  'hyperdrive_conformance',
+  'hyperdrive_scheduled',
+  'hyperdrive_tracing',
+  'clock',
+  'schedule_clock',
+] as const;
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -16,7 +28,8 @@ declare module 'vitest' {
 export default async function setup(project: TestProject) {
   const server = await startTestServer();
   const urls: Record<string, string> = {};
-  for (const name of WORKER_DATABASES) urls[name] = await createMigratedDatabase(server.adminUrl, `pgdrain_worker_${name}_${process.pid}`);
+  for (const name of WORKER_DATABASES)
+    urls[name] = await createMigratedDatabase(server.adminUrl, `pgdrain_worker_${name}_${process.pid}`);
   const target = new URL(server.adminUrl);
   const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } });
   project.provide('workerDatabaseUrls', JSON.stringify(urls));

@@ -27,23 +27,39 @@ it('serves /healthz without a token and refuses the API without one', async () =
 });
 
 it('enqueues, reads, refuses bad input, and drains a noop job on the cron', async () => {
-  const res = await SELF.fetch('http://worker/jobs', { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'noop', payload: { via: 'worker' } }) });
+  const res = await SELF.fetch('http://worker/jobs', {
+    method: 'POST',
+    headers: auth,
+    body: JSON.stringify({ kind: 'noop', payload: { via: 'worker' } }),
+  });
   expect(res.status).toBe(201);
   const { id } = await res.json();
   const read = await SELF.fetch(`http://worker/jobs/${id}`, { headers: auth });
   expect(await read.json()).toMatchObject({ id, kind: 'noop', status: 'pending', payload: { via: 'worker' } });
 
-  const bad = await SELF.fetch('http://worker/jobs', { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'webhook', payload: { url: 'http://10.0.0.1/' } }) });
+  const bad = await SELF.fetch('http://worker/jobs', {
+    method: 'POST',
+    headers: auth,
+    body: JSON.stringify({ kind: 'webhook', payload: { url: 'http://10.0.0.1/' } }),
+  });
   expect(bad.status).toBe(422);
   const batch = await SELF.fetch('http://worker/jobs/batch', { method: 'POST', headers: auth, body: '{"jobs": [' });
   expect(batch.status).toBe(400);
   // The inputs that once gave 500s, a body over the limit, and a known route with another method.
-  for (const body of [`{"kind":"noop","payload":${'['.repeat(5000)}${']'.repeat(5000)}}`, '{"kind":"noop","payload":"\\ud800"}', '{"kind":"noop","payload":{},"runAt":"0000-01-01T00:00:00Z"}']) {
+  for (const body of [
+    `{"kind":"noop","payload":${'['.repeat(5000)}${']'.repeat(5000)}}`,
+    '{"kind":"noop","payload":"\\ud800"}',
+    '{"kind":"noop","payload":{},"runAt":"0000-01-01T00:00:00Z"}',
+  ]) {
     const refused = await SELF.fetch('http://worker/jobs', { method: 'POST', headers: auth, body });
     expect(refused.status).toBe(400);
     expect((await refused.json()).error.code).toBe('invalid_request');
   }
-  const tooLarge = await SELF.fetch('http://worker/jobs', { method: 'POST', headers: auth, body: JSON.stringify({ kind: 'noop', payload: 'x'.repeat(1_100_000) }) });
+  const tooLarge = await SELF.fetch('http://worker/jobs', {
+    method: 'POST',
+    headers: auth,
+    body: JSON.stringify({ kind: 'noop', payload: 'x'.repeat(1_100_000) }),
+  });
   expect(tooLarge.status).toBe(413);
   expect((await tooLarge.json()).error.code).toBe('body_too_large');
   const put = await SELF.fetch('http://worker/jobs', { method: 'PUT', headers: auth });
@@ -66,7 +82,7 @@ it('serves the dashboard, and counts what the cron ran in /stats/throughput and 
   expect(await page.text()).toContain('<script src="/dashboard/script.js" defer></script>');
   const script = await SELF.fetch('http://worker/dashboard/script.js');
   expect(script.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
-  expect(await script.text()).toContain("sessionStorage.getItem(TOKEN_KEY)");
+  expect(await script.text()).toContain('sessionStorage.getItem(TOKEN_KEY)');
 
   const batch = await SELF.fetch('http://worker/jobs/batch', {
     method: 'POST',
@@ -74,14 +90,20 @@ it('serves the dashboard, and counts what the cron ran in /stats/throughput and 
     body: JSON.stringify({ jobs: Array.from({ length: 7 }, (_, i) => ({ kind: 'noop', payload: { i } })) }),
   });
   expect(batch.status).toBe(201);
-  await h.query(`INSERT INTO pgdrain.job_counts (minute, kind, completed) VALUES (date_trunc('minute', now()) - interval '3 days', 'noop', 100)`);
+  await h.query(
+    `INSERT INTO pgdrain.job_counts (minute, kind, completed) VALUES (date_trunc('minute', now()) - interval '3 days', 'noop', 100)`,
+  );
   const ctx = createExecutionContext();
   await worker.scheduled(createScheduledController({ cron: '* * * * *' }), env as unknown as Env, ctx);
   await waitOnExecutionContext(ctx);
   // The cron folded the three-day-old minute into the totals.
-  expect(await h.query(`SELECT kind, completed::int FROM pgdrain.job_totals`)).toEqual([{ kind: 'noop', completed: 100 }]);
+  expect(await h.query(`SELECT kind, completed::int FROM pgdrain.job_totals`)).toEqual([
+    { kind: 'noop', completed: 100 },
+  ]);
 
-  const [counted] = await h.query(`SELECT sum(completed)::int AS completed FROM pgdrain.job_counts WHERE kind = 'noop' AND minute > now() - interval '1 hour'`);
+  const [counted] = await h.query(
+    `SELECT sum(completed)::int AS completed FROM pgdrain.job_counts WHERE kind = 'noop' AND minute > now() - interval '1 hour'`,
+  );
   expect(counted).toEqual({ completed: 7 });
   const { minutes } = await (await SELF.fetch('http://worker/stats/throughput?minutes=5', { headers: auth })).json();
   expect(minutes.reduce((s: number, m: { completed: number }) => s + m.completed, 0)).toBe(7);
@@ -93,7 +115,11 @@ it('serves the dashboard, and counts what the cron ran in /stats/throughput and 
 });
 
 it('scoped tokens from the API_TOKENS secret: each scope on each route, allowed or 403', async () => {
-  const tokens = { enqueue: 'worker-enqueue-token-0123', read: 'worker-read-token-01234567', admin: 'worker-admin-token-0123456' } as const;
+  const tokens = {
+    enqueue: 'worker-enqueue-token-0123',
+    read: 'worker-read-token-01234567',
+    admin: 'worker-admin-token-0123456',
+  } as const;
   for (const scope of TOKEN_SCOPES) {
     for (const route of SCOPED_ROUTES) {
       const res = await SELF.fetch(`http://worker${route.path}`, requestFor(route, tokens[scope]));
@@ -117,12 +143,16 @@ it('an unusable setting makes the API answer 503 naming it, and the cron invocat
   const res = await worker.fetch(new Request('http://worker/stats', { headers: auth }), misconfigured, ctx as never);
   await waitOnExecutionContext(ctx);
   expect(res.status).toBe(503);
-  expect(await res.json()).toEqual({ error: { code: 'not_configured', message: "the Worker's invalid settings: BATCH_SIZE: must be at most 1000" } });
+  expect(await res.json()).toEqual({
+    error: { code: 'not_configured', message: "the Worker's invalid settings: BATCH_SIZE: must be at most 1000" },
+  });
   // The page and the health check need no settings of the queue's; they still answer.
-  expect((await worker.fetch(new Request('http://worker/healthz'), misconfigured, createExecutionContext() as never)).status).toBe(200);
-  await expect(worker.scheduled(createScheduledController({ cron: '* * * * *' }), misconfigured, createExecutionContext())).rejects.toThrow(
-    'invalid settings: BATCH_SIZE: must be at most 1000',
-  );
+  expect(
+    (await worker.fetch(new Request('http://worker/healthz'), misconfigured, createExecutionContext() as never)).status,
+  ).toBe(200);
+  await expect(
+    worker.scheduled(createScheduledController({ cron: '* * * * *' }), misconfigured, createExecutionContext()),
+  ).rejects.toThrow('invalid settings: BATCH_SIZE: must be at most 1000');
   // Nothing was enqueued or claimed by either.
   expect(await rows()).toEqual(before);
 });

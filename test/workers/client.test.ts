@@ -27,25 +27,47 @@ beforeAll(async () => {
 afterAll(() => h?.close());
 
 async function failure(call: Promise<unknown>): Promise<PgdrainApiError> {
-  const error = await call.then(() => null, (e: unknown) => e);
+  const error = await call.then(
+    () => null,
+    (e: unknown) => e,
+  );
   expect(error).toBeInstanceOf(PgdrainApiError);
   return error as PgdrainApiError;
 }
 
 it('drives the Worker: enqueue, batch, get, list, stats, retry and delete, as documented', async () => {
   expect(await queue.health()).toEqual({ ok: true });
-  const one = contract.enqueued.parse(await queue.enqueue({ kind: 'noop', payload: { via: 'client' }, delaySeconds: 3600 }));
-  const batch = contract.batchEnqueued.parse(await queue.enqueueBatch([{ kind: 'noop', payload: 1, delaySeconds: 3600 }, { kind: 'noop', payload: 2, delaySeconds: 3600 }]));
-  expect(contract.job.parse(await queue.getJob(one.id))).toMatchObject({ id: one.id, payload: { via: 'client' }, status: 'pending' });
-  expect(contract.jobPage.parse(await queue.listJobs({ limit: 10 })).jobs.map((j) => j.id)).toEqual([...batch.ids].reverse().concat(one.id));
+  const one = contract.enqueued.parse(
+    await queue.enqueue({ kind: 'noop', payload: { via: 'client' }, delaySeconds: 3600 }),
+  );
+  const batch = contract.batchEnqueued.parse(
+    await queue.enqueueBatch([
+      { kind: 'noop', payload: 1, delaySeconds: 3600 },
+      { kind: 'noop', payload: 2, delaySeconds: 3600 },
+    ]),
+  );
+  expect(contract.job.parse(await queue.getJob(one.id))).toMatchObject({
+    id: one.id,
+    payload: { via: 'client' },
+    status: 'pending',
+  });
+  expect(contract.jobPage.parse(await queue.listJobs({ limit: 10 })).jobs.map((j) => j.id)).toEqual(
+    [...batch.ids].reverse().concat(one.id),
+  );
   expect(contract.queueStats.parse(await queue.stats()).kinds.noop).toMatchObject({ pending: 3, delayed: 3 });
-  const [dead] = await h.query<{ id: string }>(`INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts) VALUES ('noop', '{}', 'dead', 3, 3) RETURNING id::text`);
+  const [dead] = await h.query<{ id: string }>(
+    `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts) VALUES ('noop', '{}', 'dead', 3, 3) RETURNING id::text`,
+  );
   expect(contract.job.parse(await queue.retryJob(dead!.id))).toMatchObject({ status: 'pending', attempts: 0 });
   expect(await queue.deleteJob(dead!.id)).toBeUndefined();
 });
 
 it('the errors arrive typed: 401, 404, 409, 422', async () => {
-  expect(await failure(createClient({ baseUrl: 'https://queue.internal', token: 'wrong-token-0123456789', fetch: binding }).stats())).toMatchObject({ status: 401, code: 'unauthorized' });
+  expect(
+    await failure(
+      createClient({ baseUrl: 'https://queue.internal', token: 'wrong-token-0123456789', fetch: binding }).stats(),
+    ),
+  ).toMatchObject({ status: 401, code: 'unauthorized' });
   expect(await failure(queue.getJob('123456789'))).toMatchObject({ status: 404, code: 'not_found' });
   const { id } = await queue.enqueue({ kind: 'noop', payload: {}, delaySeconds: 3600 });
   expect(await failure(queue.retryJob(id))).toMatchObject({ status: 409, code: 'not_dead' });

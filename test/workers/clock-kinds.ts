@@ -13,7 +13,9 @@ const recordRun = defineJob({
   schema: z.object({ tag: z.string() }),
   transactional: true,
   handler: async ({ tag }, { tx, job }) => {
-    await tx.execute(sql`INSERT INTO public.clock_runs (tag, job_id, attempt, run_at) VALUES (${tag}, ${job.id}::bigint, ${job.attempts}, ${job.runAt.toISOString()}::timestamptz)`);
+    await tx.execute(
+      sql`INSERT INTO public.clock_runs (tag, job_id, attempt, run_at) VALUES (${tag}, ${job.id}::bigint, ${job.attempts}, ${job.runAt.toISOString()}::timestamptz)`,
+    );
   },
 });
 
@@ -26,7 +28,9 @@ const failOnce = defineJob({
   transactional: true,
   handler: async ({ tag }, { tx, job }) => {
     if (job.attempts === 1) throw new Error('first attempt fails');
-    await tx.execute(sql`INSERT INTO public.clock_runs (tag, job_id, attempt, run_at) VALUES (${tag}, ${job.id}::bigint, ${job.attempts}, ${job.runAt.toISOString()}::timestamptz)`);
+    await tx.execute(
+      sql`INSERT INTO public.clock_runs (tag, job_id, attempt, run_at) VALUES (${tag}, ${job.id}::bigint, ${job.attempts}, ${job.runAt.toISOString()}::timestamptz)`,
+    );
   },
 });
 
@@ -36,9 +40,13 @@ const sleepingFlow = defineWorkflow({
   kind: 'clock-flow',
   schema: z.object({ tag: z.string() }),
   run: async ({ tag }, step, { job }) => {
-    const record = (what: string) => async ({ tx }: StepContext) => {
-      await tx.execute(sql`INSERT INTO public.clock_runs (tag, job_id, attempt, run_at) VALUES (${`${tag}-${what}`}, ${job.id}::bigint, ${job.attempts}, now())`);
-    };
+    const record =
+      (what: string) =>
+      async ({ tx }: StepContext) => {
+        await tx.execute(
+          sql`INSERT INTO public.clock_runs (tag, job_id, attempt, run_at) VALUES (${`${tag}-${what}`}, ${job.id}::bigint, ${job.attempts}, now())`,
+        );
+      };
     await step.run('start', record('start'), { transactional: true });
     await step.sleep('nap', 1.5);
     await step.run('woke', record('woke'), { transactional: true });
@@ -55,5 +63,12 @@ export const clockQueue = createWorker({ jobs: CLOCK_KINDS });
 /** A queue with a schedule every 10 seconds (seconds first), on a database of its own. */
 export const scheduleQueue = createWorker({
   jobs: CLOCK_KINDS,
-  schedules: [defineSchedule({ name: 'clock-every-10s', cron: '*/10 * * * * *', kind: 'clock-run', payload: { tag: 'schedule' } })],
+  schedules: [
+    defineSchedule({
+      name: 'clock-every-10s',
+      cron: '*/10 * * * * *',
+      kind: 'clock-run',
+      payload: { tag: 'schedule' },
+    }),
+  ],
 });

@@ -2,7 +2,13 @@
 // something is due — with no cron tick at all here — and a cron that asks it first and leaves the
 // database alone when nothing is. Its alarms ring by themselves in real time; each test waits for
 // what they do. The clock's database and kinds are its own (test/workers/main.ts).
-import { createExecutionContext, createScheduledController, env, runDurableObjectAlarm, waitOnExecutionContext } from 'cloudflare:test';
+import {
+  createExecutionContext,
+  createScheduledController,
+  env,
+  runDurableObjectAlarm,
+  waitOnExecutionContext,
+} from 'cloudflare:test';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { alarmAt, decide, emptyClock, leaseTaken, looked, queueClock, told } from '../../src/worker/clock.ts';
 import type { Env } from '../../src/worker/create-worker.ts';
@@ -12,14 +18,17 @@ import { createNeonHarness } from './neon-harness.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-describe('the clock\'s decisions', () => {
+describe("the clock's decisions", () => {
   it('a new clock looks at once; then only what is due, or the backstop', () => {
     const hour = 3_600_000;
     expect(decide(emptyClock(), 1_000, hour)).toEqual({ drain: true, housekeep: true, reason: 'due' });
     const afterLook = looked(emptyClock(), { startedAt: 1_000, drainAt: null, housekeepAt: 50_000 }, 2_000);
     expect(decide(afterLook, 10_000, hour)).toEqual({ drain: false, housekeep: false, reason: 'idle' });
     expect(decide(afterLook, 50_000, hour)).toMatchObject({ housekeep: true, drain: false });
-    expect(decide(afterLook, 1_000 + hour, hour)).toMatchObject({ drain: true, reason: expect.stringMatching(/due|backstop/) });
+    expect(decide(afterLook, 1_000 + hour, hour)).toMatchObject({
+      drain: true,
+      reason: expect.stringMatching(/due|backstop/),
+    });
     expect(decide(told(afterLook, 20_000, 5_000), 20_000, hour)).toMatchObject({ drain: true, reason: 'due' });
     // BACKSTOP_POLL_SECONDS=0: every invocation looks, as without a clock.
     expect(decide(afterLook, 2_001, 0)).toMatchObject({ drain: true });
@@ -37,27 +46,41 @@ describe('the clock\'s decisions', () => {
     expect(state.told.length).toBeLessThan(5);
   });
 
-  it('a look that did not drain keeps the drain\'s moment; a lease told during a housekeeping look outlives it', () => {
+  it("a look that did not drain keeps the drain's moment; a lease told during a housekeeping look outlives it", () => {
     const known = told(emptyClock(), 90_000, 100);
     // Housekeeping alone (a lease's end): it learnt nothing of the jobs.
-    expect(looked(known, { startedAt: 1_000, housekeepAt: 500_000 }, 2_000)).toMatchObject({ drainAt: 90_000, housekeepAt: 500_000 });
+    expect(looked(known, { startedAt: 1_000, housekeepAt: 500_000 }, 2_000)).toMatchObject({
+      drainAt: 90_000,
+      housekeepAt: 500_000,
+    });
     // Another invocation took a lease ending at 40,000 while this look ran: its reap is still due then.
     const during = leaseTaken(known, 40_000, 1_500);
     expect(looked(during, { startedAt: 1_000, drainAt: 90_000, housekeepAt: 500_000 }, 2_000).housekeepAt).toBe(40_000);
-    expect(looked(during, { startedAt: 1_600, drainAt: 90_000, housekeepAt: 500_000 }, 2_000).housekeepAt).toBe(500_000);
+    expect(looked(during, { startedAt: 1_600, drainAt: 90_000, housekeepAt: 500_000 }, 2_000).housekeepAt).toBe(
+      500_000,
+    );
   });
 });
 
 describe('scheduled() and the alarm with the clock (Neon path)', () => {
   let h: Harness;
   const clockEnv = (vars: Partial<Env> = {}): Env =>
-    ({ ...(env as unknown as Env), DATABASE_URL: env.CLOCK_DATABASE_URL, PGDRAIN_CLOCK: env.TEST_CLOCK, ...vars }) as Env;
+    ({
+      ...(env as unknown as Env),
+      DATABASE_URL: env.CLOCK_DATABASE_URL,
+      PGDRAIN_CLOCK: env.TEST_CLOCK,
+      ...vars,
+    }) as Env;
   const clock = () => queueClock(clockEnv())!;
   const cron = () => createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() });
   const api = async (method: string, path: string, body?: unknown) => {
     const ctx = createExecutionContext();
     const res = await clockQueue.fetch(
-      new Request(`http://worker${path}`, { method, headers: { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) }),
+      new Request(`http://worker${path}`, {
+        method,
+        headers: { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      }),
       clockEnv(),
       ctx as never,
     );
@@ -79,18 +102,23 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
 
   beforeAll(async () => {
     h = await createNeonHarness(env.CLOCK_DATABASE_URL);
-    await h.query('CREATE TABLE IF NOT EXISTS public.clock_runs (tag text, job_id bigint, attempt int, run_at timestamptz, started_at timestamptz DEFAULT clock_timestamp())');
+    await h.query(
+      'CREATE TABLE IF NOT EXISTS public.clock_runs (tag text, job_id bigint, attempt int, run_at timestamptz, started_at timestamptz DEFAULT clock_timestamp())',
+    );
   });
   afterAll(() => h?.close());
   beforeEach(async () => {
-    await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.workflow_steps, pgdrain.events, public.clock_runs');
+    await h.query(
+      'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.workflow_steps, pgdrain.events, public.clock_runs',
+    );
     await clock().reset();
   });
 
   it('an idle queue: the first cron looks, the next ones send the database nothing', async () => {
     const first = await clockQueue.runScheduled(cron(), clockEnv());
     expect(first.looked).toBe('drain');
-    for (let i = 0; i < 10; i++) expect(await clockQueue.runScheduled(cron(), clockEnv())).toMatchObject({ looked: 'idle', claimed: 0 });
+    for (let i = 0; i < 10; i++)
+      expect(await clockQueue.runScheduled(cron(), clockEnv())).toMatchObject({ looked: 'idle', claimed: 0 });
     // The clock knows when housekeeping next has work (the history's partitions, tomorrow), and nothing for a drain.
     const state = await clock().state();
     expect(state.drainAt).toBeNull();
@@ -108,13 +136,15 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
     expect(run!.late_ms).toBeLessThan(1_000);
   });
 
-  it("a retry after its backoff, and an `after` child once its parent completed, start on time too", async () => {
+  it('a retry after its backoff, and an `after` child once its parent completed, start on time too', async () => {
     await clockQueue.runScheduled(cron(), clockEnv());
     await api('POST', '/jobs', { kind: 'clock-fail-once', payload: { tag: 'retry' } });
     const [retried] = await runs('retry');
     expect(retried).toMatchObject({ attempt: 2 });
     expect(retried!.late_ms).toBeLessThan(1_000);
-    const parent = await (await api('POST', '/jobs', { kind: 'clock-run', payload: { tag: 'parent' }, delaySeconds: 1 })).json();
+    const parent = await (
+      await api('POST', '/jobs', { kind: 'clock-run', payload: { tag: 'parent' }, delaySeconds: 1 })
+    ).json();
     await api('POST', '/jobs', { kind: 'clock-run', payload: { tag: 'child' }, after: [parent.id] });
     const [child] = await runs('child');
     const [ranParent] = await runs('parent');
@@ -140,9 +170,19 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
     expect(gap!.late_ms).toBeLessThan(1_000);
     // Now it waits for its event, holding nothing.
     for (const deadline = Date.now() + 5_000; Date.now() < deadline; await sleep(50)) {
-      if ((await h.query(`SELECT 1 FROM pgdrain.workflow_steps WHERE job_id = $1 AND name = 'go' AND status = 'waiting'`, [id])).length > 0) break;
+      if (
+        (
+          await h.query(
+            `SELECT 1 FROM pgdrain.workflow_steps WHERE job_id = $1 AND name = 'go' AND status = 'waiting'`,
+            [id],
+          )
+        ).length > 0
+      )
+        break;
     }
-    expect(await h.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([{ status: 'waiting', locked_by: null }]);
+    expect(await h.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
+      { status: 'waiting', locked_by: null },
+    ]);
     expect((await api('POST', '/events', { event: 'clock.go', key: 'flow:flow', payload: { n: 7 } })).status).toBe(201);
     const [done] = await runs('flow-done-7');
     expect(done, 'the event ran it on, by the alarm').toBeDefined();
@@ -160,11 +200,16 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
     await clock().leaseTaken(new Date(job!.until).getTime());
     const [run] = await runs('killed');
     expect(run).toMatchObject({ job_id: job!.id, attempt: 2 });
-    const late = (await h.query<{ ms: number }>(`SELECT (extract(epoch FROM started_at - $1::timestamptz) * 1000)::float8 AS ms FROM public.clock_runs WHERE tag = 'killed'`, [job!.until]))[0]!.ms;
+    const late = (
+      await h.query<{ ms: number }>(
+        `SELECT (extract(epoch FROM started_at - $1::timestamptz) * 1000)::float8 AS ms FROM public.clock_runs WHERE tag = 'killed'`,
+        [job!.until],
+      )
+    )[0]!.ms;
     expect(late).toBeLessThan(1_500);
   });
 
-  it('a job enqueued in SQL behind the Worker\'s back runs at the backstop; a reset clock looks at the next cron', async () => {
+  it("a job enqueued in SQL behind the Worker's back runs at the backstop; a reset clock looks at the next cron", async () => {
     await clockQueue.runScheduled(cron(), clockEnv());
     await h.query(`SELECT pgdrain.enqueue('clock-run', '{"tag": "sql"}')`);
     const backstop = { BACKSTOP_POLL_SECONDS: '2' } as Partial<Env>;
@@ -180,7 +225,10 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
 
   it('a clock that cannot be reached does not stop the cron: it looks at everything, as without one', async () => {
     await h.query(`SELECT pgdrain.enqueue('clock-run', '{"tag": "unreachable"}')`);
-    const failing = { idFromName: () => 'id', get: () => ({ fetch: () => Promise.reject(new Error('Durable Object unavailable')) }) };
+    const failing = {
+      idFromName: () => 'id',
+      get: () => ({ fetch: () => Promise.reject(new Error('Durable Object unavailable')) }),
+    };
     const report = await clockQueue.runScheduled(cron(), clockEnv({ PGDRAIN_CLOCK: failing } as Partial<Env>));
     expect(report).toMatchObject({ looked: 'drain', completed: 1 });
     expect(await runs('unreachable')).toHaveLength(1);
@@ -188,10 +236,16 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
 
   it('an alarm and crons at once on one backlog: every job runs exactly once', async () => {
     await clockQueue.runScheduled(cron(), clockEnv());
-    await h.query(`SELECT pgdrain.enqueue('clock-run', jsonb_build_object('tag', 'crowd')) FROM generate_series(1, 60)`);
+    await h.query(
+      `SELECT pgdrain.enqueue('clock-run', jsonb_build_object('tag', 'crowd')) FROM generate_series(1, 60)`,
+    );
     await clock().told(Date.now());
     const stub = env.TEST_CLOCK.get(env.TEST_CLOCK.idFromName('pgdrain'));
-    await Promise.all([runDurableObjectAlarm(stub), clockQueue.runScheduled(cron(), clockEnv({ BACKSTOP_POLL_SECONDS: '0' } as Partial<Env>)), clockQueue.runScheduled(cron(), clockEnv({ BACKSTOP_POLL_SECONDS: '0' } as Partial<Env>))]);
+    await Promise.all([
+      runDurableObjectAlarm(stub),
+      clockQueue.runScheduled(cron(), clockEnv({ BACKSTOP_POLL_SECONDS: '0' } as Partial<Env>)),
+      clockQueue.runScheduled(cron(), clockEnv({ BACKSTOP_POLL_SECONDS: '0' } as Partial<Env>)),
+    ]);
     const rows = await runs('crowd', 60);
     expect(rows).toHaveLength(60);
     expect(new Set(rows.map((r) => r.job_id)).size).toBe(60);
@@ -199,18 +253,27 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
   });
 });
 
-describe('a schedule\'s slot with the clock', () => {
+describe("a schedule's slot with the clock", () => {
   let h: Harness;
   beforeAll(async () => {
     h = await createNeonHarness(env.SCHEDULE_CLOCK_DATABASE_URL);
-    await h.query('CREATE TABLE IF NOT EXISTS public.clock_runs (tag text, job_id bigint, attempt int, run_at timestamptz, started_at timestamptz DEFAULT clock_timestamp())');
+    await h.query(
+      'CREATE TABLE IF NOT EXISTS public.clock_runs (tag text, job_id bigint, attempt int, run_at timestamptz, started_at timestamptz DEFAULT clock_timestamp())',
+    );
   });
   afterAll(() => h?.close());
 
   it('is enqueued and run within a second of the slot, by the alarm, with no cron tick', async () => {
-    const scheduleEnv = { ...(env as unknown as Env), DATABASE_URL: env.SCHEDULE_CLOCK_DATABASE_URL, PGDRAIN_CLOCK: env.TEST_SCHEDULE_CLOCK } as Env;
+    const scheduleEnv = {
+      ...(env as unknown as Env),
+      DATABASE_URL: env.SCHEDULE_CLOCK_DATABASE_URL,
+      PGDRAIN_CLOCK: env.TEST_SCHEDULE_CLOCK,
+    } as Env;
     // One look (a cron) tells the clock the next slot; then nothing but its alarm.
-    await scheduleQueue.runScheduled(createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }), scheduleEnv);
+    await scheduleQueue.runScheduled(
+      createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }),
+      scheduleEnv,
+    );
     const since = new Date();
     let rows: { late_ms: number }[] = [];
     for (const deadline = Date.now() + 25_000; rows.length < 1 && Date.now() < deadline; await sleep(200)) {

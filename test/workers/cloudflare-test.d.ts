@@ -25,7 +25,10 @@ declare module 'cloudflare:test' {
   export function createExecutionContext(): { waitUntil(p: Promise<unknown>): void; passThroughOnException(): void };
   export function waitOnExecutionContext(ctx: unknown): Promise<void>;
   export function runDurableObjectAlarm(stub: unknown): Promise<boolean>;
-  export function runInDurableObject<R>(stub: unknown, callback: (instance: any, state: any) => R | Promise<R>): Promise<R>;
+  export function runInDurableObject<R>(
+    stub: unknown,
+    callback: (instance: any, state: any) => R | Promise<R>,
+  ): Promise<R>;
   export function createScheduledController(options?: { scheduledTime?: Date | number; cron?: string }): {
     cron: string;
     scheduledTime: number;

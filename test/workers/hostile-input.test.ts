@@ -23,7 +23,15 @@ it('no generated request gets a 5xx, a stack, SQL or a secret from the Worker, a
     fc.asyncProperty(hostileRequests([env.API_TOKEN, readToken]), async (request) => {
       const [before] = await h.query(FINGERPRINT_SQL);
       const ctx = createExecutionContext();
-      const res = await worker.fetch(new Request(`http://worker${request.path}`, { method: request.method, headers: request.headers, body: request.body }), workerEnv as never, ctx as never);
+      const res = await worker.fetch(
+        new Request(`http://worker${request.path}`, {
+          method: request.method,
+          headers: request.headers,
+          body: request.body,
+        }),
+        workerEnv as never,
+        ctx as never,
+      );
       const text = await res.text();
       await waitOnExecutionContext(ctx);
       const broken = checkAnswer(res.status, res.headers.get('content-type'), text, secrets, request.method);

@@ -9,7 +9,11 @@ export default queue;
 
 /** Each clock's alarm looks at its own database, and is the Worker's PGDRAIN_CLOCK to itself. */
 const clockEnv = (env: Record<string, unknown>, database: string, binding: string) => ({
-  ...env, DATABASE_URL: env[database], PGDRAIN_CLOCK: env[binding], DRAIN_BUDGET_MS: '10000', BACKSTOP_POLL_SECONDS: '3600',
+  ...env,
+  DATABASE_URL: env[database],
+  PGDRAIN_CLOCK: env[binding],
+  DRAIN_BUDGET_MS: '10000',
+  BACKSTOP_POLL_SECONDS: '3600',
 });
 
 export class TestClock extends clockQueue.QueueClock {

@@ -8,13 +8,23 @@ import { workflowSuite } from '../conformance/workflows.ts';
 import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
 import { createHyperdriveHarness } from './hyperdrive-harness.ts';
 
-queueBehaviourSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE), {
-  drainJobs: 1_000,
-  historyRows: 100_000,
-});
+queueBehaviourSuite(
+  'node-postgres through Hyperdrive in workerd',
+  () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE),
+  {
+    drainJobs: 1_000,
+    historyRows: 100_000,
+  },
+);
 
-flowControlSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE));
+flowControlSuite('node-postgres through Hyperdrive in workerd', () =>
+  createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE),
+);
 
-jobLifecycleSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE), { fanIn: 1_000 });
+jobLifecycleSuite(
+  'node-postgres through Hyperdrive in workerd',
+  () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE),
+  { fanIn: 1_000 },
+);
 
 workflowSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE));

@@ -14,6 +14,8 @@ queueBehaviourSuite('neon-serverless in workerd', () => createNeonHarness(env.CO
 
 flowControlSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL));
 
-jobLifecycleSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL), { fanIn: 1_000 });
+jobLifecycleSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL), {
+  fanIn: 1_000,
+});
 
 workflowSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL));

@@ -26,8 +26,19 @@ const sleepJob = defineJob({
   handler: ({ ms }) => new Promise<void>((r) => setTimeout(r, ms)),
 });
 const hangJob = defineJob({ kind: 'hang', schema: z.unknown(), handler: () => new Promise<void>(() => {}) });
-const failJob = defineJob({ kind: 'fails', schema: z.unknown(), handler: () => { throw new Error('run-now failure'); } });
-const eagerJob = defineJob({ kind: 'eager', schema: z.object({ n: z.number() }), eager: true, handler: ({ n }) => void runs.set(n, (runs.get(n) ?? 0) + 1) });
+const failJob = defineJob({
+  kind: 'fails',
+  schema: z.unknown(),
+  handler: () => {
+    throw new Error('run-now failure');
+  },
+});
+const eagerJob = defineJob({
+  kind: 'eager',
+  schema: z.object({ n: z.number() }),
+  eager: true,
+  handler: ({ n }) => void runs.set(n, (runs.get(n) ?? 0) + 1),
+});
 
 // A job's whole life through the Worker itself: a transactional kind on the Worker's own
 // connections, a kept result read by a waiting request, a cancel that reaches a cron's handler.
@@ -37,7 +48,9 @@ const txJob = defineJob({
   transactional: true,
   keepCompletedSeconds: 60,
   handler: async (_, ctx) => {
-    await ctx.tx.execute(sql`INSERT INTO public.lifecycle_writes (job_id, attempt) VALUES (${ctx.job.id}::bigint, ${ctx.job.attempts})`);
+    await ctx.tx.execute(
+      sql`INSERT INTO public.lifecycle_writes (job_id, attempt) VALUES (${ctx.job.id}::bigint, ${ctx.job.attempts})`,
+    );
     if (ctx.job.attempts === 1) throw new Error('first attempt fails after writing');
     return { attempt: ctx.job.attempts };
   },
@@ -68,7 +81,11 @@ const worker = createWorker({ jobs: [countJob, sleepJob, hangJob, failJob, eager
 const cron = () => createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() });
 
 const PATHS = [
-  { name: 'Neon', database: { DATABASE_URL: env.SCHEDULED_DATABASE_URL }, harness: () => createNeonHarness(env.SCHEDULED_DATABASE_URL) },
+  {
+    name: 'Neon',
+    database: { DATABASE_URL: env.SCHEDULED_DATABASE_URL },
+    harness: () => createNeonHarness(env.SCHEDULED_DATABASE_URL),
+  },
   {
     name: 'Hyperdrive',
     database: { HYPERDRIVE: env.HYPERDRIVE_SCHEDULED, DATABASE_URL: undefined },
@@ -80,34 +97,54 @@ for (const path of PATHS) {
   const testEnv = (vars: Partial<Env> = {}): Env => ({ ...(env as unknown as Env), ...path.database, ...vars });
 
   let h: Harness;
-  const count = async (where = 'true') => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n);
+  const count = async (where = 'true') =>
+    Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE ${where}`))[0]!.n);
 
   describe(`scheduled() in workerd, ${path.name} path`, () => {
     beforeAll(async () => {
       h = await path.harness();
-      await h.query('CREATE TABLE IF NOT EXISTS public.lifecycle_writes (job_id bigint NOT NULL, attempt int NOT NULL)');
+      await h.query(
+        'CREATE TABLE IF NOT EXISTS public.lifecycle_writes (job_id bigint NOT NULL, attempt int NOT NULL)',
+      );
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.paused_kinds, pgdrain.schedules, pgdrain.job_dependencies, pgdrain.finished_jobs, public.lifecycle_writes');
+      await h.query(
+        'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.paused_kinds, pgdrain.schedules, pgdrain.job_dependencies, pgdrain.finished_jobs, public.lifecycle_writes',
+      );
       runs.clear();
     });
 
     const api = (method: string, path: string, body?: unknown) => {
       const headers: Record<string, string> = { authorization: `Bearer ${env.API_TOKEN}` };
       if (body !== undefined) headers['content-type'] = 'application/json';
-      return worker.fetch(new Request(`http://worker${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }), testEnv(), createExecutionContext() as never);
+      return worker.fetch(
+        new Request(`http://worker${path}`, {
+          method,
+          headers,
+          body: body === undefined ? undefined : JSON.stringify(body),
+        }),
+        testEnv(),
+        createExecutionContext() as never,
+      );
     };
 
-    it('a transactional kind on the Worker\'s own connections: the failed attempt\'s write is rolled back, the second commits once with its completion', async () => {
+    it("a transactional kind on the Worker's own connections: the failed attempt's write is rolled back, the second commits once with its completion", async () => {
       const [job] = await enqueueMany(h.db, [{ kind: 'tx', payload: {}, keepSeconds: 60 }]);
       expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ failed: 1, completed: 0 });
       expect(await h.query('SELECT attempt FROM public.lifecycle_writes')).toEqual([]);
       await h.query(`UPDATE pgdrain.jobs SET run_at = now()`);
       expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ completed: 1 });
-      expect(await h.query('SELECT job_id::text, attempt FROM public.lifecycle_writes')).toEqual([{ job_id: job!.id, attempt: 2 }]);
+      expect(await h.query('SELECT job_id::text, attempt FROM public.lifecycle_writes')).toEqual([
+        { job_id: job!.id, attempt: 2 },
+      ]);
       const read = await (await api('GET', `/jobs/${job!.id}`)).json();
-      expect(read).toMatchObject({ status: 'completed', attempts: 2, result: { attempt: 2 }, finishedAt: expect.any(String) });
+      expect(read).toMatchObject({
+        status: 'completed',
+        attempts: 2,
+        result: { attempt: 2 },
+        finishedAt: expect.any(String),
+      });
     });
 
     it('each cron invocation prunes the kept jobs whose time is up', async () => {
@@ -136,8 +173,12 @@ for (const path of PATHS) {
 
     it('POST /jobs/:id/cancel reaches a handler a cron invocation runs: aborted within a third of the visibility plus a second, the job ends cancelled', async () => {
       const [job] = await enqueueMany(h.db, [{ kind: 'cancellable', payload: {} }]);
-      const draining = worker.runScheduled(cron(), testEnv({ VISIBILITY_TIMEOUT_SECONDS: '3', DRAIN_BUDGET_MS: '8000' }));
-      for (let i = 0; i < 100 && (await count(`status = 'running'`)) === 0; i++) await new Promise((r) => setTimeout(r, 30));
+      const draining = worker.runScheduled(
+        cron(),
+        testEnv({ VISIBILITY_TIMEOUT_SECONDS: '3', DRAIN_BUDGET_MS: '8000' }),
+      );
+      for (let i = 0; i < 100 && (await count(`status = 'running'`)) === 0; i++)
+        await new Promise((r) => setTimeout(r, 30));
       const askedAt = Date.now();
       const res = await api('POST', `/jobs/${job!.id}/cancel`);
       expect(res.status).toBe(202);
@@ -173,12 +214,25 @@ for (const path of PATHS) {
       expect(runs.get(7)).toBe(1);
       expect(await count()).toBe(0);
       expect(lines).toEqual([
-        expect.objectContaining({ event: 'scheduled', cron: '* * * * *', claimed: 1, completed: 1, failed: 0, dead: 0, released: 0, reaped: 0, elapsedMs: expect.any(Number) }),
+        expect.objectContaining({
+          event: 'scheduled',
+          cron: '* * * * *',
+          claimed: 1,
+          completed: 1,
+          failed: 0,
+          dead: 0,
+          released: 0,
+          reaped: 0,
+          elapsedMs: expect.any(Number),
+        }),
       ]);
     });
 
     it('a backlog bigger than the budget: returns within budget + 1 s, leaves nothing running, and the next cron finishes', async () => {
-      await enqueueMany(h.db, Array.from({ length: 500 }, () => ({ kind: 'sleep', payload: { ms: 30 } })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 500 }, () => ({ kind: 'sleep', payload: { ms: 30 } })),
+      );
       const budgetMs = 1500;
       const started = Date.now();
       const first = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: String(budgetMs) }));
@@ -201,8 +255,12 @@ for (const path of PATHS) {
     it('a slow handler holds nothing back in a cron drain: jobs enqueued behind its back while it runs start within the poll, before it ends', async () => {
       await enqueueMany(h.db, [{ kind: 'sleep', payload: { ms: 5_000 } }]);
       const invocation = worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '12000' }));
-      for (let i = 0; i < 100 && (await count(`status = 'running'`)) === 0; i++) await new Promise((r) => setTimeout(r, 30));
-      await enqueueMany(h.db, Array.from({ length: 3 }, (_, n) => ({ kind: 'count', payload: { n } })));
+      for (let i = 0; i < 100 && (await count(`status = 'running'`)) === 0; i++)
+        await new Promise((r) => setTimeout(r, 30));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 3 }, (_, n) => ({ kind: 'count', payload: { n } })),
+      );
       for (let waited = 0; runs.size < 3; waited += 50) {
         if (waited > 4_000) throw new Error(`the quick jobs waited for the slow one: ${runs.size} of 3 ran`);
         await new Promise((r) => setTimeout(r, 50));
@@ -212,25 +270,39 @@ for (const path of PATHS) {
     });
 
     it('a handler that never resolves: the invocation still ends within budget + 1 s and the job is failed, not lost', async () => {
-      await enqueueMany(h.db, [{ kind: 'hang', payload: {} }, { kind: 'count', payload: { n: 1 } }]);
+      await enqueueMany(h.db, [
+        { kind: 'hang', payload: {} },
+        { kind: 'count', payload: { n: 1 } },
+      ]);
       const budgetMs = 1500;
       const started = Date.now();
       const report = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: String(budgetMs) }));
       expect(Date.now() - started).toBeLessThan(budgetMs + 1000);
       expect(report).toMatchObject({ claimed: 2, completed: 1, failed: 1 });
       expect(await h.query(`SELECT kind, status, attempts, locked_by, last_error FROM pgdrain.jobs`)).toEqual([
-        { kind: 'hang', status: 'pending', attempts: 1, locked_by: null, last_error: expect.stringContaining('budget') },
+        {
+          kind: 'hang',
+          status: 'pending',
+          attempts: 1,
+          locked_by: null,
+          last_error: expect.stringContaining('budget'),
+        },
       ]);
     });
 
     it('housekeeping goes beside the drain: a roll-up held up by a lock does not hold the jobs back', async () => {
-      await enqueueMany(h.db, Array.from({ length: 20 }, (_, n) => ({ kind: 'count', payload: { n } })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 20 }, (_, n) => ({ kind: 'count', payload: { n } })),
+      );
       // Another session holds the totals table the roll-up writes; the drain never touches it.
       const holder = await h.transactions();
       await holder.db.execute(sql`BEGIN`);
       await holder.db.execute(sql`LOCK TABLE pgdrain.job_totals IN ACCESS EXCLUSIVE MODE`);
       let settled = false;
-      const invocation = worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '10000' })).finally(() => (settled = true));
+      const invocation = worker
+        .runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '10000' }))
+        .finally(() => (settled = true));
       try {
         for (let waited = 0; (await count()) > 0; waited += 50) {
           if (waited > 8_000) throw new Error(`the drain waited for the housekeeping: ${await count()} jobs left`);
@@ -269,28 +341,46 @@ for (const path of PATHS) {
           },
         }),
       ]);
-      const [job] = await enqueueMany(h.db, [{ kind: 'webhook', payload: { url: 'https://hooks.example.com/x', body: { n: 1 } } }]);
+      const [job] = await enqueueMany(h.db, [
+        { kind: 'webhook', payload: { url: 'https://hooks.example.com/x', body: { n: 1 } } },
+      ]);
       expect(await drain(h.db, registry, { workerId: 'sign', placement: 'far' })).toMatchObject({ completed: 1 });
-      const headers = Object.fromEntries(['webhook-id', 'webhook-timestamp', 'webhook-signature'].map((name) => [name, sent[0]!.headers.get(name)!]));
+      const headers = Object.fromEntries(
+        ['webhook-id', 'webhook-timestamp', 'webhook-signature'].map((name) => [name, sent[0]!.headers.get(name)!]),
+      );
       expect(headers['webhook-id']).toBe(`msg_${job!.id}`);
       expect(new Webhook(secret).verify(sent[0]!.body, headers)).toEqual({ n: 1 });
     });
 
-    it("a Worker with a short visibility timeout leaves alone the jobs a sidecar holds on a longer lease", async () => {
+    it('a Worker with a short visibility timeout leaves alone the jobs a sidecar holds on a longer lease', async () => {
       // A sidecar (VISIBILITY_TIMEOUT_SECONDS=30) claimed these 5 s ago and renews them; the
       // Worker next to it is set to 2 s. Its reap applies the holder's lease, not its own.
-      await enqueueMany(h.db, Array.from({ length: 3 }, (_, n) => ({ kind: 'count', payload: { n } })));
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 3 }, (_, n) => ({ kind: 'count', payload: { n } })),
+      );
       await claim(h.db, { batchSize: 3, lockToken: 'sidecar-elsewhere:1', visibilityTimeoutSeconds: 30 });
-      await h.query(`UPDATE pgdrain.jobs SET locked_at = locked_at - interval '5 seconds', locked_until = locked_until - interval '5 seconds'`);
-      const report = await worker.runScheduled(cron(), testEnv({ VISIBILITY_TIMEOUT_SECONDS: '2', DRAIN_BUDGET_MS: '1000' }));
+      await h.query(
+        `UPDATE pgdrain.jobs SET locked_at = locked_at - interval '5 seconds', locked_until = locked_until - interval '5 seconds'`,
+      );
+      const report = await worker.runScheduled(
+        cron(),
+        testEnv({ VISIBILITY_TIMEOUT_SECONDS: '2', DRAIN_BUDGET_MS: '1000' }),
+      );
       expect(report).toMatchObject({ reaped: 0, reapedDead: 0, claimed: 0 });
       expect(await count(`status = 'running' AND locked_by = 'sidecar-elsewhere:1'`)).toBe(3);
       expect(runs.size).toBe(0);
     });
 
     it('two overlapping invocations on the same backlog run every job exactly once', async () => {
-      await enqueueMany(h.db, Array.from({ length: 300 }, (_, n) => ({ kind: 'count', payload: { n } })));
-      const [a, b] = await Promise.all([worker.runScheduled(cron(), testEnv()), worker.runScheduled(cron(), testEnv())]);
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 300 }, (_, n) => ({ kind: 'count', payload: { n } })),
+      );
+      const [a, b] = await Promise.all([
+        worker.runScheduled(cron(), testEnv()),
+        worker.runScheduled(cron(), testEnv()),
+      ]);
       expect(a!.claimed + b!.claimed).toBe(300);
       expect(a!.completed + b!.completed).toBe(300);
       expect(runs.size).toBe(300);
@@ -310,15 +400,17 @@ for (const path of PATHS) {
       const report = await scheduledWorker.runScheduled(cron(), testEnv());
       expect(report).toMatchObject({ scheduled: 1, claimed: 1, completed: 1 });
       expect(runs.get(1000)).toBe(1);
-      expect(await h.query(`SELECT skipped::int, last_slot = date_trunc('minute', now()) AS current FROM pgdrain.schedules`)).toEqual([
-        { skipped: 2, current: true },
-      ]);
+      expect(
+        await h.query(`SELECT skipped::int, last_slot = date_trunc('minute', now()) AS current FROM pgdrain.schedules`),
+      ).toEqual([{ skipped: 2, current: true }]);
       const list = await scheduledWorker.fetch(
         new Request('http://worker/schedules', { headers: { authorization: `Bearer ${env.API_TOKEN}` } }),
         testEnv(),
         createExecutionContext() as never,
       );
-      expect(((await list.json()) as { schedules: { name: string }[] }).schedules.map((s) => s.name)).toEqual(['each-minute']);
+      expect(((await list.json()) as { schedules: { name: string }[] }).schedules.map((s) => s.name)).toEqual([
+        'each-minute',
+      ]);
     });
 
     it('a paused kind is not claimed by scheduled() while other kinds are; resumed, the next cron drains it', async () => {
@@ -335,14 +427,20 @@ for (const path of PATHS) {
       expect(runs.size).toBe(5);
     });
 
-    it('with no DRAIN_BUDGET_MS the budget runs until a second before the same cron\'s next tick; the next invocation continues', async () => {
-      await enqueueMany(h.db, Array.from({ length: 1000 }, () => ({ kind: 'sleep', payload: { ms: 30 } })));
+    it("with no DRAIN_BUDGET_MS the budget runs until a second before the same cron's next tick; the next invocation continues", async () => {
+      await enqueueMany(
+        h.db,
+        Array.from({ length: 1000 }, () => ({ kind: 'sleep', payload: { ms: 30 } })),
+      );
       // A cron every 4 seconds (croner reads a seconds field; Cloudflare's crons are minutes, the
       // arithmetic is the same): the invocation of the last tick has until 1 s before the next.
       const scheduledTime = Math.floor(Date.now() / 4_000) * 4_000;
       const nextTick = scheduledTime + 4_000;
       const started = Date.now();
-      const first = await worker.runScheduled({ cron: '*/4 * * * * *', scheduledTime }, testEnv({ DRAIN_BUDGET_MS: '' }));
+      const first = await worker.runScheduled(
+        { cron: '*/4 * * * * *', scheduledTime },
+        testEnv({ DRAIN_BUDGET_MS: '' }),
+      );
       const expected = Math.max(1_000, nextTick - 1_000 - started);
       expect(first.budgetMs).toBeGreaterThan(expected - 300);
       expect(first.budgetMs).toBeLessThanOrEqual(expected);
@@ -358,12 +456,18 @@ for (const path of PATHS) {
     it('a */5 cron gets about five minutes; an explicit DRAIN_BUDGET_MS wins', async () => {
       const now = Date.now();
       const tick = Math.floor(now / 300_000) * 300_000;
-      const fiveMinutes = await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '' }));
+      const fiveMinutes = await worker.runScheduled(
+        { cron: '*/5 * * * *', scheduledTime: tick },
+        testEnv({ DRAIN_BUDGET_MS: '' }),
+      );
       // Never less than a second, even when the next tick is closer than that.
       expect(fiveMinutes.budgetMs).toBeGreaterThan(Math.max(1_000, tick + 300_000 - 1_000 - now) - 500);
       expect(fiveMinutes.budgetMs).toBeLessThanOrEqual(Math.max(1_000, tick + 300_000 - 1_000 - now));
       expect(fiveMinutes.stoppedBy).toBe('empty');
-      expect((await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '1500' }))).budgetMs).toBe(1500);
+      expect(
+        (await worker.runScheduled({ cron: '*/5 * * * *', scheduledTime: tick }, testEnv({ DRAIN_BUDGET_MS: '1500' })))
+          .budgetMs,
+      ).toBe(1500);
     });
 
     describe('runNow', () => {
@@ -397,7 +501,10 @@ for (const path of PATHS) {
       });
 
       it('racing a cron invocation for the same job, it runs exactly once', async () => {
-        const [{ ctx }] = await Promise.all([post('/jobs', { kind: 'count', payload: { n: 503 }, runNow: true }), worker.runScheduled(cron(), testEnv())]);
+        const [{ ctx }] = await Promise.all([
+          post('/jobs', { kind: 'count', payload: { n: 503 }, runNow: true }),
+          worker.runScheduled(cron(), testEnv()),
+        ]);
         await waitOnExecutionContext(ctx);
         await worker.runScheduled(cron(), testEnv()); // whatever the first cron missed
         expect(runs.get(503)).toBe(1);
@@ -408,9 +515,12 @@ for (const path of PATHS) {
         const { res, ctx } = await post('/jobs', { kind: 'fails', payload: {}, runNow: true });
         const { id } = (await res.json()) as { id: string };
         await waitOnExecutionContext(ctx);
-        expect(await h.query(`SELECT status, attempts, run_at > now() AS later, last_error FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
-          { status: 'pending', attempts: 1, later: true, last_error: 'run-now failure' },
-        ]);
+        expect(
+          await h.query(
+            `SELECT status, attempts, run_at > now() AS later, last_error FROM pgdrain.jobs WHERE id = $1`,
+            [id],
+          ),
+        ).toEqual([{ status: 'pending', attempts: 1, later: true, last_error: 'run-now failure' }]);
       });
 
       it('a batch with runNow whose slow jobs hold most slots: the quick ones run in the free slot, before the slow ones end', async () => {
@@ -429,7 +539,9 @@ for (const path of PATHS) {
       });
 
       it('a batch with runNow starts at most 20 and says how many wait for the cron', async () => {
-        const { res, ctx } = await post('/jobs/batch', { jobs: Array.from({ length: 30 }, (_, i) => ({ kind: 'count', payload: { n: 600 + i }, runNow: true })) });
+        const { res, ctx } = await post('/jobs/batch', {
+          jobs: Array.from({ length: 30 }, (_, i) => ({ kind: 'count', payload: { n: 600 + i }, runNow: true })),
+        });
         expect(await res.json()).toMatchObject({ runNow: { started: 20, deferred: 10 } });
         await waitOnExecutionContext(ctx);
         expect(runs.size).toBe(20);

@@ -26,8 +26,16 @@ const receipt = defineJob({
 const worker = createWorker({ jobs: [receipt], openTelemetry });
 
 const PATHS = [
-  { name: 'Neon', database: { DATABASE_URL: env.TRACING_DATABASE_URL }, harness: () => createNeonHarness(env.TRACING_DATABASE_URL) },
-  { name: 'Hyperdrive', database: { HYPERDRIVE: env.HYPERDRIVE_TRACING, DATABASE_URL: undefined }, harness: () => createHyperdriveHarness(env.HYPERDRIVE_TRACING) },
+  {
+    name: 'Neon',
+    database: { DATABASE_URL: env.TRACING_DATABASE_URL },
+    harness: () => createNeonHarness(env.TRACING_DATABASE_URL),
+  },
+  {
+    name: 'Hyperdrive',
+    database: { HYPERDRIVE: env.HYPERDRIVE_TRACING, DATABASE_URL: undefined },
+    harness: () => createHyperdriveHarness(env.HYPERDRIVE_TRACING),
+  },
 ] as const;
 
 let tracing: ReturnType<typeof registerTracing>;
@@ -58,7 +66,11 @@ for (const path of PATHS) {
       const res = await worker.fetch(
         new Request('http://worker/jobs', {
           method: 'POST',
-          headers: { authorization: `Bearer ${env.API_TOKEN}`, 'content-type': 'application/json', traceparent: caller },
+          headers: {
+            authorization: `Bearer ${env.API_TOKEN}`,
+            'content-type': 'application/json',
+            traceparent: caller,
+          },
           body: JSON.stringify({ kind: 'receipt', payload: { orderId: 7 } }),
         }),
         testEnv(),
@@ -67,10 +79,16 @@ for (const path of PATHS) {
       await waitOnExecutionContext(ctx);
       expect(res.status).toBe(201);
       const { id } = (await res.json()) as { id: string };
-      expect(await h.query(`SELECT traceparent FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([{ traceparent: expect.stringMatching(/^00-5bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$/) }]);
+      expect(await h.query(`SELECT traceparent FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
+        { traceparent: expect.stringMatching(/^00-5bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$/) },
+      ]);
 
       const sctx = createExecutionContext();
-      await worker.scheduled(createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }) as never, testEnv(), sctx);
+      await worker.scheduled(
+        createScheduledController({ cron: '* * * * *', scheduledTime: Date.now() }) as never,
+        testEnv(),
+        sctx,
+      );
       await waitOnExecutionContext(sctx);
       const spans = tracing.spans();
       const named = (name: string): ExportedSpan => {
@@ -80,10 +98,25 @@ for (const path of PATHS) {
       };
       const create = named('create receipt');
       const processed = named('process receipt');
-      expect(create).toMatchObject({ traceId: '5bf92f3577b34da6a3ce929d0e0e4736', parentSpanId: '10f067aa0ba902b7', kind: openTelemetry.SpanKind.PRODUCER });
-      expect(create.attributes).toMatchObject({ 'messaging.system': 'pgdrain', 'messaging.destination.name': 'receipt', 'messaging.message.id': id });
-      expect(processed).toMatchObject({ kind: openTelemetry.SpanKind.CONSUMER, links: [{ traceId: create.traceId, spanId: create.spanId }] });
-      expect(processed.attributes).toMatchObject({ 'messaging.message.id': id, 'pgdrain.job.outcome': 'completed', 'pgdrain.job.attempt': 1 });
+      expect(create).toMatchObject({
+        traceId: '5bf92f3577b34da6a3ce929d0e0e4736',
+        parentSpanId: '10f067aa0ba902b7',
+        kind: openTelemetry.SpanKind.PRODUCER,
+      });
+      expect(create.attributes).toMatchObject({
+        'messaging.system': 'pgdrain',
+        'messaging.destination.name': 'receipt',
+        'messaging.message.id': id,
+      });
+      expect(processed).toMatchObject({
+        kind: openTelemetry.SpanKind.CONSUMER,
+        links: [{ traceId: create.traceId, spanId: create.spanId }],
+      });
+      expect(processed.attributes).toMatchObject({
+        'messaging.message.id': id,
+        'pgdrain.job.outcome': 'completed',
+        'pgdrain.job.attempt': 1,
+      });
       expect(named('receive receipt').spanId).toBe(processed.parentSpanId);
       expect(named('render receipt')).toMatchObject({ traceId: processed.traceId, parentSpanId: processed.spanId });
     });

@@ -86,7 +86,8 @@ function topAndLogin() {
 function totalsAndKinds(options: DashboardPageOptions) {
   return html`  <section class="cards" aria-label="Totals">
     ${STATES.map(
-      ([key, label, hint]) => html`<div class="card ${key}"><span class="label">${label}</span><span class="value" id="total-${key}">–</span><span class="hint">${hint}</span></div>`,
+      ([key, label, hint]) =>
+        html`<div class="card ${key}"><span class="label">${label}</span><span class="value" id="total-${key}">–</span><span class="hint">${hint}</span></div>`,
     )}
     <div class="card age" id="oldest-card"><span class="label">Oldest ready job</span><span class="value" id="oldest-ready">–</span><span class="hint">warning past ${options.oldestReadyWarnSeconds} s</span></div>
   </section>

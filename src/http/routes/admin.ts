@@ -31,7 +31,8 @@ export function adminRoutes(app: Hono<AppEnv>): void {
     const id = jobIdParam(c);
     const result = await c.var.api.withDb((db) => retryDead(db, id));
     if (result.outcome === 'not_found') throw jobNotFound(id);
-    if (result.outcome === 'not_dead') throw new ApiError(409, 'not_dead', `job ${id} is ${result.status}; only dead jobs can be retried`);
+    if (result.outcome === 'not_dead')
+      throw new ApiError(409, 'not_dead', `job ${id} is ${result.status}; only dead jobs can be retried`);
     c.var.api.jobsDue?.(result.job.runAt);
     return c.json(jobJson(result.job, c.var.api.registry));
   });
@@ -40,7 +41,8 @@ export function adminRoutes(app: Hono<AppEnv>): void {
     const id = jobIdParam(c);
     const result = await c.var.api.withDb((db) => deleteJob(db, id));
     if (result.outcome === 'not_found') throw jobNotFound(id);
-    if (result.outcome === 'running') throw new ApiError(409, 'running', `job ${id} is running; wait until it settles, then delete it`);
+    if (result.outcome === 'running')
+      throw new ApiError(409, 'running', `job ${id} is running; wait until it settles, then delete it`);
     return c.body(null, 204);
   });
 }

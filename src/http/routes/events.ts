@@ -20,7 +20,11 @@ export function eventRoutes(app: Hono<AppEnv>): void {
       checked = checkedEvent(input);
     } catch (error) {
       if (!(error instanceof EventValidationError)) throw error;
-      throw new ApiError(error.tooLarge ? 413 : 400, error.tooLarge ? 'payload_too_large' : 'invalid_request', error.message);
+      throw new ApiError(
+        error.tooLarge ? 413 : 400,
+        error.tooLarge ? 'payload_too_large' : 'invalid_request',
+        error.message,
+      );
     }
     const id = await c.var.api.withDb((db) => sendEvent(db, checked));
     // Runs it answered are pending now: whoever drains is told (the Worker's clock).

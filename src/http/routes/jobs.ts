@@ -4,10 +4,27 @@ import type { Context, Hono } from 'hono';
 import { FINAL_STATUSES } from '../../db/schema.ts';
 import { type EnqueueRequest, prepareEnqueue } from '../../jobs/enqueue.ts';
 import { JobValidationError, type JobRegistry } from '../../jobs/registry.ts';
-import { type Db, UnknownDependencyError, cancel, getFinishedJob, getJob, listJobs, loadSteps, watchJob } from '../../queries/index.ts';
+import {
+  type Db,
+  UnknownDependencyError,
+  cancel,
+  getFinishedJob,
+  getJob,
+  listJobs,
+  loadSteps,
+  watchJob,
+} from '../../queries/index.ts';
 import { access } from '../auth.ts';
 import type { ApiRuntime, AppEnv } from '../context.ts';
-import { type GoneJob, type Job as JobBody, type JobInput, batchInput, getJobQuery, jobInput, listQuery } from '../contract.ts';
+import {
+  type GoneJob,
+  type Job as JobBody,
+  type JobInput,
+  batchInput,
+  getJobQuery,
+  jobInput,
+  listQuery,
+} from '../contract.ts';
 import { jobJson, jobSummaryJson, stepJson } from '../job-json.ts';
 import { ApiError, jobNotFound } from '../errors.ts';
 import { jobIdParam, parseInput, readJson } from '../input.ts';
@@ -17,6 +34,12 @@ import { describe } from '../openapi.ts';
 export const MAX_RUN_NOW = 20;
 
 export function jobRoutes(app: Hono<AppEnv>): void {
+  enqueueRoutes(app);
+  readAndCancelRoutes(app);
+}
+
+/** POST /jobs and POST /jobs/batch. */
+function enqueueRoutes(app: Hono<AppEnv>): void {
   app.post('/jobs', describe.enqueue, access('enqueue'), async (c) => {
     const input = parseInput(jobInput, await readJson(c), '');
     const prepared = prepare(c, [input], '');
@@ -38,20 +61,29 @@ export function jobRoutes(app: Hono<AppEnv>): void {
     // Stored whole or not at all (one statement, or one transaction where jobs go one by one).
     const result = await c.var.api.withDb((db) => prepared.send(db)).catch(refuseUnknownDependency('jobs: '));
     const ids = result.map((j) => j.id);
-    const asked = c.var.api.runNow ? result.filter((j, i) => wantsRunNow(c.var.api, input.jobs[i]!) && j.status === 'pending').map((j) => j.id) : [];
+    const asked = c.var.api.runNow
+      ? result.filter((j, i) => wantsRunNow(c.var.api, input.jobs[i]!) && j.status === 'pending').map((j) => j.id)
+      : [];
     // At most MAX_RUN_NOW start in this invocation; the answer says how many wait for the drainer.
     const started = asked.slice(0, MAX_RUN_NOW);
     const runningNow = new Set(started);
-    const earliest = result.filter((j) => j.status === 'pending' && !j.deduplicated && !runningNow.has(j.id)).reduce<Date | null>((at, j) => (at === null || j.runAt < at ? j.runAt : at), null);
+    const earliest = result
+      .filter((j) => j.status === 'pending' && !j.deduplicated && !runningNow.has(j.id))
+      .reduce<Date | null>((at, j) => (at === null || j.runAt < at ? j.runAt : at), null);
     if (earliest) c.var.api.jobsDue?.(earliest);
     if (started.length === 0) return c.json({ ids }, 201);
     c.var.api.runNow!(started);
     return c.json({ ids, runNow: { started: started.length, deferred: asked.length - started.length } }, 201);
   });
+}
 
+/** GET /jobs, GET /jobs/:id and POST /jobs/:id/cancel. */
+function readAndCancelRoutes(app: Hono<AppEnv>): void {
   app.get('/jobs', describe.listJobs, access('read'), async (c) => {
     const query = parseInput(listQuery, c.req.query(), 'query.');
-    const page = await c.var.api.withDb((db) => listJobs(db, { status: query.status, kind: query.kind, limit: query.limit, before: query.cursor }));
+    const page = await c.var.api.withDb((db) =>
+      listJobs(db, { status: query.status, kind: query.kind, limit: query.limit, before: query.cursor }),
+    );
     return c.json({ jobs: page.jobs.map((j) => jobSummaryJson(j, c.var.api.registry)), nextCursor: page.nextCursor });
   });
 
@@ -68,15 +100,28 @@ export function jobRoutes(app: Hono<AppEnv>): void {
     const body = jobJson(found.job, c.var.api.registry);
     if (found.steps.length === 0) return c.json(body);
     const steps = found.steps.map(stepJson);
-    return c.json({ ...body, steps, waitingOn: found.job.status === 'waiting' ? (steps.find((s) => s.status === 'sleeping' || s.status === 'waiting') ?? null) : null });
+    return c.json({
+      ...body,
+      steps,
+      waitingOn:
+        found.job.status === 'waiting'
+          ? (steps.find((s) => s.status === 'sleeping' || s.status === 'waiting') ?? null)
+          : null,
+    });
   });
 
   app.post('/jobs/:id/cancel', describe.cancelJob, access('admin'), async (c) => {
     const id = jobIdParam(c);
     const result = await c.var.api.withDb((db) => cancel(db, id));
     if (result.outcome === 'not_found') throw jobNotFound(id);
-    if (result.outcome === 'not_cancellable') throw new ApiError(409, 'not_cancellable', `job ${id} is ${result.status}; only a pending, waiting or running job can be cancelled`);
-    if (result.outcome === 'cancelling') return c.json({ id, status: 'running' as const, cancelRequested: true as const }, 202);
+    if (result.outcome === 'not_cancellable')
+      throw new ApiError(
+        409,
+        'not_cancellable',
+        `job ${id} is ${result.status}; only a pending, waiting or running job can be cancelled`,
+      );
+    if (result.outcome === 'cancelling')
+      return c.json({ id, status: 'running' as const, cancelRequested: true as const }, 202);
     return c.json({ id, status: 'cancelled' as const, cancelRequested: true as const }, 200);
   });
 }
@@ -110,7 +155,11 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
         }
       }
       if (!current) {
-        throw new ApiError(404, 'not_found', `job ${id} does not exist: it may have completed and been deleted before the wait began (a kind that keeps nothing leaves no trace; give it keepCompletedSeconds to wait for its jobs reliably)`);
+        throw new ApiError(
+          404,
+          'not_found',
+          `job ${id} does not exist: it may have completed and been deleted before the wait began (a kind that keeps nothing leaves no trace; give it keepCompletedSeconds to wait for its jobs reliably)`,
+        );
       }
       return current;
     });
@@ -124,7 +173,15 @@ async function readJobOrNote(db: Db, id: string, registry: JobRegistry): Promise
   const job = await getJob(db, id);
   if (job) return jobJson(job, registry);
   const note = await getFinishedJob(db, id);
-  return note ? { id: note.id, kind: note.kind, status: note.status as GoneJob['status'], finishedAt: note.finishedAt.toISOString(), gone: true } : null;
+  return note
+    ? {
+        id: note.id,
+        kind: note.kind,
+        status: note.status as GoneJob['status'],
+        finishedAt: note.finishedAt.toISOString(),
+        gone: true,
+      }
+    : null;
 }
 
 /** A sleep that wake() ends early (a wake with nobody sleeping is kept for the next sleep). */
@@ -155,7 +212,8 @@ class Wakeup {
 /** An `after` naming jobs that do not exist: a 400 saying which. */
 function refuseUnknownDependency(prefix: string) {
   return (error: unknown): never => {
-    if (error instanceof UnknownDependencyError) throw new ApiError(400, 'unknown_dependency', `${prefix}${error.message}`);
+    if (error instanceof UnknownDependencyError)
+      throw new ApiError(400, 'unknown_dependency', `${prefix}${error.message}`);
     throw error;
   };
 }
@@ -169,11 +227,20 @@ function wantsRunNow(api: ApiRuntime, input: JobInput): boolean {
 function prepare(c: Context<AppEnv>, inputs: readonly JobInput[], list: '' | 'jobs') {
   const requests = inputs.map((input): EnqueueRequest => {
     const { kind, payload, runAt, delaySeconds, key, runNow: _runNow, ...options } = input;
-    const at = runAt !== undefined ? new Date(runAt) : delaySeconds !== undefined ? new Date(Date.now() + delaySeconds * 1000) : undefined;
+    const at =
+      runAt !== undefined
+        ? new Date(runAt)
+        : delaySeconds !== undefined
+          ? new Date(Date.now() + delaySeconds * 1000)
+          : undefined;
     return { kind, payload, ...options, runAt: at, dedupeKey: key };
   });
   try {
-    return prepareEnqueue(requests, { registry: c.var.api.registry, unknownKinds: 'refuse', traceParent: c.req.header('traceparent') });
+    return prepareEnqueue(requests, {
+      registry: c.var.api.registry,
+      unknownKinds: 'refuse',
+      traceParent: c.req.header('traceparent'),
+    });
   } catch (error) {
     if (!(error instanceof JobValidationError)) throw error;
     const at = list ? `${list}[${error.index ?? 0}]` : '';

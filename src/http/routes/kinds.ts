@@ -16,9 +16,14 @@ import { describe } from '../openapi.ts';
 async function knownKind(c: Context<AppEnv>): Promise<string> {
   const kind = c.req.param('kind') ?? '';
   const { registry, withDb } = c.var.api;
-  const known = KIND_PATTERN.test(kind) && (registry.get(kind) !== undefined || (await withDb((db) => kindInQueue(db, kind))));
+  const known =
+    KIND_PATTERN.test(kind) && (registry.get(kind) !== undefined || (await withDb((db) => kindInQueue(db, kind))));
   if (!known) {
-    throw new ApiError(404, 'not_found', `unknown job kind ${JSON.stringify(kind.slice(0, 100))}: not registered here and no such jobs in the queue; registered kinds: ${registry.kinds().join(', ')}`);
+    throw new ApiError(
+      404,
+      'not_found',
+      `unknown job kind ${JSON.stringify(kind.slice(0, 100))}: not registered here and no such jobs in the queue; registered kinds: ${registry.kinds().join(', ')}`,
+    );
   }
   return kind;
 }
@@ -42,10 +47,18 @@ function refuseLimitsThatDoNothing(c: Context<AppEnv>, kind: string, withRate: b
   if (!definition) return;
   const { globalConcurrency, groupConcurrency, rateLimit } = definition;
   if (globalConcurrency === undefined && groupConcurrency === undefined && rateLimit === undefined) {
-    throw new ApiError(422, 'not_limited', `kind ${kind} is claimed without limits (it has no globalConcurrency, groupConcurrency or rateLimit): a key's own limits would do nothing; give the kind a limit first`);
+    throw new ApiError(
+      422,
+      'not_limited',
+      `kind ${kind} is claimed without limits (it has no globalConcurrency, groupConcurrency or rateLimit): a key's own limits would do nothing; give the kind a limit first`,
+    );
   }
   if (withRate && !rateLimit?.perGroup) {
-    throw new ApiError(422, 'not_limited', `kind ${kind} has no rateLimit with perGroup: true, so a key's own rate would do nothing; give only concurrency, or limit the kind's rate per group`);
+    throw new ApiError(
+      422,
+      'not_limited',
+      `kind ${kind} has no rateLimit with perGroup: true, so a key's own rate would do nothing; give only concurrency, or limit the kind's rate per group`,
+    );
   }
 }
 
@@ -70,13 +83,18 @@ export function kindRoutes(app: Hono<AppEnv>): void {
   });
 
   for (const action of ['pause', 'resume'] as const) {
-    app.post(`/kinds/:kind/${action}`, action === 'pause' ? describe.pauseKind : describe.resumeKind, access('admin'), async (c) => {
-      const kind = await knownKind(c);
-      const { withDb } = c.var.api;
-      await withDb((db) => (action === 'pause' ? pauseKind(db, kind) : resumeKind(db, kind)));
-      // Its ready jobs may be claimed again now.
-      if (action === 'resume') c.var.api.jobsDue?.(new Date());
-      return c.json({ kind, paused: action === 'pause' });
-    });
+    app.post(
+      `/kinds/:kind/${action}`,
+      action === 'pause' ? describe.pauseKind : describe.resumeKind,
+      access('admin'),
+      async (c) => {
+        const kind = await knownKind(c);
+        const { withDb } = c.var.api;
+        await withDb((db) => (action === 'pause' ? pauseKind(db, kind) : resumeKind(db, kind)));
+        // Its ready jobs may be claimed again now.
+        if (action === 'resume') c.var.api.jobsDue?.(new Date());
+        return c.json({ kind, paused: action === 'pause' });
+      },
+    );
   }
 }

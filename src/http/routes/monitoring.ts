@@ -15,7 +15,10 @@ export function monitoringRoutes(app: Hono<AppEnv>): void {
       return c.json({ ok: true });
     } catch (error) {
       c.var.api.onError?.(error, 'healthz');
-      return c.json({ ok: false, error: { code: 'database_unavailable', message: 'the database does not answer' } }, 503);
+      return c.json(
+        { ok: false, error: { code: 'database_unavailable', message: 'the database does not answer' } },
+        503,
+      );
     }
   });
 
@@ -24,6 +27,9 @@ export function monitoringRoutes(app: Hono<AppEnv>): void {
       // The table's health needs statistics views a restricted role may not read: left out then.
       Promise.all([statsWithLimits(db, c.var.api.registry), countTotals(db), tableHealth(db).catch(() => undefined)]),
     );
-    return c.body(renderMetrics(queue, totals, c.var.api.registry.kinds(), health), 200, { 'Content-Type': PROMETHEUS_CONTENT_TYPE, 'Cache-Control': 'no-store' });
+    return c.body(renderMetrics(queue, totals, c.var.api.registry.kinds(), health), 200, {
+      'Content-Type': PROMETHEUS_CONTENT_TYPE,
+      'Cache-Control': 'no-store',
+    });
   });
 }

@@ -79,8 +79,12 @@ function docsPage(documentUrl: string, nonce: string): string {
 }
 
 export function pageRoutes(app: Hono<AppEnv>): void {
-  app.get('/openapi.json', describe.openapi, access('open'), async (c) => c.json(await openApiDocument(app, c.var.basePath)));
-  app.get('/docs', describe.docs, access('open'), docsHeaders, (c) => c.html(docsPage(`${c.var.basePath}/openapi.json`, c.get('secureHeadersNonce') ?? '')));
+  app.get('/openapi.json', describe.openapi, access('open'), async (c) =>
+    c.json(await openApiDocument(app, c.var.basePath)),
+  );
+  app.get('/docs', describe.docs, access('open'), docsHeaders, (c) =>
+    c.html(docsPage(`${c.var.basePath}/openapi.json`, c.get('secureHeadersNonce') ?? '')),
+  );
 
   app.on('GET', ['/', '/dashboard'], describe.dashboardPage, access('open'), dashboardHeaders, (c) =>
     c.html(

@@ -11,12 +11,21 @@ import { parseInput } from '../input.ts';
 import { describe } from '../openapi.ts';
 
 export function queueRoutes(app: Hono<AppEnv>): void {
-  app.get('/stats', describe.stats, access('read'), async (c) => c.json(await c.var.api.withDb((db) => statsWithLimits(db, c.var.api.registry))));
+  app.get('/stats', describe.stats, access('read'), async (c) =>
+    c.json(await c.var.api.withDb((db) => statsWithLimits(db, c.var.api.registry))),
+  );
 
   app.get('/stats/throughput', describe.throughput, access('read'), async (c) => {
     const query = parseInput(throughputQuery, c.req.query(), 'query.');
     const minutes = await c.var.api.withDb((db) => countsByMinute(db, { minutes: query.minutes, kind: query.kind }));
-    return c.json({ minutes: minutes.map((m) => ({ minute: m.minute.toISOString(), completed: m.completed, failed: m.failed, dead: m.dead })) });
+    return c.json({
+      minutes: minutes.map((m) => ({
+        minute: m.minute.toISOString(),
+        completed: m.completed,
+        failed: m.failed,
+        dead: m.dead,
+      })),
+    });
   });
 
   app.get('/schedules', describe.schedules, access('read'), async (c) => {
@@ -28,7 +37,14 @@ export function queueRoutes(app: Hono<AppEnv>): void {
 /** The queue's counts, and for each kind limited across drainers, its limits and their use. */
 export async function statsWithLimits(db: Db, registry: JobRegistry): Promise<QueueStats> {
   const limited = registry.limitedKinds();
-  const [queue, usage, overrides] = await Promise.all([stats(db), limitUsage(db, limited), listGroupLimits(db, limited.map((k) => k.kind))]);
+  const [queue, usage, overrides] = await Promise.all([
+    stats(db),
+    limitUsage(db, limited),
+    listGroupLimits(
+      db,
+      limited.map((k) => k.kind),
+    ),
+  ]);
   const kinds: QueueStats['kinds'] = { ...queue.kinds };
   for (const { kind, limits } of limited) {
     const used = usage[kind];
@@ -36,14 +52,34 @@ export async function statsWithLimits(db: Db, registry: JobRegistry): Promise<Qu
     kinds[kind] = {
       ...(kinds[kind] ?? emptyKindStats()),
       limits: {
-        ...(limits.globalConcurrency !== undefined ? { globalConcurrency: { limit: limits.globalConcurrency, running: used.running } } : {}),
-        ...(limits.groupConcurrency !== undefined ? { groupConcurrency: { limit: limits.groupConcurrency, keysWaiting: used.keysWaiting ?? 0 } } : {}),
+        ...(limits.globalConcurrency !== undefined
+          ? { globalConcurrency: { limit: limits.globalConcurrency, running: used.running } }
+          : {}),
+        ...(limits.groupConcurrency !== undefined
+          ? { groupConcurrency: { limit: limits.groupConcurrency, keysWaiting: used.keysWaiting ?? 0 } }
+          : {}),
         ...(limits.rateLimit
-          ? { rateLimit: { limit: limits.rateLimit.limit, periodSeconds: limits.rateLimit.periodSeconds, perGroup: limits.rateLimit.perGroup === true, startsInWindow: used.startsInWindow ?? 0 } }
+          ? {
+              rateLimit: {
+                limit: limits.rateLimit.limit,
+                periodSeconds: limits.rateLimit.periodSeconds,
+                perGroup: limits.rateLimit.perGroup === true,
+                startsInWindow: used.startsInWindow ?? 0,
+              },
+            }
           : {}),
         ...(limits.fair ? { fair: true as const } : {}),
         ...(overrides[kind] && overrides[kind].count > 0
-          ? { groupOverrides: { count: overrides[kind].count, keys: overrides[kind].keys.map(({ groupKey, concurrency, rateLimit }) => ({ groupKey, concurrency, rateLimit })) } }
+          ? {
+              groupOverrides: {
+                count: overrides[kind].count,
+                keys: overrides[kind].keys.map(({ groupKey, concurrency, rateLimit }) => ({
+                  groupKey,
+                  concurrency,
+                  rateLimit,
+                })),
+              },
+            }
           : {}),
       },
     };

@@ -23,7 +23,8 @@ export function chunkStatement(chunk: readonly NewJob[]): { run(db: Db): Promise
   const value = (c: Column): SQL => {
     if (c.name === 'payload') return sql`payload`;
     if (c.name === 'kind' && oneKind) return sql`${chunk[0]!.kind}::text`;
-    if (c.name !== 'kind' && !given.has(c.name)) return c.fallback ? sql.raw(c.fallback) : sql`NULL::${sql.raw(c.type)}`;
+    if (c.name !== 'kind' && !given.has(c.name))
+      return c.fallback ? sql.raw(c.fallback) : sql`NULL::${sql.raw(c.type)}`;
     return columnValue(c, sql`(${sql.param(chunk.map(c.value))}::${sql.raw(c.type)}[])[ord]`);
   };
   // ids come from nextval in input order (the ORDER BY runs below the projection), so the inserted
@@ -47,16 +48,26 @@ export function chunkStatement(chunk: readonly NewJob[]): { run(db: Db): Promise
           FROM range`;
   return {
     async run(db) {
-      const [row] = await rowsOf<{ lo: string | null; hi: string | null; n: number; ids: string[] | null; keyed_ids: string[] | null; keys: string[] | null; now_ms: number }>(
-        db,
-        statement,
-      );
+      const [row] = await rowsOf<{
+        lo: string | null;
+        hi: string | null;
+        n: number;
+        ids: string[] | null;
+        keyed_ids: string[] | null;
+        keys: string[] | null;
+        now_ms: number;
+      }>(db, statement);
       const ids = row?.ids?.map(String) ?? idRange(row?.lo ?? null, row?.hi ?? null);
       const statementNow = new Date(Number(row?.now_ms ?? Date.now()));
       if (!keyed) {
         // Every input was inserted, in order: the common case pays for nothing else.
         if (ids.length !== chunk.length) throw new Error('enqueueMany: fewer rows came back than were inserted');
-        return chunk.map((job, i) => ({ id: ids[i]!, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false }));
+        return chunk.map((job, i) => ({
+          id: ids[i]!,
+          status: 'pending',
+          runAt: job.runAt ?? statementNow,
+          deduplicated: false,
+        }));
       }
       return keyedResults(db, chunk, ids, row?.keyed_ids ?? [], row?.keys ?? [], statementNow);
     },
@@ -74,8 +85,13 @@ async function keyedResults(
   statementNow: Date,
 ): Promise<EnqueuedJob[]> {
   const keyOf = new Map<string, string>();
-  keyedIds.forEach((id, i) => keyOf.set(String(id), String(keys[i])));
-  const inserted = (job: NewJob, id: string): EnqueuedJob => ({ id, status: 'pending', runAt: job.runAt ?? statementNow, deduplicated: false });
+  for (const [i, id] of keyedIds.entries()) keyOf.set(String(id), String(keys[i]));
+  const inserted = (job: NewJob, id: string): EnqueuedJob => ({
+    id,
+    status: 'pending',
+    runAt: job.runAt ?? statementNow,
+    deduplicated: false,
+  });
   const byKey = new Map<string, string>();
   const plainIds: string[] = [];
   for (const id of ids) {
@@ -83,7 +99,9 @@ async function keyedResults(
     if (k === undefined) plainIds.push(id);
     else byKey.set(k, id);
   }
-  const missingKeys = [...new Set(chunk.map((j) => j.dedupeKey).filter((k): k is string => k !== undefined && !byKey.has(k)))];
+  const missingKeys = [
+    ...new Set(chunk.map((j) => j.dedupeKey).filter((k): k is string => k !== undefined && !byKey.has(k))),
+  ];
   const existing = missingKeys.length === 0 ? new Map<string, EnqueuedJob>() : await findByKeys(db, missingKeys);
   const seen = new Set<string>();
   let next = 0;
@@ -141,5 +159,10 @@ async function findByKeys(db: Db, keys: string[]): Promise<Map<string, EnqueuedJ
     sql`SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, dedupe_key
           FROM ${jobs} WHERE dedupe_key = ANY(${sql.param(keys)}::text[])`,
   );
-  return new Map(rows.map((r) => [r.dedupe_key, { id: String(r.id), status: r.status, runAt: new Date(Number(r.run_at_ms)), deduplicated: true }]));
+  return new Map(
+    rows.map((r) => [
+      r.dedupe_key,
+      { id: String(r.id), status: r.status, runAt: new Date(Number(r.run_at_ms)), deduplicated: true },
+    ]),
+  );
 }

@@ -18,18 +18,29 @@ interface Column {
 }
 
 const option = <K extends keyof NewJob>(name: string, type: string, key: K, fallback?: string): Column => ({
-  name, type, fallback, value: (job) => job[key] ?? null, given: (job) => job[key] !== undefined,
+  name,
+  type,
+  fallback,
+  value: (job) => job[key] ?? null,
+  given: (job) => job[key] !== undefined,
 });
 
 /** In the order of the INSERTs' column lists. */
 export const ENQUEUE_COLUMNS: readonly Column[] = [
   { name: 'kind', type: 'text', value: (job) => job.kind, given: () => true },
   { name: 'payload', type: 'jsonb', value: (job) => JSON.stringify(job.payload ?? null), given: () => true },
-  { name: 'run_at', type: 'timestamptz', value: (job) => job.runAt?.toISOString() ?? null, fallback: 'now()', given: (job) => job.runAt !== undefined },
+  {
+    name: 'run_at',
+    type: 'timestamptz',
+    value: (job) => job.runAt?.toISOString() ?? null,
+    fallback: 'now()',
+    given: (job) => job.runAt !== undefined,
+  },
   option('max_attempts', 'int', 'maxAttempts', String(JOB_DEFAULTS.maxAttempts)),
   option('dedupe_key', 'text', 'dedupeKey'),
   {
-    name: 'visibility_seconds', type: 'int',
+    name: 'visibility_seconds',
+    type: 'int',
     value: (job) => job.visibilityTimeoutSeconds ?? job.visibilitySeconds ?? null,
     given: (job) => job.visibilityTimeoutSeconds !== undefined || job.visibilitySeconds !== undefined,
   },
@@ -41,7 +52,8 @@ export const ENQUEUE_COLUMNS: readonly Column[] = [
 ];
 
 /** The column list: `kind, payload, run_at, …`. */
-export const columnNames = (columns: readonly Column[] = ENQUEUE_COLUMNS): SQL => sql.raw(columns.map((c) => c.name).join(', '));
+export const columnNames = (columns: readonly Column[] = ENQUEUE_COLUMNS): SQL =>
+  sql.raw(columns.map((c) => c.name).join(', '));
 
 /** One value of a column, cast, with its fallback when the job says nothing. */
 export function columnValue(column: Column, value: SQL): SQL {
@@ -50,6 +62,10 @@ export function columnValue(column: Column, value: SQL): SQL {
 }
 
 /** A job's values for `VALUES (…)`, in ENQUEUE_COLUMNS' order. */
-export const valuesOf = (job: NewJob): SQL => sql.join(ENQUEUE_COLUMNS.map((c) => columnValue(c, sql`${c.value(job)}`)), sql`, `);
+export const valuesOf = (job: NewJob): SQL =>
+  sql.join(
+    ENQUEUE_COLUMNS.map((c) => columnValue(c, sql`${c.value(job)}`)),
+    sql`, `,
+  );
 
 export type { Column };

@@ -47,10 +47,14 @@ export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<Enq
 }
 
 /** Jobs that replace a keyed one or wait for others go one by one (after the others, in input order). */
-const oneByOne = (j: NewJob) => (j.dedupeKey !== undefined && j.dedupeMode === 'replace') || (j.after !== undefined && j.after.length > 0);
+const oneByOne = (j: NewJob) =>
+  (j.dedupeKey !== undefined && j.dedupeMode === 'replace') || (j.after !== undefined && j.after.length > 0);
 
 async function enqueueManyOneByOne(tx: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
-  const bulk = await enqueueMany(tx, input.filter((j) => !oneByOne(j)));
+  const bulk = await enqueueMany(
+    tx,
+    input.filter((j) => !oneByOne(j)),
+  );
   const out: EnqueuedJob[] = [];
   let next = 0;
   for (const job of input) out.push(oneByOne(job) ? await enqueue(tx, job) : bulk[next++]!);

@@ -24,7 +24,9 @@ function preparedInsert(db: Db) {
 const PROPERTY = new Map(Object.entries(getTableColumns(jobs)).map(([property, column]) => [column.name, property]));
 
 function prepareInsert(db: Db) {
-  const values = Object.fromEntries(ENQUEUE_COLUMNS.map((c) => [PROPERTY.get(c.name)!, columnValue(c, sql`${sql.placeholder(c.name)}`)]));
+  const values = Object.fromEntries(
+    ENQUEUE_COLUMNS.map((c) => [PROPERTY.get(c.name)!, columnValue(c, sql`${sql.placeholder(c.name)}`)]),
+  );
   return db
     .insert(jobs)
     .values(values as unknown as typeof jobs.$inferInsert)

@@ -22,7 +22,9 @@ export async function enqueueReplacing(tx: Db, job: NewJob): Promise<EnqueuedJob
        RETURNING id, status, extract(epoch from run_at) * 1000 AS run_at_ms, false AS inserted, ${notify} AS notified`,
     );
     if (replaced) return { ...toEnqueued(replaced), replaced: true };
-    await tx.execute(sql`UPDATE ${jobs} SET dedupe_key = NULL WHERE dedupe_key = ${key}::text AND kind = ${job.kind} AND status IN ('running', 'dead')`);
+    await tx.execute(
+      sql`UPDATE ${jobs} SET dedupe_key = NULL WHERE dedupe_key = ${key}::text AND kind = ${job.kind} AND status IN ('running', 'dead')`,
+    );
     const [inserted] = await rowsOf<ReturnedRow>(
       tx,
       sql`WITH ins AS (${insertKeyed(job)})

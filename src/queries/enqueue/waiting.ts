@@ -32,7 +32,9 @@ export async function enqueueWaiting(tx: Db, job: NewJob): Promise<EnqueuedJob> 
   }
   const missing = notMarked();
   if (missing.length > 0) throw new UnknownDependencyError(missing);
-  const ended = parents.filter((p) => p.status === 'dead' || p.status === 'cancelled').sort((a, b) => compareIds(a.id, b.id))[0];
+  const ended = parents
+    .filter((p) => p.status === 'dead' || p.status === 'cancelled')
+    .sort((a, b) => compareIds(a.id, b.id))[0];
   const unfinished = parents.filter((p) => p.status !== 'completed').length;
   const status = ended ? 'dead' : unfinished > 0 ? 'waiting' : 'pending';
   const [row] = await rowsOf<ReturnedRow>(

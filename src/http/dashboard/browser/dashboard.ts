@@ -5,7 +5,18 @@
 // HTTP API with the token the person typed (sessionStorage: this tab only), refreshes every few
 // seconds while the tab is visible, and builds every element with textContent, so nothing from the
 // database is ever parsed as HTML. The API's types come from the contract the server validates with.
-import type { CancelAnswer, DeadDeleted, DeadRetried, Job, JobPage, JobSummary, QueueStats, ScheduleList, Throughput, WorkflowStep } from '../../contract.ts';
+import type {
+  CancelAnswer,
+  DeadDeleted,
+  DeadRetried,
+  Job,
+  JobPage,
+  JobSummary,
+  QueueStats,
+  ScheduleList,
+  Throughput,
+  WorkflowStep,
+} from '../../contract.ts';
 
 type State = 'ready' | 'delayed' | 'running' | 'dead' | 'waiting';
 type Scope = 'enqueue' | 'read' | 'admin';
@@ -77,7 +88,12 @@ async function api<T>(method: string, path: string): Promise<T> {
     // A token that cannot read (an enqueue-only one) cannot open the page at all.
     const refused = response.status === 401 || (response.status === 403 && method === 'GET');
     const kind: FailureKind = refused ? 'auth' : error.code === 'database_unavailable' ? 'database' : 'http';
-    throw new ApiFailure(kind, response.status, error.code ?? `http_${response.status}`, error.message ?? `HTTP ${response.status}`);
+    throw new ApiFailure(
+      kind,
+      response.status,
+      error.code ?? `http_${response.status}`,
+      error.message ?? `HTTP ${response.status}`,
+    );
   }
   return data as T;
 }
@@ -108,7 +124,8 @@ function showBanner(text: string | null, kind: BannerKind = 'error'): void {
   banner.hidden = false;
   // 'error' describes the connection and goes with the next good refresh; the outcome of an
   // action ('info', or 'action' when it was refused) stays a few seconds whatever happens.
-  if (kind === 'info' || kind === 'action') noticeTimer = setTimeout(() => showBanner(null), kind === 'info' ? 5000 : 10000);
+  if (kind === 'info' || kind === 'action')
+    noticeTimer = setTimeout(() => showBanner(null), kind === 'info' ? 5000 : 10000);
 }
 
 function handleFailure(failure: unknown): void {
@@ -183,7 +200,11 @@ function refresh(): Promise<void> {
   return inFlight;
 }
 
-function element<K extends keyof HTMLElementTagNameMap>(tag: K, attributes: Record<string, string> = {}, children: Node[] = []): HTMLElementTagNameMap[K] {
+function element<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attributes: Record<string, string> = {},
+  children: Node[] = [],
+): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attributes)) {
     if (name === 'text') node.textContent = value;
@@ -204,7 +225,12 @@ function formatAge(seconds: number): string {
 }
 
 function countCell(column: string, value: number, extraClass?: string): HTMLTableCellElement {
-  return element('td', { class: `num${extraClass ? ` ${extraClass}` : ''}`, 'data-col': column, 'data-value': String(value), text: formatCount(value) });
+  return element('td', {
+    class: `num${extraClass ? ` ${extraClass}` : ''}`,
+    'data-col': column,
+    'data-value': String(value),
+    text: formatCount(value),
+  });
 }
 
 /** The body rows of the table with this id, replaced. */
@@ -216,14 +242,19 @@ function fillTable(id: string, rows: HTMLTableRowElement[]): void {
 function describeLimits(limits: QueueStats['kinds'][string]['limits']): string | null {
   if (!limits) return null;
   const parts: string[] = [];
-  if (limits.globalConcurrency) parts.push(`${limits.globalConcurrency.running}/${limits.globalConcurrency.limit} running`);
+  if (limits.globalConcurrency)
+    parts.push(`${limits.globalConcurrency.running}/${limits.globalConcurrency.limit} running`);
   if (limits.rateLimit) {
     const r = limits.rateLimit;
     parts.push(`${r.startsInWindow}/${r.limit} starts per ${r.periodSeconds} s${r.perGroup ? ' per key' : ''}`);
   }
-  if (limits.groupConcurrency) parts.push(`${limits.groupConcurrency.keysWaiting} keys waiting (${limits.groupConcurrency.limit} each)`);
+  if (limits.groupConcurrency)
+    parts.push(`${limits.groupConcurrency.keysWaiting} keys waiting (${limits.groupConcurrency.limit} each)`);
   if (limits.fair) parts.push('keys take turns');
-  if (limits.groupOverrides) parts.push(`${limits.groupOverrides.count} key${limits.groupOverrides.count === 1 ? '' : 's'} with limits of their own`);
+  if (limits.groupOverrides)
+    parts.push(
+      `${limits.groupOverrides.count} key${limits.groupOverrides.count === 1 ? '' : 's'} with limits of their own`,
+    );
   return parts.join(' · ');
 }
 
@@ -234,7 +265,10 @@ function renderStats(stats: QueueStats): void {
   for (const kind of kinds) {
     const s = stats.kinds[kind]!;
     for (const state of STATES) totals[state] += s[state];
-    largest = Math.max(largest, STATES.reduce((sum, state) => sum + s[state], 0));
+    largest = Math.max(
+      largest,
+      STATES.reduce((sum, state) => sum + s[state], 0),
+    );
   }
   for (const state of STATES) {
     const cell = byId(`total-${state}`);
@@ -267,14 +301,19 @@ function renderStats(stats: QueueStats): void {
       countCell('running', s.running),
       countCell('dead', s.dead),
       countCell('waiting', s.waiting, 'waiting'),
-      element('td', { class: `num oldest${age != null && age > warnSeconds ? ' warn' : ''}`, text: age == null ? '–' : formatAge(age) }),
+      element('td', {
+        class: `num oldest${age != null && age > warnSeconds ? ' warn' : ''}`,
+        text: age == null ? '–' : formatAge(age),
+      }),
       element('td', { class: 'bars' }, [bar]),
       element('td', { class: 'actions' }, [
         element('button', {
           type: 'button',
           'data-action': s.paused ? 'resume' : 'pause',
           'data-kind': kind,
-          title: s.paused ? `Let every drainer claim ${kind} again` : `Stop every drainer from claiming ${kind} (enqueueing still works)`,
+          title: s.paused
+            ? `Let every drainer claim ${kind} again`
+            : `Stop every drainer from claiming ${kind} (enqueueing still works)`,
           text: s.paused ? 'Resume' : 'Pause',
         }),
       ]),
@@ -285,11 +324,66 @@ function renderStats(stats: QueueStats): void {
   (table('kinds').parentNode as HTMLElement).hidden = kinds.length === 0;
 }
 
-function svg<K extends keyof SVGElementTagNameMap>(tag: K, attributes: Record<string, string>, text?: string): SVGElementTagNameMap[K] {
+function svg<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attributes: Record<string, string>,
+  text?: string,
+): SVGElementTagNameMap[K] {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
   if (text !== undefined) node.textContent = text;
   return node;
+}
+
+/** The last hour's totals above the chart. */
+function renderThroughputSummary(sum: { completed: number; failed: number; dead: number }): void {
+  byId('throughput-summary').replaceChildren(
+    element('strong', { id: 'sum-completed', 'data-value': String(sum.completed), text: formatCount(sum.completed) }),
+    document.createTextNode(' completed, '),
+    element('strong', { id: 'sum-failed', 'data-value': String(sum.failed), text: formatCount(sum.failed) }),
+    document.createTextNode(' failed attempts, '),
+    element('strong', { id: 'sum-dead', 'data-value': String(sum.dead), text: formatCount(sum.dead) }),
+    document.createTextNode(' became dead in the last hour.'),
+  );
+}
+
+/** One minute's bar: completed at the bottom, failed attempts stacked on it. */
+function minuteBar(
+  m: Throughput['minutes'][number],
+  x: number,
+  barWidth: number,
+  top: number,
+  plotHeight: number,
+  scale: number,
+) {
+  const completedHeight = (plotHeight * m.completed) / scale;
+  const failedHeight = (plotHeight * m.failed) / scale;
+  const group = svg('g', {});
+  const at = new Date(m.minute).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  group.appendChild(svg('title', {}, `${at}: ${m.completed} completed, ${m.failed} failed`));
+  if (m.completed > 0) {
+    group.appendChild(
+      svg('rect', {
+        class: 'completed',
+        x: String(x),
+        width: String(barWidth),
+        y: String(top + plotHeight - completedHeight),
+        height: String(completedHeight),
+      }),
+    );
+  }
+  if (m.failed > 0) {
+    group.appendChild(
+      svg('rect', {
+        class: 'failed',
+        x: String(x),
+        width: String(barWidth),
+        y: String(top + plotHeight - completedHeight - failedHeight),
+        height: String(failedHeight),
+      }),
+    );
+  }
+  return group;
 }
 
 function renderThroughput(data: Throughput): void {
@@ -302,14 +396,7 @@ function renderThroughput(data: Throughput): void {
     sum.dead += m.dead;
     peak = Math.max(peak, m.completed + m.failed);
   }
-  byId('throughput-summary').replaceChildren(
-    element('strong', { id: 'sum-completed', 'data-value': String(sum.completed), text: formatCount(sum.completed) }),
-    document.createTextNode(' completed, '),
-    element('strong', { id: 'sum-failed', 'data-value': String(sum.failed), text: formatCount(sum.failed) }),
-    document.createTextNode(' failed attempts, '),
-    element('strong', { id: 'sum-dead', 'data-value': String(sum.dead), text: formatCount(sum.dead) }),
-    document.createTextNode(' became dead in the last hour.'),
-  );
+  renderThroughputSummary(sum);
 
   const chart = byId('chart');
   const width = Math.max(280, chart.clientWidth - 16);
@@ -321,42 +408,41 @@ function renderThroughput(data: Throughput): void {
   const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, width: String(width), height: String(height) });
   for (const f of [0, 0.5, 1]) {
     const y = top + plotHeight * (1 - f);
-    root.appendChild(svg('line', { class: 'grid', x1: String(left), x2: String(width - right), y1: String(y), y2: String(y) }));
-    root.appendChild(svg('text', { class: 'axis', x: String(left - 6), y: String(y + 4), 'text-anchor': 'end' }, formatCount(Math.round(scale * f))));
+    root.appendChild(
+      svg('line', { class: 'grid', x1: String(left), x2: String(width - right), y1: String(y), y2: String(y) }),
+    );
+    root.appendChild(
+      svg(
+        'text',
+        { class: 'axis', x: String(left - 6), y: String(y + 4), 'text-anchor': 'end' },
+        formatCount(Math.round(scale * f)),
+      ),
+    );
   }
   const slot = plotWidth / Math.max(1, minutes.length);
   const barWidth = Math.max(1, slot - (slot > 4 ? 2 : 0));
-  minutes.forEach((m, i) => {
-    const x = left + i * slot;
-    const completedHeight = (plotHeight * m.completed) / scale;
-    const failedHeight = (plotHeight * m.failed) / scale;
-    const group = svg('g', {});
-    const at = new Date(m.minute).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
-    group.appendChild(svg('title', {}, `${at}: ${m.completed} completed, ${m.failed} failed`));
-    if (m.completed > 0) {
-      group.appendChild(svg('rect', { class: 'completed', x: String(x), width: String(barWidth), y: String(top + plotHeight - completedHeight), height: String(completedHeight) }));
-    }
-    if (m.failed > 0) {
-      group.appendChild(
-        svg('rect', { class: 'failed', x: String(x), width: String(barWidth), y: String(top + plotHeight - completedHeight - failedHeight), height: String(failedHeight) }),
-      );
-    }
-    root.appendChild(group);
-  });
+  for (const [i, m] of minutes.entries())
+    root.appendChild(minuteBar(m, left + i * slot, barWidth, top, plotHeight, scale));
   const ticks: [number, string, string][] = [
     [0, 'start', `−${minutes.length} min`],
     [0.5, 'middle', `−${Math.round(minutes.length / 2)} min`],
     [1, 'end', 'now'],
   ];
   for (const [f, anchor, label] of ticks) {
-    root.appendChild(svg('text', { class: 'axis', x: String(left + plotWidth * f), y: String(height - 6), 'text-anchor': anchor }, label));
+    root.appendChild(
+      svg(
+        'text',
+        { class: 'axis', x: String(left + plotWidth * f), y: String(height - 6), 'text-anchor': anchor },
+        label,
+      ),
+    );
   }
   chart.replaceChildren(root);
 }
 
 function niceCeiling(value: number): number {
   if (value <= 4) return 4;
-  const magnitude = Math.pow(10, Math.floor(Math.log10(value)));
+  const magnitude = 10 ** Math.floor(Math.log10(value));
   for (const step of [1, 2, 2.5, 5, 10]) if (step * magnitude >= value) return step * magnitude;
   return 10 * magnitude;
 }
@@ -369,18 +455,31 @@ function renderDead(page: JobPage): void {
       element('td', { 'data-label': 'Job', text: `#${job.id}` }),
       element('td', { 'data-label': 'Kind', text: job.kind }),
       element('td', { class: 'num', 'data-label': 'Attempts', text: `${job.attempts} / ${job.maxAttempts}` }),
-      element('td', { class: 'error', 'data-label': 'Last error' }, [element('code', { title: job.lastError ?? '', text: job.lastError ?? '–' })]),
-      element('td', { 'data-label': 'Age', title: `created ${created.toLocaleString()}`, text: formatAge((now - created.getTime()) / 1000) }),
+      element('td', { class: 'error', 'data-label': 'Last error' }, [
+        element('code', { title: job.lastError ?? '', text: job.lastError ?? '–' }),
+      ]),
+      element('td', {
+        'data-label': 'Age',
+        title: `created ${created.toLocaleString()}`,
+        text: formatAge((now - created.getTime()) / 1000),
+      }),
       element('td', { class: 'actions' }, [
         element('button', { type: 'button', 'data-action': 'retry', 'data-id': job.id, text: 'Retry' }),
-        element('button', { type: 'button', class: 'danger', 'data-action': 'delete', 'data-id': job.id, text: 'Delete' }),
+        element('button', {
+          type: 'button',
+          class: 'danger',
+          'data-action': 'delete',
+          'data-id': job.id,
+          text: 'Delete',
+        }),
       ]),
     ]);
   });
   fillTable('dead', rows);
   byId('dead-empty').hidden = rows.length > 0;
   (table('dead').parentNode as HTMLElement).hidden = rows.length === 0;
-  byId('dead-count').textContent = rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
+  byId('dead-count').textContent =
+    rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
   byId('dead-bulk').hidden = rows.length === 0;
 }
 
@@ -394,7 +493,9 @@ function jsonCell(value: unknown): HTMLElement {
  * how many jobs it still waits for, or why it was stopped. */
 function jobDetail(job: JobSummary): Node {
   if (job.status === 'waiting') {
-    return document.createTextNode(job.waitingFor === null ? 'a workflow waiting on a step (open the job)' : `waits for ${job.waitingFor} more`);
+    return document.createTextNode(
+      job.waitingFor === null ? 'a workflow waiting on a step (open the job)' : `waits for ${job.waitingFor} more`,
+    );
   }
   if (job.status === 'completed' && job.result !== null) return jsonCell(job.result);
   if (job.progress !== null) return jsonCell(job.progress);
@@ -409,20 +510,50 @@ function renderJobs(page: JobPage): void {
     const at = job.finishedAt ?? job.lockedAt ?? job.createdAt;
     const when = job.finishedAt ? 'finished' : job.lockedAt ? 'started' : 'created';
     return element('tr', { 'data-job': job.id, 'data-status': job.status }, [
-      element('td', { 'data-label': 'Job' }, [element('button', { type: 'button', class: 'link', 'data-show': job.id, title: 'Show this job (a workflow: its steps)', text: `#${job.id}` })]),
+      element('td', { 'data-label': 'Job' }, [
+        element('button', {
+          type: 'button',
+          class: 'link',
+          'data-show': job.id,
+          title: 'Show this job (a workflow: its steps)',
+          text: `#${job.id}`,
+        }),
+      ]),
       element('td', { 'data-label': 'Kind', text: job.kind }),
-      element('td', { 'data-label': 'Status' }, [element('span', { class: `status${stopping ? ' cancelling' : ''}`, text: stopping ? 'cancelling' : job.status })]),
+      element('td', { 'data-label': 'Status' }, [
+        element('span', {
+          class: `status${stopping ? ' cancelling' : ''}`,
+          text: stopping ? 'cancelling' : job.status,
+        }),
+      ]),
       element('td', { class: 'detail', 'data-label': 'Detail', 'data-col': 'detail' }, [jobDetail(job)]),
-      element('td', { 'data-label': 'When', title: new Date(at).toLocaleString(), text: `${when} ${formatAge((now - Date.parse(at)) / 1000)} ago` }),
-      element('td', { class: 'actions' }, CANCELLABLE.has(job.status) && !stopping
-        ? [element('button', { type: 'button', class: 'danger', 'data-action': 'cancel', 'data-id': job.id, text: 'Cancel' })]
-        : []),
+      element('td', {
+        'data-label': 'When',
+        title: new Date(at).toLocaleString(),
+        text: `${when} ${formatAge((now - Date.parse(at)) / 1000)} ago`,
+      }),
+      element(
+        'td',
+        { class: 'actions' },
+        CANCELLABLE.has(job.status) && !stopping
+          ? [
+              element('button', {
+                type: 'button',
+                class: 'danger',
+                'data-action': 'cancel',
+                'data-id': job.id,
+                text: 'Cancel',
+              }),
+            ]
+          : [],
+      ),
     ]);
   });
   fillTable('jobs', rows);
   byId('jobs-empty').hidden = rows.length > 0;
   (table('jobs').parentNode as HTMLElement).hidden = rows.length === 0;
-  byId('jobs-count').textContent = rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
+  byId('jobs-count').textContent =
+    rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
 }
 
 /** The job shown below the list (null: none), refreshed with the page. */
@@ -455,7 +586,9 @@ async function showJob(id: string): Promise<void> {
   if (job.result !== null) facts.push(['result', JSON.stringify(job.result)]);
   if (job.waitingOn) facts.push(['waiting on', waitingText(job.waitingOn)]);
   const list = byId('job-facts');
-  list.replaceChildren(...facts.flatMap(([term, value]) => [element('dt', { text: term }), element('dd', { text: value })]));
+  list.replaceChildren(
+    ...facts.flatMap(([term, value]) => [element('dt', { text: term }), element('dd', { text: value })]),
+  );
   const steps = job.steps ?? [];
   byId('job-steps').hidden = steps.length === 0;
   fillTable('steps', timelineRows(steps, Date.now()));
@@ -482,9 +615,11 @@ function timelineRows(steps: readonly WorkflowStep[], now: number): HTMLTableRow
     bar.style.setProperty('margin-left', `${(((from - start) / span) * 100).toFixed(2)}%`);
     bar.style.setProperty('width', `${Math.max(0.5, ((to - from) / span) * 100).toFixed(2)}%`);
     const outcome =
-      step.status === 'failed' ? element('code', { title: step.error ?? '', text: step.error ?? '' })
-      : step.status === 'completed' ? jsonCell(step.result)
-      : document.createTextNode(waitingText(step));
+      step.status === 'failed'
+        ? element('code', { title: step.error ?? '', text: step.error ?? '' })
+        : step.status === 'completed'
+          ? jsonCell(step.result)
+          : document.createTextNode(waitingText(step));
     return element('tr', { 'data-step': step.name, 'data-status': step.status }, [
       element('td', { 'data-label': 'Step', text: step.name }),
       element('td', { 'data-label': 'Status' }, [element('span', { class: 'status', text: step.status })]),
@@ -502,13 +637,20 @@ function applyScope(): void {
   byId('readonly-note').hidden = !readOnly;
   for (const button of document.querySelectorAll<HTMLButtonElement>('button[data-action]')) {
     button.disabled = readOnly;
-    if (readOnly) button.title = 'This token can only read (scope read): retry, delete, pause and cancel need an admin token.';
+    if (readOnly)
+      button.title = 'This token can only read (scope read): retry, delete, pause and cancel need an admin token.';
   }
 }
 
 function formatWhen(iso: string | null, none = '–'): string {
   if (!iso) return none;
-  return new Date(iso).toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  return new Date(iso).toLocaleString([], {
+    month: 'short',
+    day: 'numeric',
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit',
+  });
 }
 
 function renderSchedules(data: ScheduleList): void {
@@ -537,12 +679,17 @@ const idOf = (b: HTMLButtonElement) => b.dataset.id ?? '';
 const kindOf = (b: HTMLButtonElement) => b.dataset.kind ?? '';
 
 const ACTIONS: Record<string, Action<unknown>> = {
-  retry: action({ run: (b) => api('POST', `/jobs/${idOf(b)}/retry`), done: (b) => `Job #${idOf(b)} is pending again.` }),
+  retry: action({
+    run: (b) => api('POST', `/jobs/${idOf(b)}/retry`),
+    done: (b) => `Job #${idOf(b)} is pending again.`,
+  }),
   cancel: action<CancelAnswer>({
     confirm: (b) => `Cancel job #${idOf(b)}? It will not run (again); a running handler is asked to stop.`,
     run: (b) => api('POST', `/jobs/${idOf(b)}/cancel`),
     done: (b, result) =>
-      result.status === 'running' ? `Job #${idOf(b)} is being stopped: its handler is aborted and it ends cancelled.` : `Job #${idOf(b)} is cancelled.`,
+      result.status === 'running'
+        ? `Job #${idOf(b)} is being stopped: its handler is aborted and it ends cancelled.`
+        : `Job #${idOf(b)} is cancelled.`,
   }),
   delete: action({
     confirm: (b) => `Delete dead job #${idOf(b)}? This cannot be undone.`,
@@ -553,16 +700,21 @@ const ACTIONS: Record<string, Action<unknown>> = {
     run: (b) => api('POST', `/kinds/${encodeURIComponent(kindOf(b))}/pause`),
     done: (b) => `${kindOf(b)} is paused: no drainer claims it until it is resumed.`,
   }),
-  resume: action({ run: (b) => api('POST', `/kinds/${encodeURIComponent(kindOf(b))}/resume`), done: (b) => `${kindOf(b)} is resumed.` }),
+  resume: action({
+    run: (b) => api('POST', `/kinds/${encodeURIComponent(kindOf(b))}/resume`),
+    done: (b) => `${kindOf(b)} is resumed.`,
+  }),
   'retry-all': action<DeadRetried>({
     confirm: () => 'Retry every dead job? They go back to pending with their attempts reset.',
     run: () => api('POST', '/jobs/retry-dead'),
-    done: (_, result) => `${result.retried} dead jobs are pending again${result.done ? '.' : '; more are left, click again.'}`,
+    done: (_, result) =>
+      `${result.retried} dead jobs are pending again${result.done ? '.' : '; more are left, click again.'}`,
   }),
   'delete-all': action<DeadDeleted>({
     confirm: () => 'Delete every dead job? This cannot be undone.',
     run: () => api('POST', '/jobs/delete-dead'),
-    done: (_, result) => `${result.deleted} dead jobs were deleted${result.done ? '.' : '; more are left, click again.'}`,
+    done: (_, result) =>
+      `${result.deleted} dead jobs were deleted${result.done ? '.' : '; more are left, click again.'}`,
   }),
 };
 
@@ -585,7 +737,10 @@ async function act(button: HTMLButtonElement): Promise<void> {
 }
 
 // A refresh already on its way asked for the previous state: ask again once it is back.
-byId<HTMLSelectElement>('jobs-status').addEventListener('change', () => void (inFlight ?? Promise.resolve()).then(refresh));
+byId<HTMLSelectElement>('jobs-status').addEventListener(
+  'change',
+  () => void (inFlight ?? Promise.resolve()).then(refresh),
+);
 
 for (const id of ['dead', 'kinds', 'dead-bulk', 'jobs']) {
   byId(id).addEventListener('click', (event) => {

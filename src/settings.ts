@@ -12,6 +12,7 @@ import { parseScopedTokens } from './http/tokens.ts';
 import { parseSigningSecrets } from './jobs/webhook-signature.ts';
 import { parseAllowedHosts } from './jobs/webhook.ts';
 import { checkAllowList } from './jobs/webhook-targets.ts';
+import { PgdrainError } from './errors.ts';
 
 export type Runtime = 'sidecar' | 'worker';
 
@@ -235,8 +236,9 @@ export type RuntimeSettings<R extends Runtime> = { [K in SettingOf<R>]?: ValueOf
 export type SettingVariables<R extends Runtime> = { [K in SettingOf<R> as Specs[K]['env']]?: string };
 
 /** One or more settings are unusable; `problems` names each variable and what is allowed. */
-export class SettingsError extends Error {
+export class SettingsError extends PgdrainError {
   override name = 'SettingsError';
+  readonly code = 'invalid_settings';
   readonly problems: readonly { env: string; message: string }[];
   constructor(problems: { env: string; message: string }[]) {
     super(`invalid settings: ${problems.map((p) => `${p.env}: ${p.message}`).join('; ')}`);

@@ -37,15 +37,20 @@ import {
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
 import { MAX_LISTED, OPERATOR_USAGE as USAGE, type OperatorCommand, operatorCommandHelp } from './usage.ts';
+import { PgdrainError } from '../errors.ts';
 
 /** The built-in kinds, for what they hide of a payload (the webhook kind's header values): the
  * commands show jobs as the API does. */
 const shownKinds = createDefaultRegistry({});
 
 /** A mistake in the command line: exit 2, nothing changed. */
-export class UsageError extends Error {}
+export class UsageError extends PgdrainError {
+  readonly code = 'usage';
+}
 /** The command could not do what was asked: exit 1. */
-export class CommandFailed extends Error {}
+export class CommandFailed extends PgdrainError {
+  readonly code = 'command_failed';
+}
 
 type Options = NonNullable<ParseArgsConfig['options']>;
 type Values = Record<string, string | boolean | undefined>;

@@ -31,6 +31,7 @@ import type {
   ThroughputQuery,
   WorkflowStep,
 } from '../http/contract.ts';
+import { PgdrainError } from '../errors.ts';
 
 export type {
   BatchEnqueued,
@@ -71,7 +72,7 @@ export interface ClientOptions {
 }
 
 /** Every failure: the API's own `{ error: { code, message } }` with its status, or `network_error` (status 0). */
-export class PgdrainApiError extends Error {
+export class PgdrainApiError extends PgdrainError {
   override readonly name = 'PgdrainApiError';
   /** The HTTP status; 0 when there was no response. */
   readonly status: number;

@@ -21,15 +21,18 @@
 import { JOB_DEFAULTS } from '../db/schema.ts';
 import { type ClaimedJob, type Db, renew } from '../queries/index.ts';
 import type { JobRecord } from './job-record.ts';
+import { PgdrainError } from '../errors.ts';
 
 /** The handler's job was reaped (and maybe claimed elsewhere), or its lease could not be renewed. */
-export class LeaseLostError extends Error {
+export class LeaseLostError extends PgdrainError {
   override name = 'LeaseLostError';
+  readonly code = 'lease_lost';
 }
 
 /** Someone asked to cancel the job (POST /jobs/:id/cancel, pgdrain.cancel()): it ends cancelled. */
-export class JobCancelledError extends Error {
+export class JobCancelledError extends PgdrainError {
   override name = 'JobCancelledError';
+  readonly code = 'job_cancelled';
 }
 
 /** A running job's lock expires after this unless its drainer renews it (every third of it). */

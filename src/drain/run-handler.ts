@@ -27,13 +27,15 @@ import { type ClaimedJob, type Db, completeJobs, getDependencies } from '../quer
 import { longerThan, toJson, utf8Length } from '../json.ts';
 import type { ProcessSpan } from '../tracing.ts';
 import { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
+import { PgdrainError } from '../errors.ts';
 
 /** Gives the job up: aborts its handler's signal and stops waiting for the handler. */
 export type GiveUp = (error: Error) => void;
 
 /** The drainer stopped waiting for a handler at shutdown: its job goes back to pending at once. */
-export class HandlerAbandonedError extends Error {
+export class HandlerAbandonedError extends PgdrainError {
   override name = 'HandlerAbandonedError';
+  readonly code = 'handler_abandoned';
 }
 
 /** A kept job's result, as JSON, is at most this long (bytes). */
@@ -163,8 +165,9 @@ class Attempt {
 /** A workflow's run parked itself (src/workflows/): the statement that made its job `waiting` has
  * committed; the drain has nothing to settle. `wakeAt`: when a sleep ends or a wait times out (ms
  * since the epoch), for a drainer that wakes it then; null: an event or a child wakes it. */
-export class WorkflowParked extends Error {
+export class WorkflowParked extends PgdrainError {
   override name = 'WorkflowParked';
+  readonly code = 'workflow_parked';
   readonly wakeAt: number | null;
   /** Kinds of the jobs the park enqueued (step.invoke's child): ready now. */
   readonly enqueuedKinds: readonly string[];

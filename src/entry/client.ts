@@ -1,5 +1,6 @@
 // `pgdrain/client`: a typed client for the HTTP API (Node, Workers, browsers); no runtime dependencies.
 export { createClient, PgdrainApiError, type ClientOptions, type PgdrainClient } from '../client/index.ts';
+export { PgdrainError } from '../errors.ts';
 export type {
   BatchEnqueued,
   DeadDeleted,

@@ -3,6 +3,9 @@
 // `migrate`, which reads the migration files and so runs in Node. The drainers are in
 // `pgdrain/sidecar` and `pgdrain/worker`, the HTTP API in `pgdrain/hono`.
 
+// The base of every error class pgdrain defines: a stable `code` on each (docs/adopting.md).
+export { PgdrainError } from '../errors.ts';
+
 // Job kinds.
 export {
   defineJob,

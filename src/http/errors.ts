@@ -5,8 +5,9 @@ import type { Context } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { isDatabaseUnavailable } from '../db/errors.ts';
 import type { AppEnv } from './context.ts';
+import { PgdrainError } from '../errors.ts';
 
-export class ApiError extends Error {
+export class ApiError extends PgdrainError {
   readonly status: ContentfulStatusCode;
   readonly code: string;
   constructor(status: ContentfulStatusCode, code: string, message: string) {

@@ -10,6 +10,7 @@ import {
   PRIORITY_BOUNDS,
 } from '../db/schema.ts';
 import type { Backoff, ClaimedJob, ClaimLimits, Db } from '../queries/index.ts';
+import { PgdrainError } from '../errors.ts';
 
 export interface JobContext {
   job: ClaimedJob;
@@ -176,13 +177,15 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
 }
 
 /** A failure that retrying cannot fix: the job goes straight to dead. */
-export class PermanentJobError extends Error {
+export class PermanentJobError extends PgdrainError {
   override name = 'PermanentJobError';
+  readonly code = 'permanent_failure';
 }
 
 /** A failure to retry no sooner than `retryAfterSeconds` (for example an HTTP Retry-After). */
-export class RetryLaterError extends Error {
+export class RetryLaterError extends PgdrainError {
   override name = 'RetryLaterError';
+  readonly code = 'retry_later';
   retryAfterSeconds: number;
   constructor(message: string, retryAfterSeconds: number) {
     super(message);
@@ -194,7 +197,7 @@ export class RetryLaterError extends Error {
  * own would be); the others are the kind refusing the job (422). */
 export type JobValidationCode = 'unknown_kind' | 'invalid_payload' | 'invalid_option' | 'invalid_request';
 
-export class JobValidationError extends Error {
+export class JobValidationError extends PgdrainError {
   override name = 'JobValidationError';
   code: JobValidationCode;
   /** Of several jobs enqueued together, the one refused (its index). */

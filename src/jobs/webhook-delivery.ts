@@ -10,6 +10,7 @@
 // nothing here is bundled into a Worker.
 import type { CheckedTarget, AllowList } from './webhook-targets.ts';
 import { parseIp, refusedAddressProblem } from './webhook-targets.ts';
+import { PgdrainError } from '../errors.ts';
 
 export interface WebhookRequest {
   method: string;
@@ -30,8 +31,9 @@ export type ResolveHost = (host: string) => Promise<readonly { address: string; 
 export type SendWebhook = (target: CheckedTarget, request: WebhookRequest) => Promise<WebhookAnswer>;
 
 /** The target resolved to an address the allow-list does not admit: nothing was sent. */
-export class WebhookRefusedError extends Error {
+export class WebhookRefusedError extends PgdrainError {
   override name = 'WebhookRefusedError';
+  readonly code = 'webhook_refused';
 }
 
 interface NodeModules {

@@ -5,6 +5,7 @@
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH, keyProblem } from '../db/constants.ts';
 import { longerThan, toJson, utf8Length } from '../json.ts';
 import { type Db, sendEvent as sendEventQuery } from '../queries/index.ts';
+import { PgdrainError } from '../errors.ts';
 
 /** An event's payload is at most this many bytes of JSON (as a job's result). */
 export const MAX_EVENT_PAYLOAD_BYTES = 64 * 1024;
@@ -21,8 +22,9 @@ export interface WorkflowEvent {
 }
 
 /** Thrown by sendEvent when the event is out of bounds; `field` names what was wrong. Nothing is sent. */
-export class EventValidationError extends Error {
+export class EventValidationError extends PgdrainError {
   override name = 'EventValidationError';
+  readonly code = 'invalid_event';
   readonly field: 'event' | 'key' | 'payload';
   /** The payload is too large (HTTP 413) rather than malformed (400). */
   readonly tooLarge: boolean;

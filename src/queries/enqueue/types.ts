@@ -1,5 +1,6 @@
 // What an enqueue takes and returns, for every statement of this folder.
 import type { JobStatus } from '../../db/schema.ts';
+import { PgdrainError } from '../../errors.ts';
 
 export type DedupeMode = 'keep' | 'replace';
 
@@ -48,8 +49,9 @@ export interface EnqueuedJob {
 }
 
 /** `after` named jobs that do not exist (completed jobs are deleted unless their kind keeps them). */
-export class UnknownDependencyError extends Error {
+export class UnknownDependencyError extends PgdrainError {
   override name = 'UnknownDependencyError';
+  readonly code = 'unknown_dependency';
   readonly ids: readonly string[];
   constructor(ids: readonly string[]) {
     super(

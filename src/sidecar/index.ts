@@ -123,15 +123,19 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   await releaseEarlierProcess(pools.drainDb, identity, visibilityTimeoutSeconds, log);
   const notices = new DrainNotices();
   const finishedJobs = new FinishedJobsHub();
-  const drainer = await parts.start('drainer', () =>
-    startDrainer(pools.drainDb, registry, options, {
-      workerId,
-      visibilityTimeoutSeconds,
-      log,
-      incidents,
-      transactions: pools.transactions,
-      notices,
-    }),
+  const drainer = await parts.start(
+    'drainer',
+    () =>
+      startDrainer(pools.drainDb, registry, options, {
+        workerId,
+        visibilityTimeoutSeconds,
+        log,
+        incidents,
+        transactions: pools.transactions,
+        notices,
+      }),
+    // Its grace period, the releases' 5 s after it, and the usual 10 s.
+    { stopWithinMs: (options.shutdownGraceMs ?? defaultFor('shutdownGraceMs', 'sidecar')) + 15_000 },
   );
   const wake = () => drainer.wake();
   await parts.start('listener', () =>

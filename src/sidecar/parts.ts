@@ -1,7 +1,9 @@
 // The sidecar is a set of parts started one after another (database, pools, drainer, listener,
 // reaper, scheduler, HTTP). This owns them: each started part is stopped exactly once, in the
 // reverse order of starting, whether the sidecar stops or a later part fails to start — so a port
-// already in use leaves no timer, pool, listener or PostgreSQL behind.
+// already in use leaves no timer, pool, listener or PostgreSQL behind. A part that has not stopped
+// within its time (10 s; the drainer's grace period more) is logged and left, so that a stop always
+// ends and the process exits: what it held is returned by the reaper, as after kill -9.
 import type { Logger } from 'pino';
 import { safeErrorMessage } from '../db/url.ts';
 
@@ -11,7 +13,7 @@ export interface Part {
 
 export class Parts {
   readonly #log: Logger;
-  readonly #started: { name: string; part: Part }[] = [];
+  readonly #started: { name: string; part: Part; stopWithinMs: number }[] = [];
   #stopping: Promise<void> | null = null;
 
   constructor(log: Logger) {
@@ -19,19 +21,28 @@ export class Parts {
   }
 
   /** Starts a part and takes charge of stopping it. */
-  async start<T extends Part>(name: string, start: () => Promise<T> | T): Promise<T> {
+  async start<T extends Part>(
+    name: string,
+    start: () => Promise<T> | T,
+    { stopWithinMs = DEFAULT_STOP_WITHIN_MS }: { stopWithinMs?: number } = {},
+  ): Promise<T> {
     if (this.#stopping) throw new Error(`cannot start ${name}: the sidecar is stopping`);
     const part = await start();
-    this.#started.push({ name, part });
+    this.#started.push({ name, part, stopWithinMs });
     return part;
   }
 
   /** Stops every started part, last first; a part that fails to stop is logged and the rest still stop. */
   stopAll(): Promise<void> {
     this.#stopping ??= (async () => {
-      for (const { name, part } of this.#started.reverse()) {
+      for (const { name, part, stopWithinMs } of this.#started.reverse()) {
         try {
-          await part.stop();
+          if (!(await stopsWithin(part, stopWithinMs))) {
+            this.#log.error(
+              { part: name, stopWithinMs },
+              'a part of the sidecar did not stop in time: left behind so that the stop ends',
+            );
+          }
         } catch (error) {
           this.#log.warn(
             { err: { message: safeErrorMessage(error) }, part: name },
@@ -41,5 +52,21 @@ export class Parts {
       }
     })();
     return this.#stopping;
+  }
+}
+
+/** How long a part may take to stop, unless it says otherwise. */
+export const DEFAULT_STOP_WITHIN_MS = 10_000;
+
+/** True when the part stopped within `ms`; a stop that throws rethrows. */
+async function stopsWithin(part: Part, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      Promise.resolve(part.stop()).then(() => true),
+      new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -11,8 +11,8 @@ import { migrateDatabase } from '../src/db/migrate.ts';
 import { type Db, enqueue, enqueueMany } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+import { sleep } from './support/time.ts';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const TOKEN = 'sidecar-test-token-0123456789';
 
 let t: TestDatabase;

@@ -13,9 +13,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type TcpProxy, startTcpProxy } from './support/tcp-proxy.ts';
 import { type WorkerDevProcess, startWorkerDev } from './support/worker-dev-process.ts';
+import { sleep } from './support/time.ts';
 
 const TOKEN = 'worker-dev-clock-token-0123456';
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("the queue's clock under npm run dev:worker", () => {
   let t: TestDatabase;

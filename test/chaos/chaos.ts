@@ -49,10 +49,10 @@ import {
 import { type SidecarProcess, startSidecarProcess } from '../support/sidecar-process.ts';
 import { startFixtureWorker } from '../support/fixture-worker.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
+import { sleep } from '../support/time.ts';
 
 const SIDECAR = fileURLToPath(new URL('../fixtures/chaos/sidecar.ts', import.meta.url));
 const WORKER_CONFIG = fileURLToPath(new URL('../fixtures/chaos/wrangler.toml', import.meta.url));
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export interface ChaosOptions {
   sidecars: number;

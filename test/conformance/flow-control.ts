@@ -12,8 +12,7 @@ import { defineBatchJob } from '../../src/jobs/batch.ts';
 import { removeGroupLimits, setGroupLimits } from '../../src/jobs/group-limits.ts';
 import { cancel, claimLimited, enqueue, enqueueMany } from '../../src/queries/index.ts';
 import type { Harness } from './queue-behaviour.ts';
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+import { sleep } from '../support/time.ts';
 
 /** Runs counted by the handlers: how many at once at most, and when each started. */
 function recorder() {

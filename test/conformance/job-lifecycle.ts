@@ -21,8 +21,8 @@ import {
   watchJob,
 } from '../../src/queries/index.ts';
 import type { Harness } from './queue-behaviour.ts';
+import { sleep } from '../support/time.ts';
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 /** Resolves when `signal` aborts (never rejects). */
 const aborted = (signal: AbortSignal) =>
   new Promise<void>((resolve) =>

@@ -34,6 +34,7 @@ import {
   rollUpCounts,
   stats,
 } from '../../src/queries/index.ts';
+import { sleep } from '../support/time.ts';
 
 /** Polls until `probe` returns `expected` (5 s at most). */
 async function until<T>(probe: () => Promise<T>, expected: T): Promise<void> {
@@ -84,8 +85,6 @@ export interface SuiteOptions {
   drainJobs: number;
   historyRows: number;
 }
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** A node of EXPLAIN (ANALYZE, FORMAT JSON)'s plan, the fields the tests read. */
 interface PlanNode {

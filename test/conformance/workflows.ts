@@ -12,8 +12,7 @@ import { JobRegistry, type JobDefinition, defineJob } from '../../src/jobs/regis
 import { cancel, pruneFinished, wakeWorkflows } from '../../src/queries/index.ts';
 import { EventValidationError, defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
 import type { Harness } from './queue-behaviour.ts';
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+import { sleep } from '../support/time.ts';
 
 export function workflowSuite(name: string, createHarness: () => Promise<Harness>) {
   describe(`durable workflows (${name})`, () => {

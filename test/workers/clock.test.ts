@@ -15,8 +15,7 @@ import type { Env } from '../../src/worker/create-worker.ts';
 import type { Harness } from '../conformance/queue-behaviour.ts';
 import { clockQueue, scheduleQueue } from './clock-kinds.ts';
 import { createNeonHarness } from './neon-harness.ts';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep } from '../support/time.ts';
 
 describe("the clock's decisions", () => {
   it('a new clock looks at once; then only what is due, or the backstop', () => {

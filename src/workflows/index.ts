@@ -83,6 +83,8 @@ export interface WaitForEventOptions {
 export interface WorkflowStep {
   run<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, options?: StepOptions): Promise<T>;
   sleep(name: string, seconds: number): Promise<void>;
+  /** Parks the run until `until` (a moment up to a year ahead; one past completes the step at once). */
+  sleepUntil(name: string, until: Date): Promise<void>;
   waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null>;
   invoke<P, R = unknown>(name: string, job: JobDefinition<P>, payload: P, options?: EnqueueOptions): Promise<R>;
 }
@@ -190,6 +192,22 @@ class Steps implements WorkflowStep {
         await parkSleep(this.#db, record, new Date(Date.now() + forSeconds * 1000)),
         `sleeping (step ${name})`,
       );
+    });
+  }
+
+  async sleepUntil(name: string, until: Date): Promise<void> {
+    const { stored, record } = this.#begin(name, 'sleepUntil');
+    if (!(until instanceof Date) || Number.isNaN(until.getTime())) {
+      throw new TypeError(`step.sleepUntil('${name}'): until must be a valid Date`);
+    }
+    if (until.getTime() - Date.now() > MAX_SLEEP_SECONDS * 1000) {
+      throw new RangeError(`step.sleepUntil('${name}'): until is more than a year ahead`);
+    }
+    if (stored?.status === 'completed') return;
+    // The same park as sleep(): its end is kept from the first park, so a run re-entered later
+    // does not move it.
+    await this.#traced(name, async () => {
+      this.#parkedOr(await parkSleep(this.#db, record, until), `sleeping until ${until.toISOString()} (step ${name})`);
     });
   }
 

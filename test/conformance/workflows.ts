@@ -418,6 +418,43 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect((await steps(id)).find((s) => s.name === 'word')).toMatchObject({ status: 'completed', result: 'hello' });
     });
 
+    it('sleepUntil parks the run until its moment, kept across re-entries; a moment past completes at once; a bad one is an error', async () => {
+      const at = new Date(Date.now() + 400);
+      const flow = defineWorkflow({
+        kind: 'wf_sleep_until',
+        schema: z.object({ at: z.string() }),
+        keepCompletedSeconds: 60,
+        run: async (p, step) => {
+          await step.sleepUntil('past', new Date(Date.now() - 60_000));
+          await step.sleepUntil('until', new Date(p.at));
+          return { wokeAt: await step.run('woke', () => Date.now()) };
+        },
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, { at: at.toISOString() });
+      const first = await run(registry);
+      expect(first.nextWakeAt).toBe(at.getTime());
+      expect((await job(id)).status).toBe('waiting');
+      expect((await steps(id)).map((s) => [s.name, s.status, s.wake_at?.getTime() ?? null])).toEqual([
+        ['past', 'completed', null],
+        ['until', 'sleeping', at.getTime()],
+      ]);
+      await sleep(Math.max(0, at.getTime() - Date.now()) + 50);
+      await run(registry, { wakeDueAt: Date.now() });
+      const done = await job(id);
+      expect(done.status).toBe('completed');
+      expect((done.result as { wokeAt: number }).wokeAt).toBeGreaterThanOrEqual(at.getTime());
+      const bad = defineWorkflow({
+        kind: 'wf_sleep_until_bad',
+        schema: z.object({}),
+        maxAttempts: 1,
+        run: async (_p, step) => step.sleepUntil('never', new Date(Date.now() + 400 * 86_400_000)),
+      });
+      const refused = await enqueue(h.db, bad, {});
+      await run(new JobRegistry([bad]));
+      expect((await job(refused.id)).last_error).toMatch(/sleepUntil\('never'\): until is more than a year ahead/);
+    });
+
     it('a wait times out with null at its time', async () => {
       const flow = defineWorkflow({
         kind: 'wf_timeout',

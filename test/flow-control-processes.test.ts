@@ -30,7 +30,7 @@ interface RunEvent {
   n: number;
   key: string | null;
   id: string;
-  phase: 'start' | 'end' | 'call';
+  phase: 'start' | 'end' | 'call' | 'revoked';
   by: string;
   token: string;
   givenUp?: boolean;
@@ -211,11 +211,19 @@ function reportedRuns(
   cutAt = Infinity,
 ): { token: string; n: number; key: string | null; from: number; to: number; givenUp: boolean }[] {
   const ends = new Map(events.filter((e) => e.kind === kind && e.phase === 'end').map((e) => [e.token, e]));
+  const revoked = new Set(events.filter((e) => e.kind === kind && e.phase === 'revoked').map((e) => e.token));
   return events
     .filter((e) => e.kind === kind && e.phase === 'start')
     .map((s) => {
       const end = ends.get(s.token);
-      return { token: s.token, n: s.n, key: s.key, from: s.at, to: end?.at ?? cutAt, givenUp: end?.givenUp === true };
+      return {
+        token: s.token,
+        n: s.n,
+        key: s.key,
+        from: s.at,
+        to: end?.at ?? cutAt,
+        givenUp: end?.givenUp === true || revoked.has(s.token),
+      };
     });
 }
 
@@ -225,7 +233,12 @@ const handlersAtOnce = (kind: string, cutAt = Infinity) =>
   mostAtOnce(reportedRuns(kind, cutAt).filter((r) => !r.givenUp));
 
 const ended = (kind: string) =>
-  new Set(events.filter((e) => e.kind === kind && e.phase === 'end' && !e.givenUp).map((e) => e.n));
+  new Set(
+    events
+      .filter((e) => e.kind === kind && e.phase === 'end' && !e.givenUp)
+      .filter((e) => !events.some((r) => r.phase === 'revoked' && r.token === e.token))
+      .map((e) => e.n),
+  );
 const startsBy = (by: string) => events.filter((e) => e.phase === 'start' && e.by === by);
 
 /** Every drainer's first handler run loads its HTTP client (a tenth of a second): done before timing starts. */

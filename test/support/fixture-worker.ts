@@ -44,6 +44,10 @@ export async function startFixtureWorker(options: {
       '--test-scheduled',
       '--env-file',
       envFile,
+      // Its local state (the queue's clock's Durable Object) in the run's own folder: a run never
+      // starts from what an earlier one left in the fixture's .wrangler.
+      '--persist-to',
+      path.join(options.dir, 'wrangler-state'),
     ],
     {
       cwd: ROOT,

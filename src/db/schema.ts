@@ -300,6 +300,8 @@ export const workflowSteps = pgdrainSchema.table(
     wakeAt: timestamptz('wake_at'),
     event: text('event'),
     eventKey: text('event_key'),
+    /** A wait's match: a JSON object the event's payload must contain (`payload @> event_match`). */
+    eventMatch: jsonb('event_match'),
     /** The event that answered a wait (a later wait on the same event and key takes a later one). */
     eventId: bigintAsString('event_id'),
     /** step.invoke's child job. */

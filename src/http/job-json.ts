@@ -71,6 +71,7 @@ export function stepJson(step: StoredStep): WorkflowStep {
     wakeAt: step.wakeAt?.toISOString() ?? null,
     event: step.event,
     key: step.eventKey,
+    match: (step.eventMatch ?? null) as WorkflowStep['match'],
     childId: step.childId,
   };
 }

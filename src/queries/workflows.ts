@@ -42,6 +42,8 @@ export interface StoredStep {
   wakeAt: Date | null;
   event: string | null;
   eventKey: string | null;
+  /** A wait's match (an object the event's payload must contain); null: any event of its name and key. */
+  eventMatch: unknown;
   eventId: string | null;
   childId: string | null;
   /** step.invoke: the child's status and outcome (null: it is gone). */
@@ -73,7 +75,7 @@ const notHeld = (row: FencedRow | undefined): NotHeld => row?.not_held ?? 'lost'
 export async function loadSteps(db: Db, jobId: string): Promise<StoredStep[]> {
   const rows = await rowsOf<Record<string, unknown>>(
     db,
-    sql`SELECT name, position, status, attempts, result::text AS result, error, started_at, finished_at, wake_at, event, event_key, event_id::text AS event_id, child_id::text AS child_id
+    sql`SELECT name, position, status, attempts, result::text AS result, error, started_at, finished_at, wake_at, event, event_key, event_match::text AS event_match, event_id::text AS event_id, child_id::text AS child_id
           FROM ${workflowSteps} WHERE job_id = ${jobId}::bigint ORDER BY position`,
   );
   const childIds = rows.map((r) => r.child_id).filter((id): id is string => typeof id === 'string');
@@ -109,6 +111,7 @@ function stepFromRow(r: Record<string, unknown>): StoredStep {
     wakeAt: date(r.wake_at),
     event: (r.event as string | null) ?? null,
     eventKey: (r.event_key as string | null) ?? null,
+    eventMatch: r.event_match == null ? null : json(r.event_match),
     eventId: (r.event_id as string | null) ?? null,
     childId: (r.child_id as string | null) ?? null,
     child:
@@ -189,6 +192,8 @@ export interface EventWait extends StepRecord {
   key: string;
   /** The wait's timeout (from its first park); null: none. */
   until: Date | null;
+  /** JSON text of an object the event's payload must contain; null: any. */
+  matchJson: string | null;
 }
 
 /**
@@ -202,7 +207,7 @@ export async function waitForEvent(db: Db, wait: EventWait): Promise<ParkOutcome
   const [row] = await rowsOf<ParkRow>(
     db,
     sql`SELECT outcome, until_at, answer::text AS answer FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_wait(${wait.jobId}::bigint, ${wait.lockedBy}, ${wait.name}, ${wait.position}::int,
-          ${wait.startedAt.toISOString()}::timestamptz, ${wait.event}, ${wait.key}, ${wait.until?.toISOString() ?? null}::timestamptz)`,
+          ${wait.startedAt.toISOString()}::timestamptz, ${wait.event}, ${wait.key}, ${wait.until?.toISOString() ?? null}::timestamptz, ${wait.matchJson}::jsonb)`,
   );
   return parkOutcome(row);
 }

@@ -40,7 +40,7 @@ import {
   waitForEvent,
 } from '../queries/index.ts';
 import { traceStep } from '../tracing.ts';
-import { MAX_EVENT_KEY_LENGTH } from './events.ts';
+import { MAX_EVENT_KEY_LENGTH, MAX_EVENT_PAYLOAD_BYTES } from './events.ts';
 
 export {
   sendEvent,
@@ -78,6 +78,9 @@ export interface WaitForEventOptions {
   key: string;
   /** Give up after this many seconds: the wait returns null. Default: wait as long as it takes. */
   timeoutSeconds?: number;
+  /** A JSON object the event's payload must contain (`jsonb @>`: `{ status: 'paid' }` matches
+   * `{ status: 'paid', total: 5 }`); an event that does not match neither answers nor wakes the wait. */
+  match?: Record<string, unknown>;
 }
 
 export interface WorkflowStep {
@@ -127,6 +130,21 @@ async function runWorkflow<Payload, Result>(
   if (!environment) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
   const steps = new Steps(kind, ctx, environment, await loadSteps(environment.db, ctx.job.id));
   return run(payload, steps, ctx);
+}
+
+/** A wait's match as JSON text (null: none): a plain object of JSON, at most an event payload's size. */
+function matchText(name: string, match: unknown): string | null {
+  if (match === undefined) return null;
+  if (match === null || typeof match !== 'object' || Array.isArray(match)) {
+    throw new TypeError(`step.waitForEvent('${name}'): match must be an object the event's payload contains`);
+  }
+  const json = toJson(match, `step.waitForEvent('${name}')'s match`)!;
+  if (longerThan(json, MAX_EVENT_PAYLOAD_BYTES)) {
+    throw new RangeError(
+      `step.waitForEvent('${name}'): match is ${utf8Length(json)} bytes of JSON; at most ${MAX_EVENT_PAYLOAD_BYTES}`,
+    );
+  }
+  return json;
 }
 
 const stepName = z.string().min(1).max(MAX_STEP_NAME_LENGTH);
@@ -213,7 +231,7 @@ class Steps implements WorkflowStep {
 
   async waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null> {
     const { stored, record } = this.#begin(name, 'waitForEvent');
-    const { event, key, timeoutSeconds } = options ?? ({} as WaitForEventOptions);
+    const { event, key, timeoutSeconds, match } = options ?? ({} as WaitForEventOptions);
     if (typeof event !== 'string' || !KIND_PATTERN.test(event))
       throw new TypeError(`step.waitForEvent('${name}'): event: ${KIND_PATTERN_MESSAGE}`);
     if (typeof key !== 'string' || key.length < 1 || key.length > MAX_EVENT_KEY_LENGTH) {
@@ -224,10 +242,11 @@ class Steps implements WorkflowStep {
         `step.waitForEvent('${name}'): timeoutSeconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`,
       );
     }
+    const matchJson = matchText(name, match);
     if (stored?.status === 'completed') return (stored.result ?? null) as T | null;
     const until = timeoutSeconds === undefined ? null : new Date(Date.now() + timeoutSeconds * 1000);
     return this.#traced(name, async () => {
-      const outcome = await waitForEvent(this.#db, { ...record, event, key, until });
+      const outcome = await waitForEvent(this.#db, { ...record, event, key, until, matchJson });
       return (this.#parkedOr(outcome, `waiting for event ${event} (${key}) (step ${name})`) ?? null) as T | null;
     });
   }

@@ -455,6 +455,55 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect((await job(refused.id)).last_error).toMatch(/sleepUntil\('never'\): until is more than a year ahead/);
     });
 
+    it('a wait with match is answered only by an event whose payload contains it: others neither answer nor wake it', async () => {
+      const flow = defineWorkflow({
+        kind: 'wf_match',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => ({
+          paid: await step.waitForEvent('paid', {
+            event: 'order.updated',
+            key: 'order:9',
+            match: { status: 'paid', lines: [{ sku: 'a' }] },
+          }),
+        }),
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      // Sent before the run reached its wait: one that does not match is passed over.
+      await sendEvent(h.db, {
+        event: 'order.updated',
+        key: 'order:9',
+        payload: { status: 'open', lines: [{ sku: 'a' }] },
+      });
+      await run(registry);
+      expect((await job(id)).status).toBe('waiting');
+      expect((await steps(id))[0]).toMatchObject({ status: 'waiting', event: 'order.updated' });
+      // Sent while it waits: a payload without the match leaves it waiting (and not pending).
+      await sendEvent(h.db, {
+        event: 'order.updated',
+        key: 'order:9',
+        payload: { status: 'paid', lines: [{ sku: 'b' }] },
+      });
+      expect((await job(id)).status).toBe('waiting');
+      const matching = { status: 'paid', total: 12, lines: [{ sku: 'b' }, { sku: 'a', qty: 2 }] };
+      await sendEvent(h.db, { event: 'order.updated', key: 'order:9', payload: matching });
+      expect((await job(id)).status).toBe('pending');
+      await run(registry);
+      expect(await job(id)).toMatchObject({ status: 'completed', result: { paid: matching } });
+      // A match that is not an object is an error naming the step, before anything is written.
+      const bad = defineWorkflow({
+        kind: 'wf_match_bad',
+        schema: z.object({}),
+        maxAttempts: 1,
+        run: async (_p, step) =>
+          step.waitForEvent('w', { event: 'e', key: 'k', match: ['paid'] as unknown as Record<string, unknown> }),
+      });
+      const refused = await enqueue(h.db, bad, {});
+      await run(new JobRegistry([bad]));
+      expect((await job(refused.id)).last_error).toMatch(/waitForEvent\('w'\): match must be an object/);
+    });
+
     it('a wait times out with null at its time', async () => {
       const flow = defineWorkflow({
         kind: 'wf_timeout',

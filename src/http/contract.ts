@@ -239,13 +239,9 @@ export const workflowStep = z
     wakeAt: timestamp.nullable().meta({ description: "A sleep's end, a wait's timeout." }),
     event: z.string().nullable(),
     key: z.string().nullable(),
-    match: z
-      .record(z.string(), jsonValue)
-      .nullable()
-      .meta({
-        description:
-          "A wait's match: an object the event's payload must contain (null: any event of its name and key).",
-      }),
+    match: z.record(z.string(), jsonValue).nullable().meta({
+      description: "A wait's match: an object the event's payload must contain (null: any event of its name and key).",
+    }),
     childId: jobId.nullable().meta({ description: 'step.invoke: the child job.' }),
   })
   .meta({ id: 'WorkflowStep' });

@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../src/db/embedded.ts';
+import { wranglerDevArgs } from '../src/dev/wrangler-dev-args.ts';
 
 export const BENCH_TOKEN = 'bench-token-0123456789';
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -42,19 +43,7 @@ export async function startWranglerDev(options: {
     { mode: 0o600 },
   );
   const port = await freePort();
-  const args = [
-    'dev',
-    '--ip',
-    '127.0.0.1',
-    '--port',
-    String(port),
-    '--test-scheduled',
-    '--env-file',
-    envFile,
-    '--persist-to',
-    path.join(dir, 'state'),
-  ];
-  if (options.config) args.push('--config', options.config);
+  const args = wranglerDevArgs({ port, envFile, stateDir: path.join(dir, 'state'), config: options.config });
   const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), args, {
     cwd: root,
     env: { ...process.env, WRANGLER_SEND_METRICS: 'false', ...options.env },

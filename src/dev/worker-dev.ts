@@ -15,6 +15,7 @@ import { migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, withPlaceholderPassword } from '../db/url.ts';
 import { settingVariables } from '../settings.ts';
 import { startWsProxy } from './ws-proxy.ts';
+import { wranglerDevArgs } from './wrangler-dev-args.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const dataDir = path.resolve(process.env.PGDRAIN_DATA_DIR ?? path.join(root, '.pgdrain'));
@@ -83,19 +84,12 @@ console.log(`dev:worker: run the cron handler with  curl 'http://127.0.0.1:${por
 
 // The queue's clock (a Durable Object) keeps its state beside the database it caches, not in the
 // repo's .wrangler/: another database (PGDRAIN_DATA_DIR, a test's) gets a clock of its own.
-const wranglerArgs = [
-  'dev',
-  '--ip',
-  '127.0.0.1',
-  '--port',
-  String(port),
-  '--test-scheduled',
-  '--env-file',
+const wranglerArgs = wranglerDevArgs({
+  port,
   envFile,
-  '--persist-to',
-  path.join(dataDir, 'wrangler-state'),
-];
-if (hyperdrive) wranglerArgs.push('--config', 'wrangler.hyperdrive.toml');
+  stateDir: path.join(dataDir, 'wrangler-state'),
+  config: hyperdrive ? 'wrangler.hyperdrive.toml' : undefined,
+});
 const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), wranglerArgs, {
   cwd: root,
   stdio: 'inherit',

@@ -6,6 +6,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../src/db/embedded.ts';
+import { wranglerDevArgs } from '../../src/dev/wrangler-dev-args.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -33,22 +34,8 @@ export async function startFixtureWorker(options: {
   const port = await freePort();
   const child: ChildProcess = spawn(
     path.join(ROOT, 'node_modules/.bin/wrangler'),
-    [
-      'dev',
-      '--config',
-      options.config,
-      '--ip',
-      '127.0.0.1',
-      '--port',
-      String(port),
-      '--test-scheduled',
-      '--env-file',
-      envFile,
-      // Its local state (the queue's clock's Durable Object) in the run's own folder: a run never
-      // starts from what an earlier one left in the fixture's .wrangler.
-      '--persist-to',
-      path.join(options.dir, 'wrangler-state'),
-    ],
+    // Its local state in the run's own folder: a run never starts from what an earlier one left.
+    wranglerDevArgs({ port, envFile, stateDir: path.join(options.dir, 'wrangler-state'), config: options.config }),
     {
       cwd: ROOT,
       env: { ...process.env, WRANGLER_SEND_METRICS: 'false' },

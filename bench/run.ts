@@ -862,7 +862,7 @@ async function main() {
     }
   }
 
-  // Wake-ups at scale: many runs asleep at once, woken in rounds of pgdrain.wake_workflows().
+  // Wake-ups at scale: many runs asleep at once, each pending until its sleep ends, claimed then.
   if (!only || only.includes('workflows') || only.includes('wake')) {
     const runs = quick ? 1_000 : 5_000;
     const url = await freshDatabase('bench_wf_wake');

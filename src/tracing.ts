@@ -183,7 +183,7 @@ export class ProcessSpan {
     return this.#api.context.with(this.context, fn);
   }
 
-  /** How the attempt ended: `completed`, `retry`, `dead`, `cancelled`, `released`, `lost`. */
+  /** How the attempt ended: `completed`, `retry`, `dead`, `cancelled`, `released`, `lost`, `snoozed`. */
   end(outcome: string, error?: unknown): void {
     this.#span.setAttribute('pgdrain.job.outcome', outcome);
     if (error !== undefined) recordError(this.#api, this.#span, error);

@@ -1,6 +1,7 @@
-// What keeps src/ readable, checked on every run: no function longer than 80 lines, and no module
-// circle (a module that imports, through others, itself — type imports included), parsed with
-// oxc-parser.
+// What keeps src/ readable, checked on every run: no function longer than 80 lines, no module
+// circle (a module that imports, through others, itself — type imports included), and a drain that
+// knows nothing of workflows (it sees a generic outcome, "settled by its own statement"); parsed
+// with oxc-parser.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -82,4 +83,22 @@ it('no module circle in src/', () => {
   };
   for (const file of imports.keys()) if (!finished.has(file)) visit(file);
   expect([...circles]).toEqual([]);
+});
+
+it('the drain knows nothing of workflows: no import from src/workflows, no word of workflows or parks in src/drain', () => {
+  const drainModules = modules.filter(({ file }) => path.relative(SRC, file).startsWith(`drain${path.sep}`));
+  expect(drainModules.length).toBeGreaterThan(5);
+  const found: string[] = [];
+  for (const { file, text, program } of drainModules) {
+    const body = (program as unknown as { body: Node[] }).body;
+    for (const s of body) {
+      const from = s.source?.value;
+      if (from && path.resolve(path.dirname(file), from).startsWith(path.join(SRC, 'workflows')))
+        found.push(`${path.relative(SRC, file)} imports ${from}`);
+    }
+    text.split('\n').forEach((line, i) => {
+      if (/workflow|park/i.test(line)) found.push(`${path.relative(SRC, file)}:${i + 1}: ${line.trim()}`);
+    });
+  }
+  expect(found).toEqual([]);
 });

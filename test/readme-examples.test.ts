@@ -165,14 +165,15 @@ it("the workflow example: steps once, a sleep, an event sent in the verifying tr
   await t.query('CREATE TABLE welcome (user_id int PRIMARY KEY)');
   await t.query('INSERT INTO users (id) VALUES (42)');
   const registry = new JobRegistry([onboarding, sendReceipt]);
-  const run = (wakeDueAt?: number) =>
-    drain(t.db, registry, { workerId: 'example', ...(wakeDueAt ? { wakeDueAt } : {}) });
+  const run = () => drain(t.db, registry, { workerId: 'example' });
   const { id } = await startOnboarding(t.db, 42);
-  expect(await run()).toMatchObject({ parked: 1 });
-  expect(await t.query('SELECT status FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([{ status: 'waiting' }]);
+  expect(await run()).toMatchObject({ snoozed: 1 });
+  // Snoozed for a day: pending until the sleep's end.
+  expect(await t.query('SELECT status FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([{ status: 'pending' }]);
   // A day later (the test moves the sleep's end instead of waiting for it).
   await t.query(`UPDATE pgdrain.workflow_steps SET wake_at = now() WHERE job_id = $1 AND name = 'a-day'`, [id]);
-  expect(await run(Date.now())).toMatchObject({ parked: 1 }); // now waiting for the event
+  await t.query('UPDATE pgdrain.jobs SET run_at = now() WHERE id = $1', [id]);
+  expect(await run()).toMatchObject({ snoozed: 1 }); // now waiting for the event
   await verifyEmail(t.db, 42, new Date('2026-12-01T10:00:00Z'));
   await run();
   const [job] = await t.query('SELECT status, result FROM pgdrain.jobs_and_history WHERE id = $1', [id]);

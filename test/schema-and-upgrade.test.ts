@@ -2,6 +2,9 @@
 // `public`, a database migrated by wave 1 (tables in `public`, migrations in drizzle's shared
 // table) upgrades in place with every row kept, and an application's own `public.jobs` is never
 // touched.
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
@@ -85,7 +88,6 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.record_step(bigint,text,text,integer,text,integer,jsonb,text,timestamp with time zone,boolean)',
     'pgdrain.send_event(text,text,jsonb)',
     'pgdrain.set_group_limits(text,text,integer,integer,double precision)',
-    'pgdrain.wake_workflows(integer)',
   ]);
   // Applying the migrations again changes nothing.
   await migrateDatabase(t.url);
@@ -183,4 +185,53 @@ it("with only wave 1 in the database, the upgrade also removes drizzle's migrati
   expect(objects.schemas).toEqual(['pgdrain', 'public']);
   expect(objects.relations.filter((r) => !r.startsWith('pgdrain.'))).toEqual([]);
   expect(await t.query('SELECT kind, payload FROM pgdrain.jobs')).toEqual([{ kind: 'noop', payload: {} }]);
+});
+
+it('runs parked by the version before 0016 (waiting on a sleep or a timed wait) become pending until their time, and drain', async () => {
+  const folder = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-migrations-'));
+  try {
+    await cp(migrationsFolder(), folder, { recursive: true });
+    const journalFile = path.join(folder, 'meta', '_journal.json');
+    const journal = JSON.parse(await readFile(journalFile, 'utf8')) as { entries: { tag: string }[] };
+    journal.entries = journal.entries.filter((e) => e.tag < '0016');
+    await writeFile(journalFile, JSON.stringify(journal));
+    t = await createTestDatabase({ migrate: false });
+    await migrateDatabase(t.url, { folder });
+  } finally {
+    await rm(folder, { recursive: true, force: true });
+  }
+  // As 0015's park_sleep and park_wait left them: a sleep due already, a sleep an hour ahead, a
+  // wait with a timeout, a wait without one.
+  const [due, later, timed, untimed] = await t.query<{ id: string }>(
+    `INSERT INTO pgdrain.jobs (kind, payload, status) SELECT 'flow', '{}', 'waiting' FROM generate_series(1, 4) RETURNING id::text`,
+  );
+  await t.query(
+    `INSERT INTO pgdrain.workflow_steps (job_id, name, position, status, attempts, wake_at, event, event_key) VALUES
+       ($1, 'nap', 0, 'sleeping', 1, now() - interval '1 second', NULL, NULL),
+       ($2, 'nap', 0, 'sleeping', 1, now() + interval '1 hour', NULL, NULL),
+       ($3, 'wait', 0, 'waiting', 1, now() + interval '1 hour', 'e', 'k'),
+       ($4, 'wait', 0, 'waiting', 1, NULL, 'e', 'k')`,
+    [due!.id, later!.id, timed!.id, untimed!.id],
+  );
+  await migrateDatabase(t.url);
+  const rows = await t.query<{ id: string; status: string; due_now: boolean }>(
+    `SELECT id::text, status, run_at <= now() AS due_now FROM pgdrain.jobs ORDER BY id`,
+  );
+  expect(rows).toEqual([
+    { id: due!.id, status: 'pending', due_now: true },
+    { id: later!.id, status: 'pending', due_now: false },
+    { id: timed!.id, status: 'pending', due_now: false },
+    { id: untimed!.id, status: 'waiting', due_now: true },
+  ]);
+  // The event answers both waits: the timed one is made due now, the other pending.
+  await t.query(`SELECT pgdrain.send_event('e', 'k', '{"ok":true}')`);
+  expect(
+    await t.query(
+      `SELECT status, run_at <= now() AS due_now FROM pgdrain.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [[timed!.id, untimed!.id]],
+    ),
+  ).toEqual([
+    { status: 'pending', due_now: true },
+    { status: 'pending', due_now: true },
+  ]);
 });

@@ -129,7 +129,7 @@ describe('in one process', () => {
     ]);
   });
 
-  it("a workflow step that runs is a step span under the run's process span, its own spans nested; a stored step has none; a sleep says parked", async () => {
+  it("a workflow step that runs is a step span under the run's process span, its own spans nested; a stored step has none; a sleep says parked and its attempt snoozed", async () => {
     const flow = defineWorkflow({
       kind: 'traced_flow',
       schema: z.object({}),
@@ -147,12 +147,12 @@ describe('in one process', () => {
     });
     const flows = new JobRegistry([flow]);
     await enqueue(t.db, flow, {});
-    expect(await drain(t.db, flows, { workerId: 'traced' })).toMatchObject({ parked: 1 });
+    expect(await drain(t.db, flows, { workerId: 'traced' })).toMatchObject({ snoozed: 1 });
     await new Promise((r) => setTimeout(r, 80));
-    await drain(t.db, flows, { workerId: 'traced', wakeDueAt: Date.now() });
+    await drain(t.db, flows, { workerId: 'traced' });
     const spans = tracing.spans();
     const [first, second] = byName(spans, 'process traced_flow');
-    expect(first!.attributes['pgdrain.job.outcome']).toBe('parked');
+    expect(first!.attributes['pgdrain.job.outcome']).toBe('snoozed');
     // Ran once, in the first attempt, under it, with the step's own span nested.
     const fetched = one(spans, 'step fetch');
     expect(fetched).toMatchObject({
@@ -162,8 +162,10 @@ describe('in one process', () => {
     });
     expect(one(spans, 'http GET')).toMatchObject({ parentSpanId: fetched.spanId });
     const naps = byName(spans, 'step nap');
+    // Parked in the first attempt; the second, claimed at the sleep's end, completes it.
     expect(naps.map((s) => [s.parentSpanId, s.attributes['pgdrain.step.outcome']])).toEqual([
       [first!.spanId, 'parked'],
+      [second!.spanId, 'completed'],
     ]);
     const broken = one(spans, 'step broken');
     expect(broken).toMatchObject({

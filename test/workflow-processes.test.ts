@@ -82,7 +82,7 @@ it('kill -9 in a step, a transactional step, a sleep and a wait: each effect onc
   await killNine(sidecar);
   expect((await effects(id)).b).toBeUndefined();
   sidecar = await start();
-  // 3. In the sleep: the run is waiting, nothing held.
+  // 3. In the sleep: the run is snoozed (pending until the sleep's end), nothing held.
   await until(
     () => stepRow(id, 'nap'),
     (s) => s === 'sleeping',
@@ -90,12 +90,12 @@ it('kill -9 in a step, a transactional step, a sleep and a wait: each effect onc
     'the sleep',
   );
   expect((await t.query('SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1', [id]))[0]).toEqual({
-    status: 'waiting',
+    status: 'pending',
     locked_by: null,
   });
   await killNine(sidecar);
   sidecar = await start();
-  // 4. In the wait, after the sleep ended: the next process woke it (no process was there at its time).
+  // 4. In the wait, after the sleep ended: the next process claimed it (no process was there at its time).
   await until(
     () => stepRow(id, 'go'),
     (s) => s === 'waiting',

@@ -275,9 +275,11 @@ export const finishedJobs = pgdrainSchema.table('finished_jobs', {
 // whose row says `completed` returns its stored result instead of running again.
 //   completed  its outcome is stored (result); sleeps that ended and waits that were answered too
 //   failed     its last run threw (error, attempts): it runs again at the job's next attempt
-//   sleeping   the job is `waiting` until wake_at (pgdrain.wake_workflows() completes it then)
-//   waiting    the job is `waiting` for an event (event, event_key; until wake_at, its timeout, if
-//              any) or for a child job (child_id: the `after` machinery wakes it when the child ends)
+//   sleeping   the job is `pending` with run_at = wake_at, like a retry's backoff: the claim at
+//              that time re-enters the run, and the sleep's step completes then
+//   waiting    for an event (event, event_key): the job is `waiting`, or `pending` until wake_at
+//              (its timeout) when it has one, and pgdrain.send_event() makes it due at once; or for
+//              a child job (child_id): `waiting`, and the `after` machinery wakes it when the child ends
 // Written fenced by the job's lock token, so a drainer that lost its lease writes nothing; a
 // transactional step's row commits in the step's own transaction, with its writes. Rows of
 // workflows that are gone are pruned by the housekeeping round.
@@ -309,8 +311,6 @@ export const workflowSteps = pgdrainSchema.table(
   },
   (t) => [
     primaryKey({ name: 'workflow_steps_pkey', columns: [t.jobId, t.name] }),
-    // pgdrain.wake_workflows(): the sleeps and timeouts that are due, earliest first.
-    index('workflow_steps_wake').on(t.wakeAt).where(sql`status IN ('sleeping', 'waiting') AND wake_at IS NOT NULL`),
     // pgdrain.send_event(): the runs waiting for an event and key.
     index('workflow_steps_event').on(t.event, t.eventKey).where(sql`status = 'waiting' AND event IS NOT NULL`),
     check('workflow_steps_status_valid', sql`status IN ('completed', 'failed', 'sleeping', 'waiting')`),

@@ -109,7 +109,7 @@ export class BatchRunner {
   }
 
   /** When the loop should look at it again on its own: its wait's end, or its limits' next room. */
-  get nextWakeAt(): number {
+  get nextLookAt(): number {
     return Math.min(
       this.#phase === 'waiting' ? this.#waitUntil : Infinity,
       this.#blockedUntil > Date.now() ? this.#blockedUntil : Infinity,

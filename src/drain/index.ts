@@ -42,14 +42,21 @@
 //   lease lost               fail, refused by the lock token (counted lost): someone else holds it
 //   cancelled (lease keeper) complete, which ends it cancelled (someone asked to cancel it)
 //   abandoned at shutdown    release: pending again, attempt refunded
+//   settled by its own statement (SettledByStatement, run-handler.ts)
+//                            nothing to settle: its handler snoozed it (pending again at a time,
+//                            claimed then if the drain is still open, or waiting for something)
+//
+// Every "next due" is a pending job's run_at: a retry's backoff and a snooze are kept (due-times.ts)
+// so an open drain claims their kinds at that time, and the report says when the earliest is.
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { type JobDefinition, type JobRegistry, PermanentJobError } from '../jobs/registry.ts';
-import { type ClaimedJob, type Db, wakeWorkflows } from '../queries/index.ts';
+import type { ClaimedJob, Db } from '../queries/index.ts';
 import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '../tracing.ts';
 import { BatchRunner } from './batch-runner.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { batchOf } from '../jobs/batch.ts';
 import { Claimer } from './claimer.ts';
+import { DueTimes } from './due-times.ts';
 import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
 import { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
 import type { DrainNotices } from './notices.ts';
@@ -58,7 +65,7 @@ import {
   HandlerAbandonedError,
   type HandlerEnvironment,
   type HandlerOutcome,
-  WorkflowParked,
+  SettledByStatement,
   runHandler,
 } from './run-handler.ts';
 import { Settler } from './settler.ts';
@@ -109,9 +116,6 @@ export interface DrainOptions {
   /** A claim took jobs whose leases end at `leaseEndsAt` (ms since the epoch) unless renewed: if
    * this drain is killed, the reaper has them back after that. */
   onLeaseTaken?: (leaseEndsAt: number) => void;
-  /** A workflow's run parked until `wakeAt` (ms since the epoch): the housekeeping round wakes it
-   * then if this drain is over by that time (the Worker tells its clock). */
-  onWakeScheduled?: (wakeAt: number) => void;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
   /** Called when a claim fails. The drain goes on with what it holds and claims again at the next
@@ -124,10 +128,6 @@ export interface DrainOptions {
    * claimed at once, even while other handlers keep the drain open, and a cancel of a job held
    * here is checked at once instead of at its next lease renewal. */
   notices?: DrainNotices;
-  /** Wake the workflows whose sleep ended or wait timed out (pgdrain.wake_workflows()) once this
-   * time (ms since the epoch) has come, and again at each next wake time the database reports while
-   * the drain is open. Default: only what this drain's own runs park. */
-  wakeDueAt?: number;
   /** While the drain is open (handlers running) and a claim came back short, it looks again this
    * often for jobs that became due or were enqueued where no notice reaches it. Default: the
    * profile's (1 s). */
@@ -142,14 +142,10 @@ export interface DrainReport extends SettledCounts {
    * nothing was held back. A caller that drains again then finds the limit's next room. */
   nextClaimAt: number | null;
   /** When this drain knows something is next due (ms since the epoch), at the earliest: the next
-   * pending job's run_at from its last short claim (with reportNextDue), a retry's backoff, a
-   * limited kind's next claim, or now when it stopped with jobs left (budget, signal). Null: it
-   * knows of nothing. */
+   * pending job's run_at from its last short claim (with reportNextDue), a retry's backoff or a
+   * snooze it settled, a limited kind's next claim, or now when it stopped with jobs left (budget,
+   * signal). Null: it knows of nothing. */
   nextDueAt: number | null;
-  /** When a workflow's sleep ends or wait times out next, as far as this drain knows (its own
-   * parks, and the database's answer when it woke some): the caller drains again then with
-   * `wakeDueAt`. Null: it knows of none. */
-  nextWakeAt: number | null;
 }
 
 let claimSequence = 0;
@@ -188,11 +184,9 @@ class DrainRun {
   #stoppedBy: DrainReport['stoppedBy'] = 'empty';
   /** The next due time the last short claim reported (with reportNextDue). */
   #nextDueFromClaims: number | null = null;
-  #earliestRetryAt = Infinity;
-  /** When to wake due workflows next (Infinity: not known), and whether a wake is on its way. */
-  #wakeDueAt: number;
-  #waking = false;
-  readonly #db: Db;
+  /** Retries and snoozes this drain settled, by when they are due: their kinds are claimed then. */
+  readonly #dueTimes = new DueTimes();
+  #earliestDueAt = Infinity;
   /** One per batch kind drained (src/jobs/batch.ts): their jobs are not the planner's. */
   readonly #runners: BatchRunner[];
 
@@ -202,8 +196,6 @@ class DrainRun {
     const recordCounts = options.recordCounts !== false;
     this.#registry = registry;
     this.#options = options;
-    this.#db = db;
-    this.#wakeDueAt = options.wakeDueAt ?? Infinity;
     this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
     this.#pollIntervalMs = Math.max(10, options.pollIntervalMs ?? profile.pollIntervalMs);
     this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;
@@ -233,7 +225,7 @@ class DrainRun {
       // Jobs that waited for ours are pending now: this drain runs them too.
       onUnblocked: (kinds) => this.#planner.reopen(kinds),
       onReturned: () => this.#wakeup.wake(),
-      onRetry: (runAt) => (this.#earliestRetryAt = Math.min(this.#earliestRetryAt, runAt.getTime())),
+      onRetry: (runAt, kind) => this.#dueAgain(runAt.getTime(), kind),
     });
     this.#claimer = new Claimer(db, this.#settler, { recordCounts });
     this.#leases = new LeaseKeeper(db, {
@@ -302,7 +294,7 @@ class DrainRun {
       if (this.#mode === 'draining') this.#drainTurn();
       else this.#stopTurn();
       if (this.#done) break;
-      await this.#wakeup.wait(this.#mode === 'stopping' ? Infinity : this.#nextWakeAt(), this.#options.signal);
+      await this.#wakeup.wait(this.#mode === 'stopping' ? Infinity : this.#nextLookAt(), this.#options.signal);
     }
     this.#leases.stop();
     this.#unsubscribe();
@@ -313,7 +305,6 @@ class DrainRun {
       for (const [as, n] of Object.entries(runner.book.counts)) counts[as as keyof SettledCounts] += n;
     const nextClaimAt =
       this.#stoppedBy === 'empty' && Number.isFinite(this.#planner.nextUnblockAt) ? this.#planner.nextUnblockAt : null;
-    const nextWakeAt = Number.isFinite(this.#wakeDueAt) ? this.#wakeDueAt : null;
     return {
       claimed: this.#claimed,
       ...counts,
@@ -321,7 +312,6 @@ class DrainRun {
       stoppedBy: this.#stoppedBy,
       nextClaimAt,
       nextDueAt: this.#nextDueAt(nextClaimAt),
-      nextWakeAt,
     };
   }
 
@@ -331,8 +321,7 @@ class DrainRun {
       this.#nextDueFromClaims,
       nextClaimAt,
       this.#stoppedBy === 'empty' ? null : Date.now(),
-      Number.isFinite(this.#earliestRetryAt) ? this.#earliestRetryAt : null,
-      Number.isFinite(this.#wakeDueAt) ? this.#wakeDueAt : null,
+      Number.isFinite(this.#earliestDueAt) ? this.#earliestDueAt : null,
     ].filter((t): t is number => t !== null);
     return known.length > 0 ? Math.min(...known) : null;
   }
@@ -346,21 +335,14 @@ class DrainRun {
       if (runner.drained && Date.now() >= runner.drainedAt + this.#pollIntervalMs) runner.reopen();
       if (this.#slotsInUse < this.#concurrency) runner.turn();
     }
-    // Workflows due to wake first: what they make pending is claimed when the wake has returned.
-    if (!this.#waking && Date.now() >= this.#wakeDueAt) this.#wakeWorkflows();
-    if (this.#waking) return;
+    // Retries and snoozes of this drain's that are due now: their kinds are claimed again.
+    if (Date.now() >= this.#dueTimes.next) this.#planner.reopen([...this.#dueTimes.takeDue(Date.now())]);
     // Held open by running handlers: look again for what came due since a claim came back short.
     if (Date.now() >= this.#planner.oldestDrainedAt + this.#pollIntervalMs)
       this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
     for (let plan: PlannedClaim | null; (plan = this.#planner.next()); ) this.#sendClaim(plan);
     // Settlements still on their way may free a limited kind's slots: wait for them first.
-    if (
-      this.#idle &&
-      this.#planner.exhausted &&
-      this.#runners.every((r) => r.drained) &&
-      !this.#settler.busy &&
-      !this.#waking
-    )
+    if (this.#idle && this.#planner.exhausted && this.#runners.every((r) => r.drained) && !this.#settler.busy)
       this.#setMode('draining', 'done');
   }
 
@@ -392,51 +374,30 @@ class DrainRun {
   }
 
   /** When to look again with nothing else happening: the claim deadline, a blocked kind's time, the poll. */
-  #nextWakeAt(): number {
+  #nextLookAt(): number {
     let runners = Infinity;
-    for (const r of this.#runners) runners = Math.min(runners, r.nextWakeAt, r.drainedAt + this.#pollIntervalMs);
+    for (const r of this.#runners) runners = Math.min(runners, r.nextLookAt, r.drainedAt + this.#pollIntervalMs);
     return Math.min(
       this.#budget.claimDeadline,
       this.#planner.nextUnblockAt,
       this.#planner.oldestDrainedAt + this.#pollIntervalMs,
-      this.#wakeDueAt,
+      this.#dueTimes.next,
       runners,
     );
   }
 
-  /** A run parked itself; a sleep or a timeout is to be woken at its time (by this drain, if it is
-   * still open then, else by the caller's next drain or the housekeeping round). */
-  #parked(record: JobRecord, parked: WorkflowParked): void {
-    this.#settler.parked(record);
-    if (parked.wakeAt !== null) {
-      this.#wakeDueAt = Math.min(this.#wakeDueAt, parked.wakeAt);
-      this.#options.onWakeScheduled?.(parked.wakeAt);
-    }
-    // A child it enqueued: this drain runs it too.
-    if (parked.enqueuedKinds.length > 0) this.#planner.reopen(parked.enqueuedKinds);
+  /** A job of `kind` this drain settled is due again at `at` (a retry's backoff, a snooze). */
+  #dueAgain(at: number, kind: string): void {
+    this.#earliestDueAt = Math.min(this.#earliestDueAt, at);
+    this.#dueTimes.add(at, kind);
   }
 
-  /** Wakes the workflows that are due; what it woke is claimed at once. */
-  #wakeWorkflows(): void {
-    this.#waking = true;
-    this.#wakeDueAt = Infinity;
-    wakeWorkflows(this.#db)
-      .then(
-        (woken) => {
-          // The database knows every run's next wake time, this drain's own parks among them.
-          if (woken.nextWakeAt) this.#wakeDueAt = Math.min(this.#wakeDueAt, woken.nextWakeAt.getTime());
-          if (woken.woken > 0) this.#planner.reopen(undefined);
-        },
-        (error: unknown) => {
-          // Tried again at the next poll; the housekeeping round wakes them meanwhile.
-          this.#wakeDueAt = Math.min(this.#wakeDueAt, Date.now() + this.#pollIntervalMs);
-          this.#options.onClaimError?.(error);
-        },
-      )
-      .finally(() => {
-        this.#waking = false;
-        this.#wakeup.wake();
-      });
+  /** Its handler's own statement settled the job (a snooze): due again at its time, if it has one. */
+  #snoozed(record: JobRecord, settled: SettledByStatement): void {
+    this.#settler.snoozed(record);
+    if (settled.dueAt !== null) this.#dueAgain(settled.dueAt, record.kind);
+    // Jobs the statement enqueued: this drain runs them too.
+    if (settled.readyKinds.length > 0) this.#planner.reopen(settled.readyKinds);
   }
 
   #stop(reason: DrainReport['stoppedBy']): void {
@@ -466,7 +427,7 @@ class DrainRun {
       (error: unknown) => {
         this.#leases.drop(job.id);
         span?.end(outcomeOf(job, error), error);
-        if (error instanceof WorkflowParked) this.#parked(record, error);
+        if (error instanceof SettledByStatement) this.#snoozed(record, error);
         else if (error instanceof HandlerAbandonedError) this.#settler.release([record], error.message);
         else if (error instanceof JobCancelledError) this.#settleCancelled(record);
         else this.#settler.fail(record, error, this.#registry.get(job.kind)?.backoff);
@@ -549,7 +510,7 @@ class DrainRun {
 
 /** What a failed attempt leads to, for its trace: `retry`, `dead`, `cancelled`, `released`, `lost`. */
 function outcomeOf(job: ClaimedJob, error: unknown): string {
-  if (error instanceof WorkflowParked) return 'parked';
+  if (error instanceof SettledByStatement) return 'snoozed';
   if (error instanceof JobCancelledError) return 'cancelled';
   if (error instanceof HandlerAbandonedError) return 'released';
   if (error instanceof LeaseLostError) return 'lost';

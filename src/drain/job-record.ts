@@ -20,12 +20,13 @@ import type { ClaimedJob } from '../queries/index.ts';
 export type JobState = 'waiting' | 'running' | 'settling' | 'done';
 
 /** How the drain ends a job; the settlement statement says what it became. */
-/** `parked`: a workflow's run parked itself (a sleep, a wait): its statement is already committed. */
-export type JobOutcome = 'completed' | 'failed' | 'released' | 'cancelled' | 'parked';
+/** `snoozed`: settled by its handler's own statement (run-handler.ts: SettledByStatement), already
+ * committed: pending again later, or waiting, with no attempt spent. */
+export type JobOutcome = 'completed' | 'failed' | 'released' | 'cancelled' | 'snoozed';
 
 /** What a settlement statement made of the job: its outcome, a retry, dead, or lost (refused by
  * the lock token: the job was reaped and belongs to someone else now). */
-export type SettledAs = 'completed' | 'failed' | 'dead' | 'released' | 'cancelled' | 'lost' | 'parked';
+export type SettledAs = 'completed' | 'failed' | 'dead' | 'released' | 'cancelled' | 'lost' | 'snoozed';
 
 export interface SettledCounts {
   completed: number;
@@ -38,8 +39,8 @@ export interface SettledCounts {
   cancelled: number;
   /** Settlements refused by the lock token, and jobs whose lease was lost before they started. */
   lost: number;
-  /** Workflow runs that parked (a sleep, a wait for an event or a child): `waiting` now, no attempt spent. */
-  parked: number;
+  /** Settled by their handler's own statement: pending again later (or waiting), no attempt spent. */
+  snoozed: number;
 }
 
 export class JobRecord {
@@ -109,7 +110,7 @@ export interface JobBookOptions {
 }
 
 export class JobBook {
-  readonly counts: SettledCounts = { completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, parked: 0 };
+  readonly counts: SettledCounts = { completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, snoozed: 0 };
   /** Claimed, not started, oldest first. */
   readonly #waiting: JobRecord[] = [];
   #running = 0;

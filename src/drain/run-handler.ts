@@ -162,28 +162,39 @@ class Attempt {
   }
 }
 
-/** A workflow's run parked itself (src/workflows/): the statement that made its job `waiting` has
- * committed; the drain has nothing to settle. `wakeAt`: when a sleep ends or a wait times out (ms
- * since the epoch), for a drainer that wakes it then; null: an event or a child wakes it. */
-export class WorkflowParked extends PgdrainError {
-  override name = 'WorkflowParked';
-  readonly code = 'workflow_parked';
-  readonly wakeAt: number | null;
-  /** Kinds of the jobs the park enqueued (step.invoke's child): ready now. */
-  readonly enqueuedKinds: readonly string[];
-  constructor(message: string, wakeAt: number | null, enqueuedKinds: readonly string[] = []) {
+/**
+ * The generic outcome "settled by its own statement": the handler ended its job's attempt itself, in
+ * a fenced statement that has committed (a snooze: the job is pending again at `dueAt`, its attempt
+ * refunded, as a retry's backoff leaves it; or waiting for something that makes it due). The drain
+ * has nothing to settle; it claims the job again at `dueAt` if it is still open then, and reports
+ * that time as due. Thrown by the handler, so that nothing after it runs.
+ */
+export class SettledByStatement extends PgdrainError {
+  override name = 'SettledByStatement';
+  readonly code = 'settled_by_statement';
+  /** When the job is due again (ms since the epoch); null: something else makes it due. */
+  readonly dueAt: number | null;
+  /** Kinds of jobs the statement made ready (jobs it enqueued): claimed at once. */
+  readonly readyKinds: readonly string[];
+  constructor(message: string, dueAt: number | null, readyKinds: readonly string[] = []) {
     super(message);
-    this.wakeAt = wakeAt;
-    this.enqueuedKinds = enqueuedKinds;
+    this.dueAt = dueAt;
+    this.readyKinds = readyKinds;
   }
 }
 
-/** What a workflow's run needs of the drain beyond `ctx` (src/workflows/ reads it; not public). */
-export const RUN_ENVIRONMENT = Symbol('pgdrain.runEnvironment');
-export interface RunEnvironment {
+/** The connections a handler's own statements go through: the drain's database (it commits
+ * asynchronously: a statement that must be durable says so, queries/durable-commit.ts) and the
+ * transactional handlers' connections. */
+export interface HandlerDatabase {
   db: Db;
   transactions?: OpenTransactionConnection;
 }
+
+const handlerDatabases = new WeakMap<JobContext, HandlerDatabase>();
+
+/** The connections of the drain that runs this `ctx`'s job (undefined: not run by a drain). Not public. */
+export const handlerDatabase = (ctx: JobContext): HandlerDatabase | undefined => handlerDatabases.get(ctx);
 
 /** The handler's `ctx`. */
 class HandlerContext implements JobContext {
@@ -197,10 +208,7 @@ class HandlerContext implements JobContext {
     this.signal = signal;
     this.#environment = environment;
     this.#tx = tx;
-  }
-
-  get [RUN_ENVIRONMENT](): RunEnvironment {
-    return { db: this.#environment.db, transactions: this.#environment.transactions };
+    handlerDatabases.set(this, { db: environment.db, transactions: environment.transactions });
   }
 
   progress(value: unknown): void {

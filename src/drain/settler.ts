@@ -7,7 +7,7 @@
 //                                   jobs someone asked to cancel (or, far from the database, carried
 //                                   by the next claim's statement: takeCarried()/carried())
 //   settledInTransaction(record)    a transactional handler completed it itself: done at once
-//   parked(record)                  a workflow's run parked itself (a sleep, a wait): done at once
+//   snoozed(record)                 its handler's own statement settled it (SettledByStatement): done at once
 //   fail(record, …)  ─► buffered ─► one UPDATE: retry with backoff, or dead
 //   release(records) ─► at once  ─► one UPDATE: back to pending, attempt refunded (never started, or
 //                                   abandoned at shutdown: `reason` goes into last_error)
@@ -47,8 +47,8 @@ export interface SettlerOptions {
   onUnblocked?: (kinds: readonly string[]) => void;
   /** A statement returned (the drain may have more to do). */
   onReturned?: () => void;
-  /** A failed job goes back to pending, due again at `runAt` (its backoff). */
-  onRetry?: (runAt: Date) => void;
+  /** A failed job of `kind` goes back to pending, due again at `runAt` (its backoff). */
+  onRetry?: (runAt: Date, kind: string) => void;
 }
 
 /** What a kept job stores with its completion. */
@@ -89,11 +89,11 @@ export class Settler {
               counted,
             ),
           ({ outcomes, unblockedKinds }) => {
-            // Workflows parked on a job that died are pending now: this drain runs them too.
+            // Jobs that waited for one that died may be pending now: this drain runs them too.
             if (unblockedKinds.length > 0) options.onUnblocked?.(unblockedKinds);
-            return outcomes.map((o): SettledAs => {
+            return outcomes.map((o, i): SettledAs => {
               if (o.outcome !== 'retry') return o.outcome;
-              options.onRetry?.(o.runAt);
+              options.onRetry?.(o.runAt, batch[i]!.record.kind);
               return 'failed';
             });
           },
@@ -117,10 +117,10 @@ export class Settler {
     this.#options.onReturned?.();
   }
 
-  /** A workflow's run parked itself: its own statement settled it (waiting now). */
-  parked(record: JobRecord): void {
-    record.finish('parked');
-    record.settled('parked');
+  /** Its handler's own statement settled it (SettledByStatement: pending again later, or waiting). */
+  snoozed(record: JobRecord): void {
+    record.finish('snoozed');
+    record.settled('snoozed');
     this.#options.onReturned?.();
   }
 

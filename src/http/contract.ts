@@ -215,7 +215,7 @@ export const job = z
       .optional()
       .meta({
         description:
-          'A waiting workflow: the step it waits on — until when (wakeAt), for what event and key, or for which child job.',
+          'A parked workflow (waiting, or pending until a sleep ends or a wait times out): the step it waits on — until when (wakeAt), for what event and key, or for which child job.',
       }),
   })
   .meta({ id: 'Job' });

@@ -92,7 +92,6 @@ export {
   parkSleep,
   waitForEvent,
   parkOnChild,
-  wakeWorkflows,
   sendEvent,
   DEFAULT_EVENT_RETENTION_SECONDS,
   type HeldRun,
@@ -102,7 +101,6 @@ export {
   type StepRecord,
   type EventWait,
   type ParkOutcome,
-  type WakeResult,
   type SentEvent,
 } from './workflows.ts';
 export { commitDurably } from './durable-commit.ts';

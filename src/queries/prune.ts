@@ -4,11 +4,10 @@
 // and kept jobs finished in pgdrain.jobs moved to the history (job-history.ts), whose own expired
 // days go whole (maintainHistory). In bounded batches, each round its own short statement, so a
 // large history never means one long transaction. Run with the reaper's round on the sidecar and
-// every cron invocation on the Worker. The first round also wakes the workflows whose sleep ended or
-// whose wait timed out (pgdrain.wake_workflows()), prunes events past their retention, and the
-// steps of workflows that are gone (workflows.ts).
+// every cron invocation on the Worker. It also prunes events past their retention, and the steps of
+// workflows that are gone (workflows.ts).
 import { sql } from 'drizzle-orm';
-import { PGDRAIN_SCHEMA, finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
+import { finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 import { moveKeptToHistory } from './job-history.ts';
 import { DEFAULT_EVENT_RETENTION_SECONDS, pruneWorkflowsCtes } from './workflows.ts';
@@ -28,8 +27,6 @@ export interface PruneResult {
   events: number;
   /** Steps of workflows that are gone deleted. */
   steps: number;
-  /** Workflows woken (a sleep ended, a wait timed out). */
-  woken: number;
 }
 
 /**
@@ -43,7 +40,7 @@ export async function pruneFinished(
   maxBatches = 20,
   eventRetentionSeconds = DEFAULT_EVENT_RETENTION_SECONDS,
 ): Promise<PruneResult> {
-  const result: PruneResult = { jobs: 0, moved: 0, notes: 0, dependencies: 0, events: 0, steps: 0, woken: 0 };
+  const result: PruneResult = { jobs: 0, moved: 0, notes: 0, dependencies: 0, events: 0, steps: 0 };
   const more = { jobs: true, moved: true, notes: true, dependencies: true, events: true, steps: true };
   const parts = ['jobs', 'moved', 'notes', 'dependencies', 'events', 'steps'] as const;
   for (let round = 0; round < maxBatches && parts.some((p) => more[p]); round++) {
@@ -66,10 +63,8 @@ export async function pruneFinished(
           ${pruneWorkflowsCtes(eventRetentionSeconds, PRUNE_BATCH, more)}
           SELECT (SELECT count(*) FROM kept)::int AS jobs, (SELECT count(*) FROM stored)::int AS moved, (SELECT count(*) FROM notes)::int AS notes,
                  (SELECT count(*) FROM dependencies)::int AS dependencies, (SELECT count(*) FROM events_pruned)::int AS events,
-                 (SELECT count(*) FROM steps_pruned)::int AS steps,
-                 ${round === 0 ? sql`(SELECT woken FROM ${sql.raw(PGDRAIN_SCHEMA)}.wake_workflows())` : sql`0`} AS woken`,
+                 (SELECT count(*) FROM steps_pruned)::int AS steps`,
     );
-    result.woken += Number(n?.woken ?? 0);
     for (const part of parts) {
       const deleted = Number(n?.[part] ?? 0);
       result[part] += deleted;

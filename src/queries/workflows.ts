@@ -1,5 +1,5 @@
 // workflows: the statements of durable workflows (src/workflows/) — a run's stored steps, a step's
-// record, the parks (a sleep, a wait for an event, a child), the wake-up of what is due, and events.
+// record, the parks (a sleep, a wait for an event, a child), and events.
 //
 // Every write a run makes is fenced like a settlement (fence.ts): it happens only while the job is
 // still running under the lock token of the claim that started this attempt. A statement that
@@ -8,12 +8,13 @@
 // drizzle/0011_workflows.sql), planned once per connection: a step's statement planned afresh
 // each time cost more than running it.
 //
-// A park ends the attempt without spending one: the job leaves `running` for `waiting` (its lock
-// cleared, its attempt refunded) and the step row says until when or for what. What wakes it:
-//   sleeping                  pgdrain.wake_workflows() at wake_at (the housekeeping round, and the
-//                             drainer that parked it, which knows the time)
-//   waiting for an event      pgdrain.send_event() in the sender's transaction; its timeout as a sleep
-//   waiting for a child       the child's end (job-ended.ts: the `after` machinery)
+// A park ends the attempt without spending one (its lock cleared, its attempt refunded), and the
+// step row says until when or for what. It is a snooze, as a retry's backoff is:
+//   sleeping                  the job is `pending` with run_at at the sleep's end: the claim then
+//                             re-enters the run, and the sleep's step completes
+//   waiting for an event      `waiting` (with a timeout: `pending` until it, as a sleep), made due by
+//                             pgdrain.send_event() in the sender's transaction
+//   waiting for a child       `waiting`, until the child's end (job-ended.ts: the `after` machinery)
 import { type SQL, sql } from 'drizzle-orm';
 import { PGDRAIN_SCHEMA, jobDependencies, jobs, jobsAndHistory, workflowEvents, workflowSteps } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
@@ -258,25 +259,6 @@ export async function parkOnChild(tx: Db, step: StepRecord, childId: string): Pr
     ? { outcome: 'parked', wakeAt: null }
     : { outcome: 'done', result: undefined };
 }
-
-/** What pgdrain.wake_workflows() did: runs made pending, and the next wake time (null: none). */
-export interface WakeResult {
-  woken: number;
-  nextWakeAt: Date | null;
-}
-
-/** Wakes the runs whose sleep ended or whose wait timed out, at most `howMany` (pgdrain.wake_workflows(),
- * one statement). When it stopped at `howMany`, nextWakeAt is now: more are due already. */
-export async function wakeWorkflows(db: Db, howMany = 1000): Promise<WakeResult> {
-  const [row] = await rowsOf<{ woken: number; next_wake_at: Date | string | null }>(
-    db,
-    sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.wake_workflows(${howMany}::int)`,
-  );
-  return { woken: Number(row?.woken ?? 0), nextWakeAt: row?.next_wake_at == null ? null : new Date(row.next_wake_at) };
-}
-
-/** A scalar subquery: the earliest wake time of a sleeping or waiting step (the clock's business). */
-export const NEXT_WAKE_SQL: SQL = sql`(SELECT min(wake_at) FROM ${workflowSteps} WHERE status IN ('sleeping', 'waiting') AND wake_at IS NOT NULL)`;
 
 export interface SentEvent {
   event: string;

@@ -1,8 +1,8 @@
 // The sidecar's drain scheduler: runs drain() whenever something says there may be work.
 //
 //   sleeping ──wake() (NOTIFY, reaper, listener reconnect), poll interval, the time a limited
-//             kind's limits allow its next claim, or the time a workflow's sleep ends──► draining
-//             (a drain wakes due workflows first: the first drain, and one at such a time)
+//             kind's limits allow its next claim, or the time the last drain knew a job it
+//             settled is due again (a retry's backoff, a snoozed workflow)──► draining
 //   draining ──wake()──► the open drain claims at once (slow handlers do not hold new jobs back)
 //   draining ──drain() returned (nothing running, nothing to claim)──► draining again if woken
 //             meanwhile, else sleeping
@@ -88,14 +88,13 @@ export class Drainer {
       onClaimError?.(error);
     };
     let nextClaimAt: number | null = null;
-    // Workflows due while no sidecar ran (or whose drainer died) are woken by the first drain.
-    let nextWakeAt: number | null = Date.now();
+    let nextDueAt: number | null = null;
     while (!this.#stop.signal.aborted) {
-      // A limited kind held back by its limits is claimed again when they allow, and a sleeping
-      // workflow woken when its sleep ends, if that is sooner than the poll.
+      // A limited kind held back by its limits is claimed again when they allow, and a job the last
+      // drain settled is claimed when it is due again, if that is sooner than the poll.
       const untilAllowed = nextClaimAt === null ? Infinity : Math.max(0, nextClaimAt - Date.now());
-      const untilWake = nextWakeAt === null ? Infinity : Math.max(0, nextWakeAt - Date.now());
-      if (!this.#wakeRequested) await this.#sleep(pause || Math.min(pollIntervalMs, untilAllowed, untilWake));
+      const untilDue = nextDueAt === null ? Infinity : Math.max(0, nextDueAt - Date.now());
+      if (!this.#wakeRequested) await this.#sleep(pause || Math.min(pollIntervalMs, untilAllowed, untilDue));
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
       try {
@@ -106,13 +105,12 @@ export class Drainer {
           notices: this.#notices,
           signal: this.#stop.signal,
           abandonSignal: this.#abandon.signal,
-          ...(nextWakeAt !== null ? { wakeDueAt: nextWakeAt } : {}),
         });
         if (failing) onRecovered?.();
         failing = false;
         pause = 0;
         nextClaimAt = report.nextClaimAt;
-        nextWakeAt = report.nextWakeAt;
+        nextDueAt = report.nextDueAt;
         onReport?.(report);
       } catch (error) {
         failing = true;

@@ -52,7 +52,6 @@ export class Reaper {
         this.#incidents.end('reaper');
         if (pruned.jobs > 0 || pruned.moved > 0 || pruned.events > 0 || pruned.steps > 0)
           this.#log.debug({ ...pruned }, 'pruned kept jobs past their time');
-        if (pruned.woken > 0) this.#options.onReaped();
         if (history.dropped > 0 || history.pruned > 0)
           this.#log.info({ ...history }, 'history days past their keep dropped');
         const total = result.reclaimed.length + result.dead.length + result.cancelled.length;

@@ -296,9 +296,8 @@ async function runNow(
       // waitUntil work gets 30 s after the response; the rest is the reaper's.
       budgetMs: RUN_NOW_BUDGET_MS,
       onLeaseTaken: clock ? leaseTeller(clock) : undefined,
-      onWakeScheduled: clock ? leaseTeller(clock) : undefined,
     });
-    // A retry's backoff, or jobs it had to leave: the clock wakes a drain for them.
+    // A retry's backoff, a snoozed workflow, or jobs it had to leave: the clock wakes a drain for them.
     if (clock && report.nextDueAt !== null) await clock.told(report.nextDueAt).catch(() => {});
     console.log(JSON.stringify({ event: 'run_now', ids: ids.length, ...report }));
   } catch (error) {
@@ -357,9 +356,6 @@ async function look(
     const deadline = started + plan.budgetMs;
     const workerId = `${plan.label}-${crypto.randomUUID().slice(0, 8)}`;
     const onLeaseTaken = plan.clock ? leaseTeller(plan.clock) : undefined;
-    // A workflow's sleep or wait timeout is woken by the housekeeping round: its moment is told to
-    // the clock as one housekeeping is due at, like a lease's end.
-    const onWakeScheduled = plan.clock ? leaseTeller(plan.clock) : undefined;
     const drainFor = (ms: number) =>
       drain(db, registry, {
         ...drainSettings(settings),
@@ -368,14 +364,13 @@ async function look(
         budgetMs: ms,
         reportNextDue: plan.clock !== null,
         onLeaseTaken,
-        onWakeScheduled,
       });
     let report = plan.drain ? await drainFor(deadline - Date.now()) : emptyDrainReport();
     let drained = plan.drain;
     const housekept = housekeeping ? await housekeeping : null;
     // Jobs the reap gave back after this drain found nothing more (or with no drain: a killed
-    // invocation's, whose leases ended), and workflows it woke (a sleep ended): they run in this invocation.
-    const handedBack = housekept ? housekept.reaped.reclaimed.length + housekept.pruned.woken : 0;
+    // invocation's, whose leases ended): they run in this invocation.
+    const handedBack = housekept ? housekept.reaped.reclaimed.length : 0;
     if (handedBack > 0 && report.stoppedBy !== 'budget' && deadline - Date.now() > 1_000) {
       report = addReports(report, await drainFor(deadline - Date.now()));
       drained = true;
@@ -442,12 +437,11 @@ const emptyDrainReport = (): DrainReport => ({
   released: 0,
   cancelled: 0,
   lost: 0,
-  parked: 0,
+  snoozed: 0,
   elapsedMs: 0,
   stoppedBy: 'empty',
   nextClaimAt: null,
   nextDueAt: null,
-  nextWakeAt: null,
 });
 
 /** The drain's options from the Worker's settings, for its cron drains and run-now alike. */
@@ -473,12 +467,11 @@ function addReports(a: DrainReport, b: DrainReport): DrainReport {
     released: a.released + b.released,
     cancelled: a.cancelled + b.cancelled,
     lost: a.lost + b.lost,
-    parked: a.parked + b.parked,
+    snoozed: a.snoozed + b.snoozed,
     elapsedMs: a.elapsedMs + b.elapsedMs,
     stoppedBy: b.stoppedBy,
     nextClaimAt: b.nextClaimAt,
     // The second drain knows the queue as it is now, but a retry of the first may come sooner.
     nextDueAt: earliest(b.nextDueAt, a.nextDueAt !== null && a.nextDueAt > Date.now() ? a.nextDueAt : null),
-    nextWakeAt: earliest(a.nextWakeAt, b.nextWakeAt),
   };
 }

@@ -12,8 +12,11 @@
 //   step.invoke(name, kind, payload)      enqueues a child job once, parks until it ends, returns
 //                                         its result or fails with its error
 //
-// A park ends the attempt without spending one (the drain hears WorkflowParked: its own statement
-// settled the job). A step that throws fails the attempt by the kind's retry rule; stored steps
+// A park ends the attempt without spending one: its statement snoozes the job (pending until a
+// sleep's end or a wait's timeout, or waiting for an event or a child), and the run's handler ends
+// with the drain's generic SettledByStatement. The parked step's promise never settles, so code
+// around it — a `try { await step.sleep(…) } catch {}` — cannot go on in an attempt that is over.
+// A step that throws fails the attempt by the kind's retry rule; stored steps
 // never run again. Names identify steps: a name used twice in one run is an error at the second
 // call; a deploy that changes a workflow mid-run reuses the stored names, runs the new ones and
 // ignores the removed ones.
@@ -21,7 +24,7 @@ import { z } from 'zod';
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/constants.ts';
 import { JobCancelledError, LeaseLostError } from '../drain/lease-keeper.ts';
-import { MAX_RESULT_BYTES, RUN_ENVIRONMENT, type RunEnvironment, WorkflowParked } from '../drain/run-handler.ts';
+import { type HandlerDatabase, MAX_RESULT_BYTES, SettledByStatement, handlerDatabase } from '../drain/run-handler.ts';
 import { errorText, longerThan, toJson, utf8Length } from '../json.ts';
 import { type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
 import { type EnqueueOptions, prepareJob, preparedJobs } from '../jobs/enqueue.ts';
@@ -126,10 +129,11 @@ async function runWorkflow<Payload, Result>(
   payload: Payload,
   ctx: JobContext,
 ): Promise<Result> {
-  const environment = (ctx as unknown as Record<symbol, RunEnvironment | undefined>)[RUN_ENVIRONMENT];
-  if (!environment) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
-  const steps = new Steps(kind, ctx, environment, await loadSteps(environment.db, ctx.job.id));
-  return run(payload, steps, ctx);
+  const database = handlerDatabase(ctx);
+  if (!database) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
+  const steps = new Steps(kind, ctx, database, await loadSteps(database.db, ctx.job.id));
+  // A park ends the attempt here, whatever the run's code does with the parked step (it never settles).
+  return Promise.race([Promise.resolve().then(() => run(payload, steps, ctx)), steps.parked]);
 }
 
 /** A wait's match as JSON text (null: none): a plain object of JSON, at most an event payload's size. */
@@ -158,12 +162,20 @@ class Steps implements WorkflowStep {
   readonly #stored: Map<string, StoredStep>;
   readonly #used = new Set<string>();
   #nextPosition: number;
+  /** Rejects with the park that ended this attempt (runWorkflow races the run against it). */
+  readonly parked: Promise<never>;
+  #endAttempt: (parked: SettledByStatement) => void = () => {};
+  /** The step whose park ended this attempt; no step begins after it. */
+  #parkedAt: string | null = null;
 
-  constructor(kind: string, ctx: JobContext, environment: RunEnvironment, stored: readonly StoredStep[]) {
+  constructor(kind: string, ctx: JobContext, database: HandlerDatabase, stored: readonly StoredStep[]) {
     this.#kind = kind;
     this.#ctx = ctx;
-    this.#db = environment.db;
-    this.#transactions = environment.transactions;
+    this.#db = database.db;
+    this.#transactions = database.transactions;
+    this.parked = new Promise<never>((_, reject) => {
+      this.#endAttempt = reject;
+    });
     this.#stored = new Map(stored.map((s) => [s.name, s]));
     this.#nextPosition = stored.reduce((max, s) => Math.max(max, s.position + 1), 0);
   }
@@ -205,12 +217,15 @@ class Steps implements WorkflowStep {
     if (!seconds.safeParse(forSeconds).success)
       throw new RangeError(`step.sleep('${name}'): seconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
     if (stored?.status === 'completed') return;
-    await this.#traced(name, async () => {
-      this.#parkedOr(
-        await parkSleep(this.#db, record, new Date(Date.now() + forSeconds * 1000)),
-        `sleeping (step ${name})`,
-      );
-    });
+    await this.#parkable(
+      name,
+      this.#traced(name, async () => {
+        this.#parkedOr(
+          await parkSleep(this.#db, record, new Date(Date.now() + forSeconds * 1000)),
+          `sleeping (step ${name})`,
+        );
+      }),
+    );
   }
 
   async sleepUntil(name: string, until: Date): Promise<void> {
@@ -224,9 +239,15 @@ class Steps implements WorkflowStep {
     if (stored?.status === 'completed') return;
     // The same park as sleep(): its end is kept from the first park, so a run re-entered later
     // does not move it.
-    await this.#traced(name, async () => {
-      this.#parkedOr(await parkSleep(this.#db, record, until), `sleeping until ${until.toISOString()} (step ${name})`);
-    });
+    await this.#parkable(
+      name,
+      this.#traced(name, async () => {
+        this.#parkedOr(
+          await parkSleep(this.#db, record, until),
+          `sleeping until ${until.toISOString()} (step ${name})`,
+        );
+      }),
+    );
   }
 
   async waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null> {
@@ -245,10 +266,13 @@ class Steps implements WorkflowStep {
     const matchJson = matchText(name, match);
     if (stored?.status === 'completed') return (stored.result ?? null) as T | null;
     const until = timeoutSeconds === undefined ? null : new Date(Date.now() + timeoutSeconds * 1000);
-    return this.#traced(name, async () => {
-      const outcome = await waitForEvent(this.#db, { ...record, event, key, until, matchJson });
-      return (this.#parkedOr(outcome, `waiting for event ${event} (${key}) (step ${name})`) ?? null) as T | null;
-    });
+    return this.#parkable(
+      name,
+      this.#traced(name, async () => {
+        const outcome = await waitForEvent(this.#db, { ...record, event, key, until, matchJson });
+        return (this.#parkedOr(outcome, `waiting for event ${event} (${key}) (step ${name})`) ?? null) as T | null;
+      }),
+    );
   }
 
   async invoke<P, R = unknown>(
@@ -259,7 +283,11 @@ class Steps implements WorkflowStep {
   ): Promise<R> {
     const { stored, record } = this.#begin(name, 'invoke');
     if (stored?.status === 'completed') return stored.result as R;
-    if (stored?.childId) return this.#traced(name, () => this.#childEnded<R>(name, stored, record));
+    if (stored?.childId)
+      return this.#parkable(
+        name,
+        this.#traced(name, () => this.#childEnded<R>(name, stored, record)),
+      );
     if (!job?.keepCompletedSeconds) {
       throw new Error(
         `step.invoke('${name}'): kind ${job?.kind} keeps no results; give it keepCompletedSeconds so the workflow can read what its child returned`,
@@ -267,6 +295,15 @@ class Steps implements WorkflowStep {
     }
     // The enqueue pipeline's checks (payload, options) throw here, before anything is written.
     const prepared = preparedJobs([prepareJob(job, { ...options, payload })], null);
+    return this.#parkable(name, this.#invokeChild<R>(name, job.kind, prepared, record));
+  }
+
+  #invokeChild<R>(
+    name: string,
+    kind: string,
+    prepared: ReturnType<typeof preparedJobs>,
+    record: StepRecord,
+  ): Promise<R> {
     return this.#traced(name, async () => {
       const outcome = await this.#db.transaction(async (tx) => {
         // An enqueue: durable, although the drain's own statements commit asynchronously.
@@ -277,7 +314,7 @@ class Steps implements WorkflowStep {
         return { parked, childId: child!.id };
       });
       if (outcome.parked.outcome === 'parked')
-        throw new WorkflowParked(`waiting for job ${outcome.childId} (step ${name})`, null, [job.kind]);
+        throw new SettledByStatement(`waiting for job ${outcome.childId} (step ${name})`, null, [kind]);
       // The child had ended already (a dedupe key matched a finished job): read how.
       const [again] = (await loadSteps(this.#db, this.#ctx.job.id)).filter((s) => s.name === name);
       return this.#childEnded<R>(name, again!, record);
@@ -287,8 +324,21 @@ class Steps implements WorkflowStep {
   /** A step that runs in this attempt, as a `step <name>` span under the run's (tracing.ts). */
   #traced<T>(name: string, fn: () => Promise<T>): Promise<T> {
     return traceStep({ kind: this.#kind, jobId: this.#ctx.job.id }, name, fn, (error) =>
-      error instanceof WorkflowParked ? 'parked' : 'failed',
+      error instanceof SettledByStatement ? 'parked' : 'failed',
     );
+  }
+
+  /** A step that may park: its park ends the attempt (runWorkflow hears it), and the promise the
+   * run's code holds never settles, so nothing the code catches goes on in an attempt that is over. */
+  async #parkable<T>(name: string, step: Promise<T>): Promise<T> {
+    try {
+      return await step;
+    } catch (error) {
+      if (!(error instanceof SettledByStatement)) throw error;
+      this.#parkedAt ??= name;
+      this.#endAttempt(error);
+      return new Promise<T>(() => {});
+    }
   }
 
   /** A step's child has ended (or is still on its way: park again until it ends). */
@@ -357,6 +407,11 @@ class Steps implements WorkflowStep {
         `workflow ${this.#kind}: a run has at most ${MAX_STEPS_PER_RUN} steps; step '${name}' is one more`,
       );
     if (this.#ctx.signal.aborted) throw this.#ctx.signal.reason;
+    if (this.#parkedAt !== null) {
+      throw new Error(
+        `workflow ${this.#kind}: step '${name}' began after step '${this.#parkedAt}' parked the run; this attempt is over`,
+      );
+    }
     this.#used.add(name);
     const stored = this.#stored.get(name);
     const record: StepRecord = {
@@ -379,9 +434,10 @@ class Steps implements WorkflowStep {
     return json;
   }
 
-  /** A park's outcome: the step's answer when it did not park; throws WorkflowParked when it did. */
+  /** A park's outcome: the step's answer when it did not park; throws SettledByStatement when it did
+   * (due again at a sleep's end or a wait's timeout). */
   #parkedOr(outcome: ParkOutcome, what: string): unknown {
-    if (outcome.outcome === 'parked') throw new WorkflowParked(what, outcome.wakeAt?.getTime() ?? null);
+    if (outcome.outcome === 'parked') throw new SettledByStatement(what, outcome.wakeAt?.getTime() ?? null);
     if (outcome.outcome === 'done') return outcome.result;
     throw this.#notHeldError(outcome.outcome);
   }
@@ -399,7 +455,7 @@ class Steps implements WorkflowStep {
   /** The step threw: its error is recorded for readers (best effort), unless the run was given up. */
   async #failed(record: StepRecord, error: unknown): Promise<void> {
     if (
-      error instanceof WorkflowParked ||
+      error instanceof SettledByStatement ||
       error instanceof LeaseLostError ||
       error instanceof JobCancelledError ||
       this.#ctx.signal.aborted

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { drain, type DrainOptions } from '../../src/drain/index.ts';
 import { enqueue } from '../../src/jobs/enqueue.ts';
 import { JobRegistry, type JobDefinition, defineJob } from '../../src/jobs/registry.ts';
-import { cancel, pruneFinished, wakeWorkflows } from '../../src/queries/index.ts';
+import { cancel } from '../../src/queries/index.ts';
 import { EventValidationError, defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
 import type { Harness } from './queue-behaviour.ts';
 import { sleep } from '../support/time.ts';
@@ -41,7 +41,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
     const job = async (id: string) =>
       (
         await h.query(
-          `SELECT status, attempts, result, last_error, locked_by, waiting_for FROM pgdrain.jobs_and_history WHERE id = $1`,
+          `SELECT status, attempts, result, last_error, locked_by, waiting_for, run_at FROM pgdrain.jobs_and_history WHERE id = $1`,
           [id],
         )
       )[0]!;
@@ -193,7 +193,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(await steps(id)).toMatchObject([{ name: 'write', status: 'failed', error: 'after the write' }]);
     });
 
-    it('sleep parks the run (waiting, no lock, no attempt spent) and it runs on after its time, once', async () => {
+    it('sleep snoozes the run (pending until its end, no lock, no attempt spent) and it runs on after its time, once', async () => {
       let before = 0;
       let after = 0;
       const flow = defineWorkflow({
@@ -211,40 +211,49 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       const registry = new JobRegistry([flow]);
       const { id } = await enqueue(h.db, flow, {});
       const first = await run(registry);
-      expect(first).toMatchObject({ parked: 1, completed: 0, failed: 0 });
-      expect(first.nextWakeAt).toBeGreaterThan(Date.now());
-      expect(await job(id)).toMatchObject({ status: 'waiting', attempts: 0, locked_by: null });
+      expect(first).toMatchObject({ snoozed: 1, completed: 0, failed: 0 });
+      expect(first.nextDueAt).toBeGreaterThan(Date.now());
+      const snoozed = await job(id);
+      expect(snoozed).toMatchObject({ status: 'pending', attempts: 0, locked_by: null });
+      const [, nap] = await steps(id);
       expect((await steps(id)).map((s) => s.status)).toEqual(['completed', 'sleeping']);
-      // Not due yet: nothing wakes it.
-      expect((await wakeWorkflows(h.db)).woken).toBe(0);
-      await sleep(Math.max(0, first.nextWakeAt! - Date.now()) + 20);
-      const second = await run(registry, { wakeDueAt: first.nextWakeAt! });
+      // Its run_at is the sleep's end, and that is the moment the drain reported as due.
+      expect((snoozed.run_at as Date).getTime()).toBe(nap!.wake_at!.getTime());
+      expect(first.nextDueAt).toBe(nap!.wake_at!.getTime());
+      // Not due yet: a drain claims nothing.
+      expect(await run(registry)).toMatchObject({ claimed: 0 });
+      await sleep(Math.max(0, first.nextDueAt! - Date.now()) + 20);
+      const second = await run(registry);
       expect(second).toMatchObject({ completed: 1 });
       expect(await job(id)).toMatchObject({ status: 'completed', attempts: 1, result: 'woke' });
       expect({ before, after }).toEqual({ before: 1, after: 1 });
     });
 
-    it('a wake round stopped at its limit says more are due now; the round after wakes the rest', async () => {
+    it('an open drain claims a snoozed run again at its time, not at the next poll', async () => {
       const flow = defineWorkflow({
-        kind: 'wf_sleep_many',
-        schema: z.object({ i: z.number() }),
-        run: async (_p, step) => step.sleep('nap', 0.2),
+        kind: 'wf_sleep_open',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => {
+          await step.sleep('nap', 0.3);
+          return step.run('woke', () => Date.now());
+        },
       });
-      const ids = [];
-      for (let i = 0; i < 3; i++) ids.push((await enqueue(h.db, flow, { i })).id);
-      const registry = new JobRegistry([flow]);
-      expect(await run(registry)).toMatchObject({ parked: 3 });
-      await sleep(300);
-      const first = await wakeWorkflows(h.db, 2);
-      expect(first.woken).toBe(2);
-      expect(first.nextWakeAt!.getTime()).toBeLessThanOrEqual(Date.now() + 50);
-      const second = await wakeWorkflows(h.db, 2);
-      expect(second).toEqual({ woken: 1, nextWakeAt: null });
-      const statuses = await Promise.all(ids.map(async (id) => (await job(id)).status));
-      expect(statuses).toEqual(['pending', 'pending', 'pending']);
+      // A slow job keeps the drain open past the sleep's end.
+      const slow = defineJob({ kind: 'wf_sleep_open_slow', schema: z.object({}), handler: () => sleep(1_500) });
+      const registry = new JobRegistry([flow, slow]);
+      const { id } = await enqueue(h.db, flow, {});
+      await enqueue(h.db, slow, {});
+      const started = Date.now();
+      const report = await run(registry, { pollIntervalMs: 60_000 });
+      expect(report).toMatchObject({ snoozed: 1, completed: 2 });
+      const done = await job(id);
+      expect(done.status).toBe('completed');
+      // Woken at its time (0.3 s), long before the poll (60 s) and before the slow job ended.
+      expect(done.result as number).toBeLessThan(started + 1_400);
     });
 
-    it('the housekeeping round wakes a sleep whose drainer is gone', async () => {
+    it('a sleep whose drainer is gone needs no wake-up: any drain after its time claims it like a pending job', async () => {
       const flow = defineWorkflow({
         kind: 'wf_sleep_hk',
         schema: z.object({}),
@@ -252,39 +261,37 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       });
       const { id } = await enqueue(h.db, flow, {});
       await run(new JobRegistry([flow]));
-      expect((await job(id)).status).toBe('waiting');
-      await sleep(300);
-      const woken = await h.listen('pgdrain_jobs');
-      expect((await pruneFinished(h.db)).woken).toBe(1);
       expect((await job(id)).status).toBe('pending');
-      // Its kind's drainers are woken by the statement that woke it.
-      for (let i = 0; i < 50 && !woken.received.includes('wf_sleep_hk'); i++) await sleep(20);
-      await woken.close();
-      expect(woken.received).toContain('wf_sleep_hk');
-      expect((await steps(id))[0]).toMatchObject({ status: 'completed', wake_at: null });
+      await sleep(300);
+      expect(await run(new JobRegistry([flow]))).toMatchObject({ claimed: 1, completed: 1 });
+      expect(await h.query(`SELECT 1 FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([]);
     });
 
-    it('the housekeeping round prunes events past their retention and the steps of runs that are gone', async () => {
-      await sendEvent(h.db, { event: 'old.news', key: 'k' });
-      await sendEvent(h.db, { event: 'fresh.news', key: 'k' });
-      await h.query(`UPDATE pgdrain.events SET sent_at = now() - interval '2 days' WHERE event = 'old.news'`);
-      // A run that is gone (its job deleted), and one still here.
-      await h.query(
-        `INSERT INTO pgdrain.workflow_steps (job_id, name, position, status) VALUES (987654321, 'a', 0, 'completed'), (987654321, 'b', 1, 'completed')`,
-      );
+    it('a park cannot be swallowed: code that catches around a sleep does not go on in the attempt', async () => {
+      const reached: string[] = [];
       const flow = defineWorkflow({
-        kind: 'wf_kept_steps',
+        kind: 'wf_swallow',
         schema: z.object({}),
-        run: async (_p, step) => step.sleep('nap', 3600),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => {
+          try {
+            await step.sleep('nap', 0.2);
+          } catch {
+            reached.push('catch');
+          }
+          reached.push('after');
+          return step.run('next', () => 'done');
+        },
       });
+      const registry = new JobRegistry([flow]);
       const { id } = await enqueue(h.db, flow, {});
-      await run(new JobRegistry([flow]));
-      const pruned = await pruneFinished(h.db, 20, 86_400);
-      expect(pruned).toMatchObject({ events: 1, steps: 2 });
-      expect(await h.query(`SELECT event FROM pgdrain.events`)).toEqual([{ event: 'fresh.news' }]);
-      expect(await h.query(`SELECT job_id::text AS id, name FROM pgdrain.workflow_steps`)).toEqual([
-        { id, name: 'nap' },
-      ]);
+      expect(await run(registry)).toMatchObject({ snoozed: 1, completed: 0, failed: 0, lost: 0 });
+      expect(reached).toEqual([]);
+      expect((await steps(id)).map((s) => [s.name, s.status])).toEqual([['nap', 'sleeping']]);
+      await sleep(250);
+      expect(await run(registry)).toMatchObject({ completed: 1 });
+      expect(reached).toEqual(['after']);
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 'done' });
     });
 
     it("an event answers every run waiting on its event and key, in the sender's transaction; a rolled-back send wakes nothing", async () => {
@@ -303,7 +310,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       const a = await enqueue(h.db, flow, { user: 1 });
       const b = await enqueue(h.db, flow, { user: 1 });
       const other = await enqueue(h.db, flow, { user: 2 });
-      expect(await run(registry)).toMatchObject({ parked: 3 });
+      expect(await run(registry)).toMatchObject({ snoozed: 3 });
       const rolledBack = new Error('rolled back');
       await expect(
         h.db.transaction(async (tx) => {
@@ -311,17 +318,21 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
           throw rolledBack;
         }),
       ).rejects.toBe(rolledBack);
-      expect((await job(a.id)).status).toBe('waiting');
+      // Waiting with a timeout: pending until it (an hour), as a sleep is.
+      const dueIn = async (id: string) => ((await job(id)).run_at as Date).getTime() - Date.now();
+      expect(await job(a.id)).toMatchObject({ status: 'pending', locked_by: null });
+      expect(await dueIn(a.id)).toBeGreaterThan(3_000_000);
       await h.db.transaction(async (tx) => {
         await sendEvent(tx, { event: 'email.verified', key: 'user:1', payload: { at: 'now' } });
       });
-      expect((await job(a.id)).status).toBe('pending');
-      expect((await job(b.id)).status).toBe('pending');
-      expect((await job(other.id)).status).toBe('waiting');
+      // Made due now; the other key's run stays until its timeout.
+      expect(await dueIn(a.id)).toBeLessThanOrEqual(0);
+      expect(await dueIn(b.id)).toBeLessThanOrEqual(0);
+      expect(await dueIn(other.id)).toBeGreaterThan(3_000_000);
       await run(registry);
       expect((await job(a.id)).result).toEqual({ at: 'now' });
       expect((await job(b.id)).result).toEqual({ at: 'now' });
-      expect((await job(other.id)).status).toBe('waiting');
+      expect(await job(other.id)).toMatchObject({ status: 'pending', result: null });
     });
 
     it('an event sent after the run was enqueued but before it reached its wait is found; one sent before the run is not; two waits take two events', async () => {
@@ -400,7 +411,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       await sendEvent(h.db, { event: 'shaped', key: 'k', payload: 'an event says hello' });
       for (let round = 0; round < 10 && (await job(id)).status !== 'completed'; round++) {
         await sleep(60);
-        await run(registry, { wakeDueAt: Date.now() });
+        await run(registry);
       }
       const done = await job(id);
       expect(done.last_error).toBeNull();
@@ -433,14 +444,14 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       const registry = new JobRegistry([flow]);
       const { id } = await enqueue(h.db, flow, { at: at.toISOString() });
       const first = await run(registry);
-      expect(first.nextWakeAt).toBe(at.getTime());
-      expect((await job(id)).status).toBe('waiting');
+      expect(first.nextDueAt).toBe(at.getTime());
+      expect(await job(id)).toMatchObject({ status: 'pending', run_at: at });
       expect((await steps(id)).map((s) => [s.name, s.status, s.wake_at?.getTime() ?? null])).toEqual([
         ['past', 'completed', null],
         ['until', 'sleeping', at.getTime()],
       ]);
       await sleep(Math.max(0, at.getTime() - Date.now()) + 50);
-      await run(registry, { wakeDueAt: Date.now() });
+      await run(registry);
       const done = await job(id);
       expect(done.status).toBe('completed');
       expect((done.result as { wokeAt: number }).wokeAt).toBeGreaterThanOrEqual(at.getTime());
@@ -516,9 +527,10 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       const registry = new JobRegistry([flow]);
       const { id } = await enqueue(h.db, flow, {});
       const first = await run(registry);
-      expect(first.nextWakeAt).not.toBeNull();
+      expect(first.nextDueAt).not.toBeNull();
+      expect((await job(id)).status).toBe('pending');
       await sleep(400);
-      await run(registry, { wakeDueAt: Date.now() });
+      await run(registry);
       expect(await job(id)).toMatchObject({ status: 'completed', result: { got: null } });
     });
 
@@ -609,7 +621,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       const { id } = await enqueue(h.db, first, {});
       await run(new JobRegistry([first]));
       await sleep(150);
-      await run(new JobRegistry([second]), { wakeDueAt: Date.now() });
+      await run(new JobRegistry([second]));
       expect(ran).toEqual(['one@v1', 'removed@v1', 'added@v2', 'three@v2']);
       expect(await h.query(`SELECT 1 FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([]);
     });

@@ -103,8 +103,9 @@ function readAndCancelRoutes(app: Hono<AppEnv>): void {
     return c.json({
       ...body,
       steps,
+      // Parked: waiting (an event, a child), or pending until a sleep's end or a wait's timeout.
       waitingOn:
-        found.job.status === 'waiting'
+        found.job.status === 'waiting' || found.job.status === 'pending'
           ? (steps.find((s) => s.status === 'sleeping' || s.status === 'waiting') ?? null)
           : null,
     });

@@ -184,3 +184,27 @@ it("the workflow example: steps once, a sleep, an event sent in the verifying tr
   expect(calls).toEqual(['account 42', 'receipt 42']);
   expect(await t.query('SELECT user_id FROM welcome')).toEqual([{ user_id: 42 }]);
 });
+
+it('the parallel steps example: two children at once, then a race an event wins', async () => {
+  const { accountSummary, fetchInvoices, fetchProfile } = await import('../examples/parallel-steps.ts');
+  const { drain } = await import('../src/drain/index.ts');
+  const { JobRegistry } = await import('../src/jobs/registry.ts');
+  const { enqueue, sendEvent } = await import('../src/entry/index.ts');
+  const registry = new JobRegistry([accountSummary, fetchProfile, fetchInvoices]);
+  const { id } = await enqueue(t.db, accountSummary, { userId: 7 });
+  // The run parks on both children at once; this drain runs them and the run again, up to the race.
+  await drain(t.db, registry, { workerId: 'example' });
+  expect(
+    await t.query(
+      `SELECT count(DISTINCT created_at)::int AS n FROM pgdrain.jobs_and_history WHERE kind LIKE 'fetch-%'`,
+    ),
+  ).toEqual([{ n: 1 }]);
+  expect(await t.query('SELECT status FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([{ status: 'pending' }]);
+  await sendEvent(t.db, { event: 'summary.approved', key: 'user:7' });
+  await drain(t.db, registry, { workerId: 'example' });
+  const [job] = await t.query('SELECT status, result FROM pgdrain.jobs_and_history WHERE id = $1', [id]);
+  expect(job).toEqual({
+    status: 'completed',
+    result: { profile: { name: 'user 7' }, invoices: [{ userId: 7, total: 12 }], answered: true },
+  });
+});

@@ -84,6 +84,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.fair_keys(text,integer,text,integer)',
     'pgdrain.maintain_history(integer)',
     'pgdrain.park_sleep(bigint,text,text,integer,timestamp with time zone,timestamp with time zone)',
+    'pgdrain.park_steps(bigint,text,jsonb)',
     'pgdrain.park_wait(bigint,text,text,integer,timestamp with time zone,text,text,timestamp with time zone,jsonb)',
     'pgdrain.record_step(bigint,text,text,integer,text,integer,jsonb,text,timestamp with time zone,boolean)',
     'pgdrain.send_event(text,text,jsonb)',

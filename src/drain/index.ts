@@ -75,6 +75,7 @@ export { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts
 export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from './run-handler.ts';
 export type { OpenTransactionConnection, TransactionConnection } from '../db/connections.ts';
 export { DrainNotices, type NoticeListener } from './notices.ts';
+export { DueTimes } from './due-times.ts';
 export type { JobState, SettledCounts } from './job-record.ts';
 
 export interface DrainOptions {
@@ -128,6 +129,10 @@ export interface DrainOptions {
    * claimed at once, even while other handlers keep the drain open, and a cancel of a job held
    * here is checked at once instead of at its next lease renewal. */
   notices?: DrainNotices;
+  /** The moments jobs this drain settles are due again (retries' backoffs, snoozes), kept across
+   * drains: a drainer that gives every drain the same one claims them at their time, after the drain
+   * that settled them has ended (DrainReport.nextDueAt is only the earliest). Default: this drain's own. */
+  dueTimes?: DueTimes;
   /** While the drain is open (handlers running) and a claim came back short, it looks again this
    * often for jobs that became due or were enqueued where no notice reaches it. Default: the
    * profile's (1 s). */
@@ -185,7 +190,7 @@ class DrainRun {
   /** The next due time the last short claim reported (with reportNextDue). */
   #nextDueFromClaims: number | null = null;
   /** Retries and snoozes this drain settled, by when they are due: their kinds are claimed then. */
-  readonly #dueTimes = new DueTimes();
+  readonly #dueTimes: DueTimes;
   #earliestDueAt = Infinity;
   /** One per batch kind drained (src/jobs/batch.ts): their jobs are not the planner's. */
   readonly #runners: BatchRunner[];
@@ -196,6 +201,7 @@ class DrainRun {
     const recordCounts = options.recordCounts !== false;
     this.#registry = registry;
     this.#options = options;
+    this.#dueTimes = options.dueTimes ?? new DueTimes();
     this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
     this.#pollIntervalMs = Math.max(10, options.pollIntervalMs ?? profile.pollIntervalMs);
     this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;

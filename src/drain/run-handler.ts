@@ -191,10 +191,8 @@ export interface HandlerDatabase {
   transactions?: OpenTransactionConnection;
 }
 
-const handlerDatabases = new WeakMap<JobContext, HandlerDatabase>();
-
 /** The connections of the drain that runs this `ctx`'s job (undefined: not run by a drain). Not public. */
-export const handlerDatabase = (ctx: JobContext): HandlerDatabase | undefined => handlerDatabases.get(ctx);
+export const handlerDatabase = (ctx: JobContext): HandlerDatabase | undefined => HandlerContext.databaseOf(ctx);
 
 /** The handler's `ctx`. */
 class HandlerContext implements JobContext {
@@ -208,7 +206,11 @@ class HandlerContext implements JobContext {
     this.signal = signal;
     this.#environment = environment;
     this.#tx = tx;
-    handlerDatabases.set(this, { db: environment.db, transactions: environment.transactions });
+  }
+
+  static databaseOf(ctx: JobContext): HandlerDatabase | undefined {
+    if (!(#environment in ctx)) return undefined;
+    return { db: ctx.#environment.db, transactions: ctx.#environment.transactions };
   }
 
   progress(value: unknown): void {

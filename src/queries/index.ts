@@ -92,6 +92,7 @@ export {
   parkSleep,
   waitForEvent,
   parkOnChild,
+  parkSteps,
   sendEvent,
   DEFAULT_EVENT_RETENTION_SECONDS,
   type HeldRun,
@@ -101,6 +102,8 @@ export {
   type StepRecord,
   type EventWait,
   type ParkOutcome,
+  type StepPark,
+  type StepParksOutcome,
   type SentEvent,
 } from './workflows.ts';
 export { commitDurably } from './durable-commit.ts';

@@ -260,6 +260,56 @@ export async function parkOnChild(tx: Db, step: StepRecord, childId: string): Pr
     : { outcome: 'done', result: undefined };
 }
 
+/** One of the parks an attempt makes at once (pgdrain.park_steps()). */
+export type StepPark = StepRecord &
+  (
+    | { type: 'sleep'; until: Date }
+    | { type: 'wait'; event: string; key: string; until: Date | null; matchJson: string | null }
+    | { type: 'child'; childId: string }
+  );
+
+/** What pgdrain.park_steps() did with each park, by step name: `parked`, or `done` (a sleep that
+ * ended, a wait answered (`result`), a child that has ended); or why the job was not held. */
+export type StepParksOutcome =
+  | { outcome: 'recorded'; parked: boolean; steps: Map<string, ParkOutcome> }
+  | { outcome: NotHeld };
+
+/**
+ * The parks of one attempt at once (Promise.all over sleeps, waits and children), in one statement:
+ * each recorded as parkSleep, waitForEvent and parkOnChild record theirs, and, if any parked, the
+ * attempt ended once — pending until the earliest sleep's end or wait's timeout, else waiting for
+ * the first child to end or an event (pgdrain.park_steps(), fenced). Children are enqueued by the
+ * caller in the same transaction `db`.
+ */
+export async function parkSteps(db: Db, run: HeldRun, parks: readonly StepPark[]): Promise<StepParksOutcome> {
+  const json = JSON.stringify(
+    parks.map((p) => ({
+      type: p.type,
+      name: p.name,
+      position: p.position,
+      started_at: p.startedAt.toISOString(),
+      ...(p.type === 'sleep' ? { until: p.until.toISOString() } : {}),
+      ...(p.type === 'wait'
+        ? {
+            event: p.event,
+            key: p.key,
+            until: p.until?.toISOString() ?? null,
+            match: p.matchJson === null ? null : JSON.parse(p.matchJson),
+          }
+        : {}),
+      ...(p.type === 'child' ? { child_id: p.childId } : {}),
+    })),
+  );
+  const rows = await rowsOf<ParkRow & { name: string | null }>(
+    db,
+    sql`SELECT name, outcome, until_at, answer::text AS answer FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_steps(${run.jobId}::bigint, ${run.lockedBy}, ${json}::jsonb)`,
+  );
+  const first = rows[0];
+  if (!first || first.name === null) return { outcome: first?.outcome === 'cancelled' ? 'cancelled' : 'lost' };
+  const steps = new Map(rows.map((r) => [r.name!, parkOutcome(r)]));
+  return { outcome: 'recorded', parked: rows.some((r) => r.outcome === 'parked'), steps };
+}
+
 export interface SentEvent {
   event: string;
   key: string;

@@ -10,7 +10,7 @@
 //   any ──stop(grace)──► no new claims; the running drain releases unstarted jobs, and its running
 //         handlers get `grace` to finish ──still running──► abandoned: their signals abort, their
 //         jobs go back to pending at once (attempt refunded), the drain returns
-import { DrainNotices, drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
+import { DrainNotices, DueTimes, drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
 import type { JobRegistry } from '../jobs/index.ts';
 import type { Db } from '../queries/index.ts';
 
@@ -88,12 +88,13 @@ export class Drainer {
       onClaimError?.(error);
     };
     let nextClaimAt: number | null = null;
-    let nextDueAt: number | null = null;
+    // Jobs its drains settled that are due again later (retries, snoozes): every drain shares it.
+    const dueTimes = new DueTimes();
     while (!this.#stop.signal.aborted) {
-      // A limited kind held back by its limits is claimed again when they allow, and a job the last
-      // drain settled is claimed when it is due again, if that is sooner than the poll.
+      // A limited kind held back by its limits is claimed again when they allow, and a job a drain
+      // settled is claimed when it is due again, if that is sooner than the poll.
       const untilAllowed = nextClaimAt === null ? Infinity : Math.max(0, nextClaimAt - Date.now());
-      const untilDue = nextDueAt === null ? Infinity : Math.max(0, nextDueAt - Date.now());
+      const untilDue = Math.max(0, dueTimes.next - Date.now());
       if (!this.#wakeRequested) await this.#sleep(pause || Math.min(pollIntervalMs, untilAllowed, untilDue));
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
@@ -105,12 +106,12 @@ export class Drainer {
           notices: this.#notices,
           signal: this.#stop.signal,
           abandonSignal: this.#abandon.signal,
+          dueTimes,
         });
         if (failing) onRecovered?.();
         failing = false;
         pause = 0;
         nextClaimAt = report.nextClaimAt;
-        nextDueAt = report.nextDueAt;
         onReport?.(report);
       } catch (error) {
         failing = true;

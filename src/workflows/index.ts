@@ -27,23 +27,21 @@ import { JobCancelledError, LeaseLostError } from '../drain/lease-keeper.ts';
 import { type HandlerDatabase, MAX_RESULT_BYTES, SettledByStatement, handlerDatabase } from '../drain/run-handler.ts';
 import { errorText, longerThan, toJson, utf8Length } from '../json.ts';
 import { type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
-import { type EnqueueOptions, prepareJob, preparedJobs } from '../jobs/enqueue.ts';
+import { type EnqueueOptions, prepareJob } from '../jobs/enqueue.ts';
 import {
   type Db,
   type NotHeld,
-  type ParkOutcome,
   type StepRecord,
   type StoredStep,
-  commitDurably,
+  type StepPark,
   loadSteps,
-  parkOnChild,
-  parkSleep,
   recordStepCompleted,
   recordStepFailed,
-  waitForEvent,
 } from '../queries/index.ts';
+import type { NewJob } from '../queries/enqueue/types.ts';
 import { traceStep } from '../tracing.ts';
 import { MAX_EVENT_KEY_LENGTH, MAX_EVENT_PAYLOAD_BYTES } from './events.ts';
+import { AttemptParks, type DonePark } from './parks.ts';
 
 export {
   sendEvent,
@@ -133,7 +131,11 @@ async function runWorkflow<Payload, Result>(
   if (!database) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
   const steps = new Steps(kind, ctx, database, await loadSteps(database.db, ctx.job.id));
   // A park ends the attempt here, whatever the run's code does with the parked step (it never settles).
-  return Promise.race([Promise.resolve().then(() => run(payload, steps, ctx)), steps.parked]);
+  try {
+    return await Promise.race([Promise.resolve().then(() => run(payload, steps, ctx)), steps.parked]);
+  } finally {
+    steps.close();
+  }
 }
 
 /** A wait's match as JSON text (null: none): a plain object of JSON, at most an event payload's size. */
@@ -167,6 +169,7 @@ class Steps implements WorkflowStep {
   #endAttempt: (parked: SettledByStatement) => void = () => {};
   /** The step whose park ended this attempt; no step begins after it. */
   #parkedAt: string | null = null;
+  readonly #parks: AttemptParks;
 
   constructor(kind: string, ctx: JobContext, database: HandlerDatabase, stored: readonly StoredStep[]) {
     this.#kind = kind;
@@ -176,6 +179,9 @@ class Steps implements WorkflowStep {
     this.parked = new Promise<never>((_, reject) => {
       this.#endAttempt = reject;
     });
+    this.#parks = new AttemptParks(this.#db, { jobId: ctx.job.id, lockedBy: ctx.job.lockedBy }, (why) =>
+      this.#notHeldError(why),
+    );
     this.#stored = new Map(stored.map((s) => [s.name, s]));
     this.#nextPosition = stored.reduce((max, s) => Math.max(max, s.position + 1), 0);
   }
@@ -184,7 +190,18 @@ class Steps implements WorkflowStep {
     const { stored, record } = this.#begin(name, 'run');
     if (typeof fn !== 'function') throw new TypeError(`workflow ${this.#kind}: step.run('${name}') needs a function`);
     if (stored?.status === 'completed') return stored.result as T;
-    return this.#traced(name, () => this.#runStep(name, fn, options, record));
+    // Parks of this attempt wait for it to end (parks.ts).
+    this.#parks.stepStarted();
+    try {
+      return await this.#traced(name, () => this.#runStep(name, fn, options, record));
+    } finally {
+      this.#parks.stepEnded();
+    }
+  }
+
+  /** The run returned or threw: parks it left queued are not written. */
+  close(): void {
+    this.#parks.close();
   }
 
   async #runStep<T>(
@@ -217,15 +234,8 @@ class Steps implements WorkflowStep {
     if (!seconds.safeParse(forSeconds).success)
       throw new RangeError(`step.sleep('${name}'): seconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
     if (stored?.status === 'completed') return;
-    await this.#parkable(
-      name,
-      this.#traced(name, async () => {
-        this.#parkedOr(
-          await parkSleep(this.#db, record, new Date(Date.now() + forSeconds * 1000)),
-          `sleeping (step ${name})`,
-        );
-      }),
-    );
+    // Its end is kept from the first park: a run re-entered later does not move it.
+    await this.#park({ ...record, type: 'sleep', until: new Date(Date.now() + forSeconds * 1000) });
   }
 
   async sleepUntil(name: string, until: Date): Promise<void> {
@@ -237,17 +247,7 @@ class Steps implements WorkflowStep {
       throw new RangeError(`step.sleepUntil('${name}'): until is more than a year ahead`);
     }
     if (stored?.status === 'completed') return;
-    // The same park as sleep(): its end is kept from the first park, so a run re-entered later
-    // does not move it.
-    await this.#parkable(
-      name,
-      this.#traced(name, async () => {
-        this.#parkedOr(
-          await parkSleep(this.#db, record, until),
-          `sleeping until ${until.toISOString()} (step ${name})`,
-        );
-      }),
-    );
+    await this.#park({ ...record, type: 'sleep', until });
   }
 
   async waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null> {
@@ -266,13 +266,8 @@ class Steps implements WorkflowStep {
     const matchJson = matchText(name, match);
     if (stored?.status === 'completed') return (stored.result ?? null) as T | null;
     const until = timeoutSeconds === undefined ? null : new Date(Date.now() + timeoutSeconds * 1000);
-    return this.#parkable(
-      name,
-      this.#traced(name, async () => {
-        const outcome = await waitForEvent(this.#db, { ...record, event, key, until, matchJson });
-        return (this.#parkedOr(outcome, `waiting for event ${event} (${key}) (step ${name})`) ?? null) as T | null;
-      }),
-    );
+    const outcome = await this.#park({ ...record, type: 'wait', event, key, until, matchJson });
+    return (outcome.result ?? null) as T | null;
   }
 
   async invoke<P, R = unknown>(
@@ -283,42 +278,58 @@ class Steps implements WorkflowStep {
   ): Promise<R> {
     const { stored, record } = this.#begin(name, 'invoke');
     if (stored?.status === 'completed') return stored.result as R;
-    if (stored?.childId)
-      return this.#parkable(
-        name,
-        this.#traced(name, () => this.#childEnded<R>(name, stored, record)),
-      );
+    if (stored?.childId) return this.#childEnded<R>(name, stored, record);
     if (!job?.keepCompletedSeconds) {
       throw new Error(
         `step.invoke('${name}'): kind ${job?.kind} keeps no results; give it keepCompletedSeconds so the workflow can read what its child returned`,
       );
     }
     // The enqueue pipeline's checks (payload, options) throw here, before anything is written.
-    const prepared = preparedJobs([prepareJob(job, { ...options, payload })], null);
-    return this.#parkable(name, this.#invokeChild<R>(name, job.kind, prepared, record));
+    const child = prepareJob(job, { ...options, payload });
+    await this.#park({ ...record, type: 'child', childId: '' }, child);
+    // The child had ended already (a dedupe key matched a finished job): read how.
+    return this.#childEnded<R>(name, await this.#reload(name), record);
   }
 
-  #invokeChild<R>(
-    name: string,
-    kind: string,
-    prepared: ReturnType<typeof preparedJobs>,
-    record: StepRecord,
-  ): Promise<R> {
-    return this.#traced(name, async () => {
-      const outcome = await this.#db.transaction(async (tx) => {
-        // An enqueue: durable, although the drain's own statements commit asynchronously.
-        await commitDurably(tx);
-        const [child] = await prepared.send(tx);
-        const parked = await parkOnChild(tx, record, child!.id);
-        if (parked.outcome === 'lost' || parked.outcome === 'cancelled') throw this.#notHeldError(parked.outcome);
-        return { parked, childId: child!.id };
+  /** A step's child has ended (or is still on its way: park again until it ends). */
+  async #childEnded<R>(name: string, stored: StoredStep, record: StepRecord): Promise<R> {
+    const child = stored.child;
+    if (child?.status === 'completed') {
+      const json = child.result === undefined ? null : JSON.stringify(child.result);
+      return this.#traced(name, async () => {
+        this.#written(await recordStepCompleted(this.#db, record, json));
+        return child.result as R;
       });
-      if (outcome.parked.outcome === 'parked')
-        throw new SettledByStatement(`waiting for job ${outcome.childId} (step ${name})`, null, [kind]);
-      // The child had ended already (a dedupe key matched a finished job): read how.
-      const [again] = (await loadSteps(this.#db, this.#ctx.job.id)).filter((s) => s.name === name);
-      return this.#childEnded<R>(name, again!, record);
-    });
+    }
+    if (child && ['pending', 'running', 'waiting'].includes(child.status)) {
+      await this.#park({ ...record, type: 'child', childId: stored.childId! });
+      return this.#childEnded<R>(name, await this.#reload(name), record);
+    }
+    const error = new Error(
+      child
+        ? `step ${name}: job ${stored.childId} it invoked ended ${child.status}${child.lastError ? `: ${child.lastError}` : ''}`
+        : `step ${name}: job ${stored.childId} it invoked is gone (deleted, or its keep ran out)`,
+    );
+    await this.#failed(record, error);
+    throw error;
+  }
+
+  /** The step as stored now (after a park that found its child ended). */
+  async #reload(name: string): Promise<StoredStep> {
+    return (await loadSteps(this.#db, this.#ctx.job.id)).find((s) => s.name === name)!;
+  }
+
+  /**
+   * A park (a sleep, a wait, a child), queued with the others this attempt makes at once and
+   * written with them once no step of the attempt is running (parks.ts). Resolves when it is done
+   * without parking (a sleep that has ended, a wait answered, a child that has ended); when the
+   * attempt parks, it never settles (#parkable), and runWorkflow hears the park.
+   */
+  #park(park: StepPark, child?: NewJob): Promise<DonePark> {
+    return this.#parkable(
+      park.name,
+      this.#traced(park.name, () => this.#parks.add(park, child)),
+    );
   }
 
   /** A step that runs in this attempt, as a `step <name>` span under the run's (tracing.ts). */
@@ -339,32 +350,6 @@ class Steps implements WorkflowStep {
       this.#endAttempt(error);
       return new Promise<T>(() => {});
     }
-  }
-
-  /** A step's child has ended (or is still on its way: park again until it ends). */
-  async #childEnded<R>(name: string, stored: StoredStep, record: StepRecord): Promise<R> {
-    const child = stored.child;
-    if (child?.status === 'completed') {
-      const json = child.result === undefined ? null : JSON.stringify(child.result);
-      this.#written(await recordStepCompleted(this.#db, record, json));
-      return child.result as R;
-    }
-    if (child && ['pending', 'running', 'waiting'].includes(child.status)) {
-      const parked = await this.#db.transaction((tx) => parkOnChild(tx, record, stored.childId!));
-      this.#parkedOr(parked, `waiting for job ${stored.childId} (step ${name})`);
-      return await this.#childEnded<R>(
-        name,
-        (await loadSteps(this.#db, this.#ctx.job.id)).find((s) => s.name === name)!,
-        record,
-      );
-    }
-    const error = new Error(
-      child
-        ? `step ${name}: job ${stored.childId} it invoked ended ${child.status}${child.lastError ? `: ${child.lastError}` : ''}`
-        : `step ${name}: job ${stored.childId} it invoked is gone (deleted, or its keep ran out)`,
-    );
-    await this.#failed(record, error);
-    throw error;
   }
 
   async #runInTransaction<T>(
@@ -432,14 +417,6 @@ class Steps implements WorkflowStep {
         `step ${name}'s result is ${utf8Length(json)} bytes of JSON; a step's result is at most ${MAX_RESULT_BYTES}`,
       );
     return json;
-  }
-
-  /** A park's outcome: the step's answer when it did not park; throws SettledByStatement when it did
-   * (due again at a sleep's end or a wait's timeout). */
-  #parkedOr(outcome: ParkOutcome, what: string): unknown {
-    if (outcome.outcome === 'parked') throw new SettledByStatement(what, outcome.wakeAt?.getTime() ?? null);
-    if (outcome.outcome === 'done') return outcome.result;
-    throw this.#notHeldError(outcome.outcome);
   }
 
   #written(notHeld: NotHeld | null): void {

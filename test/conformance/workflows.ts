@@ -294,6 +294,128 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(await job(id)).toMatchObject({ status: 'completed', result: 'done' });
     });
 
+    it('Promise.all over sleeps parks on all of them at once: the run goes on after the longest, not their sum', async () => {
+      let attempts = 0;
+      const flow = defineWorkflow({
+        kind: 'wf_parallel_sleeps',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => {
+          attempts++;
+          await Promise.all([step.sleep('short', 0.3), step.sleep('long', 0.6)]);
+          return 'both';
+        },
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      expect(await run(registry)).toMatchObject({ snoozed: 1 });
+      // Both recorded by the first attempt; the run is due at the first end.
+      const [short, long] = await steps(id);
+      expect([short!.status, long!.status]).toEqual(['sleeping', 'sleeping']);
+      expect(((await job(id)).run_at as Date).getTime()).toBe(short!.wake_at!.getTime());
+      // Once the longest has ended, one more attempt completes it: the sleeps ran side by side.
+      await sleep(Math.max(0, long!.wake_at!.getTime() - Date.now()) + 30);
+      expect(await run(registry)).toMatchObject({ completed: 1 });
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 'both' });
+      expect(attempts).toBe(2);
+    });
+
+    it('Promise.all over step.invoke enqueues every child in the first attempt; the run ends once they all have', async () => {
+      const child = defineJob({
+        kind: 'wf_fan_child',
+        schema: z.object({ i: z.number() }),
+        keepCompletedSeconds: 600,
+        handler: async ({ i }) => {
+          await sleep(100);
+          return i * 2;
+        },
+      });
+      let attempts = 0;
+      const flow = defineWorkflow({
+        kind: 'wf_fan_out',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => {
+          attempts++;
+          const results = await Promise.all(
+            Array.from({ length: 20 }, (_, i) => step.invoke<{ i: number }, number>(`child-${i}`, child, { i })),
+          );
+          return results.reduce((a, b) => a + b, 0);
+        },
+      });
+      const { id } = await enqueue(h.db, flow, {});
+      // The run alone: its first attempt parks on all 20 children (one transaction enqueued them).
+      expect(await run(new JobRegistry([flow]))).toMatchObject({ snoozed: 1 });
+      const children = await h.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'wf_fan_child'`,
+      );
+      expect(children).toEqual([{ n: 20 }]);
+      expect(await job(id)).toMatchObject({ status: 'waiting', waiting_for: 1 });
+      expect((await steps(id)).map((s) => s.status)).toEqual(Array(20).fill('waiting'));
+      // Then children and run together, until the run has completed.
+      const registry = new JobRegistry([flow, child]);
+      for (let round = 0; round < 10 && (await job(id)).status !== 'completed'; round++)
+        await run(registry, { concurrency: 25, batchSize: 25 });
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 380 });
+      // Each re-entry is woken by a child's end and parks on those left: far fewer than one per child.
+      expect(attempts).toBeLessThanOrEqual(8);
+    });
+
+    it('Promise.race over parks goes on with the first one done; a sleep beside a wait ends the race at its time', async () => {
+      const flow = defineWorkflow({
+        kind: 'wf_race',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) =>
+          Promise.race([
+            step.sleep('deadline', 0.3).then(() => 'deadline'),
+            step.waitForEvent('answer', { event: 'race.answer', key: 'k' }).then(() => 'answer'),
+          ]),
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      expect(await run(registry)).toMatchObject({ snoozed: 1 });
+      // Parked on both: pending until the deadline (the wait alone has no time).
+      expect((await steps(id)).map((s) => [s.name, s.status])).toEqual([
+        ['deadline', 'sleeping'],
+        ['answer', 'waiting'],
+      ]);
+      await sleep(350);
+      expect(await run(registry)).toMatchObject({ completed: 1 });
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 'deadline' });
+    });
+
+    it('a step that runs beside a park records its outcome before the attempt ends', async () => {
+      let ran = 0;
+      const flow = defineWorkflow({
+        kind: 'wf_beside_park',
+        schema: z.object({}),
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => {
+          const [, value] = await Promise.all([
+            step.sleep('nap', 0.2),
+            step.run('work', async () => {
+              ran++;
+              await sleep(100);
+              return 'worked';
+            }),
+          ]);
+          return value;
+        },
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      expect(await run(registry)).toMatchObject({ snoozed: 1, lost: 0 });
+      expect((await steps(id)).map((s) => [s.name, s.status])).toEqual([
+        ['nap', 'sleeping'],
+        ['work', 'completed'],
+      ]);
+      await sleep(250);
+      expect(await run(registry)).toMatchObject({ completed: 1 });
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 'worked' });
+      expect(ran).toBe(1);
+    });
+
     it("an event answers every run waiting on its event and key, in the sender's transaction; a rolled-back send wakes nothing", async () => {
       const flow = defineWorkflow({
         kind: 'wf_event',

@@ -14,6 +14,7 @@ import {
   PermanentJobError,
   PgdrainError,
   RetryLaterError,
+  StepTimeoutError,
   UnknownDependencyError,
 } from '../src/entry/index.ts';
 import { HandlerAbandonedError } from '../src/drain/run-handler.ts';
@@ -25,6 +26,7 @@ it('every error class the docs list is a PgdrainError with its stable code', () 
     [new UnknownDependencyError(['1']), 'unknown_dependency'],
     [new EventValidationError('key', 'x'), 'invalid_event'],
     [new PermanentJobError('x'), 'permanent_failure'],
+    [new StepTimeoutError('x'), 'step_timeout'],
     [new RetryLaterError('x', 5), 'retry_later'],
     [new JobCancelledError('x'), 'job_cancelled'],
     [new LeaseLostError('x'), 'lease_lost'],

@@ -89,6 +89,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.record_step(bigint,text,text,integer,text,integer,jsonb,text,timestamp with time zone,boolean)',
     'pgdrain.send_event(text,text,jsonb)',
     'pgdrain.set_group_limits(text,text,integer,integer,double precision)',
+    'pgdrain.snooze_run(bigint,text,timestamp with time zone,text,integer,timestamp with time zone,integer,text)',
   ]);
   // Applying the migrations again changes nothing.
   await migrateDatabase(t.url);

@@ -93,7 +93,7 @@ export async function runHandler(
   onStart((error) => attempt.giveUp(error));
   try {
     if (definition.transactional) return await runInTransaction(attempt, parsed.data, environment, span);
-    const invoke = () => definition.handler(parsed.data, new HandlerContext(job, attempt.signal, environment));
+    const invoke = () => definition.handler(parsed.data, new HandlerContext(attempt, environment));
     const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
     return definition.keepCompletedSeconds
       ? { kept: keptResult(definition, value), settledInTransaction: false }
@@ -114,6 +114,9 @@ class Attempt {
   givenUpWith: Error | undefined;
   readonly job: ClaimedJob;
   readonly definition: JobDefinition<unknown>;
+  /** The time it was given (its timeout, clipped to the drain's budget), and when that runs out. */
+  readonly allowedMs: number;
+  readonly endsAt: number;
 
   constructor(job: ClaimedJob, definition: JobDefinition<unknown>, deadline: number) {
     this.job = job;
@@ -121,6 +124,8 @@ class Attempt {
     const timeoutMs = handlerTimeoutMs(definition, job.timeoutMs);
     const left = deadline - Date.now();
     const allowedMs = Math.max(0, Math.min(timeoutMs, left));
+    this.allowedMs = allowedMs;
+    this.endsAt = Date.now() + allowedMs;
     this.#timer = setTimeout(() => {
       const error = new Error(
         left < timeoutMs
@@ -183,34 +188,41 @@ export class SettledByStatement extends PgdrainError {
   }
 }
 
-/** The connections a handler's own statements go through: the drain's database (it commits
- * asynchronously: a statement that must be durable says so, queries/durable-commit.ts) and the
- * transactional handlers' connections. */
-export interface HandlerDatabase {
+/** What a handler's own statements need of the drain: the connections they go through — the
+ * drain's database (it commits asynchronously: a statement that must be durable says so,
+ * queries/durable-commit.ts) and the transactional handlers' connections — and when this attempt
+ * is given up for its time (ms since the epoch: its timeout, clipped to the drain's budget). */
+export interface HandlerRuntime {
   db: Db;
   transactions?: OpenTransactionConnection;
+  attemptEndsAt: number;
+  /** How long the attempt was given when it started (ms). */
+  attemptMs: number;
 }
 
-/** The connections of the drain that runs this `ctx`'s job (undefined: not run by a drain). Not public. */
-export const handlerDatabase = (ctx: JobContext): HandlerDatabase | undefined => HandlerContext.databaseOf(ctx);
+/** The runtime of the drain that runs this `ctx`'s job (undefined: not run by a drain). Not public. */
+export const handlerRuntime = (ctx: JobContext): HandlerRuntime | undefined => HandlerContext.runtimeOf(ctx);
 
 /** The handler's `ctx`. */
 class HandlerContext implements JobContext {
   readonly job: ClaimedJob;
   readonly signal: AbortSignal;
   readonly #environment: HandlerEnvironment;
+  readonly #attempt: Attempt;
   readonly #tx: Db | undefined;
 
-  constructor(job: ClaimedJob, signal: AbortSignal, environment: HandlerEnvironment, tx?: Db) {
-    this.job = job;
-    this.signal = signal;
+  constructor(attempt: Attempt, environment: HandlerEnvironment, tx?: Db) {
+    this.job = attempt.job;
+    this.signal = attempt.signal;
+    this.#attempt = attempt;
     this.#environment = environment;
     this.#tx = tx;
   }
 
-  static databaseOf(ctx: JobContext): HandlerDatabase | undefined {
+  static runtimeOf(ctx: JobContext): HandlerRuntime | undefined {
     if (!(#environment in ctx)) return undefined;
-    return { db: ctx.#environment.db, transactions: ctx.#environment.transactions };
+    const { db, transactions } = ctx.#environment;
+    return { db, transactions, attemptEndsAt: ctx.#attempt.endsAt, attemptMs: ctx.#attempt.allowedMs };
   }
 
   progress(value: unknown): void {
@@ -264,7 +276,7 @@ async function runInTransaction(
   try {
     await connection.db.transaction(async (tx) => {
       const guarded = guardTransaction(tx as unknown as Db, () => over);
-      const invoke = () => definition.handler(payload, new HandlerContext(job, attempt.signal, environment, guarded));
+      const invoke = () => definition.handler(payload, new HandlerContext(attempt, environment, guarded));
       const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
       kept = keptResult(definition, value);
       const {

@@ -40,6 +40,7 @@ export {
   defineWorkflow,
   sendEvent,
   EventValidationError,
+  StepTimeoutError,
   MAX_STEPS_PER_RUN,
   MAX_EVENT_PAYLOAD_BYTES,
   type Workflow,

@@ -236,7 +236,9 @@ export const workflowStep = z
       .nullable()
       .meta({ description: 'What it returned (an event wait: the payload, or null at its timeout).' }),
     error: z.string().nullable().meta({ description: 'Why its last run failed.' }),
-    wakeAt: timestamp.nullable().meta({ description: "A sleep's end, a wait's timeout." }),
+    wakeAt: timestamp
+      .nullable()
+      .meta({ description: "A sleep's end, a wait's timeout, a failed step's next try (its own maxAttempts)." }),
     event: z.string().nullable(),
     key: z.string().nullable(),
     match: z.record(z.string(), jsonValue).nullable().meta({

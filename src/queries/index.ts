@@ -93,6 +93,7 @@ export {
   waitForEvent,
   parkOnChild,
   parkSteps,
+  snoozeRun,
   sendEvent,
   DEFAULT_EVENT_RETENTION_SECONDS,
   type HeldRun,
@@ -103,6 +104,7 @@ export {
   type EventWait,
   type ParkOutcome,
   type StepPark,
+  type FailedTry,
   type StepParksOutcome,
   type SentEvent,
 } from './workflows.ts';

@@ -260,6 +260,29 @@ export async function parkOnChild(tx: Db, step: StepRecord, childId: string): Pr
     : { outcome: 'done', result: undefined };
 }
 
+/** A step's failure to record with a snooze: its tries so far, its error. */
+export interface FailedTry {
+  step: StepRecord;
+  attempts: number;
+  error: string;
+}
+
+/**
+ * Ends the attempt with a snooze until `until` (pgdrain.snooze_run(), fenced): the job pending then,
+ * its attempt refunded. With `failed`, the step's failure is recorded in the same statement (a step's
+ * own retry: its next try at `until`). Returns null, or why the job was not held.
+ */
+export async function snoozeRun(db: Db, run: HeldRun, until: Date, failed?: FailedTry): Promise<NotHeld | null> {
+  const step = failed?.step;
+  const [row] = await rowsOf<{ outcome: 'parked' | NotHeld }>(
+    db,
+    sql`SELECT outcome FROM ${sql.raw(PGDRAIN_SCHEMA)}.snooze_run(${run.jobId}::bigint, ${run.lockedBy}, ${until.toISOString()}::timestamptz,
+          ${step?.name ?? null}, ${step?.position ?? null}::int, ${step?.startedAt.toISOString() ?? null}::timestamptz,
+          ${failed?.attempts ?? null}::int, ${failed?.error ?? null})`,
+  );
+  return row?.outcome === 'parked' ? null : (row?.outcome ?? 'lost');
+}
+
 /** One of the parks an attempt makes at once (pgdrain.park_steps()). */
 export type StepPark = StepRecord &
   (

@@ -24,17 +24,22 @@ import { z } from 'zod';
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/constants.ts';
 import { JobCancelledError, LeaseLostError } from '../drain/lease-keeper.ts';
-import { type HandlerDatabase, MAX_RESULT_BYTES, SettledByStatement, handlerDatabase } from '../drain/run-handler.ts';
+import { type HandlerRuntime, MAX_RESULT_BYTES, SettledByStatement, handlerRuntime } from '../drain/run-handler.ts';
+import { PgdrainError } from '../errors.ts';
 import { errorText, longerThan, toJson, utf8Length } from '../json.ts';
 import { type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
+import { PermanentJobError } from '../jobs/registry.ts';
 import { type EnqueueOptions, prepareJob } from '../jobs/enqueue.ts';
 import {
   type Db,
   type NotHeld,
   type StepRecord,
   type StoredStep,
+  type Backoff,
+  type FailedTry,
   type StepPark,
   loadSteps,
+  snoozeRun,
   recordStepCompleted,
   recordStepFailed,
 } from '../queries/index.ts';
@@ -72,7 +77,30 @@ export interface StepOptions {
   /** Run inside a transaction (`tx`) in which the step's record commits: its writes happen exactly
    * once. It holds a connection while it runs. */
   transactional?: boolean;
+  /** Tries of this step (1 to 100), its own, beside the run's: a try that throws with tries left
+   * snoozes the run for `backoff`, then the step runs again, and the run's attempts are not
+   * spent. When they are spent, the step's error goes to the run (an error it does not catch fails
+   * the attempt by the kind's retry rule). Default 1: the step's error goes to the run at once. */
+  maxAttempts?: number;
+  /** The wait between this step's tries: `baseSeconds` doubled at each try, with jitter, at most
+   * `capSeconds`. Default 1 s, capped at 1 hour (a job's retry backoff). */
+  backoff?: Backoff;
+  /** Bounds each try of the step (its signal aborts then, and the try fails with StepTimeoutError).
+   * The step starts only in an attempt with that much time left: otherwise the run snoozes and the
+   * step starts a fresh attempt, so the kind's timeout counts only what runs between parks. */
+  timeoutMs?: number;
 }
+
+/** A step's try ran past its `timeoutMs`. */
+export class StepTimeoutError extends PgdrainError {
+  override name = 'StepTimeoutError';
+  readonly code = 'step_timeout';
+}
+
+/** The most tries a step may have. */
+export const MAX_STEP_ATTEMPTS = 100;
+/** An attempt younger than this is fresh: a step with a timeoutMs runs in it whatever time is left. */
+const FRESH_ATTEMPT_MS = 1_000;
 
 export interface WaitForEventOptions {
   event: string;
@@ -127,9 +155,9 @@ async function runWorkflow<Payload, Result>(
   payload: Payload,
   ctx: JobContext,
 ): Promise<Result> {
-  const database = handlerDatabase(ctx);
-  if (!database) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
-  const steps = new Steps(kind, ctx, database, await loadSteps(database.db, ctx.job.id));
+  const runtime = handlerRuntime(ctx);
+  if (!runtime) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
+  const steps = new Steps(kind, ctx, runtime, await loadSteps(runtime.db, ctx.job.id));
   // A park ends the attempt here, whatever the run's code does with the parked step (it never settles).
   try {
     return await Promise.race([Promise.resolve().then(() => run(payload, steps, ctx)), steps.parked]);
@@ -170,12 +198,16 @@ class Steps implements WorkflowStep {
   /** The step whose park ended this attempt; no step begins after it. */
   #parkedAt: string | null = null;
   readonly #parks: AttemptParks;
+  readonly #runtime: HandlerRuntime;
+  /** When this attempt's run began (a step's timeoutMs asks whether a fresh attempt has more room). */
+  readonly #startedAt = Date.now();
 
-  constructor(kind: string, ctx: JobContext, database: HandlerDatabase, stored: readonly StoredStep[]) {
+  constructor(kind: string, ctx: JobContext, runtime: HandlerRuntime, stored: readonly StoredStep[]) {
     this.#kind = kind;
     this.#ctx = ctx;
-    this.#db = database.db;
-    this.#transactions = database.transactions;
+    this.#db = runtime.db;
+    this.#transactions = runtime.transactions;
+    this.#runtime = runtime;
     this.parked = new Promise<never>((_, reject) => {
       this.#endAttempt = reject;
     });
@@ -189,11 +221,15 @@ class Steps implements WorkflowStep {
   async run<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, options: StepOptions = {}): Promise<T> {
     const { stored, record } = this.#begin(name, 'run');
     if (typeof fn !== 'function') throw new TypeError(`workflow ${this.#kind}: step.run('${name}') needs a function`);
+    checkStepOptions(name, options);
     if (stored?.status === 'completed') return stored.result as T;
     // Parks of this attempt wait for it to end (parks.ts).
     this.#parks.stepStarted();
     try {
-      return await this.#traced(name, () => this.#runStep(name, fn, options, record));
+      return await this.#parkable(
+        name,
+        this.#traced(name, () => this.#runStep(name, fn, options, record)),
+      );
     } finally {
       this.#parks.stepEnded();
     }
@@ -211,22 +247,71 @@ class Steps implements WorkflowStep {
     record: StepRecord,
   ): Promise<T> {
     const attempt = record.priorAttempts + 1;
+    // Not time enough left in this attempt for the step's own bound, after steps before it took
+    // some: the step starts a fresh attempt, which has room for it (a fresh attempt never snoozes).
+    const { attemptEndsAt, attemptMs } = this.#runtime;
+    if (
+      options.timeoutMs !== undefined &&
+      attemptEndsAt - Date.now() < options.timeoutMs &&
+      attemptMs >= options.timeoutMs &&
+      Date.now() - this.#startedAt >= FRESH_ATTEMPT_MS
+    )
+      await this.#snooze(new Date(), `step ${name} needs ${options.timeoutMs} ms; it starts a fresh attempt`);
+    const tried = new StepTry(this.#ctx.signal, name, options.timeoutMs);
     try {
-      if (options.transactional) return await this.#runInTransaction(name, fn, record, attempt);
-      const value = await fn({
-        signal: this.#ctx.signal,
-        attempt,
-        get tx(): Db {
-          throw new Error(`step ${name}: tx is given to { transactional: true } steps only`);
-        },
-      });
+      if (options.transactional) return await this.#runInTransaction(name, fn, record, attempt, tried);
+      const value = await tried.race(
+        Promise.resolve().then(() =>
+          fn({
+            signal: tried.signal,
+            attempt,
+            get tx(): Db {
+              throw new Error(`step ${name}: tx is given to { transactional: true } steps only`);
+            },
+          }),
+        ),
+      );
       const json = this.#resultJson(name, value);
       this.#written(await recordStepCompleted(this.#db, record, json));
       return (json === null ? undefined : JSON.parse(json)) as T;
     } catch (error) {
+      // Tries left: the run snoozes for the backoff and the step runs again, no run attempt spent.
+      if (this.#retriable(error) && attempt < (options.maxAttempts ?? 1)) {
+        const until = new Date(Date.now() + backoffMs(options.backoff, attempt));
+        await this.#snooze(until, `step ${name} failed (try ${attempt}); it runs again at ${until.toISOString()}`, {
+          step: record,
+          attempts: attempt,
+          error: errorText(error),
+        });
+      }
       await this.#failed(record, error);
       throw error;
+    } finally {
+      tried.end();
     }
+  }
+
+  /** Whether a step's error may be retried by the step's own tries. */
+  #retriable(error: unknown): boolean {
+    return !(
+      error instanceof SettledByStatement ||
+      error instanceof LeaseLostError ||
+      error instanceof JobCancelledError ||
+      error instanceof PermanentJobError ||
+      this.#ctx.signal.aborted
+    );
+  }
+
+  /** Ends the attempt with a snooze until `until` (and a step's failed try with it): throws the park. */
+  async #snooze(until: Date, what: string, failed?: FailedTry): Promise<never> {
+    const notHeld = await snoozeRun(
+      this.#db,
+      { jobId: this.#ctx.job.id, lockedBy: this.#ctx.job.lockedBy },
+      until,
+      failed,
+    );
+    if (notHeld) throw this.#notHeldError(notHeld);
+    throw new SettledByStatement(what, until.getTime());
   }
 
   async sleep(name: string, forSeconds: number): Promise<void> {
@@ -357,19 +442,23 @@ class Steps implements WorkflowStep {
     fn: (ctx: StepContext) => T | Promise<T>,
     record: StepRecord,
     attempt: number,
+    tried: StepTry,
   ): Promise<T> {
     const connection = this.#transactions ? await this.#transactions() : { db: this.#db, giveBack: () => {} };
     let broken = false;
     try {
       let json: string | null = null;
-      await connection.db.transaction(async (tx) => {
-        const value = await fn({ signal: this.#ctx.signal, attempt, tx: tx as unknown as Db });
+      // Given up (its timeout, the run's): the transaction's connection is destroyed below, which
+      // rolls it back at once, whatever the step still does.
+      const transaction = connection.db.transaction(async (tx) => {
+        const value = await fn({ signal: tried.signal, attempt, tx: tx as unknown as Db });
         json = this.#resultJson(name, value);
         this.#written(await recordStepCompleted(tx as unknown as Db, record, json, { transactional: true }));
       });
+      await tried.race(transaction);
       return (json === null ? undefined : JSON.parse(json)) as T;
     } catch (error) {
-      broken = this.#ctx.signal.aborted;
+      broken = tried.signal.aborted;
       throw error;
     } finally {
       connection.giveBack(broken);
@@ -439,5 +528,80 @@ class Steps implements WorkflowStep {
     )
       return;
     await recordStepFailed(this.#db, record, errorText(error)).catch(() => {});
+  }
+}
+
+/** A step's options, checked before it runs (a mistake names the step). */
+function checkStepOptions(name: string, options: StepOptions): void {
+  const { maxAttempts, timeoutMs, backoff } = options;
+  if (
+    maxAttempts !== undefined &&
+    !(Number.isInteger(maxAttempts) && maxAttempts >= 1 && maxAttempts <= MAX_STEP_ATTEMPTS)
+  )
+    throw new RangeError(`step.run('${name}'): maxAttempts must be an integer from 1 to ${MAX_STEP_ATTEMPTS}`);
+  if (
+    timeoutMs !== undefined &&
+    !(Number.isInteger(timeoutMs) && timeoutMs >= 1 && timeoutMs <= MAX_SLEEP_SECONDS * 1000)
+  )
+    throw new RangeError(`step.run('${name}'): timeoutMs must be a whole number of milliseconds from 1 to a year`);
+  for (const field of ['baseSeconds', 'capSeconds'] as const) {
+    const value = backoff?.[field];
+    if (value !== undefined && !(Number.isFinite(value) && value >= 0 && value <= MAX_SLEEP_SECONDS))
+      throw new RangeError(`step.run('${name}'): backoff.${field} must be a number of seconds from 0 to a year`);
+  }
+}
+
+/** The wait before a step's next try: the job retry's rule (doubling from baseSeconds, jitter, capped). */
+function backoffMs(backoff: Backoff | undefined, tries: number): number {
+  const base = backoff?.baseSeconds ?? 1;
+  const cap = backoff?.capSeconds ?? 3600;
+  return Math.min(cap, base * 2 ** (tries - 1) * (0.5 + Math.random() / 2)) * 1000;
+}
+
+/** One try of a step: its signal (the run's, and its own timeout), and what it waits for, cut short then. */
+class StepTry {
+  readonly #controller = new AbortController();
+  readonly #timer: ReturnType<typeof setTimeout> | undefined;
+  readonly #onRunAbort: () => void;
+  readonly #runSignal: AbortSignal;
+  #reject: (error: unknown) => void = () => {};
+
+  constructor(runSignal: AbortSignal, name: string, timeoutMs: number | undefined) {
+    this.#runSignal = runSignal;
+    this.#onRunAbort = () => this.#abort(runSignal.reason);
+    if (runSignal.aborted) this.#onRunAbort();
+    else runSignal.addEventListener('abort', this.#onRunAbort, { once: true });
+    if (timeoutMs !== undefined)
+      this.#timer = setTimeout(
+        () => this.#abort(new StepTimeoutError(`step ${name} timed out after ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  #abort(reason: unknown): void {
+    if (this.#controller.signal.aborted) return;
+    this.#controller.abort(reason);
+    this.#reject(reason);
+  }
+
+  /** `work`, unless the try is cut short first; a step that ignores its signal is not waited for. */
+  race<T>(work: Promise<T>): Promise<T> {
+    if (this.#controller.signal.aborted) {
+      work.catch(() => {});
+      return Promise.reject(this.#controller.signal.reason);
+    }
+    return new Promise<T>((resolve, reject) => {
+      this.#reject = reject;
+      work.then(resolve, reject);
+    });
+  }
+
+  end(): void {
+    clearTimeout(this.#timer);
+    this.#runSignal.removeEventListener('abort', this.#onRunAbort);
   }
 }

@@ -416,6 +416,112 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(ran).toBe(1);
     });
 
+    it("a step's own tries: a failed try snoozes the run for its backoff and runs the step again, no run attempt spent", async () => {
+      let tries = 0;
+      const flow = defineWorkflow({
+        kind: 'wf_step_tries',
+        schema: z.object({}),
+        maxAttempts: 1,
+        keepCompletedSeconds: 60,
+        run: async (_p, step) =>
+          step.run(
+            'flaky',
+            ({ attempt }) => {
+              tries++;
+              if (attempt < 3) throw new Error(`try ${attempt} failed`);
+              return attempt;
+            },
+            { maxAttempts: 3, backoff: { baseSeconds: 0.05 } },
+          ),
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      expect(await run(registry)).toMatchObject({ snoozed: 1, failed: 0 });
+      const [first] = await steps(id);
+      expect(first).toMatchObject({ status: 'failed', attempts: 1, error: 'try 1 failed' });
+      expect(first!.wake_at).not.toBeNull();
+      expect(await job(id)).toMatchObject({ status: 'pending', attempts: 0 });
+      for (let round = 0; round < 10 && (await job(id)).status !== 'completed'; round++) {
+        await sleep(120);
+        await run(registry);
+      }
+      // The kind allows one attempt: the step's three tries did not spend it.
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 3, attempts: 1, last_error: null });
+      expect((await steps(id))[0]).toMatchObject({ status: 'completed', attempts: 3, wake_at: null });
+      expect(tries).toBe(3);
+    });
+
+    it("a step whose tries are spent gives its error to the run; a step's timeoutMs bounds each try", async () => {
+      const flow = defineWorkflow({
+        kind: 'wf_step_spent',
+        schema: z.object({}),
+        maxAttempts: 1,
+        run: async (_p, step) =>
+          step.run(
+            'slow',
+            async ({ signal }) => {
+              await sleep(400);
+              return signal.aborted;
+            },
+            { maxAttempts: 2, timeoutMs: 50, backoff: { baseSeconds: 0.02 } },
+          ),
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      for (let round = 0; round < 10 && (await job(id)).status !== 'dead'; round++) {
+        await run(registry);
+        await sleep(60);
+      }
+      expect(await job(id)).toMatchObject({
+        status: 'dead',
+        last_error: expect.stringMatching(/step slow timed out after 50 ms/),
+      });
+      expect((await steps(id))[0]).toMatchObject({ status: 'failed', attempts: 2 });
+      const bad = defineWorkflow({
+        kind: 'wf_step_bad_options',
+        schema: z.object({}),
+        maxAttempts: 1,
+        run: async (_p, step) => step.run('x', () => 1, { maxAttempts: 0 }),
+      });
+      const refused = await enqueue(h.db, bad, {});
+      await run(new JobRegistry([bad]));
+      expect((await job(refused.id)).last_error).toMatch(
+        /step.run\('x'\): maxAttempts must be an integer from 1 to 100/,
+      );
+    });
+
+    it("a step with a timeoutMs starts in an attempt with room for it: the kind's timeout counts only what runs between parks", async () => {
+      const ran: string[] = [];
+      const flow = defineWorkflow({
+        kind: 'wf_step_room',
+        schema: z.object({}),
+        maxAttempts: 1,
+        timeoutMs: 2_000,
+        keepCompletedSeconds: 60,
+        run: async (_p, step) => {
+          await step.run('first', async () => {
+            ran.push('first');
+            await sleep(1_200);
+          });
+          // 0.8 s left in this attempt, 1.5 s asked: it runs at the start of the next one.
+          return step.run(
+            'second',
+            async () => {
+              ran.push('second');
+              await sleep(1_000);
+              return 'fit';
+            },
+            { timeoutMs: 1_500 },
+          );
+        },
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      expect(await run(registry)).toMatchObject({ snoozed: 1, completed: 1, failed: 0, dead: 0 });
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 'fit', last_error: null });
+      expect(ran).toEqual(['first', 'second']);
+    });
+
     it("an event answers every run waiting on its event and key, in the sender's transaction; a rolled-back send wakes nothing", async () => {
       const flow = defineWorkflow({
         kind: 'wf_event',

@@ -616,7 +616,10 @@ function timelineRows(steps: readonly WorkflowStep[], now: number): HTMLTableRow
     bar.style.setProperty('width', `${Math.max(0.5, ((to - from) / span) * 100).toFixed(2)}%`);
     const outcome =
       step.status === 'failed'
-        ? element('code', { title: step.error ?? '', text: step.error ?? '' })
+        ? element('code', {
+            title: step.error ?? '',
+            text: `${step.error ?? ''}${step.wakeAt ? ` (tries again at ${formatWhen(step.wakeAt)})` : ''}`,
+          })
         : step.status === 'completed'
           ? jsonCell(step.result)
           : document.createTextNode(waitingText(step));

@@ -172,3 +172,32 @@ it('a sleep inside try/catch on `pgdrain start`: the catch never runs and the st
   expect((job.result as { wokeAt: number }).wokeAt).toBeGreaterThanOrEqual(enqueuedAt + 1_000);
   expect(await effects(id)).toEqual({});
 });
+
+it('progress reported before a park is saved with it; GET /jobs/:id with and without waitSeconds has one shape', async () => {
+  const sidecar = await start();
+  const client = createClient({ baseUrl: sidecar.url, token: TOKEN });
+  const { id } = await client.enqueue({ kind: 'wf_progress', payload: {} });
+  await until(
+    () => stepRow(id, 'nap'),
+    (s) => s === 'sleeping',
+    15_000,
+    'the sleep',
+  );
+  const read = async (query: string) =>
+    (await fetch(`${sidecar.url}/jobs/${id}${query}`, { headers: { authorization: `Bearer ${TOKEN}` } })).json();
+  const plain = (await read('')) as Record<string, unknown>;
+  expect(plain).toMatchObject({
+    status: 'pending',
+    progress: { phase: 'napping' },
+    waitingOn: { name: 'nap', status: 'sleeping' },
+  });
+  const waited = (await read('?waitSeconds=1')) as Record<string, unknown>; // returns asleep still
+  expect(Object.keys(waited).sort()).toEqual(Object.keys(plain).sort());
+  expect(waited).toMatchObject({ steps: plain.steps, waitingOn: plain.waitingOn, progress: { phase: 'napping' } });
+  // Waiting through the end: the completed run, with its steps.
+  const done = (await read('?waitSeconds=10')) as Record<string, unknown>;
+  expect(done).toMatchObject({ status: 'completed', result: 'rested', waitingOn: null });
+  expect((done.steps as { name: string; status: string }[]).map((s) => [s.name, s.status])).toEqual([
+    ['nap', 'completed'],
+  ]);
+});

@@ -244,6 +244,7 @@ class DrainRun {
       transactions: options.transactions,
       progress: (jobId, json) => this.#leases.progress(jobId, json),
       unsavedProgress: (jobId) => this.#leases.unsavedProgress(jobId),
+      saveProgress: (jobId) => this.#leases.saveProgress(jobId),
       recordCounts,
     };
     this.#unsubscribe = this.#listen(options);

@@ -122,6 +122,18 @@ export class LeaseKeeper {
     return progressJson;
   }
 
+  /** Saves the job's progress report not saved yet, now (a fenced renewal of its lease alone):
+   * for a handler about to settle its job itself, whose lease is dropped then. */
+  async saveProgress(jobId: string): Promise<void> {
+    const lease = this.#leases.get(jobId);
+    const progressJson = lease?.progressJson;
+    if (!lease || progressJson === undefined) return;
+    const { job } = lease;
+    const visibilityTimeoutSeconds = lease.visibilityTimeoutMs / 1000;
+    await renew(this.#db, [{ id: job.id, lockedBy: job.lockedBy, visibilityTimeoutSeconds, progressJson }]);
+    if (lease.progressJson === progressJson) lease.progressJson = undefined;
+  }
+
   /** The job's progress report not saved yet, if any. */
   unsavedProgress(jobId: string): string | undefined {
     return this.#leases.get(jobId)?.progressJson;

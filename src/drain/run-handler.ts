@@ -53,6 +53,8 @@ export interface HandlerEnvironment {
   progress: (jobId: string, json: string) => void;
   /** Its last report not saved yet (a transactional completion saves it). */
   unsavedProgress: (jobId: string) => string | undefined;
+  /** Saves its last report now, if it is not saved yet (before its handler settles the job itself). */
+  saveProgress: (jobId: string) => Promise<void>;
   /** A transactional completion adds itself to job_counts. */
   recordCounts: boolean;
 }
@@ -198,6 +200,9 @@ export interface HandlerRuntime {
   attemptEndsAt: number;
   /** How long the attempt was given when it started (ms). */
   attemptMs: number;
+  /** Saves what the handler reported with ctx.progress() and is not saved yet, fenced: before a
+   * statement of its own settles the job (the lease, which would carry it, ends then). */
+  saveProgress: () => Promise<void>;
 }
 
 /** The runtime of the drain that runs this `ctx`'s job (undefined: not run by a drain). Not public. */
@@ -221,8 +226,16 @@ class HandlerContext implements JobContext {
 
   static runtimeOf(ctx: JobContext): HandlerRuntime | undefined {
     if (!(#environment in ctx)) return undefined;
-    const { db, transactions } = ctx.#environment;
-    return { db, transactions, attemptEndsAt: ctx.#attempt.endsAt, attemptMs: ctx.#attempt.allowedMs };
+    const environment = ctx.#environment;
+    const { db, transactions } = environment;
+    const jobId = ctx.job.id;
+    return {
+      db,
+      transactions,
+      attemptEndsAt: ctx.#attempt.endsAt,
+      attemptMs: ctx.#attempt.allowedMs,
+      saveProgress: () => environment.saveProgress(jobId),
+    };
   }
 
   progress(value: unknown): void {

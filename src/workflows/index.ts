@@ -211,8 +211,11 @@ class Steps implements WorkflowStep {
     this.parked = new Promise<never>((_, reject) => {
       this.#endAttempt = reject;
     });
-    this.#parks = new AttemptParks(this.#db, { jobId: ctx.job.id, lockedBy: ctx.job.lockedBy }, (why) =>
-      this.#notHeldError(why),
+    this.#parks = new AttemptParks(
+      this.#db,
+      { jobId: ctx.job.id, lockedBy: ctx.job.lockedBy },
+      (why) => this.#notHeldError(why),
+      runtime.saveProgress,
     );
     this.#stored = new Map(stored.map((s) => [s.name, s]));
     this.#nextPosition = stored.reduce((max, s) => Math.max(max, s.position + 1), 0);
@@ -304,6 +307,7 @@ class Steps implements WorkflowStep {
 
   /** Ends the attempt with a snooze until `until` (and a step's failed try with it): throws the park. */
   async #snooze(until: Date, what: string, failed?: FailedTry): Promise<never> {
+    await this.#runtime.saveProgress();
     const notHeld = await snoozeRun(
       this.#db,
       { jobId: this.#ctx.job.id, lockedBy: this.#ctx.job.lockedBy },

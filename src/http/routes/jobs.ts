@@ -93,22 +93,10 @@ function readAndCancelRoutes(app: Hono<AppEnv>): void {
     if (waitSeconds !== undefined) return c.json(await waitForJob(c.var.api, id, waitSeconds));
     const found = await c.var.api.withDb(async (db) => {
       const job = await getJob(db, id);
-      // A workflow's steps (one primary-key range read; none for other jobs).
-      return job ? { job, steps: await loadSteps(db, id) } : null;
+      return job ? withSteps(db, jobJson(job, c.var.api.registry)) : null;
     });
     if (!found) throw jobNotFound(id);
-    const body = jobJson(found.job, c.var.api.registry);
-    if (found.steps.length === 0) return c.json(body);
-    const steps = found.steps.map(stepJson);
-    return c.json({
-      ...body,
-      steps,
-      // Parked: waiting (an event, a child), or pending until a sleep's end or a wait's timeout.
-      waitingOn:
-        found.job.status === 'waiting' || found.job.status === 'pending'
-          ? (steps.find((s) => s.status === 'sleeping' || s.status === 'waiting') ?? null)
-          : null,
-    });
+    return c.json(found);
   });
 
   app.post('/jobs/:id/cancel', describe.cancelJob, access('admin'), async (c) => {
@@ -155,6 +143,8 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
           await heard.wait(Math.min(api.finishedJobs ? WAIT_RECHECK_MS : WAIT_POLL_MS, deadline - Date.now()));
         }
       }
+      // One resource, one shape: a workflow's steps as GET /jobs/:id has them.
+      if (current && !('gone' in current)) return withSteps(db, current);
       if (!current) {
         throw new ApiError(
           404,
@@ -167,6 +157,23 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
   } finally {
     unsubscribe();
   }
+}
+
+/** A workflow's steps and what it waits on, added to its job (one primary-key range read; none
+ * for other jobs). */
+async function withSteps(db: Db, body: JobBody): Promise<JobBody> {
+  const stored = await loadSteps(db, body.id);
+  if (stored.length === 0) return body;
+  const steps = stored.map(stepJson);
+  return {
+    ...body,
+    steps,
+    // Parked: waiting (an event, a child), or pending until a sleep's end or a wait's timeout.
+    waitingOn:
+      body.status === 'waiting' || body.status === 'pending'
+        ? (steps.find((s) => s.status === 'sleeping' || s.status === 'waiting') ?? null)
+        : null,
+  };
 }
 
 /** The job, or the note of how a watched job ended when its row is gone. */

@@ -431,6 +431,30 @@ describe('the npm package, installed into a project of its own', () => {
       code: 1,
       stderr: expect.stringMatching(/is pending; only dead jobs can be retried/),
     });
+    // A dead workflow run again from a named step: that step's record and the later ones go.
+    const [flowRun] = await t.query<{ id: string }>(
+      `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, last_error) VALUES ('onboarding', '{}', 'dead', 3, 'boom') RETURNING id::text`,
+    );
+    await t.query(
+      `INSERT INTO pgdrain.workflow_steps (job_id, name, position, status, attempts) VALUES ($1, 'a', 0, 'completed', 1), ($1, 'b', 1, 'failed', 3)`,
+      [flowRun!.id],
+    );
+    expect(await pgdrain('retry', flowRun!.id, '--from-step', 'nope')).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/has no step named "nope"; its steps: a, b/),
+    });
+    expect(await pgdrain('retry', flowRun!.id, '--from-step', 'b')).toMatchObject({
+      code: 0,
+      stdout: `job ${flowRun!.id} is pending again, from step b\n`,
+    });
+    expect(await t.query('SELECT name FROM pgdrain.workflow_steps WHERE job_id = $1', [flowRun!.id])).toEqual([
+      { name: 'a' },
+    ]);
+    expect(await pgdrain('retry', flowRun!.id, '--from-step', 'a')).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/is pending; a run is restarted from a step once it has finished/),
+    });
+    await t.query('DELETE FROM pgdrain.jobs WHERE id = $1', [flowRun!.id]);
     expect(await pgdrain('cancel', id)).toMatchObject({ code: 0, stdout: `job ${id} is cancelled\n` });
     expect(await pgdrain('cancel', id)).toMatchObject({ code: 1, stderr: expect.stringMatching(/does not exist/) });
     expect(await pgdrain('delete', dead!.id, '--yes')).toMatchObject({ code: 0, stdout: `job ${dead!.id} deleted\n` });

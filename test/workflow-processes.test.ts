@@ -201,3 +201,37 @@ it('progress reported before a park is saved with it; GET /jobs/:id with and wit
     ['nap', 'completed'],
   ]);
 });
+
+it('a dead run restarted from a step over HTTP on `pgdrain start`: 409 while it is live, 400 for an unknown step', async () => {
+  const sidecar = await start();
+  const client = createClient({ baseUrl: sidecar.url, token: TOKEN });
+  const { id } = await client.enqueue({ kind: 'wf_restartable', payload: {} });
+  await until(
+    () => jobStatus(id),
+    (s) => s === 'dead',
+    15_000,
+    'the run to die at charge',
+  );
+  await expect(client.retryJob(id, { fromStep: 'refund' })).rejects.toMatchObject({
+    status: 400,
+    code: 'unknown_step',
+    message: expect.stringMatching(/its steps: reserve, charge/),
+  });
+  await t.query(`INSERT INTO public.workflow_effects (job_id, step) VALUES ($1, 'fixed')`, [id]);
+  expect(await client.retryJob(id, { fromStep: 'charge' })).toMatchObject({ id, status: 'pending', attempts: 0 });
+  // While it runs or sleeps, another restart is refused.
+  await until(
+    () => stepRow(id, 'settle'),
+    (s) => s === 'sleeping',
+    15_000,
+    'the sleep after charge',
+  );
+  await expect(client.retryJob(id, { fromStep: 'reserve' })).rejects.toMatchObject({ status: 409, code: 'live' });
+  await until(
+    () => jobStatus(id),
+    (s) => s === 'completed',
+    15_000,
+    'the restarted run to complete',
+  );
+  expect(await effects(id)).toEqual({ reserve: 1, charge: 2, fixed: 1, ship: 1 });
+});

@@ -33,6 +33,7 @@ import {
   resumeKind,
   retryDead,
   retryDeadJobs,
+  retryFromStep,
   stats,
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
@@ -95,7 +96,7 @@ export const OPERATOR_COMMANDS: Record<OperatorCommand, Command> = {
   },
   retry: {
     usage: USAGE.retry,
-    options: { dead: { type: 'boolean' }, kind: { type: 'string' }, yes },
+    options: { dead: { type: 'boolean' }, kind: { type: 'string' }, 'from-step': { type: 'string' }, yes },
     positionals: [0, 1],
     run: retry,
   },
@@ -440,11 +441,26 @@ async function retry(db: Db, values: Values, positionals: string[], io: Io): Pro
     const { count } = await retryDeadJobs(db, { kind: which.kind });
     return io.out(`${count} dead job${count === 1 ? ' is' : 's are'} pending again`);
   }
+  const fromStep = values['from-step'];
+  if (typeof fromStep === 'string') return retryFrom(db, which.id, fromStep, io);
   const result = await retryDead(db, which.id);
   if (result.outcome === 'not_found') throw new CommandFailed(`job ${which.id} does not exist`);
   if (result.outcome === 'not_dead')
     throw new CommandFailed(`job ${which.id} is ${result.status}; only dead jobs can be retried`);
   io.out(`job ${which.id} is pending again`);
+}
+
+/** pgdrain retry <id> --from-step NAME: a finished workflow run again from that step. */
+async function retryFrom(db: Db, id: string, fromStep: string, io: Io): Promise<void> {
+  const result = await retryFromStep(db, id, fromStep);
+  if (result.outcome === 'not_found') throw new CommandFailed(`job ${id} does not exist`);
+  if (result.outcome === 'live')
+    throw new CommandFailed(`job ${id} is ${result.status}; a run is restarted from a step once it has finished`);
+  if (result.outcome === 'unknown_step') {
+    const known = result.steps.length > 0 ? `its steps: ${result.steps.join(', ')}` : 'it has no steps';
+    throw new CommandFailed(`job ${id} has no step named ${JSON.stringify(fromStep)}; ${known}`);
+  }
+  io.out(`job ${id} is pending again, from step ${fromStep}`);
 }
 
 async function remove(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {

@@ -10,7 +10,7 @@ export const OPERATOR_USAGE = {
   jobs: 'pgdrain jobs [--status S] [--kind K] [--limit N] [--json]',
   job: 'pgdrain job <id> [--json]',
   enqueue: `pgdrain enqueue <kind> [payload-json] ${jobFlagsUsage}`,
-  retry: 'pgdrain retry <id> | pgdrain retry --dead [--kind K] [--yes]',
+  retry: 'pgdrain retry <id> [--from-step NAME] | pgdrain retry --dead [--kind K] [--yes]',
   delete: 'pgdrain delete <id> [--yes] | pgdrain delete --dead [--kind K] [--yes]',
   pause: 'pgdrain pause <kind>',
   resume: 'pgdrain resume <kind>',
@@ -31,7 +31,7 @@ const SUMMARY: Record<OperatorCommand, string> = {
   enqueue:
     "Enqueues a job (payload default {}) and prints its id. Options as for enqueue() (--after takes ids separated by commas). The built-in kinds' payloads are checked now; any other kind's when it runs, as for pgdrain.enqueue() in SQL.",
   retry:
-    'A dead job (or every dead job, of a kind or all) back to pending, attempts reset. The bulk form asks first on a terminal; a script passes --yes.',
+    'A dead job (or every dead job, of a kind or all) back to pending, attempts reset; --from-step: a finished workflow run (dead, completed or cancelled) again from that step, the earlier steps kept. The bulk form asks first on a terminal; a script passes --yes.',
   delete: 'Deletes a job that is not running (or every dead job). Asks first on a terminal; a script passes --yes.',
   pause: 'No drainer claims the kind until it is resumed (enqueueing still works).',
   resume: 'Drainers claim the kind again.',

@@ -26,6 +26,7 @@ import type {
   KindPaused,
   ListQuery,
   QueueStats,
+  RetryInput,
   ScheduleList,
   Throughput,
   ThroughputQuery,
@@ -34,6 +35,7 @@ import type {
 import { PgdrainError } from '../errors.ts';
 
 export type {
+  RetryInput,
   BatchEnqueued,
   CancelAnswer,
   DeadDeleted,
@@ -178,8 +180,11 @@ export function createClient(options: ClientOptions) {
     sendEvent: (event: EventInput) => call<EventSent>('POST', '/events', { body: event }),
     /** GET /jobs: newest first; pass `nextCursor` back as `cursor` for the next page. */
     listJobs: (query: ListQuery = {}) => call<JobPage>('GET', '/jobs', { query }),
-    /** POST /jobs/:id/retry: a dead job back to pending (409 for one that is not dead). */
-    retryJob: (id: string) => call<Job>('POST', `/jobs/${idPath(id)}/retry`),
+    /** POST /jobs/:id/retry: a dead job back to pending (409 for one that is not dead); with
+     * `fromStep`, a finished workflow run again from that step (400 for an unknown step, 409 while
+     * the run is live). */
+    retryJob: (id: string, options: RetryInput = {}) =>
+      call<Job>('POST', `/jobs/${idPath(id)}/retry`, options.fromStep === undefined ? {} : { body: options }),
     /** DELETE /jobs/:id: a pending or dead job (409 while it runs). */
     deleteJob: (id: string) => call<void>('DELETE', `/jobs/${idPath(id)}`),
     /** POST /jobs/retry-dead: in bounded batches; call again while `done` is false. */

@@ -72,6 +72,7 @@ export {
   listJobs,
   stats,
   retryDead,
+  retry,
   deleteJob,
   countsByMinute,
   countTotals,

@@ -114,6 +114,15 @@ export const getJobQuery = z.strictObject({
 });
 export type GetJobQuery = z.input<typeof getJobQuery>;
 
+export const retryInput = z.strictObject({
+  fromStep: z.string().min(1).max(200).optional().meta({
+    description:
+      "A workflow run (dead, completed or cancelled) runs again from this step: its record and the later steps' are dropped, the earlier ones kept.",
+  }),
+});
+
+export type RetryInput = z.input<typeof retryInput>;
+
 export const bulkInput = z.strictObject({
   kind: z.string().min(1).max(100).optional().meta({ description: 'Only this kind; every kind when absent.' }),
 });

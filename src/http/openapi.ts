@@ -194,11 +194,14 @@ export const describe = {
     ok: { 200: ok('Cancelled.', contract.cancelAnswer), 202: ok('Running: being stopped.', contract.cancelAnswer) },
     errors: [400, 404, 409],
   }),
-  retryJob: guarded('jobs', 'admin', 'Retry a dead job', {
-    note: 'Attempts start again from 0.',
+  retryJob: guarded('jobs', 'admin', 'Retry a dead job, or run a finished workflow again from a step', {
+    note:
+      'Attempts start again from 0. With fromStep, a dead, completed or cancelled workflow run is run again from that step (an unknown step: 400; ' +
+      'a run still pending, running or waiting: 409).',
     path: contract.jobIdParam,
+    body: { schema: contract.retryInput, required: false },
     ok: { 200: ok('The job, pending again.', contract.job) },
-    errors: [400, 404, 409],
+    errors: [400, 404, 409, 413, 415],
   }),
   deleteJob: guarded('jobs', 'admin', 'Delete a pending or dead job', {
     note: 'A running job cannot be deleted (409).',

@@ -9,8 +9,10 @@ import {
   jobHistory,
   jobs,
   jobsAndHistory,
+  workflowSteps,
 } from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, fromDriverRow, rowsOf } from './db.ts';
+import { HISTORY_COLUMNS } from './job-history.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 import { listPausedKinds } from './pause.ts';
 
@@ -219,6 +221,72 @@ export async function retryDead(db: Db, id: string): Promise<RetryOutcome> {
   if (row) return { outcome: 'retried', job: jobFromRow(row) };
   const current = await getJob(db, id);
   return current ? { outcome: 'not_dead', status: current.status } : { outcome: 'not_found' };
+}
+
+export type RetryFromStepOutcome =
+  | { outcome: 'retried'; job: Job }
+  /** Still pending, running or waiting: a live run is not restarted. */
+  | { outcome: 'live'; status: JobStatus }
+  /** It has no step of that name (the names it has, in order). */
+  | { outcome: 'unknown_step'; steps: string[] }
+  | { outcome: 'not_found' };
+
+/**
+ * A finished workflow run (dead, completed or cancelled; kept in the history or in pgdrain.jobs)
+ * run again from its step `fromStep`: that step's record and those of every step it reached after
+ * it are dropped, the earlier ones kept, and the job is pending now with its attempts reset (its
+ * result cleared; last_error stays for reference). The dependencies on children of dropped steps
+ * go too, so a child of the old run that ends later does not touch the new one. One transaction;
+ * the drainers are notified at its commit.
+ */
+export async function retryFromStep(db: Db, id: string, fromStep: string): Promise<RetryFromStepOutcome> {
+  if (!isJobId(id)) return { outcome: 'not_found' };
+  return db.transaction(async (tx) => {
+    let [found] = await rowsOf<{ status: JobStatus }>(
+      tx,
+      sql`SELECT status FROM ${jobs} WHERE id = ${id}::bigint FOR UPDATE`,
+    );
+    // A kept run that finished lives in the history: it comes back to pgdrain.jobs.
+    found ??= (
+      await rowsOf<{ status: JobStatus }>(
+        tx,
+        sql`WITH moved AS (DELETE FROM ${jobHistory} WHERE id = ${id}::bigint AND keep_until > now() RETURNING ${HISTORY_COLUMNS})
+            INSERT INTO ${jobs} (${HISTORY_COLUMNS}) SELECT ${HISTORY_COLUMNS} FROM moved RETURNING status`,
+      )
+    )[0];
+    if (!found) return { outcome: 'not_found' };
+    if (found.status === 'pending' || found.status === 'running' || found.status === 'waiting')
+      return { outcome: 'live', status: found.status };
+    const steps = await rowsOf<{ name: string; position: number }>(
+      tx,
+      sql`SELECT name, position FROM ${workflowSteps} WHERE job_id = ${id}::bigint ORDER BY position`,
+    );
+    const from = steps.find((step) => step.name === fromStep);
+    if (!from) return { outcome: 'unknown_step', steps: steps.map((step) => step.name) };
+    const [row] = await rowsOf<Record<string, unknown>>(
+      tx,
+      sql`WITH dropped AS (
+            DELETE FROM ${workflowSteps} WHERE job_id = ${id}::bigint AND position >= ${from.position}::int RETURNING child_id),
+          unlinked AS (
+            DELETE FROM ${jobDependencies} WHERE job_id = ${id}::bigint AND depends_on IN (SELECT child_id FROM dropped) RETURNING 1),
+          retried AS (
+            UPDATE ${jobs} SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, keep_until = NULL,
+                   result = NULL, cancel_requested_at = NULL, waiting_for = NULL, locked_at = NULL, locked_by = NULL, locked_until = NULL
+             WHERE id = ${id}::bigint RETURNING *)
+          SELECT retried.*, pg_notify(${NOTIFY_CHANNEL}, retried.kind) AS notified, (SELECT count(*) FROM unlinked) AS unlinked FROM retried`,
+    );
+    return { outcome: 'retried', job: jobFromRow(row!) };
+  });
+}
+
+/** A dead job again (retryDead); with `fromStep`, a finished workflow run again from that step
+ * (retryFromStep). */
+export function retry(
+  db: Db,
+  id: string,
+  options: { fromStep?: string } = {},
+): Promise<RetryOutcome | RetryFromStepOutcome> {
+  return options.fromStep === undefined ? retryDead(db, id) : retryFromStep(db, id, options.fromStep);
 }
 
 export type DeleteOutcome = { outcome: 'deleted' } | { outcome: 'running' } | { outcome: 'not_found' };

@@ -9,7 +9,8 @@ import { z } from 'zod';
 import { drain, type DrainOptions } from '../../src/drain/index.ts';
 import { enqueue } from '../../src/jobs/enqueue.ts';
 import { JobRegistry, type JobDefinition, defineJob } from '../../src/jobs/registry.ts';
-import { cancel } from '../../src/queries/index.ts';
+import { cancel, retryFromStep } from '../../src/queries/index.ts';
+import { PermanentJobError } from '../../src/jobs/registry.ts';
 import { EventValidationError, defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
 import type { Harness } from './queue-behaviour.ts';
 import { sleep } from '../support/time.ts';
@@ -520,6 +521,77 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(await run(registry)).toMatchObject({ snoozed: 1, completed: 1, failed: 0, dead: 0 });
       expect(await job(id)).toMatchObject({ status: 'completed', result: 'fit', last_error: null });
       expect(ran).toEqual(['first', 'second']);
+    });
+
+    it('a finished run again from a named step: that step and the later ones run again, the earlier ones are kept', async () => {
+      const ran: string[] = [];
+      let broken = true;
+      const flow = defineWorkflow({
+        kind: 'wf_restart',
+        schema: z.object({}),
+        maxAttempts: 1,
+        keepCompletedSeconds: 600,
+        run: async (_p, step) => {
+          const a = await step.run('a', () => (ran.push('a'), 1));
+          const b = await step.run('b', () => {
+            ran.push('b');
+            if (broken) throw new PermanentJobError('b is broken');
+            return 2;
+          });
+          const c = await step.run('c', () => (ran.push('c'), 3));
+          return a + b + c;
+        },
+      });
+      const registry = new JobRegistry([flow]);
+      const { id } = await enqueue(h.db, flow, {});
+      await run(registry);
+      expect(await job(id)).toMatchObject({ status: 'dead' });
+      // Not a step of it; and a run still live is refused.
+      expect(await retryFromStep(h.db, id, 'z')).toEqual({ outcome: 'unknown_step', steps: ['a', 'b'] });
+      broken = false; // the fix is deployed
+      expect(await retryFromStep(h.db, id, 'b')).toMatchObject({
+        outcome: 'retried',
+        job: { status: 'pending', attempts: 0 },
+      });
+      expect(await retryFromStep(h.db, id, 'a')).toEqual({ outcome: 'live', status: 'pending' });
+      await run(registry);
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 6 });
+      expect(ran).toEqual(['a', 'b', 'b', 'c']);
+      // Completed and kept (in the history): from 'c' again, back from the history.
+      expect(await retryFromStep(h.db, id, 'c')).toMatchObject({ outcome: 'retried' });
+      expect(await h.query(`SELECT status FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([{ status: 'pending' }]);
+      await run(registry);
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 6 });
+      expect(ran).toEqual(['a', 'b', 'b', 'c', 'c']);
+      expect(await retryFromStep(h.db, '999999999', 'a')).toEqual({ outcome: 'not_found' });
+    });
+
+    it('a run restarted from a step that invoked a child forgets that child: a new one is enqueued, the old one ending changes nothing', async () => {
+      const child = defineJob({
+        kind: 'wf_restart_child',
+        schema: z.object({}),
+        keepCompletedSeconds: 600,
+        handler: () => 'child',
+      });
+      const flow = defineWorkflow({
+        kind: 'wf_restart_parent',
+        schema: z.object({}),
+        keepCompletedSeconds: 600,
+        run: async (_p, step) => step.invoke('kid', child, {}),
+      });
+      const registry = new JobRegistry([flow, child]);
+      const { id } = await enqueue(h.db, flow, {});
+      for (let round = 0; round < 5 && (await job(id)).status !== 'completed'; round++) await run(registry);
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 'child' });
+      expect(await retryFromStep(h.db, id, 'kid')).toMatchObject({ outcome: 'retried' });
+      expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.job_dependencies WHERE job_id = $1`, [id])).toEqual([
+        { n: 0 },
+      ]);
+      for (let round = 0; round < 5 && (await job(id)).status !== 'completed'; round++) await run(registry);
+      expect(await job(id)).toMatchObject({ status: 'completed', result: 'child' });
+      expect(
+        await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs_and_history WHERE kind = 'wf_restart_child'`),
+      ).toEqual([{ n: 2 }]);
     });
 
     it("an event answers every run waiting on its event and key, in the sender's transaction; a rolled-back send wakes nothing", async () => {

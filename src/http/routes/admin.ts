@@ -1,10 +1,10 @@
 // Repairs, for admin tokens: retry or delete one job, and the same for every dead job (of a kind)
 // in bounded batches (src/queries/dead-bulk.ts).
 import type { Hono } from 'hono';
-import { deleteDeadJobs, deleteJob, retryDead, retryDeadJobs } from '../../queries/index.ts';
+import { deleteDeadJobs, deleteJob, retryDead, retryDeadJobs, retryFromStep } from '../../queries/index.ts';
 import { access } from '../auth.ts';
 import type { AppEnv } from '../context.ts';
-import { bulkInput } from '../contract.ts';
+import { bulkInput, retryInput } from '../contract.ts';
 import { ApiError, jobNotFound } from '../errors.ts';
 import { jobIdParam, parseInput, readOptionalJson } from '../input.ts';
 import { describe } from '../openapi.ts';
@@ -29,6 +29,28 @@ export function adminRoutes(app: Hono<AppEnv>): void {
 
   app.post('/jobs/:id/retry', describe.retryJob, access('admin'), async (c) => {
     const id = jobIdParam(c);
+    const { fromStep } = parseInput(retryInput, await readOptionalJson(c), '');
+    if (fromStep !== undefined) {
+      const restarted = await c.var.api.withDb((db) => retryFromStep(db, id, fromStep));
+      if (restarted.outcome === 'not_found') throw jobNotFound(id);
+      if (restarted.outcome === 'live')
+        throw new ApiError(
+          409,
+          'live',
+          `job ${id} is ${restarted.status}; a run is restarted from a step once it has finished`,
+        );
+      if (restarted.outcome === 'unknown_step') {
+        const known =
+          restarted.steps.length > 0 ? `its steps: ${restarted.steps.slice(0, 50).join(', ')}` : 'it has no steps';
+        throw new ApiError(
+          400,
+          'unknown_step',
+          `fromStep: job ${id} has no step named ${JSON.stringify(fromStep)}; ${known}`,
+        );
+      }
+      c.var.api.jobsDue?.(restarted.job.runAt);
+      return c.json(jobJson(restarted.job, c.var.api.registry));
+    }
     const result = await c.var.api.withDb((db) => retryDead(db, id));
     if (result.outcome === 'not_found') throw jobNotFound(id);
     if (result.outcome === 'not_dead')

@@ -532,13 +532,19 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         maxAttempts: 1,
         keepCompletedSeconds: 600,
         run: async (_p, step) => {
-          const a = await step.run('a', () => (ran.push('a'), 1));
+          const a = await step.run('a', () => {
+            ran.push('a');
+            return 1;
+          });
           const b = await step.run('b', () => {
             ran.push('b');
             if (broken) throw new PermanentJobError('b is broken');
             return 2;
           });
-          const c = await step.run('c', () => (ran.push('c'), 3));
+          const c = await step.run('c', () => {
+            ran.push('c');
+            return 3;
+          });
           return a + b + c;
         },
       });

@@ -151,6 +151,8 @@ describe('the npm package, installed into a project of its own', () => {
         'dist/entry/hono.js',
         'dist/entry/client.js',
         'dist/entry/client.d.ts',
+        'dist/entry/testing.js',
+        'dist/entry/testing.d.ts',
         'dist/http/dashboard/script.generated.js',
         'dist/entry/cli.js',
         'drizzle/0000_schema.sql',

@@ -208,3 +208,29 @@ it('the parallel steps example: two children at once, then a race an event wins'
     result: { profile: { name: 'user 7' }, invoices: [{ userId: 7, total: 12 }], answered: true },
   });
 });
+
+it('the testing example: testWorkflow runs the onboarding to its end on a virtual clock, with a stub and an event', async () => {
+  const { onboardingInATest } = await import('../examples/testing-a-workflow.ts');
+  const { calls } = await import('../examples/workflow.ts');
+  await t.query('CREATE TABLE IF NOT EXISTS welcome (user_id int PRIMARY KEY)');
+  const before = calls.length;
+  const started = Date.now();
+  const run = await onboardingInATest(t.db, 77);
+  expect(run).toMatchObject({
+    status: 'completed',
+    result: { account: { accountId: 'acct-test' }, verified: true, receipt: { receiptId: 'rcpt-77' } },
+    lastError: null,
+  });
+  expect(run.steps.map((s) => [s.name, s.status])).toEqual([
+    ['create-account', 'completed'],
+    ['welcome-row', 'completed'],
+    ['a-day', 'completed'],
+    ['verified', 'completed'],
+    ['receipt', 'completed'],
+  ]);
+  // The day's sleep was skipped (the virtual clock), and the stubbed call never ran.
+  expect(run.skippedMs).toBeGreaterThan(86_000_000);
+  expect(Date.now() - started).toBeLessThan(60_000);
+  expect(calls.slice(before)).toEqual(['receipt 77']);
+  expect(await t.query('SELECT user_id FROM welcome WHERE user_id = 77')).toEqual([{ user_id: 77 }]);
+});

@@ -97,6 +97,7 @@ export {
   parkOnChild,
   parkSteps,
   snoozeRun,
+  skipRunAhead,
   sendEvent,
   DEFAULT_EVENT_RETENTION_SECONDS,
   type HeldRun,

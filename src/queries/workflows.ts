@@ -333,6 +333,28 @@ export async function parkSteps(db: Db, run: HeldRun, parks: readonly StepPark[]
   return { outcome: 'recorded', parked: rows.some((r) => r.outcome === 'parked'), steps };
 }
 
+/**
+ * pgdrain/testing's virtual clock: the run's next moment — a sleep's end, a wait's timeout, a
+ * step's next try — brought to now, the job due at once, and its later moments as far forward. Returns how far ahead that moment was (ms;
+ * 0 when the run was not snoozed). Not for production: the moments are the run's own record.
+ */
+export async function skipRunAhead(db: Db, jobId: string): Promise<number> {
+  const [row] = await rowsOf<{ ahead_ms: number | string | null }>(
+    db,
+    sql`WITH due AS (
+          UPDATE ${jobs} j SET run_at = now() FROM (SELECT id, run_at AS was FROM ${jobs} WHERE id = ${jobId}::bigint FOR UPDATE) o
+           WHERE j.id = o.id AND j.status = 'pending' AND o.was > now()
+          RETURNING extract(epoch from o.was - now()) * 1000 AS ahead_ms),
+        -- Every moment of the run moves by the same span: a later sleep keeps its distance.
+        steps AS (
+          UPDATE ${workflowSteps} SET wake_at = greatest(now(), wake_at - make_interval(secs => (SELECT ahead_ms FROM due) / 1000))
+           WHERE job_id = ${jobId}::bigint AND wake_at > now() AND EXISTS (SELECT 1 FROM due)
+          RETURNING 1)
+        SELECT (SELECT ahead_ms FROM due) AS ahead_ms, (SELECT count(*) FROM steps) AS moved`,
+  );
+  return Number(row?.ahead_ms ?? 0);
+}
+
 export interface SentEvent {
   event: string;
   key: string;

@@ -1,0 +1,8 @@
+// pgdrain/testing: run a workflow to its end inside a test, against a real PostgreSQL, with a
+// virtual clock (sleeps and timeouts skip ahead), events sent as it waits, and stubbed steps.
+export {
+  testWorkflow,
+  type TestWorkflowOptions,
+  type TestWorkflowResult,
+  type StepStub,
+} from '../workflows/testing.ts';

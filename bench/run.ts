@@ -787,12 +787,17 @@ async function main() {
     console.log(
       `\ndurable workflows: ${runs} runs of three steps and a 1 s sleep (each system in a process of its own, a database of its own)`,
     );
-    for (const system of ['pgdrain', 'dbos'] as const) {
+    // DBOS twice: on a queue of the same concurrency, and with startWorkflow alone (its fastest).
+    for (const [system, mode] of [
+      ['pgdrain', ''],
+      ['dbos', 'queue'],
+      ['dbos', 'direct'],
+    ] as const) {
       const url = await freshDatabase(`bench_wf_${system}`);
       if (system === 'pgdrain') await migrateDatabase(url);
       try {
-        const trialResult = await workflowTrial(system, url, runs, 1, postgresCpuMs);
-        const name = system === 'pgdrain' ? 'pgdrain' : 'DBOS Transact';
+        const trialResult = await workflowTrial(system, url, runs, 1, postgresCpuMs, mode);
+        const name = system === 'pgdrain' ? 'pgdrain' : mode === 'queue' ? 'DBOS Transact' : 'DBOS Transact, no queue';
         console.log(
           `  ${name.padEnd(24)} ${fmt(trialResult.runsPerSecond)} runs/s (${trialResult.seconds.toFixed(1)} s; postgres ${Math.round(trialResult.postgresCpuMs ?? 0)} ms)`,
         );
@@ -841,6 +846,24 @@ async function main() {
       `  pgdrain without the sleep: ${fmt(steps.runsPerSecond)} runs/s, ${((steps.seconds * 1e6) / (runs * 3)).toFixed(0)} µs per step, postgres ${(((steps.postgresCpuMs ?? 0) * 1000) / (runs * 3)).toFixed(0)} µs per step`,
     );
     await admin.query('DROP DATABASE IF EXISTS bench_wf_steps WITH (FORCE)');
+    // Fan-out: each run invokes 20 children at once (Promise.all over step.invoke) and returns.
+    const fanRuns = quick ? 50 : 500;
+    const fanUrl = await freshDatabase('bench_wf_fanout');
+    await migrateDatabase(fanUrl);
+    const fan = await workflowTrial('pgdrain', fanUrl, fanRuns, 0, postgresCpuMs, 'fanout=20');
+    record(
+      `workflows: ${fanRuns} runs × 20 children at once`,
+      'pgdrain',
+      'runs/s',
+      [fan.runsPerSecond],
+      [],
+      [fan.postgresCpuMs ?? Number.NaN],
+    );
+    record(`workflows: 20-way fan-out, children per second`, 'pgdrain', 'jobs/s', [fan.runsPerSecond * 20], [], []);
+    console.log(
+      `  pgdrain, ${fanRuns} runs of 20 children each at once: ${fmt(fan.runsPerSecond)} runs/s, ${fmt(fan.runsPerSecond * 20)} children/s`,
+    );
+    await admin.query('DROP DATABASE IF EXISTS bench_wf_fanout WITH (FORCE)');
   }
 
   // Kinds limited to one job at a time (bench/serial.ts): the slot handed on at each settlement.

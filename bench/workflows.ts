@@ -28,6 +28,8 @@ export async function workflowTrial(
   runs: number,
   sleepSeconds: number,
   cpu: () => Promise<number>,
+  /** DBOS: `direct` (startWorkflow, no queue) or `queue`; pgdrain: `fanout=N` (N children per run). */
+  mode = '',
 ): Promise<WorkflowTrial> {
   const script = path.join(
     ROOT,
@@ -37,7 +39,7 @@ export async function workflowTrial(
   );
   const before = await cpu();
   const out = await new Promise<string>((resolve, reject) => {
-    const child = spawn(process.execPath, [script, url, String(runs), String(sleepSeconds)], {
+    const child = spawn(process.execPath, [script, url, String(runs), String(sleepSeconds), mode], {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, DBOS__APPVERSION: 'bench' },
     });

@@ -234,3 +234,28 @@ it('the testing example: testWorkflow runs the onboarding to its end on a virtua
   expect(calls.slice(before)).toEqual(['receipt 77']);
   expect(await t.query('SELECT user_id FROM welcome WHERE user_id = 77')).toEqual([{ user_id: 77 }]);
 });
+
+it("the step tries example: two failed tries of 'charge' spend none of the run's one attempt; a restart from 'ship' keeps the charge", async () => {
+  const { checkout, payments, reship } = await import('../examples/step-tries.ts');
+  const { drain } = await import('../src/drain/index.ts');
+  const { JobRegistry } = await import('../src/jobs/registry.ts');
+  const { enqueue } = await import('../src/entry/index.ts');
+  const registry = new JobRegistry([checkout]);
+  const { id } = await enqueue(t.db, checkout, { orderId: 5 });
+  const status = async () =>
+    (await t.query('SELECT status FROM pgdrain.jobs_and_history WHERE id = $1', [id]))[0]!.status;
+  for (let round = 0; round < 20 && (await status()) !== 'completed'; round++) {
+    await drain(t.db, registry, { workerId: 'example' });
+    await new Promise((r) => setTimeout(r, 60));
+  }
+  const [done] = await t.query('SELECT status, attempts, result FROM pgdrain.jobs_and_history WHERE id = $1', [id]);
+  expect(done).toEqual({
+    status: 'completed',
+    attempts: 1,
+    result: { charged: { orderId: 5, chargedAt: 3, aborted: false }, shipped: { orderId: 5, carrier: 'post' } },
+  });
+  expect(await reship(t.db, id)).toMatchObject({ outcome: 'retried' });
+  await drain(t.db, registry, { workerId: 'example' });
+  expect(await status()).toBe('completed');
+  expect(payments.charges).toBe(1);
+});

@@ -600,6 +600,23 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       ).toEqual([{ n: 2 }]);
     });
 
+    it('progress reported before a park is saved with it: the waiting run shows how far it got', async () => {
+      const flow = defineWorkflow({
+        kind: 'wf_progress_park',
+        schema: z.object({}),
+        run: async (_p, step, ctx) => {
+          await step.run('fetch', () => ctx.progress({ fetched: 10 }));
+          ctx.progress({ fetched: 20, phase: 'waiting for approval' });
+          await step.waitForEvent('approval', { event: 'wf.progress.approved', key: 'k' });
+        },
+      });
+      const { id } = await enqueue(h.db, flow, {});
+      expect(await run(new JobRegistry([flow]))).toMatchObject({ snoozed: 1 });
+      expect(await h.query(`SELECT status, progress FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
+        { status: 'waiting', progress: { fetched: 20, phase: 'waiting for approval' } },
+      ]);
+    });
+
     it("an event answers every run waiting on its event and key, in the sender's transaction; a rolled-back send wakes nothing", async () => {
       const flow = defineWorkflow({
         kind: 'wf_event',

@@ -1,7 +1,8 @@
 // `pgdrain`: what an application imports to define job kinds, enqueue in its own transactions,
 // inspect the queue and migrate its database. Runtime-neutral (Workers and Node) except
 // `migrate`, which reads the migration files and so runs in Node. The drainers are in
-// `pgdrain/sidecar` and `pgdrain/worker`, the HTTP API in `pgdrain/hono`.
+// `pgdrain/sidecar` and `pgdrain/worker`, the HTTP API in `pgdrain/hono`, the tables in `pgdrain/sql`,
+// a workflow's test harness in `pgdrain/testing`. test/public-surface.test.ts holds the list.
 
 // The base of every error class pgdrain defines: a stable `code` on each (docs/adopting.md).
 export { PgdrainError } from '../errors.ts';
@@ -93,24 +94,7 @@ export {
   type KindTotals,
 } from '../queries/index.ts';
 
-// The database: migrations and the Drizzle tables (for your own queries and drizzle-kit).
+// The database's migrations. Its Drizzle tables, for your own queries and drizzle-kit, are in
+// `pgdrain/sql`.
 export { migrateDatabase as migrate } from '../db/migrate.ts';
-export {
-  jobs,
-  jobCounts,
-  jobTotals,
-  pausedKinds,
-  schedules,
-  jobDependencies,
-  finishedJobs,
-  workflowSteps,
-  workflowEvents,
-  groupLimits,
-  pgdrainSchema,
-  PGDRAIN_SCHEMA,
-  JOB_STATUSES,
-  FINAL_STATUSES,
-  type JobRow,
-  type JobStatus,
-} from '../db/schema.ts';
-export { NOTIFY_CHANNEL } from '../queries/index.ts';
+export type { JobStatus } from '../db/schema.ts';

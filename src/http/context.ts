@@ -39,8 +39,6 @@ export interface ApiRuntime {
   oldestReadyWarnSeconds?: number;
   /** False when the drainer does not count settled jobs: the dashboard says why its chart is empty. */
   recordCounts?: boolean;
-  /** @deprecated the same as recordCounts. */
-  countsRecorded?: boolean;
   /** Default: MAX_BODY_BYTES' (1 MiB). */
   maxBodyBytes?: number;
   /** Where unexpected errors go (already stripped of secrets by the caller's logger). */

@@ -53,8 +53,6 @@ export interface JobDefinition<Payload = unknown> {
   /** This kind's visibility timeout, written to each job: a running job whose lease was not
    * renewed for this long goes back to pending. Default: the drainer's (VISIBILITY_TIMEOUT_SECONDS). */
   visibilityTimeoutSeconds?: number;
-  /** @deprecated the same as visibilityTimeoutSeconds (its name before). */
-  visibilitySeconds?: number;
   backoff?: Backoff;
   /** This kind's default priority (-1000..1000, higher runs first); an enqueue may override it. Default 0. */
   priority?: number;
@@ -117,8 +115,6 @@ export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits
 export const MAX_RATE_PERIOD_SECONDS = 86_400;
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
-/** A per-job timeout (an enqueue's timeoutMs) lies within these. */
-export const TIMEOUT_BOUNDS_MS = JOB_TIMEOUT_BOUNDS_MS;
 /** keepCompletedSeconds at most: 30 days. */
 export const MAX_KEEP_SECONDS = 30 * 86_400;
 export const DEFAULT_MAX_ATTEMPTS = JOB_DEFAULTS.maxAttempts;
@@ -143,9 +139,12 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
   positiveInteger('concurrency', definition.concurrency);
   for (const name of ['timeoutMs', 'maxTimeoutMs'] as const) {
     const ms = definition[name];
-    if (ms !== undefined && !(Number.isInteger(ms) && ms >= TIMEOUT_BOUNDS_MS.min && ms <= TIMEOUT_BOUNDS_MS.max)) {
+    if (
+      ms !== undefined &&
+      !(Number.isInteger(ms) && ms >= JOB_TIMEOUT_BOUNDS_MS.min && ms <= JOB_TIMEOUT_BOUNDS_MS.max)
+    ) {
       throw new Error(
-        `job kind ${definition.kind}: ${name} must be a whole number of milliseconds from ${TIMEOUT_BOUNDS_MS.min} to ${TIMEOUT_BOUNDS_MS.max}, not ${JSON.stringify(ms)}`,
+        `job kind ${definition.kind}: ${name} must be a whole number of milliseconds from ${JOB_TIMEOUT_BOUNDS_MS.min} to ${JOB_TIMEOUT_BOUNDS_MS.max}, not ${JSON.stringify(ms)}`,
       );
     }
   }

@@ -128,7 +128,7 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
     // at run time sees the same input.
     payload,
     maxAttempts: options.maxAttempts ?? definition.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
-    visibilityTimeoutSeconds: definition.visibilityTimeoutSeconds ?? definition.visibilitySeconds,
+    visibilityTimeoutSeconds: definition.visibilityTimeoutSeconds,
     priority: options.priority ?? definition.priority,
     keepSeconds: definition.keepCompletedSeconds || undefined,
   };

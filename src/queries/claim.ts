@@ -33,8 +33,6 @@ export interface ClaimedJob {
   lockedBy: string;
   /** Its own visibility timeout (its kind's), if it has one; else the drainer's applies. */
   visibilityTimeoutSeconds: number | null;
-  /** @deprecated the same as visibilityTimeoutSeconds. */
-  visibilitySeconds: number | null;
   /** The W3C trace context of its enqueue, if one was traced. */
   traceparent: string | null;
   createdAt: Date;
@@ -216,7 +214,10 @@ const CLAIMED_COLUMNS = {
   createdAt: jobs.createdAt,
 };
 
-type ClaimedRow = Omit<ClaimedJob, 'lockedBy' | 'visibilityTimeoutSeconds'> & { lockedBy: string | null };
+type ClaimedRow = Omit<ClaimedJob, 'lockedBy' | 'visibilityTimeoutSeconds'> & {
+  lockedBy: string | null;
+  visibilitySeconds: number | null;
+};
 
 /** A claimed row read by raw SQL (column names, driver values) into what the builder returns. */
 export const claimedRowFromDriver = (row: Record<string, unknown>): ClaimedRow => fromDriverRow(CLAIMED_COLUMNS, row);
@@ -225,7 +226,12 @@ export const claimedRowFromDriver = (row: Record<string, unknown>): ClaimedRow =
  * the lock token of its claim. */
 export function claimedJobs(rows: readonly ClaimedRow[], lockToken: string): ClaimedJob[] {
   return rows
-    .map((r) => ({ ...r, id: String(r.id), lockedBy: lockToken, visibilityTimeoutSeconds: r.visibilitySeconds }))
+    .map(({ visibilitySeconds, ...r }) => ({
+      ...r,
+      id: String(r.id),
+      lockedBy: lockToken,
+      visibilityTimeoutSeconds: visibilitySeconds,
+    }))
     .sort((a, b) => b.priority - a.priority || a.runAt.getTime() - b.runAt.getTime() || compareIds(a.id, b.id));
 }
 

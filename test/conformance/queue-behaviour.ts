@@ -786,7 +786,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const later = new Date(Date.now() + 3_600_000);
       const jobs = await enqueueMany(h.db, [
         { kind: 'a', payload: { n: 1 } },
-        { kind: 'b', payload: [1, 'two'], runAt: later, maxAttempts: 7, visibilitySeconds: 90 },
+        { kind: 'b', payload: [1, 'two'], runAt: later, maxAttempts: 7, visibilityTimeoutSeconds: 90 },
         { kind: 'a', payload: 'it\'s "quoted" -- ; DROP TABLE jobs' },
       ]);
       const rows = await h.query(
@@ -1044,7 +1044,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         kind: 'k',
         payload: 4,
         maxAttempts: 3,
-        visibilitySeconds: null,
+        visibilityTimeoutSeconds: null,
         runAt: expect.any(Date),
         createdAt: expect.any(Date),
       });

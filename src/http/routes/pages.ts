@@ -90,7 +90,7 @@ export function pageRoutes(app: Hono<AppEnv>): void {
     c.html(
       dashboardPage({
         oldestReadyWarnSeconds: c.var.api.oldestReadyWarnSeconds ?? defaultFor('oldestReadyWarnSeconds', 'sidecar'),
-        countsRecorded: (c.var.api.recordCounts ?? c.var.api.countsRecorded) !== false,
+        countsRecorded: c.var.api.recordCounts !== false,
         refreshSeconds: DASHBOARD_REFRESH_SECONDS,
         basePath: c.var.basePath,
       }),

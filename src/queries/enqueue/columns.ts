@@ -41,8 +41,8 @@ export const ENQUEUE_COLUMNS: readonly Column[] = [
   {
     name: 'visibility_seconds',
     type: 'int',
-    value: (job) => job.visibilityTimeoutSeconds ?? job.visibilitySeconds ?? null,
-    given: (job) => job.visibilityTimeoutSeconds !== undefined || job.visibilitySeconds !== undefined,
+    value: (job) => job.visibilityTimeoutSeconds ?? null,
+    given: (job) => job.visibilityTimeoutSeconds !== undefined,
   },
   option('priority', 'int', 'priority', String(JOB_DEFAULTS.priority)),
   option('group_key', 'text', 'groupKey'),

@@ -20,8 +20,6 @@ export interface NewJob {
   dedupeMode?: DedupeMode;
   /** Its own visibility timeout (its kind's); unset: the claiming drainer's. */
   visibilityTimeoutSeconds?: number;
-  /** @deprecated the same as visibilityTimeoutSeconds. */
-  visibilitySeconds?: number;
   /** -1000..1000, higher runs first among ready jobs; default 0. */
   priority?: number;
   /** Jobs of one kind with the same key share the kind's groupConcurrency. */

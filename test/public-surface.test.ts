@@ -51,6 +51,7 @@ const SURFACE: Record<string, string[]> = {
     'sendEvent',
     'setGroupLimits',
     'stats',
+    'unsubscribe',
     'useOpenTelemetry',
   ],
   'pgdrain/sidecar': ['sidecarOptionsFromEnv', 'startSidecar'],

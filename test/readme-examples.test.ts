@@ -259,3 +259,34 @@ it("the step tries example: two failed tries of 'charge' spend none of the run's
   expect(await status()).toBe('completed');
   expect(payments.charges).toBe(1);
 });
+
+it('the events example: two subscribed kinds started by an event sent in TypeScript, then by a trigger on your own table', async () => {
+  const { sendReceipt, updateLedger, orderPaid, PAID_TRIGGER, receipts, ledger } = await import(
+    '../examples/events.ts'
+  );
+  const { drain } = await import('../src/drain/index.ts');
+  const { JobRegistry } = await import('../src/jobs/registry.ts');
+  const { subscribe } = await import('../src/jobs/subscriptions.ts');
+  const registry = new JobRegistry([sendReceipt, updateLedger]);
+  await subscribe(t.db, registry); // a drainer does this at start
+  await orderPaid(t.db, 1, 10);
+  await drain(t.db, registry, { workerId: 'example' });
+  expect({ receipts, ledger }).toEqual({ receipts: [1], ledger: [1] });
+  // Your own orders table (in a schema of its own here: an earlier example has one in public).
+  const client = await t.pool.connect();
+  try {
+    await client.query('CREATE SCHEMA shop; SET search_path = shop, public');
+    await client.query(
+      'CREATE TABLE orders (id int PRIMARY KEY, total numeric NOT NULL, paid boolean NOT NULL DEFAULT false)',
+    );
+    await client.query(PAID_TRIGGER);
+    await client.query('INSERT INTO orders (id, total) VALUES (2, 25)');
+    await client.query('UPDATE orders SET paid = true WHERE id = 2');
+    await client.query('RESET search_path');
+  } finally {
+    client.release();
+  }
+  await drain(t.db, registry, { workerId: 'example' });
+  expect({ receipts, ledger }).toEqual({ receipts: [1, 2], ledger: [1, 2] });
+  await t.query('DELETE FROM pgdrain.subscriptions');
+});

@@ -34,6 +34,7 @@ import {
   retryDead,
   retryDeadJobs,
   retryFromStep,
+  deleteSubscription,
   stats,
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
@@ -115,6 +116,7 @@ export const OPERATOR_COMMANDS: Record<OperatorCommand, Command> = {
     run: cancelJob,
   },
   'send-event': { usage: USAGE['send-event'], options: {}, positionals: [2, 3], run: sendEventCommand },
+  unsubscribe: { usage: USAGE.unsubscribe, options: {}, positionals: [2, 2], run: unsubscribeCommand },
 };
 
 /** Runs `pgdrain <name> …args`; resolves with the exit code. */
@@ -494,6 +496,13 @@ async function resume(db: Db, _: Values, positionals: string[], io: Io): Promise
   const kind = kindName(positionals[0]);
   const changed = await resumeKind(db, kind);
   io.out(changed ? `${kind} is resumed` : `${kind} was not paused`);
+}
+
+async function unsubscribeCommand(db: Db, _: Values, positionals: string[], io: Io): Promise<void> {
+  const [kind, event] = positionals as [string, string];
+  if (!(await deleteSubscription(db, kind, event)))
+    throw new CommandFailed(`kind ${kind} has no subscription to event ${event}`);
+  io.out(`kind ${kind} no longer subscribes to ${event}`);
 }
 
 async function cancelJob(db: Db, _: Values, positionals: string[], io: Io): Promise<void> {

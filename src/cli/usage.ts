@@ -16,6 +16,7 @@ export const OPERATOR_USAGE = {
   resume: 'pgdrain resume <kind>',
   cancel: 'pgdrain cancel <id>',
   'send-event': 'pgdrain send-event <event> <key> [payload-json]',
+  unsubscribe: 'pgdrain unsubscribe <kind> <event>',
 };
 
 export type OperatorCommand = keyof typeof OPERATOR_USAGE;
@@ -38,7 +39,9 @@ const SUMMARY: Record<OperatorCommand, string> = {
   cancel:
     "A pending or waiting job is cancelled at once; a running one is stopped by its drainer and ends cancelled. A workflow's unfinished children are cancelled with it.",
   'send-event':
-    "Sends an event (payload default {}): every workflow run waiting on the event and key gets the payload and runs again. Prints the event's id.",
+    "Sends an event (payload default {}): every workflow run waiting on the event and key gets the payload and runs again, and every kind subscribed to the event (`on`) gets a job. Prints the event's id.",
+  unsubscribe:
+    "Removes a kind's subscription to an event (a kind retired after a deploy: its subscription is kept until then). Later events no longer enqueue its jobs.",
 };
 
 /** `pgdrain <command> --help`. */

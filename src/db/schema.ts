@@ -115,6 +115,9 @@ export const jobs = pgdrainSchema.table(
   {
     id: bigserialAsString('id').primaryKey(),
     ...jobColumns(),
+    /** The event that started it (a subscribed kind's job, enqueued by pgdrain.send_event()):
+     * `{ id, event, key }` for ctx.event(); NULL for every other job. Not kept in the history. */
+    startedBy: jsonb('started_by'),
   },
   (t) => [
     // The claim walks this index in its own order (priority first): it holds only claimable rows,
@@ -331,6 +334,26 @@ export const workflowEvents = pgdrainSchema.table(
     sentAt: timestamptz('sent_at').notNull().defaultNow(),
   },
   (t) => [index('events_lookup').on(t.event, t.eventKey, t.id), index('events_sent').on(t.sentAt)],
+);
+
+// Kinds that subscribe to events (defineJob / defineWorkflow `on`): one row per event and kind,
+// written when a drainer starts with its kinds (and by `pgdrain migrate --jobs`), with the kind's
+// options its jobs are enqueued with. pgdrain.send_event() enqueues one job of every kind subscribed
+// at that moment, in the sender's transaction — so an event sent from SQL while no pgdrain process
+// is up still starts its work. A kind no longer registered keeps its row until unsubscribed
+// (unsubscribe(), `pgdrain unsubscribe KIND EVENT`): a rolling deploy loses nothing.
+export const subscriptions = pgdrainSchema.table(
+  'subscriptions',
+  {
+    event: text('event').notNull(),
+    kind: text('kind').notNull(),
+    maxAttempts: integer('max_attempts').notNull().default(JOB_DEFAULTS.maxAttempts),
+    priority: integer('priority').notNull().default(JOB_DEFAULTS.priority),
+    keepSeconds: integer('keep_seconds'),
+    visibilitySeconds: integer('visibility_seconds'),
+    subscribedAt: timestamptz('subscribed_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ name: 'subscriptions_pkey', columns: [t.event, t.kind] })],
 );
 
 // Limits per group key, from data (setGroupLimits, pgdrain.set_group_limits, PUT

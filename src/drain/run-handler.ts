@@ -23,7 +23,7 @@ import {
   handlerTimeoutMs,
 } from '../jobs/registry.ts';
 import type { OpenTransactionConnection } from '../db/connections.ts';
-import { type ClaimedJob, type Db, completeJobs, getDependencies } from '../queries/index.ts';
+import { type ClaimedJob, type Db, completeJobs, getDependencies, startedByOf } from '../queries/index.ts';
 import { longerThan, toJson, utf8Length } from '../json.ts';
 import type { ProcessSpan } from '../tracing.ts';
 import { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
@@ -251,6 +251,10 @@ class HandlerContext implements JobContext {
 
   dependencies(): ReturnType<JobContext['dependencies']> {
     return getDependencies(this.#environment.db, this.job.id);
+  }
+
+  event(): ReturnType<JobContext['event']> {
+    return startedByOf(this.#environment.db, this.job.id);
   }
 
   get tx(): Db {

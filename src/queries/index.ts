@@ -114,3 +114,11 @@ export {
 } from './workflows.ts';
 export { commitDurably } from './durable-commit.ts';
 export { writeGroupLimits, deleteGroupLimits, listGroupLimits, type GroupLimitsRow } from './group-limits.ts';
+export {
+  writeSubscriptions,
+  listSubscriptions,
+  deleteSubscription,
+  startedByOf,
+  type Subscription,
+  type SubscriptionRow,
+} from './subscriptions.ts';

@@ -28,6 +28,7 @@ import {
   type OpenTransactionConnection,
 } from '../drain/index.ts';
 import { createApp } from '../http/app.ts';
+import { subscribe } from '../jobs/subscriptions.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
 import { checkSchedules, type ScheduleDefinition } from '../schedules.ts';
@@ -121,6 +122,9 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
     return Object.assign(opened, { stop: () => opened.close() });
   });
   await releaseEarlierProcess(pools.drainDb, identity, visibilityTimeoutSeconds, log);
+  // Kinds that subscribe to events (`on`): written now, so events sent from SQL fan out to them.
+  const subscribed = await subscribe(pools.db, registry);
+  if (subscribed > 0) log.info({ subscriptions: subscribed }, 'kinds subscribed to events');
   const notices = new DrainNotices();
   const finishedJobs = new FinishedJobsHub();
   const drainer = await parts.start(

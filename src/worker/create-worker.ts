@@ -12,6 +12,7 @@ import type { Context } from 'hono';
 import { safeErrorMessage } from '../db/url.ts';
 import { drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
+import { subscribe } from '../jobs/subscriptions.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import { housekeep, housekeepAndSchedule } from '../drain/housekeeping.ts';
 import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
@@ -352,6 +353,7 @@ async function look(
     : null;
   housekeeping?.catch(() => {});
   try {
+    if (plan.drain) await subscribeOnce(db, registry);
     const scheduled = plan.drain && schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
     const deadline = started + plan.budgetMs;
     const workerId = `${plan.label}-${crypto.randomUUID().slice(0, 8)}`;
@@ -398,6 +400,21 @@ async function look(
     };
   } finally {
     await close();
+  }
+}
+
+/** Registries whose kinds' subscriptions (`on`) this isolate has written: once per isolate, at its
+ * first drain (an event sent from SQL fans out to what is written). A failure is tried again at the
+ * next drain. */
+const subscribed = new WeakSet<JobRegistry>();
+async function subscribeOnce(db: WorkerDatabase['db'], registry: JobRegistry): Promise<void> {
+  if (subscribed.has(registry)) return;
+  try {
+    const count = await subscribe(db, registry);
+    subscribed.add(registry);
+    if (count > 0) console.log(JSON.stringify({ event: 'subscribed', subscriptions: count }));
+  } catch (error) {
+    console.error(JSON.stringify({ event: 'subscribe_failed', error: safeErrorMessage(error) }));
   }
 }
 

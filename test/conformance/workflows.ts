@@ -9,7 +9,8 @@ import { z } from 'zod';
 import { drain, type DrainOptions } from '../../src/drain/index.ts';
 import { enqueue } from '../../src/jobs/enqueue.ts';
 import { JobRegistry, type JobDefinition, defineJob } from '../../src/jobs/registry.ts';
-import { cancel, retryFromStep } from '../../src/queries/index.ts';
+import { cancel, listSubscriptions, retryFromStep } from '../../src/queries/index.ts';
+import { subscribe, unsubscribe } from '../../src/jobs/subscriptions.ts';
 import { PermanentJobError } from '../../src/jobs/registry.ts';
 import { EventValidationError, defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
 import type { Harness } from './queue-behaviour.ts';
@@ -615,6 +616,96 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(await h.query(`SELECT status, progress FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
         { status: 'waiting', progress: { fetched: 20, phase: 'waiting for approval' } },
       ]);
+    });
+
+    it("events start work: every subscribed kind gets one job in the sender's transaction, a rollback none, with the event's payload and name", async () => {
+      const seen: unknown[] = [];
+      const receipt = defineJob({
+        kind: 'ev_receipt',
+        schema: z.object({ order: z.number() }),
+        on: 'order.paid',
+        maxAttempts: 7,
+        handler: async (payload, ctx) => void seen.push({ kind: 'receipt', payload, event: await ctx.event() }),
+      });
+      const ledger = defineJob({
+        kind: 'ev_ledger',
+        schema: z.object({ order: z.number() }),
+        on: ['order.paid', 'order.refunded'],
+        handler: async (payload, ctx) => void seen.push({ kind: 'ledger', payload, event: await ctx.event() }),
+      });
+      const registry = new JobRegistry([receipt, ledger]);
+      expect(await subscribe(h.db, registry)).toBe(3);
+      expect((await listSubscriptions(h.db)).map((s) => [s.event, s.kind, s.maxAttempts])).toEqual(
+        expect.arrayContaining([
+          ['order.paid', 'ev_ledger', 3],
+          ['order.paid', 'ev_receipt', 7],
+          ['order.refunded', 'ev_ledger', 3],
+        ]),
+      );
+      const rolledBack = new Error('rolled back');
+      await expect(
+        h.db.transaction(async (tx) => {
+          await sendEvent(tx, { event: 'order.paid', key: 'order:1', payload: { order: 1 } });
+          throw rolledBack;
+        }),
+      ).rejects.toBe(rolledBack);
+      const started = async () =>
+        h.query<{ kind: string; payload: unknown; max_attempts: number }>(
+          `SELECT kind, payload, max_attempts FROM pgdrain.jobs WHERE kind LIKE 'ev\\_%' ORDER BY kind`,
+        );
+      expect(await started()).toEqual([]);
+      const { id } = await h.db.transaction((tx) =>
+        sendEvent(tx, { event: 'order.paid', key: 'order:2', payload: { order: 2 } }),
+      );
+      expect(await started()).toEqual([
+        { kind: 'ev_ledger', payload: { order: 2 }, max_attempts: 3 },
+        { kind: 'ev_receipt', payload: { order: 2 }, max_attempts: 7 },
+      ]);
+      expect(await run(registry)).toMatchObject({ completed: 2 });
+      const event = { id, event: 'order.paid', key: 'order:2' };
+      expect(seen).toEqual(
+        expect.arrayContaining([
+          { kind: 'receipt', payload: { order: 2 }, event },
+          { kind: 'ledger', payload: { order: 2 }, event },
+        ]),
+      );
+      // Sent in SQL with no drainer up: the subscriptions are rows, so it still fans out.
+      await h.query(`SELECT pgdrain.send_event('order.refunded', 'order:2', '{"order": 2}')`);
+      expect(await started()).toEqual([{ kind: 'ev_ledger', payload: { order: 2 }, max_attempts: 3 }]);
+      // A retired kind's subscription goes only when asked; then its events start nothing.
+      expect(await unsubscribe(h.db, 'ev_ledger', 'order.refunded')).toBe(true);
+      expect(await unsubscribe(h.db, 'ev_ledger', 'order.refunded')).toBe(false);
+      await run(registry);
+      await h.query(`SELECT pgdrain.send_event('order.refunded', 'order:3', '{"order": 3}')`);
+      expect(await started()).toEqual([]);
+      // A job not started by an event says so.
+      const plain = await enqueue(h.db, receipt, { order: 9 });
+      expect(plain.id).toBeDefined();
+      await run(registry);
+      expect(seen.at(-1)).toEqual({ kind: 'receipt', payload: { order: 9 }, event: null });
+      await h.query('DELETE FROM pgdrain.subscriptions');
+    });
+
+    it('a fan-out is exactly once per event and subscriber: the same event fanned out again adds nothing', async () => {
+      const kind = defineJob({ kind: 'ev_once', schema: z.unknown(), on: 'thing.happened', handler: () => {} });
+      await subscribe(h.db, new JobRegistry([kind]));
+      const { id } = await sendEvent(h.db, { event: 'thing.happened', key: 'k' });
+      // The fan-out's own statement, run again for the same event (a retried delivery of it).
+      await h.query(
+        `INSERT INTO pgdrain.jobs (kind, payload, dedupe_key) SELECT s.kind, '{}', 'pgdrain.event:' || $1 || ':' || s.kind
+           FROM pgdrain.subscriptions s WHERE s.event = 'thing.happened'
+         ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING`,
+        [id],
+      );
+      expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'ev_once'`)).toEqual([{ n: 1 }]);
+      await h.query(`DELETE FROM pgdrain.jobs WHERE kind = 'ev_once'`);
+      await h.query('DELETE FROM pgdrain.subscriptions');
+    });
+
+    it('a kind whose on is not an event name is refused at definition', () => {
+      expect(() => defineJob({ kind: 'ev_bad', schema: z.unknown(), on: 'no spaces', handler: () => {} })).toThrow(
+        /ev_bad: on: "no spaces": an event's name is/,
+      );
     });
 
     it("an event answers every run waiting on its event and key, in the sender's transaction; a rolled-back send wakes nothing", async () => {

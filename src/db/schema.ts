@@ -118,6 +118,9 @@ export const jobs = pgdrainSchema.table(
     /** The event that started it (a subscribed kind's job, enqueued by pgdrain.send_event()):
      * `{ id, event, key }` for ctx.event(); NULL for every other job. Not kept in the history. */
     startedBy: jsonb('started_by'),
+    /** A dead job of a kind with a dead-letter kind (`deadLetter`): the job that statement enqueued
+     * of it, to handle the death. Dead jobs stay in pgdrain.jobs, so this is not in the history. */
+    deadLetterId: bigintAsString('dead_letter_id'),
   },
   (t) => [
     // The claim walks this index in its own order (priority first): it holds only claimable rows,
@@ -355,6 +358,19 @@ export const subscriptions = pgdrainSchema.table(
   },
   (t) => [primaryKey({ name: 'subscriptions_pkey', columns: [t.event, t.kind] })],
 );
+
+// Kinds with a dead-letter kind (defineJob `deadLetter`), written with the subscriptions: when a job
+// of `kind` goes dead — its attempts spent, a PermanentJobError, a timeout on its last try, a lease
+// that ran out on it, a workflow run that died —, the statement that makes it dead enqueues a job of
+// `dead_letter` (with these options) whose payload describes the dead one.
+export const deadLetterRoutes = pgdrainSchema.table('dead_letter_routes', {
+  kind: text('kind').primaryKey(),
+  deadLetter: text('dead_letter').notNull(),
+  maxAttempts: integer('max_attempts').notNull().default(JOB_DEFAULTS.maxAttempts),
+  priority: integer('priority').notNull().default(JOB_DEFAULTS.priority),
+  keepSeconds: integer('keep_seconds'),
+  routedAt: timestamptz('routed_at').notNull().defaultNow(),
+});
 
 // Limits per group key, from data (setGroupLimits, pgdrain.set_group_limits, PUT
 // /kinds/:kind/groups/:key/limits): a row overrides, for that key of that kind, the kind's

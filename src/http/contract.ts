@@ -214,6 +214,10 @@ export const job = z
       .int()
       .nullable()
       .meta({ description: "The handler's timeout for this job, when its enqueue set one." }),
+    deadLetterJobId: z.string().nullable().optional().meta({
+      description:
+        'A dead job of a kind with a dead-letter kind (deadLetter): the job its death enqueued (GET /jobs/:id only).',
+    }),
     steps: z
       .array(z.lazy(() => workflowStep))
       .optional()

@@ -85,6 +85,11 @@ export interface JobDefinition<Payload = unknown> {
    * pgdrain.send_event(), POST /events — enqueues one job of this kind in the sender's
    * transaction, its payload the event's (ctx.event() says which event). */
   on?: string | readonly string[];
+  /** When a job of this kind goes dead (any way: attempts spent, PermanentJobError, a timeout on its
+   * last try, a lease that ran out on it, a workflow run that died), the statement that makes it
+   * dead enqueues a job of this kind with `{ job: { id, kind, payload, attempts, lastError, diedAt } }`
+   * (docs/events.md). Not the kind itself, directly or through a chain. */
+  deadLetter?: string;
 }
 
 /** The event that started a job of a subscribed kind. */
@@ -198,6 +203,10 @@ function checkEvents(definition: JobDefinition<any>): void {
   const on = definition.on;
   if (on !== undefined && typeof on !== 'string' && !Array.isArray(on))
     throw new Error(`job kind ${definition.kind}: on must be an event name or a list of them`);
+  const { deadLetter } = definition;
+  if (deadLetter !== undefined && (typeof deadLetter !== 'string' || !KIND_PATTERN.test(deadLetter)))
+    throw new Error(`job kind ${definition.kind}: deadLetter: ${KIND_PATTERN_MESSAGE}`);
+  if (deadLetter === definition.kind) throw new Error(`job kind ${definition.kind}: it cannot be its own deadLetter`);
   for (const event of eventsOf(definition)) {
     if (typeof event !== 'string' || !KIND_PATTERN.test(event))
       throw new Error(

@@ -16,6 +16,21 @@ export class JobRegistry implements KindLookup {
       if (this.#byKind.has(d.kind)) throw new Error(`job kind ${d.kind} is registered twice`);
       this.#byKind.set(d.kind, d as JobDefinition);
     }
+    this.#refuseDeadLetterCycles();
+  }
+
+  /** A kind cannot dead-letter into itself, directly or through a chain of registered kinds. */
+  #refuseDeadLetterCycles(): void {
+    for (const start of this.#byKind.values()) {
+      const chain = [start.kind];
+      for (let next = start.deadLetter; next !== undefined; next = this.#byKind.get(next)?.deadLetter) {
+        if (chain.includes(next))
+          throw new Error(
+            `job kind ${start.kind}: its dead letters go round in a circle: ${[...chain, next].join(' → ')}`,
+          );
+        chain.push(next);
+      }
+    }
   }
 
   get(kind: string): JobDefinition | undefined {

@@ -116,9 +116,12 @@ export { commitDurably } from './durable-commit.ts';
 export { writeGroupLimits, deleteGroupLimits, listGroupLimits, type GroupLimitsRow } from './group-limits.ts';
 export {
   writeSubscriptions,
+  writeDeadLetterRoutes,
+  type DeadLetterRoute,
   listSubscriptions,
   deleteSubscription,
   startedByOf,
   type Subscription,
   type SubscriptionRow,
 } from './subscriptions.ts';
+export { deadLetterOf } from './dead-letter.ts';

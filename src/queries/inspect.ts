@@ -16,7 +16,7 @@ import { HISTORY_COLUMNS } from './job-history.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 import { listPausedKinds } from './pause.ts';
 
-export type Job = Omit<JobRow, 'dedupeKey' | 'visibilitySeconds' | 'startedBy'> & {
+export type Job = Omit<JobRow, 'dedupeKey' | 'visibilitySeconds' | 'startedBy' | 'deadLetterId'> & {
   dedupeKey: string | null;
   visibilitySeconds: number | null;
 };

@@ -10,6 +10,7 @@ import { sql } from 'drizzle-orm';
 import { JOB_DEFAULTS, jobs } from '../db/schema.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
+import { DEAD_LETTERED, DEAD_LETTERS_NOTIFIED, DEAD_LETTER_COLUMNS, deadLetterIdFor } from './dead-letter.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 export interface ReapResult {
@@ -49,11 +50,12 @@ export async function reap(
                        ELSE 'drainer restarted: ' || locked_by || ' held the job in an earlier process of the same DRAINER_ID' END,
           finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempts >= max_attempts THEN now() END,
           keep_until = CASE WHEN cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(keep_seconds, 0)) END,
-          locked_at = NULL, locked_by = NULL, locked_until = NULL
+          locked_at = NULL, locked_by = NULL, locked_until = NULL,
+          ${deadLetterIdFor(sql`cancel_requested_at IS NULL AND attempts >= max_attempts`)}
         WHERE status = 'running' AND (${leaseEnd} < now() OR ${gone})
-        RETURNING ${ENDED_COLUMNS}, j.status),
-      counted AS (${countFailed('ended')})${afterJobsEnded({ deleted: false })}
-      SELECT id, status, ${ENDED_FOLLOWED} FROM ended`,
+        RETURNING ${ENDED_COLUMNS}, j.status, ${DEAD_LETTER_COLUMNS}),
+      counted AS (${countFailed('ended')})${afterJobsEnded({ deleted: false })}${DEAD_LETTERED}
+      SELECT id, status, ${ENDED_FOLLOWED}, ${DEAD_LETTERS_NOTIFIED} AS dead_letters FROM ended`,
   );
   const result: ReapResult = { reclaimed: [], dead: [], cancelled: [] };
   for (const r of rows)

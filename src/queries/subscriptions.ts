@@ -2,7 +2,7 @@
 // written when a drainer starts with its kinds, read by pgdrain.send_event()'s fan-out (drizzle/
 // 0018_subscriptions.sql); the event that started a job, for its handler's ctx.event().
 import { sql } from 'drizzle-orm';
-import { jobs, subscriptions } from '../db/schema.ts';
+import { deadLetterRoutes, jobs, subscriptions } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 
 /** A kind's subscription to an event, with the options its jobs are enqueued with. */
@@ -32,6 +32,41 @@ export async function writeSubscriptions(db: Db, rows: readonly Subscription[]):
         priority: sql`excluded.priority`,
         keepSeconds: sql`excluded.keep_seconds`,
         visibilitySeconds: sql`excluded.visibility_seconds`,
+      },
+    });
+}
+
+/** A kind's dead-letter kind, with the options its dead-letter jobs get. */
+export interface DeadLetterRoute {
+  kind: string;
+  deadLetter: string;
+  maxAttempts: number;
+  priority: number;
+  keepSeconds: number | null;
+}
+
+/** Writes these routes and removes those of `withoutRoute` (kinds whose definition has none now). */
+export async function writeDeadLetterRoutes(
+  db: Db,
+  routes: readonly DeadLetterRoute[],
+  withoutRoute: readonly string[],
+): Promise<void> {
+  if (withoutRoute.length > 0)
+    await rowsOf(
+      db,
+      sql`DELETE FROM ${deadLetterRoutes} WHERE kind = ANY(${sql.param(withoutRoute)}::text[]) RETURNING kind`,
+    );
+  if (routes.length === 0) return;
+  await db
+    .insert(deadLetterRoutes)
+    .values(routes.map((r) => ({ ...r })))
+    .onConflictDoUpdate({
+      target: deadLetterRoutes.kind,
+      set: {
+        deadLetter: sql`excluded.dead_letter`,
+        maxAttempts: sql`excluded.max_attempts`,
+        priority: sql`excluded.priority`,
+        keepSeconds: sql`excluded.keep_seconds`,
       },
     });
 }

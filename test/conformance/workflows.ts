@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { drain, type DrainOptions } from '../../src/drain/index.ts';
 import { enqueue } from '../../src/jobs/enqueue.ts';
 import { JobRegistry, type JobDefinition, defineJob } from '../../src/jobs/registry.ts';
-import { cancel, listSubscriptions, retryFromStep } from '../../src/queries/index.ts';
+import { cancel, deadLetterOf, listSubscriptions, reap, retryFromStep } from '../../src/queries/index.ts';
 import { subscribe, unsubscribe } from '../../src/jobs/subscriptions.ts';
 import { PermanentJobError } from '../../src/jobs/registry.ts';
 import { EventValidationError, defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
@@ -78,7 +78,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         kind: 'wf_once',
         schema: z.object({ n: z.number() }),
         maxAttempts: 3,
-        backoff: { baseSeconds: 0.01, capSeconds: 0.01 },
+        backoff: { baseSeconds: 0.4, capSeconds: 0.4 },
         keepCompletedSeconds: 3600,
         run: async ({ n }, step) => {
           const a = await step.run('a', () => {
@@ -104,7 +104,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         { name: 'a', status: 'completed', attempts: 1, result: { doubled: 10, at: '1970-01-01T00:00:00.000Z' } },
         { name: 'b', status: 'failed', attempts: 1, error: 'b failed at attempt 1' },
       ]);
-      await sleep(50);
+      await sleep(450);
       await run(registry);
       // The stored step returned its JSON (the Date as its string) without running again.
       expect(calls).toEqual({ a: 1, b: 2 });
@@ -700,6 +700,96 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'ev_once'`)).toEqual([{ n: 1 }]);
       await h.query(`DELETE FROM pgdrain.jobs WHERE kind = 'ev_once'`);
       await h.query('DELETE FROM pgdrain.subscriptions');
+    });
+
+    it('dead letters: a job that dies any way enqueues, in the same statement, one job of its deadLetter kind describing it', async () => {
+      const letters: { job: { id: string; kind: string; payload: unknown; attempts: number; lastError: string } }[] =
+        [];
+      const sink = defineJob({
+        kind: 'dl_sink',
+        schema: z.any(),
+        maxAttempts: 5,
+        handler: (payload) => void letters.push(payload),
+      });
+      const spent = defineJob({
+        kind: 'dl_spent',
+        schema: z.object({ n: z.number() }),
+        maxAttempts: 2,
+        backoff: { baseSeconds: 0.01, capSeconds: 0.01 },
+        deadLetter: 'dl_sink',
+        handler: () => {
+          throw new Error('always fails');
+        },
+      });
+      const permanent = defineJob({
+        kind: 'dl_permanent',
+        schema: z.object({}),
+        deadLetter: 'dl_sink',
+        handler: () => {
+          throw new PermanentJobError('cannot ever work');
+        },
+      });
+      const flow = defineWorkflow({
+        kind: 'dl_flow',
+        schema: z.object({}),
+        maxAttempts: 1,
+        deadLetter: 'dl_sink',
+        run: async (_p, step) =>
+          step.run('boom', () => {
+            throw new Error('the run dies');
+          }),
+      });
+      const registry = new JobRegistry([sink, spent, permanent, flow]);
+      await subscribe(h.db, registry);
+      const a = await enqueue(h.db, spent, { n: 1 });
+      const b = await enqueue(h.db, permanent, {});
+      const c = await enqueue(h.db, flow, {});
+      // A lease that ran out on the last attempt: the reaper makes it dead.
+      const [d] = await h.query<{ id: string }>(
+        `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, locked_at, locked_by, locked_until)
+         VALUES ('dl_spent', '{"n": 4}', 'running', 2, 2, now() - interval '1 minute', 'gone:1', now() - interval '1 second') RETURNING id::text`,
+      );
+      expect((await reap(h.db)).dead).toEqual([d!.id]);
+      for (let round = 0; round < 10 && letters.length < 4; round++) {
+        await run(registry);
+        await sleep(30);
+      }
+      const byKind = Object.fromEntries(letters.map((l) => [l.job.id, l.job]));
+      expect(byKind[a.id]).toMatchObject({
+        kind: 'dl_spent',
+        payload: { n: 1 },
+        attempts: 2,
+        lastError: 'always fails',
+      });
+      expect(byKind[b.id]).toMatchObject({
+        kind: 'dl_permanent',
+        attempts: 1,
+        lastError: expect.stringMatching(/cannot ever work/),
+      });
+      expect(byKind[c.id]).toMatchObject({ kind: 'dl_flow', lastError: expect.stringMatching(/the run dies/) });
+      expect(byKind[d!.id]).toMatchObject({
+        kind: 'dl_spent',
+        payload: { n: 4 },
+        lastError: expect.stringMatching(/visibility timeout/),
+      });
+      expect(letters).toHaveLength(4);
+      // The dead job names its letter, which took its kind's options.
+      const letterId = await deadLetterOf(h.db, a.id);
+      expect(letterId).not.toBeNull();
+      expect(await h.query(`SELECT kind, status FROM pgdrain.jobs_and_history WHERE id = $1`, [letterId])).toEqual([]);
+      expect(await deadLetterOf(h.db, a.id)).toBe(letterId);
+      await h.query('DELETE FROM pgdrain.dead_letter_routes');
+    });
+
+    it('a dead-letter circle is refused when the kinds are registered; a kind into itself at definition', () => {
+      const one = defineJob({ kind: 'dl_one', schema: z.any(), deadLetter: 'dl_two', handler: () => {} });
+      const two = defineJob({ kind: 'dl_two', schema: z.any(), deadLetter: 'dl_one', handler: () => {} });
+      expect(() => new JobRegistry([one, two])).toThrow(
+        /dl_one: its dead letters go round in a circle: dl_one → dl_two → dl_one/,
+      );
+      expect(() => defineJob({ kind: 'dl_self', schema: z.any(), deadLetter: 'dl_self', handler: () => {} })).toThrow(
+        /cannot be its own deadLetter/,
+      );
     });
 
     it('a kind whose on is not an event name is refused at definition', () => {

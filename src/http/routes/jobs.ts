@@ -6,6 +6,7 @@ import { type EnqueueRequest, prepareEnqueue } from '../../jobs/enqueue.ts';
 import { JobValidationError, type JobRegistry } from '../../jobs/registry.ts';
 import {
   type Db,
+  deadLetterOf,
   UnknownDependencyError,
   cancel,
   getFinishedJob,
@@ -162,6 +163,10 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
 /** A workflow's steps and what it waits on, added to its job (one primary-key range read; none
  * for other jobs). */
 async function withSteps(db: Db, body: JobBody): Promise<JobBody> {
+  if (body.status === 'dead') {
+    const deadLetterJobId = await deadLetterOf(db, body.id);
+    if (deadLetterJobId) body = { ...body, deadLetterJobId };
+  }
   const stored = await loadSteps(db, body.id);
   if (stored.length === 0) return body;
   const steps = stored.map(stepJson);

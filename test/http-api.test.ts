@@ -7,6 +7,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createApp, parseScopedTokens, TOKEN_SCOPES } from '../src/http/app.ts';
 import { OPEN_ROUTES, SCOPED_ROUTES, allows, requestFor } from './support/scope-matrix.ts';
 import { createDefaultRegistry } from '../src/jobs/index.ts';
+import { JobRegistry, defineJob } from '../src/jobs/registry.ts';
+import { z } from 'zod';
 import { CONTRACT_SETTINGS, expectError, httpApiContract } from './conformance/http-api-contract.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 
@@ -72,6 +74,31 @@ describe('only in-process', () => {
       'invalid_request',
       'runNow',
     );
+  });
+
+  it('POST /events: a payload a subscribed kind of the app refuses is a 422 naming it, and nothing is sent', async () => {
+    const strict = defineJob({
+      kind: 'http_strict',
+      schema: z.object({ n: z.number() }),
+      on: 'http.strict',
+      handler: () => {},
+    });
+    const strictApp = createApp({ withDb: (fn) => fn(t.db), registry: new JobRegistry([strict]), apiToken: TOKEN });
+    const send = (payload: unknown) =>
+      strictApp.request('/events', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...auth },
+        body: JSON.stringify({ event: 'http.strict', key: 'k', payload }),
+      });
+    const refused = await send({ n: 'one' });
+    expect(refused.status).toBe(422);
+    expect(await refused.json()).toMatchObject({
+      error: { code: 'invalid_payload', message: expect.stringMatching(/subscriber http_strict: .*n/) },
+    });
+    expect(await t.query(`SELECT count(*)::int AS n FROM pgdrain.events WHERE event = 'http.strict'`)).toEqual([
+      { n: 0 },
+    ]);
+    expect((await send({ n: 1 })).status).toBe(201);
   });
 
   it("a 413 closes its connection, so a keep-alive client's next request goes out on a fresh one and succeeds", async () => {

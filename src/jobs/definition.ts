@@ -179,6 +179,7 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
     );
   }
   checkEvents(definition);
+  noteSubscriber(definition);
   if (definition.fair !== undefined && typeof definition.fair !== 'boolean')
     throw new Error(`job kind ${definition.kind}: fair must be true or false, not ${JSON.stringify(definition.fair)}`);
   positiveInteger('globalConcurrency', definition.globalConcurrency);
@@ -193,6 +194,23 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
     }
   }
   return definition;
+}
+
+/** Kinds defined in this process that subscribe to each event (`on`), by event then kind: sendEvent
+ * checks an event's payload against their schemas before it sends (docs/events.md). */
+const subscribersByEvent = new Map<string, Map<string, JobDefinition<any>>>();
+
+/** The kinds defined in this process that subscribe to `event`. */
+export const definedSubscribersOf = (event: string): JobDefinition<any>[] => [
+  ...(subscribersByEvent.get(event)?.values() ?? []),
+];
+
+function noteSubscriber(definition: JobDefinition<any>): void {
+  for (const event of eventsOf(definition)) {
+    const kinds = subscribersByEvent.get(event) ?? new Map<string, JobDefinition<any>>();
+    kinds.set(definition.kind, definition);
+    subscribersByEvent.set(event, kinds);
+  }
 }
 
 /** The events a kind subscribes to, as a list (none: empty). */

@@ -6,6 +6,7 @@ import { KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_DEDUPE_KEY_LENGTH, keyProblem }
 import { longerThan, toJson, utf8Length } from '../json.ts';
 import { type Db, sendEvent as sendEventQuery } from '../queries/index.ts';
 import { PgdrainError } from '../errors.ts';
+import { type JobDefinition, definedSubscribersOf, describeIssues } from '../jobs/definition.ts';
 
 /** An event's payload is at most this many bytes of JSON (as a job's result). */
 export const MAX_EVENT_PAYLOAD_BYTES = 64 * 1024;
@@ -28,15 +29,23 @@ export class EventValidationError extends PgdrainError {
   readonly field: 'event' | 'key' | 'payload';
   /** The payload is too large (HTTP 413) rather than malformed (400). */
   readonly tooLarge: boolean;
-  constructor(field: EventValidationError['field'], message: string, tooLarge = false) {
+  /** The subscribed kind whose schema refused the payload, when that is what was wrong. */
+  readonly subscriber: string | undefined;
+  constructor(field: EventValidationError['field'], message: string, tooLarge = false, subscriber?: string) {
     super(message);
     this.field = field;
     this.tooLarge = tooLarge;
+    this.subscriber = subscriber;
   }
 }
 
-/** The event's payload as JSON text, or throws EventValidationError naming the field. */
-export function checkedEvent(event: WorkflowEvent): { event: string; key: string; payloadJson: string } {
+/** The event's payload as JSON text, or throws EventValidationError naming the field — or, when a
+ * kind that subscribes to it (`subscribers`: default, those defined in this process) refuses its
+ * payload, naming that kind and the field, before anything is sent. */
+export function checkedEvent(
+  event: WorkflowEvent,
+  subscribers: readonly JobDefinition<any>[] = typeof event?.event === 'string' ? definedSubscribersOf(event.event) : [],
+): { event: string; key: string; payloadJson: string } {
   if (typeof event.event !== 'string' || !KIND_PATTERN.test(event.event))
     throw new EventValidationError('event', `event: ${KIND_PATTERN_MESSAGE}`);
   const keyIssue = keyProblem(event.key, MAX_EVENT_KEY_LENGTH);
@@ -53,6 +62,16 @@ export function checkedEvent(event: WorkflowEvent): { event: string; key: string
       `payload is ${utf8Length(payloadJson)} bytes of JSON; an event carries at most ${MAX_EVENT_PAYLOAD_BYTES}`,
       true,
     );
+  }
+  for (const subscriber of subscribers) {
+    const parsed = subscriber.schema.safeParse(event.payload === undefined ? {} : event.payload);
+    if (!parsed.success)
+      throw new EventValidationError(
+        'payload',
+        `payload refused by subscriber ${subscriber.kind}: ${describeIssues(parsed.error)}`,
+        false,
+        subscriber.kind,
+      );
   }
   return { event: event.event, key: event.key, payloadJson };
 }

@@ -792,6 +792,28 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       );
     });
 
+    it("an event a subscriber's schema refuses is refused at send, naming the subscriber and the field; nothing is stored", async () => {
+      defineJob({
+        kind: 'ev_strict',
+        schema: z.object({ orderId: z.number().int() }),
+        on: 'ev.strict',
+        handler: () => {},
+      });
+      const events = async () =>
+        (await h.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgdrain.events WHERE event = 'ev.strict'`))[0]!.n;
+      const before = await events();
+      const refused = await sendEvent(h.db, { event: 'ev.strict', key: 'k', payload: { orderId: 'seven' } }).catch(
+        (e: unknown) => e,
+      );
+      expect(refused).toBeInstanceOf(EventValidationError);
+      expect(refused).toMatchObject({ field: 'payload', subscriber: 'ev_strict', code: 'invalid_event' });
+      expect((refused as Error).message).toMatch(/payload refused by subscriber ev_strict: .*orderId/);
+      expect(await events()).toBe(before);
+      // One it accepts is sent.
+      await sendEvent(h.db, { event: 'ev.strict', key: 'k', payload: { orderId: 7 } });
+      expect(await events()).toBe(before + 1);
+    });
+
     it('a kind whose on is not an event name is refused at definition', () => {
       expect(() => defineJob({ kind: 'ev_bad', schema: z.unknown(), on: 'no spaces', handler: () => {} })).toThrow(
         /ev_bad: on: "no spaces": an event's name is/,

@@ -178,15 +178,20 @@ export const describe = {
     ok: { 200: ok('The job (or, after a wait, how a deleted one ended).', z.union([contract.job, contract.goneJob])) },
     errors: [400, 404],
   }),
-  sendEvent: guarded('workflows', 'enqueue', 'Send an event: start the kinds subscribed to it, answer the workflows waiting for it', {
-    note:
-      'Every kind subscribed to the event (on) gets one job whose payload is the event\'s (a payload a subscriber of this app refuses: 422 naming it, nothing sent); ' +
-      'every run waiting on this event and key (step.waitForEvent) gets the payload and runs again; a run enqueued before the event that reaches its wait later finds it ' +
-      '(events are kept EVENT_RETENTION_SECONDS, a day by default). In its own transaction: to send it with your own rows, call sendEvent(tx, …) or pgdrain.send_event() in yours.',
-    body: { schema: contract.eventInput, required: true },
-    ok: { 201: ok('Sent.', contract.eventSent) },
-    errors: [400, 413, 415, 422],
-  }),
+  sendEvent: guarded(
+    'workflows',
+    'enqueue',
+    'Send an event: start the kinds subscribed to it, answer the workflows waiting for it',
+    {
+      note:
+        "Every kind subscribed to the event (on) gets one job whose payload is the event's (a payload a subscriber of this app refuses: 422 naming it, nothing sent); " +
+        'every run waiting on this event and key (step.waitForEvent) gets the payload and runs again; a run enqueued before the event that reaches its wait later finds it ' +
+        '(events are kept EVENT_RETENTION_SECONDS, a day by default). In its own transaction: to send it with your own rows, call sendEvent(tx, …) or pgdrain.send_event() in yours.',
+      body: { schema: contract.eventInput, required: true },
+      ok: { 201: ok('Sent.', contract.eventSent) },
+      errors: [400, 413, 415, 422],
+    },
+  ),
   cancelJob: guarded('jobs', 'admin', 'Cancel a job', {
     note:
       "A pending, delayed or waiting job is cancelled at once (200). A running one is asked to stop (202): its handler's signal is aborted within a third of its " +

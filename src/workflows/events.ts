@@ -44,7 +44,9 @@ export class EventValidationError extends PgdrainError {
  * payload, naming that kind and the field, before anything is sent. */
 export function checkedEvent(
   event: WorkflowEvent,
-  subscribers: readonly JobDefinition<any>[] = typeof event?.event === 'string' ? definedSubscribersOf(event.event) : [],
+  subscribers: readonly JobDefinition<any>[] = typeof event?.event === 'string'
+    ? definedSubscribersOf(event.event)
+    : [],
 ): { event: string; key: string; payloadJson: string } {
   if (typeof event.event !== 'string' || !KIND_PATTERN.test(event.event))
     throw new EventValidationError('event', `event: ${KIND_PATTERN_MESSAGE}`);

@@ -101,6 +101,20 @@ describe('only in-process', () => {
     expect((await send({ n: 1 })).status).toBe(201);
   });
 
+  it('GET /stats lists the kinds subscribed to events', async () => {
+    const { subscribe } = await import('../src/jobs/subscriptions.ts');
+    const listener = defineJob({ kind: 'http_listener', schema: z.any(), on: ['a.b', 'c.d'], handler: () => {} });
+    await subscribe(t.db, new JobRegistry([listener]));
+    const res = await app.request('/stats', { headers: auth });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { subscriptions: { event: string; kind: string; subscribedAt: string }[] };
+    expect(body.subscriptions.map(({ event, kind }) => [event, kind])).toEqual([
+      ['a.b', 'http_listener'],
+      ['c.d', 'http_listener'],
+    ]);
+    await t.query('DELETE FROM pgdrain.subscriptions');
+  });
+
   it("a 413 closes its connection, so a keep-alive client's next request goes out on a fresh one and succeeds", async () => {
     const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
     await new Promise<void>((resolve) => server.once('listening', () => resolve()));

@@ -35,6 +35,7 @@ import {
   retryDeadJobs,
   retryFromStep,
   deleteSubscription,
+  listSubscriptions,
   stats,
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
@@ -255,10 +256,11 @@ async function confirmed(io: Io, values: Values, question: string): Promise<void
 // --- commands --------------------------------------------------------------------------------------
 
 async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<void> {
-  const [queue, schedules, groupLimits] = await Promise.all([
+  const [queue, schedules, groupLimits, subscriptions] = await Promise.all([
     stats(db),
     listScheduleStates(db),
     listGroupLimits(db, undefined, 20),
+    listSubscriptions(db),
   ]);
   const scheduleRows = [...schedules.values()].sort((a, b) => (a.name < b.name ? -1 : 1));
   const limitRows = Object.entries(groupLimits).flatMap(([kind, { keys }]) => keys.map((k) => ({ kind, ...k })));
@@ -274,7 +276,8 @@ async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<v
         { count, keys: keys.map(({ updatedAt: _, ...k }) => k) },
       ]),
     );
-    return io.out(JSON.stringify({ ...queue, schedules: states, groupLimits: limits }));
+    const subscribed = subscriptions.map(({ event, kind }) => ({ event, kind }));
+    return io.out(JSON.stringify({ ...queue, schedules: states, groupLimits: limits, subscriptions: subscribed }));
   }
   const kinds = Object.entries(queue.kinds).sort(([a], [b]) => (a < b ? -1 : 1));
   if (kinds.length === 0) io.out('The queue is empty.');
@@ -305,6 +308,16 @@ async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<v
         { title: 'schedule', value: (s) => s.name, flexible: true },
         { title: 'last enqueued', value: (s) => (s.lastEnqueuedSlot ? formatDate(s.lastEnqueuedSlot) : 'never') },
         { title: 'skipped', value: (s) => s.skipped, right: true },
+      ]),
+    );
+  }
+  if (subscriptions.length > 0) {
+    io.out('');
+    io.out(
+      table(subscriptions, [
+        { title: 'event', value: (s) => s.event, flexible: true },
+        { title: 'subscribed kind', value: (s) => s.kind, flexible: true },
+        { title: 'since', value: (s) => formatDate(s.subscribedAt) },
       ]),
     );
   }

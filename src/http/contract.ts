@@ -425,8 +425,23 @@ export const groupKeyParam = z.strictObject({
   key: z.string().meta({ description: 'A group key (1 to 200 characters).', example: 'tenant:acme' }),
 });
 
+export const subscriptionStats = z
+  .object({
+    event: z.string(),
+    kind: z.string(),
+    subscribedAt: timestamp,
+  })
+  .meta({ description: 'A kind subscribed to an event (on): each event of that name enqueues one job of it.' });
+
 export const queueStats = z
-  .object({ kinds: z.record(z.string(), kindStats), oldestReadySeconds: z.number().min(0).nullable() })
+  .object({
+    kinds: z.record(z.string(), kindStats),
+    oldestReadySeconds: z.number().min(0).nullable(),
+    subscriptions: z
+      .array(subscriptionStats)
+      .optional()
+      .meta({ description: 'Kinds subscribed to events, by event then kind (docs/events.md).' }),
+  })
   .meta({ id: 'QueueStats' });
 export type QueueStats = z.output<typeof queueStats>;
 

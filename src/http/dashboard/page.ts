@@ -162,5 +162,15 @@ function jobsSections() {
         <tbody></tbody>
       </table>
     </div>
+  </section>
+
+  <section id="subscriptions-section" hidden>
+    <h2>Events that start work</h2>
+    <div class="scroll">
+      <table id="subscriptions">
+        <thead><tr><th>Event</th><th>Subscribed kind</th><th>Since</th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </div>
   </section>`;
 }

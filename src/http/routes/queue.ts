@@ -1,7 +1,15 @@
 // The queue at a glance: GET /stats, GET /stats/throughput, GET /schedules.
 import type { Hono } from 'hono';
 import type { JobRegistry } from '../../jobs/registry.ts';
-import { type Db, countsByMinute, emptyKindStats, limitUsage, listGroupLimits, stats } from '../../queries/index.ts';
+import {
+  type Db,
+  countsByMinute,
+  emptyKindStats,
+  limitUsage,
+  listGroupLimits,
+  listSubscriptions,
+  stats,
+} from '../../queries/index.ts';
 import type { QueueStats } from '../contract.ts';
 import { describeSchedules } from '../../schedules.ts';
 import { access } from '../auth.ts';
@@ -37,14 +45,20 @@ export function queueRoutes(app: Hono<AppEnv>): void {
 /** The queue's counts, and for each kind limited across drainers, its limits and their use. */
 export async function statsWithLimits(db: Db, registry: JobRegistry): Promise<QueueStats> {
   const limited = registry.limitedKinds();
-  const [queue, usage, overrides] = await Promise.all([
+  const [queue, usage, overrides, subscribed] = await Promise.all([
     stats(db),
     limitUsage(db, limited),
     listGroupLimits(
       db,
       limited.map((k) => k.kind),
     ),
+    listSubscriptions(db),
   ]);
+  const subscriptions = subscribed.map(({ event, kind, subscribedAt }) => ({
+    event,
+    kind,
+    subscribedAt: subscribedAt.toISOString(),
+  }));
   const kinds: QueueStats['kinds'] = { ...queue.kinds };
   for (const { kind, limits } of limited) {
     const used = usage[kind];
@@ -84,5 +98,5 @@ export async function statsWithLimits(db: Db, registry: JobRegistry): Promise<Qu
       },
     };
   }
-  return { ...queue, kinds };
+  return { ...queue, kinds, subscriptions };
 }

@@ -180,6 +180,7 @@ function refresh(): Promise<void> {
       byId('view').hidden = false;
       byId('forget').hidden = false;
       renderStats(stats);
+      renderSubscriptions(stats);
       lastThroughput = throughput;
       renderThroughput(throughput);
       renderJobs(jobs);
@@ -654,6 +655,19 @@ function formatWhen(iso: string | null, none = '–'): string {
     minute: '2-digit',
     second: '2-digit',
   });
+}
+
+/** Kinds subscribed to events (GET /stats' subscriptions). */
+function renderSubscriptions(stats: QueueStats): void {
+  const rows = (stats.subscriptions ?? []).map((s) =>
+    element('tr', { 'data-subscription': `${s.event} ${s.kind}` }, [
+      element('td', { text: s.event }),
+      element('td', { text: s.kind }),
+      element('td', { text: formatWhen(s.subscribedAt) }),
+    ]),
+  );
+  fillTable('subscriptions', rows);
+  byId('subscriptions-section').hidden = rows.length === 0;
 }
 
 function renderSchedules(data: ScheduleList): void {

@@ -235,3 +235,54 @@ it('a dead run restarted from a step over HTTP on `pgdrain start`: 409 while it 
   );
   expect(await effects(id)).toEqual({ reserve: 1, charge: 2, fixed: 1, ship: 1 });
 });
+
+it('events from a trigger on your own table, drained by two `pgdrain start` processes: one job per event and subscriber, dead letters included', async () => {
+  // Two drainers of the same kinds on one database: whichever claims a job, it runs once.
+  await start();
+  await start();
+  // The sidecars wrote their kinds' subscriptions at start.
+  expect(
+    await t.query(`SELECT event, kind FROM pgdrain.subscriptions WHERE event = 'shop.paid' ORDER BY kind`),
+  ).toEqual([
+    { event: 'shop.paid', kind: 'ev_broken' },
+    { event: 'shop.paid', kind: 'ev_fulfil' },
+  ]);
+  await t.query('CREATE TABLE public.shop_orders (id int PRIMARY KEY, paid boolean NOT NULL DEFAULT false)');
+  await t.query(`
+    CREATE FUNCTION public.shop_orders_paid() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.paid AND NOT OLD.paid THEN
+        PERFORM pgdrain.send_event('shop.paid', 'order:' || NEW.id, jsonb_build_object('orderId', NEW.id));
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER shop_orders_paid AFTER UPDATE ON public.shop_orders FOR EACH ROW EXECUTE FUNCTION public.shop_orders_paid();`);
+  const orders = 40;
+  await t.query(`INSERT INTO public.shop_orders (id) SELECT generate_series(1, ${orders})`);
+  // Paid in several transactions, one of them rolled back: it must start nothing.
+  await t.query('UPDATE public.shop_orders SET paid = true WHERE id <= 20');
+  await t.query('BEGIN; UPDATE public.shop_orders SET paid = true WHERE id = 21; ROLLBACK;').catch(() => {});
+  await t.query(`UPDATE public.shop_orders SET paid = true WHERE id > 20`);
+  const done = async () =>
+    (
+      await t.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM public.workflow_effects WHERE step LIKE 'fulfil:%' OR step LIKE 'letter:%'`,
+      )
+    )[0]!.n;
+  await until(done, (n) => n >= orders * 2, 30_000, 'every order fulfilled and every broken one dead-lettered');
+  await new Promise((r) => setTimeout(r, 500)); // a duplicate would show by now
+  const rows = await t.query<{ step: string; n: number }>(
+    `SELECT step, count(*)::int AS n FROM public.workflow_effects WHERE step LIKE 'fulfil:%' OR step LIKE 'letter:%' GROUP BY step`,
+  );
+  expect(rows).toHaveLength(orders * 2);
+  expect(rows.every((r) => r.n === 1)).toBe(true);
+  for (let id = 1; id <= orders; id++) {
+    expect(rows.map((r) => r.step)).toContain(`fulfil:${id}:order:${id}`);
+    expect(rows.map((r) => r.step)).toContain(`letter:ev_broken:${id}`);
+  }
+  expect(
+    await t.query(
+      `SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'ev_broken' AND status = 'dead' AND dead_letter_id IS NOT NULL`,
+    ),
+  ).toEqual([{ n: orders }]);
+});

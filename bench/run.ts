@@ -27,6 +27,7 @@ import { benchWorkerDrainer } from './worker-drainer.ts';
 import { drainThroughLongTransaction } from './long-transaction.ts';
 import { PLAIN_DRAIN_JOBS, plainDrainInProcess } from './plain-drain.ts';
 import { workflowTrial } from './workflows.ts';
+import { benchEvents } from './events.ts';
 import { benchBatch, benchFair } from './fair.ts';
 import { SERIAL_VARIANTS, benchSerial } from './serial.ts';
 import { startStockPostgres } from '../test/support/stock-postgres.ts';
@@ -864,6 +865,22 @@ async function main() {
       `  pgdrain, ${fanRuns} runs of 20 children each at once: ${fmt(fan.runsPerSecond)} runs/s, ${fmt(fan.runsPerSecond * 20)} children/s`,
     );
     await admin.query('DROP DATABASE IF EXISTS bench_wf_fanout WITH (FORCE)');
+  }
+
+  // Events that start work (bench/events.ts): 0, 1 and 10 kinds subscribed.
+  if (!only || only.includes('pgdrain') || only.includes('events')) {
+    const events = quick ? 1_000 : 10_000;
+    const url = await freshDatabase('bench_events');
+    await migrateDatabase(url);
+    console.log(`\nevents: ${fmt(events)} sent through pgdrain.send_event(), 4 clients, one statement each`);
+    for (const subscribers of [0, 1, 10]) {
+      const trial = await benchEvents(url, subscribers, events);
+      console.log(
+        `  ${String(subscribers).padStart(2)} subscribers: ${fmt(trial.eventsPerSecond)} events/s, ${fmt(trial.jobs)} jobs started`,
+      );
+      record(`events/s, ${subscribers} subscribers`, 'pgdrain', 'events/s', [trial.eventsPerSecond], [], []);
+    }
+    await admin.query('DROP DATABASE IF EXISTS bench_events WITH (FORCE)');
   }
 
   // Kinds limited to one job at a time (bench/serial.ts): the slot handed on at each settlement.

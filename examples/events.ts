@@ -1,8 +1,8 @@
 // docs/events.md: kinds that subscribe to an event, started by every event of that name — sent
 // from TypeScript in your transaction, or from a trigger on your own table.
 import { z } from 'zod';
-// In your app: import { defineJob, sendEvent, type Db } from 'pgdrain';
-import { defineJob, sendEvent, type Db } from '../src/entry/index.ts';
+// In your app: import { defineJob, defineWorkflow, sendEvent, type Db } from 'pgdrain';
+import { defineJob, defineWorkflow, sendEvent, type Db } from '../src/entry/index.ts';
 
 export const receipts: number[] = [];
 export const ledger: number[] = [];
@@ -35,3 +35,15 @@ export const PAID_TRIGGER = `
     RETURN NEW;
   END $$;
   CREATE TRIGGER orders_paid AFTER UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION orders_paid();`;
+
+/** A run an order.refunded event for its order cancels, wherever it is. */
+export const fulfilOrder = defineWorkflow({
+  kind: 'fulfil-order',
+  schema: z.object({ orderId: z.number().int() }),
+  cancelOn: [{ event: 'order.refunded', key: (payload) => `order:${payload.orderId}` }],
+  keepCompletedSeconds: 86_400,                                          // kept, cancelled or done
+  run: async ({ orderId }, step) => {
+    await step.sleep('wait-for-stock', 3_600);
+    return step.run('ship', () => ({ orderId, shipped: true }));
+  },
+});

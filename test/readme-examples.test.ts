@@ -288,5 +288,14 @@ it('the events example: two subscribed kinds started by an event sent in TypeScr
   }
   await drain(t.db, registry, { workerId: 'example' });
   expect({ receipts, ledger }).toEqual({ receipts: [1, 2], ledger: [1, 2] });
+  // The fulfilment run of order 3, waiting for stock, cancelled by its refund.
+  const { fulfilOrder } = await import('../examples/events.ts');
+  const { enqueue, sendEvent } = await import('../src/entry/index.ts');
+  const { id } = await enqueue(t.db, fulfilOrder, { orderId: 3 });
+  await drain(t.db, new JobRegistry([fulfilOrder]), { workerId: 'example' });
+  await sendEvent(t.db, { event: 'order.refunded', key: 'order:3', payload: { orderId: 3, total: 0 } });
+  expect(await t.query('SELECT status FROM pgdrain.jobs_and_history WHERE id = $1', [id])).toEqual([
+    { status: 'cancelled' },
+  ]);
   await t.query('DELETE FROM pgdrain.subscriptions');
 });

@@ -372,6 +372,20 @@ export const deadLetterRoutes = pgdrainSchema.table('dead_letter_routes', {
   routedAt: timestamptz('routed_at').notNull().defaultNow(),
 });
 
+// Workflow runs that an event cancels (defineWorkflow `cancelOn`): a row per run and (event, key),
+// written by the run at each attempt (under the event's lock, checking for such an event sent since
+// the run was enqueued). pgdrain.send_event() cancels every live run listed for its event and key,
+// with its children, as pgdrain.cancel() does. Rows of runs that are over are pruned.
+export const cancelTriggers = pgdrainSchema.table(
+  'cancel_triggers',
+  {
+    event: text('event').notNull(),
+    eventKey: text('event_key').notNull(),
+    jobId: bigintAsString('job_id').notNull(),
+  },
+  (t) => [primaryKey({ name: 'cancel_triggers_pkey', columns: [t.event, t.eventKey, t.jobId] })],
+);
+
 // Limits per group key, from data (setGroupLimits, pgdrain.set_group_limits, PUT
 // /kinds/:kind/groups/:key/limits): a row overrides, for that key of that kind, the kind's
 // groupConcurrency (concurrency) and its per-group rate limit (rate_limit per rate_period_seconds)

@@ -66,6 +66,8 @@ export class LeaseKeeper {
   readonly #options: LeaseKeeperOptions;
   readonly #leases = new Map<string, Lease>();
   #renewing = false;
+  /** The renewal on its way, if any (saveProgress waits for it: it may carry an older report). */
+  #renewal: Promise<void> | null = null;
   /** A renewal wanted while one was in flight: due then, not before it returns. */
   #renewAgainAt = Infinity;
   #lastRenewalAt = 0;
@@ -125,6 +127,8 @@ export class LeaseKeeper {
   /** Saves the job's progress report not saved yet, now (a fenced renewal of its lease alone):
    * for a handler about to settle its job itself, whose lease is dropped then. */
   async saveProgress(jobId: string): Promise<void> {
+    // A renewal on its way may carry an older report: it lands first, then this one.
+    if (this.#renewal) await this.#renewal;
     const lease = this.#leases.get(jobId);
     const progressJson = lease?.progressJson;
     if (!lease || progressJson === undefined) return;
@@ -210,7 +214,7 @@ export class LeaseKeeper {
     this.#renewing = true;
     this.#lastRenewalAt = sentAt;
     const sent = [...this.#leases.values()].map((lease) => ({ lease, progressJson: lease.progressJson }));
-    renew(
+    this.#renewal = renew(
       this.#db,
       sent.map(({ lease, progressJson }) => ({
         id: lease.job.id,
@@ -242,6 +246,7 @@ export class LeaseKeeper {
       .catch(() => {}) // out of reach: the expiry timer decides
       .finally(() => {
         this.#renewing = false;
+        this.#renewal = null;
         if (this.#renewAgainAt < Infinity)
           this.#renewAt = Math.min(this.#renewAt, Math.max(Date.now(), this.#renewAgainAt));
         this.#renewAgainAt = Infinity;

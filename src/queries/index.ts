@@ -98,6 +98,8 @@ export {
   parkSteps,
   snoozeRun,
   skipRunAhead,
+  registerCancelTriggers,
+  type CancelTrigger,
   sendEvent,
   DEFAULT_EVENT_RETENTION_SECONDS,
   type HeldRun,

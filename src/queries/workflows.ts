@@ -16,7 +16,15 @@
 //                             pgdrain.send_event() in the sender's transaction
 //   waiting for a child       `waiting`, until the child's end (job-ended.ts: the `after` machinery)
 import { type SQL, sql } from 'drizzle-orm';
-import { PGDRAIN_SCHEMA, jobDependencies, jobs, jobsAndHistory, workflowEvents, workflowSteps } from '../db/schema.ts';
+import {
+  PGDRAIN_SCHEMA,
+  cancelTriggers,
+  jobDependencies,
+  jobs,
+  jobsAndHistory,
+  workflowEvents,
+  workflowSteps,
+} from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 
 /** A run's attempt, as its drainer holds it. */
@@ -355,6 +363,45 @@ export async function skipRunAhead(db: Db, jobId: string): Promise<number> {
   return Number(row?.ahead_ms ?? 0);
 }
 
+/** An event and key that cancels a workflow run (defineWorkflow cancelOn). */
+export interface CancelTrigger {
+  event: string;
+  key: string;
+}
+
+/**
+ * Lists the run for cancellation by each trigger's event (pgdrain.send_event() cancels what is
+ * listed), under each event's lock — the lock send_event takes —, and says whether such an event
+ * was already sent since the run was enqueued (then the caller cancels the run). Idempotent.
+ */
+export async function registerCancelTriggers(
+  db: Db,
+  jobId: string,
+  triggers: readonly CancelTrigger[],
+): Promise<boolean> {
+  const events = triggers.map((t) => t.event);
+  const keys = triggers.map((t) => t.key);
+  return db.transaction(async (tx) => {
+    await rowsOf(
+      tx as unknown as Db,
+      sql`SELECT pg_advisory_xact_lock(hashtextextended('pgdrain.event:' || s.e || ':' || s.k, 0)) AS locked
+            FROM (SELECT DISTINCT e, k FROM unnest(${sql.param(events)}::text[], ${sql.param(keys)}::text[]) AS t(e, k) ORDER BY e, k) s`,
+    );
+    const [row] = await rowsOf<{ sent: boolean }>(
+      tx as unknown as Db,
+      sql`WITH pairs AS (SELECT DISTINCT e, k FROM unnest(${sql.param(events)}::text[], ${sql.param(keys)}::text[]) AS t(e, k)),
+          written AS (
+            INSERT INTO ${cancelTriggers} (event, event_key, job_id) SELECT e, k, ${jobId}::bigint FROM pairs
+            ON CONFLICT DO NOTHING RETURNING 1)
+          SELECT EXISTS (
+            SELECT 1 FROM pairs JOIN ${workflowEvents} ev ON ev.event = pairs.e AND ev.event_key = pairs.k
+             WHERE ev.sent_at >= (SELECT created_at FROM ${jobs} WHERE id = ${jobId}::bigint)) AS sent,
+            (SELECT count(*) FROM written) AS written`,
+    );
+    return row?.sent === true;
+  });
+}
+
 export interface SentEvent {
   event: string;
   key: string;
@@ -381,6 +428,11 @@ export function pruneWorkflowsCtes(
   return sql`events_pruned AS (
       DELETE FROM ${workflowEvents} WHERE ${more.events} AND id IN (
         SELECT id FROM ${workflowEvents} WHERE sent_at < now() - make_interval(secs => ${retentionSeconds}::int) ORDER BY sent_at LIMIT ${batch})
+      RETURNING 1),
+    cancel_triggers_pruned AS (
+      DELETE FROM ${cancelTriggers} t WHERE ${more.steps} AND (t.event, t.event_key, t.job_id) IN (
+        SELECT o.event, o.event_key, o.job_id FROM ${cancelTriggers} o
+         WHERE NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id AND j.status IN ('pending', 'running', 'waiting')) LIMIT ${batch})
       RETURNING 1),
     steps_pruned AS (
       DELETE FROM ${workflowSteps} s WHERE ${more.steps} AND s.job_id IN (

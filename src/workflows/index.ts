@@ -38,7 +38,9 @@ import {
   type Backoff,
   type FailedTry,
   type StepPark,
+  cancel,
   loadSteps,
+  registerCancelTriggers,
   snoozeRun,
   recordStepCompleted,
   recordStepFailed,
@@ -125,6 +127,16 @@ export interface WorkflowDefinition<Payload, Result> extends Omit<JobDefinition<
   /** Re-entered from the top at every attempt: keep what happens outside steps deterministic and
    * side-effect free. What it returns is the job's result (kept with keepCompletedSeconds). */
   run: (payload: Payload, step: WorkflowStep, ctx: JobContext) => Result | Promise<Result>;
+  /** Events that cancel a run (docs/events.md): an event of this name whose key is the one `key`
+   * gives for the run's payload cancels the run, with its children, as POST /jobs/:id/cancel does —
+   * also one sent after the run was enqueued but before it started. */
+  cancelOn?: readonly CancelOn<Payload>[];
+}
+
+export interface CancelOn<Payload> {
+  event: string;
+  /** The key of the events that cancel this run (1 to 500 characters), from its payload. */
+  key: (payload: Payload) => string;
 }
 
 export type Workflow<Payload, Result> = JobDefinition<Payload> & {
@@ -136,11 +148,17 @@ export type Workflow<Payload, Result> = JobDefinition<Payload> & {
 export function defineWorkflow<Payload, Result = unknown>(
   definition: WorkflowDefinition<Payload, Result>,
 ): Workflow<Payload, Result> {
-  const { run, ...rest } = definition;
+  const { run, cancelOn = [], ...rest } = definition;
   if (typeof run !== 'function') throw new Error(`workflow ${definition.kind}: run must be a function`);
+  for (const trigger of cancelOn) {
+    if (typeof trigger?.event !== 'string' || !KIND_PATTERN.test(trigger.event) || typeof trigger.key !== 'function')
+      throw new Error(
+        `workflow ${definition.kind}: cancelOn takes { event, key: (payload) => string } (event: ${KIND_PATTERN_MESSAGE})`,
+      );
+  }
   const job = defineJob<Payload>({
     ...rest,
-    handler: (payload, ctx) => runWorkflow(definition.kind, run, payload, ctx),
+    handler: (payload, ctx) => runWorkflow(definition.kind, run, payload, ctx, cancelOn),
   });
   return Object.assign(job, { workflow: true as const, run });
 }
@@ -154,15 +172,39 @@ async function runWorkflow<Payload, Result>(
   run: WorkflowDefinition<Payload, Result>['run'],
   payload: Payload,
   ctx: JobContext,
+  cancelOn: readonly CancelOn<Payload>[],
 ): Promise<Result> {
   const runtime = handlerRuntime(ctx);
   if (!runtime) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
+  if (cancelOn.length > 0) await listForCancel(kind, runtime.db, ctx, payload, cancelOn);
   const steps = new Steps(kind, ctx, runtime, await loadSteps(runtime.db, ctx.job.id));
   // A park ends the attempt here, whatever the run's code does with the parked step (it never settles).
   try {
     return await Promise.race([Promise.resolve().then(() => run(payload, steps, ctx)), steps.parked]);
   } finally {
     steps.close();
+  }
+}
+
+/** The run listed for cancellation by its cancelOn events; one already sent cancels it now. */
+async function listForCancel<Payload>(
+  kind: string,
+  db: Db,
+  ctx: JobContext,
+  payload: Payload,
+  cancelOn: readonly CancelOn<Payload>[],
+): Promise<void> {
+  const triggers = cancelOn.map(({ event, key }) => {
+    const value = key(payload);
+    if (typeof value !== 'string' || value.length < 1 || value.length > MAX_EVENT_KEY_LENGTH)
+      throw new PermanentJobError(
+        `workflow ${kind}: cancelOn ${event}: key must give 1 to ${MAX_EVENT_KEY_LENGTH} characters, not ${JSON.stringify(value)}`,
+      );
+    return { event, key: value };
+  });
+  if (await registerCancelTriggers(db, ctx.job.id, triggers)) {
+    await cancel(db, ctx.job.id);
+    throw new JobCancelledError(`job ${ctx.job.id} was cancelled by an event (cancelOn) sent before it started`);
   }
 }
 

@@ -814,6 +814,43 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(await events()).toBe(before + 1);
     });
 
+    it("cancelOn: an event with the run's key cancels it and its children; one sent before it started cancels it at its start", async () => {
+      const child = defineJob({ kind: 'co_child', schema: z.object({}), keepCompletedSeconds: 60, handler: () => {} });
+      const flow = defineWorkflow({
+        kind: 'co_flow',
+        schema: z.object({ orderId: z.number() }),
+        keepCompletedSeconds: 60,
+        cancelOn: [{ event: 'co.refunded', key: (p) => `order:${p.orderId}` }],
+        run: async (_p, step) => step.invoke('ship', child, {}),
+      });
+      // The child's kind is not drained here: the run waits on it.
+      const registry = new JobRegistry([flow]);
+      const a = await enqueue(h.db, flow, { orderId: 1 });
+      expect(await run(registry)).toMatchObject({ snoozed: 1 });
+      const [kid] = await h.query<{ id: string }>(
+        `SELECT child_id::text AS id FROM pgdrain.workflow_steps WHERE job_id = $1`,
+        [a.id],
+      );
+      await sendEvent(h.db, { event: 'co.refunded', key: 'order:2' }); // another order's
+      expect((await job(a.id)).status).toBe('waiting');
+      await h.db.transaction((tx) => sendEvent(tx, { event: 'co.refunded', key: 'order:1' }));
+      expect((await job(a.id)).status).toBe('cancelled');
+      expect((await job(kid!.id)).status).toBe('cancelled');
+      // Sent after the enqueue, before the run started: the run is cancelled when it starts.
+      const b = await enqueue(h.db, flow, { orderId: 3 });
+      await sendEvent(h.db, { event: 'co.refunded', key: 'order:3' });
+      expect(await run(registry)).toMatchObject({ cancelled: 1 });
+      expect((await job(b.id)).status).toBe('cancelled');
+      expect(() =>
+        defineWorkflow({
+          kind: 'co_bad',
+          schema: z.any(),
+          cancelOn: [{ event: 'no spaces', key: () => 'k' }],
+          run: async () => 1,
+        }),
+      ).toThrow(/cancelOn takes \{ event, key/);
+    });
+
     it('a kind whose on is not an event name is refused at definition', () => {
       expect(() => defineJob({ kind: 'ev_bad', schema: z.unknown(), on: 'no spaces', handler: () => {} })).toThrow(
         /ev_bad: on: "no spaces": an event's name is/,

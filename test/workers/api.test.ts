@@ -71,7 +71,7 @@ it('enqueues, reads, refuses bad input, and drains a noop job on the cron', asyn
   await waitOnExecutionContext(ctx);
   expect((await SELF.fetch(`http://worker/jobs/${id}`, { headers: auth })).status).toBe(404);
   const stats = await (await SELF.fetch('http://worker/stats', { headers: auth })).json();
-  expect(stats).toEqual({ kinds: {}, oldestReadySeconds: null });
+  expect(stats).toEqual({ kinds: {}, oldestReadySeconds: null, subscriptions: [] });
 });
 
 it('serves the dashboard, and counts what the cron ran in /stats/throughput and /metrics', async () => {

@@ -134,7 +134,11 @@ describe('the typed client against the sidecar', () => {
       code: 'unauthorized',
     });
     const reader = createClient({ baseUrl: `${sidecar.url}/`, token: READ_TOKEN });
-    expect(contract.queueStats.parse(await reader.stats())).toEqual({ kinds: {}, oldestReadySeconds: null });
+    expect(contract.queueStats.parse(await reader.stats())).toEqual({
+      kinds: {},
+      oldestReadySeconds: null,
+      subscriptions: [],
+    });
     expect(await failure(reader.enqueue({ kind: 'noop', payload: {} }))).toMatchObject({
       status: 403,
       code: 'forbidden',

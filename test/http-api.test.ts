@@ -112,6 +112,14 @@ describe('only in-process', () => {
       ['a.b', 'http_listener'],
       ['c.d', 'http_listener'],
     ]);
+    // Unsubscribed over HTTP: gone from the table; a second time is a 404.
+    const removed = await app.request('/kinds/http_listener/subscriptions/a.b', { method: 'DELETE', headers: auth });
+    expect(removed.status).toBe(200);
+    expect(await removed.json()).toEqual({ kind: 'http_listener', event: 'a.b', unsubscribed: true });
+    expect(
+      (await app.request('/kinds/http_listener/subscriptions/a.b', { method: 'DELETE', headers: auth })).status,
+    ).toBe(404);
+    expect(await t.query('SELECT event FROM pgdrain.subscriptions')).toEqual([{ event: 'c.d' }]);
     await t.query('DELETE FROM pgdrain.subscriptions');
   });
 

@@ -28,6 +28,7 @@ import type {
   QueueStats,
   RetryInput,
   ScheduleList,
+  Unsubscribed,
   Throughput,
   ThroughputQuery,
   WorkflowStep,
@@ -185,6 +186,9 @@ export function createClient(options: ClientOptions) {
      * the run is live). */
     retryJob: (id: string, options: RetryInput = {}) =>
       call<Job>('POST', `/jobs/${idPath(id)}/retry`, options.fromStep === undefined ? {} : { body: options }),
+    /** DELETE /kinds/:kind/subscriptions/:event: a retired kind's subscription (404: none). */
+    unsubscribe: (kind: string, event: string) =>
+      call<Unsubscribed>('DELETE', `/kinds/${encodeURIComponent(kind)}/subscriptions/${encodeURIComponent(event)}`),
     /** DELETE /jobs/:id: a pending or dead job (409 while it runs). */
     deleteJob: (id: string) => call<void>('DELETE', `/jobs/${idPath(id)}`),
     /** POST /jobs/retry-dead: in bounded batches; call again while `done` is false. */

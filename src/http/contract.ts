@@ -141,6 +141,12 @@ export type ThroughputQuery = z.input<typeof throughputQuery>;
 
 export const jobIdParam = z.strictObject({ id: jobId });
 export const kindParam = z.strictObject({ kind: z.string().meta({ description: 'A job kind.', example: 'webhook' }) });
+export const subscriptionParam = z.strictObject({
+  kind: z.string().meta({ description: 'A job kind.', example: 'send-receipt' }),
+  event: z.string().meta({ description: 'An event it subscribes to.', example: 'order.paid' }),
+});
+export const unsubscribed = z.object({ kind: z.string(), event: z.string(), unsubscribed: z.literal(true) });
+export type Unsubscribed = z.output<typeof unsubscribed>;
 
 // --- responses -----------------------------------------------------------------------------------
 

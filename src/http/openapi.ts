@@ -241,6 +241,12 @@ export const describe = {
     ok: { 200: ok('Removed (or it had none).', contract.groupLimitsRemoved) },
     errors: [400, 404],
   }),
+  unsubscribe: guarded('queue', 'admin', "Remove a kind's subscription to an event", {
+    note: 'A retired kind keeps its subscriptions until removed, so a rolling deploy loses no event (docs/events.md).',
+    path: contract.subscriptionParam,
+    ok: { 200: ok('Unsubscribed: later events of that name start no job of the kind.', contract.unsubscribed) },
+    errors: [404],
+  }),
   pauseKind: guarded('queue', 'admin', 'Pause a kind for every drainer', {
     note: 'Enqueueing still works; nothing of the kind is claimed.',
     path: contract.kindParam,

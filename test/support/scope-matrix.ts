@@ -50,6 +50,12 @@ export const SCOPED_ROUTES: ScopedRoute[] = [
   { method: 'GET', path: '/schedules', pattern: '/schedules', needs: 'read' },
   { method: 'POST', path: '/kinds/noop/pause', pattern: '/kinds/:kind/pause', needs: 'admin' },
   { method: 'POST', path: '/kinds/noop/resume', pattern: '/kinds/:kind/resume', needs: 'admin' },
+  {
+    method: 'DELETE',
+    path: '/kinds/noop/subscriptions/scope.test',
+    pattern: '/kinds/:kind/subscriptions/:event',
+    needs: 'admin',
+  },
   { method: 'GET', path: '/metrics', pattern: '/metrics', needs: 'read' },
   {
     method: 'PUT',

@@ -4,7 +4,7 @@ import type { Context, Hono } from 'hono';
 import { KIND_PATTERN, MAX_GROUP_KEY_LENGTH } from '../../db/schema.ts';
 import { keyProblem } from '../../db/constants.ts';
 import { removeGroupLimits, setGroupLimits } from '../../jobs/group-limits.ts';
-import { kindInQueue, pauseKind, resumeKind } from '../../queries/index.ts';
+import { deleteSubscription, kindInQueue, pauseKind, resumeKind } from '../../queries/index.ts';
 import { access } from '../auth.ts';
 import type { AppEnv } from '../context.ts';
 import { groupLimitsInput } from '../contract.ts';
@@ -97,4 +97,13 @@ export function kindRoutes(app: Hono<AppEnv>): void {
       },
     );
   }
+
+  // A retired kind's subscription to an event (it is kept until removed: a rolling deploy loses nothing).
+  app.delete('/kinds/:kind/subscriptions/:event', describe.unsubscribe, access('admin'), async (c) => {
+    const kind = c.req.param('kind');
+    const event = c.req.param('event');
+    const removed = await c.var.api.withDb((db) => deleteSubscription(db, kind, event));
+    if (!removed) throw new ApiError(404, 'not_found', `kind ${kind} has no subscription to event ${event}`);
+    return c.json({ kind, event, unsubscribed: true as const });
+  });
 }

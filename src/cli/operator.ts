@@ -36,6 +36,7 @@ import {
   retryFromStep,
   deleteSubscription,
   listSubscriptions,
+  type ScheduleState,
   stats,
 } from '../queries/index.ts';
 import { type Column, formatAge, formatDate, record, table } from './output.ts';
@@ -263,7 +264,6 @@ async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<v
     listSubscriptions(db),
   ]);
   const scheduleRows = [...schedules.values()].sort((a, b) => (a.name < b.name ? -1 : 1));
-  const limitRows = Object.entries(groupLimits).flatMap(([kind, { keys }]) => keys.map((k) => ({ kind, ...k })));
   if (values.json) {
     const states = scheduleRows.map((s) => ({
       name: s.name,
@@ -301,6 +301,17 @@ async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<v
       ]),
     );
   }
+  showStatsTables(io, scheduleRows, subscriptions, groupLimits);
+}
+
+/** pgdrain stats' tables after the kinds': schedules, subscriptions, group keys with their own limits. */
+function showStatsTables(
+  io: Io,
+  scheduleRows: ScheduleState[],
+  subscriptions: Awaited<ReturnType<typeof listSubscriptions>>,
+  groupLimits: Awaited<ReturnType<typeof listGroupLimits>>,
+): void {
+  const limitRows = Object.entries(groupLimits).flatMap(([kind, { keys }]) => keys.map((k) => ({ kind, ...k })));
   if (scheduleRows.length > 0) {
     io.out('');
     io.out(

@@ -186,9 +186,6 @@ export function createClient(options: ClientOptions) {
      * the run is live). */
     retryJob: (id: string, options: RetryInput = {}) =>
       call<Job>('POST', `/jobs/${idPath(id)}/retry`, options.fromStep === undefined ? {} : { body: options }),
-    /** DELETE /kinds/:kind/subscriptions/:event: a retired kind's subscription (404: none). */
-    unsubscribe: (kind: string, event: string) =>
-      call<Unsubscribed>('DELETE', `/kinds/${encodeURIComponent(kind)}/subscriptions/${encodeURIComponent(event)}`),
     /** DELETE /jobs/:id: a pending or dead job (409 while it runs). */
     deleteJob: (id: string) => call<void>('DELETE', `/jobs/${idPath(id)}`),
     /** POST /jobs/retry-dead: in bounded batches; call again while `done` is false. */
@@ -202,6 +199,17 @@ export function createClient(options: ClientOptions) {
     throughput: (query: ThroughputQuery = {}) => call<Throughput>('GET', '/stats/throughput', { query }),
     /** GET /schedules: the drainer's recurring schedules. */
     schedules: () => call<ScheduleList>('GET', '/schedules'),
+    ...kindCalls(call),
+    /** GET /healthz (no token needed); a 503 throws with code `database_unavailable`. */
+    health: () => call<Health>('GET', '/healthz'),
+  };
+}
+
+type Call = <T>(method: string, path: string, request?: { body?: unknown; query?: Query }) => Promise<T>;
+
+/** The client's calls on kinds: pause and resume, a key's own limits, a retired kind's subscription. */
+function kindCalls(call: Call) {
+  return {
     /** POST /kinds/:kind/pause: no drainer claims the kind until it is resumed. */
     pauseKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/pause`),
     /** POST /kinds/:kind/resume */
@@ -219,8 +227,9 @@ export function createClient(options: ClientOptions) {
         'DELETE',
         `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`,
       ),
-    /** GET /healthz (no token needed); a 503 throws with code `database_unavailable`. */
-    health: () => call<Health>('GET', '/healthz'),
+    /** DELETE /kinds/:kind/subscriptions/:event: a retired kind's subscription (404: none). */
+    unsubscribe: (kind: string, event: string) =>
+      call<Unsubscribed>('DELETE', `/kinds/${encodeURIComponent(kind)}/subscriptions/${encodeURIComponent(event)}`),
   };
 }
 

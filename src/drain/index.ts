@@ -155,6 +155,9 @@ export interface DrainReport extends SettledCounts {
 
 let claimSequence = 0;
 
+/** Due times reopen their kinds at most this often (ms): the claim then takes every job due by then. */
+const DUE_CLAIM_SPACING_MS = 25;
+
 export function drain(db: Db, registry: JobRegistry, options: DrainOptions): Promise<DrainReport> {
   return new DrainRun(db, registry, options).run();
 }
@@ -191,6 +194,10 @@ class DrainRun {
   #nextDueFromClaims: number | null = null;
   /** Retries and snoozes this drain settled, by when they are due: their kinds are claimed then. */
   readonly #dueTimes: DueTimes;
+  /** When due times last reopened their kinds: such claims go at most every DUE_CLAIM_SPACING_MS,
+   * so jobs due a few milliseconds apart (a thousand runs whose sleeps end together) come back in
+   * one claim, not one each. */
+  #dueClaimedAt = -Infinity;
   #earliestDueAt = Infinity;
   /** One per batch kind drained (src/jobs/batch.ts): their jobs are not the planner's. */
   readonly #runners: BatchRunner[];
@@ -343,7 +350,10 @@ class DrainRun {
       if (this.#slotsInUse < this.#concurrency) runner.turn();
     }
     // Retries and snoozes of this drain's that are due now: their kinds are claimed again.
-    if (Date.now() >= this.#dueTimes.next) this.#planner.reopen([...this.#dueTimes.takeDue(Date.now())]);
+    if (Date.now() >= this.#nextDueClaimAt) {
+      this.#planner.reopen([...this.#dueTimes.takeDue(Date.now())]);
+      this.#dueClaimedAt = Date.now();
+    }
     // Held open by running handlers: look again for what came due since a claim came back short.
     if (Date.now() >= this.#planner.oldestDrainedAt + this.#pollIntervalMs)
       this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
@@ -388,9 +398,14 @@ class DrainRun {
       this.#budget.claimDeadline,
       this.#planner.nextUnblockAt,
       this.#planner.oldestDrainedAt + this.#pollIntervalMs,
-      this.#dueTimes.next,
+      this.#nextDueClaimAt,
       runners,
     );
+  }
+
+  /** When the due times next reopen their kinds: the earliest, no sooner than the spacing allows. */
+  get #nextDueClaimAt(): number {
+    return Math.max(this.#dueTimes.next, this.#dueClaimedAt + DUE_CLAIM_SPACING_MS);
   }
 
   /** A job of `kind` this drain settled is due again at `at` (a retry's backoff, a snooze). */

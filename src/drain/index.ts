@@ -252,6 +252,7 @@ class DrainRun {
       progress: (jobId, json) => this.#leases.progress(jobId, json),
       unsavedProgress: (jobId) => this.#leases.unsavedProgress(jobId),
       saveProgress: (jobId) => this.#leases.saveProgress(jobId),
+      holdForSettling: (jobId) => this.#leases.holdForSettling(jobId),
       recordCounts,
     };
     this.#unsubscribe = this.#listen(options);

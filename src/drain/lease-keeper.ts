@@ -51,6 +51,9 @@ interface Lease {
   lose?: (error: Error) => void;
   /** Reported by the handler and not saved yet (JSON text). */
   progressJson?: string;
+  /** Its handler's own statement that may settle it is on its way: renewals leave it out (one
+   * that reached the database after that statement would find the job settled and call it lost). */
+  settling?: boolean;
 }
 
 export interface LeaseKeeperOptions {
@@ -138,6 +141,17 @@ export class LeaseKeeper {
     if (lease.progressJson === progressJson) lease.progressJson = undefined;
   }
 
+  /** Its handler sends a statement that may settle the job itself (a snooze): renewals leave it out
+   * until the returned function is called (or the lease is dropped). Its expiry still applies. */
+  holdForSettling(jobId: string): () => void {
+    const lease = this.#leases.get(jobId);
+    if (!lease) return () => {};
+    lease.settling = true;
+    return () => {
+      lease.settling = false;
+    };
+  }
+
   /** The job's progress report not saved yet, if any. */
   unsavedProgress(jobId: string): string | undefined {
     return this.#leases.get(jobId)?.progressJson;
@@ -213,7 +227,9 @@ export class LeaseKeeper {
     if (this.#renewing || this.#leases.size === 0) return;
     this.#renewing = true;
     this.#lastRenewalAt = sentAt;
-    const sent = [...this.#leases.values()].map((lease) => ({ lease, progressJson: lease.progressJson }));
+    const sent = [...this.#leases.values()]
+      .filter((lease) => !lease.settling)
+      .map((lease) => ({ lease, progressJson: lease.progressJson }));
     this.#renewal = renew(
       this.#db,
       sent.map(({ lease, progressJson }) => ({

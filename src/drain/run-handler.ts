@@ -55,6 +55,8 @@ export interface HandlerEnvironment {
   unsavedProgress: (jobId: string) => string | undefined;
   /** Saves its last report now, if it is not saved yet (before its handler settles the job itself). */
   saveProgress: (jobId: string) => Promise<void>;
+  /** Its handler's statement that may settle it is on its way: no renewal until the returned call. */
+  holdForSettling: (jobId: string) => () => void;
   /** A transactional completion adds itself to job_counts. */
   recordCounts: boolean;
 }
@@ -203,6 +205,9 @@ export interface HandlerRuntime {
   /** Saves what the handler reported with ctx.progress() and is not saved yet, fenced: before a
    * statement of its own settles the job (the lease, which would carry it, ends then). */
   saveProgress: () => Promise<void>;
+  /** Before a statement that may settle the job (a snooze): its saved progress, then no renewal races
+   * it (one arriving after it would find the job settled and call it lost). Returns the release. */
+  beforeSettling: () => Promise<() => void>;
 }
 
 /** The runtime of the drain that runs this `ctx`'s job (undefined: not run by a drain). Not public. */
@@ -235,6 +240,10 @@ class HandlerContext implements JobContext {
       attemptEndsAt: ctx.#attempt.endsAt,
       attemptMs: ctx.#attempt.allowedMs,
       saveProgress: () => environment.saveProgress(jobId),
+      beforeSettling: async () => {
+        await environment.saveProgress(jobId);
+        return environment.holdForSettling(jobId);
+      },
     };
   }
 

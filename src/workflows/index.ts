@@ -257,7 +257,7 @@ class Steps implements WorkflowStep {
       this.#db,
       { jobId: ctx.job.id, lockedBy: ctx.job.lockedBy },
       (why) => this.#notHeldError(why),
-      runtime.saveProgress,
+      runtime.beforeSettling,
     );
     this.#stored = new Map(stored.map((s) => [s.name, s]));
     this.#nextPosition = stored.reduce((max, s) => Math.max(max, s.position + 1), 0);
@@ -349,13 +349,13 @@ class Steps implements WorkflowStep {
 
   /** Ends the attempt with a snooze until `until` (and a step's failed try with it): throws the park. */
   async #snooze(until: Date, what: string, failed?: FailedTry): Promise<never> {
-    await this.#runtime.saveProgress();
+    const release = await this.#runtime.beforeSettling();
     const notHeld = await snoozeRun(
       this.#db,
       { jobId: this.#ctx.job.id, lockedBy: this.#ctx.job.lockedBy },
       until,
       failed,
-    );
+    ).finally(release);
     if (notHeld) throw this.#notHeldError(notHeld);
     throw new SettledByStatement(what, until.getTime());
   }

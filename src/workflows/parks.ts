@@ -47,8 +47,8 @@ export class AttemptParks {
   readonly #db: Db;
   readonly #run: HeldRun;
   readonly #notHeld: (why: NotHeld) => Error;
-  /** Saves the run's unsaved progress (ctx.progress()) before a park that may end the attempt. */
-  readonly #saveProgress: () => Promise<void>;
+  /** Before a park that may end the attempt: the run's unsaved progress saved, renewals held off. */
+  readonly #beforeSettling: () => Promise<() => void>;
   #queued: Queued[] = [];
   #scheduled = false;
   #stepsRunning = 0;
@@ -56,11 +56,11 @@ export class AttemptParks {
   /** Kinds of the children this attempt enqueued: ready now, for the drain to claim. */
   readonly #born = new Set<string>();
 
-  constructor(db: Db, run: HeldRun, notHeld: (why: NotHeld) => Error, saveProgress: () => Promise<void>) {
+  constructor(db: Db, run: HeldRun, notHeld: (why: NotHeld) => Error, beforeSettling: () => Promise<() => void>) {
     this.#db = db;
     this.#run = run;
     this.#notHeld = notHeld;
-    this.#saveProgress = saveProgress;
+    this.#beforeSettling = beforeSettling;
   }
 
   add(park: StepPark, child?: NewJob): Promise<DonePark> {
@@ -97,8 +97,8 @@ export class AttemptParks {
       if (this.#closed || this.#stepsRunning > 0) return;
       const batch = this.#queued.splice(0);
       if (batch.length === 0) return;
-      const written = this.#saveProgress().then(() =>
-        batch.length === 1 ? this.#writeOne(batch[0]!) : this.#writeMany(batch),
+      const written = this.#beforeSettling().then((release) =>
+        (batch.length === 1 ? this.#writeOne(batch[0]!) : this.#writeMany(batch)).finally(release),
       );
       written.catch((error: unknown) => {
         for (const q of batch) q.reject(error);

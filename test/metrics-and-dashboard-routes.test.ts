@@ -150,7 +150,9 @@ describe('GET /metrics', () => {
         5_000,
         'vacuum to clean up',
       );
-      expect(gauge(released, 'pgdrain_oldest_snapshot_age_seconds')).toBe(0);
+      // The report's snapshot (over a second old) is gone; another session's statement in flight
+      // at the scrape may hold one for a moment.
+      expect(gauge(released, 'pgdrain_oldest_snapshot_age_seconds')).toBeLessThan(0.5);
     } finally {
       await report.end();
     }

@@ -6,7 +6,8 @@
 //     their drainers are woken;
 //   - jobs waiting for one that ended dead or cancelled (or was deleted) — and, transitively, jobs
 //     waiting for them — become dead, saying which (grandchildren of a dead job are still
-//     `waiting`, so the recursion reaches them all); but a workflow parked on it (step.invoke: its
+//     `waiting`, so the recursion reaches them all), and those whose kind has a dead-letter kind
+//     enqueue their letter (dead-letter.ts); but a workflow parked on it (step.invoke: its
 //     step row names the child) is made pending whichever way it ended, to see how when it runs;
 //   - someone waiting for a job that reached a final state or was deleted (GET /jobs/:id?waitSeconds)
 //     is notified, and when its row is deleted, a line in pgdrain.finished_jobs says how it ended.
@@ -15,6 +16,7 @@
 import { type SQL, sql } from 'drizzle-orm';
 import { finishedJobs, jobDependencies, jobs, workflowSteps } from '../db/schema.ts';
 import { FINISHED_CHANNEL, NOTIFY_CHANNEL } from './db.ts';
+import { deadLetterIdFor, deadLettersOf } from './dead-letter.ts';
 
 /** The RETURNING list a statement that ends jobs gives its `ended` CTE (`status` computed by it). */
 export const ENDED_COLUMNS = sql`j.id, j.kind, j.watched_until, j.has_dependents`;
@@ -45,10 +47,11 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
       RETURNING c.id, c.kind, c.status),
     killed AS (
       UPDATE ${jobs} c SET status = 'dead', finished_at = now(), waiting_for = NULL,
-             last_error = 'job ' || x.cause || ' it waits for ended ' || x.cause_status
+             last_error = 'job ' || x.cause || ' it waits for ended ' || x.cause_status,
+             ${deadLetterIdFor(sql`true`, 'c')}
         FROM (SELECT DISTINCT ON (id) id, cause, cause_status FROM doomed ORDER BY id, cause) x
        WHERE c.id = x.id AND c.status = 'waiting' AND c.id IN (SELECT id FROM locked)
-      RETURNING c.id, c.watched_until),
+      RETURNING c.id, c.kind, c.watched_until, c.payload, c.attempts, c.last_error, c.finished_at, c.dead_letter_id)${deadLettersOf('killed', 'killed_lettered')},
     ${
       options.deleted
         ? sql`told AS (
@@ -57,7 +60,8 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
         : sql``
     }
     woken AS (
-      SELECT count(pg_notify(${NOTIFY_CHANNEL}, kind)) AS n FROM (SELECT DISTINCT kind FROM released WHERE status = 'pending') AS k),
+      SELECT count(pg_notify(${NOTIFY_CHANNEL}, kind)) AS n
+        FROM (SELECT kind FROM released WHERE status = 'pending' UNION SELECT kind FROM killed_lettered) AS k),
     watchers AS (
       SELECT count(pg_notify(${FINISHED_CHANNEL}, id::text)) AS n
         FROM (SELECT id, watched_until FROM ended WHERE status IN ('completed', 'dead', 'cancelled', 'deleted') UNION ALL SELECT id, watched_until FROM killed) f

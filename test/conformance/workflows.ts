@@ -739,18 +739,27 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
             throw new Error('the run dies');
           }),
       });
-      const registry = new JobRegistry([sink, spent, permanent, flow]);
+      // A job that dies because one it waits for (`after`) died, and one waiting for it in turn.
+      const follower = defineJob({
+        kind: 'dl_follower',
+        schema: z.object({ step: z.number() }),
+        deadLetter: 'dl_sink',
+        handler: () => {},
+      });
+      const registry = new JobRegistry([sink, spent, permanent, flow, follower]);
       await subscribe(h.db, registry);
       const a = await enqueue(h.db, spent, { n: 1 });
       const b = await enqueue(h.db, permanent, {});
       const c = await enqueue(h.db, flow, {});
+      const e = await enqueue(h.db, follower, { step: 1 }, { after: [b.id] });
+      const f = await enqueue(h.db, follower, { step: 2 }, { after: [e.id] });
       // A lease that ran out on the last attempt: the reaper makes it dead.
       const [d] = await h.query<{ id: string }>(
         `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, locked_at, locked_by, locked_until)
          VALUES ('dl_spent', '{"n": 4}', 'running', 2, 2, now() - interval '1 minute', 'gone:1', now() - interval '1 second') RETURNING id::text`,
       );
       expect((await reap(h.db)).dead).toEqual([d!.id]);
-      for (let round = 0; round < 10 && letters.length < 4; round++) {
+      for (let round = 0; round < 10 && letters.length < 6; round++) {
         await run(registry);
         await sleep(30);
       }
@@ -772,7 +781,19 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         payload: { n: 4 },
         lastError: expect.stringMatching(/visibility timeout/),
       });
-      expect(letters).toHaveLength(4);
+      expect(byKind[e.id]).toMatchObject({
+        kind: 'dl_follower',
+        payload: { step: 1 },
+        attempts: 0,
+        lastError: `job ${b.id} it waits for ended dead`,
+      });
+      expect(byKind[f.id]).toMatchObject({
+        kind: 'dl_follower',
+        payload: { step: 2 },
+        lastError: `job ${b.id} it waits for ended dead`,
+      });
+      expect(letters).toHaveLength(6);
+      expect(await deadLetterOf(h.db, f.id)).not.toBeNull();
       // The dead job names its letter, which took its kind's options.
       const letterId = await deadLetterOf(h.db, a.id);
       expect(letterId).not.toBeNull();

@@ -292,6 +292,18 @@ export function defaultFor<K extends SettingName>(name: K, runtime: Runtime): No
   return value as NonNullable<ValueOf<Specs[K]>>;
 }
 
+/** What a runtime runs with: the settings given (a sidecar's options), every one left unset that
+ * `runtime` reads filled from its default here. The one place a setting's default is applied. */
+export function withDefaults<R extends Runtime>(given: RuntimeSettings<R>, runtime: R): Settings {
+  const out: Partial<Record<SettingName, unknown>> = {};
+  for (const [name, spec] of Object.entries(SETTINGS) as [SettingName, Setting<unknown>][]) {
+    if (!spec.runtimes.includes(runtime)) continue;
+    const value = (given as Partial<Record<SettingName, unknown>>)[name];
+    out[name] = value !== undefined ? value : forRuntime(spec.default, runtime, hasRuntimeKeys);
+  }
+  return out as Settings;
+}
+
 /** The variables `runtime` reads, in the order of SETTINGS. */
 export const settingVariables = (runtime: Runtime): string[] =>
   Object.values(SETTINGS as Record<string, Setting<unknown>>)

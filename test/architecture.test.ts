@@ -1,6 +1,7 @@
 // What keeps src/ readable, checked on every run: no function longer than 80 lines, no module
 // circle (a module that imports, through others, itself — type imports included), and a drain that
-// knows nothing of workflows (it sees a generic outcome, "settled by its own statement"); parsed
+// knows nothing of workflows (it sees a generic outcome, "settled by its own statement"), and two
+// runtime shells around one core (src/runtime/core.ts); parsed
 // with oxc-parser.
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -101,4 +102,25 @@ it('the drain knows nothing of workflows: no import from src/workflows, no word 
     });
   }
   expect(found).toEqual([]);
+});
+
+it('both runtimes wrap one core: neither shell builds its registry, drain options or housekeeping round itself', () => {
+  const shells = modules.filter(({ file }) =>
+    ['worker', 'sidecar'].some((dir) => path.relative(SRC, file).startsWith(`${dir}${path.sep}`)),
+  );
+  expect(shells.length).toBeGreaterThan(5);
+  // What src/runtime/core.ts writes once; a shell that needs one of these asks the core.
+  const coreOnly =
+    /\b(checkSchedules|housekeepAndSchedule|DRAIN_PROFILES|DEFAULT_VISIBILITY_TIMEOUT_SECONDS)\b|housekeeping\.ts'/;
+  const found: string[] = [];
+  for (const { file, text } of shells)
+    text.split('\n').forEach((line, i) => {
+      if (coreOnly.test(line) && !line.trim().startsWith('//'))
+        found.push(`${path.relative(SRC, file)}:${i + 1}: ${line.trim()}`);
+    });
+  expect(found).toEqual([]);
+  for (const shell of ['worker/create-worker.ts', 'sidecar/index.ts']) {
+    const text = modules.find(({ file }) => path.relative(SRC, file) === shell.replace('/', path.sep))!.text;
+    expect(text, shell).toMatch(/from '\.\.\/runtime\/core\.ts'/);
+  }
 });

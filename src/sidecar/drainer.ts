@@ -13,6 +13,7 @@
 import { DrainNotices, DueTimes, drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
 import type { JobRegistry } from '../jobs/index.ts';
 import type { Db } from '../queries/index.ts';
+import { drainAgainAt } from '../runtime/core.ts';
 
 export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'abandonSignal' | 'budgetMs'> {
   pollIntervalMs: number;
@@ -87,15 +88,15 @@ export class Drainer {
       failing = true;
       onClaimError?.(error);
     };
-    let nextClaimAt: number | null = null;
+    let last: DrainReport | null = null;
     // Jobs its drains settled that are due again later (retries, snoozes): every drain shares it.
     const dueTimes = new DueTimes();
     while (!this.#stop.signal.aborted) {
-      // A limited kind held back by its limits is claimed again when they allow, and a job a drain
-      // settled is claimed when it is due again, if that is sooner than the poll.
-      const untilAllowed = nextClaimAt === null ? Infinity : Math.max(0, nextClaimAt - Date.now());
-      const untilDue = Math.max(0, dueTimes.next - Date.now());
-      if (!this.#wakeRequested) await this.#sleep(pause || Math.min(pollIntervalMs, untilAllowed, untilDue));
+      // When the core says to drain again (runtime/core.ts: a limited kind's next allowed claim, a
+      // settled job due again), if that is sooner than the poll.
+      const again = last ? drainAgainAt(last, { dueAt: dueTimes.next }) : null;
+      const untilAgain = again === null ? Infinity : Math.max(0, again - Date.now());
+      if (!this.#wakeRequested) await this.#sleep(pause || Math.min(pollIntervalMs, untilAgain));
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
       try {
@@ -111,7 +112,7 @@ export class Drainer {
         if (failing) onRecovered?.();
         failing = false;
         pause = 0;
-        nextClaimAt = report.nextClaimAt;
+        last = report;
         onReport?.(report);
       } catch (error) {
         failing = true;

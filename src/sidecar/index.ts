@@ -21,18 +21,14 @@
 // incident is logged once when it starts and once when it ends (incidents.ts).
 import path from 'node:path';
 import type { Logger } from 'pino';
-import {
-  DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
-  DRAIN_PROFILES,
-  DrainNotices,
-  type OpenTransactionConnection,
-} from '../drain/index.ts';
+import { DrainNotices, type OpenTransactionConnection } from '../drain/index.ts';
 import { createApp } from '../http/app.ts';
 import { subscribe } from '../jobs/subscriptions.ts';
-import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
+import type { JobDefinition, JobRegistry } from '../jobs/index.ts';
 import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
-import { checkSchedules, type ScheduleDefinition } from '../schedules.ts';
-import { type RuntimeSettings, defaultFor } from '../settings.ts';
+import type { ScheduleDefinition } from '../schedules.ts';
+import { type RuntimeSettings, type Settings, defaultFor, withDefaults } from '../settings.ts';
+import { apiConfigFor, drainOptionsFor, registryFor } from '../runtime/core.ts';
 import { openDatabase, openPools, resolveApiToken } from './database.ts';
 import { type DrainerIdentity, holdIdentity } from './drainer-identity.ts';
 import { Drainer } from './drainer.ts';
@@ -97,16 +93,12 @@ export async function startSidecar(options: SidecarOptions = {}): Promise<Sideca
 }
 
 async function startParts(options: SidecarOptions, log: Logger, parts: Parts): Promise<Sidecar> {
-  const dataDir = path.resolve(options.dataDir ?? defaultFor('dataDir', 'sidecar'));
-  const visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;
-  const registry =
-    options.registry ??
-    createDefaultRegistry(
-      { WEBHOOK_ALLOWED_HOSTS: options.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: options.webhookSigningSecret },
-      options.jobs ?? [],
-    );
+  // Every setting, the given ones and the defaults of the rest (src/settings.ts).
+  const settings = withDefaults(options, 'sidecar');
+  const dataDir = path.resolve(settings.dataDir!);
+  const visibilityTimeoutSeconds = settings.visibilityTimeoutSeconds!;
   const schedules = options.schedules ?? [];
-  checkSchedules(registry, schedules);
+  const registry = registryFor(settings, options.jobs ?? [], schedules, options.registry);
   const incidents = new Incidents(log);
 
   const database = await parts.start('database', () =>
@@ -118,7 +110,7 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   );
   const { workerId } = identity;
   const pools = await parts.start('pools', () => {
-    const opened = openPools(database.url, options.poolSize ?? defaultFor('poolSize', 'sidecar'), incidents);
+    const opened = openPools(database.url, settings.poolSize!, incidents);
     return Object.assign(opened, { stop: () => opened.close() });
   });
   await releaseEarlierProcess(pools.drainDb, identity, visibilityTimeoutSeconds, log);
@@ -130,47 +122,38 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   const drainer = await parts.start(
     'drainer',
     () =>
-      startDrainer(pools.drainDb, registry, options, {
+      startDrainer(pools.drainDb, registry, settings, {
         workerId,
-        visibilityTimeoutSeconds,
         log,
         incidents,
         transactions: pools.transactions,
         notices,
       }),
     // Its grace period, the releases' 5 s after it, and the usual 10 s.
-    { stopWithinMs: (options.shutdownGraceMs ?? defaultFor('shutdownGraceMs', 'sidecar')) + 15_000 },
+    { stopWithinMs: settings.shutdownGraceMs! + 15_000 },
   );
   const wake = () => drainer.wake();
   await parts.start('listener', () =>
-    startListener(database.url, { kinds: options.kinds, notices, finishedJobs }, log),
+    startListener(database.url, { kinds: drainOptionsFor(settings, 'sidecar').kinds, notices, finishedJobs }, log),
   );
   await parts.start('reaper', () =>
     new Reaper(
       pools.drainDb,
-      {
-        intervalMs: options.reapIntervalMs ?? DEFAULT_REAP_INTERVAL_MS,
-        visibilityTimeoutSeconds,
-        onReaped: wake,
-        eventRetentionSeconds: options.eventRetentionSeconds,
-      },
+      { intervalMs: settings.reapIntervalMs!, settings, onReaped: wake },
       log,
       incidents,
     ).start(),
   );
   await parts.start('scheduler', () => new Scheduler(pools.db, registry, schedules, log, incidents).start());
   const http = await parts.start('http', () =>
-    serveApi(options, { registry, schedules, finishedJobs, apiToken: apiToken.token, db: pools.db }, log),
+    serveApi(settings, { registry, schedules, finishedJobs, apiToken: apiToken.token, db: pools.db }, log),
   );
 
-  announceStart(options, { http, apiToken, workerId, registry, schedules, settings: drainer.settings }, log);
+  announceStart(options, { http, apiToken, workerId, registry, schedules, settings }, log);
   let stopping: Promise<void> | null = null;
   const stop = () =>
     (stopping ??= (async () => {
-      log.info(
-        { graceMs: options.shutdownGraceMs ?? defaultFor('shutdownGraceMs', 'sidecar') },
-        'shutting down: no new claims; in-flight jobs may finish',
-      );
+      log.info({ graceMs: settings.shutdownGraceMs }, 'shutting down: no new claims; in-flight jobs may finish');
       await parts.stopAll();
       log.info('stopped');
     })());
@@ -191,7 +174,7 @@ async function releaseEarlierProcess(db: Db, identity: DrainerIdentity, visibili
 
 /** The HTTP API (src/http) on the sidecar's own server. */
 function serveApi(
-  options: SidecarOptions,
+  settings: Settings,
   api: {
     registry: JobRegistry;
     schedules: readonly ScheduleDefinition[];
@@ -206,22 +189,17 @@ function serveApi(
     registry: api.registry,
     schedules: api.schedules,
     finishedJobs: api.finishedJobs,
-    apiToken: api.apiToken,
-    metricsToken: options.metricsToken,
-    scopedTokens: options.scopedTokens,
-    oldestReadyWarnSeconds: options.oldestReadyWarnSeconds,
-    recordCounts: options.recordCounts !== false,
-    maxBodyBytes: options.maxBodyBytes,
+    ...apiConfigFor(settings, api.apiToken),
     // A client that hung up mid-request is not the server's error: debug, not an operator's alarm.
     onError: (error, where) =>
       isClientHangUp(error)
         ? log.debug({ err: errorForLog(error), where }, 'client hung up mid-request')
         : log.error({ err: errorForLog(error), where }, 'request failed'),
   });
-  return serveHttp(app, options.host ?? defaultFor('host', 'sidecar'), options.port ?? defaultFor('port', 'sidecar'), {
-    headersTimeoutMs: options.httpHeadersTimeoutMs ?? defaultFor('httpHeadersTimeoutMs', 'sidecar'),
-    requestTimeoutMs: options.httpRequestTimeoutMs ?? defaultFor('httpRequestTimeoutMs', 'sidecar'),
-    maxConnections: options.httpMaxConnections ?? defaultFor('httpMaxConnections', 'sidecar'),
+  return serveHttp(app, settings.host!, settings.port!, {
+    headersTimeoutMs: settings.httpHeadersTimeoutMs!,
+    requestTimeoutMs: settings.httpRequestTimeoutMs!,
+    maxConnections: settings.httpMaxConnections!,
   });
 }
 
@@ -234,7 +212,7 @@ function announceStart(
     workerId: string;
     registry: JobRegistry;
     schedules: readonly ScheduleDefinition[];
-    settings: { batchSize: number; concurrency: number; pollIntervalMs: number };
+    settings: Settings;
   },
   log: Logger,
 ) {
@@ -252,7 +230,7 @@ function announceStart(
       workerId: started.workerId,
       batchSize: settings.batchSize,
       concurrency: settings.concurrency,
-      kinds: options.kinds ?? started.registry.kinds(),
+      kinds: settings.kinds && settings.kinds.length > 0 ? settings.kinds : started.registry.kinds(),
       schedules: started.schedules.map((x) => x.name),
       pollIntervalMs: settings.pollIntervalMs,
     },
@@ -271,10 +249,9 @@ function isClientHangUp(error: unknown): boolean {
 function startDrainer(
   db: Db,
   registry: JobRegistry,
-  options: SidecarOptions,
+  settings: Settings,
   context: {
     workerId: string;
-    visibilityTimeoutSeconds: number;
     log: Logger;
     incidents: Incidents;
     transactions: OpenTransactionConnection;
@@ -282,19 +259,10 @@ function startDrainer(
   },
 ) {
   const { log, incidents } = context;
-  const settings = {
-    batchSize: options.batchSize ?? DRAIN_PROFILES.near.batchSize,
-    concurrency: options.concurrency ?? DRAIN_PROFILES.near.concurrency,
-    pollIntervalMs: options.pollIntervalMs ?? defaultFor('pollIntervalMs', 'sidecar'),
-  };
-  const graceMs = options.shutdownGraceMs ?? defaultFor('shutdownGraceMs', 'sidecar');
   const drainer = new Drainer(db, registry, {
-    ...settings,
-    placement: 'near',
+    ...drainOptionsFor(settings, 'sidecar'),
+    pollIntervalMs: settings.pollIntervalMs!,
     workerId: context.workerId,
-    kinds: options.kinds,
-    visibilityTimeoutSeconds: context.visibilityTimeoutSeconds,
-    recordCounts: options.recordCounts,
     transactions: context.transactions,
     notices: context.notices,
     onSettleError: (error) => incidents.start('settle', error),
@@ -306,10 +274,9 @@ function startDrainer(
     },
   }).start();
   return {
-    settings,
     wake: () => drainer.wake(),
     stop: async () => {
-      if (!(await drainer.stop(graceMs)))
+      if (!(await drainer.stop(settings.shutdownGraceMs!)))
         log.warn(
           'grace period over with handlers still running: they were abandoned and their jobs released to run again',
         );

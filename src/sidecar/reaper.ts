@@ -1,20 +1,19 @@
-// The sidecar's housekeeping on a timer (src/drain/housekeeping.ts: returns jobs whose lease ran out,
+// The sidecar's housekeeping on a timer (runtime/core.ts, the round the Worker's crons run too: returns jobs whose lease ran out,
 // folds old per-minute counts into the totals, prunes kept jobs whose time is up). runOnce() is one
 // round; start() runs one at once (a previous process may have died holding locks) and then every
 // `intervalMs`.
 import type { Logger } from 'pino';
-import { housekeep } from '../drain/housekeeping.ts';
 import type { Db } from '../queries/index.ts';
+import { housekeepingRound } from '../runtime/core.ts';
+import type { Settings } from '../settings.ts';
 import type { Incidents } from './incidents.ts';
 
 export interface ReaperOptions {
   intervalMs: number;
-  /** The visibility timeout applied to jobs without one of their own. */
-  visibilityTimeoutSeconds: number;
+  /** The sidecar's settings: the visibility timeout of jobs without one of their own, how long events are kept. */
+  settings: Settings;
   /** Jobs went back to pending: there is work. */
   onReaped: () => void;
-  /** EVENT_RETENTION_SECONDS. */
-  eventRetentionSeconds?: number;
 }
 
 export class Reaper {
@@ -46,9 +45,7 @@ export class Reaper {
           reaped: result,
           pruned,
           history,
-        } = await housekeep(this.#db, this.#options.visibilityTimeoutSeconds, {
-          eventRetentionSeconds: this.#options.eventRetentionSeconds,
-        });
+        } = await housekeepingRound(this.#db, this.#options.settings, { scheduleNext: false });
         this.#incidents.end('reaper');
         if (pruned.jobs > 0 || pruned.moved > 0 || pruned.events > 0 || pruned.steps > 0)
           this.#log.debug({ ...pruned }, 'pruned kept jobs past their time');

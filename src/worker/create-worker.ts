@@ -10,12 +10,19 @@
 //   export default createWorker({ jobs: [sendReceipt] });
 import type { Context } from 'hono';
 import { safeErrorMessage } from '../db/url.ts';
-import { drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
+import { drain, type DrainReport } from '../drain/index.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { subscribe } from '../jobs/subscriptions.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
-import { housekeep, housekeepAndSchedule } from '../drain/housekeeping.ts';
-import { checkSchedules, evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
+import {
+  type HousekeptRound,
+  apiConfigFor,
+  drainAgainAt,
+  drainOptionsFor,
+  housekeepingRound,
+  registryFor,
+} from '../runtime/core.ts';
+import { evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 import { type SettingVariables, type Settings, SettingsError, readSettings } from '../settings.ts';
 import { type OpenTelemetryApi, useOpenTelemetry } from '../tracing.ts';
 import {
@@ -193,12 +200,7 @@ function readConfiguration(
     if (error instanceof SettingsError) return error;
     throw error;
   }
-  const registry = createDefaultRegistry(
-    { WEBHOOK_ALLOWED_HOSTS: settings.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: settings.webhookSigningSecret },
-    jobs,
-  );
-  checkSchedules(registry, schedules);
-  return { settings, registry };
+  return { settings, registry: registryFor(settings, jobs, schedules) };
 }
 
 type RunNow = (env: Env, ids: string[], database: WorkerDatabase) => Promise<void>;
@@ -250,17 +252,11 @@ function apiRuntime(
       misconfigured: `the Worker's ${error.message}`,
     };
   }
-  const s = config.settings;
   return {
     withDb,
     registry: config.registry,
     schedules,
-    apiToken: s.apiToken,
-    metricsToken: s.metricsToken,
-    scopedTokens: s.scopedTokens,
-    oldestReadyWarnSeconds: s.oldestReadyWarnSeconds,
-    recordCounts: s.recordCounts,
-    maxBodyBytes: s.maxBodyBytes,
+    ...apiConfigFor(config.settings),
     onError: (error, where) =>
       console.error(JSON.stringify({ event: 'request_failed', where, error: safeErrorMessage(error) })),
     runNow: (ids) => {
@@ -287,7 +283,7 @@ async function runNow(
   const clock = queueClock(env);
   try {
     const report = await drain(db, registry, {
-      ...drainSettings(settings),
+      ...drainOptionsFor(settings, 'worker'),
       transactions,
       workerId: `worker-now-${crypto.randomUUID().slice(0, 8)}`,
       ids,
@@ -343,14 +339,7 @@ async function look(
   // Housekeeping goes beside the drain, on a connection of its own (from the transactional
   // handlers' pool, given back when done): before the drain, its connection and round trips would
   // hold the drain back (docs/benchmark.md has what they cost). Settled, it is awaited.
-  const housekeeping = plan.housekeep
-    ? housekeepBeside(
-        transactions,
-        settings.visibilityTimeoutSeconds!,
-        plan.clock !== null,
-        settings.eventRetentionSeconds,
-      )
-    : null;
+  const housekeeping = plan.housekeep ? housekeepBeside(transactions, settings, plan.clock !== null) : null;
   housekeeping?.catch(() => {});
   try {
     if (plan.drain) await subscribeOnce(db, registry);
@@ -360,7 +349,7 @@ async function look(
     const onLeaseTaken = plan.clock ? leaseTeller(plan.clock) : undefined;
     const drainFor = (ms: number) =>
       drain(db, registry, {
-        ...drainSettings(settings),
+        ...drainOptionsFor(settings, 'worker'),
         workerId,
         transactions,
         budgetMs: ms,
@@ -370,18 +359,16 @@ async function look(
     let report = plan.drain ? await drainFor(deadline - Date.now()) : emptyDrainReport();
     let drained = plan.drain;
     const housekept = housekeeping ? await housekeeping : null;
-    // Jobs the reap gave back after this drain found nothing more (or with no drain: a killed
-    // invocation's, whose leases ended): they run in this invocation.
-    const handedBack = housekept ? housekept.reaped.reclaimed.length : 0;
-    if (handedBack > 0 && report.stoppedBy !== 'budget' && deadline - Date.now() > 1_000) {
+    // Drain again within the budget when the core says so (runtime/core.ts): jobs the reap gave
+    // back after this drain found nothing more (or with no drain: a killed invocation's, whose
+    // leases ended), or a kind held back by its limits until the time they allow its next claim.
+    // Retries and snoozes are the clock's to wake.
+    let again = drainAgainAt(report, { handedBack: housekept?.reaped.reclaimed.length });
+    while (again !== null && again < deadline - 1_000) {
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, again! - Date.now())));
       report = addReports(report, await drainFor(deadline - Date.now()));
       drained = true;
-    }
-    // A kind held back by its limits (a rate window, slots other drainers hold): wait for the time
-    // they allow its next claim, within the budget, and drain again.
-    while (report.nextClaimAt !== null && report.nextClaimAt < deadline - 1_000) {
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, report.nextClaimAt! - Date.now())));
-      report = addReports(report, await drainFor(deadline - Date.now()));
+      again = drainAgainAt(report);
     }
     const slotIn = msUntilNextSlot(schedules);
     return {
@@ -418,23 +405,19 @@ async function subscribeOnce(db: WorkerDatabase['db'], registry: JobRegistry): P
   }
 }
 
-/** The housekeeping round (src/drain/housekeeping.ts) on a connection of its own; with the clock,
- * it also says when it next has something to do. */
+/** The housekeeping round (runtime/core.ts) on a connection of its own; with the clock, it also
+ * says when it next has something to do. */
 async function housekeepBeside(
   transactions: WorkerDatabase['transactions'],
-  visibilityTimeoutSeconds: number,
+  settings: Settings,
   scheduleNext: boolean,
-  eventRetentionSeconds?: number,
-) {
-  const started = Date.now();
+): Promise<HousekeptRound> {
   const connection = await transactions();
   let healthy = false;
   try {
-    const round = scheduleNext
-      ? await housekeepAndSchedule(connection.db, visibilityTimeoutSeconds, { eventRetentionSeconds })
-      : { ...(await housekeep(connection.db, visibilityTimeoutSeconds, { eventRetentionSeconds })), nextDueAt: null };
+    const round = await housekeepingRound(connection.db, settings, { scheduleNext });
     healthy = true;
-    return { ...round, housekeepingMs: Date.now() - started };
+    return round;
   } finally {
     connection.giveBack(!healthy);
   }
@@ -460,19 +443,6 @@ const emptyDrainReport = (): DrainReport => ({
   nextClaimAt: null,
   nextDueAt: null,
 });
-
-/** The drain's options from the Worker's settings, for its cron drains and run-now alike. */
-function drainSettings(settings: Settings) {
-  return {
-    placement: 'far',
-    batchSize: settings.batchSize,
-    maxBatchSize: settings.maxBatchSize,
-    concurrency: settings.concurrency,
-    kinds: settings.kinds && settings.kinds.length > 0 ? settings.kinds : undefined,
-    visibilityTimeoutSeconds: settings.visibilityTimeoutSeconds,
-    recordCounts: settings.recordCounts,
-  } as const satisfies Partial<DrainOptions>;
-}
 
 /** Two drains of one invocation as one report (the second's stop and next claim). */
 function addReports(a: DrainReport, b: DrainReport): DrainReport {

@@ -1,0 +1,106 @@
+// What both runtimes wrap, written once: the registry their settings make, the HTTP app's
+// configuration, the drain's options, when to drain again, and the housekeeping round. The shells
+// keep what is truly theirs: the Worker (src/worker/create-worker.ts) its cron budget, its clock
+// and a connection per invocation; the sidecar (src/sidecar/index.ts) LISTEN, its timers and the
+// HTTP server.
+import type { DrainOptions, DrainReport } from '../drain/index.ts';
+import { type HousekeepingRound, housekeep, housekeepAndSchedule } from '../drain/housekeeping.ts';
+import type { ApiRuntime } from '../http/context.ts';
+import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
+import type { Db } from '../queries/index.ts';
+import { checkSchedules, type ScheduleDefinition } from '../schedules.ts';
+import type { Runtime, Settings } from '../settings.ts';
+
+/** The kinds a runtime serves: the built-in noop and webhook (from the settings' webhook hosts and
+ * signing keys) and `jobs`, or `registry` as given; every schedule must name one of its kinds. */
+export function registryFor(
+  settings: Settings,
+  jobs: readonly JobDefinition<any>[],
+  schedules: readonly ScheduleDefinition[],
+  registry?: JobRegistry,
+): JobRegistry {
+  const built =
+    registry ??
+    createDefaultRegistry(
+      { WEBHOOK_ALLOWED_HOSTS: settings.webhookAllowedHosts, WEBHOOK_SIGNING_SECRET: settings.webhookSigningSecret },
+      jobs,
+    );
+  checkSchedules(built, schedules);
+  return built;
+}
+
+/** The HTTP app's configuration that comes from the settings (the shell adds its connections and
+ * its hooks). `apiToken`: the sidecar's, when it generated one. */
+export function apiConfigFor(
+  settings: Settings,
+  apiToken = settings.apiToken,
+): Pick<
+  ApiRuntime,
+  'apiToken' | 'metricsToken' | 'scopedTokens' | 'oldestReadyWarnSeconds' | 'recordCounts' | 'maxBodyBytes'
+> {
+  return {
+    apiToken,
+    metricsToken: settings.metricsToken,
+    scopedTokens: settings.scopedTokens,
+    oldestReadyWarnSeconds: settings.oldestReadyWarnSeconds,
+    recordCounts: settings.recordCounts !== false,
+    maxBodyBytes: settings.maxBodyBytes,
+  };
+}
+
+/** Where each runtime drains from: the sidecar beside its database, the Worker far from it. */
+const PLACEMENT = { sidecar: 'near', worker: 'far' } as const satisfies Record<Runtime, DrainOptions['placement']>;
+
+/** The drain's options from a runtime's settings: every drain of that runtime starts from these. */
+export function drainOptionsFor(settings: Settings, runtime: Runtime) {
+  return {
+    placement: PLACEMENT[runtime],
+    batchSize: settings.batchSize,
+    maxBatchSize: settings.maxBatchSize,
+    concurrency: settings.concurrency,
+    kinds: settings.kinds && settings.kinds.length > 0 ? settings.kinds : undefined,
+    visibilityTimeoutSeconds: settings.visibilityTimeoutSeconds,
+    recordCounts: settings.recordCounts,
+  } as const satisfies Partial<DrainOptions>;
+}
+
+/**
+ * When to drain again after a drain returned (ms since the epoch; null: only when told — a notice,
+ * the poll, the cron, the clock): at once when the housekeeping round handed jobs back that the
+ * drain did not see (it stopped for lack of work, not for its budget); when a limited kind's
+ * limits allow its next claim; when a job the drain settled is due again (`dueAt`: a retry's
+ * backoff, a snooze), for a runtime that keeps those times itself. The earliest of them.
+ */
+export function drainAgainAt(
+  report: Pick<DrainReport, 'nextClaimAt' | 'stoppedBy'>,
+  also: { handedBack?: number; dueAt?: number | null } = {},
+): number | null {
+  const times = [
+    (also.handedBack ?? 0) > 0 && report.stoppedBy !== 'budget' ? Date.now() : null,
+    report.nextClaimAt,
+    also.dueAt ?? null,
+  ].filter((t): t is number => t !== null && Number.isFinite(t));
+  return times.length === 0 ? null : Math.min(...times);
+}
+
+export interface HousekeptRound extends HousekeepingRound {
+  /** When the next round has something to do; null unless asked for (`scheduleNext`). */
+  nextDueAt: number | null;
+  housekeepingMs: number;
+}
+
+/** The housekeeping round (src/drain/housekeeping.ts) with a runtime's settings. `scheduleNext`:
+ * also work out when the next one is due (one statement more; the Worker's clock sleeps till then). */
+export async function housekeepingRound(
+  db: Db,
+  settings: Settings,
+  options: { scheduleNext: boolean },
+): Promise<HousekeptRound> {
+  const started = Date.now();
+  const visibility = settings.visibilityTimeoutSeconds!;
+  const given = { eventRetentionSeconds: settings.eventRetentionSeconds };
+  const round = options.scheduleNext
+    ? await housekeepAndSchedule(db, visibility, given)
+    : { ...(await housekeep(db, visibility, given)), nextDueAt: null };
+  return { ...round, housekeepingMs: Date.now() - started };
+}

@@ -6,7 +6,7 @@
 // test/settings.test.ts, so the two cannot drift.
 import { z } from 'zod';
 import { DRAINER_ID_PATTERN } from './db/constants.ts';
-import { JOB_DEFAULTS } from './db/schema.ts';
+import { DEFAULT_EVENT_RETENTION_SECONDS, JOB_DEFAULTS } from './db/constants.ts';
 import { DRAIN_PROFILES } from './drain/profiles.ts';
 import { parseScopedTokens } from './http/tokens.ts';
 import { parseSigningSecrets } from './jobs/webhook-signature.ts';
@@ -128,12 +128,17 @@ export const SETTINGS = {
     default: { sidecar: DRAIN_PROFILES.near.concurrency, worker: DRAIN_PROFILES.far.concurrency },
   }),
   kinds: setting({ env: 'KINDS', runtimes: both, parse: list, documentedDefault: 'every registered kind' }),
-  pollIntervalMs: setting({ env: 'POLL_INTERVAL_MS', runtimes: sidecarOnly, parse: int(10, 3_600_000), default: 1000 }),
+  pollIntervalMs: setting({
+    env: 'POLL_INTERVAL_MS',
+    runtimes: sidecarOnly,
+    parse: int(10, 3_600_000),
+    default: DRAIN_PROFILES.near.pollIntervalMs,
+  }),
   eventRetentionSeconds: setting({
     env: 'EVENT_RETENTION_SECONDS',
     runtimes: both,
     parse: int(60, 30 * 86_400),
-    default: 86_400,
+    default: DEFAULT_EVENT_RETENTION_SECONDS,
   }),
   reapIntervalMs: setting({
     env: 'REAP_INTERVAL_MS',

@@ -13,9 +13,13 @@ export const LIVE_STATUSES = ['pending', 'running', 'dead', 'waiting'] as const;
 /** Where a job stays once it got there (a person may still retry or delete a dead one). */
 export const FINAL_STATUSES = ['completed', 'dead', 'cancelled'] as const;
 
-/** What a job gets when its enqueue says nothing (pgdrain.enqueue() in SQL uses the same; a test
- * compares them), and the lease it is claimed with when neither its kind nor its drainer says. */
-export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, visibilityTimeoutSeconds: 30 } as const;
+/** What a job gets when neither its enqueue nor its kind says (pgdrain.enqueue() in SQL uses the
+ * same; a test compares them): its attempts, its priority, its handler's timeout, and the lease it
+ * is claimed with when neither its kind nor its drainer says. The one place these are written. */
+export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, timeoutMs: 30_000, visibilityTimeoutSeconds: 30 } as const;
+
+/** How long an event is kept for waits that begin after it, unless EVENT_RETENTION_SECONDS says. */
+export const DEFAULT_EVENT_RETENTION_SECONDS = 86_400;
 
 /** What a job kind's name (and a schedule's) may be; pgdrain.enqueue() in SQL checks the same
  * pattern (a test compares them). */

@@ -58,7 +58,8 @@ import { batchOf } from '../jobs/batch.ts';
 import { Claimer } from './claimer.ts';
 import { DueTimes } from './due-times.ts';
 import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
-import { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
+import { JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
+import { JOB_DEFAULTS } from '../db/constants.ts';
 import type { DrainNotices } from './notices.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
 import {
@@ -70,7 +71,7 @@ import {
 } from './run-handler.ts';
 import { Settler } from './settler.ts';
 
-export { DEFAULT_VISIBILITY_TIMEOUT_SECONDS, JobCancelledError, LeaseLostError } from './lease-keeper.ts';
+export { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 export { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
 export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from './run-handler.ts';
 export type { OpenTransactionConnection, TransactionConnection } from '../db/connections.ts';
@@ -108,7 +109,7 @@ export interface DrainOptions {
   /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true. */
   recordCounts?: boolean;
   /** Leases of jobs without a visibility of their own last this long unless renewed (every third
-   * of it). Default DEFAULT_VISIBILITY_TIMEOUT_SECONDS. */
+   * of it). Default JOB_DEFAULTS.visibilityTimeoutSeconds (30 s). */
   visibilityTimeoutSeconds?: number;
   /** Claims also say, when they come back short, when the next pending job of the drained kinds
    * is due (in the same statement): DrainReport.nextDueAt. For a drainer that sleeps until then
@@ -211,7 +212,7 @@ class DrainRun {
     this.#dueTimes = options.dueTimes ?? new DueTimes();
     this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
     this.#pollIntervalMs = Math.max(10, options.pollIntervalMs ?? profile.pollIntervalMs);
-    this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? DEFAULT_VISIBILITY_TIMEOUT_SECONDS;
+    this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? JOB_DEFAULTS.visibilityTimeoutSeconds;
     this.#budget = budgetClock(this.#started, options.budgetMs, options.signal);
     this.#book = new JobBook({
       // Only a settlement that returned frees a limited kind's slot: until then the database counts

@@ -18,7 +18,6 @@
 // renewal forward, but never to less than a second after the previous one), and its answer says
 // which jobs someone asked to cancel: those are given up like lost ones, with JobCancelledError,
 // and the drain ends them cancelled. checkNow() renews at once (a sidecar heard of a cancel).
-import { JOB_DEFAULTS } from '../db/schema.ts';
 import { type ClaimedJob, type Db, renew } from '../queries/index.ts';
 import type { JobRecord } from './job-record.ts';
 import { PgdrainError } from '../errors.ts';
@@ -35,8 +34,6 @@ export class JobCancelledError extends PgdrainError {
   readonly code = 'job_cancelled';
 }
 
-/** A running job's lock expires after this unless its drainer renews it (every third of it). */
-export const DEFAULT_VISIBILITY_TIMEOUT_SECONDS = JOB_DEFAULTS.visibilityTimeoutSeconds;
 /** Renewals never come closer together than this. */
 const MIN_RENEWAL_MS = 100;
 /** Progress is saved at most this often. */

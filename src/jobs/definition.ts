@@ -113,13 +113,13 @@ export type KindLimits = ClaimLimits;
 /** The handler's timeout for `job`: its own (an enqueue's timeoutMs), at most its kind's
  * maxTimeoutMs, else its kind's timeoutMs. */
 export function handlerTimeoutMs(definition: JobDefinition<any>, jobTimeoutMs: number | null | undefined): number {
-  const kindTimeout = definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const kindTimeout = definition.timeoutMs ?? JOB_DEFAULTS.timeoutMs;
   return jobTimeoutMs == null ? kindTimeout : Math.min(jobTimeoutMs, maxTimeoutOf(definition));
 }
 
 /** The longest timeout a job of the kind may ask for. */
 export const maxTimeoutOf = (definition: JobDefinition<any>): number =>
-  definition.maxTimeoutMs ?? definition.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  definition.maxTimeoutMs ?? definition.timeoutMs ?? JOB_DEFAULTS.timeoutMs;
 
 /** The limits of a kind that has any, else null: such kinds are claimed under their own lock. */
 export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits | null {
@@ -133,10 +133,8 @@ export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits
 /** The longest rolling window a rate limit may have. */
 export const MAX_RATE_PERIOD_SECONDS = 86_400;
 
-export const DEFAULT_TIMEOUT_MS = 30_000;
 /** keepCompletedSeconds at most: 30 days. */
 export const MAX_KEEP_SECONDS = 30 * 86_400;
-export const DEFAULT_MAX_ATTEMPTS = JOB_DEFAULTS.maxAttempts;
 export { KIND_PATTERN };
 
 export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefinition<Payload> {
@@ -167,9 +165,12 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
       );
     }
   }
-  if (definition.maxTimeoutMs !== undefined && definition.maxTimeoutMs < (definition.timeoutMs ?? DEFAULT_TIMEOUT_MS)) {
+  if (
+    definition.maxTimeoutMs !== undefined &&
+    definition.maxTimeoutMs < (definition.timeoutMs ?? JOB_DEFAULTS.timeoutMs)
+  ) {
     throw new Error(
-      `job kind ${definition.kind}: maxTimeoutMs (${definition.maxTimeoutMs}) is below its timeoutMs (${definition.timeoutMs ?? DEFAULT_TIMEOUT_MS})`,
+      `job kind ${definition.kind}: maxTimeoutMs (${definition.maxTimeoutMs}) is below its timeoutMs (${definition.timeoutMs ?? JOB_DEFAULTS.timeoutMs})`,
     );
   }
   const keep = definition.keepCompletedSeconds;

@@ -12,16 +12,10 @@
 // runs (enqueue() by name, the CLI), like pgdrain.enqueue() in SQL.
 import * as queries from '../queries/index.ts';
 import type { Db, EnqueuedJob, NewJob } from '../queries/index.ts';
+import { JOB_DEFAULTS } from '../db/constants.ts';
 import { traceEnqueue } from '../tracing.ts';
 import { type EnqueueOptions, optionsProblem } from './job-options.ts';
-import {
-  DEFAULT_MAX_ATTEMPTS,
-  type JobDefinition,
-  JobValidationError,
-  type KindLookup,
-  describeIssues,
-  maxTimeoutOf,
-} from './definition.ts';
+import { type JobDefinition, JobValidationError, type KindLookup, describeIssues, maxTimeoutOf } from './definition.ts';
 
 export type { EnqueueOptions } from './job-options.ts';
 
@@ -127,7 +121,7 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
     // Store what the caller sent (validated), not the parse output, so the handler's own parse
     // at run time sees the same input.
     payload,
-    maxAttempts: options.maxAttempts ?? definition.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+    maxAttempts: options.maxAttempts ?? definition.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
     visibilityTimeoutSeconds: definition.visibilityTimeoutSeconds,
     priority: options.priority ?? definition.priority,
     keepSeconds: definition.keepCompletedSeconds || undefined,

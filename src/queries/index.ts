@@ -101,7 +101,6 @@ export {
   registerCancelTriggers,
   type CancelTrigger,
   sendEvent,
-  DEFAULT_EVENT_RETENTION_SECONDS,
   type HeldRun,
   type NotHeld,
   type StoredStep,

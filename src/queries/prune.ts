@@ -10,7 +10,8 @@ import { sql } from 'drizzle-orm';
 import { finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
 import { type Db, rowsOf } from './db.ts';
 import { moveKeptToHistory } from './job-history.ts';
-import { DEFAULT_EVENT_RETENTION_SECONDS, pruneWorkflowsCtes } from './workflows.ts';
+import { pruneWorkflowsCtes } from './workflows.ts';
+import { DEFAULT_EVENT_RETENTION_SECONDS } from '../db/constants.ts';
 
 export const PRUNE_BATCH = 5_000;
 /** How long a note of how a watched, deleted job ended is kept. */

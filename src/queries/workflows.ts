@@ -59,9 +59,6 @@ export interface StoredStep {
   child: { status: string; result: unknown; lastError: string | null } | null;
 }
 
-/** How long an event is kept by default for waits that begin after it was sent. */
-export const DEFAULT_EVENT_RETENTION_SECONDS = 86_400;
-
 /** The run's job, locked, while it is still running under the attempt's token and nobody asked to cancel it. */
 const RUNNING_HELD = (run: HeldRun) =>
   sql`held AS MATERIALIZED (SELECT id, created_at FROM ${jobs}

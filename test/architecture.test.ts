@@ -110,8 +110,7 @@ it('both runtimes wrap one core: neither shell builds its registry, drain option
   );
   expect(shells.length).toBeGreaterThan(5);
   // What src/runtime/core.ts writes once; a shell that needs one of these asks the core.
-  const coreOnly =
-    /\b(checkSchedules|housekeepAndSchedule|DRAIN_PROFILES)\b|housekeeping\.ts'/;
+  const coreOnly = /\b(checkSchedules|housekeepAndSchedule|DRAIN_PROFILES)\b|housekeeping\.ts'/;
   const found: string[] = [];
   for (const { file, text } of shells)
     text.split('\n').forEach((line, i) => {

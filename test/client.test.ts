@@ -46,10 +46,10 @@ describe('the typed client against the sidecar', () => {
     expect(contract.health.parse(await queue.health())).toEqual({ ok: true });
     // Delayed an hour, so the running sidecar leaves them be.
     const one = contract.enqueued.parse(
-      await queue.enqueue({ kind: 'noop', payload: { n: 1 }, delaySeconds: 3600, key: 'k-1', priority: 5 }),
+      await queue.enqueue({ kind: 'noop', payload: { n: 1 }, delaySeconds: 3600, dedupeKey: 'k-1', priority: 5 }),
     );
     expect(one).toEqual({ id: expect.any(String), status: 'pending', runAt: expect.any(String) });
-    expect(await queue.enqueue({ kind: 'noop', payload: { n: 2 }, key: 'k-1' })).toEqual({
+    expect(await queue.enqueue({ kind: 'noop', payload: { n: 2 }, dedupeKey: 'k-1' })).toEqual({
       ...one,
       deduplicated: true,
     });

@@ -201,7 +201,7 @@ describe('input that would change or break silently', () => {
       expect(await res.json()).toEqual({
         error: {
           code: 'invalid_request',
-          message: 'key: contains the NUL character (\\u0000), which PostgreSQL cannot store',
+          message: 'groupKey: contains the NUL character (\\u0000), which PostgreSQL cannot store',
         },
       });
     }
@@ -220,7 +220,7 @@ describe('input that would change or break silently', () => {
     const deduped = await fetch(`${p.url}/jobs`, {
       method: 'POST',
       headers: auth,
-      body: JSON.stringify({ kind: 'noop', payload: {}, key: long }),
+      body: JSON.stringify({ kind: 'noop', payload: {}, dedupeKey: long }),
     });
     expect(deduped.status).toBe(201);
     const sent = await fetch(`${p.url}/events`, {

@@ -214,14 +214,14 @@ function kindCalls(call: Call) {
     pauseKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/pause`),
     /** POST /kinds/:kind/resume */
     resumeKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/resume`),
-    /** PUT /kinds/:kind/groups/:key/limits: the key's own concurrency and/or rate, instead of its kind's. */
+    /** PUT /kinds/:kind/groups/:groupKey/limits: the key's own concurrency and/or rate, instead of its kind's. */
     setGroupLimits: (kind: string, groupKey: string, limits: GroupLimitsInput) =>
       call<GroupLimitsAnswer>(
         'PUT',
         `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`,
         { body: limits },
       ),
-    /** DELETE /kinds/:kind/groups/:key/limits: the key goes back to its kind's limits. */
+    /** DELETE /kinds/:kind/groups/:groupKey/limits: the key goes back to its kind's limits. */
     removeGroupLimits: (kind: string, groupKey: string) =>
       call<GroupLimitsRemoved>(
         'DELETE',

@@ -4,7 +4,7 @@
 //
 //   claiming ──claim of up to `size` (the plain or the limited claim, as for any kind)──►
 //     nothing came back ──► drained (until a notice or the poll reopens it)
-//     fewer than `size`, waitMs > 0 ──► waiting for a fuller batch: claims the rest when a notice
+//     fewer than `size`, waitMs > 0 ──► gathering a fuller batch: claims the rest when a notice
 //                                        arrives or `waitMs` after the first claim, then calls
 //     otherwise ──► calling
 //   calling ──the handler's answer, one outcome per item──► each item completed (its result kept
@@ -57,7 +57,7 @@ export interface BatchRunnerDeps {
   onChange: () => void;
 }
 
-type Phase = 'idle' | 'claiming' | 'waiting' | 'calling';
+type Phase = 'idle' | 'claiming' | 'gathering' | 'calling';
 
 let batchSequence = 0;
 
@@ -111,7 +111,7 @@ export class BatchRunner {
   /** When the loop should look at it again on its own: its wait's end, or its limits' next room. */
   get nextLookAt(): number {
     return Math.min(
-      this.#phase === 'waiting' ? this.#waitUntil : Infinity,
+      this.#phase === 'gathering' ? this.#waitUntil : Infinity,
       this.#blockedUntil > Date.now() ? this.#blockedUntil : Infinity,
     );
   }
@@ -148,7 +148,7 @@ export class BatchRunner {
     const records = await this.#claim(this.#size);
     if (records.length === 0) return this.#markDrained(reopenedAtClaim);
     if (records.length < this.#size && this.#waitMs > 0) {
-      this.#phase = 'waiting';
+      this.#phase = 'gathering';
       this.#waitUntil = records[0]!.claimSentAt + this.#waitMs;
       while (records.length < this.#size && Date.now() < this.#waitUntil && !this.#deps.stopping()) {
         await new Promise<void>((resolve) => {
@@ -165,7 +165,7 @@ export class BatchRunner {
       this.#waitUntil = Infinity;
     }
     // Jobs lost or cancelled while the batch waited were settled by the drain already.
-    const held = records.filter((r) => r.state === 'waiting');
+    const held = records.filter((r) => r.state === 'claimed');
     if (this.#deps.stopping()) {
       this.#deps.settler.release(
         held,

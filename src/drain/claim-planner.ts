@@ -2,7 +2,7 @@
 // one place that knows the claim groups and what each may take:
 //   - every kind without a cap is claimed together;
 //   - a kind with its own `concurrency` is claimed on its own, never more than its free room (the
-//     jobs of it held — claimed, waiting or running — plus its claims in flight stay within the cap),
+//     jobs of it held — claimed (queued) or running — plus its claims in flight stay within the cap),
 //     taking turns with the other groups, so a slow kind cannot take every slot;
 //   - a kind with limits across drainers (globalConcurrency, groupConcurrency, rateLimit) is
 //     claimed on its own too, through the limited claim (queries/claim-limited.ts), never more than
@@ -99,7 +99,7 @@ const average = (previous: number, sample: number) => (Number.isNaN(previous) ? 
 export class ClaimPlanner {
   readonly #options: ClaimPlannerOptions;
   readonly #groups: ClaimGroup[];
-  /** The jobs the drain holds: per kind, those waiting or running (this drainer's own
+  /** The jobs the drain holds: per kind, those claimed or running (this drainer's own
    * `concurrency` counts these), and those the database counts as running until their
    * settlement returns (what a limited kind's next claim sees). */
   readonly #book: JobBook;
@@ -169,13 +169,13 @@ export class ClaimPlanner {
   }
 
   /**
-   * The claim to send now, given the jobs the book holds (claimed and waiting to start, and
+   * The claim to send now, given the jobs the book holds (claimed and queued to start, and
    * running), or null when none should go: as many as may be are in flight, there is no room for a
    * worthwhile batch, or all are drained.
    */
   next(): PlannedClaim | null {
-    const { waiting, running } = this.#book;
-    const held = waiting + running;
+    const { queued, running } = this.#book;
+    const held = queued + running;
     if (
       this.#inFlight > 0 &&
       (this.#inFlight >= this.#options.claimsInFlight || (this.#options.carryCompletions && !this.#grown))
@@ -193,7 +193,7 @@ export class ClaimPlanner {
     // A full batch, or half the capacity when that is smaller: a claim of one or two jobs per round
     // trip would waste the database's time while claimed jobs wait for slots — but a free slot with
     // nothing claimed for it takes any claim (slow handlers may hold every other slot for long).
-    const slotFree = running < concurrency && waiting + this.#inFlightSize === 0;
+    const slotFree = running < concurrency && queued + this.#inFlightSize === 0;
     const minClaim = coming === 0 || slotFree ? 1 : Math.min(batch, Math.ceil((concurrency + ahead) / 2));
     const now = Date.now();
     for (let i = 0; i < this.#groups.length; i++) {
@@ -207,7 +207,7 @@ export class ClaimPlanner {
           (group.limits?.globalConcurrency ?? Infinity) - (group.limits ? this.#book.unsettled(kind) : 0),
         ) - group.inFlight;
       // A kind limited across drainers claims no more than there are free slots to run it now:
-      // a job it claimed counts against its limit everywhere, so one held waiting here would keep
+      // a job it claimed counts against its limit everywhere, so one held queued here would keep
       // another drainer's free slot from running it.
       const freeSlots = group.limits ? concurrency - coming : Infinity;
       const size = apart ? Math.min(wanted, room, freeSlots) : wanted;

@@ -2,7 +2,7 @@
 // running and nothing to claim, the budget is spent, or the caller aborts. It is a short loop over
 // named parts, each the only owner of its state:
 //
-//   JobBook      (job-record.ts)     every claimed job as a record in one state — waiting, running,
+//   JobBook      (job-record.ts)     every claimed job as a record in one state — claimed, running,
 //                                    settling, done — changed only by guarded transitions; the one
 //                                    place that hears of a job's end and keeps the planner's counts
 //   ClaimPlanner (claim-planner.ts)  which kinds to claim next and how many: claim groups, per-kind
@@ -21,13 +21,13 @@
 // The loop is in one of three modes, each entered by one transition:
 //
 //   draining ──the deadline, or an abort──► stopping ──nothing left in flight──► done
-//   draining ──nothing waiting, running or being claimed, every group drained, no settlement on
+//   draining ──nothing queued, running or being claimed, every group drained, no settlement on
 //              its way──► done
 //
-// While draining, each turn starts waiting jobs in free slots, sends the claims the planner wants
+// While draining, each turn starts queued jobs in free slots, sends the claims the planner wants
 // (and looks again at once), then sleeps until something changes: a handler ends, a claim or
 // settlement returns, a notice arrives, a blocked kind's time or the poll comes, the deadline
-// passes. Stopping, no claim goes and no job starts: waiting jobs are released (attempt refunded),
+// passes. Stopping, no claim goes and no job starts: queued jobs are released (attempt refunded),
 // running handlers get until their (budget-clipped) timeout; done, every settlement is awaited and
 // the report returned.
 //
@@ -181,7 +181,7 @@ class DrainRun {
   readonly #leases: LeaseKeeper;
   readonly #handlerEnvironment: HandlerEnvironment;
   readonly #unsubscribe: () => void;
-  readonly #wakeup = new Wakeup();
+  readonly #wakeup = new LoopSleep();
   /** Tracing (src/tracing.ts): the API when the app uses OpenTelemetry, and each claimed job's
    * claim span context. */
   #tracing: OpenTelemetryApi | null = null;
@@ -380,7 +380,7 @@ class DrainRun {
     return (
       this.#planner.inFlight === 0 &&
       this.#book.running === 0 &&
-      this.#book.waiting === 0 &&
+      this.#book.queued === 0 &&
       this.#runners.every((r) => !r.busy)
     );
   }
@@ -526,7 +526,7 @@ class DrainRun {
   /** Its lease was lost before it started (whoever holds it now runs it), or someone cancelled it
    * (it ends cancelled without running). */
   #lostBeforeStart(record: JobRecord, error: LeaseLostError | JobCancelledError): void {
-    if (record.state !== 'waiting') return;
+    if (record.state !== 'claimed') return;
     if (error instanceof JobCancelledError) this.#settleCancelled(record);
     else record.forget();
   }
@@ -557,8 +557,9 @@ function budgetClock(started: number, budgetMs = Infinity, signal?: AbortSignal)
   };
 }
 
-/** The loop's sleep: until wake() (a handler ended, a claim or settlement returned), the deadline, or an abort. */
-class Wakeup {
+/** The loop's sleep: until wake() (a handler ended, a claim or settlement returned), the deadline, or an
+ * abort. A wake with nobody asleep is not kept: the loop looks at its state before it sleeps. */
+class LoopSleep {
   #resolve: () => void = () => {};
 
   wake(): void {

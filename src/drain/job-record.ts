@@ -1,23 +1,23 @@
 // A claimed job as the drain holds it, from its claim until its settlement has returned: one record
 // with one state, changed only by the transitions below, each of which checks where it comes from.
 //
-//   waiting ──start()────────► running ──finish(outcome)──► settling ──settled(result)──► done
+//   claimed ──start()────────► running ──finish(outcome)──► settling ──settled(result)──► done
 //      │                                                       ▲
 //      ├──finish('released' | 'cancelled') (never started)──────┘
 //      └──forget() (its lease was lost: another drainer runs it)─────────────────────────► done
 //
-//   waiting   claimed, its handler not started (the drain's queue, oldest first)
+//   claimed   its handler not started yet (the drain's queue, oldest first)
 //   running   its handler runs
 //   settling  its outcome is known: the settler has it (buffered, or in a statement on its way)
 //   done      its settlement returned, or it was never ours to settle: off the books
 //
 // The book (JobBook) holds the live records and is the one place that hears of every transition:
-// it keeps what the claim planner counts — jobs held per kind (waiting or running: this drainer's
+// it keeps what the claim planner counts — jobs held per kind (claimed or running: this drainer's
 // own `concurrency` counts them), jobs the database still counts as running per limited kind (every
 // state but done) —, counts how each job ended, and tells the drain loop that something changed.
 import type { ClaimedJob } from '../queries/index.ts';
 
-export type JobState = 'waiting' | 'running' | 'settling' | 'done';
+export type JobState = 'claimed' | 'running' | 'settling' | 'done';
 
 /** How the drain ends a job; the settlement statement says what it became. */
 /** `snoozed`: settled by its handler's own statement (run-handler.ts: SettledByStatement), already
@@ -47,7 +47,7 @@ export class JobRecord {
   readonly job: ClaimedJob;
   /** When its claim was sent (its lock dates from then, at the latest). */
   readonly claimSentAt: number;
-  #state: JobState = 'waiting';
+  #state: JobState = 'claimed';
   #outcome: JobOutcome | null = null;
   readonly #book: JobBook;
 
@@ -71,12 +71,12 @@ export class JobRecord {
   }
 
   start(): void {
-    this.#move(['waiting'], 'running');
+    this.#move(['claimed'], 'running');
   }
 
   /** Its end is known: to be settled as `outcome`. */
   finish(outcome: JobOutcome): void {
-    this.#move(outcome === 'released' || outcome === 'cancelled' ? ['waiting', 'running'] : ['running'], 'settling');
+    this.#move(outcome === 'released' || outcome === 'cancelled' ? ['claimed', 'running'] : ['running'], 'settling');
     this.#outcome = outcome;
   }
 
@@ -89,7 +89,7 @@ export class JobRecord {
 
   /** Its lease was lost before it started: someone else holds it now; nothing to settle. */
   forget(): void {
-    this.#move(['waiting'], 'done');
+    this.#move(['claimed'], 'done');
     this.#book.ended(this, 'lost');
   }
 
@@ -112,10 +112,10 @@ export interface JobBookOptions {
 export class JobBook {
   readonly counts: SettledCounts = { completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, snoozed: 0 };
   /** Claimed, not started, oldest first. */
-  readonly #waiting: JobRecord[] = [];
+  readonly #queued: JobRecord[] = [];
   #running = 0;
   #live = 0;
-  /** Per kind: held (waiting or running), and live (not done). */
+  /** Per kind: held (claimed or running), and live (not done). */
   readonly #held = new Map<string, number>();
   readonly #liveByKind = new Map<string, number>();
   readonly #options: JobBookOptions;
@@ -124,11 +124,11 @@ export class JobBook {
     this.#options = options;
   }
 
-  /** Records for jobs a claim brought back, waiting in claim order. */
+  /** Records for jobs a claim brought back, queued in claim order. */
   claimed(jobs: readonly ClaimedJob[], claimSentAt: number): JobRecord[] {
     const records = jobs.map((job) => new JobRecord(this, job, claimSentAt));
     for (const r of records) {
-      this.#waiting.push(r);
+      this.#queued.push(r);
       this.#add(this.#held, r.kind, 1);
       this.#add(this.#liveByKind, r.kind, 1);
       this.#live++;
@@ -137,18 +137,18 @@ export class JobBook {
     return records;
   }
 
-  /** The oldest waiting record, taken out of the queue to start (null when none waits). */
+  /** The oldest queued record, taken out of the queue to start (null when none is queued). */
   nextWaiting(): JobRecord | null {
-    return this.#waiting.shift() ?? null;
+    return this.#queued.shift() ?? null;
   }
 
-  /** Every waiting record, taken out of the queue (the drain is stopping: they are released). */
+  /** Every queued record, taken out of the queue (the drain is stopping: they are released). */
   takeWaiting(): JobRecord[] {
-    return this.#waiting.splice(0);
+    return this.#queued.splice(0);
   }
 
-  get waiting(): number {
-    return this.#waiting.length;
+  get queued(): number {
+    return this.#queued.length;
   }
 
   get running(): number {
@@ -160,7 +160,7 @@ export class JobBook {
     return this.#live;
   }
 
-  /** Jobs of `kind` waiting or running here. */
+  /** Jobs of `kind` claimed or running here. */
   held(kind: string): number {
     return this.#held.get(kind) ?? 0;
   }
@@ -172,13 +172,13 @@ export class JobBook {
 
   /** JobRecord's transitions report here; nothing else changes the counts. */
   moved(record: JobRecord, from: JobState, to: JobState): void {
-    if (from === 'waiting') {
-      const at = this.#waiting.indexOf(record);
-      if (at >= 0) this.#waiting.splice(at, 1);
+    if (from === 'claimed') {
+      const at = this.#queued.indexOf(record);
+      if (at >= 0) this.#queued.splice(at, 1);
     }
     if (to === 'running') this.#running++;
     if (from === 'running') this.#running--;
-    if ((from === 'waiting' || from === 'running') && to !== 'running') this.#add(this.#held, record.kind, -1);
+    if ((from === 'claimed' || from === 'running') && to !== 'running') this.#add(this.#held, record.kind, -1);
     if (to === 'done') {
       this.#live--;
       this.#add(this.#liveByKind, record.kind, -1);

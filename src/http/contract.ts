@@ -64,7 +64,7 @@ export const jobInput = z
       .optional()
       .meta({ description: 'Run no sooner than this many seconds from now. Not with runAt.' }),
     maxAttempts: option('maxAttempts'),
-    key: option('dedupeKey'),
+    dedupeKey: option('dedupeKey'),
     dedupeMode: option('dedupeMode'),
     groupKey: option('groupKey'),
     priority: option('priority'),
@@ -79,8 +79,8 @@ export const jobInput = z
     message: 'give runAt or delaySeconds, not both',
     path: ['delaySeconds'],
   })
-  .refine((j) => j.dedupeMode === undefined || j.key !== undefined, {
-    message: 'dedupeMode needs a key',
+  .refine((j) => j.dedupeMode === undefined || j.dedupeKey !== undefined, {
+    message: 'dedupeMode needs a dedupeKey',
     path: ['dedupeMode'],
   })
   .meta({ id: 'JobInput' });
@@ -375,7 +375,7 @@ export const kindStats = z
               .meta({ description: 'The first 100, by key.' }),
           })
           .optional()
-          .meta({ description: 'Group keys with limits of their own (PUT /kinds/:kind/groups/:key/limits).' }),
+          .meta({ description: 'Group keys with limits of their own (PUT /kinds/:kind/groups/:groupKey/limits).' }),
       })
       .optional()
       .meta({
@@ -428,7 +428,7 @@ export type GroupLimitsRemoved = z.output<typeof groupLimitsRemoved>;
 
 export const groupKeyParam = z.strictObject({
   kind: z.string().meta({ description: 'A job kind.', example: 'sync-account' }),
-  key: z.string().meta({ description: 'A group key (1 to 200 characters).', example: 'tenant:acme' }),
+  groupKey: z.string().meta({ description: 'A group key (1 to 200 characters).', example: 'tenant:acme' }),
 });
 
 export const subscriptionStats = z

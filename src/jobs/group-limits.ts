@@ -1,6 +1,6 @@
 // Limits per group key, from data: a tenant's own concurrency and rate, overriding its kind's
 // groupConcurrency and per-group rateLimit for that key (a paying tenant 10 at once, a free one 1).
-// One check, groupLimitsProblem(), for every way in (TypeScript here, PUT /kinds/:kind/groups/:key/limits;
+// One check, groupLimitsProblem(), for every way in (TypeScript here, PUT /kinds/:kind/groups/:groupKey/limits;
 // pgdrain.set_group_limits() in SQL checks the same bounds).
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH, keyProblem } from '../db/constants.ts';
 import { type Db, deleteGroupLimits, writeGroupLimits } from '../queries/index.ts';

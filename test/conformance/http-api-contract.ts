@@ -110,8 +110,8 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
       });
 
       it('returns the existing job for a key that is still queued', async () => {
-        const first = await (await post('/jobs', { kind: 'noop', payload: { v: 1 }, key: 'invoice-9' })).json();
-        const res = await post('/jobs', { kind: 'noop', payload: { v: 2 }, key: 'invoice-9' });
+        const first = await (await post('/jobs', { kind: 'noop', payload: { v: 1 }, dedupeKey: 'invoice-9' })).json();
+        const res = await post('/jobs', { kind: 'noop', payload: { v: 2 }, dedupeKey: 'invoice-9' });
         expect(res.status).toBe(200);
         expect(await res.json()).toEqual({ id: first.id, status: 'pending', runAt: first.runAt, deduplicated: true });
         expect(await jobCount()).toBe(1);
@@ -122,7 +122,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           await post('/jobs', {
             kind: 'noop',
             payload: { v: 1 },
-            key: 'sync-3',
+            dedupeKey: 'sync-3',
             dedupeMode: 'replace',
             groupKey: 'tenant-3',
           })
@@ -131,7 +131,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         const res = await post('/jobs', {
           kind: 'noop',
           payload: { v: 2 },
-          key: 'sync-3',
+          dedupeKey: 'sync-3',
           dedupeMode: 'replace',
           delaySeconds: 60,
         });
@@ -143,7 +143,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         const batch = await post('/jobs/batch', {
           jobs: [
             { kind: 'noop', payload: 1, groupKey: 'tenant-4' },
-            { kind: 'noop', payload: 2, key: 'sync-3', dedupeMode: 'replace' },
+            { kind: 'noop', payload: 2, dedupeKey: 'sync-3', dedupeMode: 'replace' },
           ],
         });
         expect(batch.status).toBe(201);
@@ -166,10 +166,10 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           await post('/jobs', { kind: 'noop', payload: {}, dedupeMode: 'replace' }),
           400,
           'invalid_request',
-          'dedupeMode needs a key',
+          'dedupeMode needs a dedupeKey',
         );
         await expectError(
-          await post('/jobs', { kind: 'noop', payload: {}, key: 'k', dedupeMode: 'merge' }),
+          await post('/jobs', { kind: 'noop', payload: {}, dedupeKey: 'k', dedupeMode: 'merge' }),
           400,
           'invalid_request',
           'dedupeMode',
@@ -179,7 +179,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
 
       it('stores SQL-looking strings verbatim', async () => {
         const nasty = '\'); DROP TABLE jobs; -- \\ " $1 \u2028 😀';
-        const res = await post('/jobs', { kind: 'noop', payload: { nasty }, key: nasty });
+        const res = await post('/jobs', { kind: 'noop', payload: { nasty }, dedupeKey: nasty });
         expect(res.status).toBe(201);
         expect(await t.query('SELECT payload, dedupe_key FROM pgdrain.jobs')).toEqual([
           { payload: { nasty }, dedupe_key: nasty },
@@ -633,7 +633,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           'timeoutMs',
         );
         await expectError(
-          await post('/jobs', { kind: 'noop', payload: 9, after: [parent], key: 'k' }),
+          await post('/jobs', { kind: 'noop', payload: 9, after: [parent], dedupeKey: 'k' }),
           422,
           'invalid_option',
           'dedupe key',

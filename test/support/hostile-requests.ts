@@ -107,7 +107,7 @@ const job = fc
       runAt: dateText,
       delaySeconds: number,
       maxAttempts: number,
-      key: mostly(fc.string({ minLength: 1, maxLength: 10 }), weirdText),
+      dedupeKey: mostly(fc.string({ minLength: 1, maxLength: 10 }), weirdText),
       priority: number,
       extra: fc.jsonValue({ maxDepth: 1 }),
     },

@@ -60,14 +60,14 @@ export const SCOPED_ROUTES: ScopedRoute[] = [
   {
     method: 'PUT',
     path: '/kinds/noop/groups/scope-test/limits',
-    pattern: '/kinds/:kind/groups/:key/limits',
+    pattern: '/kinds/:kind/groups/:groupKey/limits',
     body: { concurrency: 2 },
     needs: 'admin',
   },
   {
     method: 'DELETE',
     path: '/kinds/noop/groups/scope-test/limits',
-    pattern: '/kinds/:kind/groups/:key/limits',
+    pattern: '/kinds/:kind/groups/:groupKey/limits',
     needs: 'admin',
   },
   { method: 'POST', path: '/events', pattern: '/events', body: { event: 'scope.test', key: 'k' }, needs: 'enqueue' },

@@ -131,7 +131,7 @@ const WAIT_RECHECK_MS = 1_000;
  */
 async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise<JobBody | GoneJob> {
   const deadline = Date.now() + seconds * 1000;
-  const heard = new Wakeup();
+  const heard = new LatchedWakeup();
   const unsubscribe = api.finishedJobs?.subscribe(id, () => heard.wake()) ?? (() => {});
   try {
     return await api.withDb(async (db) => {
@@ -198,7 +198,7 @@ async function readJobOrNote(db: Db, id: string, registry: JobRegistry): Promise
 }
 
 /** A sleep that wake() ends early (a wake with nobody sleeping is kept for the next sleep). */
-class Wakeup {
+class LatchedWakeup {
   #woken = false;
   #resolve: (() => void) | undefined;
 
@@ -239,14 +239,14 @@ function wantsRunNow(api: ApiRuntime, input: JobInput): boolean {
 /** The request's jobs through the enqueue pipeline: a refusal is a 4xx naming the job (`jobs[3]`). */
 function prepare(c: Context<AppEnv>, inputs: readonly JobInput[], list: '' | 'jobs') {
   const requests = inputs.map((input): EnqueueRequest => {
-    const { kind, payload, runAt, delaySeconds, key, runNow: _runNow, ...options } = input;
+    const { kind, payload, runAt, delaySeconds, runNow: _runNow, ...options } = input;
     const at =
       runAt !== undefined
         ? new Date(runAt)
         : delaySeconds !== undefined
           ? new Date(Date.now() + delaySeconds * 1000)
           : undefined;
-    return { kind, payload, ...options, runAt: at, dedupeKey: key };
+    return { kind, payload, ...options, runAt: at };
   });
   try {
     return prepareEnqueue(requests, {

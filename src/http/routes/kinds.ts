@@ -30,9 +30,9 @@ async function knownKind(c: Context<AppEnv>): Promise<string> {
 
 /** The path's group key, checked as a key in a body is (1 to 200 characters, no NUL), else 400. */
 function groupKeyOf(c: Context<AppEnv>): string {
-  const key = c.req.param('key') ?? '';
+  const key = c.req.param('groupKey') ?? '';
   const problem = keyProblem(key, MAX_GROUP_KEY_LENGTH);
-  if (problem) throw new ApiError(400, 'invalid_request', `key: ${problem}`);
+  if (problem) throw new ApiError(400, 'invalid_request', `groupKey: ${problem}`);
   return key;
 }
 
@@ -63,7 +63,7 @@ function refuseLimitsThatDoNothing(c: Context<AppEnv>, kind: string, withRate: b
 }
 
 export function kindRoutes(app: Hono<AppEnv>): void {
-  app.put('/kinds/:kind/groups/:key/limits', describe.setGroupLimits, access('admin'), async (c) => {
+  app.put('/kinds/:kind/groups/:groupKey/limits', describe.setGroupLimits, access('admin'), async (c) => {
     const groupKey = groupKeyOf(c);
     const input = parseInput(groupLimitsInput, await readJson(c), '');
     const kind = await knownKind(c);
@@ -74,7 +74,7 @@ export function kindRoutes(app: Hono<AppEnv>): void {
     return c.json({ kind, groupKey, concurrency: input.concurrency ?? null, rateLimit: input.rateLimit ?? null });
   });
 
-  app.delete('/kinds/:kind/groups/:key/limits', describe.removeGroupLimits, access('admin'), async (c) => {
+  app.delete('/kinds/:kind/groups/:groupKey/limits', describe.removeGroupLimits, access('admin'), async (c) => {
     const groupKey = groupKeyOf(c);
     const kind = await knownKind(c);
     const removed = await c.var.api.withDb((db) => removeGroupLimits(db, { kind, groupKey }));

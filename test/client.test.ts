@@ -5,7 +5,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createClient, PgdrainApiError } from '../src/entry/client.ts';
 import * as contract from '../src/http/contract.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const TOKEN = 'client-test-token-0123456789';
 const READ_TOKEN = 'client-read-token-0123456789';

@@ -17,7 +17,8 @@ import { createApp } from '../src/http/app.ts';
 import { createDefaultRegistry } from '../src/jobs/index.ts';
 import type { Db } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const haveChromium = existsSync(CHROMIUM);

@@ -14,7 +14,8 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startWsProxy } from '../src/dev/ws-proxy.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type FixtureWorker, startFixtureWorker } from './support/fixture-worker.ts';
-import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const SIDECAR = fileURLToPath(new URL('./fixtures/events/sidecar.ts', import.meta.url));
 const WORKER_CONFIG = fileURLToPath(new URL('./fixtures/events/wrangler.toml', import.meta.url));

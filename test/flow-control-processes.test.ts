@@ -19,7 +19,8 @@ import { startWsProxy } from '../src/dev/ws-proxy.ts';
 import { enqueueMany } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type FixtureWorker, startFixtureWorker } from './support/fixture-worker.ts';
-import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const SIDECAR = fileURLToPath(new URL('./fixtures/limits/sidecar.ts', import.meta.url));
 const WORKER_CONFIG = fileURLToPath(new URL('./fixtures/limits/wrangler.toml', import.meta.url));

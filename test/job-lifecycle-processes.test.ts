@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createClient, type Job } from '../src/client/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const SIDECAR = fileURLToPath(new URL('./fixtures/lifecycle/sidecar.ts', import.meta.url));
 const TOKEN = 'lifecycle-test-token-0123456789';

@@ -12,8 +12,9 @@ import { LeaseKeeper } from '../src/drain/lease-keeper.ts';
 import { JobRegistry, defineJob } from '../src/jobs/index.ts';
 import { type Db, claim, enqueue, enqueueMany, reap } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { until } from './support/sidecar-process.ts';
+
 import { startTcpProxy } from './support/tcp-proxy.ts';
+import { until } from './support/time.ts';
 
 let t: TestDatabase;
 beforeAll(async () => {

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { until } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/sidecar-with-test-kinds.ts', import.meta.url));
 let t: TestDatabase;

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { JobRegistry, createDefaultRegistry, defineJob } from '../src/jobs/index.ts';
 import { claim, claimLimited, complete, enqueueMany, failMany } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { until } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const TOKEN = 'test-token-metrics-1';
 const METRICS_TOKEN = 'scraper-token-2b8e41';

@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { freePort } from '../src/db/embedded.ts';
 import { startWsProxy } from '../src/dev/ws-proxy.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { until } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const execFileAsync = promisify(execFile);
 const REPO = fileURLToPath(new URL('..', import.meta.url));

@@ -5,8 +5,9 @@ import { z } from 'zod';
 import { JobRegistry, defineJob, noopJob } from '../src/jobs/index.ts';
 import { checkSchedules, defineSchedule, describeSchedules, evaluateSchedules } from '../src/schedules.ts';
 import { startSidecar } from '../src/sidecar/index.ts';
-import { until } from './support/sidecar-process.ts';
+
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { until } from './support/time.ts';
 
 let t: TestDatabase;
 const report = defineJob({

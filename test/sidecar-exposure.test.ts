@@ -7,7 +7,8 @@ import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const FAKE_DNS = fileURLToPath(new URL('./fixtures/fake-dns.ts', import.meta.url));
 const TOKEN = 'exposure-test-token-0123456789';

@@ -10,8 +10,8 @@ import { startEmbeddedPostgres } from '../src/db/embedded.ts';
 import { migrateDatabase } from '../src/db/migrate.ts';
 import { type Db, enqueue, enqueueMany } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
-import { sleep } from './support/time.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { sleep, until } from './support/time.ts';
 
 const TOKEN = 'sidecar-test-token-0123456789';
 

@@ -13,7 +13,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const SIDECAR = fileURLToPath(new URL('./fixtures/stock/sidecar.ts', import.meta.url));
 const SERIAL_KINDS = ['serial_group', 'serial_global', 'serial_fair'];

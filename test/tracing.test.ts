@@ -18,7 +18,9 @@ import { JobRegistry, defineJob } from '../src/jobs/registry.ts';
 import { enqueue, enqueueMany } from '../src/jobs/enqueue.ts';
 import { defineWorkflow } from '../src/workflows/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { startSidecarProcess, until } from './support/sidecar-process.ts';
+import { startSidecarProcess } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
+
 import { type ExportedSpan, registerTracing } from './support/tracing.ts';
 
 const SIDECAR = fileURLToPath(new URL('./fixtures/tracing/sidecar.ts', import.meta.url));

@@ -8,7 +8,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { createClient } from '../src/client/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { type SidecarProcess, startSidecarProcess, until } from './support/sidecar-process.ts';
+import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
+import { until } from './support/time.ts';
 
 const SIDECAR = fileURLToPath(new URL('./fixtures/workflows/sidecar.ts', import.meta.url));
 const TOKEN = 'workflow-test-token-0123456789';

@@ -29,7 +29,8 @@ import type { ClaimedJob } from '../queries/index.ts';
 import { type OpenTelemetryApi, ProcessSpan, traceClaim } from '../tracing.ts';
 import type { Claimer } from './claimer.ts';
 import { JobBook, type JobRecord } from './job-record.ts';
-import { JobCancelledError, LeaseLostError, type LeaseKeeper } from './lease-keeper.ts';
+import type { LeaseKeeper } from './lease-keeper.ts';
+import { attemptEndOf, traceOutcome } from './attempt-end.ts';
 import { keptResult } from './run-handler.ts';
 import type { Settler } from './settler.ts';
 
@@ -297,24 +298,20 @@ export class BatchRunner {
     const { job } = record;
     const progressJson = this.#deps.leases.drop(job.id);
     const span = spans.get(job.id);
-    const lost = givenUp.get(job.id);
-    if (lost instanceof JobCancelledError) {
-      const keepSeconds = this.#definition.keepCompletedSeconds ?? 0;
-      span?.end('cancelled', lost);
-      this.#deps.settler.complete(record, keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined, 'cancelled');
-      return;
-    }
-    const error = lost ?? (outcome instanceof Error ? outcome : null);
+    // Its lease given up (cancelled, lost) wins over what the call answered; an Error is its failure.
+    const error = givenUp.get(job.id) ?? (outcome instanceof Error ? outcome : null);
     if (error) {
-      span?.end(
-        error instanceof LeaseLostError
-          ? 'lost'
-          : error instanceof PermanentJobError || job.attempts >= job.maxAttempts
-            ? 'dead'
-            : 'retry',
-        error,
-      );
-      this.#deps.settler.fail(record, error, this.#definition.backoff);
+      const end = attemptEndOf(job, error);
+      span?.end(traceOutcome(end), error);
+      if (end.as === 'cancelled') {
+        const keepSeconds = this.#definition.keepCompletedSeconds ?? 0;
+        this.#deps.settler.complete(
+          record,
+          keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined,
+          'cancelled',
+        );
+      } else if (end.as === 'released') this.#deps.settler.release([record], end.reason);
+      else this.#deps.settler.fail(record, error, this.#definition.backoff);
       return;
     }
     let kept;

@@ -49,7 +49,7 @@
 // Every "next due" is a pending job's run_at: a retry's backoff and a snooze are kept (due-times.ts)
 // so an open drain claims their kinds at that time, and the report says when the earliest is.
 import type { OpenTransactionConnection } from '../db/connections.ts';
-import { type JobDefinition, type JobRegistry, PermanentJobError } from '../jobs/registry.ts';
+import type { JobDefinition, JobRegistry } from '../jobs/registry.ts';
 import type { ClaimedJob, Db } from '../queries/index.ts';
 import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '../tracing.ts';
 import { BatchRunner } from './batch-runner.ts';
@@ -58,7 +58,7 @@ import { batchOf } from '../jobs/batch.ts';
 import { Claimer } from './claimer.ts';
 import { DueTimes } from './due-times.ts';
 import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
-import { JobCancelledError, LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
+import { type JobCancelledError, type LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
 import { JOB_DEFAULTS } from '../db/constants.ts';
 import type { DrainNotices } from './notices.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
@@ -66,9 +66,10 @@ import {
   HandlerAbandonedError,
   type HandlerEnvironment,
   type HandlerOutcome,
-  SettledByStatement,
+  type SettledByStatement,
   runHandler,
 } from './run-handler.ts';
+import { type AttemptEnd, attemptEndOf, traceOutcome } from './attempt-end.ts';
 import { Settler } from './settler.ts';
 
 export { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
@@ -344,7 +345,7 @@ class DrainRun {
 
   /** draining: start what fits, claim what the planner wants, and see whether all is done. */
   #drainTurn(): void {
-    for (let record: JobRecord | null; this.#slotsInUse < this.#concurrency && (record = this.#book.nextWaiting()); )
+    for (let record: JobRecord | null; this.#slotsInUse < this.#concurrency && (record = this.#book.nextQueued()); )
       this.#start(record);
     for (const runner of this.#runners) {
       // Held open by running handlers: a drained batch kind is looked at again at the poll, as the planner's are.
@@ -367,7 +368,7 @@ class DrainRun {
 
   /** stopping: release what waits; done once nothing is claimed or running any more. */
   #stopTurn(): void {
-    this.#settler.release(this.#book.takeWaiting());
+    this.#settler.release(this.#book.takeQueued());
     for (const runner of this.#runners) runner.stop();
     if (this.#idle) this.#setMode('stopping', 'done');
   }
@@ -450,13 +451,20 @@ class DrainRun {
       },
       (error: unknown) => {
         this.#leases.drop(job.id);
-        span?.end(outcomeOf(job, error), error);
-        if (error instanceof SettledByStatement) this.#snoozed(record, error);
-        else if (error instanceof HandlerAbandonedError) this.#settler.release([record], error.message);
-        else if (error instanceof JobCancelledError) this.#settleCancelled(record);
-        else this.#settler.fail(record, error, this.#registry.get(job.kind)?.backoff);
+        const end = attemptEndOf(job, error);
+        span?.end(traceOutcome(end), error);
+        this.#ended(record, end);
       },
     );
+  }
+
+  /** An attempt that did not return: what its end (attempt-end.ts) asks of the settler. */
+  #ended(record: JobRecord, end: AttemptEnd): void {
+    if (end.as === 'snoozed') this.#snoozed(record, end.settled);
+    else if (end.as === 'released') this.#settler.release([record], end.reason);
+    else if (end.as === 'cancelled') this.#settleCancelled(record);
+    // Failed, or lost: the failing statement retries it, makes it dead, or is refused by the token.
+    else this.#settler.fail(record, end.error, this.#registry.get(record.kind)?.backoff);
   }
 
   #settle(record: JobRecord, outcome: HandlerOutcome, progressJson: string | undefined): void {
@@ -527,18 +535,9 @@ class DrainRun {
    * (it ends cancelled without running). */
   #lostBeforeStart(record: JobRecord, error: LeaseLostError | JobCancelledError): void {
     if (record.state !== 'claimed') return;
-    if (error instanceof JobCancelledError) this.#settleCancelled(record);
+    if (attemptEndOf(record.job, error).as === 'cancelled') this.#settleCancelled(record);
     else record.forget();
   }
-}
-
-/** What a failed attempt leads to, for its trace: `retry`, `dead`, `cancelled`, `released`, `lost`. */
-function outcomeOf(job: ClaimedJob, error: unknown): string {
-  if (error instanceof SettledByStatement) return 'snoozed';
-  if (error instanceof JobCancelledError) return 'cancelled';
-  if (error instanceof HandlerAbandonedError) return 'released';
-  if (error instanceof LeaseLostError) return 'lost';
-  return error instanceof PermanentJobError || job.attempts >= job.maxAttempts ? 'dead' : 'retry';
 }
 
 /**

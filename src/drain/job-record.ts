@@ -138,12 +138,12 @@ export class JobBook {
   }
 
   /** The oldest queued record, taken out of the queue to start (null when none is queued). */
-  nextWaiting(): JobRecord | null {
+  nextQueued(): JobRecord | null {
     return this.#queued.shift() ?? null;
   }
 
   /** Every queued record, taken out of the queue (the drain is stopping: they are released). */
-  takeWaiting(): JobRecord[] {
+  takeQueued(): JobRecord[] {
     return this.#queued.splice(0);
   }
 

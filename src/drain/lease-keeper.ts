@@ -18,7 +18,7 @@
 // renewal forward, but never to less than a second after the previous one), and its answer says
 // which jobs someone asked to cancel: those are given up like lost ones, with JobCancelledError,
 // and the drain ends them cancelled. checkNow() renews at once (a sidecar heard of a cancel).
-import { type ClaimedJob, type Db, renew } from '../queries/index.ts';
+import { type ClaimedJob, type Db, type HeldLease, type RenewedLease, renew } from '../queries/index.ts';
 import type { JobRecord } from './job-record.ts';
 import { PgdrainError } from '../errors.ts';
 
@@ -59,10 +59,11 @@ export interface LeaseKeeperOptions {
   /** A job lost (LeaseLostError) or cancelled (JobCancelledError) before its handler started:
    * the drain must not start it. */
   onLostUnstarted: (record: JobRecord, error: LeaseLostError | JobCancelledError) => void;
+  /** The renewal statement (default: src/queries' renew on `db`); a unit test passes its own. */
+  renew?: (held: readonly HeldLease[]) => Promise<RenewedLease[]>;
 }
 
 export class LeaseKeeper {
-  readonly #db: Db;
   readonly #options: LeaseKeeperOptions;
   readonly #leases = new Map<string, Lease>();
   #renewing = false;
@@ -76,9 +77,11 @@ export class LeaseKeeper {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #stopped = false;
 
+  readonly #renewStatement: (held: readonly HeldLease[]) => Promise<RenewedLease[]>;
+
   constructor(db: Db, options: LeaseKeeperOptions) {
-    this.#db = db;
     this.#options = options;
+    this.#renewStatement = options.renew ?? ((held) => renew(db, held));
   }
 
   /** Jobs just claimed; their locks date from when the claim was sent, at the latest. */
@@ -134,7 +137,7 @@ export class LeaseKeeper {
     if (!lease || progressJson === undefined) return;
     const { job } = lease;
     const visibilityTimeoutSeconds = lease.visibilityTimeoutMs / 1000;
-    await renew(this.#db, [{ id: job.id, lockedBy: job.lockedBy, visibilityTimeoutSeconds, progressJson }]);
+    await this.#renewStatement([{ id: job.id, lockedBy: job.lockedBy, visibilityTimeoutSeconds, progressJson }]);
     if (lease.progressJson === progressJson) lease.progressJson = undefined;
   }
 
@@ -227,8 +230,7 @@ export class LeaseKeeper {
     const sent = [...this.#leases.values()]
       .filter((lease) => !lease.settling)
       .map((lease) => ({ lease, progressJson: lease.progressJson }));
-    this.#renewal = renew(
-      this.#db,
+    this.#renewal = this.#renewStatement(
       sent.map(({ lease, progressJson }) => ({
         id: lease.job.id,
         lockedBy: lease.job.lockedBy,

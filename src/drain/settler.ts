@@ -49,7 +49,19 @@ export interface SettlerOptions {
   onReturned?: () => void;
   /** A failed job of `kind` goes back to pending, due again at `runAt` (its backoff). */
   onRetry?: (runAt: Date, kind: string) => void;
+  /** The settlement statements (default: src/queries' on `db`); a unit test passes its own. */
+  statements?: SettlementStatements;
 }
+
+/** The statements a settler sends. */
+export interface SettlementStatements {
+  completeJobs: typeof completeJobs;
+  completeFollowed: typeof completeFollowed;
+  failJobs: typeof failJobs;
+  release: typeof release;
+}
+
+const QUERIES: SettlementStatements = { completeJobs, completeFollowed, failJobs, release };
 
 /** What a kept job stores with its completion. */
 export type Kept = Pick<CompletedJob, 'keepSeconds' | 'resultJson' | 'progressJson'>;
@@ -68,13 +80,16 @@ export class Settler {
   readonly #failures: SettlementBatcher<{ record: JobRecord; failure: Failure }>;
   #claimsInFlight = 0;
 
+  readonly #statements: SettlementStatements;
+
   constructor(db: Db, options: SettlerOptions) {
     this.#db = db;
     this.#options = options;
+    const statements = (this.#statements = options.statements ?? QUERIES);
     const counted = { recordCounts: options.recordCounts };
     this.#completions = new SettlementBatcher(
       (work) => this.#track(work),
-      (batch) => this.#complete(batch, () => completeJobs(db, batch.map(completedJob), counted)),
+      (batch) => this.#complete(batch, () => statements.completeJobs(db, batch.map(completedJob), counted)),
       () => options.carryCompletions && this.#claimsInFlight > 0,
     );
     this.#failures = new SettlementBatcher(
@@ -83,7 +98,7 @@ export class Settler {
         this.#settle(
           batch.map((b) => b.record),
           () =>
-            failJobs(
+            statements.failJobs(
               db,
               batch.map((b) => b.failure),
               counted,
@@ -147,7 +162,7 @@ export class Settler {
       this.#settle(
         records,
         () =>
-          release(
+          this.#statements.release(
             this.#db,
             records.map((r) => r.job),
             reason,
@@ -182,7 +197,9 @@ export class Settler {
     if (rest.length > 0)
       this.#track(
         this.#complete(rest, () =>
-          completeFollowed(this.#db, rest.map(completedJob), { recordCounts: this.#options.recordCounts }),
+          this.#statements.completeFollowed(this.#db, rest.map(completedJob), {
+            recordCounts: this.#options.recordCounts,
+          }),
         ),
       );
   }

@@ -34,14 +34,7 @@ import {
   rollUpCounts,
   stats,
 } from '../../src/queries/index.ts';
-import { sleep } from '../support/time.ts';
-
-/** Polls until `probe` returns `expected` (5 s at most). */
-async function until<T>(probe: () => Promise<T>, expected: T): Promise<void> {
-  for (const deadline = Date.now() + 5_000; Date.now() < deadline; await sleep(20))
-    if ((await probe()) === expected) return;
-  throw new Error(`timed out waiting for ${String(expected)}`);
-}
+import { sleep, until } from '../support/time.ts';
 
 export interface Listener {
   /** Payloads received on the channel so far. */
@@ -670,7 +663,11 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       ]);
       const { id } = await enqueue(h.db, { kind: 'waits', payload: {} });
       const drained = drain(h.db, registry, { workerId: 'lease-lost', visibilityTimeoutSeconds: 1 });
-      await until(() => count(`status = 'running'`), 1);
+      await until(
+        () => count(`status = 'running'`),
+        (n) => n === 1,
+        5_000,
+      );
       await h.query(`UPDATE pgdrain.jobs SET locked_by = 'someone-else:1', locked_at = now() WHERE id = $1`, [id]);
       const report = await drained;
       expect(String(abortedWith)).toMatch(/LeaseLostError: job \d+: its lease was lost/);
@@ -711,7 +708,11 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
           job: { id, kind: 'fax', status: 'pending', attempts: 0, lastError: 'busy' },
         });
         expect(statements).toEqual(['execute']);
-        await until(async () => listener.received.length, 1);
+        await until(
+          () => listener.received.length,
+          (n) => n === 1,
+          5_000,
+        );
         expect(listener.received).toEqual(['fax']);
       } finally {
         await listener.close();

@@ -1,0 +1,379 @@
+// The drain's parts on their own, without a database: the book of claimed jobs (each record's
+// transitions and the refusals), how an attempt's end is sorted (attempt-end.ts), the settler's
+// batching, resends and answers, and the lease keeper's renewals, losses and cancels — each given
+// statements of the test's own that answer as the database would, and record what was sent. What
+// the statements do in PostgreSQL is the conformance suites' (test/conformance/).
+import { afterEach, describe, expect, it } from 'vitest';
+import { type AttemptEnd, attemptEndOf, traceOutcome } from '../src/drain/attempt-end.ts';
+import { JobBook, type JobRecord } from '../src/drain/job-record.ts';
+import { JobCancelledError, LeaseKeeper, LeaseLostError } from '../src/drain/lease-keeper.ts';
+import { HandlerAbandonedError, SettledByStatement } from '../src/drain/run-handler.ts';
+import { SETTLE_ATTEMPTS, type SettlementStatements, Settler } from '../src/drain/settler.ts';
+import { PermanentJobError, RetryLaterError } from '../src/jobs/registry.ts';
+import type { ClaimedJob, Db, HeldLease } from '../src/queries/index.ts';
+import { sleep, until } from './support/time.ts';
+
+let nextId = 1;
+const job = (over: Partial<ClaimedJob> = {}): ClaimedJob => {
+  const id = String(nextId++);
+  return {
+    id,
+    kind: 'k',
+    payload: {},
+    attempts: 1,
+    maxAttempts: 3,
+    priority: 0,
+    groupKey: null,
+    timeoutMs: null,
+    runAt: new Date(),
+    lockedBy: `test:${id}`,
+    visibilityTimeoutSeconds: null,
+    traceparent: null,
+    createdAt: new Date(),
+    ...over,
+  };
+};
+/** No statement reaches it: every part under test is given its own statements. */
+const NO_DB = {} as Db;
+
+describe('the book of claimed jobs', () => {
+  it('a job goes claimed → running → settling → done, counted by how it settled', () => {
+    const done: string[] = [];
+    const book = new JobBook({ onDone: (kind) => done.push(kind) });
+    const [a, b] = book.claimed([job(), job({ kind: 'other' })], Date.now());
+    expect([book.queued, book.running, book.live, book.held('k'), book.held('other')]).toEqual([2, 0, 2, 1, 1]);
+    expect(book.nextQueued()).toBe(a);
+    a!.start();
+    expect([a!.state, book.queued, book.running, book.held('k')]).toEqual(['running', 1, 1, 1]);
+    a!.finish('completed');
+    expect([a!.state, a!.outcome, book.running, book.held('k'), book.unsettled('k')]).toEqual([
+      'settling',
+      'completed',
+      0,
+      0,
+      1,
+    ]);
+    a!.settled('completed');
+    expect([a!.state, book.live, book.unsettled('k'), book.counts.completed, done]).toEqual(['done', 1, 0, 1, ['k']]);
+    expect(b!.state).toBe('claimed');
+  });
+
+  it('refuses every move that does not come from where it must', () => {
+    const book = new JobBook();
+    const [a] = book.claimed([job()], Date.now());
+    expect(() => a!.finish('completed')).toThrow(/cannot go from claimed to settling/);
+    expect(() => a!.settled('completed')).toThrow(/cannot go from claimed to done/);
+    a!.start();
+    expect(() => a!.start()).toThrow(/cannot go from running to running/);
+    expect(() => a!.forget()).toThrow(/cannot go from running to done/);
+    a!.finish('failed');
+    expect(() => a!.finish('failed')).toThrow(/cannot go from settling to settling/);
+    a!.settled('failed');
+    expect(() => a!.settled('failed')).toThrow(/cannot go from done to done/);
+    expect(book.counts).toMatchObject({ failed: 1, completed: 0 });
+  });
+
+  it('a job that never started may be released, cancelled or forgotten (lost); a failed statement counts nowhere', () => {
+    const book = new JobBook();
+    const [released, cancelled, lost, unsettled] = book.claimed([job(), job(), job(), job()], Date.now());
+    expect(book.takeQueued()).toEqual([released, cancelled, lost, unsettled]);
+    expect(book.queued).toBe(0);
+    released!.finish('released');
+    released!.settled('released');
+    cancelled!.finish('cancelled');
+    cancelled!.settled('cancelled');
+    lost!.forget();
+    unsettled!.start();
+    unsettled!.finish('completed');
+    unsettled!.settled(null);
+    expect(book.counts).toEqual({ completed: 0, failed: 0, dead: 0, released: 1, cancelled: 1, lost: 1, snoozed: 0 });
+    expect([book.live, book.held('k'), book.unsettled('k')]).toEqual([0, 0, 0]);
+  });
+});
+
+describe("an attempt's end", () => {
+  const ends = (j: ClaimedJob, error: unknown): [AttemptEnd['as'], string] => {
+    const end = attemptEndOf(j, error);
+    return [end.as, traceOutcome(end)];
+  };
+
+  it('sorts each way an attempt gives up into what the drain does with its job', () => {
+    const j = job({ attempts: 1, maxAttempts: 3 });
+    expect(ends(j, new SettledByStatement('slept', Date.now() + 1000))).toEqual(['snoozed', 'snoozed']);
+    expect(ends(j, new HandlerAbandonedError('shut down'))).toEqual(['released', 'released']);
+    expect(ends(j, new JobCancelledError('asked to'))).toEqual(['cancelled', 'cancelled']);
+    expect(ends(j, new LeaseLostError('reaped'))).toEqual(['lost', 'lost']);
+    expect(ends(j, new Error('boom'))).toEqual(['failed', 'retry']);
+    expect(ends(j, 'not even an Error')).toEqual(['failed', 'retry']);
+    expect(ends(j, new RetryLaterError('later', 5))).toEqual(['failed', 'retry']);
+  });
+
+  it('a failure is dead when it is permanent or the last attempt', () => {
+    expect(ends(job({ attempts: 1, maxAttempts: 3 }), new PermanentJobError('never'))).toEqual(['failed', 'dead']);
+    expect(ends(job({ attempts: 3, maxAttempts: 3 }), new Error('boom'))).toEqual(['failed', 'dead']);
+    expect(attemptEndOf(job(), new SettledByStatement('woken by an event', null))).toMatchObject({
+      settled: { dueAt: null },
+    });
+  });
+});
+
+/** Settlement statements that answer as the database would and record what they were sent. */
+function fakeStatements(answer: { lost?: Set<string>; fail?: () => unknown; retryAt?: Date } = {}) {
+  const sent: { statement: string; ids: string[]; extra?: unknown }[] = [];
+  const kept = (ids: string[]) => ids.filter((id) => !answer.lost?.has(id));
+  const maybeFail = () => {
+    const error = answer.fail?.();
+    if (error) throw error;
+  };
+  const statements: SettlementStatements = {
+    completeJobs: async (_db, held) => {
+      sent.push({ statement: 'complete', ids: held.map((h) => h.id) });
+      maybeFail();
+      return { ended: kept(held.map((h) => h.id)).map((id) => ({ id, status: 'completed' })), unblockedKinds: [] };
+    },
+    completeFollowed: async (_db, held) => {
+      sent.push({ statement: 'completeFollowed', ids: held.map((h) => h.id) });
+      return { ended: held.map((h) => ({ id: h.id, status: 'completed' })), unblockedKinds: [] };
+    },
+    failJobs: async (_db, failures) => {
+      sent.push({
+        statement: 'fail',
+        ids: failures.map((f) => f.id),
+        extra: failures.map((f) => ({ permanent: f.permanent, retryAfterSeconds: f.retryAfterSeconds })),
+      });
+      maybeFail();
+      return {
+        outcomes: failures.map((f) =>
+          answer.lost?.has(f.id)
+            ? { outcome: 'lost' as const }
+            : f.permanent
+              ? { outcome: 'dead' as const, attempts: 1 }
+              : { outcome: 'retry' as const, runAt: answer.retryAt ?? new Date(), attempts: 1 },
+        ),
+        unblockedKinds: [],
+      };
+    },
+    release: async (_db, held, reason) => {
+      sent.push({ statement: 'release', ids: held.map((h) => h.id), extra: reason });
+      return kept(held.map((h) => h.id));
+    },
+  };
+  return { statements, sent };
+}
+
+/** Records claimed and started, as the drain hands them to the settler. */
+const running = (book: JobBook, n: number): JobRecord[] => {
+  const records = book.claimed(
+    Array.from({ length: n }, () => job()),
+    Date.now(),
+  );
+  for (const r of records) {
+    book.nextQueued();
+    r.start();
+  }
+  return records;
+};
+
+describe('the settler', () => {
+  it('jobs that finish in one burst share one completing statement; a job the answer leaves out was lost', async () => {
+    const book = new JobBook();
+    const [a, b, c] = running(book, 3);
+    const { statements, sent } = fakeStatements({ lost: new Set([c!.job.id]) });
+    const settler = new Settler(NO_DB, { recordCounts: true, carryCompletions: false, statements });
+    settler.complete(a!);
+    settler.complete(b!);
+    settler.complete(c!);
+    expect(settler.busy).toBe(true);
+    await settler.finish();
+    expect(sent).toEqual([{ statement: 'complete', ids: [a!.job.id, b!.job.id, c!.job.id] }]);
+    expect(book.counts).toMatchObject({ completed: 2, lost: 1 });
+    expect(settler.busy).toBe(false);
+  });
+
+  it('a failure says whether it is permanent and when to retry at the soonest; retries are told with their time', async () => {
+    const book = new JobBook();
+    const [a, b] = running(book, 2);
+    const retryAt = new Date(Date.now() + 60_000);
+    const { statements, sent } = fakeStatements({ retryAt });
+    const retries: [Date, string][] = [];
+    const settler = new Settler(NO_DB, {
+      recordCounts: true,
+      carryCompletions: false,
+      statements,
+      onRetry: (at, kind) => retries.push([at, kind]),
+    });
+    settler.fail(a!, new RetryLaterError('rate limited', 30), undefined);
+    settler.fail(b!, new PermanentJobError('bad input'), undefined);
+    await settler.finish();
+    expect(sent).toEqual([
+      {
+        statement: 'fail',
+        ids: [a!.job.id, b!.job.id],
+        extra: [
+          { permanent: false, retryAfterSeconds: 30 },
+          { permanent: true, retryAfterSeconds: undefined },
+        ],
+      },
+    ]);
+    expect(book.counts).toMatchObject({ failed: 1, dead: 1 });
+    expect(retries).toEqual([[retryAt, 'k']]);
+  });
+
+  it(`a statement rolled back by a lock conflict is sent again, ${SETTLE_ATTEMPTS} times in all; then its jobs are left to the reaper`, async () => {
+    const book = new JobBook();
+    const [a] = running(book, 1);
+    let conflicts = 1;
+    const { statements, sent } = fakeStatements({
+      fail: () => (conflicts-- > 0 ? Object.assign(new Error('deadlock detected'), { code: '40P01' }) : null),
+    });
+    const errors: unknown[] = [];
+    const settler = new Settler(NO_DB, {
+      recordCounts: true,
+      carryCompletions: false,
+      statements,
+      onError: (e) => errors.push(e),
+    });
+    settler.complete(a!);
+    await settler.finish();
+    expect(sent).toHaveLength(2);
+    expect(book.counts.completed).toBe(1);
+
+    const [b] = running(book, 1);
+    conflicts = Number.POSITIVE_INFINITY;
+    settler.complete(b!);
+    await settler.finish();
+    expect(sent).toHaveLength(2 + SETTLE_ATTEMPTS);
+    expect(errors).toHaveLength(1);
+    expect([b!.state, book.counts.completed, book.live]).toEqual(['done', 1, 0]);
+  });
+
+  it('any other error is not sent again: the jobs stay running in the database for the reaper, done here', async () => {
+    const book = new JobBook();
+    const [a] = running(book, 1);
+    const { statements, sent } = fakeStatements({ fail: () => new Error('connection terminated') });
+    const errors: unknown[] = [];
+    const settler = new Settler(NO_DB, {
+      recordCounts: true,
+      carryCompletions: false,
+      statements,
+      onError: (e) => errors.push(e),
+    });
+    settler.complete(a!);
+    await settler.finish();
+    expect([sent.length, errors.length, a!.state]).toEqual([1, 1, 'done']);
+    expect(book.counts).toEqual({ completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, snoozed: 0 });
+  });
+
+  it('a release goes at once with its reason; a handler that settled its job itself needs no statement', async () => {
+    const book = new JobBook();
+    const [a, b, c] = book.claimed([job(), job(), job()], Date.now());
+    const { statements, sent } = fakeStatements({ lost: new Set([b!.job.id]) });
+    const settler = new Settler(NO_DB, { recordCounts: true, carryCompletions: false, statements });
+    book.takeQueued();
+    settler.release([a!, b!], 'the drainer stopped');
+    c!.start();
+    settler.snoozed(c!);
+    await settler.finish();
+    expect(sent).toEqual([{ statement: 'release', ids: [a!.job.id, b!.job.id], extra: 'the drainer stopped' }]);
+    expect(book.counts).toMatchObject({ released: 1, lost: 1, snoozed: 1 });
+  });
+});
+
+describe('the lease keeper', () => {
+  const keepers: LeaseKeeper[] = [];
+  afterEach(() => {
+    for (const k of keepers.splice(0)) k.stop();
+  });
+
+  /** A keeper whose renewals answer with `answer(held)`; records what each renewal held. */
+  function keeper(answer: (held: readonly HeldLease[]) => { id: string; cancelRequested: boolean }[]) {
+    const renewals: string[][] = [];
+    const lostUnstarted: [string, string][] = [];
+    const k = new LeaseKeeper(NO_DB, {
+      visibilityTimeoutSeconds: 30,
+      onLostUnstarted: (record, error) => lostUnstarted.push([record.job.id, error.name]),
+      renew: async (held) => {
+        renewals.push(held.map((h) => h.id));
+        return answer(held);
+      },
+    });
+    keepers.push(k);
+    return { k, renewals, lostUnstarted };
+  }
+
+  it('a job the renewal answers without was reaped: a running handler is given up, an unstarted job reported', async () => {
+    const book = new JobBook();
+    const [started, unstarted, kept] = book.claimed([job(), job(), job()], Date.now());
+    const { k, renewals, lostUnstarted } = keeper((held) =>
+      held.filter((h) => h.id === kept!.job.id).map((h) => ({ id: h.id, cancelRequested: false })),
+    );
+    k.hold([started!, unstarted!, kept!]);
+    const givenUp: Error[] = [];
+    k.attach(started!.job.id, (e) => givenUp.push(e));
+    k.checkNow(started!.job.id);
+    await until(() => renewals.length === 1 && givenUp.length === 1 && lostUnstarted.length === 1);
+    expect(renewals[0]).toEqual([started!.job.id, unstarted!.job.id, kept!.job.id]);
+    expect(givenUp[0]).toBeInstanceOf(LeaseLostError);
+    expect(lostUnstarted).toEqual([[unstarted!.job.id, 'LeaseLostError']]);
+    // The kept one is renewed again; the lost ones are not.
+    k.checkNow(kept!.job.id);
+    await until(() => renewals.length === 2);
+    expect(renewals[1]).toEqual([kept!.job.id]);
+  });
+
+  it('a cancel the renewal reports gives the handler up as cancelled; a job settling itself is left out', async () => {
+    const book = new JobBook();
+    const [cancelled, settling] = book.claimed([job(), job()], Date.now());
+    const { k, renewals } = keeper((held) =>
+      held.map((h) => ({ id: h.id, cancelRequested: h.id === cancelled!.job.id })),
+    );
+    k.hold([cancelled!, settling!]);
+    const givenUp: Error[] = [];
+    k.attach(cancelled!.job.id, (e) => givenUp.push(e));
+    const settled = k.holdForSettling(settling!.job.id);
+    k.checkNow(cancelled!.job.id);
+    await until(() => givenUp.length === 1);
+    expect(givenUp[0]).toBeInstanceOf(JobCancelledError);
+    expect(renewals[0]).toEqual([cancelled!.job.id]);
+    settled();
+    k.checkNow(settling!.job.id);
+    await until(() => renewals.length === 2);
+    expect(renewals[1]).toEqual([settling!.job.id]);
+  });
+
+  it('a lease that cannot be renewed for its whole visibility is given up then, not at a later renewal', async () => {
+    const book = new JobBook();
+    const [a] = book.claimed([job({ visibilityTimeoutSeconds: 0.3 })], Date.now());
+    const k = new LeaseKeeper(NO_DB, {
+      visibilityTimeoutSeconds: 30,
+      onLostUnstarted: () => {},
+      renew: () => Promise.reject(new Error('the database is out of reach')),
+    });
+    keepers.push(k);
+    k.hold([a!]);
+    const givenUp: Error[] = [];
+    k.attach(a!.job.id, (e) => givenUp.push(e));
+    await sleep(150);
+    expect(givenUp).toEqual([]);
+    await until(() => givenUp.length === 1, Boolean, 2_000);
+    expect(givenUp[0]).toBeInstanceOf(LeaseLostError);
+    expect(givenUp[0]!.message).toMatch(/could not be renewed for 0.3 s/);
+  });
+
+  it('shutting down gives up every running handler with its error; a dropped job is renewed no more', async () => {
+    const book = new JobBook();
+    const [a, b, c] = book.claimed([job(), job(), job()], Date.now());
+    const { k, renewals } = keeper((held) => held.map((h) => ({ id: h.id, cancelRequested: false })));
+    k.hold([a!, b!, c!]);
+    const givenUp: [string, Error][] = [];
+    k.attach(a!.job.id, (e) => givenUp.push([a!.job.id, e]));
+    k.attach(b!.job.id, (e) => givenUp.push([b!.job.id, e]));
+    k.drop(b!.job.id);
+    const abandoned = new HandlerAbandonedError('the drainer shut down');
+    k.abandonRunning(abandoned);
+    expect(givenUp).toEqual([[a!.job.id, abandoned]]);
+    k.checkNow(c!.job.id);
+    await until(() => renewals.length === 1);
+    expect(renewals[0]).toEqual([c!.job.id]);
+  });
+});

@@ -4,7 +4,8 @@
 // the Worker's side is test/workers/scheduled.test.ts.
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createClient, type Job } from '../src/client/index.ts';
+import { createClient } from '../src/client/index.ts';
+import type { Job } from '../src/http/contract.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';

@@ -6,60 +6,8 @@
 //
 //   const queue = createClient({ baseUrl: 'https://queue.example.com', token: process.env.PGDRAIN_TOKEN });
 //   const { id } = await queue.enqueue({ kind: 'send_receipt', payload: { orderId: 17 } });
-import type {
-  ApiErrorBody,
-  BatchEnqueued,
-  CancelAnswer,
-  DeadDeleted,
-  DeadRetried,
-  Enqueued,
-  EventInput,
-  EventSent,
-  GoneJob,
-  GroupLimitsAnswer,
-  GroupLimitsInput,
-  GroupLimitsRemoved,
-  Health,
-  Job,
-  JobInput,
-  JobPage,
-  KindPaused,
-  ListQuery,
-  QueueStats,
-  RetryInput,
-  ScheduleList,
-  Unsubscribed,
-  Throughput,
-  ThroughputQuery,
-  WorkflowStep,
-} from '../http/contract.ts';
+import type * as api from '../http/contract.ts';
 import { PgdrainError } from '../errors.ts';
-
-export type {
-  RetryInput,
-  BatchEnqueued,
-  CancelAnswer,
-  DeadDeleted,
-  DeadRetried,
-  Enqueued,
-  EventInput,
-  EventSent,
-  GoneJob,
-  GroupLimitsAnswer,
-  GroupLimitsInput,
-  GroupLimitsRemoved,
-  Health,
-  Job,
-  JobInput,
-  JobPage,
-  KindPaused,
-  ListQuery,
-  QueueStats,
-  ScheduleList,
-  Throughput,
-  ThroughputQuery,
-  WorkflowStep,
-};
 
 /** The longest one request waits (GET /jobs/:id?waitSeconds); waitFor() asks again for longer waits. */
 const MAX_WAIT_SECONDS = 60;
@@ -132,7 +80,7 @@ async function callApi<T>(
     body = undefined;
   }
   if (!response.ok) {
-    const error = (body as Partial<ApiErrorBody> | undefined)?.error;
+    const error = (body as Partial<api.ApiErrorBody> | undefined)?.error;
     throw new PgdrainApiError(
       response.status,
       error?.code ?? `http_${response.status}`,
@@ -155,53 +103,54 @@ export function createClient(options: ClientOptions) {
   async function waitFor(
     id: string,
     { timeoutSeconds = MAX_WAIT_SECONDS }: { timeoutSeconds?: number } = {},
-  ): Promise<Job | GoneJob> {
+  ): Promise<api.Job | api.GoneJob> {
     const deadline = Date.now() + timeoutSeconds * 1000;
     for (;;) {
       const waitSeconds = Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.ceil((deadline - Date.now()) / 1000)));
-      const job = await call<Job | GoneJob>('GET', `/jobs/${idPath(id)}`, { query: { waitSeconds } });
+      const job = await call<api.Job | api.GoneJob>('GET', `/jobs/${idPath(id)}`, { query: { waitSeconds } });
       if (FINAL.has(job.status) || Date.now() >= deadline) return job;
     }
   }
 
   return {
     /** POST /jobs: 201, or the existing job (`deduplicated: true`) for a key still queued. */
-    enqueue: (job: JobInput) => call<Enqueued>('POST', '/jobs', { body: job }),
+    enqueue: (job: api.JobInput) => call<api.Enqueued>('POST', '/jobs', { body: job }),
     /** POST /jobs/batch: 1..1000 jobs in one transaction, all or none; ids in input order. */
-    enqueueBatch: (jobs: JobInput[]) => call<BatchEnqueued>('POST', '/jobs/batch', { body: { jobs } }),
+    enqueueBatch: (jobs: api.JobInput[]) => call<api.BatchEnqueued>('POST', '/jobs/batch', { body: { jobs } }),
     /** GET /jobs/:id (404: unknown, or completed and deleted — its kind keeps no history). */
-    getJob: (id: string) => call<Job>('GET', `/jobs/${idPath(id)}`),
+    getJob: (id: string) => call<api.Job>('GET', `/jobs/${idPath(id)}`),
     /** GET /jobs/:id?waitSeconds: the job as soon as it is completed, dead or cancelled (a job whose
-     * kind keeps no history answers as a GoneJob: how it ended), else as it is after the timeout. */
+     * kind keeps no history answers as a api.GoneJob: how it ended), else as it is after the timeout. */
     waitFor,
     /** POST /jobs/:id/cancel: `cancelled` at once if it was not running; `running` while its handler
      * is being stopped (it ends cancelled). 409 for a completed or dead job. */
-    cancel: (id: string) => call<CancelAnswer>('POST', `/jobs/${idPath(id)}/cancel`),
+    cancel: (id: string) => call<api.CancelAnswer>('POST', `/jobs/${idPath(id)}/cancel`),
     /** POST /events: answers every workflow run waiting on the event and key (step.waitForEvent). */
-    sendEvent: (event: EventInput) => call<EventSent>('POST', '/events', { body: event }),
+    sendEvent: (event: api.EventInput) => call<api.EventSent>('POST', '/events', { body: event }),
     /** GET /jobs: newest first; pass `nextCursor` back as `cursor` for the next page. */
-    listJobs: (query: ListQuery = {}) => call<JobPage>('GET', '/jobs', { query }),
+    listJobs: (query: api.ListQuery = {}) => call<api.JobPage>('GET', '/jobs', { query }),
     /** POST /jobs/:id/retry: a dead job back to pending (409 for one that is not dead); with
      * `fromStep`, a finished workflow run again from that step (400 for an unknown step, 409 while
      * the run is live). */
-    retryJob: (id: string, options: RetryInput = {}) =>
-      call<Job>('POST', `/jobs/${idPath(id)}/retry`, options.fromStep === undefined ? {} : { body: options }),
+    retryJob: (id: string, options: api.RetryInput = {}) =>
+      call<api.Job>('POST', `/jobs/${idPath(id)}/retry`, options.fromStep === undefined ? {} : { body: options }),
     /** DELETE /jobs/:id: a pending or dead job (409 while it runs). */
     deleteJob: (id: string) => call<void>('DELETE', `/jobs/${idPath(id)}`),
     /** POST /jobs/retry-dead: in bounded batches; call again while `done` is false. */
-    retryDeadJobs: (filter: { kind?: string } = {}) => call<DeadRetried>('POST', '/jobs/retry-dead', { body: filter }),
+    retryDeadJobs: (filter: { kind?: string } = {}) =>
+      call<api.DeadRetried>('POST', '/jobs/retry-dead', { body: filter }),
     /** POST /jobs/delete-dead: in bounded batches; call again while `done` is false. */
     deleteDeadJobs: (filter: { kind?: string } = {}) =>
-      call<DeadDeleted>('POST', '/jobs/delete-dead', { body: filter }),
+      call<api.DeadDeleted>('POST', '/jobs/delete-dead', { body: filter }),
     /** GET /stats: counts by kind and state, the oldest ready job's wait. */
-    stats: () => call<QueueStats>('GET', '/stats'),
+    stats: () => call<api.QueueStats>('GET', '/stats'),
     /** GET /stats/throughput: settled jobs per minute. */
-    throughput: (query: ThroughputQuery = {}) => call<Throughput>('GET', '/stats/throughput', { query }),
+    throughput: (query: api.ThroughputQuery = {}) => call<api.Throughput>('GET', '/stats/throughput', { query }),
     /** GET /schedules: the drainer's recurring schedules. */
-    schedules: () => call<ScheduleList>('GET', '/schedules'),
+    schedules: () => call<api.ScheduleList>('GET', '/schedules'),
     ...kindCalls(call),
     /** GET /healthz (no token needed); a 503 throws with code `database_unavailable`. */
-    health: () => call<Health>('GET', '/healthz'),
+    health: () => call<api.Health>('GET', '/healthz'),
   };
 }
 
@@ -211,25 +160,25 @@ type Call = <T>(method: string, path: string, request?: { body?: unknown; query?
 function kindCalls(call: Call) {
   return {
     /** POST /kinds/:kind/pause: no drainer claims the kind until it is resumed. */
-    pauseKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/pause`),
+    pauseKind: (kind: string) => call<api.KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/pause`),
     /** POST /kinds/:kind/resume */
-    resumeKind: (kind: string) => call<KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/resume`),
+    resumeKind: (kind: string) => call<api.KindPaused>('POST', `/kinds/${encodeURIComponent(kind)}/resume`),
     /** PUT /kinds/:kind/groups/:groupKey/limits: the key's own concurrency and/or rate, instead of its kind's. */
-    setGroupLimits: (kind: string, groupKey: string, limits: GroupLimitsInput) =>
-      call<GroupLimitsAnswer>(
+    setGroupLimits: (kind: string, groupKey: string, limits: api.GroupLimitsInput) =>
+      call<api.GroupLimitsAnswer>(
         'PUT',
         `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`,
         { body: limits },
       ),
     /** DELETE /kinds/:kind/groups/:groupKey/limits: the key goes back to its kind's limits. */
     removeGroupLimits: (kind: string, groupKey: string) =>
-      call<GroupLimitsRemoved>(
+      call<api.GroupLimitsRemoved>(
         'DELETE',
         `/kinds/${encodeURIComponent(kind)}/groups/${encodeURIComponent(groupKey)}/limits`,
       ),
     /** DELETE /kinds/:kind/subscriptions/:event: a retired kind's subscription (404: none). */
     unsubscribe: (kind: string, event: string) =>
-      call<Unsubscribed>('DELETE', `/kinds/${encodeURIComponent(kind)}/subscriptions/${encodeURIComponent(event)}`),
+      call<api.Unsubscribed>('DELETE', `/kinds/${encodeURIComponent(kind)}/subscriptions/${encodeURIComponent(event)}`),
   };
 }
 

@@ -239,6 +239,30 @@ function fillTable(id: string, rows: HTMLTableRowElement[]): void {
   table(id).tBodies[0]!.replaceChildren(...rows);
 }
 
+/** A list's rows, its empty note when it has none, and (pages of jobs) how many it shows. */
+function showList(
+  id: 'kinds' | 'dead' | 'jobs',
+  rows: HTMLTableRowElement[],
+  page?: { nextCursor: string | null },
+): void {
+  fillTable(id, rows);
+  byId(`${id}-empty`).hidden = rows.length > 0;
+  (table(id).parentNode as HTMLElement).hidden = rows.length === 0;
+  if (page)
+    byId(`${id}-count`).textContent =
+      rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
+}
+
+/** A button that acts on one job (the table's click handler runs its action). */
+const jobButton = (action: string, id: string, text: string, danger = false) =>
+  element('button', {
+    type: 'button',
+    ...(danger ? { class: 'danger' } : {}),
+    'data-action': action,
+    'data-id': id,
+    text,
+  });
+
 /** A kind's limits across drainers and their use: `2/3 running · 7/10 starts per 1 s · 4 keys waiting (1 each)`. */
 function describeLimits(limits: QueueStats['kinds'][string]['limits']): string | null {
   if (!limits) return null;
@@ -320,9 +344,7 @@ function renderStats(stats: QueueStats): void {
       ]),
     ]);
   });
-  fillTable('kinds', rows);
-  byId('kinds-empty').hidden = kinds.length > 0;
-  (table('kinds').parentNode as HTMLElement).hidden = kinds.length === 0;
+  showList('kinds', rows);
 }
 
 function svg<K extends keyof SVGElementTagNameMap>(
@@ -465,22 +487,12 @@ function renderDead(page: JobPage): void {
         text: formatAge((now - created.getTime()) / 1000),
       }),
       element('td', { class: 'actions' }, [
-        element('button', { type: 'button', 'data-action': 'retry', 'data-id': job.id, text: 'Retry' }),
-        element('button', {
-          type: 'button',
-          class: 'danger',
-          'data-action': 'delete',
-          'data-id': job.id,
-          text: 'Delete',
-        }),
+        jobButton('retry', job.id, 'Retry'),
+        jobButton('delete', job.id, 'Delete', true),
       ]),
     ]);
   });
-  fillTable('dead', rows);
-  byId('dead-empty').hidden = rows.length > 0;
-  (table('dead').parentNode as HTMLElement).hidden = rows.length === 0;
-  byId('dead-count').textContent =
-    rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
+  showList('dead', rows, page);
   byId('dead-bulk').hidden = rows.length === 0;
 }
 
@@ -536,25 +548,11 @@ function renderJobs(page: JobPage): void {
       element(
         'td',
         { class: 'actions' },
-        CANCELLABLE.has(job.status) && !stopping
-          ? [
-              element('button', {
-                type: 'button',
-                class: 'danger',
-                'data-action': 'cancel',
-                'data-id': job.id,
-                text: 'Cancel',
-              }),
-            ]
-          : [],
+        CANCELLABLE.has(job.status) && !stopping ? [jobButton('cancel', job.id, 'Cancel', true)] : [],
       ),
     ]);
   });
-  fillTable('jobs', rows);
-  byId('jobs-empty').hidden = rows.length > 0;
-  (table('jobs').parentNode as HTMLElement).hidden = rows.length === 0;
-  byId('jobs-count').textContent =
-    rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
+  showList('jobs', rows, page);
 }
 
 /** The job shown below the list (null: none), refreshed with the page. */

@@ -16,13 +16,7 @@
 // and trace span. A drain that stops while a batch waits releases its jobs (attempts refunded).
 // The runner has a job book of its own, so its items never take the slots the claim planner
 // counts for the other kinds.
-import {
-  PermanentJobError,
-  describeIssues,
-  handlerTimeoutMs,
-  type JobDefinition,
-  type JobRegistry,
-} from '../jobs/registry.ts';
+import { handlerTimeoutMs, type JobDefinition, type JobRegistry } from '../jobs/registry.ts';
 import { batchOf } from '../jobs/batch.ts';
 import { type KindLimits, limitsOf } from '../jobs/definition.ts';
 import type { ClaimedJob } from '../queries/index.ts';
@@ -31,7 +25,8 @@ import type { Claimer } from './claimer.ts';
 import { JobBook, type JobRecord } from './job-record.ts';
 import type { LeaseKeeper } from './lease-keeper.ts';
 import { attemptEndOf, traceOutcome } from './attempt-end.ts';
-import { keptResult } from './run-handler.ts';
+import { cancelledKept, keptResult, payloadOf, timeLimit } from './run-handler.ts';
+import { nextLockToken } from './claimer.ts';
 import type { Settler } from './settler.ts';
 
 export interface BatchRunnerDeps {
@@ -59,8 +54,6 @@ export interface BatchRunnerDeps {
 }
 
 type Phase = 'idle' | 'claiming' | 'gathering' | 'calling';
-
-let batchSequence = 0;
 
 export class BatchRunner {
   readonly kind: string;
@@ -190,7 +183,7 @@ export class BatchRunner {
 
   /** One claim of up to `n` jobs of the kind, held by the lease keeper. */
   async #claim(n: number): Promise<JobRecord[]> {
-    const lockToken = `${this.#deps.workerId}:b${++batchSequence}`;
+    const lockToken = nextLockToken(this.#deps.workerId);
     const sentAt = Date.now();
     try {
       const outcome = await this.#deps.claimer.send(
@@ -240,32 +233,23 @@ export class BatchRunner {
         givenUp.set(record.job.id, error);
         if (givenUp.size === records.length) controller.abort(error);
       });
-      const parsed = this.#definition.schema.safeParse(record.job.payload);
-      if (parsed.success) items.push({ record, payload: parsed.data });
-      else
-        this.#settle(
-          record,
-          new PermanentJobError(`payload rejected by kind ${this.kind}: ${describeIssues(parsed.error)}`),
-          spans,
-          givenUp,
-        );
+      try {
+        items.push({ record, payload: payloadOf(this.#definition, record.job) });
+      } catch (refused) {
+        this.#settle(record, refused as Error, spans, givenUp);
+      }
     }
     if (items.length === 0) return;
     // The call's timeout: the kind's (the shortest any of its jobs asked for), within the drain's budget.
     const timeoutMs = Math.min(...items.map((i) => handlerTimeoutMs(this.#definition, i.record.job.timeoutMs)));
-    const allowedMs = Math.max(0, Math.min(timeoutMs, this.#deps.handlerDeadline() - Date.now()));
+    const limit = timeLimit(timeoutMs, this.#deps.handlerDeadline(), 'batch handler');
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        const error = new Error(
-          allowedMs < timeoutMs
-            ? `batch handler did not finish within the drain's remaining budget of ${allowedMs} ms`
-            : `batch handler timed out after ${allowedMs} ms`,
-        );
-        error.name = 'TimeoutError';
+        const error = limit.error();
         controller.abort(error);
         reject(error);
-      }, allowedMs);
+      }, limit.allowedMs);
     });
     let answer: unknown[] | Error;
     try {
@@ -303,14 +287,8 @@ export class BatchRunner {
     if (error) {
       const end = attemptEndOf(job, error);
       span?.end(traceOutcome(end), error);
-      if (end.as === 'cancelled') {
-        const keepSeconds = this.#definition.keepCompletedSeconds ?? 0;
-        this.#deps.settler.complete(
-          record,
-          keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined,
-          'cancelled',
-        );
-      } else if (end.as === 'released') this.#deps.settler.release([record], end.reason);
+      if (end.as === 'cancelled') this.#deps.settler.complete(record, cancelledKept(this.#definition), 'cancelled');
+      else if (end.as === 'released') this.#deps.settler.release([record], end.reason);
       else this.#deps.settler.fail(record, error, this.#definition.backoff);
       return;
     }

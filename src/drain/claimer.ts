@@ -56,3 +56,8 @@ export class Claimer {
     }
   }
 }
+
+let claimSequence = 0;
+/** A claim's lock token: the drainer's id and a number no other claim of this process has, so that
+ * settling under it fences exactly this claim's hold of its jobs. */
+export const nextLockToken = (workerId: string): string => `${workerId}:${++claimSequence}`;

@@ -55,7 +55,7 @@ import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '.
 import { BatchRunner } from './batch-runner.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { batchOf } from '../jobs/batch.ts';
-import { Claimer } from './claimer.ts';
+import { Claimer, nextLockToken } from './claimer.ts';
 import { DueTimes } from './due-times.ts';
 import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
 import { type JobCancelledError, type LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
@@ -67,6 +67,7 @@ import {
   type HandlerEnvironment,
   type HandlerOutcome,
   type SettledByStatement,
+  cancelledKept,
   runHandler,
 } from './run-handler.ts';
 import { type AttemptEnd, attemptEndOf, traceOutcome } from './attempt-end.ts';
@@ -154,8 +155,6 @@ export interface DrainReport extends SettledCounts {
    * signal). Null: it knows of nothing. */
   nextDueAt: number | null;
 }
-
-let claimSequence = 0;
 
 /** Due times reopen their kinds at most this often (ms): the claim then takes every job due by then. */
 const DUE_CLAIM_SPACING_MS = 25;
@@ -479,12 +478,11 @@ class DrainRun {
   /** Someone asked to cancel it: the completing statement ends it cancelled (kept like a completed
    * job of its kind, without a result). */
   #settleCancelled(record: JobRecord): void {
-    const keepSeconds = this.#registry.get(record.kind)?.keepCompletedSeconds ?? 0;
-    this.#settler.complete(record, keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined, 'cancelled');
+    this.#settler.complete(record, cancelledKept(this.#registry.get(record.kind)), 'cancelled');
   }
 
   #sendClaim(plan: PlannedClaim): void {
-    const lockToken = `${this.#options.workerId}:${++claimSequence}`;
+    const lockToken = nextLockToken(this.#options.workerId);
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
     const claim = {
       batchSize: plan.size,

@@ -89,15 +89,12 @@ export async function runHandler(
 ): Promise<HandlerOutcome> {
   const definition = registry.get(job.kind);
   if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
-  const parsed = definition.schema.safeParse(job.payload);
-  if (!parsed.success)
-    throw new PermanentJobError(`payload rejected by kind ${job.kind}: ${describeIssues(parsed.error)}`);
-
+  const payload = payloadOf(definition, job);
   const attempt = new Attempt(job, definition, deadline);
   onStart((error) => attempt.giveUp(error));
   try {
-    if (definition.transactional) return await runInTransaction(attempt, parsed.data, environment, span);
-    const invoke = () => definition.handler(parsed.data, new HandlerContext(attempt, environment));
+    if (definition.transactional) return await runInTransaction(attempt, payload, environment, span);
+    const invoke = () => definition.handler(payload, new HandlerContext(attempt, environment));
     const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
     return definition.keepCompletedSeconds
       ? { kept: keptResult(definition, value), settledInTransaction: false }
@@ -125,20 +122,10 @@ class Attempt {
   constructor(job: ClaimedJob, definition: JobDefinition<unknown>, deadline: number) {
     this.job = job;
     this.definition = definition;
-    const timeoutMs = handlerTimeoutMs(definition, job.timeoutMs);
-    const left = deadline - Date.now();
-    const allowedMs = Math.max(0, Math.min(timeoutMs, left));
-    this.allowedMs = allowedMs;
-    this.endsAt = Date.now() + allowedMs;
-    this.#timer = setTimeout(() => {
-      const error = new Error(
-        left < timeoutMs
-          ? `handler did not finish within the drain's remaining budget of ${allowedMs} ms`
-          : `handler timed out after ${allowedMs} ms`,
-      );
-      error.name = 'TimeoutError';
-      this.giveUp(error);
-    }, allowedMs);
+    const limit = timeLimit(handlerTimeoutMs(definition, job.timeoutMs), deadline, 'handler');
+    this.allowedMs = limit.allowedMs;
+    this.endsAt = Date.now() + limit.allowedMs;
+    this.#timer = setTimeout(() => this.giveUp(limit.error()), limit.allowedMs);
   }
 
   get signal(): AbortSignal {
@@ -345,6 +332,37 @@ function guardTransaction(tx: Db, isOver: () => boolean): Db {
       return typeof value === 'function' ? value.bind(target) : value;
     },
   });
+}
+
+/** A job's payload as its kind's schema reads it; a payload the schema refuses fails the job for good. */
+export function payloadOf<Payload>(definition: JobDefinition<Payload>, job: ClaimedJob): Payload {
+  const parsed = definition.schema.safeParse(job.payload);
+  if (!parsed.success)
+    throw new PermanentJobError(`payload rejected by kind ${job.kind}: ${describeIssues(parsed.error)}`);
+  return parsed.data;
+}
+
+/** The time a handler call is given — its timeout, clipped to the drain's budget (`deadline`, ms
+ * since the epoch) — and the TimeoutError it is given up with when that runs out. */
+export function timeLimit(timeoutMs: number, deadline: number, what: 'handler' | 'batch handler') {
+  const left = deadline - Date.now();
+  const allowedMs = Math.max(0, Math.min(timeoutMs, left));
+  const error = () =>
+    Object.assign(
+      new Error(
+        left < timeoutMs
+          ? `${what} did not finish within the drain's remaining budget of ${allowedMs} ms`
+          : `${what} timed out after ${allowedMs} ms`,
+      ),
+      { name: 'TimeoutError' },
+    );
+  return { allowedMs, error };
+}
+
+/** How a job that ended cancelled is kept: as long as a completed job of its kind, without a result. */
+export function cancelledKept(definition: JobDefinition<unknown> | undefined): KeptResult | undefined {
+  const keepSeconds = definition?.keepCompletedSeconds ?? 0;
+  return keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined;
 }
 
 /** The result to keep, for kinds that keep their jobs; a result that cannot be kept fails the job. */

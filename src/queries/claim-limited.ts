@@ -66,7 +66,8 @@ export async function claimLimited(db: Db, options: LimitedClaimOptions): Promis
     // compiling it would cost 50-120 ms for a claim that runs in one.
     await tx.execute(
       sql`SELECT pg_advisory_xact_lock(hashtextextended(${`pgdrain.limits:${options.kind}`}, 0)),
-                 set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`,
+                 set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+                   set_config('jit', 'off', true)`,
     );
     const rows = await rowsOf<
       Record<string, unknown> & { pgdrain_candidates: number; pgdrain_next_start_ms: number | null }
@@ -96,7 +97,8 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
   const period = sql`make_interval(secs => ${periodSeconds})`;
   // A key's own rate period (a group_limits row), else the kind's; the longest of them bounds the window read.
   const keyPeriod = perGroup ? sql`coalesce(o.rate_period_seconds, ${periodSeconds})` : periodSeconds;
-  const longestPeriod = sql`make_interval(secs => greatest(${periodSeconds}, coalesce((SELECT max(rate_period_seconds) FROM ${groupLimits} WHERE kind = ${kind}), 0)))`;
+  const longestPeriod = sql`make_interval(secs => greatest(${periodSeconds}, coalesce((SELECT max(rate_period_seconds)
+    FROM ${groupLimits} WHERE kind = ${kind}), 0)))`;
   const update = claimUpdate(
     db,
     sql`${jobs.id} IN (SELECT id FROM chosen)`,
@@ -115,7 +117,8 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
        WHERE kind = ${kind} AND group_key IN (SELECT group_key FROM cand WHERE group_key IS NOT NULL)),
     running AS (SELECT count(*)::int AS n FROM ${jobs} WHERE status = 'running' AND kind = ${kind}),
     holders AS (
-      SELECT group_key, count(*) FILTER (WHERE status = 'running')::int AS running, count(*) FILTER (WHERE status = 'pending')::int AS retrying
+      SELECT group_key, count(*) FILTER (WHERE status = 'running')::int AS running,
+        count(*) FILTER (WHERE status = 'pending')::int AS retrying
         FROM ${jobs}
        WHERE (${group} IS NOT NULL OR group_key IN (SELECT group_key FROM overrides WHERE concurrency IS NOT NULL))
          AND kind = ${kind} AND group_key IN (SELECT group_key FROM cand)
@@ -125,12 +128,15 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
       SELECT group_key, count(*)::int AS n, min(started_at) AS oldest, period_s
         FROM (SELECT s.group_key, s.started_at, ${keyPeriod} AS period_s FROM ${rateStarts} s
                 ${perGroup ? sql`LEFT JOIN overrides o ON o.group_key = s.group_key` : sql``}
-               WHERE ${rate ? sql`true` : sql`false`} AND s.kind = ${kind} AND s.started_at > (SELECT t FROM clock) - ${perGroup ? longestPeriod : period}) x
+               WHERE ${rate ? sql`true` : sql`false`} AND s.kind = ${kind}
+                 AND s.started_at > (SELECT t FROM clock) - ${perGroup ? longestPeriod : period}) x
        WHERE started_at > (SELECT t FROM clock) - make_interval(secs => period_s)
        GROUP BY group_key, period_s),
     ranked AS (
       SELECT c.id, c.group_key, c.priority, c.run_at, c.turn_pos,
-             row_number() OVER (PARTITION BY c.group_key ORDER BY (c.attempts > 0) DESC, c.priority DESC NULLS LAST, c.run_at, c.id) AS in_group,
+             row_number() OVER
+               (PARTITION BY c.group_key ORDER BY (c.attempts > 0) DESC, c.priority DESC NULLS LAST, c.run_at, c.id)
+                 AS in_group,
              count(*) FILTER (WHERE c.attempts > 0) OVER (PARTITION BY c.group_key) AS retrying_here
         FROM cand c),
     allowed AS (
@@ -139,12 +145,23 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
         LEFT JOIN overrides o ON o.group_key = r.group_key
         LEFT JOIN window_starts w ON ${perGroup ? sql`w.group_key = coalesce(r.group_key, '')` : sql`false`}
        WHERE (coalesce(o.concurrency, ${group}) IS NULL OR r.group_key IS NULL
-              OR coalesce(h.running, 0) + coalesce(h.retrying, 0) - r.retrying_here + r.in_group <= coalesce(o.concurrency, ${group}))
-         AND ${perGroup ? sql`coalesce(w.n, 0) + r.in_group <= coalesce(o.rate_limit, ${rate!.limit}::int)` : sql`true`}),
+              OR coalesce(h.running, 0) + coalesce(h.retrying, 0) - r.retrying_here + r.in_group <=
+                coalesce(o.concurrency, ${group}))
+         AND ${
+           perGroup
+             ? sql`coalesce(w.n, 0) + r.in_group <=
+           coalesce(o.rate_limit, ${rate!.limit}::int)`
+             : sql`true`
+         }),
     room AS (
       SELECT least(${size},
                    coalesce(${limits.globalConcurrency ?? null}::int - (SELECT n FROM running), ${size}),
-                   ${rate && !perGroup ? sql`${rate.limit}::int - coalesce((SELECT sum(n) FROM window_starts), 0)::int` : size}) AS n),
+                   ${
+                     rate && !perGroup
+                       ? sql`${rate.limit}::int -
+                     coalesce((SELECT sum(n) FROM window_starts), 0)::int`
+                       : size
+                   }) AS n),
     chosen AS (
       SELECT id FROM allowed
        ORDER BY ${limits.fair ? sql`in_group, turn_pos, run_at, id` : sql`priority DESC NULLS LAST, run_at, id`}
@@ -156,10 +173,12 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
       SELECT ${kind}, ${perGroup ? sql`coalesce(claimed.group_key, '')` : sql`''`}, (SELECT t FROM clock) FROM claimed
        WHERE ${rate ? sql`true` : sql`false`}),
     pruned AS (
-      DELETE FROM ${rateStarts} WHERE ${rate ? sql`true` : sql`false`} AND kind = ${kind} AND started_at <= (SELECT t FROM clock) - ${perGroup ? longestPeriod : period})
+      DELETE FROM ${rateStarts} WHERE ${rate ? sql`true` : sql`false`} AND kind = ${kind}
+        AND started_at <= (SELECT t FROM clock) - ${perGroup ? longestPeriod : period})
     SELECT claimed.*, s.pgdrain_candidates, s.pgdrain_next_start_ms
       FROM (SELECT (SELECT count(*) FROM cand)::int AS pgdrain_candidates,
-                   (SELECT extract(epoch FROM min(oldest + make_interval(secs => period_s))) * 1000 FROM window_starts)::float8 AS pgdrain_next_start_ms) AS s
+                   (SELECT extract(epoch FROM min(oldest + make_interval(secs => period_s))) * 1000
+                     FROM window_starts)::float8 AS pgdrain_next_start_ms) AS s
       LEFT JOIN claimed ON true`;
 }
 
@@ -179,9 +198,11 @@ function plainCandidates(kind: string, v: ReturnType<typeof claimValues>, byIds:
 function fairTurnTaken(kind: string): SQL {
   return sql`turned AS (
       INSERT INTO ${fairTurns} (kind, priority, group_key, updated_at)
-      SELECT ${kind}, (SELECT priority FROM top), (SELECT c.group_key FROM claimed c JOIN cand ON cand.id = c.id ORDER BY cand.turn_pos DESC LIMIT 1), now()
+      SELECT ${kind}, (SELECT priority FROM top),
+        (SELECT c.group_key FROM claimed c JOIN cand ON cand.id = c.id ORDER BY cand.turn_pos DESC LIMIT 1), now()
        WHERE EXISTS (SELECT 1 FROM claimed)
-      ON CONFLICT (kind) DO UPDATE SET priority = excluded.priority, group_key = excluded.group_key, updated_at = now()),`;
+      ON CONFLICT (kind) DO UPDATE SET priority = excluded.priority, group_key = excluded.group_key,
+        updated_at = now()),`;
 }
 
 /**
@@ -202,24 +223,30 @@ function fairCandidates(kind: string, v: ClaimValues, byIds: boolean): SQL {
        ORDER BY priority DESC NULLS LAST LIMIT 1),
     turn AS (SELECT group_key FROM ${fairTurns} WHERE kind = ${kind} AND priority = (SELECT priority FROM top)),
     fair_round AS (
-      SELECT f.key, f.pos FROM ${sql.raw(PGDRAIN_SCHEMA)}.fair_keys(${kind}, (SELECT priority FROM top), (SELECT group_key FROM turn), ${visit}::int) WITH ORDINALITY AS f(key, pos)
+      SELECT f.key, f.pos
+        FROM ${sql.raw(PGDRAIN_SCHEMA)}.fair_keys(${kind}, (SELECT priority FROM top), (SELECT group_key
+          FROM turn), ${visit}::int) WITH ORDINALITY AS f(key, pos)
        WHERE EXISTS (SELECT 1 FROM top)),
-    per_key AS (SELECT greatest(1, ceil(${v.limit}::float8 / greatest(1, (SELECT count(*) FROM fair_round))))::int AS n),
+    per_key AS (SELECT greatest(1, ceil(${v.limit}::float8 / greatest(1, (SELECT count(*)
+      FROM fair_round))))::int AS n),
     offered AS (
       SELECT j.id, r.pos FROM fair_round r CROSS JOIN LATERAL (
         SELECT id FROM ${jobs}
-         WHERE status = 'pending' AND group_key IS NOT NULL AND kind = ${kind} AND priority = (SELECT priority FROM top) AND group_key = r.key
+         WHERE status = 'pending' AND group_key IS NOT NULL AND kind = ${kind}
+           AND priority = (SELECT priority FROM top) AND group_key = r.key
            AND run_at <= now() ${ids}
          ORDER BY priority DESC NULLS LAST, group_key, run_at, id LIMIT (SELECT n FROM per_key)) j
        WHERE r.key IS NOT NULL
       UNION ALL
       SELECT u.id, (SELECT min(pos) FROM fair_round WHERE key IS NULL) FROM (
         SELECT id FROM ${jobs}
-         WHERE status = 'pending' AND run_at <= now() AND kind = ${kind} AND group_key IS NULL AND priority = (SELECT priority FROM top) ${ids}
+         WHERE status = 'pending' AND run_at <= now() AND kind = ${kind} AND group_key IS NULL
+           AND priority = (SELECT priority FROM top) ${ids}
            AND EXISTS (SELECT 1 FROM fair_round WHERE key IS NULL)
          ORDER BY priority DESC NULLS LAST, run_at, id LIMIT (SELECT n FROM per_key)) u),
     cand AS (
-      SELECT j.id, j.group_key, j.attempts, j.priority, j.run_at, o.pos AS turn_pos FROM ${jobs} j JOIN offered o ON o.id = j.id
+      SELECT j.id, j.group_key, j.attempts, j.priority, j.run_at, o.pos AS turn_pos FROM ${jobs} j
+        JOIN offered o ON o.id = j.id
        WHERE j.status = 'pending'
        FOR UPDATE OF j SKIP LOCKED),`;
 }

@@ -66,8 +66,10 @@ export async function claimReportingNextDue(db: Db, options: ClaimOptions): Prom
     return { jobs: [], nextDueAt: null };
   const rows = await rowsOf<Record<string, unknown> & { pgdrain_next_due: Date | string | null }>(
     db,
-    sql`WITH claimed AS (${claimStatement(claimValues(options), options.kinds !== undefined, options.ids !== undefined)})
-        SELECT claimed.*, ${nextDueWhenShort(options)} AS pgdrain_next_due FROM (SELECT 1) AS d LEFT JOIN claimed ON true`,
+    sql`WITH claimed AS
+      (${claimStatement(claimValues(options), options.kinds !== undefined, options.ids !== undefined)})
+        SELECT claimed.*, ${nextDueWhenShort(options)} AS pgdrain_next_due FROM (SELECT 1) AS d LEFT
+          JOIN claimed ON true`,
   );
   const claimedRows = rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver);
   return { jobs: claimedJobs(claimedRows, options.lockToken), nextDueAt: toDate(rows[0]?.pgdrain_next_due) };
@@ -76,7 +78,8 @@ export async function claimReportingNextDue(db: Db, options: ClaimOptions): Prom
 /** On the first row of a claim's result (a CTE `claimed`): when the next job is due, if the claim
  * came back short; evaluated only then. */
 export function nextDueWhenShort(options: ClaimOptions): SQL {
-  return sql`CASE WHEN row_number() OVER () = 1 AND (SELECT count(*) FROM claimed) < ${options.batchSize}::int THEN ${nextDueSql(options.nextDue?.kinds)} END`;
+  return sql`CASE WHEN row_number() OVER () = 1
+    AND (SELECT count(*) FROM claimed) < ${options.batchSize}::int THEN ${nextDueSql(options.nextDue?.kinds)} END`;
 }
 
 export const toDate = (value: Date | string | null | undefined): Date | null =>
@@ -101,7 +104,8 @@ export async function explainClaim(db: Db, options: ClaimOptions, { generic = fa
   return db.transaction(async (tx) => {
     const [fn] = await rowsOf<{ body: string; config: string[] | null; args: string[] }>(
       tx,
-      sql`SELECT prosrc AS body, proconfig AS config, proargnames AS args FROM pg_proc WHERE oid = ${CLAIM_FUNCTION}::regprocedure`,
+      sql`SELECT prosrc AS body, proconfig AS config, proargnames AS args FROM pg_proc
+        WHERE oid = ${CLAIM_FUNCTION}::regprocedure`,
     );
     if (!fn) throw new Error(`${CLAIM_FUNCTION} is missing: run the migrations`);
     for (const setting of fn.config ?? []) {
@@ -175,7 +179,8 @@ export const claimValues = (options: ClaimOptions): ClaimValues => ({
 /** The claim as a statement, its values bound (a claim of given ids through pgdrain.claim_ids). */
 export function claimStatement(values: ClaimValues, filtered: boolean, byIds = false): SQL {
   const kinds = filtered ? sql`${sql.param(values.kinds)}::text[]` : sql`NULL::text[]`;
-  const rest = sql`${sql.param(values.limit)}::int, ${kinds}, ${sql.param(values.token)}::text, ${sql.param(values.lease)}::int`;
+  const rest = sql`${sql.param(values.limit)}::int, ${kinds}, ${sql.param(values.token)}::text,
+    ${sql.param(values.lease)}::int`;
   return byIds
     ? sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.claim_ids(${sql.param(values.ids)}::bigint[], ${rest})`
     : sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.claim(${rest})`;

@@ -52,7 +52,13 @@ export async function completeAndClaim(
     sql`WITH ${completingCtes(held, { followed: false })}${counted},
              claimed AS (${claimSql})
         SELECT claimed.*, CASE WHEN row_number() OVER () = 1 THEN d.pgdrain_completed END AS pgdrain_completed
-               ${options.nextDue ? sql`, ${nextDueWhenShort({ ...options, batchSize: claiming ? options.batchSize : 0 })} AS pgdrain_next_due` : sql``}
+               ${
+                 options.nextDue
+                   ? sql`,
+                 ${nextDueWhenShort({ ...options, batchSize: claiming ? options.batchSize : 0 })} AS
+                   pgdrain_next_due`
+                   : sql``
+               }
           FROM (SELECT array_agg(id) AS pgdrain_completed FROM ended) AS d LEFT JOIN claimed ON true`,
   );
   const completed = (rows[0]?.pgdrain_completed ?? []).map(String);

@@ -42,7 +42,8 @@ const isKept = (job: CompletedJob) => (job.keepSeconds ?? 0) > 0;
 const ENDING_STATUS = sql`CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'completed' END`;
 /** Nothing follows this job's end: no job waits for it, nobody waits on it, no cancel was asked.
  * Rechecked on the newest row version if a concurrent enqueue, watch or cancel changed it. */
-const UNEVENTFUL = sql`j.has_dependents IS NOT TRUE AND j.cancel_requested_at IS NULL AND (j.watched_until IS NULL OR j.watched_until <= now())`;
+const UNEVENTFUL = sql`j.has_dependents IS NOT TRUE AND j.cancel_requested_at IS NULL
+  AND (j.watched_until IS NULL OR j.watched_until <= now())`;
 
 /**
  * The CTEs that end the held jobs, as `deleted` and/or `kept`, and `ended` over both: the first
@@ -65,7 +66,9 @@ export function completingCtes(held: readonly CompletedJob[], { followed }: { fo
     // plan fitted to neither can turn the pair check into a scan per row. Planning it is cheap
     // next to the rows it deletes. The fence's id array drives primary-key lookups.
     parts.push(
-      sql`deleted AS (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${fence(deleted)} RETURNING ${ENDED_COLUMNS}, ${status} AS status)`,
+      sql`deleted AS
+        (DELETE FROM ${jobs} j USING ${heldRows(deleted)} WHERE ${fence(deleted)}
+          RETURNING ${ENDED_COLUMNS}, ${status} AS status)`,
     );
   }
   if (kept.length > 0) {
@@ -94,7 +97,8 @@ export function completingCtes(held: readonly CompletedJob[], { followed }: { fo
     stored AS (INSERT INTO ${jobHistory} (${HISTORY_COLUMNS}) SELECT ${HISTORY_COLUMNS} FROM archived),
     kept AS (
       UPDATE ${jobs} j SET status = ${status}, result = ${result}, progress = coalesce(h.progress, j.progress),
-             finished_at = now(), keep_until = now() + make_interval(secs => h.keep), locked_at = NULL, locked_by = NULL, locked_until = NULL
+             finished_at = now(), keep_until = now() + make_interval(secs => h.keep), locked_at = NULL,
+               locked_by = NULL, locked_until = NULL
         FROM held_kept h WHERE ${fence(kept)} AND j.dedupe_key IS NOT NULL
       RETURNING ${ENDED_COLUMNS}, j.status)`);
   }

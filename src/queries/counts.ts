@@ -13,7 +13,8 @@ export const COUNTS_RETENTION_HOURS = 24;
  * completed counts (a job cancelled while it ran is not counted). */
 export const countCompleted = (ended: string): SQL =>
   addToCounts(
-    sql`SELECT kind, count(*) AS completed, 0 AS failed, 0 AS dead FROM ${sql.identifier(ended)} WHERE status = 'completed' GROUP BY kind`,
+    sql`SELECT kind, count(*) AS completed, 0 AS failed, 0 AS dead FROM ${sql.identifier(ended)}
+      WHERE status = 'completed' GROUP BY kind`,
   );
 
 /** Adds the rows of the CTE `settled` (kind, new status per row) to this minute's failed and dead
@@ -51,8 +52,15 @@ export async function countsByMinute(db: Db, options: { minutes: number; kind?: 
           SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => ${options.minutes - 1}::int),
                                  date_trunc('minute', now()), interval '1 minute') AS minute)
         SELECT extract(epoch from span.minute)::float8 * 1000 AS minute_ms,
-               coalesce(sum(c.completed), 0) AS completed, coalesce(sum(c.failed), 0) AS failed, coalesce(sum(c.dead), 0) AS dead
-          FROM span LEFT JOIN ${jobCounts} c ON c.minute = span.minute ${options.kind === undefined ? sql`` : sql`AND c.kind = ${options.kind}`}
+               coalesce(sum(c.completed), 0) AS completed, coalesce(sum(c.failed), 0) AS failed,
+                 coalesce(sum(c.dead), 0) AS dead
+          FROM span LEFT
+            JOIN ${jobCounts} c ON c.minute = span.minute ${
+              options.kind === undefined
+                ? sql``
+                : sql`AND c.kind
+              = ${options.kind}`
+            }
          GROUP BY span.minute ORDER BY span.minute`,
   );
   return rows.map((r) => ({

@@ -34,7 +34,8 @@ export function retryDeadJobs(db: Db, options: BulkOptions = {}): Promise<BulkRe
                    FROM batch WHERE j.id = batch.id AND j.status = 'dead'
                  RETURNING j.kind)
           SELECT count(*)::int AS n,
-                 (SELECT count(pg_notify(${NOTIFY_CHANNEL}, k)) FROM (SELECT DISTINCT kind AS k FROM retried) AS kinds) AS notified
+                 (SELECT count(pg_notify(${NOTIFY_CHANNEL}, k)) FROM (SELECT DISTINCT kind AS k
+                   FROM retried) AS kinds) AS notified
             FROM retried`,
     );
     return row?.n ?? 0;

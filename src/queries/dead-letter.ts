@@ -12,7 +12,9 @@ import { deadLetterRoutes, jobs } from '../db/schema.ts';
 /** The dead-letter job's id, drawn from the jobs' own sequence, for `j` when `becomesDead` and its
  * kind has a route; else NULL. For the dying UPDATE's SET list (its table named `alias`). */
 export const deadLetterIdFor = (becomesDead: SQL, alias: 'j' | 'c' = 'j'): SQL =>
-  sql`dead_letter_id = CASE WHEN ${becomesDead} THEN (SELECT nextval('pgdrain.jobs_id_seq') FROM ${deadLetterRoutes} r WHERE r.kind = ${sql.raw(alias)}.kind) END`;
+  sql`dead_letter_id = CASE
+    WHEN ${becomesDead} THEN
+      (SELECT nextval('pgdrain.jobs_id_seq') FROM ${deadLetterRoutes} r WHERE r.kind = ${sql.raw(alias)}.kind) END`;
 
 /** What the `ended` CTE returns beside ENDED_COLUMNS for DEAD_LETTERED. */
 export const DEAD_LETTER_COLUMNS = sql`j.payload, j.attempts, j.last_error, j.finished_at, j.dead_letter_id`;
@@ -36,7 +38,8 @@ export function deadLettersOf(source: 'ended' | 'killed', name: string): SQL {
 export const DEAD_LETTERED = deadLettersOf('ended', 'dead_lettered');
 
 /** A scalar: the dead-letter jobs' drainers notified (select it so that it is evaluated). */
-export const DEAD_LETTERS_NOTIFIED = sql`(SELECT count(pg_notify('pgdrain_jobs', kind)) FROM (SELECT DISTINCT kind FROM dead_lettered) k)`;
+export const DEAD_LETTERS_NOTIFIED = sql`(SELECT count(pg_notify('pgdrain_jobs', kind)) FROM (SELECT DISTINCT kind
+  FROM dead_lettered) k)`;
 
 /** The dead-letter job a dead job's death enqueued, if any (dead jobs stay in pgdrain.jobs). */
 export async function deadLetterOf(db: Db, id: string): Promise<string | null> {

@@ -77,14 +77,16 @@ export async function failJobs(
   });
   // A job asked to cancel ends cancelled (never retried), kept like a completed one; one whose
   // attempts are spent, or that failed for good, ends dead; the rest wait out their backoff.
-  const ending = sql`CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' WHEN j.attempts >= j.max_attempts OR h.permanent THEN 'dead' END`;
+  const ending = sql`CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' WHEN j.attempts >= j.max_attempts
+    OR h.permanent THEN 'dead' END`;
   const settled = sql`UPDATE ${jobs} j SET
           status = coalesce(${ending}, 'pending'),
           run_at = CASE WHEN ${ending} IS NOT NULL THEN j.run_at
                         ELSE now() + make_interval(secs => least(h.cap, greatest(h.floor,
                                h.base * power(2, j.attempts - 1) * (0.5 + random() / 2)))) END,
           finished_at = CASE WHEN ${ending} IS NOT NULL THEN now() END,
-          keep_until = CASE WHEN j.cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(j.keep_seconds, 0)) END,
+          keep_until = CASE
+            WHEN j.cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(j.keep_seconds, 0)) END,
           locked_at = NULL, locked_by = NULL, locked_until = NULL, last_error = h.error,
           ${deadLetterIdFor(sql`${ending} = 'dead'`)}
         FROM ${failed} WHERE ${fenced(failures)}
@@ -100,10 +102,12 @@ export async function failJobs(
   }>(
     db,
     sql`WITH RECURSIVE ended AS (${settled})${counted}${afterJobsEnded({ deleted: false })}${DEAD_LETTERED}
-        SELECT id, status, run_at_ms, attempts, NULL::text[] AS released, NULL::bigint AS pgdrain_notified, NULL::bigint AS dead_letters FROM ended
+        SELECT id, status, run_at_ms, attempts, NULL::text[] AS released, NULL::bigint AS pgdrain_notified,
+          NULL::bigint AS dead_letters FROM ended
         UNION ALL
         SELECT NULL, NULL, NULL, NULL,
-               (SELECT array_agg(DISTINCT kind) FROM (SELECT kind FROM released WHERE status = 'pending' UNION SELECT kind FROM dead_lettered) k),
+               (SELECT array_agg(DISTINCT kind) FROM (SELECT kind FROM released WHERE status = 'pending' UNION
+                 SELECT kind FROM dead_lettered) k),
                ${ENDED_FOLLOWED}, ${DEAD_LETTERS_NOTIFIED}`,
   );
   const byId = new Map(rows.filter((r) => r.id !== null).map((r) => [String(r.id), r]));

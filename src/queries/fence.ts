@@ -50,5 +50,6 @@ const compareDecimal = (a: string, b: string) => a.length - b.length || (a < b ?
  * up exactly the held jobs.
  */
 export function fenced(held: readonly HeldJob[]): SQL {
-  return sql`j.id = ANY(${sql.param(held.map((h) => h.id))}::bigint[]) AND j.id = h.id AND j.locked_by = h.token AND j.status = 'running'`;
+  return sql`j.id = ANY(${sql.param(held.map((h) => h.id))}::bigint[]) AND j.id = h.id AND j.locked_by = h.token
+    AND j.status = 'running'`;
 }

@@ -22,7 +22,8 @@ export async function writeGroupLimits(
 ): Promise<boolean> {
   const [row] = await rowsOf<{ set: boolean }>(
     db,
-    sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.set_group_limits(${kind}, ${groupKey}, ${concurrency}::int, ${rateLimit?.limit ?? null}::int,
+    sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.set_group_limits(${kind}, ${groupKey}, ${concurrency}::int,
+      ${rateLimit?.limit ?? null}::int,
           ${rateLimit?.periodSeconds ?? null}::float8) AS set`,
   );
   return row?.set === true;
@@ -58,9 +59,11 @@ export async function listGroupLimits(
     updated_at: Date | string | null;
   }>(
     db,
-    sql`SELECT k.kind, (SELECT count(*) FROM ${groupLimits} c WHERE c.kind = k.kind)::int AS n, g.group_key, g.concurrency, g.rate_limit, g.rate_period_seconds, g.updated_at
+    sql`SELECT k.kind, (SELECT count(*) FROM ${groupLimits} c WHERE c.kind = k.kind)::int AS n, g.group_key,
+      g.concurrency, g.rate_limit, g.rate_period_seconds, g.updated_at
           FROM ${from}
-          LEFT JOIN LATERAL (SELECT * FROM ${groupLimits} l WHERE l.kind = k.kind ORDER BY l.group_key LIMIT ${limit}) g ON true
+          LEFT JOIN LATERAL (SELECT * FROM ${groupLimits} l WHERE l.kind = k.kind ORDER BY l.group_key LIMIT ${limit})
+            g ON true
          ORDER BY k.kind, g.group_key`,
   );
   const out: Record<string, { count: number; keys: GroupLimitsRow[] }> = {};

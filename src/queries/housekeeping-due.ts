@@ -18,10 +18,12 @@ export async function housekeepingDueAt(db: Db, visibilityTimeoutSeconds: number
   const [row] = await rowsOf<{ due: Date | string | null }>(
     db,
     sql`SELECT least(
-          (SELECT min(coalesce(locked_until, locked_at + make_interval(secs => ${visibilityTimeoutSeconds}::int))) FROM ${jobs} WHERE status = 'running'),
+          (SELECT min(coalesce(locked_until, locked_at + make_interval(secs => ${visibilityTimeoutSeconds}::int)))
+            FROM ${jobs} WHERE status = 'running'),
           (SELECT min(keep_until) FROM ${jobs} WHERE status IN ('completed', 'cancelled')),
           (SELECT min(minute) + make_interval(hours => ${COUNTS_RETENTION_HOURS + 1}::int) FROM ${jobCounts}),
-          (SELECT min(finished_at) + make_interval(mins => ${FINISHED_NOTE_MINUTES}::int) FROM ${finishedJobs})) AS due`,
+          (SELECT min(finished_at) + make_interval(mins => ${FINISHED_NOTE_MINUTES}::int) FROM ${finishedJobs})) AS
+            due`,
   );
   return row?.due == null ? null : new Date(row.due).getTime();
 }

@@ -63,7 +63,8 @@ export async function getDependencies(
 ): Promise<{ id: string; kind: string | null; status: JobStatus | null; result: unknown }[]> {
   const rows = await rowsOf<{ id: string; kind: string | null; status: JobStatus | null; result: unknown }>(
     db,
-    sql`SELECT d.depends_on::text AS id, coalesce(j.kind, f.kind) AS kind, coalesce(j.status, f.status) AS status, j.result
+    sql`SELECT d.depends_on::text AS id, coalesce(j.kind, f.kind) AS kind, coalesce(j.status, f.status) AS status,
+      j.result
           FROM ${jobDependencies} d
           LEFT JOIN ${jobsAndHistory} j ON j.id = d.depends_on
           LEFT JOIN ${finishedJobs} f ON f.id = d.depends_on
@@ -178,7 +179,8 @@ export async function stats(db: Db): Promise<QueueStats> {
                count(*) FILTER (WHERE status = 'running')::int AS running,
                count(*) FILTER (WHERE status = 'dead')::int AS dead,
                count(*) FILTER (WHERE status = 'waiting')::int AS waiting,
-               extract(epoch from now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_ready_seconds
+               extract(epoch from now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))::float8
+                 AS oldest_ready_seconds
           FROM ${jobs} WHERE status IN ('pending', 'running', 'dead', 'waiting') GROUP BY kind ORDER BY kind`,
   );
   const kinds: Record<string, KindStats> = {};
@@ -215,7 +217,8 @@ export async function retryDead(db: Db, id: string): Promise<RetryOutcome> {
   const [row] = await rowsOf<Record<string, unknown>>(
     db,
     sql`WITH retried AS (
-          UPDATE ${jobs} SET status = 'pending', attempts = 0, run_at = now() WHERE id = ${id}::bigint AND status = 'dead' RETURNING *)
+          UPDATE ${jobs} SET status = 'pending', attempts = 0, run_at = now() WHERE id = ${id}::bigint
+            AND status = 'dead' RETURNING *)
         SELECT retried.*, pg_notify(${NOTIFY_CHANNEL}, retried.kind) AS notified FROM retried`,
   );
   if (row) return { outcome: 'retried', job: jobFromRow(row) };
@@ -250,7 +253,8 @@ export async function retryFromStep(db: Db, id: string, fromStep: string): Promi
     found ??= (
       await rowsOf<{ status: JobStatus }>(
         tx,
-        sql`WITH moved AS (DELETE FROM ${jobHistory} WHERE id = ${id}::bigint AND keep_until > now() RETURNING ${HISTORY_COLUMNS})
+        sql`WITH moved AS
+          (DELETE FROM ${jobHistory} WHERE id = ${id}::bigint AND keep_until > now() RETURNING ${HISTORY_COLUMNS})
             INSERT INTO ${jobs} (${HISTORY_COLUMNS}) SELECT ${HISTORY_COLUMNS} FROM moved RETURNING status`,
       )
     )[0];
@@ -266,14 +270,18 @@ export async function retryFromStep(db: Db, id: string, fromStep: string): Promi
     const [row] = await rowsOf<Record<string, unknown>>(
       tx,
       sql`WITH dropped AS (
-            DELETE FROM ${workflowSteps} WHERE job_id = ${id}::bigint AND position >= ${from.position}::int RETURNING child_id),
+            DELETE FROM ${workflowSteps} WHERE job_id = ${id}::bigint AND position >= ${from.position}::int
+              RETURNING child_id),
           unlinked AS (
-            DELETE FROM ${jobDependencies} WHERE job_id = ${id}::bigint AND depends_on IN (SELECT child_id FROM dropped) RETURNING 1),
+            DELETE FROM ${jobDependencies} WHERE job_id = ${id}::bigint
+              AND depends_on IN (SELECT child_id FROM dropped) RETURNING 1),
           retried AS (
             UPDATE ${jobs} SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, keep_until = NULL,
-                   result = NULL, cancel_requested_at = NULL, waiting_for = NULL, locked_at = NULL, locked_by = NULL, locked_until = NULL
+                   result = NULL, cancel_requested_at = NULL, waiting_for = NULL, locked_at = NULL, locked_by = NULL,
+                     locked_until = NULL
              WHERE id = ${id}::bigint RETURNING *)
-          SELECT retried.*, pg_notify(${NOTIFY_CHANNEL}, retried.kind) AS notified, (SELECT count(*) FROM unlinked) AS unlinked FROM retried`,
+          SELECT retried.*, pg_notify(${NOTIFY_CHANNEL}, retried.kind) AS notified,
+            (SELECT count(*) FROM unlinked) AS unlinked FROM retried`,
     );
     return { outcome: 'retried', job: jobFromRow(row!) };
   });
@@ -299,10 +307,12 @@ export async function deleteJob(db: Db, id: string): Promise<DeleteOutcome> {
   const rows = await rowsOf<{ deleted: boolean; status: JobStatus }>(
     db,
     sql`WITH RECURSIVE target AS (SELECT id, status FROM ${jobs} WHERE id = ${id}::bigint),
-             ended AS (DELETE FROM ${jobs} j WHERE id = ${id}::bigint AND status <> 'running' RETURNING ${ENDED_COLUMNS}, 'deleted'::text AS status),
+             ended AS (DELETE FROM ${jobs} j WHERE id = ${id}::bigint AND status <> 'running'
+               RETURNING ${ENDED_COLUMNS}, 'deleted'::text AS status),
              archived AS (DELETE FROM ${jobHistory} WHERE id = ${id}::bigint RETURNING 1)
              ${afterJobsEnded({ deleted: true })}
-        SELECT EXISTS (SELECT 1 FROM ended) OR EXISTS (SELECT 1 FROM archived) AS deleted, (SELECT status FROM target) AS status, ${ENDED_FOLLOWED}`,
+        SELECT EXISTS (SELECT 1 FROM ended)
+          OR EXISTS (SELECT 1 FROM archived) AS deleted, (SELECT status FROM target) AS status, ${ENDED_FOLLOWED}`,
   );
   const row = rows[0];
   if (row?.deleted) return { outcome: 'deleted' };

@@ -29,21 +29,27 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
   return sql`,
     touched AS MATERIALIZED (
       SELECT d.job_id, d.depends_on,
-             EXISTS (SELECT 1 FROM ${workflowSteps} s WHERE s.job_id = d.job_id AND s.child_id = d.depends_on AND s.status = 'waiting') AS invoked
+             EXISTS (SELECT 1 FROM ${workflowSteps} s WHERE s.job_id = d.job_id AND s.child_id = d.depends_on
+               AND s.status = 'waiting') AS invoked
         FROM ${jobDependencies} d WHERE d.depends_on IN (SELECT id FROM ended WHERE has_dependents)),
     doomed(id, cause, cause_status) AS (
       SELECT t.job_id, e.id, e.status FROM touched t JOIN ended e ON t.depends_on = e.id
        WHERE e.status IN ('dead', 'cancelled', 'deleted') AND NOT t.invoked
       UNION
-      SELECT d.job_id, doomed.cause, doomed.cause_status FROM ${jobDependencies} d JOIN doomed ON d.depends_on = doomed.id),
+      SELECT d.job_id, doomed.cause, doomed.cause_status FROM ${jobDependencies} d
+        JOIN doomed ON d.depends_on = doomed.id),
     locked AS MATERIALIZED (
-      SELECT c.id FROM ${jobs} c WHERE c.id IN (SELECT job_id FROM touched UNION SELECT id FROM doomed) AND c.status = 'waiting'
+      SELECT c.id FROM ${jobs} c WHERE c.id IN (SELECT job_id FROM touched UNION SELECT id FROM doomed)
+        AND c.status = 'waiting'
        ORDER BY c.id FOR UPDATE),
     released AS (
-      UPDATE ${jobs} c SET waiting_for = c.waiting_for - x.n, status = CASE WHEN c.waiting_for - x.n <= 0 THEN 'pending' ELSE 'waiting' END
+      UPDATE ${jobs} c SET waiting_for = c.waiting_for - x.n, status = CASE
+        WHEN c.waiting_for - x.n <= 0 THEN 'pending' ELSE 'waiting' END
         FROM (SELECT t.job_id, count(*)::int AS n FROM touched t JOIN ended e ON t.depends_on = e.id
-               WHERE e.status = 'completed' OR (t.invoked AND e.status IN ('dead', 'cancelled', 'deleted')) GROUP BY t.job_id) x
-       WHERE c.id = x.job_id AND c.status = 'waiting' AND c.id IN (SELECT id FROM locked) AND c.id NOT IN (SELECT id FROM doomed)
+               WHERE e.status = 'completed' OR (t.invoked AND e.status IN ('dead', 'cancelled', 'deleted'))
+                 GROUP BY t.job_id) x
+       WHERE c.id = x.job_id AND c.status = 'waiting' AND c.id IN (SELECT id FROM locked)
+         AND c.id NOT IN (SELECT id FROM doomed)
       RETURNING c.id, c.kind, c.status),
     killed AS (
       UPDATE ${jobs} c SET status = 'dead', finished_at = now(), waiting_for = NULL,
@@ -51,7 +57,8 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
              ${deadLetterIdFor(sql`true`, 'c')}
         FROM (SELECT DISTINCT ON (id) id, cause, cause_status FROM doomed ORDER BY id, cause) x
        WHERE c.id = x.id AND c.status = 'waiting' AND c.id IN (SELECT id FROM locked)
-      RETURNING c.id, c.kind, c.watched_until, c.payload, c.attempts, c.last_error, c.finished_at, c.dead_letter_id)${deadLettersOf('killed', 'killed_lettered')},
+      RETURNING c.id, c.kind, c.watched_until, c.payload, c.attempts, c.last_error, c.finished_at,
+        c.dead_letter_id)${deadLettersOf('killed', 'killed_lettered')},
     ${
       options.deleted
         ? sql`told AS (
@@ -64,7 +71,8 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
         FROM (SELECT kind FROM released WHERE status = 'pending' UNION SELECT kind FROM killed_lettered) AS k),
     watchers AS (
       SELECT count(pg_notify(${FINISHED_CHANNEL}, id::text)) AS n
-        FROM (SELECT id, watched_until FROM ended WHERE status IN ('completed', 'dead', 'cancelled', 'deleted') UNION ALL SELECT id, watched_until FROM killed) f
+        FROM (SELECT id, watched_until FROM ended WHERE status IN ('completed', 'dead', 'cancelled', 'deleted')
+          UNION ALL SELECT id, watched_until FROM killed) f
        WHERE watched_until > now())`;
 }
 

@@ -26,11 +26,14 @@ export async function limitUsage(
     sql`SELECT k.kind,
                (SELECT count(*) FROM ${jobs} j WHERE j.status = 'running' AND j.kind = k.kind)::int AS running,
                CASE WHEN k.period IS NOT NULL THEN
-                 (SELECT count(*) FROM ${rateStarts} s WHERE s.kind = k.kind AND s.started_at > clock_timestamp() - make_interval(secs => k.period))::int END AS starts,
+                 (SELECT count(*) FROM ${rateStarts} s WHERE s.kind = k.kind
+                   AND s.started_at > clock_timestamp() - make_interval(secs => k.period))::int END AS starts,
                CASE WHEN k.grouped THEN
                  (SELECT count(DISTINCT group_key) FROM ${jobs} j
-                   WHERE j.status = 'pending' AND j.run_at <= now() AND j.kind = k.kind AND j.group_key IS NOT NULL)::int END AS keys
-          FROM unnest(${sql.param(kinds.map((k) => k.kind))}::text[], ${sql.param(periods)}::float8[], ${sql.param(grouped)}::boolean[]) AS k(kind, period, grouped)`,
+                   WHERE j.status = 'pending' AND j.run_at <= now() AND j.kind = k.kind
+                     AND j.group_key IS NOT NULL)::int END AS keys
+          FROM unnest(${sql.param(kinds.map((k) => k.kind))}::text[], ${sql.param(periods)}::float8[],
+            ${sql.param(grouped)}::boolean[]) AS k(kind, period, grouped)`,
   );
   return Object.fromEntries(
     rows.map((r) => [r.kind, { running: r.running, startsInWindow: r.starts, keysWaiting: r.keys }]),

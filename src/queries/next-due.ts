@@ -16,7 +16,8 @@ export function nextDueSql(kinds: readonly string[] | undefined): SQL {
   return sql`(WITH RECURSIVE priorities(p) AS (
       (SELECT priority FROM ${jobs} WHERE status = 'pending' ORDER BY priority DESC NULLS LAST LIMIT 1)
       UNION ALL
-      SELECT (SELECT priority FROM ${jobs} WHERE status = 'pending' AND priority < priorities.p ORDER BY priority DESC NULLS LAST LIMIT 1)
+      SELECT (SELECT priority FROM ${jobs} WHERE status = 'pending' AND priority < priorities.p
+        ORDER BY priority DESC NULLS LAST LIMIT 1)
         FROM priorities WHERE priorities.p IS NOT NULL)
     SELECT min((SELECT r.run_at FROM ${jobs} r
                  WHERE r.status = 'pending' AND r.priority = priorities.p AND r.run_at > now() ${ofKinds}

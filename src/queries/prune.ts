@@ -55,15 +55,19 @@ export async function pruneFinished(
           ${moveKeptToHistory(more.moved, PRUNE_BATCH)},
           notes AS (
             DELETE FROM ${finishedJobs} WHERE ${more.notes} AND id IN (
-              SELECT id FROM ${finishedJobs} WHERE finished_at < now() - make_interval(mins => ${FINISHED_NOTE_MINUTES}) LIMIT ${PRUNE_BATCH})
+              SELECT id FROM ${finishedJobs}
+                WHERE finished_at < now() - make_interval(mins => ${FINISHED_NOTE_MINUTES}) LIMIT ${PRUNE_BATCH})
             RETURNING 1),
           dependencies AS (
             DELETE FROM ${jobDependencies} d WHERE ${more.dependencies} AND (d.depends_on, d.job_id) IN (
-              SELECT depends_on, job_id FROM ${jobDependencies} o WHERE NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id) LIMIT ${PRUNE_BATCH})
+              SELECT depends_on, job_id FROM ${jobDependencies} o
+                WHERE NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id) LIMIT ${PRUNE_BATCH})
             RETURNING 1),
           ${pruneWorkflowsCtes(eventRetentionSeconds, PRUNE_BATCH, more)}
-          SELECT (SELECT count(*) FROM kept)::int AS jobs, (SELECT count(*) FROM stored)::int AS moved, (SELECT count(*) FROM notes)::int AS notes,
-                 (SELECT count(*) FROM dependencies)::int AS dependencies, (SELECT count(*) FROM events_pruned)::int AS events,
+          SELECT (SELECT count(*) FROM kept)::int AS jobs, (SELECT count(*) FROM stored)::int AS moved,
+            (SELECT count(*) FROM notes)::int AS notes,
+                 (SELECT count(*) FROM dependencies)::int AS dependencies,
+                   (SELECT count(*) FROM events_pruned)::int AS events,
                  (SELECT count(*) FROM steps_pruned)::int AS steps`,
     );
     for (const part of parts) {

@@ -35,7 +35,8 @@ export async function reap(
   legacyTimeoutSeconds: number = JOB_DEFAULTS.visibilityTimeoutSeconds,
   options: ReapOptions = {},
 ): Promise<ReapResult> {
-  const leaseEnd = sql`coalesce(locked_until, locked_at + make_interval(secs => coalesce(visibility_seconds, ${legacyTimeoutSeconds}::int)))`;
+  const leaseEnd = sql`coalesce(locked_until,
+    locked_at + make_interval(secs => coalesce(visibility_seconds, ${legacyTimeoutSeconds}::int)))`;
   const earlier = options.earlierProcess;
   const gone = earlier
     ? sql`(starts_with(locked_by, ${earlier.prefix}::text) AND NOT starts_with(locked_by, ${earlier.except}::text))`
@@ -44,12 +45,16 @@ export async function reap(
     db,
     sql`WITH RECURSIVE ended AS (
         UPDATE ${jobs} j SET
-          status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled' WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-          last_error = CASE WHEN ${leaseEnd} < now() THEN 'visibility timeout: ' || locked_by || ' held the job past its lease of '
+          status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+            WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+          last_error = CASE
+            WHEN ${leaseEnd} < now() THEN 'visibility timeout: ' || locked_by || ' held the job past its lease of '
                        || round(extract(epoch from ${leaseEnd} - locked_at)) || ' s without renewing it'
-                       ELSE 'drainer restarted: ' || locked_by || ' held the job in an earlier process of the same DRAINER_ID' END,
+                       ELSE 'drainer restarted: ' || locked_by ||
+                         ' held the job in an earlier process of the same DRAINER_ID' END,
           finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempts >= max_attempts THEN now() END,
-          keep_until = CASE WHEN cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(keep_seconds, 0)) END,
+          keep_until = CASE
+            WHEN cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(keep_seconds, 0)) END,
           locked_at = NULL, locked_by = NULL, locked_until = NULL,
           ${deadLetterIdFor(sql`cancel_requested_at IS NULL AND attempts >= max_attempts`)}
         WHERE status = 'running' AND (${leaseEnd} < now() OR ${gone})

@@ -32,7 +32,9 @@ export async function renew(db: Db, held: readonly HeldLease[]): Promise<Renewed
   const rows = await rowsOf<{ id: string; cancel: boolean }>(
     db,
     sql`UPDATE ${jobs} j SET locked_at = now(),
-               locked_until = now() + make_interval(secs => coalesce(h.lease, j.visibility_seconds, ${JOB_DEFAULTS.visibilityTimeoutSeconds})),
+               locked_until = now() +
+                 make_interval(secs => coalesce(h.lease,
+                   j.visibility_seconds, ${JOB_DEFAULTS.visibilityTimeoutSeconds})),
                progress = coalesce(h.progress, j.progress)
           FROM ${leases} WHERE ${fenced(held)} RETURNING j.id::text AS id, j.cancel_requested_at IS NOT NULL AS cancel`,
   );

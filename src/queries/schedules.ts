@@ -45,8 +45,10 @@ export async function advanceSchedule(
   lastEnqueued: Date | null = null,
 ): Promise<void> {
   await tx.execute(
-    sql`UPDATE ${schedules} SET last_slot = ${lastSlot.toISOString()}::timestamptz, skipped = skipped + ${skipped}::bigint,
-               last_enqueued_slot = coalesce(${lastEnqueued?.toISOString() ?? null}::timestamptz, last_enqueued_slot), evaluated_at = now()
+    sql`UPDATE ${schedules} SET last_slot = ${lastSlot.toISOString()}::timestamptz,
+      skipped = skipped + ${skipped}::bigint,
+               last_enqueued_slot = coalesce(${lastEnqueued?.toISOString() ?? null}::timestamptz, last_enqueued_slot),
+                 evaluated_at = now()
          WHERE name = ${name}`,
   );
 }

@@ -31,10 +31,14 @@ export async function tableHealth(db: Db): Promise<TableHealth> {
     db,
     sql`SELECT
           (SELECT extract(epoch FROM now() - min(xact_start))::float8 FROM pg_stat_activity
-            WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND datname = current_database()) AS snapshot_seconds,
-          greatest((SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database()),
-                   (SELECT max(age(xmin)) FROM pg_replication_slots WHERE database IS NULL OR database = current_database()),
-                   (SELECT max(age(transaction)) FROM pg_prepared_xacts WHERE database = current_database())) AS xmin_age,
+            WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+              AND datname = current_database()) AS snapshot_seconds,
+          greatest((SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE pid <> pg_backend_pid()
+            AND datname = current_database()),
+                   (SELECT max(age(xmin)) FROM pg_replication_slots WHERE database IS NULL
+                     OR database = current_database()),
+                   (SELECT max(age(transaction)) FROM pg_prepared_xacts WHERE database = current_database())) AS
+                     xmin_age,
           (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = ${jobsTable}::regclass) AS dead,
           (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = ${jobsTable}::regclass) AS live`,
   );

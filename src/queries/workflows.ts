@@ -62,7 +62,8 @@ export interface StoredStep {
 /** The run's job, locked, while it is still running under the attempt's token and nobody asked to cancel it. */
 const RUNNING_HELD = (run: HeldRun) =>
   sql`held AS MATERIALIZED (SELECT id, created_at FROM ${jobs}
-        WHERE id = ${run.jobId}::bigint AND locked_by = ${run.lockedBy} AND status = 'running' AND cancel_requested_at IS NULL
+        WHERE id = ${run.jobId}::bigint AND locked_by = ${run.lockedBy} AND status = 'running'
+          AND cancel_requested_at IS NULL
         FOR UPDATE)`;
 
 /** Why `held` came back empty (evaluated only then). */
@@ -81,14 +82,16 @@ const notHeld = (row: FencedRow | undefined): NotHeld => row?.not_held ?? 'lost'
 export async function loadSteps(db: Db, jobId: string): Promise<StoredStep[]> {
   const rows = await rowsOf<Record<string, unknown>>(
     db,
-    sql`SELECT name, position, status, attempts, result::text AS result, error, started_at, finished_at, wake_at, event, event_key, event_match::text AS event_match, event_id::text AS event_id, child_id::text AS child_id
+    sql`SELECT name, position, status, attempts, result::text AS result, error, started_at, finished_at, wake_at,
+      event, event_key, event_match::text AS event_match, event_id::text AS event_id, child_id::text AS child_id
           FROM ${workflowSteps} WHERE job_id = ${jobId}::bigint ORDER BY position`,
   );
   const childIds = rows.map((r) => r.child_id).filter((id): id is string => typeof id === 'string');
   if (childIds.length > 0) {
     const children = await rowsOf<{ id: string; status: string; result: unknown; last_error: string | null }>(
       db,
-      sql`SELECT id::text AS id, status, result::text AS result, last_error FROM ${jobsAndHistory} WHERE id = ANY(${sql.param(childIds)}::bigint[])`,
+      sql`SELECT id::text AS id, status, result::text AS result, last_error FROM ${jobsAndHistory}
+        WHERE id = ANY(${sql.param(childIds)}::bigint[])`,
     );
     const byId = new Map(children.map((c) => [String(c.id), c]));
     for (const r of rows) {
@@ -166,8 +169,10 @@ async function recordStep(
 ): Promise<NotHeld | null> {
   const [row] = await rowsOf<{ outcome: 'written' | NotHeld }>(
     db,
-    sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.record_step(${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int, ${status},
-          ${step.priorAttempts + 1}::int, ${resultJson}::jsonb, ${error}, ${step.startedAt.toISOString()}::timestamptz, ${shareLock}) AS outcome`,
+    sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.record_step(
+          ${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int, ${status},
+          ${step.priorAttempts + 1}::int, ${resultJson}::jsonb, ${error},
+          ${step.startedAt.toISOString()}::timestamptz, ${shareLock}) AS outcome`,
   );
   return row?.outcome === 'written' ? null : (row?.outcome ?? 'lost');
 }
@@ -187,8 +192,10 @@ export type ParkOutcome =
 export async function parkSleep(db: Db, step: StepRecord, until: Date): Promise<ParkOutcome> {
   const [row] = await rowsOf<ParkRow>(
     db,
-    sql`SELECT outcome, until_at FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_sleep(${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int,
-          ${step.startedAt.toISOString()}::timestamptz, ${until.toISOString()}::timestamptz)`,
+    sql`SELECT outcome, until_at
+      FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_sleep(
+             ${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int,
+             ${step.startedAt.toISOString()}::timestamptz, ${until.toISOString()}::timestamptz)`,
   );
   return parkOutcome(row);
 }
@@ -212,8 +219,11 @@ export interface EventWait extends StepRecord {
 export async function waitForEvent(db: Db, wait: EventWait): Promise<ParkOutcome> {
   const [row] = await rowsOf<ParkRow>(
     db,
-    sql`SELECT outcome, until_at, answer::text AS answer FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_wait(${wait.jobId}::bigint, ${wait.lockedBy}, ${wait.name}, ${wait.position}::int,
-          ${wait.startedAt.toISOString()}::timestamptz, ${wait.event}, ${wait.key}, ${wait.until?.toISOString() ?? null}::timestamptz, ${wait.matchJson}::jsonb)`,
+    sql`SELECT outcome, until_at, answer::text AS answer
+      FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_wait(
+             ${wait.jobId}::bigint, ${wait.lockedBy}, ${wait.name}, ${wait.position}::int,
+             ${wait.startedAt.toISOString()}::timestamptz, ${wait.event}, ${wait.key},
+             ${wait.until?.toISOString() ?? null}::timestamptz, ${wait.matchJson}::jsonb)`,
   );
   return parkOutcome(row);
 }
@@ -243,20 +253,27 @@ export async function parkOnChild(tx: Db, step: StepRecord, childId: string): Pr
   const [row] = await rowsOf<FencedRow & { status: StepStatus | null }>(
     tx,
     sql`WITH ${RUNNING_HELD(step)},
-        child AS (SELECT id, status FROM ${jobs} WHERE id = ${childId}::bigint AND EXISTS (SELECT 1 FROM held) FOR UPDATE),
+        child AS (SELECT id, status FROM ${jobs} WHERE id = ${childId}::bigint AND EXISTS (SELECT 1 FROM held)
+          FOR UPDATE),
         marked AS (UPDATE ${jobs} c SET has_dependents = true FROM child WHERE c.id = child.id RETURNING 1),
-        linked AS (INSERT INTO ${jobDependencies} (depends_on, job_id) SELECT ${childId}::bigint, id FROM held ON CONFLICT DO NOTHING RETURNING 1),
+        linked AS (INSERT INTO ${jobDependencies} (depends_on, job_id) SELECT ${childId}::bigint, id FROM held
+          ON CONFLICT DO NOTHING RETURNING 1),
         written AS (
           INSERT INTO ${workflowSteps} (job_id, name, position, status, attempts, started_at, child_id)
-          SELECT id, ${step.name}, ${step.position}::int, 'waiting', 1, ${step.startedAt.toISOString()}::timestamptz, ${childId}::bigint FROM held
-          ON CONFLICT (job_id, name) DO UPDATE SET status = 'waiting', child_id = excluded.child_id, finished_at = NULL, wake_at = NULL
+          SELECT id, ${step.name}, ${step.position}::int, 'waiting',
+            1, ${step.startedAt.toISOString()}::timestamptz, ${childId}::bigint FROM held
+          ON CONFLICT (job_id, name) DO UPDATE SET status = 'waiting', child_id = excluded.child_id,
+            finished_at = NULL, wake_at = NULL
           RETURNING status),
         -- The parent leaves running for waiting (on one job), its attempt refunded, while its child may still end.
         parked AS (
-          UPDATE ${jobs} j SET status = 'waiting', waiting_for = 1, locked_at = NULL, locked_by = NULL, locked_until = NULL, attempts = greatest(j.attempts - 1, 0)
-            FROM held WHERE j.id = held.id AND EXISTS (SELECT 1 FROM child WHERE status IN ('pending', 'running', 'waiting'))
+          UPDATE ${jobs} j SET status = 'waiting', waiting_for = 1, locked_at = NULL, locked_by = NULL,
+            locked_until = NULL, attempts = greatest(j.attempts - 1, 0)
+            FROM held WHERE j.id = held.id
+              AND EXISTS (SELECT 1 FROM child WHERE status IN ('pending', 'running', 'waiting'))
           RETURNING 1)
-        SELECT (SELECT status FROM written) AS status, (SELECT count(*) FROM parked) AS parked, (SELECT count(*) FROM marked) + (SELECT count(*) FROM linked) AS linked,
+        SELECT (SELECT status FROM written) AS status, (SELECT count(*) FROM parked) AS parked,
+          (SELECT count(*) FROM marked) + (SELECT count(*) FROM linked) AS linked,
                ${WHY_NOT_HELD(step)} AS not_held`,
   );
   if (!row || row.status === null) return { outcome: notHeld(row) };
@@ -281,9 +298,11 @@ export async function snoozeRun(db: Db, run: HeldRun, until: Date, failed?: Fail
   const step = failed?.step;
   const [row] = await rowsOf<{ outcome: 'parked' | NotHeld }>(
     db,
-    sql`SELECT outcome FROM ${sql.raw(PGDRAIN_SCHEMA)}.snooze_run(${run.jobId}::bigint, ${run.lockedBy}, ${until.toISOString()}::timestamptz,
-          ${step?.name ?? null}, ${step?.position ?? null}::int, ${step?.startedAt.toISOString() ?? null}::timestamptz,
-          ${failed?.attempts ?? null}::int, ${failed?.error ?? null})`,
+    sql`SELECT outcome
+      FROM ${sql.raw(PGDRAIN_SCHEMA)}.snooze_run(
+             ${run.jobId}::bigint, ${run.lockedBy}, ${until.toISOString()}::timestamptz,
+             ${step?.name ?? null}, ${step?.position ?? null}::int, ${step?.startedAt.toISOString() ?? null}::timestamptz,
+             ${failed?.attempts ?? null}::int, ${failed?.error ?? null})`,
   );
   return row?.outcome === 'parked' ? null : (row?.outcome ?? 'lost');
 }
@@ -330,7 +349,8 @@ export async function parkSteps(db: Db, run: HeldRun, parks: readonly StepPark[]
   );
   const rows = await rowsOf<ParkRow & { name: string | null }>(
     db,
-    sql`SELECT name, outcome, until_at, answer::text AS answer FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_steps(${run.jobId}::bigint, ${run.lockedBy}, ${json}::jsonb)`,
+    sql`SELECT name, outcome, until_at, answer::text AS answer
+      FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_steps(${run.jobId}::bigint, ${run.lockedBy}, ${json}::jsonb)`,
   );
   const first = rows[0];
   if (!first || first.name === null) return { outcome: first?.outcome === 'cancelled' ? 'cancelled' : 'lost' };
@@ -347,12 +367,14 @@ export async function skipRunAhead(db: Db, jobId: string): Promise<number> {
   const [row] = await rowsOf<{ ahead_ms: number | string | null }>(
     db,
     sql`WITH due AS (
-          UPDATE ${jobs} j SET run_at = now() FROM (SELECT id, run_at AS was FROM ${jobs} WHERE id = ${jobId}::bigint FOR UPDATE) o
+          UPDATE ${jobs} j SET run_at = now()
+            FROM (SELECT id, run_at AS was FROM ${jobs} WHERE id = ${jobId}::bigint FOR UPDATE) o
            WHERE j.id = o.id AND j.status = 'pending' AND o.was > now()
           RETURNING extract(epoch from o.was - now()) * 1000 AS ahead_ms),
         -- Every moment of the run moves by the same span: a later sleep keeps its distance.
         steps AS (
-          UPDATE ${workflowSteps} SET wake_at = greatest(now(), wake_at - make_interval(secs => (SELECT ahead_ms FROM due) / 1000))
+          UPDATE ${workflowSteps} SET wake_at =
+            greatest(now(), wake_at - make_interval(secs => (SELECT ahead_ms FROM due) / 1000))
            WHERE job_id = ${jobId}::bigint AND wake_at > now() AND EXISTS (SELECT 1 FROM due)
           RETURNING 1)
         SELECT (SELECT ahead_ms FROM due) AS ahead_ms, (SELECT count(*) FROM steps) AS moved`,
@@ -382,11 +404,13 @@ export async function registerCancelTriggers(
     await rowsOf(
       tx as unknown as Db,
       sql`SELECT pg_advisory_xact_lock(hashtextextended('pgdrain.event:' || s.e || ':' || s.k, 0)) AS locked
-            FROM (SELECT DISTINCT e, k FROM unnest(${sql.param(events)}::text[], ${sql.param(keys)}::text[]) AS t(e, k) ORDER BY e, k) s`,
+            FROM (SELECT DISTINCT e, k
+              FROM unnest(${sql.param(events)}::text[], ${sql.param(keys)}::text[]) AS t(e, k) ORDER BY e, k) s`,
     );
     const [row] = await rowsOf<{ sent: boolean }>(
       tx as unknown as Db,
-      sql`WITH pairs AS (SELECT DISTINCT e, k FROM unnest(${sql.param(events)}::text[], ${sql.param(keys)}::text[]) AS t(e, k)),
+      sql`WITH pairs AS
+        (SELECT DISTINCT e, k FROM unnest(${sql.param(events)}::text[], ${sql.param(keys)}::text[]) AS t(e, k)),
           written AS (
             INSERT INTO ${cancelTriggers} (event, event_key, job_id) SELECT e, k, ${jobId}::bigint FROM pairs
             ON CONFLICT DO NOTHING RETURNING 1)
@@ -410,7 +434,8 @@ export interface SentEvent {
 export async function sendEvent(db: Db, event: SentEvent): Promise<string> {
   const [row] = await rowsOf<{ id: string }>(
     db,
-    sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.send_event(${event.event}, ${event.key}, coalesce(${event.payloadJson ?? null}::jsonb, '{}'::jsonb))::text AS id`,
+    sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.send_event(${event.event}, ${event.key},
+      coalesce(${event.payloadJson ?? null}::jsonb, '{}'::jsonb))::text AS id`,
   );
   return String(row!.id);
 }
@@ -424,12 +449,15 @@ export function pruneWorkflowsCtes(
 ): SQL {
   return sql`events_pruned AS (
       DELETE FROM ${workflowEvents} WHERE ${more.events} AND id IN (
-        SELECT id FROM ${workflowEvents} WHERE sent_at < now() - make_interval(secs => ${retentionSeconds}::int) ORDER BY sent_at LIMIT ${batch})
+        SELECT id FROM ${workflowEvents} WHERE sent_at < now() - make_interval(secs => ${retentionSeconds}::int)
+          ORDER BY sent_at LIMIT ${batch})
       RETURNING 1),
     cancel_triggers_pruned AS (
       DELETE FROM ${cancelTriggers} t WHERE ${more.steps} AND (t.event, t.event_key, t.job_id) IN (
         SELECT o.event, o.event_key, o.job_id FROM ${cancelTriggers} o
-         WHERE NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id AND j.status IN ('pending', 'running', 'waiting')) LIMIT ${batch})
+         WHERE NOT EXISTS
+           (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id AND j.status IN ('pending', 'running', 'waiting'))
+             LIMIT ${batch})
       RETURNING 1),
     steps_pruned AS (
       DELETE FROM ${workflowSteps} s WHERE ${more.steps} AND s.job_id IN (

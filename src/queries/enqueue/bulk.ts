@@ -41,10 +41,21 @@ export function chunkStatement(chunk: readonly NewJob[]): { run(db: Db): Promise
         range AS (SELECT min(id) AS lo, max(id) AS hi, count(*)::int AS n FROM ins)
         SELECT lo::text, hi::text, n,
                CASE WHEN hi - lo + 1 <> n THEN (SELECT array_agg(id ORDER BY id) FROM ins) END AS ids,
-               ${keyed ? sql`(SELECT array_agg(id ORDER BY id) FROM ins WHERE dedupe_key IS NOT NULL)` : sql`NULL::bigint[]`} AS keyed_ids,
-               ${keyed ? sql`(SELECT array_agg(dedupe_key ORDER BY id) FROM ins WHERE dedupe_key IS NOT NULL)` : sql`NULL::text[]`} AS keys,
+               ${
+                 keyed
+                   ? sql`(SELECT array_agg(id ORDER BY id) FROM ins
+                 WHERE dedupe_key IS NOT NULL)`
+                   : sql`NULL::bigint[]`
+               } AS keyed_ids,
+               ${
+                 keyed
+                   ? sql`(SELECT array_agg(dedupe_key ORDER BY id) FROM ins
+                 WHERE dedupe_key IS NOT NULL)`
+                   : sql`NULL::text[]`
+               } AS keys,
                (extract(epoch from now()) * 1000)::float8 AS now_ms,
-               (SELECT count(pg_notify(${NOTIFY_CHANNEL}, k)) FROM unnest(${sql.param(readyKinds)}::text[]) AS k) AS notified
+               (SELECT count(pg_notify(${NOTIFY_CHANNEL}, k)) FROM unnest(${sql.param(readyKinds)}::text[]) AS k) AS
+                 notified
           FROM range`;
   return {
     async run(db) {

@@ -23,17 +23,20 @@ export async function enqueueReplacing(tx: Db, job: NewJob): Promise<EnqueuedJob
     );
     if (replaced) return { ...toEnqueued(replaced), replaced: true };
     await tx.execute(
-      sql`UPDATE ${jobs} SET dedupe_key = NULL WHERE dedupe_key = ${key}::text AND kind = ${job.kind} AND status IN ('running', 'dead')`,
+      sql`UPDATE ${jobs} SET dedupe_key = NULL WHERE dedupe_key = ${key}::text AND kind = ${job.kind}
+        AND status IN ('running', 'dead')`,
     );
     const [inserted] = await rowsOf<ReturnedRow>(
       tx,
       sql`WITH ins AS (${insertKeyed(job)})
-          SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, true AS inserted, ${notify} AS notified FROM ins`,
+          SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, true AS inserted, ${notify} AS notified
+            FROM ins`,
     );
     if (inserted) return toEnqueued(inserted);
     const [holder] = await rowsOf<ReturnedRow & { kind: string }>(
       tx,
-      sql`SELECT id, status, kind, extract(epoch from run_at) * 1000 AS run_at_ms, false AS inserted FROM ${jobs} WHERE dedupe_key = ${key}::text`,
+      sql`SELECT id, status, kind, extract(epoch from run_at) * 1000 AS run_at_ms, false AS inserted FROM ${jobs}
+        WHERE dedupe_key = ${key}::text`,
     );
     if (holder && holder.kind !== job.kind) return toEnqueued(holder);
   }

@@ -17,8 +17,10 @@ export async function enqueueWaiting(tx: Db, job: NewJob): Promise<EnqueuedJob> 
   const parents = await rowsOf<{ id: string; status: JobStatus }>(
     tx,
     // Locked in id order, so that two enqueues waiting for the same jobs cannot deadlock.
-    sql`WITH parents AS MATERIALIZED (SELECT id FROM ${jobs} WHERE id = ANY(${sql.param(ids)}::bigint[]) ORDER BY id FOR UPDATE),
-             marked AS (UPDATE ${jobs} j SET has_dependents = true FROM parents p WHERE j.id = p.id RETURNING j.id::text AS id, j.status)
+    sql`WITH parents AS MATERIALIZED
+      (SELECT id FROM ${jobs} WHERE id = ANY(${sql.param(ids)}::bigint[]) ORDER BY id FOR UPDATE),
+             marked AS (UPDATE ${jobs} j SET has_dependents = true FROM parents p WHERE j.id = p.id
+               RETURNING j.id::text AS id, j.status)
         SELECT id, status FROM marked`,
   );
   const notMarked = () => ids.filter((id) => !parents.some((p) => p.id === id));
@@ -26,7 +28,8 @@ export async function enqueueWaiting(tx: Db, job: NewJob): Promise<EnqueuedJob> 
     parents.push(
       ...(await rowsOf<{ id: string; status: JobStatus }>(
         tx,
-        sql`SELECT id::text AS id, status FROM ${jobHistory} WHERE id = ANY(${sql.param(notMarked())}::bigint[]) AND keep_until > now()`,
+        sql`SELECT id::text AS id, status FROM ${jobHistory} WHERE id = ANY(${sql.param(notMarked())}::bigint[])
+          AND keep_until > now()`,
       )),
     );
   }
@@ -42,9 +45,11 @@ export async function enqueueWaiting(tx: Db, job: NewJob): Promise<EnqueuedJob> 
     sql`WITH ins AS (
           INSERT INTO ${jobs} (${columnNames()}, status, waiting_for, last_error, finished_at)
           VALUES (${valuesOf(job)}, ${status}, ${ended || unfinished === 0 ? null : unfinished}::int,
-                  ${ended ? `job ${ended.id} it waits for ended ${ended.status}` : null}::text, ${ended ? sql`now()` : sql`NULL`})
+                  ${ended ? `job ${ended.id} it waits for ended ${ended.status}` : null}::text,
+                    ${ended ? sql`now()` : sql`NULL`})
           RETURNING id, status, run_at, kind),
-        deps AS (INSERT INTO ${jobDependencies} (depends_on, job_id) SELECT unnest(${sql.param(ids)}::bigint[]), id FROM ins)
+        deps AS (INSERT INTO ${jobDependencies} (depends_on, job_id) SELECT unnest(${sql.param(ids)}::bigint[]), id
+          FROM ins)
         SELECT id, status, extract(epoch from run_at) * 1000 AS run_at_ms, true AS inserted,
                CASE WHEN status = 'pending' AND run_at <= now() THEN pg_notify(${NOTIFY_CHANNEL}, kind) END AS notified
           FROM ins`,

@@ -34,7 +34,8 @@ function exactJson(this: unknown, key: string, value: unknown): unknown {
     if (proto !== Object.prototype && proto !== null) {
       const name = (value as { constructor?: { name?: string } }).constructor?.name || 'object';
       throw new TypeError(
-        `a ${name}${at} has no JSON form of its own (it would be stored as a plain object); return plain objects, arrays, strings, numbers, booleans or null`,
+        `a ${name}${at} has no JSON form of its own (it would be stored as a plain object); return plain objects, ` +
+          `arrays, strings, numbers, booleans or null`,
       );
     }
   }

@@ -55,7 +55,8 @@ export function defineSchedule(definition: ScheduleDefinition): ScheduleDefiniti
       new Intl.DateTimeFormat('en-US', { timeZone: definition.timezone });
     } catch {
       throw new Error(
-        `schedule ${definition.name}: unknown time zone ${JSON.stringify(definition.timezone)}; use an IANA name such as Europe/Berlin`,
+        `schedule ${definition.name}: unknown time zone ${JSON.stringify(definition.timezone)}; use an IANA name ` +
+          `such as Europe/Berlin`,
       );
     }
   }

@@ -123,3 +123,12 @@ it('both runtimes wrap one core: neither shell builds its registry, drain option
     expect(text, shell).toMatch(/from '\.\.\/runtime\/core\.ts'/);
   }
 });
+
+it('no line in src/ is longer than 120 characters (the formatter wraps code; this holds SQL, text and comments too)', () => {
+  const long = modules.flatMap(({ file, text }) =>
+    file.endsWith('.generated.ts')
+      ? []
+      : text.split('\n').flatMap((line, i) => ([...line].length > 120 ? [`${path.relative(SRC, file)}:${i + 1}`] : [])),
+  );
+  expect(long).toEqual([]);
+});

@@ -410,7 +410,9 @@ async function showJob(db: Db, values: Values, positionals: string[], io: Io): P
             : s.status === 'waiting'
               ? s.childId
                 ? `job ${s.childId}`
-                : `event ${s.event} (${s.key})${s.match ? ` matching ${JSON.stringify(s.match)}` : ''}${s.wakeAt ? ` until ${formatDate(new Date(s.wakeAt))}` : ''}`
+                : `event ${s.event} (${s.key})${s.match ? ` matching ${JSON.stringify(s.match)}` : ''}${
+                    s.wakeAt ? ` until ${formatDate(new Date(s.wakeAt))}` : ''
+                  }`
               : s.status === 'failed'
                 ? `${s.error ?? ''}${s.wakeAt ? ` (tries again at ${formatDate(new Date(s.wakeAt))})` : ''}`
                 : JSON.stringify(s.result),

@@ -14,7 +14,10 @@ export async function subscribeModule(databaseUrl: string, modulePath: string): 
   pool.on('error', () => {});
   try {
     const count = await subscribe(drizzle({ client: pool }) as unknown as Db, new JobRegistry(jobs));
-    return `${count} event subscription${count === 1 ? '' : 's'} written for ${jobs.length} kind${jobs.length === 1 ? '' : 's'}`;
+    return (
+      `${count} event subscription${count === 1 ? '' : 's'} written for ${jobs.length} ` +
+      `kind${jobs.length === 1 ? '' : 's'}`
+    );
   } finally {
     await pool.end();
   }

@@ -26,25 +26,40 @@ export const isOperatorCommand = (name: string | undefined): name is OperatorCom
 
 const SUMMARY: Record<OperatorCommand, string> = {
   stats:
-    "Per kind: ready, delayed, running, dead, waiting, paused, oldest ready; each schedule's last enqueued slot; and the group keys with limits of their own.",
-  jobs: `Jobs, newest first (default 50, at most ${MAX_LISTED}); --json prints one JSON object per line. Statuses: ${JOB_STATUSES.join(', ')}.`,
-  job: "One job, every field; a workflow's steps as a timeline (name, status, attempts, started, finished, result or error).",
+    "Per kind: ready, delayed, running, dead, waiting, paused, oldest ready; each schedule's last enqueued slot; " +
+    'and the group keys with limits of their own.',
+  jobs:
+    `Jobs, newest first (default 50, at most ${MAX_LISTED}); --json prints one JSON object per line. ` +
+    `Statuses: ${JOB_STATUSES.join(', ')}.`,
+  job:
+    "One job, every field; a workflow's steps as a timeline (name, status, attempts, started, finished, result " +
+    'or error).',
   enqueue:
-    "Enqueues a job (payload default {}) and prints its id. Options as for enqueue() (--after takes ids separated by commas). The built-in kinds' payloads are checked now; any other kind's when it runs, as for pgdrain.enqueue() in SQL.",
+    'Enqueues a job (payload default {}) and prints its id. Options as for enqueue() (--after takes ids separated ' +
+    "by commas). The built-in kinds' payloads are checked now; any other kind's when it runs, as for " +
+    'pgdrain.enqueue() in SQL.',
   retry:
-    'A dead job (or every dead job, of a kind or all) back to pending, attempts reset; --from-step: a finished workflow run (dead, completed or cancelled) again from that step, the earlier steps kept. The bulk form asks first on a terminal; a script passes --yes.',
+    'A dead job (or every dead job, of a kind or all) back to pending, attempts reset; --from-step: a finished ' +
+    'workflow run (dead, completed or cancelled) again from that step, the earlier steps kept. The bulk form asks ' +
+    'first on a terminal; a script passes --yes.',
   delete: 'Deletes a job that is not running (or every dead job). Asks first on a terminal; a script passes --yes.',
   pause: 'No drainer claims the kind until it is resumed (enqueueing still works).',
   resume: 'Drainers claim the kind again.',
   cancel:
-    "A pending or waiting job is cancelled at once; a running one is stopped by its drainer and ends cancelled. A workflow's unfinished children are cancelled with it.",
+    'A pending or waiting job is cancelled at once; a running one is stopped by its drainer and ends cancelled. A ' +
+    "workflow's unfinished children are cancelled with it.",
   'send-event':
-    "Sends an event (payload default {}): every workflow run waiting on the event and key gets the payload and runs again, and every kind subscribed to the event (`on`) gets a job. Prints the event's id.",
+    'Sends an event (payload default {}): every workflow run waiting on the event and key gets the payload and runs ' +
+    "again, and every kind subscribed to the event (`on`) gets a job. Prints the event's id.",
   unsubscribe:
-    "Removes a kind's subscription to an event (a kind retired after a deploy: its subscription is kept until then). Later events no longer enqueue its jobs.",
+    "Removes a kind's subscription to an event (a kind retired after a deploy: its subscription is kept until " +
+    'then). Later events no longer enqueue its jobs.',
 };
 
 /** `pgdrain <command> --help`. */
 export function operatorCommandHelp(command: OperatorCommand): string {
-  return `Usage: ${OPERATOR_USAGE[command]}\n\n${SUMMARY[command]}\n\nNeeds DATABASE_URL. Exit codes: 0 done, 1 failed, 2 usage.\n`;
+  return (
+    `Usage: ${OPERATOR_USAGE[command]}\n\n${SUMMARY[command]}\n\nNeeds DATABASE_URL. Exit codes: 0 done, 1 ` +
+    `failed, 2 usage.\n`
+  );
 }

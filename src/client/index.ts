@@ -14,7 +14,8 @@ const MAX_WAIT_SECONDS = 60;
 const FINAL = new Set(['completed', 'dead', 'cancelled', 'deleted']);
 
 export interface ClientOptions {
-  /** Where the API is served, with its mount prefix if any: `https://queue.example.com`, `http://127.0.0.1:8080/queue`. */
+  /** Where the API is served, with its mount prefix if any: `https://queue.example.com`,
+   * `http://127.0.0.1:8080/queue`. */
   baseUrl: string;
   /** API_TOKEN, or a scoped token from API_TOKENS. */
   token?: string;

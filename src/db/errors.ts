@@ -3,6 +3,13 @@
 // is shutting down or restarting (expected in operation: a warning, not an error).
 
 /** 57P01-57P03: an administrator's shutdown, a crash recovery, a server starting up. */
+/** What the drivers say when the connection to the server went away. */
+const LOST_CONNECTION_MESSAGE = new RegExp(
+  'Connection terminated|connection .*(closed|lost|timeout)|Network connection lost|ECONNREFUSED|' +
+    'terminating connection',
+  'i',
+);
+
 export function isServerShuttingDown(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
   return typeof code === 'string' && /^57P0[123]$/.test(code);
@@ -16,12 +23,7 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     if (/^(08|53300)/.test(code) || /^E(CONNREFUSED|CONNRESET|PIPE|TIMEDOUT|HOSTUNREACH|NOTFOUND|AI_AGAIN)$/.test(code))
       return true;
     const message = String((e as { message?: unknown }).message ?? '');
-    if (
-      /Connection terminated|connection .*(closed|lost|timeout)|Network connection lost|ECONNREFUSED|terminating connection/i.test(
-        message,
-      )
-    )
-      return true;
+    if (LOST_CONNECTION_MESSAGE.test(message)) return true;
   }
   return false;
 }

@@ -407,7 +407,11 @@ export const groupLimits = pgdrainSchema.table(
     check('group_limits_concurrency_valid', sql`concurrency IS NULL OR concurrency >= 1`),
     check(
       'group_limits_rate_valid',
-      sql`(rate_limit IS NULL) = (rate_period_seconds IS NULL) AND (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period_seconds > 0 AND rate_period_seconds <= 86400))`,
+      // One string, as the migration has it (drizzle-kit compares the text).
+      sql.raw(
+        '(rate_limit IS NULL) = (rate_period_seconds IS NULL) AND (rate_limit IS NULL OR (rate_limit >= 1 AND ' +
+          'rate_period_seconds > 0 AND rate_period_seconds <= 86400))',
+      ),
     ),
     check('group_limits_something', sql`concurrency IS NOT NULL OR rate_limit IS NOT NULL`),
   ],

@@ -73,12 +73,16 @@ if (passed.length > 0) console.log(`dev:worker: from your environment: ${passed.
 
 console.log(
   proxy
-    ? `dev:worker: database ${redactUrl(databaseUrl)} through the WebSocket proxy at ${proxy.address}${delayMs ? ` (+${delayMs} ms each way)` : ''}`
-    : `dev:worker: database ${redactUrl(databaseUrl)} through the local Hyperdrive binding HYPERDRIVE (wrangler.hyperdrive.toml)`,
+    ? `dev:worker: database ${redactUrl(databaseUrl)} through the WebSocket proxy at ${proxy.address}${
+        delayMs ? ` (+${delayMs} ms each way)` : ''
+      }`
+    : `dev:worker: database ${redactUrl(databaseUrl)} through the local Hyperdrive binding HYPERDRIVE ` +
+        `(wrangler.hyperdrive.toml)`,
 );
 console.log(`dev:worker: API token in ${path.join(dataDir, 'api-token')}`);
 console.log(
-  `dev:worker: try  curl -H "Authorization: Bearer $(cat ${path.join(dataDir, 'api-token')})" http://127.0.0.1:${port}/stats`,
+  `dev:worker: try  curl -H "Authorization: Bearer $(cat ${path.join(dataDir, 'api-token')})" ` +
+    `http://127.0.0.1:${port}/stats`,
 );
 console.log(`dev:worker: run the cron handler with  curl 'http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*'`);
 

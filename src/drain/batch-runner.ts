@@ -265,7 +265,9 @@ export class BatchRunner {
         Array.isArray(value) && value.length === items.length
           ? value
           : new Error(
-              `batch handler of ${this.kind} answered ${Array.isArray(value) ? `${value.length} outcomes` : `a ${typeof value}`} for ${items.length} jobs; it must answer one outcome per job, in order`,
+              `batch handler of ${this.kind} answered ${
+                Array.isArray(value) ? `${value.length} outcomes` : `a ${typeof value}`
+              } for ${items.length} jobs; it must answer one outcome per job, in order`,
             );
     } catch (error) {
       answer = error instanceof Error ? error : new Error(String(error));

@@ -2,7 +2,8 @@
 // Worker's cron invocations beside their drain): leases that ran out go back to pending (or dead,
 // when that was their last attempt), old per-minute counts are folded into the totals, and kept
 // jobs whose time is up are pruned, and the history's day partitions are made ahead and dropped
-// when their day is over, and events past their retention pruned (in the prune's statement). Four statements, each idempotent and cheap.
+// when their day is over, and events past their retention pruned (in the prune's statement). Four
+// statements, each idempotent and cheap.
 import {
   type Db,
   type HistoryUpkeep,

@@ -210,7 +210,9 @@ export class LeaseKeeper {
     const now = Date.now();
     for (const lease of this.#leases.values()) {
       if (now - lease.renewedAt >= lease.visibilityTimeoutMs) {
-        const why = `its lease could not be renewed for ${lease.visibilityTimeoutMs / 1000} s; the reaper may have handed it on`;
+        const why =
+          `its lease could not be renewed for ${lease.visibilityTimeoutMs / 1000} s; the reaper may have ` +
+          `handed it on`;
         this.#lose(lease, new LeaseLostError(`job ${lease.job.id}: ${why}`));
       }
     }

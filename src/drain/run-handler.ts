@@ -1,7 +1,7 @@
 // One job's handler, run with its timeout (the job's own up to its kind's maxTimeoutMs, else its
 // kind's) clipped to the drain's deadline and an AbortSignal that fires at the timeout, when the
-// job's lease is lost, when someone cancels it, or when a stopping drainer gives up on it. A handler that ignores its signal is
-// abandoned then (its promise is no longer awaited), never waited for forever.
+// job's lease is lost, when someone cancels it, or when a stopping drainer gives up on it. A
+// handler that ignores its signal is abandoned then (its promise is no longer awaited), never waited for forever.
 //
 // What the handler returns is the job's result: serialized (at most MAX_RESULT_BYTES) only when its
 // kind keeps its jobs. A transactional kind's handler runs inside a transaction on a connection of

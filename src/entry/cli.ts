@@ -121,7 +121,8 @@ async function main(argv: string[]): Promise<void> {
       const url = process.env.DATABASE_URL;
       if (!url)
         fail(
-          'migrate: set DATABASE_URL to the database to migrate, e.g. DATABASE_URL=postgres://user:pass@host/db pgdrain migrate',
+          'migrate: set DATABASE_URL to the database to migrate, e.g. DATABASE_URL=postgres://user:pass@host/db ' +
+            'pgdrain migrate',
         );
       const { migrateDatabase } = await import('../db/migrate.ts');
       try {

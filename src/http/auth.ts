@@ -38,7 +38,8 @@ export function access(needed: Access): MiddlewareHandler<AppEnv> {
       throw new ApiError(
         403,
         'forbidden',
-        `this token's scope is ${granted}; ${c.req.method} ${c.req.path} needs ${scope === 'admin' ? 'admin' : `${scope} or admin`}`,
+        `this token's scope is ${granted}; ${c.req.method} ${c.req.path} ` +
+          `needs ${scope === 'admin' ? 'admin' : `${scope} or admin`}`,
       );
     }
     c.set('scope', granted);
@@ -65,7 +66,8 @@ async function authenticate(c: Context<AppEnv>, accepted: readonly ScopedToken[]
     throw new ApiError(
       503,
       'not_configured',
-      'no API token is configured: set API_TOKEN (sidecar: environment variable; Worker: `wrangler secret put API_TOKEN`)',
+      'no API token is configured: set API_TOKEN (sidecar: environment variable; Worker: `wrangler secret put ' +
+        'API_TOKEN`)',
     );
   }
   const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');

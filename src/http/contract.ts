@@ -109,16 +109,24 @@ export const getJobQuery = z.strictObject({
     .max(WAIT_SECONDS_BOUNDS.max)
     .optional()
     .meta({
-      description: `Wait up to this many seconds (${WAIT_SECONDS_BOUNDS.min}-${WAIT_SECONDS_BOUNDS.max}) for the job to be completed, dead or cancelled; the answer comes as soon as it is, else with its state then.`,
+      description:
+        `Wait up to this many seconds (${WAIT_SECONDS_BOUNDS.min}-${WAIT_SECONDS_BOUNDS.max}) for the ` +
+        `job to be completed, dead or cancelled; the answer comes as soon as it is, else with its state then.`,
     }),
 });
 export type GetJobQuery = z.input<typeof getJobQuery>;
 
 export const retryInput = z.strictObject({
-  fromStep: z.string().min(1).max(200).optional().meta({
-    description:
-      "A workflow run (dead, completed or cancelled) runs again from this step: its record and the later steps' are dropped, the earlier ones kept.",
-  }),
+  fromStep: z
+    .string()
+    .min(1)
+    .max(200)
+    .optional()
+    .meta({
+      description:
+        'A workflow run (dead, completed or cancelled) runs again from this step: its record and the later ' +
+        "steps' are dropped, the earlier ones kept.",
+    }),
 });
 
 export type RetryInput = z.input<typeof retryInput>;
@@ -234,7 +242,8 @@ export const job = z
       .optional()
       .meta({
         description:
-          'A parked workflow (waiting, or pending until a sleep ends or a wait times out): the step it waits on — until when (wakeAt), for what event and key, or for which child job.',
+          'A parked workflow (waiting, or pending until a sleep ends or a wait times out): the step it waits on — ' +
+          'until when (wakeAt), for what event and key, or for which child job.',
       }),
   })
   .meta({ id: 'Job' });
@@ -246,7 +255,8 @@ export const workflowStep = z
     name: z.string(),
     status: z.enum(['completed', 'failed', 'sleeping', 'waiting']).meta({
       description:
-        'completed: its outcome is stored; failed: its last run threw (it runs again at the next attempt); sleeping / waiting: the run waits on it.',
+        'completed: its outcome is stored; failed: its last run threw (it runs again at the next attempt); sleeping ' +
+        '/ waiting: the run waits on it.',
     }),
     attempts: z.int().min(0),
     startedAt: timestamp,
@@ -296,10 +306,14 @@ export const jobSummary = job
       .int()
       .min(0)
       .meta({ description: "The payload's size as JSON, in bytes (GET /jobs/:id has the payload itself)." }),
-    payloadPreview: z.string().nullable().meta({
-      description:
-        'The start of the payload as JSON (at most 120 characters, secrets its kind hides left out); null when it is too large to show safely.',
-    }),
+    payloadPreview: z
+      .string()
+      .nullable()
+      .meta({
+        description:
+          'The start of the payload as JSON (at most 120 characters, secrets its kind hides left out); null when it ' +
+          'is too large to show safely.',
+      }),
   })
   .meta({ id: 'JobSummary' });
 export type JobSummary = z.output<typeof jobSummary>;
@@ -321,7 +335,8 @@ export const cancelAnswer = z
     id: jobId,
     status: z.enum(['cancelled', 'running']).meta({
       description:
-        'cancelled (200): it never ran, or already ended so. running (202): its handler is being stopped; it ends cancelled.',
+        'cancelled (200): it never ran, or already ended so. running (202): its handler is being stopped; it ends ' +
+        'cancelled.',
     }),
     cancelRequested: z.literal(true),
   })
@@ -380,7 +395,8 @@ export const kindStats = z
       .optional()
       .meta({
         description:
-          "The kind's limits across every drainer and how much of them is in use (kinds limited in this drainer's code).",
+          "The kind's limits across every drainer and how much of them is in use (kinds limited in this drainer's " +
+          'code).',
       }),
   })
   .meta({ id: 'KindStats' });

@@ -92,7 +92,10 @@ function findUnstorable(root: unknown): string | null {
       if (problem) return `${pathOf(frame)}: ${problem}`;
     } else if (typeof value === 'number') {
       if (!Number.isFinite(value))
-        return `${pathOf(frame)}: a number too large for JSON to hold (it would be stored as ${value}); numbers must be within ±1.7976931348623157e308`;
+        return (
+          `${pathOf(frame)}: a number too large for JSON to hold (it would be stored as ${value}); numbers ` +
+          `must be within ±1.7976931348623157e308`
+        );
     } else if (value !== null && typeof value === 'object') {
       if (depth >= MAX_JSON_DEPTH) return `${pathOf(frame)}: nested deeper than ${MAX_JSON_DEPTH} levels`;
       // Pushed in reverse so that the first problem in document order is the one reported.

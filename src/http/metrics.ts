@@ -77,7 +77,9 @@ function limitFamilies(stats: QueueStats): Family[] {
   };
   const used: Family = {
     name: 'pgdrain_kind_limit_in_use',
-    help: 'How much of the limit is in use: running jobs (global_concurrency), group keys with ready jobs (group_concurrency), starts in the current window (rate).',
+    help:
+      'How much of the limit is in use: running jobs (global_concurrency), group keys with ready jobs ' +
+      '(group_concurrency), starts in the current window (rate).',
     type: 'gauge',
     samples: [],
   };

@@ -21,7 +21,9 @@ const body = (mediaType: string, description: string) => ({
 });
 
 const ERROR_MEANINGS = {
-  400: 'The request is malformed (bad JSON, a field out of range, an unknown field, an `after` naming jobs that do not exist); nothing was changed.',
+  400:
+    'The request is malformed (bad JSON, a field out of range, an unknown field, an `after` naming jobs that do ' +
+    'not exist); nothing was changed.',
   401: 'No API token, or a wrong one.',
   403: "The token's scope does not allow this route.",
   404: 'No such job (completed jobs are deleted unless their kind keeps them) or kind.',
@@ -171,7 +173,8 @@ export const describe = {
   }),
   getJob: guarded('jobs', 'read', 'One job, or wait for it to finish', {
     note:
-      'With waitSeconds, the answer comes as soon as the job is completed, dead or cancelled (or when the time is up, with its state then). ' +
+      'With waitSeconds, the answer comes as soon as the job is completed, dead or cancelled (or when the time is ' +
+      'up, with its state then). ' +
       'A job whose row was deleted meanwhile (its kind keeps no history) answers with how it ended (GoneJob).',
     path: contract.jobIdParam,
     query: contract.getJobQuery,
@@ -184,9 +187,12 @@ export const describe = {
     'Send an event: start the kinds subscribed to it, answer the workflows waiting for it',
     {
       note:
-        "Every kind subscribed to the event (on) gets one job whose payload is the event's (a payload a subscriber of this app refuses: 422 naming it, nothing sent); " +
-        'every run waiting on this event and key (step.waitForEvent) gets the payload and runs again; a run enqueued before the event that reaches its wait later finds it ' +
-        '(events are kept EVENT_RETENTION_SECONDS, a day by default). In its own transaction: to send it with your own rows, call sendEvent(tx, …) or pgdrain.send_event() in yours.',
+        "Every kind subscribed to the event (on) gets one job whose payload is the event's (a payload a subscriber " +
+        'of this app refuses: 422 naming it, nothing sent); ' +
+        'every run waiting on this event and key (step.waitForEvent) gets the payload and runs again; a run ' +
+        'enqueued before the event that reaches its wait later finds it ' +
+        '(events are kept EVENT_RETENTION_SECONDS, a day by default). In its own transaction: to send it with your ' +
+        'own rows, call sendEvent(tx, …) or pgdrain.send_event() in yours.',
       body: { schema: contract.eventInput, required: true },
       ok: { 201: ok('Sent.', contract.eventSent) },
       errors: [400, 413, 415, 422],
@@ -194,15 +200,18 @@ export const describe = {
   ),
   cancelJob: guarded('jobs', 'admin', 'Cancel a job', {
     note:
-      "A pending, delayed or waiting job is cancelled at once (200). A running one is asked to stop (202): its handler's signal is aborted within a third of its " +
-      'visibility timeout plus a second, and it ends cancelled whatever the handler does after; never retried. A completed or dead job answers 409.',
+      'A pending, delayed or waiting job is cancelled at once (200). A running one is asked to stop (202): its ' +
+      "handler's signal is aborted within a third of its " +
+      'visibility timeout plus a second, and it ends cancelled whatever the handler does after; never retried. A ' +
+      'completed or dead job answers 409.',
     path: contract.jobIdParam,
     ok: { 200: ok('Cancelled.', contract.cancelAnswer), 202: ok('Running: being stopped.', contract.cancelAnswer) },
     errors: [400, 404, 409],
   }),
   retryJob: guarded('jobs', 'admin', 'Retry a dead job, or run a finished workflow again from a step', {
     note:
-      'Attempts start again from 0. With fromStep, a dead, completed or cancelled workflow run is run again from that step (an unknown step: 400; ' +
+      'Attempts start again from 0. With fromStep, a dead, completed or cancelled workflow run is run again from ' +
+      'that step (an unknown step: 400; ' +
       'a run still pending, running or waiting: 409).',
     path: contract.jobIdParam,
     body: { schema: contract.retryInput, required: false },
@@ -228,9 +237,12 @@ export const describe = {
   }),
   setGroupLimits: guarded('kinds', 'admin', 'Give a group key limits of its own', {
     note:
-      "Overrides, for this key of this kind, the kind's groupConcurrency (concurrency) and its per-group rate limit (rateLimit): a paying tenant 10 at once, a free one 1. " +
-      'Replaces what the key had; in effect at the next claim of every drainer. pgdrain.set_group_limits() in SQL does the same. ' +
-      'A kind registered here without limits (no globalConcurrency, groupConcurrency or rateLimit), or a rate for a kind whose rate is not per group, is refused with 422 not_limited: the row would do nothing.',
+      "Overrides, for this key of this kind, the kind's groupConcurrency (concurrency) and its per-group rate limit " +
+      '(rateLimit): a paying tenant 10 at once, a free one 1. ' +
+      'Replaces what the key had; in effect at the next claim of every drainer. pgdrain.set_group_limits() in SQL ' +
+      'does the same. ' +
+      'A kind registered here without limits (no globalConcurrency, groupConcurrency or rateLimit), or a rate for a ' +
+      'kind whose rate is not per group, is refused with 422 not_limited: the row would do nothing.',
     path: contract.groupKeyParam,
     body: { schema: contract.groupLimitsInput, required: true },
     ok: { 200: ok('Set.', contract.groupLimitsAnswer) },
@@ -265,7 +277,8 @@ const DOCUMENTATION = {
     title: 'pgdrain',
     version: '0.1.0',
     description:
-      'A durable job queue in PostgreSQL. Every route but /healthz, /openapi.json, /docs and the dashboard page takes ' +
+      'A durable job queue in PostgreSQL. Every route but /healthz, /openapi.json, /docs and the dashboard page ' +
+      'takes ' +
       '`Authorization: Bearer <token>`; errors are `{"error": {"code", "message"}}` with a 4xx or 5xx status.',
   },
   components: {

@@ -47,12 +47,14 @@ export function defineBatchJob<Payload>(definition: BatchJobDefinition<Payload>)
   const { size, waitMs = 0, handler, ...rest } = definition;
   if (!(Number.isInteger(size) && size >= 1 && size <= MAX_BATCH_SIZE)) {
     throw new Error(
-      `job kind ${definition.kind}: size must be a whole number from 1 to ${MAX_BATCH_SIZE}, not ${JSON.stringify(size)}`,
+      `job kind ${definition.kind}: size must be a whole number from 1 to ${MAX_BATCH_SIZE}, ` +
+        `not ${JSON.stringify(size)}`,
     );
   }
   if (!(Number.isInteger(waitMs) && waitMs >= 0 && waitMs <= MAX_BATCH_WAIT_MS)) {
     throw new Error(
-      `job kind ${definition.kind}: waitMs must be a whole number of milliseconds from 0 to ${MAX_BATCH_WAIT_MS}, not ${JSON.stringify(waitMs)}`,
+      `job kind ${definition.kind}: waitMs must be a whole number of milliseconds from 0 to ${MAX_BATCH_WAIT_MS}, ` +
+        `not ${JSON.stringify(waitMs)}`,
     );
   }
   if (typeof handler !== 'function') throw new Error(`job kind ${definition.kind}: handler must be a function`);

@@ -161,7 +161,8 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
       !(Number.isInteger(ms) && ms >= JOB_TIMEOUT_BOUNDS_MS.min && ms <= JOB_TIMEOUT_BOUNDS_MS.max)
     ) {
       throw new Error(
-        `job kind ${definition.kind}: ${name} must be a whole number of milliseconds from ${JOB_TIMEOUT_BOUNDS_MS.min} to ${JOB_TIMEOUT_BOUNDS_MS.max}, not ${JSON.stringify(ms)}`,
+        `job kind ${definition.kind}: ${name} must be a whole number of milliseconds ` +
+          `from ${JOB_TIMEOUT_BOUNDS_MS.min} to ${JOB_TIMEOUT_BOUNDS_MS.max}, not ${JSON.stringify(ms)}`,
       );
     }
   }
@@ -170,13 +171,15 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
     definition.maxTimeoutMs < (definition.timeoutMs ?? JOB_DEFAULTS.timeoutMs)
   ) {
     throw new Error(
-      `job kind ${definition.kind}: maxTimeoutMs (${definition.maxTimeoutMs}) is below its timeoutMs (${definition.timeoutMs ?? JOB_DEFAULTS.timeoutMs})`,
+      `job kind ${definition.kind}: maxTimeoutMs (${definition.maxTimeoutMs}) is below its timeoutMs ` +
+        `(${definition.timeoutMs ?? JOB_DEFAULTS.timeoutMs})`,
     );
   }
   const keep = definition.keepCompletedSeconds;
   if (keep !== undefined && !(Number.isInteger(keep) && keep >= 0 && keep <= MAX_KEEP_SECONDS)) {
     throw new Error(
-      `job kind ${definition.kind}: keepCompletedSeconds must be a whole number of seconds from 0 to ${MAX_KEEP_SECONDS}, not ${JSON.stringify(keep)}`,
+      `job kind ${definition.kind}: keepCompletedSeconds must be a whole number of seconds from 0 ` +
+        `to ${MAX_KEEP_SECONDS}, not ${JSON.stringify(keep)}`,
     );
   }
   checkEvents(definition);
@@ -190,7 +193,8 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
     positiveInteger('rateLimit.limit', limit);
     if (!(typeof periodSeconds === 'number' && periodSeconds > 0 && periodSeconds <= MAX_RATE_PERIOD_SECONDS)) {
       throw new Error(
-        `job kind ${definition.kind}: rateLimit.periodSeconds must be a number of seconds above 0 and at most ${MAX_RATE_PERIOD_SECONDS}, not ${JSON.stringify(periodSeconds)}`,
+        `job kind ${definition.kind}: rateLimit.periodSeconds must be a number of seconds above 0 and at ` +
+          `most ${MAX_RATE_PERIOD_SECONDS}, not ${JSON.stringify(periodSeconds)}`,
       );
     }
   }

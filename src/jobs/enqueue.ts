@@ -112,7 +112,8 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
   if (options.timeoutMs !== undefined && options.timeoutMs > maxTimeoutOf(definition)) {
     throw new JobValidationError(
       'invalid_request',
-      `timeoutMs: kind ${definition.kind} allows a job at most ${maxTimeoutOf(definition)} ms (its maxTimeoutMs), not ${options.timeoutMs}`,
+      `timeoutMs: kind ${definition.kind} allows a job at most ${maxTimeoutOf(definition)} ms (its maxTimeoutMs), ` +
+        `not ${options.timeoutMs}`,
     );
   }
   return {

@@ -9,7 +9,8 @@ export { noopJob } from './noop.ts';
 export { createWebhookJob, parseAllowedHosts, isHostAllowed } from './webhook.ts';
 export { parseSigningSecrets } from './webhook-signature.ts';
 
-/** noop + webhook (hosts from WEBHOOK_ALLOWED_HOSTS, deliveries signed with WEBHOOK_SIGNING_SECRET) + whatever kinds you add. */
+/** noop + webhook (hosts from WEBHOOK_ALLOWED_HOSTS, deliveries signed with WEBHOOK_SIGNING_SECRET) +
+ * whatever kinds you add. */
 export function createDefaultRegistry(
   env: { WEBHOOK_ALLOWED_HOSTS?: string; WEBHOOK_SIGNING_SECRET?: string },
   extra: readonly JobDefinition<any>[] = [],

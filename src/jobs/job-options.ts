@@ -55,24 +55,32 @@ export const JOB_OPTIONS = {
   }),
   dedupeMode: z.enum(['keep', 'replace'], { error: "must be 'keep' or 'replace'" }).meta({
     description:
-      "With a dedupe key: 'keep' (default) returns the existing job as it is; 'replace' (debounce) gives a pending job of the kind this payload and run time, or, when the key's job is running or dead, enqueues this one (that job gives up the key).",
+      "With a dedupe key: 'keep' (default) returns the existing job as it is; 'replace' (debounce) gives a pending " +
+      "job of the kind this payload and run time, or, when the key's job is running or dead, enqueues this one " +
+      '(that job gives up the key).',
   }),
   priority: wholeNumber(PRIORITY_BOUNDS.min, PRIORITY_BOUNDS.max).meta({
     description: `Higher runs first (${PRIORITY_BOUNDS.min} to ${PRIORITY_BOUNDS.max}); default its kind's, else 0.`,
   }),
   groupKey: text(MAX_GROUP_KEY_LENGTH).meta({
     description:
-      'Jobs of the kind with the same group key share its groupConcurrency (1 runs them one at a time, in order) and, where asked, its rate limit.',
+      'Jobs of the kind with the same group key share its groupConcurrency (1 runs them one at a time, in order) ' +
+      'and, where asked, its rate limit.',
   }),
   timeoutMs: wholeNumber(minTimeout, maxTimeout, ' of milliseconds').meta({
-    description: `The handler's timeout for this job in milliseconds (${minTimeout} to ${maxTimeout}, and at most its kind's maxTimeoutMs); default its kind's.`,
+    description:
+      `The handler's timeout for this job in milliseconds (${minTimeout} to ${maxTimeout}, and at most ` +
+      `its kind's maxTimeoutMs); default its kind's.`,
   }),
   after: z
     .array(jobId, { error: `must list 1 to ${MAX_AFTER} job ids` })
     .min(1, `must list 1 to ${MAX_AFTER} job ids`)
     .max(MAX_AFTER, `must list 1 to ${MAX_AFTER} job ids`)
     .meta({
-      description: `Ids of jobs (at most ${MAX_AFTER}) this one waits for: it stays \`waiting\` until every one of them has completed, and becomes dead if one ends dead or cancelled. Unknown ids are refused. Not with a dedupe key.`,
+      description:
+        `Ids of jobs (at most ${MAX_AFTER}) this one waits for: it stays \`waiting\` until every one of ` +
+        `them has completed, and becomes dead if one ends dead or cancelled. Unknown ids are refused. Not with a ` +
+        `dedupe key.`,
     }),
 } as const;
 

@@ -100,7 +100,9 @@ export function checkTarget(raw: string, list: AllowList): CheckedTarget | { pro
   if (!list.namesHost(host)) return { problem: `host ${host} is not allowed: not in ${ALLOWED_LIST}` };
   if (!list.admits(host, port)) {
     return {
-      problem: `port ${port} of host ${host} is not allowed: ${ALLOWED_LIST} allows ports 80 and 443 unless an entry names its port (${host}:${port})`,
+      problem:
+        `port ${port} of host ${host} is not allowed: ${ALLOWED_LIST} allows ports 80 and 443 unless an ` +
+        `entry names its port (${host}:${port})`,
     };
   }
   const literal = parseIp(host);
@@ -111,7 +113,10 @@ export function checkTarget(raw: string, list: AllowList): CheckedTarget | { pro
 
 /** Why a delivery to `host` may not go to the addresses it resolved to. */
 export function refusedAddressProblem(host: string): string {
-  return `host ${host} resolved to an address that is not allowed (loopback, private, link-local, unique-local, multicast, reserved and unspecified addresses are refused unless ${ALLOWED_LIST} names them)`;
+  return (
+    `host ${host} resolved to an address that is not allowed (loopback, private, link-local, unique-local, ` +
+    `multicast, reserved and unspecified addresses are refused unless ${ALLOWED_LIST} names them)`
+  );
 }
 
 /** Checks each entry of a list; throws naming the first that is not an entry. */

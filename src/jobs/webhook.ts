@@ -78,7 +78,8 @@ function webhookPayload(list: AllowList) {
           .max(8192)
           .regex(
             /^[\t\x20-\x7e\x80-\xff]*$/,
-            'a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other control character, nothing above U+00FF',
+            'a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other ' +
+              'control character, nothing above U+00FF',
           ),
       )
       .refine(

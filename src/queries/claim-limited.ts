@@ -99,6 +99,12 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
   const keyPeriod = perGroup ? sql`coalesce(o.rate_period_seconds, ${periodSeconds})` : periodSeconds;
   const longestPeriod = sql`make_interval(secs => greatest(${periodSeconds}, coalesce((SELECT max(rate_period_seconds)
     FROM ${groupLimits} WHERE kind = ${kind}), 0)))`;
+  // Within a key's own rate (per group), and the room the kind's rate leaves (not per group).
+  const keyRateAllows = perGroup
+    ? sql`coalesce(w.n, 0) + r.in_group <= coalesce(o.rate_limit, ${rate!.limit}::int)`
+    : sql`true`;
+  const kindRateRoom =
+    rate && !perGroup ? sql`${rate.limit}::int - coalesce((SELECT sum(n) FROM window_starts), 0)::int` : size;
   const update = claimUpdate(
     db,
     sql`${jobs.id} IN (SELECT id FROM chosen)`,
@@ -116,22 +122,7 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
       SELECT group_key, concurrency, rate_limit, rate_period_seconds FROM ${groupLimits}
        WHERE kind = ${kind} AND group_key IN (SELECT group_key FROM cand WHERE group_key IS NOT NULL)),
     running AS (SELECT count(*)::int AS n FROM ${jobs} WHERE status = 'running' AND kind = ${kind}),
-    holders AS (
-      SELECT group_key, count(*) FILTER (WHERE status = 'running')::int AS running,
-        count(*) FILTER (WHERE status = 'pending')::int AS retrying
-        FROM ${jobs}
-       WHERE (${group} IS NOT NULL OR group_key IN (SELECT group_key FROM overrides WHERE concurrency IS NOT NULL))
-         AND kind = ${kind} AND group_key IN (SELECT group_key FROM cand)
-         AND group_key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))
-       GROUP BY group_key),
-    window_starts AS (
-      SELECT group_key, count(*)::int AS n, min(started_at) AS oldest, period_s
-        FROM (SELECT s.group_key, s.started_at, ${keyPeriod} AS period_s FROM ${rateStarts} s
-                ${perGroup ? sql`LEFT JOIN overrides o ON o.group_key = s.group_key` : sql``}
-               WHERE ${rate ? sql`true` : sql`false`} AND s.kind = ${kind}
-                 AND s.started_at > (SELECT t FROM clock) - ${perGroup ? longestPeriod : period}) x
-       WHERE started_at > (SELECT t FROM clock) - make_interval(secs => period_s)
-       GROUP BY group_key, period_s),
+    ${inUse(kind, group, rate !== undefined, perGroup, keyPeriod, perGroup ? longestPeriod : period)}
     ranked AS (
       SELECT c.id, c.group_key, c.priority, c.run_at, c.turn_pos,
              row_number() OVER
@@ -147,39 +138,56 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
        WHERE (coalesce(o.concurrency, ${group}) IS NULL OR r.group_key IS NULL
               OR coalesce(h.running, 0) + coalesce(h.retrying, 0) - r.retrying_here + r.in_group <=
                 coalesce(o.concurrency, ${group}))
-         AND ${
-           perGroup
-             ? sql`coalesce(w.n, 0) + r.in_group <=
-           coalesce(o.rate_limit, ${rate!.limit}::int)`
-             : sql`true`
-         }),
+         AND ${keyRateAllows}),
     room AS (
       SELECT least(${size},
                    coalesce(${limits.globalConcurrency ?? null}::int - (SELECT n FROM running), ${size}),
-                   ${
-                     rate && !perGroup
-                       ? sql`${rate.limit}::int -
-                     coalesce((SELECT sum(n) FROM window_starts), 0)::int`
-                       : size
-                   }) AS n),
+                   ${kindRateRoom}) AS n),
     chosen AS (
       SELECT id FROM allowed
        ORDER BY ${limits.fair ? sql`in_group, turn_pos, run_at, id` : sql`priority DESC NULLS LAST, run_at, id`}
        LIMIT greatest(0, (SELECT n FROM room))),
     claimed AS (${update}),
     ${limits.fair ? fairTurnTaken(kind) : sql``}
-    started AS (
-      INSERT INTO ${rateStarts} (kind, group_key, started_at)
-      SELECT ${kind}, ${perGroup ? sql`coalesce(claimed.group_key, '')` : sql`''`}, (SELECT t FROM clock) FROM claimed
-       WHERE ${rate ? sql`true` : sql`false`}),
-    pruned AS (
-      DELETE FROM ${rateStarts} WHERE ${rate ? sql`true` : sql`false`} AND kind = ${kind}
-        AND started_at <= (SELECT t FROM clock) - ${perGroup ? longestPeriod : period})
+    ${startsRecorded(kind, rate !== undefined, perGroup, perGroup ? longestPeriod : period)}
     SELECT claimed.*, s.pgdrain_candidates, s.pgdrain_next_start_ms
       FROM (SELECT (SELECT count(*) FROM cand)::int AS pgdrain_candidates,
                    (SELECT extract(epoch FROM min(oldest + make_interval(secs => period_s))) * 1000
                      FROM window_starts)::float8 AS pgdrain_next_start_ms) AS s
       LEFT JOIN claimed ON true`;
+}
+
+/** What the candidates' limits have used: per group key, its running jobs and its retries waiting
+ * (a key with a concurrency), and the starts in its rate window (`window`: the longest one read). */
+function inUse(kind: string, group: SQL, rated: boolean, perGroup: boolean, keyPeriod: SQL, window: SQL): SQL {
+  return sql`holders AS (
+      SELECT group_key, count(*) FILTER (WHERE status = 'running')::int AS running,
+        count(*) FILTER (WHERE status = 'pending')::int AS retrying
+        FROM ${jobs}
+       WHERE (${group} IS NOT NULL OR group_key IN (SELECT group_key FROM overrides WHERE concurrency IS NOT NULL))
+         AND kind = ${kind} AND group_key IN (SELECT group_key FROM cand)
+         AND group_key IS NOT NULL AND (status = 'running' OR (status = 'pending' AND attempts > 0))
+       GROUP BY group_key),
+    window_starts AS (
+      SELECT group_key, count(*)::int AS n, min(started_at) AS oldest, period_s
+        FROM (SELECT s.group_key, s.started_at, ${keyPeriod} AS period_s FROM ${rateStarts} s
+                ${perGroup ? sql`LEFT JOIN overrides o ON o.group_key = s.group_key` : sql``}
+               WHERE ${rated ? sql`true` : sql`false`} AND s.kind = ${kind}
+                 AND s.started_at > (SELECT t FROM clock) - ${window}) x
+       WHERE started_at > (SELECT t FROM clock) - make_interval(secs => period_s)
+       GROUP BY group_key, period_s),`;
+}
+
+/** A rate-limited kind's starts: one row per claimed job (its group's, per group), and the rows past
+ * the longest window pruned, in the claim's statement. Nothing for a kind without a rate. */
+function startsRecorded(kind: string, rated: boolean, perGroup: boolean, window: SQL): SQL {
+  return sql`started AS (
+      INSERT INTO ${rateStarts} (kind, group_key, started_at)
+      SELECT ${kind}, ${perGroup ? sql`coalesce(claimed.group_key, '')` : sql`''`}, (SELECT t FROM clock) FROM claimed
+       WHERE ${rated ? sql`true` : sql`false`}),
+    pruned AS (
+      DELETE FROM ${rateStarts} WHERE ${rated ? sql`true` : sql`false`} AND kind = ${kind}
+        AND started_at <= (SELECT t FROM clock) - ${window})`;
 }
 
 /** A kind that is not fair: its ready jobs in claim order, a window of them, locked. */

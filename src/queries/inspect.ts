@@ -107,7 +107,8 @@ export async function listJobs(
     .select({
       ...columns,
       payloadBytes: sql<number>`octet_length(${text})`.mapWith(Number),
-      smallPayload: sql<unknown>`CASE WHEN octet_length(${text}) <= ${SUMMARY_PAYLOAD_BYTES} THEN ${jobsAndHistory.payload} END`,
+      smallPayload: sql<unknown>`CASE WHEN octet_length(${text}) <= ${SUMMARY_PAYLOAD_BYTES}
+        THEN ${jobsAndHistory.payload} END`,
       payloadHead: sql<string>`left(${text}, ${PAYLOAD_HEAD_CHARS})`,
     })
     .from(jobsAndHistory)

@@ -301,7 +301,8 @@ export async function snoozeRun(db: Db, run: HeldRun, until: Date, failed?: Fail
     sql`SELECT outcome
       FROM ${sql.raw(PGDRAIN_SCHEMA)}.snooze_run(
              ${run.jobId}::bigint, ${run.lockedBy}, ${until.toISOString()}::timestamptz,
-             ${step?.name ?? null}, ${step?.position ?? null}::int, ${step?.startedAt.toISOString() ?? null}::timestamptz,
+             ${step?.name ?? null}, ${step?.position ?? null}::int,
+             ${step?.startedAt.toISOString() ?? null}::timestamptz,
              ${failed?.attempts ?? null}::int, ${failed?.error ?? null})`,
   );
   return row?.outcome === 'parked' ? null : (row?.outcome ?? 'lost');
@@ -360,8 +361,9 @@ export async function parkSteps(db: Db, run: HeldRun, parks: readonly StepPark[]
 
 /**
  * pgdrain/testing's virtual clock: the run's next moment — a sleep's end, a wait's timeout, a
- * step's next try — brought to now, the job due at once, and its later moments as far forward. Returns how far ahead that moment was (ms;
- * 0 when the run was not snoozed). Not for production: the moments are the run's own record.
+ * step's next try — brought to now, the job due at once, and its later moments as far forward.
+ * Returns how far ahead that moment was (ms; 0 when the run was not snoozed). Not for production:
+ * the moments are the run's own record.
  */
 export async function skipRunAhead(db: Db, jobId: string): Promise<number> {
   const [row] = await rowsOf<{ ahead_ms: number | string | null }>(

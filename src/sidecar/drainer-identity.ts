@@ -46,7 +46,8 @@ export async function holdIdentity(
     await session.end().catch(() => {});
     log.warn(
       { drainerId: wanted },
-      'another live process holds this DRAINER_ID: this one runs under a fresh one and releases none of its jobs; give each process its own',
+      'another live process holds this DRAINER_ID: this one runs under a fresh one and releases none of its jobs; ' +
+        'give each process its own',
     );
   }
   const drainerId = held ? wanted : `${wanted}-${randomBytes(4).toString('hex')}`;
@@ -114,7 +115,8 @@ async function storedDrainerId(dataDir: string): Promise<string> {
   }
   if (!DRAINER_ID_PATTERN.test(id))
     throw new Error(
-      `${file} holds ${JSON.stringify(id.slice(0, 40))}, not a drainer id (1 to 100 letters, digits, - or _): delete it or set DRAINER_ID`,
+      `${file} holds ${JSON.stringify(id.slice(0, 40))}, not a drainer id (1 to 100 letters, digits, - or _): ` +
+        `delete it or set DRAINER_ID`,
     );
   return id;
 }

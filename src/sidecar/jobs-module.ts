@@ -26,7 +26,8 @@ export async function loadJobsModule(
   }
   if (jobs.size === 0 && schedules.size === 0) {
     throw new Error(
-      `the jobs module ${modulePath} exports no job kinds: export what defineJob() returns (default or named, alone or in an array)`,
+      `the jobs module ${modulePath} exports no job kinds: export what defineJob() returns (default or named, alone ` +
+        `or in an array)`,
     );
   }
   return { jobs: [...jobs], schedules: [...schedules] };

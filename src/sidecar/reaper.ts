@@ -1,7 +1,7 @@
-// The sidecar's housekeeping on a timer (runtime/core.ts, the round the Worker's crons run too: returns jobs whose lease ran out,
-// folds old per-minute counts into the totals, prunes kept jobs whose time is up). runOnce() is one
-// round; start() runs one at once (a previous process may have died holding locks) and then every
-// `intervalMs`.
+// The sidecar's housekeeping on a timer (runtime/core.ts, the round the Worker's crons run too:
+// returns jobs whose lease ran out, folds old per-minute counts into the totals, prunes kept jobs
+// whose time is up). runOnce() is one round; start() runs one at once (a previous process may have
+// died holding locks) and then every `intervalMs`.
 import type { Logger } from 'pino';
 import type { Db } from '../queries/index.ts';
 import { housekeepingRound } from '../runtime/core.ts';

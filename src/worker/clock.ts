@@ -14,7 +14,8 @@
 // claim is fenced, nothing runs twice.
 //
 //   cron ──► clock.decide(now) ──nothing due──► done, no connection opened
-//                              └──due────────► look: schedules, housekeeping when due, drain ──► clock.looked(what is next)
+//                              └──due────────► look: schedules, housekeeping when due, drain
+//                                              ──► clock.looked(what is next)
 //   alarm (at the earliest moment known) ──────► look (in the Durable Object) ──► clock.looked(…) ──► next alarm
 //
 // The state is one small record in the object's SQLite-backed storage (on the Workers Free plan).

@@ -64,7 +64,8 @@ function openHyperdrive(binding: HyperdriveBinding): WorkerDatabase {
 function openNeon(env: DatabaseEnv): WorkerDatabase {
   if (!env.DATABASE_URL) {
     throw new Error(
-      'no database: bind Hyperdrive as HYPERDRIVE, or `wrangler secret put DATABASE_URL` with your Neon connection string',
+      'no database: bind Hyperdrive as HYPERDRIVE, or `wrangler secret put DATABASE_URL` with your Neon connection ' +
+        'string',
     );
   }
   if (env.NEON_WS_PROXY) useLocalProxy(env.NEON_WS_PROXY);

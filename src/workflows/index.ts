@@ -153,7 +153,8 @@ export function defineWorkflow<Payload, Result = unknown>(
   for (const trigger of cancelOn) {
     if (typeof trigger?.event !== 'string' || !KIND_PATTERN.test(trigger.event) || typeof trigger.key !== 'function')
       throw new Error(
-        `workflow ${definition.kind}: cancelOn takes { event, key: (payload) => string } (event: ${KIND_PATTERN_MESSAGE})`,
+        `workflow ${definition.kind}: cancelOn takes { event, key: (payload) => string } ` +
+          `(event: ${KIND_PATTERN_MESSAGE})`,
       );
   }
   const job = defineJob<Payload>({
@@ -198,7 +199,8 @@ async function listForCancel<Payload>(
     const value = key(payload);
     if (typeof value !== 'string' || value.length < 1 || value.length > MAX_EVENT_KEY_LENGTH)
       throw new PermanentJobError(
-        `workflow ${kind}: cancelOn ${event}: key must give 1 to ${MAX_EVENT_KEY_LENGTH} characters, not ${JSON.stringify(value)}`,
+        `workflow ${kind}: cancelOn ${event}: key must give 1 to ${MAX_EVENT_KEY_LENGTH} characters, ` +
+          `not ${JSON.stringify(value)}`,
       );
     return { event, key: value };
   });
@@ -412,7 +414,8 @@ class Steps implements WorkflowStep {
     if (stored?.childId) return this.#childEnded<R>(name, stored, record);
     if (!job?.keepCompletedSeconds) {
       throw new Error(
-        `step.invoke('${name}'): kind ${job?.kind} keeps no results; give it keepCompletedSeconds so the workflow can read what its child returned`,
+        `step.invoke('${name}'): kind ${job?.kind} keeps no results; give it keepCompletedSeconds so the workflow ` +
+          `can read what its child returned`,
       );
     }
     // The enqueue pipeline's checks (payload, options) throw here, before anything is written.
@@ -438,7 +441,8 @@ class Steps implements WorkflowStep {
     }
     const error = new Error(
       child
-        ? `step ${name}: job ${stored.childId} it invoked ended ${child.status}${child.lastError ? `: ${child.lastError}` : ''}`
+        ? `step ${name}: job ${stored.childId} it invoked ` +
+            `ended ${child.status}${child.lastError ? `: ${child.lastError}` : ''}`
         : `step ${name}: job ${stored.childId} it invoked is gone (deleted, or its keep ran out)`,
     );
     await this.#failed(record, error);
@@ -519,7 +523,8 @@ class Steps implements WorkflowStep {
       );
     if (this.#used.has(name)) {
       throw new Error(
-        `workflow ${this.#kind}: step name '${name}' is used twice in one run; every step needs its own name (in a loop, add the index)`,
+        `workflow ${this.#kind}: step name '${name}' is used twice in one run; every step needs its own name (in a ` +
+          `loop, add the index)`,
       );
     }
     if (this.#used.size >= MAX_STEPS_PER_RUN)
@@ -529,7 +534,8 @@ class Steps implements WorkflowStep {
     if (this.#ctx.signal.aborted) throw this.#ctx.signal.reason;
     if (this.#parkedAt !== null) {
       throw new Error(
-        `workflow ${this.#kind}: step '${name}' began after step '${this.#parkedAt}' parked the run; this attempt is over`,
+        `workflow ${this.#kind}: step '${name}' began after step '${this.#parkedAt}' parked the run; this attempt ` +
+          `is over`,
       );
     }
     this.#used.add(name);

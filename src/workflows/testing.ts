@@ -89,7 +89,8 @@ export async function testWorkflow<Payload, Result>(
       const child = await getJob(db, childId!);
       if (child && !registry.get(child.kind))
         throw new Error(
-          `testWorkflow: the run waits for job ${childId} (step ${name}) of kind ${child.kind}; pass its kind in jobs, or stub the step`,
+          `testWorkflow: the run waits for job ${childId} (step ${name}) of kind ${child.kind}; pass its kind in ` +
+            `jobs, or stub the step`,
         );
       // A child waiting out its retry's backoff: the clock skips ahead for it too.
       if (child?.status === 'pending') skippedMs += await skipRunAhead(db, childId!);

@@ -3,7 +3,17 @@
 // syntax would need a transform that Node's type stripping does not do). The page holds no data:
 // the browser asks for the API token once, keeps it in sessionStorage (this tab only), and the
 // script (./browser/dashboard.ts) reads the same HTTP API anyone else would.
-import { html } from 'hono/html';
+import { html, raw } from 'hono/html';
+
+/** The page's icon: a blue rounded square, inline (the page loads nothing it does not serve). */
+const FAVICON =
+  "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E" +
+  "%3Crect width='16' height='16' rx='3' fill='%232f6fdf'/%3E%3C/svg%3E";
+const READ_ONLY_NOTE =
+  'Read-only: this token can read the queue but not change it. Retry, delete, pause and cancel need an admin token.';
+const COUNTS_OFF_NOTE = raw(
+  'Counting is off (<code>RECORD_COUNTS=false</code>): this chart only shows what was counted before.',
+);
 
 export interface DashboardPageOptions {
   /** The oldest ready job's age turns to a warning colour past this. */
@@ -37,10 +47,11 @@ const LISTED = [
 /** The page: its head, the token form, and the view of the queue (filled in by the script). */
 export function dashboardPage(options: DashboardPageOptions) {
   return html`${pageHead(options)}
-<body data-base-path="${options.basePath}" data-warn-seconds="${options.oldestReadyWarnSeconds}" data-refresh-seconds="${options.refreshSeconds}">
+<body data-base-path="${options.basePath}" data-warn-seconds="${options.oldestReadyWarnSeconds}"
+  data-refresh-seconds="${options.refreshSeconds}">
 ${topAndLogin()}
 <main id="view" hidden>
-  <p id="readonly-note" class="banner info" hidden>Read-only: this token can read the queue but not change it. Retry, delete, pause and cancel need an admin token.</p>
+  <p id="readonly-note" class="banner info" hidden>${READ_ONLY_NOTE}</p>
 ${totalsAndKinds(options)}
 ${throughputSection(options)}
 ${jobsSections()}
@@ -58,7 +69,7 @@ function pageHead(options: DashboardPageOptions) {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
 <title>pgdrain</title>
-<link rel="icon" href="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='3' fill='%232f6fdf'/%3E%3C/svg%3E">
+<link rel="icon" href="${FAVICON}">
 <link rel="stylesheet" href="${options.basePath}/dashboard/style.css">
 <script src="${options.basePath}/dashboard/script.js" defer></script>
 </head>`;
@@ -87,16 +98,22 @@ function totalsAndKinds(options: DashboardPageOptions) {
   return html`  <section class="cards" aria-label="Totals">
     ${STATES.map(
       ([key, label, hint]) =>
-        html`<div class="card ${key}"><span class="label">${label}</span><span class="value" id="total-${key}">–</span><span class="hint">${hint}</span></div>`,
+        html`<div class="card ${key}"><span class="label">${label}</span>
+          <span class="value" id="total-${key}">–</span><span class="hint">${hint}</span></div>`,
     )}
-    <div class="card age" id="oldest-card"><span class="label">Oldest ready job</span><span class="value" id="oldest-ready">–</span><span class="hint">warning past ${options.oldestReadyWarnSeconds} s</span></div>
+    <div class="card age" id="oldest-card"><span class="label">Oldest ready job</span>
+      <span class="value" id="oldest-ready">–</span>
+      <span class="hint">warning past ${options.oldestReadyWarnSeconds} s</span></div>
   </section>
 
   <section>
     <h2>By kind</h2>
     <div class="scroll">
       <table id="kinds">
-        <thead><tr><th>Kind</th><th class="num pending">Pending</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Running</th><th class="num">Dead</th><th class="num waiting">Waiting</th><th class="num oldest">Oldest ready</th><th class="bars">Backlog</th><th><span class="sr">Actions</span></th></tr></thead>
+        <thead><tr><th>Kind</th><th class="num pending">Pending</th><th class="num">Ready</th>
+          <th class="num">Delayed</th><th class="num">Running</th><th class="num">Dead</th>
+          <th class="num waiting">Waiting</th><th class="num oldest">Oldest ready</th><th class="bars">Backlog</th>
+          <th><span class="sr">Actions</span></th></tr></thead>
         <tbody></tbody>
       </table>
     </div>
@@ -108,10 +125,11 @@ function totalsAndKinds(options: DashboardPageOptions) {
 function throughputSection(options: DashboardPageOptions) {
   return html`  <section>
     <h2>Throughput, last hour</h2>
-    ${options.countsRecorded ? '' : html`<p id="counts-off" class="banner info">Counting is off (<code>RECORD_COUNTS=false</code>): this chart only shows what was counted before.</p>`}
+    ${options.countsRecorded ? '' : html`<p id="counts-off" class="banner info">${COUNTS_OFF_NOTE}</p>`}
     <p id="throughput-summary" class="muted"></p>
     <div id="chart" class="chart" role="img" aria-label="Jobs completed and failed per minute over the last hour"></div>
-    <p class="legend"><span class="swatch completed"></span>Completed <span class="swatch failed"></span>Failed attempts</p>
+    <p class="legend"><span class="swatch completed"></span>Completed
+      <span class="swatch failed"></span>Failed attempts</p>
   </section>`;
 }
 
@@ -119,10 +137,13 @@ function jobsSections() {
   return html`  <section>
     <h2>Jobs <span id="jobs-count" class="muted"></span></h2>
     <p class="filter"><label for="jobs-status">Showing</label>
-      <select id="jobs-status">${LISTED.map(([value, label]) => html`<option value="${value}">${label}</option>`)}</select></p>
+      <select id="jobs-status">${LISTED.map(
+        ([value, label]) => html`<option value="${value}">${label}</option>`,
+      )}</select></p>
     <div class="scroll">
       <table id="jobs">
-        <thead><tr><th>Job</th><th>Kind</th><th>Status</th><th>Progress or result</th><th>When</th><th><span class="sr">Actions</span></th></tr></thead>
+        <thead><tr><th>Job</th><th>Kind</th><th>Status</th><th>Progress or result</th><th>When</th>
+          <th><span class="sr">Actions</span></th></tr></thead>
         <tbody></tbody>
       </table>
     </div>
@@ -132,7 +153,8 @@ function jobsSections() {
       <dl id="job-facts"></dl>
       <div id="job-steps" class="scroll" hidden>
         <table id="steps">
-          <thead><tr><th>Step</th><th>Status</th><th class="num">Tries</th><th>Started</th><th>Timeline</th><th>Result, error or what it waits for</th></tr></thead>
+          <thead><tr><th>Step</th><th>Status</th><th class="num">Tries</th><th>Started</th><th>Timeline</th>
+            <th>Result, error or what it waits for</th></tr></thead>
           <tbody></tbody>
         </table>
       </div>
@@ -147,7 +169,8 @@ function jobsSections() {
     </p>
     <div class="scroll">
       <table id="dead">
-        <thead><tr><th>Job</th><th>Kind</th><th class="num">Attempts</th><th>Last error</th><th>Age</th><th><span class="sr">Actions</span></th></tr></thead>
+        <thead><tr><th>Job</th><th>Kind</th><th class="num">Attempts</th><th>Last error</th><th>Age</th>
+          <th><span class="sr">Actions</span></th></tr></thead>
         <tbody></tbody>
       </table>
     </div>

@@ -23,15 +23,19 @@ button:hover { border-color: #b9bec7; }
 button:disabled { opacity: 0.5; cursor: default; }
 button.link { border: 0; background: none; color: var(--ready); padding: 0; margin-left: auto; }
 button.danger { color: var(--dead); }
-.banner { border-radius: 8px; padding: 10px 14px; margin: 8px auto; background: var(--warn-bg); border: 1px solid #f3c3bd; }
+.banner { border-radius: 8px; padding: 10px 14px; margin: 8px auto; background: var(--warn-bg);
+border: 1px solid #f3c3bd; }
 .banner.info { background: var(--info-bg); border-color: #c9d8f6; }
-.login { background: var(--panel); border: 1px solid var(--line); border-radius: 10px; padding: 20px; max-width: 460px; margin-top: 40px; }
+.login { background: var(--panel); border: 1px solid var(--line); border-radius: 10px; padding: 20px;
+max-width: 460px; margin-top: 40px; }
 .login h2 { margin-top: 0; }
 .login label { display: block; font-weight: 600; margin-bottom: 6px; }
 .login .row { display: flex; gap: 8px; }
-.login input { flex: 1; min-width: 0; font: inherit; padding: 6px 10px; border: 1px solid var(--line); border-radius: 6px; }
+.login input { flex: 1; min-width: 0; font: inherit; padding: 6px 10px; border: 1px solid var(--line);
+border-radius: 6px; }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(150px, 1fr)); gap: 10px; margin-top: 8px; }
-.card { background: var(--panel); border: 1px solid var(--line); border-left: 4px solid var(--line); border-radius: 8px; padding: 10px 12px; display: flex; flex-direction: column; }
+.card { background: var(--panel); border: 1px solid var(--line); border-left: 4px solid var(--line);
+border-radius: 8px; padding: 10px 12px; display: flex; flex-direction: column; }
 .card.ready { border-left-color: var(--ready); } .card.delayed { border-left-color: var(--delayed); }
 .card.running { border-left-color: var(--running); } .card.dead { border-left-color: var(--dead); }
 .card.waiting { border-left-color: var(--waiting); }
@@ -51,12 +55,15 @@ th.bars, td.bars { width: 32%; min-width: 140px; }
 .bar { display: flex; height: 12px; border-radius: 3px; overflow: hidden; background: #eef0f3; margin-top: 3px; }
 .bar span { display: block; height: 100%; }
 .ready-bg { background: var(--ready); } .delayed-bg { background: var(--delayed); }
-.running-bg { background: var(--running); } .dead-bg { background: var(--dead); } .waiting-bg { background: var(--waiting); }
+.running-bg { background: var(--running); } .dead-bg { background: var(--dead); }
+.waiting-bg { background: var(--waiting); }
 .legend { color: var(--muted); font-size: 12px; margin: 6px 0 0; }
-.swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin: 0 4px 0 8px; vertical-align: -1px; }
+.swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin: 0 4px 0 8px;
+vertical-align: -1px; }
 .swatch:first-child { margin-left: 0; }
 .swatch.ready { background: var(--ready); } .swatch.delayed { background: var(--delayed); }
-.swatch.running { background: var(--running); } .swatch.dead { background: var(--dead); } .swatch.waiting { background: var(--waiting); }
+.swatch.running { background: var(--running); } .swatch.dead { background: var(--dead); }
+.swatch.waiting { background: var(--waiting); }
 .swatch.completed { background: var(--completed); } .swatch.failed { background: var(--failed); }
 .chart { background: var(--panel); border: 1px solid var(--line); border-radius: 8px; padding: 8px; }
 .chart svg { display: block; width: 100%; height: 180px; }
@@ -64,25 +71,33 @@ th.bars, td.bars { width: 32%; min-width: 140px; }
 .chart .grid { stroke: var(--line); }
 .chart .completed { fill: var(--completed); } .chart .failed { fill: var(--failed); }
 td.error, td.detail { max-width: 420px; }
-td.detail code { display: block; white-space: pre-wrap; word-break: break-word; font-size: 12px; max-height: 4.5em; overflow: hidden; }
+td.detail code { display: block; white-space: pre-wrap; word-break: break-word; font-size: 12px; max-height: 4.5em;
+overflow: hidden; }
 .status { padding: 1px 6px; border-radius: 8px; font-size: 12px; background: var(--line); }
 .status.cancelling { background: var(--warn-bg); }
 .filter { margin: 0 0 8px; } .filter select { font: inherit; margin-left: 6px; }
-td.error code { display: block; white-space: pre-wrap; word-break: break-word; font-size: 12px; max-height: 4.5em; overflow: hidden; }
+td.error code { display: block; white-space: pre-wrap; word-break: break-word; font-size: 12px; max-height: 4.5em;
+overflow: hidden; }
 td.actions { white-space: nowrap; text-align: right; }
 td.actions button + button { margin-left: 6px; }
 .limits { font-size: 11px; color: var(--muted); }
-.paused-badge { margin-left: 6px; padding: 1px 6px; border-radius: 8px; font-size: 11px; background: var(--line); color: var(--muted); }
+.paused-badge { margin-left: 6px; padding: 1px 6px; border-radius: 8px; font-size: 11px; background: var(--line);
+color: var(--muted); }
 tr[data-paused="true"] td { opacity: 0.75; }
 .bulk button + button { margin-left: 8px; }
-button.link { background: none; border: 0; padding: 0; color: inherit; text-decoration: underline; cursor: pointer; font: inherit; }
-.job-detail { margin-top: 14px; padding: 10px 12px; background: var(--panel); border: 1px solid var(--line); border-radius: 8px; }
-.job-detail h3 { margin: 0 0 8px; font-size: 15px; } .job-detail h3 button { margin-left: 8px; font-size: 12px; color: var(--muted); }
-.job-detail dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0 0 10px; font-size: 13px; }
+button.link { background: none; border: 0; padding: 0; color: inherit; text-decoration: underline; cursor: pointer;
+font: inherit; }
+.job-detail { margin-top: 14px; padding: 10px 12px; background: var(--panel); border: 1px solid var(--line);
+border-radius: 8px; }
+.job-detail h3 { margin: 0 0 8px; font-size: 15px; } .job-detail h3 button { margin-left: 8px; font-size: 12px;
+color: var(--muted); }
+.job-detail dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0 0 10px;
+font-size: 13px; }
 .job-detail dt { color: var(--muted); } .job-detail dd { margin: 0; word-break: break-word; }
 td.timeline { min-width: 160px; width: 30%; }
 .bar { display: block; height: 10px; border-radius: 3px; background: var(--completed); }
-.bar.failed { background: var(--failed); } .bar.sleeping, .bar.waiting { background: var(--line); border: 1px dashed var(--muted); }
+.bar.failed { background: var(--failed); } .bar.sleeping, .bar.waiting { background: var(--line);
+border: 1px dashed var(--muted); }
 .sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
 .stale main { opacity: 0.55; }
 @media (max-width: 640px) {
@@ -97,7 +112,8 @@ td.timeline { min-width: 160px; width: 30%; }
   #dead, #dead tbody, #dead tr, #dead td, #jobs, #jobs tbody, #jobs tr, #jobs td { display: block; width: 100%; }
   #dead tr, #jobs tr { border-bottom: 1px solid var(--line); padding: 6px 0; }
   #dead td, #jobs td { border: 0; padding: 3px 10px; text-align: left; }
-  #dead td::before, #jobs td::before { content: attr(data-label); display: inline-block; min-width: 78px; color: var(--muted); font-size: 12px; }
+  #dead td::before, #jobs td::before { content: attr(data-label); display: inline-block; min-width: 78px;
+  color: var(--muted); font-size: 12px; }
   #dead td.error, #jobs td.detail { max-width: none; }
   #dead td.actions, #jobs td.actions { text-align: left; }
   #dead td.actions::before, #jobs td.actions::before { content: none; }

@@ -150,7 +150,8 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
         throw new ApiError(
           404,
           'not_found',
-          `job ${id} does not exist: it may have completed and been deleted before the wait began (a kind that keeps nothing leaves no trace; give it keepCompletedSeconds to wait for its jobs reliably)`,
+          `job ${id} does not exist: it may have completed and been deleted before the wait began (a kind that ` +
+            `keeps nothing leaves no trace; give it keepCompletedSeconds to wait for its jobs reliably)`,
         );
       }
       return current;

@@ -22,7 +22,8 @@ async function knownKind(c: Context<AppEnv>): Promise<string> {
     throw new ApiError(
       404,
       'not_found',
-      `unknown job kind ${JSON.stringify(kind.slice(0, 100))}: not registered here and no such jobs in the queue; registered kinds: ${registry.kinds().join(', ')}`,
+      `unknown job kind ${JSON.stringify(kind.slice(0, 100))}: not registered here and no such jobs in the queue; ` +
+        `registered kinds: ${registry.kinds().join(', ')}`,
     );
   }
   return kind;
@@ -50,14 +51,16 @@ function refuseLimitsThatDoNothing(c: Context<AppEnv>, kind: string, withRate: b
     throw new ApiError(
       422,
       'not_limited',
-      `kind ${kind} is claimed without limits (it has no globalConcurrency, groupConcurrency or rateLimit): a key's own limits would do nothing; give the kind a limit first`,
+      `kind ${kind} is claimed without limits (it has no globalConcurrency, groupConcurrency or rateLimit): a key's ` +
+        `own limits would do nothing; give the kind a limit first`,
     );
   }
   if (withRate && !rateLimit?.perGroup) {
     throw new ApiError(
       422,
       'not_limited',
-      `kind ${kind} has no rateLimit with perGroup: true, so a key's own rate would do nothing; give only concurrency, or limit the kind's rate per group`,
+      `kind ${kind} has no rateLimit with perGroup: true, so a key's own rate would do nothing; give only ` +
+        `concurrency, or limit the kind's rate per group`,
     );
   }
 }

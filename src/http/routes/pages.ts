@@ -62,6 +62,9 @@ const docsHeaders = secureHeaders({
 function docsPage(documentUrl: string, nonce: string): string {
   // JSON inside a script element: `<` escaped so that no string in it can end the element.
   const config = JSON.stringify({ url: documentUrl, withDefaultFonts: false }).replace(/</g, '\\u003c');
+  const scalar =
+    `<script src="${SCALAR_SCRIPT.url}" integrity="${SCALAR_SCRIPT.integrity}" crossorigin="anonymous" ` +
+    `nonce="${nonce}"></script>`;
   return `<!doctype html>
 <html lang="en">
   <head>
@@ -71,7 +74,7 @@ function docsPage(documentUrl: string, nonce: string): string {
   </head>
   <body>
     <div id="app"></div>
-    <script src="${SCALAR_SCRIPT.url}" integrity="${SCALAR_SCRIPT.integrity}" crossorigin="anonymous" nonce="${nonce}"></script>
+    ${scalar}
     <script nonce="${nonce}">Scalar.createApiReference('#app', ${config})</script>
   </body>
 </html>

@@ -53,7 +53,8 @@ export class UnknownDependencyError extends PgdrainError {
   readonly ids: readonly string[];
   constructor(ids: readonly string[]) {
     super(
-      `after names jobs that do not exist: ${ids.join(', ')} (completed jobs are deleted unless their kind keeps them: enqueue a job with the jobs it waits for, in one transaction)`,
+      `after names jobs that do not exist: ${ids.join(', ')} (completed jobs are deleted unless their kind keeps ` +
+        `them: enqueue a job with the jobs it waits for, in one transaction)`,
     );
     this.ids = ids;
   }

@@ -598,7 +598,9 @@ async function showJob(id: string): Promise<void> {
 function waitingText(step: WorkflowStep): string {
   if (step.status === 'sleeping') return `sleeping until ${formatWhen(step.wakeAt)}`;
   if (step.childId) return `job #${step.childId} (step ${step.name})`;
-  return `event ${step.event} (${step.key})${step.match ? ` matching ${JSON.stringify(step.match)}` : ''}${step.wakeAt ? ` until ${formatWhen(step.wakeAt)}` : ''}`;
+  return `event ${step.event} (${step.key})${
+    step.match ? ` matching ${JSON.stringify(step.match)}` : ''
+  }${step.wakeAt ? ` until ${formatWhen(step.wakeAt)}` : ''}`;
 }
 
 /** A workflow's steps in order, each with a bar from its start to its end (or now) on the run's span of time. */

@@ -7,6 +7,7 @@ import * as contract from '../src/http/contract.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
+import { resetQueue } from './support/harness.ts';
 
 const TOKEN = 'client-test-token-0123456789';
 const READ_TOKEN = 'client-read-token-0123456789';
@@ -29,7 +30,7 @@ afterAll(async () => {
   await t?.close();
 });
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds');
+  await resetQueue(t);
 });
 
 /** The error a call rejects with, which must be a PgdrainApiError. */

@@ -19,6 +19,7 @@ import type { Db } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
+import { resetQueue } from './support/harness.ts';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const haveChromium = existsSync(CHROMIUM);
@@ -280,7 +281,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
   }, 90_000);
 
   it('pauses and resumes a kind for the drainer, and retries every dead job at once after a confirmation', async () => {
-    await t.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds');
+    await resetQueue(t);
     const { context, page, consoleErrors, dialogs } = await openDashboard();
 
     // Pause `record` (a delayed job keeps its row on the page): the pause is in the database, and
@@ -342,7 +343,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
   }, 60_000);
 
   it('lists the jobs of a chosen state — progress while running, kept results, what they wait for — and cancels one', async () => {
-    await t.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds');
+    await resetQueue(t);
     // Kinds the sidecar has no handler for: the rows stay as the test puts them.
     const [running] = await t.query<{
       id: string;
@@ -413,7 +414,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
   }, 60_000);
 
   it("opens a job from the list; a workflow's steps show as a timeline — results, a failure, what it waits for — and follow the run", async () => {
-    await t.query('TRUNCATE pgdrain.jobs, pgdrain.workflow_steps');
+    await resetQueue(t);
     // A workflow kind the sidecar has no handler for, parked on an event: the rows as a run leaves them.
     const [run] = await t.query<{ id: string }>(
       `INSERT INTO pgdrain.jobs (kind, payload, status, attempts) VALUES ('onboarding', '{"userId": 42}', 'waiting', 1) RETURNING id::text`,

@@ -21,6 +21,7 @@ import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type FixtureWorker, startFixtureWorker } from './support/fixture-worker.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
+import { resetQueue } from './support/harness.ts';
 
 const SIDECAR = fileURLToPath(new URL('./fixtures/limits/sidecar.ts', import.meta.url));
 const WORKER_CONFIG = fileURLToPath(new URL('./fixtures/limits/wrangler.toml', import.meta.url));
@@ -129,7 +130,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   events.length = 0;
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.group_limits, pgdrain.fair_turns, public.job_log');
+  await resetQueue(t, ['public.job_log']);
 });
 afterEach(async () => {
   gate.open();

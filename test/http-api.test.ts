@@ -11,6 +11,7 @@ import { JobRegistry, defineJob } from '../src/jobs/registry.ts';
 import { z } from 'zod';
 import { CONTRACT_SETTINGS, expectError, httpApiContract } from './conformance/http-api-contract.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { resetQueue } from './support/harness.ts';
 
 const TOKEN = 'test-token-7f3a9c';
 
@@ -49,7 +50,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds');
+  await resetQueue(t);
   errors.length = 0;
 });
 

@@ -9,6 +9,7 @@ import type { Job } from '../src/http/contract.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
+import { resetQueue } from './support/harness.ts';
 
 const SIDECAR = fileURLToPath(new URL('./fixtures/lifecycle/sidecar.ts', import.meta.url));
 const TOKEN = 'lifecycle-test-token-0123456789';
@@ -22,9 +23,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query(
-    'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, public.lifecycle_writes',
-  );
+  await resetQueue(t, ['public.lifecycle_writes']);
 });
 afterEach(async () => {
   for (const s of sidecars.splice(0)) {

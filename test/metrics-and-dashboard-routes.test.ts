@@ -9,6 +9,7 @@ import { JobRegistry, createDefaultRegistry, defineJob } from '../src/jobs/index
 import { claim, claimLimited, complete, enqueueMany, failMany } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { until } from './support/time.ts';
+import { resetQueue } from './support/harness.ts';
 
 const TOKEN = 'test-token-metrics-1';
 const METRICS_TOKEN = 'scraper-token-2b8e41';
@@ -27,7 +28,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals, pgdrain.rate_starts');
+  await resetQueue(t);
 });
 
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });

@@ -11,7 +11,8 @@ import { createTestDatabase } from './support/database.ts';
 import { startTcpProxy } from './support/tcp-proxy.ts';
 import { flowControlSuite } from './conformance/flow-control.ts';
 import { jobLifecycleSuite } from './conformance/job-lifecycle.ts';
-import { type Harness, listenOn, queueBehaviourSuite } from './conformance/queue-behaviour.ts';
+import { queueBehaviourSuite } from './conformance/queue-behaviour.ts';
+import { type Harness, listenOn } from './support/harness.ts';
 import { workflowSuite } from './conformance/workflows.ts';
 
 // The sidecar's own pools (src/sidecar/database.ts), as `pgdrain start` opens them.

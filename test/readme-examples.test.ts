@@ -5,6 +5,7 @@ import { JobRegistry, getJob } from '../src/entry/index.ts';
 import { placeOrder } from '../examples/enqueue-in-transaction.ts';
 import { createInvoice, emailInvoice, emailed, invoiceOrder } from '../examples/job-life.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { resetQueue } from './support/harness.ts';
 
 let t: TestDatabase;
 beforeAll(async () => {
@@ -64,7 +65,7 @@ it("a job's life: the invoice is written in its job's transaction, and the email
 
 it('the quick start: the order and its job commit together; the drainer runs it', async () => {
   const { quickStart, sendReceipt } = await import('../examples/quick-start.ts');
-  await t.query(`TRUNCATE pgdrain.jobs`);
+  await resetQueue(t);
   await quickStart(t.db, 'pen');
   expect(await t.query(`SELECT kind, payload->>'orderId' IS NOT NULL AS has_order FROM pgdrain.jobs`)).toEqual([
     { kind: 'send_receipt', has_order: true },
@@ -94,7 +95,7 @@ it("the Worker with the queue's clock exports the Durable Object class beside it
 
 it("a kind's settings: retries, timeouts and its own visibility timeout are written to its jobs", async () => {
   const { sendReceipt } = await import('../examples/job-kind.ts');
-  await t.query(`TRUNCATE pgdrain.jobs`);
+  await resetQueue(t);
   const { enqueue } = await import('../src/entry/index.ts');
   const bad = await enqueue(t.db, sendReceipt, { orderId: -1 });
   expect(await t.query(`SELECT max_attempts, visibility_seconds FROM pgdrain.jobs WHERE id = $1`, [bad.id])).toEqual([
@@ -108,7 +109,7 @@ it('flow control: a priority above the kind default, a key for per-customer orde
     '../examples/flow-control.ts'
   );
   const { checkSchedules } = await import('../src/schedules.ts');
-  await t.query(`TRUNCATE pgdrain.jobs`);
+  await resetQueue(t);
   await t.db.transaction(async (tx) => {
     await urgentInvoice(tx, 7);
     await ledgerEntry(tx, 42, 'credit 10');

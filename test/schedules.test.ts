@@ -8,6 +8,7 @@ import { startSidecar } from '../src/sidecar/index.ts';
 
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { until } from './support/time.ts';
+import { resetQueue } from './support/harness.ts';
 
 let t: TestDatabase;
 const report = defineJob({
@@ -22,7 +23,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.schedules');
+  await resetQueue(t, ['pgdrain.schedules']);
 });
 
 const at = (iso: string) => new Date(iso);
@@ -78,7 +79,7 @@ describe('recurring schedules', () => {
       '2026-03-29T01:00:00.000Z', // the missing 02:30 runs once, at 03:00 CEST
       '2026-03-30T00:30:00.000Z', // 02:30 CEST
     ]);
-    await t.query('TRUNCATE pgdrain.jobs, pgdrain.schedules');
+    await resetQueue(t, ['pgdrain.schedules']);
     // Fall back (25 October 2026: 03:00 → 02:00, so 02:30 happens twice): once.
     await walk('2026-10-23T23:00:00Z', 3);
     expect(await jobTimes()).toEqual([
@@ -103,7 +104,7 @@ describe('recurring schedules', () => {
       { name: 'backfilled', enqueued: 6, skipped: 0 }, // a new schedule with a backfill window owes that window once
       { name: 'plain', enqueued: 0, skipped: 0 },
     ]);
-    await t.query('TRUNCATE pgdrain.jobs');
+    await resetQueue(t);
     const reports = await evaluateSchedules(t.db, registry, [plain, backfilled], { now: after });
     // Slots in (08:00, 10:00]: 08:10 … 10:00, twelve of them.
     expect(reports).toEqual([

@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
+import { resetQueue } from './support/harness.ts';
 
 const FAKE_DNS = fileURLToPath(new URL('./fixtures/fake-dns.ts', import.meta.url));
 const TOKEN = 'exposure-test-token-0123456789';
@@ -25,7 +26,7 @@ beforeAll(async () => {
   t = await createTestDatabase();
 });
 afterAll(() => t?.close());
-beforeEach(() => t.query('TRUNCATE pgdrain.jobs'));
+beforeEach(() => resetQueue(t));
 afterEach(async () => {
   for (const p of running.splice(0)) {
     p.kill();

@@ -12,6 +12,7 @@ import { type Db, enqueue, enqueueMany } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { sleep, until } from './support/time.ts';
+import { resetQueue } from './support/harness.ts';
 
 const TOKEN = 'sidecar-test-token-0123456789';
 
@@ -28,7 +29,7 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals, pgdrain.paused_kinds');
+  await resetQueue(t);
   await t.query('DROP TABLE IF EXISTS test_runs');
 });
 afterEach(async () => {

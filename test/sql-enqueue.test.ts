@@ -8,6 +8,7 @@ import { drain } from '../src/drain/index.ts';
 import { JobRegistry, defineJob, noopJob } from '../src/jobs/index.ts';
 import { NOTIFY_CHANNEL } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { resetQueue } from './support/harness.ts';
 
 let t: TestDatabase;
 let listener: pg.Client;
@@ -34,7 +35,7 @@ afterAll(async () => {
   await t?.close();
 });
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, orders');
+  await resetQueue(t, ['orders']);
   notified.length = 0;
   ran.length = 0;
 });

@@ -22,6 +22,7 @@ import { startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
 
 import { type ExportedSpan, registerTracing } from './support/tracing.ts';
+import { resetQueue } from './support/harness.ts';
 
 const SIDECAR = fileURLToPath(new URL('./fixtures/tracing/sidecar.ts', import.meta.url));
 const UNTRACED = fileURLToPath(new URL('./fixtures/tracing/untraced.ts', import.meta.url));
@@ -38,7 +39,7 @@ afterAll(async () => {
   await t?.close();
 });
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs, pgdrain.workflow_steps');
+  await resetQueue(t);
   tracing.exporter.reset();
 });
 

@@ -11,6 +11,7 @@ import { createSigner } from '../src/jobs/webhook-signature.ts';
 import { isSpecialAddress, parseIp } from '../src/jobs/webhook-targets.ts';
 import { enqueue } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { resetQueue } from './support/harness.ts';
 
 let t: TestDatabase;
 let server: http.Server;
@@ -56,7 +57,7 @@ afterAll(async () => {
   await t?.close();
 });
 beforeEach(async () => {
-  await t.query('TRUNCATE pgdrain.jobs');
+  await resetQueue(t);
   hits.length = 0;
 });
 

@@ -11,7 +11,7 @@ import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import { defineBatchJob } from '../../src/jobs/batch.ts';
 import { removeGroupLimits, setGroupLimits } from '../../src/jobs/group-limits.ts';
 import { cancel, claimLimited, enqueue, enqueueMany } from '../../src/queries/index.ts';
-import type { Harness } from './queue-behaviour.ts';
+import { type Harness, resetQueue } from '../support/harness.ts';
 import { sleep } from '../support/time.ts';
 
 /** Runs counted by the handlers: how many at once at most, and when each started. */
@@ -43,9 +43,7 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query(
-        'TRUNCATE pgdrain.jobs, pgdrain.rate_starts, pgdrain.paused_kinds, pgdrain.group_limits, pgdrain.fair_turns',
-      );
+      await resetQueue(h);
     });
     /** `n` drains of `registry` at once, each on connections of its own, like `n` drainers. */
     const drainers = async (n: number, registry: JobRegistry) => {

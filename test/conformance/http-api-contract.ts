@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { claim } from '../../src/queries/index.ts';
 import type { TestDatabase } from '../support/database.ts';
+import { resetQueue } from '../support/harness.ts';
 
 export interface ApiTarget {
   /** A request to the API, by path ("/jobs"), the way a client sends it. */
@@ -48,7 +49,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
     });
     afterAll(() => target?.close());
     beforeEach(async () => {
-      await t.query('TRUNCATE pgdrain.jobs, pgdrain.paused_kinds');
+      await resetQueue(t);
       await target.loggedErrors();
     });
 

@@ -20,7 +20,7 @@ import {
   pruneFinished,
   watchJob,
 } from '../../src/queries/index.ts';
-import type { Harness } from './queue-behaviour.ts';
+import { type Harness, jobRow, resetQueue } from '../support/harness.ts';
 import { sleep } from '../support/time.ts';
 
 /** Resolves when `signal` aborts (never rejects). */
@@ -40,9 +40,7 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query(
-        'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.paused_kinds, public.lifecycle_writes',
-      );
+      await resetQueue(h, ['public.lifecycle_writes']);
     });
 
     const run = (registry: JobRegistry, options: Partial<DrainOptions> = {}) =>
@@ -54,13 +52,8 @@ export function jobLifecycleSuite(name: string, createHarness: () => Promise<Har
         ...options,
       });
     // Live jobs and kept ones, wherever they are kept (pgdrain.jobs or the history).
-    const row = async (id: string) =>
-      (
-        await h.query(
-          `SELECT status, result, progress, last_error, attempts, waiting_for, finished_at, keep_until FROM pgdrain.jobs_and_history WHERE id = $1`,
-          [id],
-        )
-      )[0];
+    const row = (id: string) =>
+      jobRow(h, id, 'status, result, progress, last_error, attempts, waiting_for, finished_at, keep_until');
     const count = async (where = 'true') =>
       Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs_and_history WHERE ${where}`))[0]!.n);
     const kind = <P>(definition: JobDefinition<P>) => defineJob(definition);

@@ -6,7 +6,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { type OpenTransactionConnection, drain } from '../../src/drain/index.ts';
+import { drain } from '../../src/drain/index.ts';
 import { JobRegistry, PermanentJobError, defineJob } from '../../src/jobs/registry.ts';
 import { noopJob } from '../../src/jobs/noop.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
@@ -35,43 +35,7 @@ import {
   stats,
 } from '../../src/queries/index.ts';
 import { sleep, until } from '../support/time.ts';
-
-export interface Listener {
-  /** Payloads received on the channel so far. */
-  received: string[];
-  close(): Promise<void>;
-}
-
-/** A driver under test: the runtime's own database (its QueueDatabase: `db`, `transactions`), and
- * what the tests need beside it. */
-export interface Harness {
-  db: Db;
-  /** Raw SQL for arranging and asserting; returns rows. */
-  query<T = Record<string, any>>(text: string, values?: unknown[]): Promise<T[]>;
-  /** A database on connections of its own, like a separate worker process would have. */
-  connect(): Promise<Db>;
-  listen(channel: string): Promise<Listener>;
-  /** Connections for transactional handlers, as each runtime opens them (destroyable). */
-  transactions: OpenTransactionConnection;
-  close(): Promise<void>;
-}
-
-/** What LISTEN needs of a driver's client (node-postgres's and Neon's both fit). */
-export interface NotifyingClient {
-  query(text: string): Promise<unknown>;
-  on(event: 'notification', listener: (n: { channel: string; payload?: string }) => void): unknown;
-  end(): Promise<void>;
-}
-
-/** LISTENs on `channel` with a connected client of the harness's driver, collecting payloads. */
-export async function listenOn(client: NotifyingClient, channel: string): Promise<Listener> {
-  const received: string[] = [];
-  client.on('notification', (n) => {
-    if (n.channel === channel) received.push(n.payload ?? '');
-  });
-  await client.query(`LISTEN ${channel}`);
-  return { received, close: () => client.end() };
-}
+import { type Harness, resetQueue } from '../support/harness.ts';
 
 export interface SuiteOptions {
   /** Scale of the load tests; the Worker runtime uses smaller numbers. */
@@ -98,7 +62,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       await h?.close();
     });
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs, orders, pgdrain.job_counts, pgdrain.job_totals, pgdrain.paused_kinds');
+      await resetQueue(h, ['orders']);
     });
 
     const count = async (where = 'true') =>

@@ -13,7 +13,7 @@ import { cancel, deadLetterOf, listSubscriptions, reap, retryFromStep } from '..
 import { subscribe, unsubscribe } from '../../src/jobs/subscriptions.ts';
 import { PermanentJobError } from '../../src/jobs/registry.ts';
 import { EventValidationError, defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
-import type { Harness } from './queue-behaviour.ts';
+import { type Harness, jobRow, resetQueue } from '../support/harness.ts';
 import { sleep } from '../support/time.ts';
 
 export function workflowSuite(name: string, createHarness: () => Promise<Harness>) {
@@ -27,9 +27,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query(
-        'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.workflow_steps, pgdrain.events, public.workflow_effects',
-      );
+      await resetQueue(h, ['public.workflow_effects']);
     });
 
     const run = (registry: JobRegistry, options: Partial<DrainOptions> = {}) =>
@@ -41,12 +39,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         ...options,
       });
     const job = async (id: string) =>
-      (
-        await h.query(
-          `SELECT status, attempts, result, last_error, locked_by, waiting_for, run_at FROM pgdrain.jobs_and_history WHERE id = $1`,
-          [id],
-        )
-      )[0]!;
+      (await jobRow(h, id, 'status, attempts, result, last_error, locked_by, waiting_for, run_at'))!;
     const steps = async (id: string) =>
       h.query<{
         name: string;

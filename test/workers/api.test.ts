@@ -3,7 +3,7 @@ import { SELF, createExecutionContext, createScheduledController, env, waitOnExe
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import worker from '../../src/worker/index.ts';
 import type { Env } from '../../src/worker/create-worker.ts';
-import type { Harness } from '../conformance/queue-behaviour.ts';
+import { type Harness, resetQueue } from '../support/harness.ts';
 import { createNeonHarness } from './neon-harness.ts';
 import { TOKEN_SCOPES } from '../../src/http/app.ts';
 import { SCOPED_ROUTES, allows, requestFor } from '../support/scope-matrix.ts';
@@ -11,7 +11,7 @@ import { SCOPED_ROUTES, allows, requestFor } from '../support/scope-matrix.ts';
 let h: Harness;
 beforeAll(async () => {
   h = await createNeonHarness(env.DATABASE_URL);
-  await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals');
+  await resetQueue(h);
 });
 afterAll(() => h?.close());
 
@@ -75,7 +75,7 @@ it('enqueues, reads, refuses bad input, and drains a noop job on the cron', asyn
 });
 
 it('serves the dashboard, and counts what the cron ran in /stats/throughput and /metrics', async () => {
-  await h.query('TRUNCATE pgdrain.jobs, pgdrain.job_counts, pgdrain.job_totals');
+  await resetQueue(h);
   const page = await SELF.fetch('http://worker/');
   expect(page.status).toBe(200);
   expect(page.headers.get('content-security-policy')).toContain("script-src 'self'");

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createClient, PgdrainApiError } from '../../src/entry/client.ts';
 import * as contract from '../../src/http/contract.ts';
 import { createWorker, type Env } from '../../src/worker/create-worker.ts';
-import type { Harness } from '../conformance/queue-behaviour.ts';
+import { type Harness, resetQueue } from '../support/harness.ts';
 import { createNeonHarness } from './neon-harness.ts';
 
 const worker = createWorker();
@@ -22,7 +22,7 @@ const queue = createClient({ baseUrl: 'https://queue.internal', token: env.API_T
 let h: Harness;
 beforeAll(async () => {
   h = await createNeonHarness(env.CLIENT_DATABASE_URL);
-  await h.query('TRUNCATE pgdrain.jobs');
+  await resetQueue(h);
 });
 afterAll(() => h?.close());
 

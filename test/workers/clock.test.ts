@@ -12,7 +12,7 @@ import {
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { alarmAt, decide, emptyClock, leaseTaken, looked, queueClock, told } from '../../src/worker/clock.ts';
 import type { Env } from '../../src/worker/create-worker.ts';
-import type { Harness } from '../conformance/queue-behaviour.ts';
+import { type Harness, resetQueue } from '../support/harness.ts';
 import { clockQueue, scheduleQueue } from './clock-kinds.ts';
 import { createNeonHarness } from './neon-harness.ts';
 import { sleep } from '../support/time.ts';
@@ -107,9 +107,7 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
   });
   afterAll(() => h?.close());
   beforeEach(async () => {
-    await h.query(
-      'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.job_dependencies, pgdrain.finished_jobs, pgdrain.workflow_steps, pgdrain.events, public.clock_runs',
-    );
+    await resetQueue(h, ['public.clock_runs']);
     await clock().reset();
   });
 

@@ -5,7 +5,7 @@ import { createExecutionContext, env, waitOnExecutionContext } from 'cloudflare:
 import worker from '../../src/worker/index.ts';
 import fc from 'fast-check';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import type { Harness } from '../conformance/queue-behaviour.ts';
+import type { Harness } from '../support/harness.ts';
 import { FINGERPRINT_SQL, FUZZ_SEED, checkAnswer, hostileRequests } from '../support/hostile-requests.ts';
 import { createNeonHarness } from './neon-harness.ts';
 

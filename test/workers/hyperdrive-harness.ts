@@ -6,7 +6,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import type { Db } from '../../src/queries/index.ts';
 import { openWorkerDatabase } from '../../src/worker/database.ts';
-import type { Harness } from '../conformance/queue-behaviour.ts';
+import type { Harness } from '../support/harness.ts';
 import { poolHarness } from './pool-harness.ts';
 
 export function createHyperdriveHarness(binding: { connectionString: string }): Promise<Harness> {

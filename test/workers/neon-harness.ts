@@ -4,7 +4,7 @@ import { drizzle } from 'drizzle-orm/neon-serverless';
 import { env } from 'cloudflare:test';
 import { openWorkerDatabase, useLocalProxy } from '../../src/worker/database.ts';
 import type { Db } from '../../src/queries/index.ts';
-import type { Harness } from '../conformance/queue-behaviour.ts';
+import type { Harness } from '../support/harness.ts';
 import { poolHarness } from './pool-harness.ts';
 
 export function neonPool(url: string, max = 2): Pool {

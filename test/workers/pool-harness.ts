@@ -3,7 +3,7 @@
 // (hyperdrive-harness.ts) differ only in those.
 import type { QueueDatabase } from '../../src/db/connections.ts';
 import type { Db } from '../../src/queries/index.ts';
-import { type Harness, listenOn, type NotifyingClient } from '../conformance/queue-behaviour.ts';
+import { type Harness, listenOn, type NotifyingClient } from '../support/harness.ts';
 
 export interface PoolLike<C> {
   query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;

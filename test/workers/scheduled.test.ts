@@ -10,7 +10,7 @@ import { JobRegistry, createWebhookJob, defineJob, parseSigningSecrets } from '.
 import { claim, enqueueMany } from '../../src/queries/index.ts';
 import { createWorker, type Env } from '../../src/worker/create-worker.ts';
 import { defineSchedule } from '../../src/schedules.ts';
-import type { Harness } from '../conformance/queue-behaviour.ts';
+import { type Harness, resetQueue } from '../support/harness.ts';
 import { createHyperdriveHarness } from './hyperdrive-harness.ts';
 import { createNeonHarness } from './neon-harness.ts';
 
@@ -109,9 +109,7 @@ for (const path of PATHS) {
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query(
-        'TRUNCATE pgdrain.jobs, pgdrain.job_history, pgdrain.paused_kinds, pgdrain.schedules, pgdrain.job_dependencies, pgdrain.finished_jobs, public.lifecycle_writes',
-      );
+      await resetQueue(h, ['pgdrain.schedules', 'public.lifecycle_writes']);
       runs.clear();
     });
 

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { defineJob } from '../../src/jobs/index.ts';
 import { useOpenTelemetry } from '../../src/tracing.ts';
 import { createWorker, type Env } from '../../src/worker/create-worker.ts';
-import type { Harness } from '../conformance/queue-behaviour.ts';
+import { type Harness, resetQueue } from '../support/harness.ts';
 import { type ExportedSpan, registerTracing } from '../support/tracing.ts';
 import { createHyperdriveHarness } from './hyperdrive-harness.ts';
 import { createNeonHarness } from './neon-harness.ts';
@@ -56,7 +56,7 @@ for (const path of PATHS) {
     });
     afterAll(() => h?.close());
     beforeEach(async () => {
-      await h.query('TRUNCATE pgdrain.jobs');
+      await resetQueue(h);
       tracing.exporter.reset();
     });
 

@@ -1,15 +1,19 @@
 // The drain's parts on their own, without a database: the book of claimed jobs (each record's
 // transitions and the refusals), how an attempt's end is sorted (attempt-end.ts), the settler's
-// batching, resends and answers, and the lease keeper's renewals, losses and cancels — each given
-// statements of the test's own that answer as the database would, and record what was sent. What
+// batching, resends and answers, the lease keeper's renewals, losses and cancels, and the batch
+// runner's calls, gathering and release — each given statements (and claims) of the test's own that answer as the database would, and record what was sent. What
 // the statements do in PostgreSQL is the conformance suites' (test/conformance/).
 import { afterEach, describe, expect, it } from 'vitest';
 import { type AttemptEnd, attemptEndOf, traceOutcome } from '../src/drain/attempt-end.ts';
+import { BatchRunner, type BatchRunnerDeps } from '../src/drain/batch-runner.ts';
+import type { Claimer } from '../src/drain/claimer.ts';
 import { JobBook, type JobRecord } from '../src/drain/job-record.ts';
 import { JobCancelledError, LeaseKeeper, LeaseLostError } from '../src/drain/lease-keeper.ts';
 import { HandlerAbandonedError, SettledByStatement } from '../src/drain/run-handler.ts';
 import { SETTLE_ATTEMPTS, type SettlementStatements, Settler } from '../src/drain/settler.ts';
-import { PermanentJobError, RetryLaterError } from '../src/jobs/registry.ts';
+import { defineBatchJob } from '../src/jobs/batch.ts';
+import { JobRegistry, PermanentJobError, RetryLaterError } from '../src/jobs/registry.ts';
+import { z } from 'zod';
 import type { ClaimedJob, Db, HeldLease } from '../src/queries/index.ts';
 import { sleep, until } from './support/time.ts';
 
@@ -375,5 +379,174 @@ describe('the lease keeper', () => {
     k.checkNow(c!.job.id);
     await until(() => renewals.length === 1);
     expect(renewals[0]).toEqual([c!.job.id]);
+  });
+});
+
+describe('the batch runner', () => {
+  const keepers: LeaseKeeper[] = [];
+  afterEach(() => {
+    for (const k of keepers.splice(0)) k.stop();
+  });
+
+  /** A runner of `definition` over a queue of `ready` jobs of the test's own: each claim takes the
+   * first ones, as the database would; the settler's statements are recorded. */
+  function runner(
+    definition: Parameters<typeof defineBatchJob<{ n: number }>>[0],
+    ready: ClaimedJob[],
+    over: Partial<BatchRunnerDeps> = {},
+  ) {
+    const kind = defineBatchJob(definition);
+    const claims: number[] = [];
+    const claimer = {
+      send: async (options: { batchSize: number; lockToken: string }) => {
+        claims.push(options.batchSize);
+        return { jobs: ready.splice(0, options.batchSize).map((j) => ({ ...j, lockedBy: options.lockToken })) };
+      },
+    } as unknown as Claimer;
+    const { statements, sent } = fakeStatements();
+    const settler = new Settler(NO_DB, { recordCounts: true, carryCompletions: false, statements });
+    const leases = new LeaseKeeper(NO_DB, {
+      visibilityTimeoutSeconds: 30,
+      onLostUnstarted: () => {},
+      renew: async (held) => held.map((h) => ({ id: h.id, cancelRequested: false })),
+    });
+    keepers.push(leases);
+    let changes = 0;
+    let stopping = false;
+    const registry = new JobRegistry([kind]);
+    const r = new BatchRunner(registry.get(kind.kind)!, {
+      claimer,
+      settler,
+      leases,
+      registry,
+      workerId: 'unit',
+      visibilityTimeoutSeconds: 30,
+      handlerDeadline: () => Date.now() + 60_000,
+      mayClaim: () => true,
+      stopping: () => stopping,
+      tracing: () => null,
+      onClaimed: () => {},
+      onChange: () => changes++,
+      ...over,
+    });
+    /** Turns until the runner is idle (its cycle and its settlements done). */
+    const cycle = async () => {
+      r.turn();
+      await until(() => !r.busy, Boolean, 5_000);
+      await settler.finish();
+    };
+    return { r, claims, sent, settler, cycle, stop: () => (stopping = true), changes: () => changes };
+  }
+  const items = (n: number) => Array.from({ length: n }, (_, i) => job({ kind: 'b', payload: { n: i } }));
+
+  it('one call for up to `size` jobs; each item settles on its own, an Error failing that item alone', async () => {
+    const calls: number[][] = [];
+    const { r, claims, sent, cycle } = runner(
+      {
+        kind: 'b',
+        schema: z.object({ n: z.number() }),
+        size: 3,
+        handler: (batch) => {
+          calls.push(batch.map((i) => i.payload.n));
+          return batch.map((i) => (i.payload.n === 1 ? new Error('item 1 failed') : { ok: i.payload.n }));
+        },
+      },
+      items(5),
+    );
+    await cycle();
+    await cycle();
+    expect(calls).toEqual([
+      [0, 1, 2],
+      [3, 4],
+    ]);
+    expect(claims).toEqual([3, 3]);
+    expect(sent.map((x) => x.statement).sort()).toEqual(['complete', 'complete', 'fail']);
+    expect(r.book.counts).toMatchObject({ completed: 4, failed: 1 });
+    // Nothing more: the next claim finds nothing and the kind is drained until reopened.
+    await cycle();
+    expect(r.drained).toBe(true);
+    r.reopen();
+    expect(r.drained).toBe(false);
+  });
+
+  it('a throw, or an answer of another length, fails every item of the call saying why', async () => {
+    const { r, sent, cycle } = runner(
+      { kind: 'b', schema: z.object({ n: z.number() }), size: 2, handler: () => [{ only: 'one' }] },
+      items(2),
+    );
+    await cycle();
+    expect(r.book.counts).toMatchObject({ failed: 2, completed: 0 });
+    expect(sent).toHaveLength(1);
+    expect(sent[0]).toMatchObject({ statement: 'fail' });
+  });
+
+  it('a payload its schema refuses is dead at once and is not given to the handler', async () => {
+    const seen: unknown[] = [];
+    const { r, sent, cycle } = runner(
+      {
+        kind: 'b',
+        schema: z.object({ n: z.number() }),
+        size: 2,
+        handler: (batch) => batch.map((i) => void seen.push(i.payload)),
+      },
+      [job({ kind: 'b', payload: { n: 7 } }), job({ kind: 'b', payload: { n: 'not a number' } })],
+    );
+    await cycle();
+    expect(seen).toEqual([{ n: 7 }]);
+    expect(sent.find((x) => x.statement === 'fail')?.extra).toEqual([
+      { permanent: true, retryAfterSeconds: undefined },
+    ]);
+    expect(r.book.counts).toMatchObject({ completed: 1, dead: 1 });
+  });
+
+  it('fewer than `size` ready: it gathers for `waitMs`, claims the rest, then calls once', async () => {
+    const calls: number[] = [];
+    const ready = items(2);
+    const { claims, cycle, r } = runner(
+      {
+        kind: 'b',
+        schema: z.object({ n: z.number() }),
+        size: 4,
+        waitMs: 150,
+        handler: (batch) => {
+          calls.push(batch.length);
+          return batch.map(() => null);
+        },
+      },
+      ready,
+    );
+    setTimeout(() => ready.push(...items(2)), 50);
+    const started = Date.now();
+    await cycle();
+    expect(Date.now() - started).toBeGreaterThanOrEqual(140);
+    expect(calls).toEqual([4]);
+    expect(claims[0]).toBe(4);
+    expect(claims.slice(1).every((n) => n <= 2)).toBe(true);
+    expect(r.book.counts.completed).toBe(4);
+  });
+
+  it('a drain that stops while a batch gathers releases its jobs, attempts refunded, without calling', async () => {
+    let called = false;
+    const { r, sent, stop } = runner(
+      {
+        kind: 'b',
+        schema: z.object({ n: z.number() }),
+        size: 4,
+        waitMs: 5_000,
+        handler: (batch) => {
+          called = true;
+          return batch.map(() => null);
+        },
+      },
+      items(1),
+    );
+    r.turn();
+    await until(() => r.nextLookAt < Number.POSITIVE_INFINITY);
+    stop();
+    r.stop();
+    await until(() => !r.busy, Boolean, 5_000);
+    expect(called).toBe(false);
+    expect(sent).toEqual([expect.objectContaining({ statement: 'release' })]);
+    expect(r.book.counts.released).toBe(1);
   });
 });

@@ -34,7 +34,7 @@ export interface BatchRunnerDeps {
   settler: Settler;
   leases: LeaseKeeper;
   registry: JobRegistry;
-  /** Lock tokens are `<workerId>:b<sequence>`. */
+  /** Lock tokens are `<workerId>:<sequence>` (claimer.ts: nextLockToken). */
   workerId: string;
   visibilityTimeoutSeconds: number;
   /** Claim only these jobs (run-now). */

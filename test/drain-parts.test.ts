@@ -487,7 +487,10 @@ describe('the batch runner', () => {
         kind: 'b',
         schema: z.object({ n: z.number() }),
         size: 2,
-        handler: (batch) => batch.map((i) => void seen.push(i.payload)),
+        handler: (batch) => {
+          seen.push(...batch.map((i) => i.payload));
+          return batch.map(() => null);
+        },
       },
       [job({ kind: 'b', payload: { n: 7 } }), job({ kind: 'b', payload: { n: 'not a number' } })],
     );

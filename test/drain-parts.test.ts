@@ -345,6 +345,27 @@ describe('the lease keeper', () => {
     expect(renewals[1]).toEqual([settling!.job.id]);
   });
 
+  it('a renewal on its way when the handler began to settle the job itself does not call it lost', async () => {
+    const book = new JobBook();
+    const [a] = book.claimed([job()], Date.now());
+    let answer: (rows: { id: string; cancelRequested: boolean }[]) => void = () => {};
+    const k = new LeaseKeeper(NO_DB, {
+      visibilityTimeoutSeconds: 30,
+      onLostUnstarted: () => {},
+      renew: () => new Promise((resolve) => (answer = resolve)),
+    });
+    keepers.push(k);
+    k.hold([a!]);
+    const givenUp: Error[] = [];
+    k.attach(a!.job.id, (e) => givenUp.push(e));
+    k.checkNow(a!.job.id);
+    await sleep(20); // the renewal is on its way
+    k.holdForSettling(a!.job.id);
+    answer([]); // it reached the database after the handler's own statement settled the job
+    await sleep(20);
+    expect(givenUp).toEqual([]);
+  });
+
   it('a lease that cannot be renewed for its whole visibility is given up then, not at a later renewal', async () => {
     const book = new JobBook();
     const [a] = book.claimed([job({ visibilityTimeoutSeconds: 0.3 })], Date.now());

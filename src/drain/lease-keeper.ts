@@ -245,6 +245,8 @@ export class LeaseKeeper {
         for (const { lease, progressJson } of sent) {
           if (this.#leases.get(lease.job.id) !== lease) continue; // settled meanwhile
           const answer = renewed.get(lease.job.id);
+          // Its handler's own statement may have settled it since: not a loss (that statement is fenced).
+          if (!answer && lease.settling) continue;
           if (!answer) {
             this.#lose(
               lease,

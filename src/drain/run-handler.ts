@@ -192,8 +192,8 @@ export interface HandlerRuntime {
   /** Saves what the handler reported with ctx.progress() and is not saved yet, fenced: before a
    * statement of its own settles the job (the lease, which would carry it, ends then). */
   saveProgress: () => Promise<void>;
-  /** Before a statement that may settle the job (a snooze): its saved progress, then no renewal races
-   * it (one arriving after it would find the job settled and call it lost). Returns the release. */
+  /** Before a statement that may settle the job (a snooze): no renewal races it from now (one arriving
+   * after it would find the job settled and call it lost), then its progress saved. Returns the release. */
   beforeSettling: () => Promise<() => void>;
 }
 
@@ -227,9 +227,17 @@ class HandlerContext implements JobContext {
       attemptEndsAt: ctx.#attempt.endsAt,
       attemptMs: ctx.#attempt.allowedMs,
       saveProgress: () => environment.saveProgress(jobId),
+      // Held first, then the progress saved: a renewal the timer sends while the progress is on its
+      // way leaves the job out, so none can reach the database after the handler's own statement.
       beforeSettling: async () => {
-        await environment.saveProgress(jobId);
-        return environment.holdForSettling(jobId);
+        const release = environment.holdForSettling(jobId);
+        try {
+          await environment.saveProgress(jobId);
+        } catch (error) {
+          release();
+          throw error;
+        }
+        return release;
       },
     };
   }

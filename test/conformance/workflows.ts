@@ -605,7 +605,14 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         },
       });
       const { id } = await enqueue(h.db, flow, {});
-      expect(await run(new JobRegistry([flow]))).toMatchObject({ snoozed: 1 });
+      const { snoozed, completed, failed, dead, lost } = await run(new JobRegistry([flow]));
+      expect({ snoozed, completed, failed, dead, lost }).toEqual({
+        snoozed: 1,
+        completed: 0,
+        failed: 0,
+        dead: 0,
+        lost: 0,
+      });
       expect(await h.query(`SELECT status, progress FROM pgdrain.jobs WHERE id = $1`, [id])).toEqual([
         { status: 'waiting', progress: { fetched: 20, phase: 'waiting for approval' } },
       ]);

@@ -165,6 +165,19 @@ function fakeStatements(answer: { lost?: Set<string>; fail?: () => unknown; retr
   return { statements, sent };
 }
 
+/** A settler over `statements`, with what it reports: errors of statements that failed. */
+function settlerOver(statements: SettlementStatements, options: { onRetry?: (at: Date, kind: string) => void } = {}) {
+  const errors: unknown[] = [];
+  const settler = new Settler(NO_DB, {
+    recordCounts: true,
+    carryCompletions: false,
+    statements,
+    onError: (e) => errors.push(e),
+    ...options,
+  });
+  return { settler, errors };
+}
+
 /** Records claimed and started, as the drain hands them to the settler. */
 const running = (book: JobBook, n: number): JobRecord[] => {
   const records = book.claimed(
@@ -183,7 +196,7 @@ describe('the settler', () => {
     const book = new JobBook();
     const [a, b, c] = running(book, 3);
     const { statements, sent } = fakeStatements({ lost: new Set([c!.job.id]) });
-    const settler = new Settler(NO_DB, { recordCounts: true, carryCompletions: false, statements });
+    const { settler } = settlerOver(statements);
     settler.complete(a!);
     settler.complete(b!);
     settler.complete(c!);
@@ -200,12 +213,7 @@ describe('the settler', () => {
     const retryAt = new Date(Date.now() + 60_000);
     const { statements, sent } = fakeStatements({ retryAt });
     const retries: [Date, string][] = [];
-    const settler = new Settler(NO_DB, {
-      recordCounts: true,
-      carryCompletions: false,
-      statements,
-      onRetry: (at, kind) => retries.push([at, kind]),
-    });
+    const { settler } = settlerOver(statements, { onRetry: (at, kind) => retries.push([at, kind]) });
     settler.fail(a!, new RetryLaterError('rate limited', 30), undefined);
     settler.fail(b!, new PermanentJobError('bad input'), undefined);
     await settler.finish();
@@ -230,13 +238,7 @@ describe('the settler', () => {
     const { statements, sent } = fakeStatements({
       fail: () => (conflicts-- > 0 ? Object.assign(new Error('deadlock detected'), { code: '40P01' }) : null),
     });
-    const errors: unknown[] = [];
-    const settler = new Settler(NO_DB, {
-      recordCounts: true,
-      carryCompletions: false,
-      statements,
-      onError: (e) => errors.push(e),
-    });
+    const { settler, errors } = settlerOver(statements);
     settler.complete(a!);
     await settler.finish();
     expect(sent).toHaveLength(2);
@@ -255,13 +257,7 @@ describe('the settler', () => {
     const book = new JobBook();
     const [a] = running(book, 1);
     const { statements, sent } = fakeStatements({ fail: () => new Error('connection terminated') });
-    const errors: unknown[] = [];
-    const settler = new Settler(NO_DB, {
-      recordCounts: true,
-      carryCompletions: false,
-      statements,
-      onError: (e) => errors.push(e),
-    });
+    const { settler, errors } = settlerOver(statements);
     settler.complete(a!);
     await settler.finish();
     expect([sent.length, errors.length, a!.state]).toEqual([1, 1, 'done']);
@@ -272,7 +268,7 @@ describe('the settler', () => {
     const book = new JobBook();
     const [a, b, c] = book.claimed([job(), job(), job()], Date.now());
     const { statements, sent } = fakeStatements({ lost: new Set([b!.job.id]) });
-    const settler = new Settler(NO_DB, { recordCounts: true, carryCompletions: false, statements });
+    const { settler } = settlerOver(statements);
     book.takeQueued();
     settler.release([a!, b!], 'the drainer stopped');
     c!.start();
@@ -425,7 +421,7 @@ describe('the batch runner', () => {
       },
     } as unknown as Claimer;
     const { statements, sent } = fakeStatements();
-    const settler = new Settler(NO_DB, { recordCounts: true, carryCompletions: false, statements });
+    const { settler } = settlerOver(statements);
     const leases = new LeaseKeeper(NO_DB, {
       visibilityTimeoutSeconds: 30,
       onLostUnstarted: () => {},

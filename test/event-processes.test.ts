@@ -11,9 +11,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startWsProxy } from '../src/dev/ws-proxy.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { type FixtureWorker, startFixtureWorker } from './support/fixture-worker.ts';
+import { type FixtureWorker, startFixtureWorkerOnNeon } from './support/fixture-worker.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
 
@@ -24,7 +23,6 @@ const TOKEN = 'events-test-token-0123456789';
 let t: TestDatabase;
 let dir: string;
 let worker: FixtureWorker;
-let closeProxy: () => Promise<void>;
 const sidecars: SidecarProcess[] = [];
 
 beforeAll(async () => {
@@ -42,13 +40,11 @@ beforeAll(async () => {
     CREATE TRIGGER shop_orders_paid AFTER UPDATE ON public.shop_orders FOR EACH ROW EXECUTE FUNCTION public.shop_orders_paid();`);
   dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-events-'));
   await chmod(dir, 0o755);
-  const target = new URL(t.url);
-  const ws = await startWsProxy({ target: { host: target.hostname, port: Number(target.port) } });
-  closeProxy = () => ws.close();
-  worker = await startFixtureWorker({
+  worker = await startFixtureWorkerOnNeon({
     config: WORKER_CONFIG,
+    databaseUrl: t.url,
     dir,
-    env: { DATABASE_URL: t.url, NEON_WS_PROXY: ws.address, API_TOKEN: TOKEN, DRAIN_BUDGET_MS: '1500' },
+    env: { API_TOKEN: TOKEN, DRAIN_BUDGET_MS: '1500' },
   });
 }, 60_000);
 afterAll(async () => {
@@ -57,7 +53,6 @@ afterAll(async () => {
     await s.exited;
   }
   await worker?.stop();
-  await closeProxy?.();
   await t?.close();
   if (dir) await rm(dir, { recursive: true, force: true });
 });

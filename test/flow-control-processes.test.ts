@@ -15,10 +15,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startWsProxy } from '../src/dev/ws-proxy.ts';
 import { enqueueMany } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { type FixtureWorker, startFixtureWorker } from './support/fixture-worker.ts';
+import { type FixtureWorker, startFixtureWorkerOnNeon } from './support/fixture-worker.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
 import { resetQueue } from './support/harness.ts';
@@ -51,7 +50,6 @@ interface Hold {
 let t: TestDatabase;
 let dir: string;
 let worker: FixtureWorker;
-let closeProxy: () => Promise<void>;
 let recorderUrl: string;
 let recorder: http.Server;
 const events: RunEvent[] = [];
@@ -105,15 +103,11 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => recorder.listen(0, '127.0.0.1', resolve));
   recorderUrl = `http://127.0.0.1:${(recorder.address() as { port: number }).port}/run`;
-  const target = new URL(t.url);
-  const ws = await startWsProxy({ target: { host: target.hostname, port: Number(target.port) } });
-  closeProxy = () => ws.close();
-  worker = await startFixtureWorker({
+  worker = await startFixtureWorkerOnNeon({
     config: WORKER_CONFIG,
+    databaseUrl: t.url,
     dir,
     env: {
-      DATABASE_URL: t.url,
-      NEON_WS_PROXY: ws.address,
       API_TOKEN: TOKEN,
       DRAIN_BUDGET_MS: '2500',
       VISIBILITY_TIMEOUT_SECONDS: '3',
@@ -123,7 +117,6 @@ beforeAll(async () => {
 afterAll(async () => {
   gate.open();
   await worker?.stop();
-  await closeProxy?.();
   await new Promise((r) => recorder?.close(r));
   await t?.close();
   await rm(dir, { recursive: true, force: true });

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../src/db/embedded.ts';
 import { wranglerDevArgs } from '../../src/dev/wrangler-dev-args.ts';
+import { startWsProxy } from '../../src/dev/ws-proxy.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -15,7 +16,31 @@ export interface FixtureWorker {
   /** Runs scheduled() once; resolves when it has returned. */
   scheduled(): Promise<void>;
   output(): string;
+  /** Stops wrangler and workerd, and the WebSocket proxy it was given. */
   stop(): Promise<void>;
+}
+
+/** The fixture Worker on the Neon path: the database at `databaseUrl` through a local WebSocket
+ * proxy of its own (DATABASE_URL and NEON_WS_PROXY set), closed with it. */
+export async function startFixtureWorkerOnNeon(options: {
+  config: string;
+  databaseUrl: string;
+  env: Record<string, string>;
+  dir: string;
+}): Promise<FixtureWorker> {
+  const target = new URL(options.databaseUrl);
+  const ws = await startWsProxy({ target: { host: target.hostname, port: Number(target.port) } });
+  try {
+    const worker = await startFixtureWorker({
+      config: options.config,
+      dir: options.dir,
+      env: { DATABASE_URL: options.databaseUrl, NEON_WS_PROXY: ws.address, ...options.env },
+    });
+    return { ...worker, stop: () => worker.stop().finally(() => ws.close()) };
+  } catch (error) {
+    await ws.close();
+    throw error;
+  }
 }
 
 export async function startFixtureWorker(options: {

@@ -371,13 +371,17 @@ describe('limits across two sidecar processes and the Worker', () => {
       20_000,
       'every rated job to run',
     );
-    const starts = events
-      .filter((e) => e.kind === 'rated' && e.phase === 'start')
-      .map((e) => e.at)
-      .sort((a, b) => a - b);
+    await until(jobsLeft, (n) => n === 0, 5_000, 'the last completions');
+    // The starts as the database counts them: each claim's hold, from the rows (the trigger stamps
+    // it inside the claim's statement). The handlers' own reports travel to the recorder on
+    // connections of their own, and under load a window's reports can arrive bunched with the
+    // next window's (CI saw 9 in 0.9 s), so they are not the measure of the limit.
+    const starts = (await holds('rated')).map((h) => h.from).sort((a, b) => a - b);
     expect(starts).toHaveLength(25);
-    // The database counts starts at the claim; a handler reports a few ms later (0.1 s tolerance).
-    for (const s of starts) expect(starts.filter((x) => x >= s && x < s + 900).length).toBeLessThanOrEqual(5);
+    // The limit counts a start at its claim's now(); the row's stamp is a few ms later (50 ms slack).
+    for (const s of starts) expect(starts.filter((x) => x >= s && x < s + 950).length).toBeLessThanOrEqual(5);
+    // Every job's handler ran (the reports), once per claim.
+    expect(events.filter((e) => e.kind === 'rated' && e.phase === 'start')).toHaveLength(25);
     // 25 starts at 5 a second: the last one four windows after the first.
     expect(starts.at(-1)! - starts[0]!).toBeGreaterThan(3_500);
     expect(starts.at(-1)! - starts[0]!).toBeLessThan(6_000);

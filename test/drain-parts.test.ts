@@ -1,11 +1,12 @@
 // The drain's parts on their own, without a database: the book of claimed jobs (each record's
 // transitions and the refusals), how an attempt's end is sorted (attempt-end.ts), the settler's
 // batching, resends and answers, the lease keeper's renewals, losses and cancels, and the batch
-// runner's calls, gathering and release — each given statements (and claims) of the test's own that answer as the database would, and record what was sent. What
+// runner's calls, gathering and release, the one timer of the handlers' deadlines — each given statements (and claims) of the test's own that answer as the database would, and record what was sent. What
 // the statements do in PostgreSQL is the conformance suites' (test/conformance/).
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type AttemptEnd, attemptEndOf, traceOutcome } from '../src/drain/attempt-end.ts';
 import { BatchRunner, type BatchRunnerDeps } from '../src/drain/batch-runner.ts';
+import { Deadlines } from '../src/drain/deadlines.ts';
 import type { Claimer } from '../src/drain/claimer.ts';
 import { JobBook, type JobRecord } from '../src/drain/job-record.ts';
 import { JobCancelledError, LeaseKeeper, LeaseLostError } from '../src/drain/lease-keeper.ts';
@@ -396,6 +397,84 @@ describe('the lease keeper', () => {
     k.checkNow(c!.job.id);
     await until(() => renewals.length === 1);
     expect(renewals[0]).toEqual([c!.job.id]);
+  });
+});
+
+describe("the handlers' deadlines", () => {
+  afterEach(() => vi.useRealTimers());
+
+  it('fires each deadline once, in order, at its time, under one timer', () => {
+    vi.useFakeTimers();
+    const d = new Deadlines();
+    const fired: string[] = [];
+    const t0 = Date.now();
+    for (const [name, ms] of [
+      ['c', 300],
+      ['a', 100],
+      ['b', 200],
+      ['a2', 100],
+    ] as const)
+      d.add(t0 + ms, () => fired.push(`${name}@${Date.now() - t0}`));
+    expect(vi.getTimerCount()).toBe(1);
+    vi.advanceTimersByTime(99);
+    expect(fired).toEqual([]);
+    vi.advanceTimersByTime(1);
+    expect(fired.sort()).toEqual(['a2@100', 'a@100']);
+    vi.advanceTimersByTime(250);
+    expect(fired.slice(2)).toEqual(['b@200', 'c@300']);
+    expect(d.size).toBe(0);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('never fires a cancelled deadline, and arms no timer again once none waits', () => {
+    vi.useFakeTimers();
+    const d = new Deadlines();
+    const fired: number[] = [];
+    const entries = Array.from({ length: 500 }, (_, i) => d.add(Date.now() + 1_000 + i, () => fired.push(i)));
+    // Most attempts end first: the heap is rebuilt from the ones still waiting.
+    for (const [i, e] of entries.entries()) if (i % 10 !== 0) e.cancel();
+    entries[10]!.cancel();
+    entries[10]!.cancel(); // twice is once
+    expect(d.size).toBe(49);
+    vi.advanceTimersByTime(2_000);
+    expect(fired).toEqual(Array.from({ length: 50 }, (_, k) => k * 10).filter((i) => i !== 10));
+    const last = d.add(Date.now() + 50, () => fired.push(-1));
+    last.cancel();
+    vi.advanceTimersByTime(100);
+    expect(fired).not.toContain(-1);
+    // The timer armed for it fired on nothing and was not armed again.
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('clear() drops the timer and every deadline (the drain ended)', () => {
+    vi.useFakeTimers();
+    const d = new Deadlines();
+    const fired: number[] = [];
+    const kept = d.add(Date.now() + 100, () => fired.push(1));
+    d.add(Date.now() + 200, () => fired.push(2));
+    d.clear();
+    expect(vi.getTimerCount()).toBe(0);
+    kept.cancel(); // an attempt ending after the clear changes nothing
+    expect(d.size).toBe(0);
+    vi.advanceTimersByTime(300);
+    expect(fired).toEqual([]);
+  });
+
+  it('an earlier deadline re-arms the timer; one that throws does not stop the others', () => {
+    vi.useFakeTimers();
+    const d = new Deadlines();
+    const fired: string[] = [];
+    d.add(Date.now() + 1_000, () => fired.push('late'));
+    d.add(Date.now() + 10, () => {
+      fired.push('throws');
+      throw new Error('boom');
+    });
+    d.add(Date.now() + 10, () => fired.push('same time'));
+    expect(() => vi.advanceTimersByTime(10)).toThrow('boom');
+    expect(fired.sort()).toEqual(['same time', 'throws']);
+    vi.advanceTimersByTime(990);
+    expect(fired).toContain('late');
+    expect(d.size).toBe(0);
   });
 });
 

@@ -15,6 +15,7 @@
 //   Settler      (settler.ts)        completions, failures and releases, batched into statements
 //   runHandler   (run-handler.ts)    one handler, with its timeout and, for transactional kinds,
 //                                    its transaction
+//   Deadlines    (deadlines.ts)      one timer for every running handler's timeout
 //   BatchRunner  (batch-runner.ts)   a batch kind's jobs, up to its size per handler call (its own
 //                                    claims and book; a call takes one slot)
 //
@@ -57,6 +58,7 @@ import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { batchOf } from '../jobs/batch.ts';
 import { Claimer, nextLockToken } from './claimer.ts';
 import { DueTimes } from './due-times.ts';
+import { Deadlines } from './deadlines.ts';
 import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
 import { type JobCancelledError, type LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
 import { JOB_DEFAULTS } from '../db/constants.ts';
@@ -180,6 +182,8 @@ class DrainRun {
   readonly #settler: Settler;
   readonly #leases: LeaseKeeper;
   readonly #handlerEnvironment: HandlerEnvironment;
+  /** One timer for every running handler's deadline (deadlines.ts). */
+  readonly #deadlines = new Deadlines();
   readonly #unsubscribe: () => void;
   readonly #wakeup = new LoopSleep();
   /** Tracing (src/tracing.ts): the API when the app uses OpenTelemetry, and each claimed job's
@@ -255,6 +259,7 @@ class DrainRun {
       saveProgress: (jobId) => this.#leases.saveProgress(jobId),
       holdForSettling: (jobId) => this.#leases.holdForSettling(jobId),
       recordCounts,
+      deadlines: this.#deadlines,
     };
     this.#unsubscribe = this.#listen(options);
   }
@@ -313,6 +318,8 @@ class DrainRun {
       await this.#wakeup.wait(this.#mode === 'stopping' ? Infinity : this.#nextLookAt(), this.#options.signal);
     }
     this.#leases.stop();
+    this.#wakeup.stop();
+    this.#deadlines.clear();
     this.#unsubscribe();
     await this.#settler.finish();
     if (this.#claimError !== undefined) throw this.#claimError;
@@ -438,10 +445,16 @@ class DrainRun {
     record.start();
     const { job } = record;
     const startedAt = performance.now();
-    const attach = (giveUp: (error: Error) => void) => this.#leases.attach(job.id, giveUp);
     const claimContext = this.#tracing ? this.#claimContexts.get(job) : undefined;
     const span = this.#tracing && claimContext ? new ProcessSpan(this.#tracing, job, claimContext) : undefined;
-    void runHandler(this.#registry, job, this.#budget.handlerDeadline, this.#handlerEnvironment, attach, span).then(
+    void runHandler(
+      this.#registry,
+      job,
+      this.#budget.handlerDeadline,
+      this.#handlerEnvironment,
+      (giveUp) => this.#leases.attach(job.id, giveUp),
+      span,
+    ).then(
       (outcome) => {
         this.#planner.handlerTook(performance.now() - startedAt);
         const progressJson = this.#leases.drop(job.id);
@@ -556,24 +569,48 @@ function budgetClock(started: number, budgetMs = Infinity, signal?: AbortSignal)
 
 /** The loop's sleep: until wake() (a handler ended, a claim or settlement returned), the deadline, or an
  * abort. A wake with nobody asleep is not kept: the loop looks at its state before it sleeps. */
+/** The loop's sleep: until wake(), its deadline, or the drain's abort. It is woken often (each
+ * handler's end, each statement's return), so a turn costs a promise and no more: the timer stays
+ * armed across turns while the deadline holds (one armed for an earlier time wakes the loop once
+ * early, which only costs a turn), and the abort is listened to once. stop() clears both. */
 class LoopSleep {
-  #resolve: () => void = () => {};
+  #resolve: (() => void) | undefined;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #timerAt = Infinity;
+  #signal: AbortSignal | undefined;
+  readonly #onAbort = () => this.wake();
 
   wake(): void {
-    this.#resolve();
+    const resolve = this.#resolve;
+    this.#resolve = undefined;
+    resolve?.();
   }
 
-  async wait(deadline: number, signal?: AbortSignal): Promise<void> {
-    const woken = new Promise<void>((resolve) => {
+  wait(deadline: number, signal?: AbortSignal): Promise<void> {
+    if (signal && !this.#signal) {
+      this.#signal = signal;
+      signal.addEventListener('abort', this.#onAbort, { once: true });
+    }
+    if (deadline < this.#timerAt) {
+      if (this.#timer !== undefined) clearTimeout(this.#timer);
+      this.#timerAt = deadline;
+      this.#timer = setTimeout(() => this.#rang(), Math.max(0, deadline - Date.now()));
+    }
+    return new Promise<void>((resolve) => {
       this.#resolve = resolve;
     });
-    const timer = Number.isFinite(deadline)
-      ? setTimeout(() => this.wake(), Math.max(0, deadline - Date.now()))
-      : undefined;
-    const onAbort = () => this.wake();
-    signal?.addEventListener('abort', onAbort, { once: true });
-    await woken;
-    clearTimeout(timer);
-    signal?.removeEventListener('abort', onAbort);
+  }
+
+  stop(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
+    this.#signal?.removeEventListener('abort', this.#onAbort);
+  }
+
+  #rang(): void {
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
+    this.wake();
   }
 }

@@ -74,7 +74,13 @@ export class LeaseKeeper {
   #lastRenewalAt = 0;
   /** When the next renewal is due (Infinity: none scheduled). */
   #renewAt = Infinity;
+  /** No held lease runs out before this (a bound: leases dropped since may have set it; the
+   * timer's tick finds the exact moment). Kept as leases come, so that a claim costs its own jobs
+   * and not a pass over every held one. */
+  #firstExpiryAt = Infinity;
   #timer: ReturnType<typeof setTimeout> | undefined;
+  /** When the timer rings (Infinity: it is not armed). */
+  #timerAt = Infinity;
   #stopped = false;
 
   readonly #renewStatement: (held: readonly HeldLease[]) => Promise<RenewedLease[]>;
@@ -87,17 +93,17 @@ export class LeaseKeeper {
   /** Jobs just claimed; their locks date from when the claim was sent, at the latest. */
   hold(records: readonly JobRecord[]): void {
     const fallbackMs = this.#options.visibilityTimeoutSeconds * 1000;
+    let shortest = fallbackMs;
     for (const record of records) {
       const { job } = record;
-      this.#leases.set(job.id, {
-        record,
-        job,
-        renewedAt: record.claimSentAt,
-        visibilityTimeoutMs: job.visibilityTimeoutSeconds ? job.visibilityTimeoutSeconds * 1000 : fallbackMs,
-      });
+      const visibilityTimeoutMs = job.visibilityTimeoutSeconds ? job.visibilityTimeoutSeconds * 1000 : fallbackMs;
+      this.#leases.set(job.id, { record, job, renewedAt: record.claimSentAt, visibilityTimeoutMs });
+      shortest = Math.min(shortest, visibilityTimeoutMs);
+      this.#firstExpiryAt = Math.min(this.#firstExpiryAt, record.claimSentAt + visibilityTimeoutMs);
     }
-    // A third of the shortest visibility from now at the latest: a claim of a shorter one brings it forward.
-    this.#renewAt = Math.min(this.#renewAt, Date.now() + this.#renewalInterval());
+    // A third of the shortest visibility from now at the latest: a claim of a shorter one brings it
+    // forward (the leases held before already bound #renewAt).
+    this.#renewAt = Math.min(this.#renewAt, Date.now() + Math.max(MIN_RENEWAL_MS, Math.floor(shortest / 3)));
     this.#schedule();
   }
 
@@ -169,6 +175,8 @@ export class LeaseKeeper {
   stop(): void {
     this.#stopped = true;
     clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
   }
 
   #lose(lease: Lease, error: LeaseLostError | JobCancelledError): void {
@@ -198,18 +206,28 @@ export class LeaseKeeper {
   /** One timer, for whichever comes first: the next renewal, or the moment a lease runs out (its
    * handler is given up then, not at the next renewal). */
   #schedule(): void {
+    if (this.#stopped || this.#leases.size === 0) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+      this.#timerAt = Infinity;
+      return;
+    }
+    const next = Math.min(this.#renewAt, this.#firstExpiryAt);
+    if (next === this.#timerAt) return; // armed for it already (a claim's hold changes nothing)
     clearTimeout(this.#timer);
-    this.#timer = undefined;
-    if (this.#stopped || this.#leases.size === 0) return;
-    let next = this.#renewAt;
-    for (const lease of this.#leases.values()) next = Math.min(next, lease.renewedAt + lease.visibilityTimeoutMs);
+    this.#timerAt = next;
     this.#timer = setTimeout(() => this.#tick(), Math.max(0, next - Date.now()));
   }
 
   #tick(): void {
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
     const now = Date.now();
+    this.#firstExpiryAt = Infinity;
     for (const lease of this.#leases.values()) {
-      if (now - lease.renewedAt >= lease.visibilityTimeoutMs) {
+      const expiresAt = lease.renewedAt + lease.visibilityTimeoutMs;
+      if (expiresAt > now) this.#firstExpiryAt = Math.min(this.#firstExpiryAt, expiresAt);
+      else {
         const why =
           `its lease could not be renewed for ${lease.visibilityTimeoutMs / 1000} s; the reaper may have ` +
           `handed it on`;

@@ -26,6 +26,7 @@ import type { OpenTransactionConnection } from '../db/connections.ts';
 import { type ClaimedJob, type Db, completeJobs, getDependencies, startedByOf } from '../queries/index.ts';
 import { longerThan, toJson, utf8Length } from '../json.ts';
 import type { ProcessSpan } from '../tracing.ts';
+import type { Deadline, Deadlines } from './deadlines.ts';
 import { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 import { PgdrainError } from '../errors.ts';
 
@@ -59,6 +60,8 @@ export interface HandlerEnvironment {
   holdForSettling: (jobId: string) => () => void;
   /** A transactional completion adds itself to job_counts. */
   recordCounts: boolean;
+  /** The drain's one timer for its handlers' deadlines. */
+  deadlines: Deadlines;
 }
 
 /** How a handler that returned left its job; undefined (the common case) when its kind keeps
@@ -90,12 +93,11 @@ export async function runHandler(
   const definition = registry.get(job.kind);
   if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
   const payload = payloadOf(definition, job);
-  const attempt = new Attempt(job, definition, deadline);
+  const attempt = new Attempt(job, definition, deadline, environment.deadlines);
   onStart((error) => attempt.giveUp(error));
   try {
     if (definition.transactional) return await runInTransaction(attempt, payload, environment, span);
-    const invoke = () => definition.handler(payload, new HandlerContext(attempt, environment));
-    const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
+    const value = await attempt.race(callHandler(definition, payload, new HandlerContext(attempt, environment), span));
     return definition.keepCompletedSeconds
       ? { kept: keptResult(definition, value), settledInTransaction: false }
       : undefined;
@@ -104,12 +106,30 @@ export async function runHandler(
   }
 }
 
-/** One run of a handler: its timer, its signal, and what it waits for, cut short when it is given up. */
+/** The handler called, a microtask later, inside its span if traced; a synchronous throw is its
+ * promise's rejection. (A function, not a closure made per job: see Attempt.) */
+async function callHandler(
+  definition: JobDefinition<unknown>,
+  payload: unknown,
+  ctx: HandlerContext,
+  span: ProcessSpan | undefined,
+): Promise<unknown> {
+  await undefined;
+  return span ? span.run(() => definition.handler(payload, ctx)) : definition.handler(payload, ctx);
+}
+
+/**
+ * One run of a handler: its deadline, its signal, and what it waits for, cut short when it is
+ * given up. It is made for every job, so it costs what it must and no more: its deadline is an
+ * entry in the drain's one timer (deadlines.ts), its AbortController is made when the handler first
+ * reads ctx.signal (most never do), and it makes no named closures per job (a Worker's bundle wraps
+ * each one to keep its name: a property definition per closure).
+ */
 class Attempt {
-  readonly #controller = new AbortController();
-  readonly #timer: ReturnType<typeof setTimeout>;
-  /** Rejects what race() waits for now (a no-op once that has settled). */
-  #reject: (error: Error) => void = () => {};
+  #controller: AbortController | undefined;
+  readonly #deadline: Deadline;
+  /** Rejects what race() waits for now (unset once that has settled). */
+  #reject: ((error: Error) => void) | undefined;
   /** Called once if the attempt is given up (a transaction's connection is destroyed). */
   onGiveUp: (() => void) | undefined;
   givenUpWith: Error | undefined;
@@ -119,24 +139,28 @@ class Attempt {
   readonly allowedMs: number;
   readonly endsAt: number;
 
-  constructor(job: ClaimedJob, definition: JobDefinition<unknown>, deadline: number) {
+  constructor(job: ClaimedJob, definition: JobDefinition<unknown>, deadline: number, deadlines: Deadlines) {
     this.job = job;
     this.definition = definition;
     const limit = timeLimit(handlerTimeoutMs(definition, job.timeoutMs), deadline, 'handler');
     this.allowedMs = limit.allowedMs;
     this.endsAt = Date.now() + limit.allowedMs;
-    this.#timer = setTimeout(() => this.giveUp(limit.error()), limit.allowedMs);
+    this.#deadline = deadlines.add(this.endsAt, () => this.giveUp(limit.error()));
   }
 
   get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.givenUpWith) this.#controller.abort(this.givenUpWith);
+    }
     return this.#controller.signal;
   }
 
   giveUp(error: Error): void {
     if (this.givenUpWith) return;
     this.givenUpWith = error;
-    this.#controller.abort(error);
-    this.#reject(error);
+    this.#controller?.abort(error);
+    this.#reject?.(error);
     this.onGiveUp?.();
   }
 
@@ -154,7 +178,7 @@ class Attempt {
   }
 
   end(): void {
-    clearTimeout(this.#timer);
+    this.#deadline.cancel();
   }
 }
 
@@ -203,14 +227,12 @@ export const handlerRuntime = (ctx: JobContext): HandlerRuntime | undefined => H
 /** The handler's `ctx`. */
 class HandlerContext implements JobContext {
   readonly job: ClaimedJob;
-  readonly signal: AbortSignal;
   readonly #environment: HandlerEnvironment;
   readonly #attempt: Attempt;
   readonly #tx: Db | undefined;
 
   constructor(attempt: Attempt, environment: HandlerEnvironment, tx?: Db) {
     this.job = attempt.job;
-    this.signal = attempt.signal;
     this.#attempt = attempt;
     this.#environment = environment;
     this.#tx = tx;
@@ -240,6 +262,11 @@ class HandlerContext implements JobContext {
         return release;
       },
     };
+  }
+
+  /** Aborted when the attempt is given up (made on first read). */
+  get signal(): AbortSignal {
+    return this.#attempt.signal;
   }
 
   progress(value: unknown): void {
@@ -297,8 +324,8 @@ async function runInTransaction(
   try {
     await connection.db.transaction(async (tx) => {
       const guarded = guardTransaction(tx as unknown as Db, () => over);
-      const invoke = () => definition.handler(payload, new HandlerContext(attempt, environment, guarded));
-      const value = await attempt.race(Promise.resolve().then(span ? () => span.run(invoke) : invoke));
+      const ctx = new HandlerContext(attempt, environment, guarded);
+      const value = await attempt.race(callHandler(definition, payload, ctx, span));
       kept = keptResult(definition, value);
       const {
         ended: [ended],
@@ -355,16 +382,16 @@ export function payloadOf<Payload>(definition: JobDefinition<Payload>, job: Clai
 export function timeLimit(timeoutMs: number, deadline: number, what: 'handler' | 'batch handler') {
   const left = deadline - Date.now();
   const allowedMs = Math.max(0, Math.min(timeoutMs, left));
-  const error = () =>
-    Object.assign(
-      new Error(
+  return {
+    allowedMs,
+    error(): Error {
+      const message =
         left < timeoutMs
           ? `${what} did not finish within the drain's remaining budget of ${allowedMs} ms`
-          : `${what} timed out after ${allowedMs} ms`,
-      ),
-      { name: 'TimeoutError' },
-    );
-  return { allowedMs, error };
+          : `${what} timed out after ${allowedMs} ms`;
+      return Object.assign(new Error(message), { name: 'TimeoutError' });
+    },
+  };
 }
 
 /** How a job that ended cancelled is kept: as long as a completed job of its kind, without a result. */

@@ -24,10 +24,23 @@ export async function rowsOf<T>(db: Db, query: SQL): Promise<T[]> {
 /** A row read by raw SQL (column names, driver values) as the query builder returns it: `columns`
  * maps each property to its column, whose own mapping turns the driver's value into the property's. */
 export function fromDriverRow<T>(columns: Record<string, Column>, row: Record<string, unknown>): T {
+  const entries = entriesOf(columns);
   const out: Record<string, unknown> = {};
-  for (const [key, column] of Object.entries(columns)) {
+  for (let i = 0; i < entries.length; i++) {
+    const [key, column] = entries[i]!;
     const value = row[column.name];
     out[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
   }
   return out as T;
+}
+
+/** A column map's entries, listed once per map (a claim reads hundreds of rows through one). */
+const columnEntries = new WeakMap<Record<string, Column>, (readonly [string, Column])[]>();
+function entriesOf(columns: Record<string, Column>): (readonly [string, Column])[] {
+  let entries = columnEntries.get(columns);
+  if (!entries) {
+    entries = Object.entries(columns);
+    columnEntries.set(columns, entries);
+  }
+  return entries;
 }

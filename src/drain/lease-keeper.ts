@@ -94,13 +94,15 @@ export class LeaseKeeper {
   hold(records: readonly JobRecord[]): void {
     const fallbackMs = this.#options.visibilityTimeoutSeconds * 1000;
     let shortest = fallbackMs;
+    let firstExpiryAt = this.#firstExpiryAt;
     for (const record of records) {
       const { job } = record;
       const visibilityTimeoutMs = job.visibilityTimeoutSeconds ? job.visibilityTimeoutSeconds * 1000 : fallbackMs;
       this.#leases.set(job.id, { record, job, renewedAt: record.claimSentAt, visibilityTimeoutMs });
       shortest = Math.min(shortest, visibilityTimeoutMs);
-      this.#firstExpiryAt = Math.min(this.#firstExpiryAt, record.claimSentAt + visibilityTimeoutMs);
+      firstExpiryAt = Math.min(firstExpiryAt, record.claimSentAt + visibilityTimeoutMs);
     }
+    this.#firstExpiryAt = firstExpiryAt;
     // A third of the shortest visibility from now at the latest: a claim of a shorter one brings it
     // forward (the leases held before already bound #renewAt).
     this.#renewAt = Math.min(this.#renewAt, Date.now() + Math.max(MIN_RENEWAL_MS, Math.floor(shortest / 3)));

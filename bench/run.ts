@@ -597,24 +597,29 @@ async function main() {
     for (const variant of variants) {
       const values: number[] = [];
       const pgMicros: number[] = [];
+      const pgCpuMicros: number[] = [];
       for (let r = 0; r < plan.reps; r++) {
         const url = await freshDatabase('bench_processes');
-        const result = await drainWithProcesses(url, variant.processes, n, variant.options);
+        const result = await drainWithProcesses(url, variant.processes, n, { ...variant.options, postgresCpuMs });
         await admin.query('DROP DATABASE bench_processes WITH (FORCE)');
         if (result.missing || result.duplicated)
           throw new Error(`${variant.label}: ${result.missing} jobs never ran and ${result.duplicated} ran twice`);
         values.push(result.jobsPerSecond);
         if (result.postgresMicrosPerJob !== null) pgMicros.push(result.postgresMicrosPerJob);
+        if (result.postgresCpuMicrosPerJob !== null) pgCpuMicros.push(result.postgresCpuMicrosPerJob);
         const pgTime =
-          result.postgresMicrosPerJob === null
+          (result.postgresMicrosPerJob === null
             ? ''
-            : `, PostgreSQL ${result.postgresMicrosPerJob.toFixed(1)} µs per job`;
+            : `, PostgreSQL ${result.postgresMicrosPerJob.toFixed(1)} µs per job`) +
+          (result.postgresCpuMicrosPerJob === null ? '' : ` (CPU ${result.postgresCpuMicrosPerJob.toFixed(1)} µs)`);
         console.log(
           `  ${variant.label}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s${pgTime}, every job exactly once`,
         );
       }
       record(variant.label, 'pgdrain', 'jobs/s', values, [], []);
       if (pgMicros.length > 0) record(`${variant.label}: PostgreSQL time per job`, 'pgdrain', 'µs', pgMicros, [], []);
+      if (pgCpuMicros.length > 0)
+        record(`${variant.label}: PostgreSQL CPU per job`, 'pgdrain', 'µs', pgCpuMicros, [], []);
     }
   }
 

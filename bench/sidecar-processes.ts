@@ -24,6 +24,10 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export interface ProcessDrainOptions {
   burst?: boolean;
   analyzeBeforeWake?: boolean;
+  /** The server's CPU so far (ms, every process of its postmaster), read at the COMMIT and at the
+   * end: PostgreSQL's CPU per job, where its statement time also counts the waits of a backend the
+   * machine's cores are busy elsewhere for (four sidecars and PostgreSQL on two cores). */
+  postgresCpuMs?: () => Promise<number>;
 }
 
 export interface ProcessDrainResult {
@@ -33,6 +37,8 @@ export interface ProcessDrainResult {
   /** PostgreSQL's execution time per job of every statement the sidecars sent during the drain
    * (pg_stat_statements), in µs; null where the server has no pg_stat_statements loaded. */
   postgresMicrosPerJob: number | null;
+  /** The server's CPU per job over the drain (µs); null without `postgresCpuMs`. */
+  postgresCpuMicrosPerJob: number | null;
 }
 
 /** Turns pg_stat_statements on for this database's new sessions, if the server has it loaded
@@ -114,6 +120,7 @@ export async function drainWithProcesses(
     if (options.burst) await new Promise((r) => setTimeout(r, 3_000)); // idle: a few empty polls
     const loader = await harness.connect();
     let t0: number;
+    let cpuAtCommit: number | undefined;
     try {
       await loader.query('BEGIN');
       if (options.analyzeBeforeWake) await loader.query(`INSERT INTO pgdrain.paused_kinds (kind) VALUES ('bench')`);
@@ -123,6 +130,7 @@ export async function drainWithProcesses(
       );
       await loader.query(`SELECT pg_notify($1, 'bench')`, [NOTIFY_CHANNEL]);
       if (tracked) await loader.query('SELECT pg_stat_statements_reset()');
+      cpuAtCommit = await options.postgresCpuMs?.();
       t0 = performance.now();
       await loader.query('COMMIT');
       if (options.analyzeBeforeWake) {
@@ -131,6 +139,7 @@ export async function drainWithProcesses(
         await loader.query(`DELETE FROM pgdrain.paused_kinds WHERE kind = 'bench'`);
         await loader.query(`SELECT pg_notify($1, 'bench')`, [NOTIFY_CHANNEL]);
         if (tracked) await loader.query('SELECT pg_stat_statements_reset()');
+        cpuAtCommit = await options.postgresCpuMs?.();
         t0 = performance.now();
         await loader.query('COMMIT');
       }
@@ -148,6 +157,11 @@ export async function drainWithProcesses(
       await new Promise((r) => setTimeout(r, 20));
     }
     const seconds = (performance.now() - t0) / 1000;
+    const cpuAtEnd = await options.postgresCpuMs?.();
+    const postgresCpuMicrosPerJob =
+      cpuAtCommit !== undefined && cpuAtEnd !== undefined && Number.isFinite(cpuAtEnd - cpuAtCommit)
+        ? ((cpuAtEnd - cpuAtCommit) * 1000) / jobs
+        : null;
     let postgresMicrosPerJob: number | null = null;
     if (tracked) {
       const { rows } = await harness.query(
@@ -169,7 +183,7 @@ export async function drainWithProcesses(
       if (n === 0) missing++;
       if (n > 1) duplicated++;
     }
-    return { jobsPerSecond: jobs / seconds, missing, duplicated, postgresMicrosPerJob };
+    return { jobsPerSecond: jobs / seconds, missing, duplicated, postgresMicrosPerJob, postgresCpuMicrosPerJob };
   } finally {
     for (const { child } of children) if (child.exitCode === null) child.kill('SIGKILL');
     await pool.end();

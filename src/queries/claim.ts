@@ -2,6 +2,7 @@
 // token, lease), which is
 //   UPDATE pgdrain.jobs SET status = 'running', … WHERE id = ANY(ARRAY(SELECT id … ORDER BY priority DESC,
 //     run_at, id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING …
+// (before PostgreSQL 17, ctid in place of id: drizzle/0021_claim_by_tid.sql)
 // under planner settings that leave it one plan, the walk of jobs_ready (drizzle/0007_claim_plan.sql:
 // why, and pgdrain.claim_ids for run-now). The settings are the function's own (SET clauses): they
 // reach no other statement (drizzle/0014_settings_in_their_statements.sql), and PL/pgSQL keeps the

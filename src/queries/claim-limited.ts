@@ -56,18 +56,19 @@ export interface LimitedClaim {
 /** How many ready jobs of the kind one claim looks at: enough to find free keys past busy ones. */
 const candidateWindow = (size: number) => Math.min(5_000, Math.max(500, size * 8));
 
+/** For the claim that follows in its transaction (the only statement after it), the planner
+ * settings of pgdrain.claim() (drizzle/0007_claim_plan.sql): its candidates are found by walking
+ * jobs_ready, whatever statistics a burst into an idle table meets. And no JIT: a fair claim's
+ * estimate (a round of up to 1,000 keys) passes jit_above_cost on a stock server, and compiling it
+ * would cost 50-120 ms for a claim that runs in one. */
+const CLAIM_SETTINGS = sql`set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+  set_config('jit', 'off', true)`;
+
 export async function claimLimited(db: Db, options: LimitedClaimOptions): Promise<LimitedClaim> {
   if (options.batchSize < 1 || options.ids?.length === 0) return { jobs: [], heldBack: false, nextStartAt: null };
   return db.transaction(async (tx) => {
-    // The lock, and for the claim that follows in this transaction (the only statement after it)
-    // the planner settings of pgdrain.claim() (drizzle/0007_claim_plan.sql): its candidates are found
-    // by walking jobs_ready, whatever statistics a burst into an idle table meets. And no JIT: a fair
-    // claim's estimate (a round of up to 1,000 keys) passes jit_above_cost on a stock server, and
-    // compiling it would cost 50-120 ms for a claim that runs in one.
     await tx.execute(
-      sql`SELECT pg_advisory_xact_lock(hashtextextended(${`pgdrain.limits:${options.kind}`}, 0)),
-                 set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-                   set_config('jit', 'off', true)`,
+      sql`SELECT pg_advisory_xact_lock(hashtextextended(${`pgdrain.limits:${options.kind}`}, 0)), ${CLAIM_SETTINGS}`,
     );
     const rows = await rowsOf<
       Record<string, unknown> & { pgdrain_candidates: number; pgdrain_next_start_ms: number | null }
@@ -83,6 +84,18 @@ export async function claimLimited(db: Db, options: LimitedClaimOptions): Promis
       heldBack: claimed.length < Math.min(options.batchSize, candidates),
       nextStartAt: nextStart === null || nextStart === undefined ? null : new Date(Number(nextStart)),
     };
+  });
+}
+
+/**
+ * The plan PostgreSQL uses for a limited claim right now (EXPLAIN (FORMAT JSON), not executed),
+ * under the claim's own settings: what a test holds the claim's shape to.
+ */
+export async function explainLimitedClaim(db: Db, options: LimitedClaimOptions): Promise<unknown> {
+  return db.transaction(async (tx) => {
+    await tx.execute(sql`SELECT ${CLAIM_SETTINGS}`);
+    const [row] = await rowsOf<{ 'QUERY PLAN': unknown }>(tx, sql`EXPLAIN (FORMAT JSON) ${limitedClaim(tx, options)}`);
+    return row?.['QUERY PLAN'];
   });
 }
 
@@ -218,7 +231,10 @@ function fairTurnTaken(kind: string): SQL {
  * (pgdrain.fair_keys(), at the top priority of its ready jobs) — each group key's oldest ready
  * jobs, as many per key as a claim of `limit` needs when there are fewer keys, and at the end of
  * the keys one turn for its jobs without a key. One index probe per key visited: the cost does
- * not grow with the number of keys. `turn_pos` is each job's place in the round.
+ * not grow with the number of keys. `turn_pos` is each job's place in the round. The offered jobs
+ * are locked by their ids, a primary-key lookup each: joined to the table instead, they were found
+ * by hashing every row of it (the planner takes a round to be a thousand keys), so a claim of 50
+ * cost as much as the backlog was long.
  */
 function fairCandidates(kind: string, v: ClaimValues, byIds: boolean): SQL {
   const ids = byIds ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``;
@@ -252,9 +268,9 @@ function fairCandidates(kind: string, v: ClaimValues, byIds: boolean): SQL {
            AND priority = (SELECT priority FROM top) ${ids}
            AND EXISTS (SELECT 1 FROM fair_round WHERE key IS NULL)
          ORDER BY priority DESC NULLS LAST, run_at, id LIMIT (SELECT n FROM per_key)) u),
-    cand AS (
-      SELECT j.id, j.group_key, j.attempts, j.priority, j.run_at, o.pos AS turn_pos FROM ${jobs} j
-        JOIN offered o ON o.id = j.id
-       WHERE j.status = 'pending'
-       FOR UPDATE OF j SKIP LOCKED),`;
+    locked AS (
+      SELECT j.id, j.group_key, j.attempts, j.priority, j.run_at FROM ${jobs} j
+       WHERE j.id = ANY(ARRAY(SELECT id FROM offered)) AND j.status = 'pending'
+       FOR UPDATE OF j SKIP LOCKED),
+    cand AS (SELECT l.*, o.pos AS turn_pos FROM locked l JOIN offered o ON o.id = l.id),`;
 }

@@ -21,7 +21,13 @@ export {
   type ClaimedJob,
   type ClaimOptions,
 } from './claim.ts';
-export { claimLimited, type ClaimLimits, type LimitedClaim, type LimitedClaimOptions } from './claim-limited.ts';
+export {
+  claimLimited,
+  explainLimitedClaim,
+  type ClaimLimits,
+  type LimitedClaim,
+  type LimitedClaimOptions,
+} from './claim-limited.ts';
 export {
   complete,
   completeJobs,

@@ -10,7 +10,7 @@ import { JobRegistry, JobValidationError, defineJob } from '../../src/jobs/regis
 import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import { defineBatchJob } from '../../src/jobs/batch.ts';
 import { removeGroupLimits, setGroupLimits } from '../../src/jobs/group-limits.ts';
-import { cancel, claimLimited, enqueue, enqueueMany } from '../../src/queries/index.ts';
+import { cancel, claimLimited, enqueue, enqueueMany, explainLimitedClaim } from '../../src/queries/index.ts';
 import { type Harness, resetQueue } from '../support/harness.ts';
 import { sleep } from '../support/time.ts';
 
@@ -339,6 +339,41 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       expect(order).toHaveLength(37);
       expect(order.indexOf('B2')).toBeLessThan(15);
       expect(order.indexOf('C2')).toBeLessThan(15);
+    });
+
+    it("a fair claim's cost follows its size, not the backlog: every scan of the jobs table in its plan is bounded by a condition", async () => {
+      // 20,000 ready jobs over 1,000 keys, analyzed: the backlog where its round was once joined to
+      // the table by hashing every row.
+      for (let chunk = 0; chunk < 2; chunk++)
+        await enqueueMany(
+          h.db,
+          Array.from({ length: 10_000 }, (_, i) => ({
+            kind: 'fair-scan',
+            payload: {},
+            groupKey: `tenant-${i % 1_000}`,
+          })),
+        );
+      await h.query('ANALYZE pgdrain.jobs');
+      const plan = await explainLimitedClaim(h.db, {
+        kind: 'fair-scan',
+        limits: { fair: true },
+        batchSize: 50,
+        lockToken: 'explain:fair',
+      });
+      const scans: { node: string; index?: string; bounded: boolean }[] = [];
+      const visit = (node: Record<string, unknown>) => {
+        if (node['Relation Name'] === 'jobs' && /Scan/.test(String(node['Node Type'])))
+          scans.push({
+            node: String(node['Node Type']),
+            index: node['Index Name'] as string | undefined,
+            bounded: node['Index Cond'] !== undefined || node['TID Cond'] !== undefined,
+          });
+        for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) visit(child);
+      };
+      visit((plan as { Plan: Record<string, unknown> }[])[0]!.Plan);
+      expect(scans.length).toBeGreaterThan(0);
+      expect(scans.filter((s) => !s.bounded)).toEqual([]);
+      expect(scans).toContainEqual({ node: 'Index Scan', index: 'jobs_pkey', bounded: true });
     });
 
     it('a batch kind: 200 jobs in 200/size calls, one outcome per item; a failing item alone is retried; results kept per item', async () => {

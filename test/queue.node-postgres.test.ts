@@ -3,7 +3,7 @@ import pg from 'pg';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { claim, commitDurably, enqueueMany } from '../src/queries/index.ts';
+import { claim, claimLimited, commitDurably, enqueueMany } from '../src/queries/index.ts';
 import { rowsOf } from '../src/queries/db.ts';
 import { openPools } from '../src/sidecar/database.ts';
 import { Incidents } from '../src/sidecar/incidents.ts';
@@ -90,6 +90,45 @@ describe('planner settings (the sidecar drain pool)', () => {
           'jit=off',
         ]),
       });
+    } finally {
+      await database.close();
+      await t.close();
+    }
+  });
+});
+
+// A limited claim is a long statement (a CTE per limit) that took longer to parse and plan than to
+// run: each connection prepares it once, by a name that its text decides.
+describe('limited claims (the sidecar drain pool)', () => {
+  it('are one prepared statement per connection and shape of limits, run again by every claim', async () => {
+    const t = await createTestDatabase();
+    const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })));
+    try {
+      await enqueueMany(
+        database.db,
+        Array.from({ length: 40 }, (_, i) => ({ kind: 'fair-tenants', payload: { i }, groupKey: `tenant-${i % 4}` })),
+      );
+      const fair = { kind: 'fair-tenants', limits: { fair: true }, batchSize: 4 };
+      const claimed: string[] = [];
+      for (let i = 0; i < 3; i++)
+        claimed.push(
+          ...(await claimLimited(database.drainDb, { ...fair, lockToken: `prepared:${i}` })).jobs.map((j) => j.id),
+        );
+      // Another shape of limits is another statement beside it.
+      await claimLimited(database.drainDb, {
+        kind: 'fair-tenants',
+        limits: { groupConcurrency: 1 },
+        batchSize: 4,
+        lockToken: 'prepared:group',
+      });
+      expect(new Set(claimed).size).toBe(12);
+      const prepared = await rowsOf<{ name: string; runs: number }>(
+        database.drainDb,
+        sql`SELECT name, (generic_plans + custom_plans)::int AS runs FROM pg_prepared_statements
+             WHERE name LIKE 'pgdrain_claim_limited_%' ORDER BY runs DESC`,
+      );
+      expect(prepared.map((p) => p.runs)).toEqual([3, 1]);
+      expect(prepared[0]!.name).toMatch(/^pgdrain_claim_limited_[0-9a-f]{16}$/);
     } finally {
       await database.close();
       await t.close();

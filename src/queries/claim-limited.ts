@@ -29,7 +29,7 @@ import {
   claimedJobs,
   claimedRowFromDriver,
 } from './claim.ts';
-import { type Db, rowsOf } from './db.ts';
+import { type Db, rowsOf, rowsOfPrepared } from './db.ts';
 
 export interface ClaimLimits {
   globalConcurrency?: number;
@@ -70,9 +70,9 @@ export async function claimLimited(db: Db, options: LimitedClaimOptions): Promis
     await tx.execute(
       sql`SELECT pg_advisory_xact_lock(hashtextextended(${`pgdrain.limits:${options.kind}`}, 0)), ${CLAIM_SETTINGS}`,
     );
-    const rows = await rowsOf<
+    const rows = await rowsOfPrepared<
       Record<string, unknown> & { pgdrain_candidates: number; pgdrain_next_start_ms: number | null }
-    >(tx, limitedClaim(tx, options));
+    >(tx, 'pgdrain_claim_limited', limitedClaim(tx, options));
     const claimed = claimedJobs(
       rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver),
       options.lockToken,

@@ -1,7 +1,7 @@
 // What every query takes: any Drizzle PostgreSQL database or transaction. node-postgres (the
 // sidecar, the tests) and neon-serverless (the Worker) both satisfy it, so they run the same SQL.
 import type { Column, SQL } from 'drizzle-orm';
-import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { type PgDatabase, PgDialect, type PgQueryResultHKT } from 'drizzle-orm/pg-core';
 
 // The schema generic does not matter to the queue's queries; any database or transaction will do.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -17,8 +17,38 @@ export const FINISHED_CHANNEL = 'pgdrain_finished';
 
 /** Rows of a raw statement, whichever driver ran it (both return a pg-style result). */
 export async function rowsOf<T>(db: Db, query: SQL): Promise<T[]> {
-  const result = (await db.execute(query)) as unknown as { rows?: T[] } | T[];
-  return Array.isArray(result) ? result : (result.rows ?? []);
+  return rowsOfResult<T>(await db.execute(query));
+}
+
+const rowsOfResult = <T>(result: unknown): T[] => {
+  const r = result as { rows?: T[] } | T[];
+  return Array.isArray(r) ? r : (r.rows ?? []);
+};
+
+const dialect = new PgDialect();
+
+/**
+ * rowsOf(), as a named prepared statement (`prefix` and a hash of its text): each connection
+ * parses and plans it once, then sends only its values. For statements that are long to plan and
+ * sent often with the same text (a limited claim: planning was 40% of its time). A protocol-level
+ * prepared statement, as pgdrain_insert_job is: Neon's pooler and Hyperdrive keep them.
+ */
+export async function rowsOfPrepared<T>(db: Db, prefix: string, query: SQL): Promise<T[]> {
+  const built = dialect.sqlToQuery(query);
+  const name = `${prefix}_${textHash(built.sql)}`;
+  return rowsOfResult<T>(await db._.session.prepareQuery(built, undefined, name, false).execute());
+}
+
+/** 64 bits of FNV-1a over the text (two 32-bit lanes), as hex: names a statement by its text. */
+function textHash(text: string): string {
+  let a = 0x811c9dc5;
+  let b = 0x01000193 ^ text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193);
+    b = Math.imul(b ^ c, 0x01000193) ^ (a >>> 7);
+  }
+  return (a >>> 0).toString(16).padStart(8, '0') + (b >>> 0).toString(16).padStart(8, '0');
 }
 
 /** A row read by raw SQL (column names, driver values) as the query builder returns it: `columns`

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { claim, claimLimited, commitDurably, enqueueMany } from '../src/queries/index.ts';
 import { rowsOf } from '../src/queries/db.ts';
+import { loadSteps } from '../src/queries/workflows.ts';
 import { openPools } from '../src/sidecar/database.ts';
 import { Incidents } from '../src/sidecar/incidents.ts';
 import { createTestDatabase } from './support/database.ts';
@@ -97,10 +98,28 @@ describe('planner settings (the sidecar drain pool)', () => {
   });
 });
 
-// A limited claim is a long statement (a CTE per limit) that took longer to parse and plan than to
-// run: each connection prepares it once, by a name that its text decides.
-describe('limited claims (the sidecar drain pool)', () => {
-  it('are one prepared statement per connection and shape of limits, run again by every claim', async () => {
+// Statements that took longer to parse and plan than to run, sent again and again with the same
+// text: a limited claim (a CTE per limit), a workflow run's read of its steps. Each connection
+// prepares them once, by a name that their text decides.
+describe('prepared statements (the sidecar drain pool)', () => {
+  it("a workflow run's read of its steps is one prepared statement, run again by every read", async () => {
+    const t = await createTestDatabase();
+    const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })));
+    try {
+      for (const id of ['1', '2', '3']) expect(await loadSteps(database.drainDb, id)).toEqual([]);
+      const prepared = await rowsOf<{ name: string; runs: number }>(
+        database.drainDb,
+        sql`SELECT name, (generic_plans + custom_plans)::int AS runs FROM pg_prepared_statements
+             WHERE name LIKE 'pgdrain_load_steps_%'`,
+      );
+      expect(prepared).toEqual([{ name: expect.stringMatching(/^pgdrain_load_steps_[0-9a-f]{16}$/), runs: 3 }]);
+    } finally {
+      await database.close();
+      await t.close();
+    }
+  });
+
+  it('a limited claim is one prepared statement per connection and shape of limits, run again by every claim', async () => {
     const t = await createTestDatabase();
     const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })));
     try {

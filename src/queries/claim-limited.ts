@@ -19,7 +19,7 @@
 // pgdrain.group_limits (setGroupLimits) has that row's concurrency instead of the kind's
 // groupConcurrency, and, for a kind limited per group, that row's rate instead of the kind's.
 import { type SQL, sql } from 'drizzle-orm';
-import { PGDRAIN_SCHEMA, fairTurns, groupLimits, jobs, pausedKinds, rateStarts } from '../db/schema.ts';
+import { fairTurns, groupLimits, jobs, pausedKinds, rateStarts } from '../db/schema.ts';
 import {
   type ClaimedJob,
   type ClaimOptions,
@@ -125,10 +125,10 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
     sql`${v.lease}::int`,
   ).getSQL();
   return sql`
-    WITH clock AS (SELECT clock_timestamp() AS t),
+    WITH RECURSIVE clock AS (SELECT clock_timestamp() AS t),
     ${
       limits.fair
-        ? fairCandidates(kind, v, options.ids !== undefined)
+        ? fairCandidates(kind, v, group, options.ids !== undefined)
         : plainCandidates(kind, v, options.ids !== undefined)
     }
     overrides AS (
@@ -227,40 +227,80 @@ function fairTurnTaken(kind: string): SQL {
 }
 
 /**
- * A fair kind's candidates: a round of turns after the one its last claim ended at
- * (pgdrain.fair_keys(), at the top priority of its ready jobs) — each group key's oldest ready
- * jobs, as many per key as a claim of `limit` needs when there are fewer keys, and at the end of
- * the keys one turn for its jobs without a key. One index probe per key visited: the cost does
- * not grow with the number of keys. `turn_pos` is each job's place in the round. The offered jobs
- * are locked by their ids, a primary-key lookup each: joined to the table instead, they were found
- * by hashing every row of it (the planner takes a round to be a thousand keys), so a claim of 50
- * cost as much as the backlog was long.
+ * A fair kind's candidates: a round of turns after the one its last claim ended at (the key in
+ * pgdrain.fair_turns), at the top priority of its ready jobs. The round walks the jobs_fair index
+ * from key to key (a recursive query, one probe each, which also reads the key's first job): the
+ * keys after the last turn, then one turn for the jobs without a key, then from the first key
+ * around to the last turn. It stops once it has found as many keys with a ready job as the claim
+ * can take (twice that when keys have a concurrency, which may hold some back), and after at most
+ * twice the claim's size of keys whatever it found (keys with only delayed jobs count there): the
+ * cost does not grow with the number of keys. When there are enough ready keys for one job each,
+ * the probe's first job is the key's offer; with fewer keys each is probed again for as many as the
+ * claim needs. `turn_pos` is each job's place in the round. The offered jobs are locked by their
+ * ids, a primary-key lookup each: joined to the table instead, they were found by hashing every
+ * row of it (the planner cannot tell how long a round is), so a claim of 50 cost as much as the
+ * backlog was long.
  */
-function fairCandidates(kind: string, v: ClaimValues, byIds: boolean): SQL {
+function fairCandidates(kind: string, v: ClaimValues, group: SQL, byIds: boolean): SQL {
   const ids = byIds ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``;
-  // Keys with only delayed jobs are visited too: a round visits more keys than one claim takes.
-  const visit = Math.min(1_000, v.limit * 2);
+  // Keys with only delayed jobs are visited too: a round may visit more keys than one claim takes.
+  const visit = sql`${Math.min(1_000, v.limit * 2)}::int`;
+  const ofKind = sql`status = 'pending' AND group_key IS NOT NULL AND kind = ${kind}
+         AND priority = (SELECT priority FROM top)`;
+  const firstJob = sql`ORDER BY priority DESC NULLS LAST, group_key, run_at, id LIMIT 1`;
+  const ready = (runAt: SQL) => sql`(${runAt} <= now())::int`;
   return sql`top AS (
       SELECT priority FROM ${jobs}
        WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}
          AND NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind}) ${ids}
        ORDER BY priority DESC NULLS LAST LIMIT 1),
     turn AS (SELECT group_key FROM ${fairTurns} WHERE kind = ${kind} AND priority = (SELECT priority FROM top)),
+    wanted AS (
+      SELECT ${v.limit}::int * CASE WHEN ${group} IS NOT NULL OR EXISTS (SELECT 1 FROM ${groupLimits}
+        WHERE kind = ${kind} AND concurrency IS NOT NULL) THEN 2 ELSE 1 END AS ready_keys),
+    keys_after (key, id, run_at, pos, ready) AS (
+      SELECT f.group_key, f.id, f.run_at, 1, ${ready(sql`f.run_at`)} FROM (
+        (SELECT group_key, id, run_at FROM ${jobs} WHERE ${ofKind} AND group_key > (SELECT group_key FROM turn) ${firstJob})
+        UNION ALL
+        (SELECT group_key, id, run_at FROM ${jobs} WHERE ${ofKind} AND (SELECT group_key FROM turn) IS NULL ${firstJob})) f
+      UNION ALL
+      SELECT f.group_key, f.id, f.run_at, k.pos + 1, k.ready + ${ready(sql`f.run_at`)}
+        FROM keys_after k CROSS JOIN LATERAL (
+          SELECT group_key, id, run_at FROM ${jobs} WHERE ${ofKind} AND group_key > k.key ${firstJob}) f
+       WHERE k.pos < ${visit} AND k.ready < (SELECT ready_keys FROM wanted)),
+    after_end AS (SELECT coalesce(max(pos), 0) AS pos, coalesce(max(ready), 0) AS ready FROM keys_after),
+    keys_before (key, id, run_at, pos, ready) AS (
+      SELECT f.group_key, f.id, f.run_at, e.pos + 2, e.ready + ${ready(sql`f.run_at`)} FROM after_end e CROSS JOIN LATERAL (
+        SELECT group_key, id, run_at FROM ${jobs} WHERE ${ofKind} AND group_key <= (SELECT group_key FROM turn) ${firstJob}) f
+       WHERE e.pos + 1 < ${visit} AND e.ready < (SELECT ready_keys FROM wanted)
+      UNION ALL
+      SELECT f.group_key, f.id, f.run_at, k.pos + 1, k.ready + ${ready(sql`f.run_at`)}
+        FROM keys_before k CROSS JOIN LATERAL (
+          SELECT group_key, id, run_at FROM ${jobs}
+           WHERE ${ofKind} AND group_key > k.key AND group_key <= (SELECT group_key FROM turn) ${firstJob}) f
+       WHERE k.pos < ${visit} AND k.ready < (SELECT ready_keys FROM wanted)),
     fair_round AS (
-      SELECT f.key, f.pos
-        FROM ${sql.raw(PGDRAIN_SCHEMA)}.fair_keys(${kind}, (SELECT priority FROM top), (SELECT group_key
-          FROM turn), ${visit}::int) WITH ORDINALITY AS f(key, pos)
-       WHERE EXISTS (SELECT 1 FROM top)),
+      SELECT key, id, run_at, pos FROM keys_after
+      UNION ALL
+      SELECT NULL, NULL, NULL, e.pos + 1 FROM after_end e
+       WHERE EXISTS (SELECT 1 FROM top) AND e.pos < ${visit} AND e.ready < (SELECT ready_keys FROM wanted)
+      UNION ALL
+      SELECT key, id, run_at, pos FROM keys_before),
     per_key AS (SELECT greatest(1, ceil(${v.limit}::float8 / greatest(1, (SELECT count(*)
-      FROM fair_round))))::int AS n),
+      FROM fair_round WHERE key IS NULL OR run_at <= now()))))::int AS n),
     offered AS (
+      ${
+        byIds
+          ? sql``
+          : sql`SELECT r.id, r.pos FROM fair_round r
+       WHERE r.key IS NOT NULL AND r.run_at <= now() AND (SELECT n FROM per_key) = 1
+      UNION ALL`
+      }
       SELECT j.id, r.pos FROM fair_round r CROSS JOIN LATERAL (
         SELECT id FROM ${jobs}
-         WHERE status = 'pending' AND group_key IS NOT NULL AND kind = ${kind}
-           AND priority = (SELECT priority FROM top) AND group_key = r.key
-           AND run_at <= now() ${ids}
+         WHERE ${ofKind} AND group_key = r.key AND run_at <= now() ${ids}
          ORDER BY priority DESC NULLS LAST, group_key, run_at, id LIMIT (SELECT n FROM per_key)) j
-       WHERE r.key IS NOT NULL
+       WHERE r.key IS NOT NULL AND r.run_at <= now() ${byIds ? sql`` : sql`AND (SELECT n FROM per_key) > 1`}
       UNION ALL
       SELECT u.id, (SELECT min(pos) FROM fair_round WHERE key IS NULL) FROM (
         SELECT id FROM ${jobs}

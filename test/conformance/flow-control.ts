@@ -376,6 +376,47 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       expect(scans).toContainEqual({ node: 'Index Scan', index: 'jobs_pkey', bounded: true });
     });
 
+    it("a fair round: each claim takes the next keys after the last turn, one job each, passing over keys with only delayed jobs, the keyless turn after the last key, then around again; with fewer keys, more of each key's jobs", async () => {
+      // Keys k1..k8 with two ready jobs each, except k3 and k6: one job each, an hour away. Two jobs without a key.
+      const later = new Date(Date.now() + 3_600_000);
+      await enqueueMany(
+        h.db,
+        [1, 2, 3, 4, 5, 6, 7, 8].flatMap((k) =>
+          k === 3 || k === 6
+            ? [{ kind: 'fair-round', payload: { tag: `k${k}.later` }, groupKey: `k${k}`, runAt: later }]
+            : [0, 1].map((n) => ({ kind: 'fair-round', payload: { tag: `k${k}.${n}` }, groupKey: `k${k}` })),
+        ),
+      );
+      await enqueueMany(
+        h.db,
+        [0, 1].map((n) => ({ kind: 'fair-round', payload: { tag: `none.${n}` } })),
+      );
+      const claim = async (batchSize: number) => {
+        const { jobs, heldBack } = await claimLimited(h.db, {
+          kind: 'fair-round',
+          limits: { fair: true },
+          batchSize,
+          lockToken: 'round',
+        });
+        expect(heldBack).toBe(false);
+        // Settled at once, as a drain would: the next claim starts from where this one ended.
+        await h.query(`DELETE FROM pgdrain.jobs WHERE id = ANY($1::bigint[])`, [jobs.map((j) => String(j.id))]);
+        return jobs.map((j) => (j.payload as { tag: string }).tag).sort();
+      };
+      expect(await claim(3)).toEqual(['k1.0', 'k2.0', 'k4.0']);
+      expect(await claim(3)).toEqual(['k5.0', 'k7.0', 'k8.0']);
+      // The end of the keys: the keyless turn, then from the first key again.
+      expect(await claim(3)).toEqual(['k1.1', 'k2.1', 'none.0']);
+      expect(await claim(3)).toEqual(['k4.1', 'k5.1', 'k7.1']);
+      // Left: k8.1 and none.1 ready, the two delayed ones. A claim of 4 over two turns takes two of each turn's jobs, all there is.
+      expect(await claim(4)).toEqual(['k8.1', 'none.1']);
+      expect(
+        (await h.query(`SELECT payload->>'tag' AS tag FROM pgdrain.jobs WHERE kind = 'fair-round' ORDER BY 1`)).map(
+          (r) => r.tag,
+        ),
+      ).toEqual(['k3.later', 'k6.later']);
+    });
+
     it('a batch kind: 200 jobs in 200/size calls, one outcome per item; a failing item alone is retried; results kept per item', async () => {
       const calls: number[][] = [];
       let failedOnce = false;

@@ -128,7 +128,7 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
     WITH RECURSIVE clock AS (SELECT clock_timestamp() AS t),
     ${
       limits.fair
-        ? fairCandidates(kind, v, group, options.ids !== undefined)
+        ? fairCandidates(kind, v, limits.groupConcurrency !== undefined || perGroup, options.ids !== undefined)
         : plainCandidates(kind, v, options.ids !== undefined)
     }
     overrides AS (
@@ -232,7 +232,8 @@ function fairTurnTaken(kind: string): SQL {
  * from key to key (a recursive query, one probe each, which also reads the key's first job): the
  * keys after the last turn, then one turn for the jobs without a key, then from the first key
  * around to the last turn. It stops once it has found as many keys with a ready job as the claim
- * can take (twice that when keys have a concurrency, which may hold some back), and after at most
+ * can take (twice that when keys have limits of their own, a concurrency or a rate per group,
+ * which may hold some back: a claim that comes back short waits), and after at most
  * twice the claim's size of keys whatever it found (keys with only delayed jobs count there): the
  * cost does not grow with the number of keys. When there are enough ready keys for one job each,
  * the probe's first job is the key's offer; with fewer keys each is probed again for as many as the
@@ -241,7 +242,7 @@ function fairTurnTaken(kind: string): SQL {
  * row of it (the planner cannot tell how long a round is), so a claim of 50 cost as much as the
  * backlog was long.
  */
-function fairCandidates(kind: string, v: ClaimValues, group: SQL, byIds: boolean): SQL {
+function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byIds: boolean): SQL {
   const ids = byIds ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``;
   // Keys with only delayed jobs are visited too: a round may visit more keys than one claim takes.
   const visit = sql`${Math.min(1_000, v.limit * 2)}::int`;
@@ -256,7 +257,7 @@ function fairCandidates(kind: string, v: ClaimValues, group: SQL, byIds: boolean
        ORDER BY priority DESC NULLS LAST LIMIT 1),
     turn AS (SELECT group_key FROM ${fairTurns} WHERE kind = ${kind} AND priority = (SELECT priority FROM top)),
     wanted AS (
-      SELECT ${v.limit}::int * CASE WHEN ${group} IS NOT NULL OR EXISTS (SELECT 1 FROM ${groupLimits}
+      SELECT ${v.limit}::int * CASE WHEN ${perKeyLimits ? sql`true` : sql`false`} OR EXISTS (SELECT 1 FROM ${groupLimits}
         WHERE kind = ${kind} AND concurrency IS NOT NULL) THEN 2 ELSE 1 END AS ready_keys),
     keys_after (key, id, run_at, pos, ready) AS (
       SELECT f.group_key, f.id, f.run_at, 1, ${ready(sql`f.run_at`)} FROM (

@@ -18,7 +18,7 @@
 // a job waiting to retry goes first, then claim order. A candidate key with a row in
 // pgdrain.group_limits (setGroupLimits) has that row's concurrency instead of the kind's
 // groupConcurrency, and, for a kind limited per group, that row's rate instead of the kind's.
-import { type SQL, sql } from 'drizzle-orm';
+import { type SQL, TransactionRollbackError, sql } from 'drizzle-orm';
 import { fairTurns, groupLimits, jobs, pausedKinds, rateStarts } from '../db/schema.ts';
 import {
   type ClaimedJob,
@@ -88,15 +88,28 @@ export async function claimLimited(db: Db, options: LimitedClaimOptions): Promis
 }
 
 /**
- * The plan PostgreSQL uses for a limited claim right now (EXPLAIN (FORMAT JSON), not executed),
- * under the claim's own settings: what a test holds the claim's shape to.
+ * The plan PostgreSQL uses for a limited claim right now (EXPLAIN (FORMAT JSON)), under the claim's
+ * own settings: what a test holds the claim's shape to. `analyze`: run it too (EXPLAIN ANALYZE,
+ * with the buffers it read) and roll it back, so that nothing is claimed.
  */
-export async function explainLimitedClaim(db: Db, options: LimitedClaimOptions): Promise<unknown> {
-  return db.transaction(async (tx) => {
-    await tx.execute(sql`SELECT ${CLAIM_SETTINGS}`);
-    const [row] = await rowsOf<{ 'QUERY PLAN': unknown }>(tx, sql`EXPLAIN (FORMAT JSON) ${limitedClaim(tx, options)}`);
-    return row?.['QUERY PLAN'];
-  });
+export async function explainLimitedClaim(
+  db: Db,
+  options: LimitedClaimOptions,
+  { analyze = false }: { analyze?: boolean } = {},
+): Promise<unknown> {
+  let plan: unknown;
+  await db
+    .transaction(async (tx) => {
+      await tx.execute(sql`SELECT ${CLAIM_SETTINGS}`);
+      const how = analyze ? sql.raw('ANALYZE, BUFFERS, FORMAT JSON') : sql.raw('FORMAT JSON');
+      const [row] = await rowsOf<{ 'QUERY PLAN': unknown }>(tx, sql`EXPLAIN (${how}) ${limitedClaim(tx, options)}`);
+      plan = row?.['QUERY PLAN'];
+      if (analyze) tx.rollback();
+    })
+    .catch((error: unknown) => {
+      if (!(error instanceof TransactionRollbackError)) throw error;
+    });
+  return plan;
 }
 
 function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
@@ -250,11 +263,7 @@ function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byI
          AND priority = (SELECT priority FROM top)`;
   const firstJob = sql`ORDER BY priority DESC NULLS LAST, group_key, run_at, id LIMIT 1`;
   const ready = (runAt: SQL) => sql`(${runAt} <= now())::int`;
-  return sql`top AS (
-      SELECT priority FROM ${jobs}
-       WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}
-         AND NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind}) ${ids}
-       ORDER BY priority DESC NULLS LAST LIMIT 1),
+  return sql`${byIds ? topOfIds(kind, ids) : topPriority(kind)}
     turn AS (SELECT group_key FROM ${fairTurns} WHERE kind = ${kind} AND priority = (SELECT priority FROM top)),
     wanted AS (
       SELECT ${v.limit}::int * CASE WHEN ${perKeyLimits ? sql`true` : sql`false`} OR EXISTS (SELECT 1 FROM ${groupLimits}
@@ -314,4 +323,48 @@ function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byI
        WHERE j.id = ANY(ARRAY(SELECT id FROM offered)) AND j.status = 'pending'
        FOR UPDATE OF j SKIP LOCKED),
     cand AS (SELECT l.*, o.pos AS turn_pos FROM locked l JOIN offered o ON o.id = l.id),`;
+}
+
+/**
+ * The top priority of a fair kind's ready jobs, without walking other kinds' jobs: for its keyed
+ * jobs, the jobs_fair index from its highest priority down to the first with a ready job (one probe
+ * per priority passed over); its jobs without a key only where they would come first, above that
+ * (the jobs_ready index from the top down to there: other kinds' jobs at higher priorities). Found
+ * in claim order instead, behind an older backlog of another kind at the same priority, it walked
+ * that backlog every claim.
+ */
+function topPriority(kind: string): SQL {
+  const keyed = sql`status = 'pending' AND group_key IS NOT NULL AND kind = ${kind}`;
+  // Ordered as jobs_fair is (only that index gives this order without a sort), so that its kind
+  // comes first in the scan, whatever the planner guesses of the kind's share of the table.
+  const fairOrder = sql`ORDER BY priority DESC NULLS LAST, group_key LIMIT 1`;
+  return sql`keyed_priorities (priority) AS (
+      (SELECT priority FROM ${jobs} WHERE ${keyed} ${fairOrder})
+      UNION ALL
+      SELECT (SELECT priority FROM ${jobs} WHERE ${keyed} AND priority < k.priority ${fairOrder})
+        FROM keyed_priorities k WHERE k.priority IS NOT NULL),
+    top_keyed AS (
+      SELECT k.priority FROM keyed_priorities k
+       WHERE k.priority IS NOT NULL
+         AND (SELECT 1 FROM ${jobs} WHERE ${keyed} AND priority = k.priority AND run_at <= now() ${fairOrder}) IS NOT NULL
+       LIMIT 1),
+    top AS (
+      SELECT priority FROM (
+        SELECT priority FROM top_keyed
+        UNION ALL
+        (SELECT priority FROM ${jobs}
+          WHERE status = 'pending' AND run_at <= now() AND kind = ${kind} AND group_key IS NULL
+            AND priority > coalesce((SELECT priority FROM top_keyed), -2147483648)
+          ORDER BY priority DESC NULLS LAST LIMIT 1)) t
+       WHERE NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind})
+       ORDER BY priority DESC LIMIT 1),`;
+}
+
+/** The top priority among the given ids' ready jobs of a fair kind (run-now: a handful of ids). */
+function topOfIds(kind: string, ids: SQL): SQL {
+  return sql`top AS (
+      SELECT priority FROM ${jobs}
+       WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}
+         AND NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind}) ${ids}
+       ORDER BY priority DESC NULLS LAST LIMIT 1),`;
 }

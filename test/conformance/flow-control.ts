@@ -376,6 +376,38 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       expect(scans).toContainEqual({ node: 'Index Scan', index: 'jobs_pkey', bounded: true });
     });
 
+    it('a fair claim behind an older backlog of another kind at the same priority does not walk that backlog: it reads about as much as with none', async () => {
+      const fairJobs = () =>
+        enqueueMany(
+          h.db,
+          Array.from({ length: 200 }, (_, i) => ({ kind: 'fair-behind', payload: {}, groupKey: `tenant-${i % 100}` })),
+        );
+      const buffersRead = async () => {
+        await h.query('ANALYZE pgdrain.jobs');
+        const plan = (await explainLimitedClaim(
+          h.db,
+          { kind: 'fair-behind', limits: { fair: true }, batchSize: 50, lockToken: 'explain:behind' },
+          { analyze: true },
+        )) as { Plan: { 'Actual Rows': number; 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }[];
+        const top = plan[0]!.Plan;
+        expect(top['Actual Rows']).toBe(50);
+        return top['Shared Hit Blocks'] + top['Shared Read Blocks'];
+      };
+      await fairJobs();
+      const alone = await buffersRead();
+      await h.query('DELETE FROM pgdrain.jobs');
+      // 20,000 ready jobs of another kind enqueued first, then the same fair jobs.
+      for (let chunk = 0; chunk < 2; chunk++)
+        await enqueueMany(
+          h.db,
+          Array.from({ length: 10_000 }, () => ({ kind: 'bulk-before', payload: {} })),
+        );
+      await fairJobs();
+      const behind = await buffersRead();
+      // Walking the other kind's jobs in claim order read one heap page per job or so (over 20,000).
+      expect(behind).toBeLessThan(alone + 1_000);
+    });
+
     it("a fair round: each claim takes the next keys after the last turn, one job each, passing over keys with only delayed jobs, the keyless turn after the last key, then around again; with fewer keys, more of each key's jobs", async () => {
       // Keys k1..k8 with two ready jobs each, except k3 and k6: one job each, an hour away. Two jobs without a key.
       const later = new Date(Date.now() + 3_600_000);

@@ -29,7 +29,7 @@ import {
   claimedJobs,
   claimedRowFromDriver,
 } from './claim.ts';
-import { type Db, rowsOf, rowsOfPrepared } from './db.ts';
+import { type Db, builtQuery, rowsOf, rowsOfPrepared, sqlLiteral } from './db.ts';
 
 export interface ClaimLimits {
   globalConcurrency?: number;
@@ -90,20 +90,35 @@ export async function claimLimited(db: Db, options: LimitedClaimOptions): Promis
 /**
  * The plan PostgreSQL uses for a limited claim right now (EXPLAIN (FORMAT JSON)), under the claim's
  * own settings: what a test holds the claim's shape to. `analyze`: run it too (EXPLAIN ANALYZE,
- * with the buffers it read) and roll it back, so that nothing is claimed.
+ * with the buffers it read) and roll it back, so that nothing is claimed. `generic`: the plan a
+ * prepared claim settles on after its first runs, planned without its values (as the claim is:
+ * rowsOfPrepared), instead of one planned for them.
  */
 export async function explainLimitedClaim(
   db: Db,
   options: LimitedClaimOptions,
-  { analyze = false }: { analyze?: boolean } = {},
+  { analyze = false, generic = false }: { analyze?: boolean; generic?: boolean } = {},
 ): Promise<unknown> {
   let plan: unknown;
   await db
     .transaction(async (tx) => {
       await tx.execute(sql`SELECT ${CLAIM_SETTINGS}`);
-      const how = analyze ? sql.raw('ANALYZE, BUFFERS, FORMAT JSON') : sql.raw('FORMAT JSON');
-      const [row] = await rowsOf<{ 'QUERY PLAN': unknown }>(tx, sql`EXPLAIN (${how}) ${limitedClaim(tx, options)}`);
-      plan = row?.['QUERY PLAN'];
+      const how = sql.raw(analyze ? 'ANALYZE, BUFFERS, FORMAT JSON' : 'FORMAT JSON');
+      let explained: SQL;
+      if (generic) {
+        // EXPLAIN EXECUTE takes no bind parameters: the values go in as literals.
+        const built = builtQuery(limitedClaim(tx, options));
+        await tx.execute(sql`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`);
+        await tx.execute(sql.raw(`PREPARE pgdrain_explain_limited AS ${built.sql}`));
+        explained = sql`EXPLAIN (${how}) EXECUTE pgdrain_explain_limited(${sql.raw(built.params.map(sqlLiteral).join(', '))})`;
+      } else explained = sql`EXPLAIN (${how}) ${limitedClaim(tx, options)}`;
+      try {
+        const [row] = await rowsOf<{ 'QUERY PLAN': unknown }>(tx, explained);
+        plan = row?.['QUERY PLAN'];
+      } finally {
+        // A prepared statement outlives its transaction.
+        if (generic) await tx.execute(sql`DEALLOCATE pgdrain_explain_limited`);
+      }
       if (analyze) tx.rollback();
     })
     .catch((error: unknown) => {

@@ -13,7 +13,7 @@
 // running anything.
 import { type SQL, sql } from 'drizzle-orm';
 import { JOB_DEFAULTS, PGDRAIN_SCHEMA, jobs } from '../db/schema.ts';
-import { type Db, fromDriverRow, rowsOf } from './db.ts';
+import { type Db, fromDriverRow, rowsOf, sqlLiteral } from './db.ts';
 import { nextDueSql } from './next-due.ts';
 
 export interface ClaimedJob {
@@ -130,7 +130,7 @@ export async function explainClaim(db: Db, options: ClaimOptions, { generic = fa
       rows = await rowsOf(
         tx,
         sql.raw(
-          `EXPLAIN EXECUTE pgdrain_explain_claim(${params.map((p, i) => `${literal(p)}::${types[i]}`).join(', ')})`,
+          `EXPLAIN EXECUTE pgdrain_explain_claim(${params.map((p, i) => `${sqlLiteral(p)}::${types[i]}`).join(', ')})`,
         ),
       );
       await tx.execute(sql`DEALLOCATE pgdrain_explain_claim`);
@@ -142,14 +142,6 @@ export async function explainClaim(db: Db, options: ClaimOptions, { generic = fa
 }
 
 const CLAIM_FUNCTION = `${PGDRAIN_SCHEMA}.claim(integer,text[],text,integer)`;
-
-/** A value as an SQL literal (numbers, text, text arrays, null). */
-function literal(value: unknown): string {
-  if (value === null || value === undefined) return 'NULL';
-  if (typeof value === 'number') return String(value);
-  if (Array.isArray(value)) return `ARRAY[${value.map(literal).join(', ')}]::text[]`;
-  return `'${String(value).replaceAll("'", "''")}'`;
-}
 
 /** `text` whose $1, $2, … are bound to `params`. */
 function bindPositional(text: string, params: readonly unknown[]) {

@@ -39,6 +39,23 @@ export async function rowsOfPrepared<T>(db: Db, prefix: string, query: SQL): Pro
   return rowsOfResult<T>(await db._.session.prepareQuery(built, undefined, name, false).execute());
 }
 
+/** A statement's text ($1, $2, … for its values) and its values, as drizzle sends them. */
+export const builtQuery = (query: SQL): { sql: string; params: unknown[] } => dialect.sqlToQuery(query);
+
+/** A value as an SQL literal of no type yet (PostgreSQL gives it the type its place wants): for
+ * statements that take no bind parameters, such as EXPLAIN EXECUTE. Numbers, text, dates, arrays
+ * of them, null. */
+export function sqlLiteral(value: unknown): string {
+  const quote = (text: string) => `'${text.replaceAll("'", "''")}'`;
+  if (value === null || value === undefined) return 'NULL';
+  if (value instanceof Date) return quote(value.toISOString());
+  if (Array.isArray(value))
+    return quote(
+      `{${value.map((e) => (e === null || e === undefined ? 'NULL' : `"${String(e).replace(/[\\"]/g, '\\$&')}"`)).join(',')}}`,
+    );
+  return quote(String(value));
+}
+
 /** 64 bits of FNV-1a over the text (two 32-bit lanes), as hex: names a statement by its text. */
 function textHash(text: string): string {
   let a = 0x811c9dc5;

@@ -342,30 +342,43 @@ function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byI
 
 /**
  * The top priority of a fair kind's ready jobs, without walking other kinds' jobs: for its keyed
- * jobs, the jobs_fair index from its highest priority down to the first with a ready job (one probe
- * per priority passed over); its jobs without a key only where they would come first, above that
- * (the jobs_ready index from the top down to there: other kinds' jobs at higher priorities). Found
- * in claim order instead, behind an older backlog of another kind at the same priority, it walked
- * that backlog every claim.
+ * jobs, the jobs_fair index — above the priority its last turn was at, down from the highest; then
+ * at that priority, the key after the turn; then below it —, and its jobs without a key only where
+ * they would come first, above that (the jobs_ready index from the top down to there: other kinds'
+ * jobs at higher priorities only). Found in claim order instead, behind an older backlog of another
+ * kind at the same priority, it walked that backlog every claim. Started from the turn, it does not
+ * pass over the index entries of the jobs the round has already claimed (the start of the keys, dead
+ * until a vacuum).
  */
 function topPriority(kind: string): SQL {
   const keyed = sql`status = 'pending' AND group_key IS NOT NULL AND kind = ${kind}`;
   // Ordered as jobs_fair is (only that index gives this order without a sort), so that its kind
   // comes first in the scan, whatever the planner guesses of the kind's share of the table.
   const fairOrder = sql`ORDER BY priority DESC NULLS LAST, group_key LIMIT 1`;
-  return sql`keyed_priorities (priority) AS (
-      (SELECT priority FROM ${jobs} WHERE ${keyed} ${fairOrder})
+  const readyAt = (priority: SQL) =>
+    sql`(SELECT 1 FROM ${jobs} WHERE ${keyed} AND priority = ${priority} AND run_at <= now() ${fairOrder}) IS NOT NULL`;
+  const turnPriority = sql`(SELECT priority FROM turn_at)`;
+  // The kind's keyed priorities from `from` down, one probe each, while `bound` holds.
+  const priorities = (name: string, from: SQL, bound: SQL) => sql`${sql.raw(name)} (priority) AS (
+      (SELECT priority FROM ${jobs} WHERE ${keyed} AND ${from} AND ${bound} ${fairOrder})
       UNION ALL
-      SELECT (SELECT priority FROM ${jobs} WHERE ${keyed} AND priority < k.priority ${fairOrder})
-        FROM keyed_priorities k WHERE k.priority IS NOT NULL),
+      SELECT (SELECT priority FROM ${jobs} WHERE ${keyed} AND priority < k.priority AND ${bound} ${fairOrder})
+        FROM ${sql.raw(name)} k WHERE k.priority IS NOT NULL),`;
+  return sql`turn_at AS (SELECT priority, group_key FROM ${fairTurns} WHERE kind = ${kind}),
+    ${priorities('priorities_above', sql`true`, sql`priority > coalesce(${turnPriority}, -2147483648)`)}
+    ${priorities('priorities_below', sql`priority < ${turnPriority}`, sql`true`)}
     top_keyed AS (
-      SELECT k.priority FROM keyed_priorities k
-       WHERE k.priority IS NOT NULL
-         AND (SELECT 1 FROM ${jobs} WHERE ${keyed} AND priority = k.priority AND run_at <= now() ${fairOrder}) IS NOT NULL
-       LIMIT 1),
+      SELECT coalesce(
+        (SELECT k.priority FROM priorities_above k WHERE k.priority IS NOT NULL AND ${readyAt(sql`k.priority`)} LIMIT 1),
+        (SELECT t.priority FROM turn_at t
+          WHERE (SELECT run_at FROM ${jobs} WHERE ${keyed} AND priority = t.priority AND group_key > t.group_key
+                  ${fairOrder}) <= now()
+             OR ${readyAt(sql`t.priority`)}),
+        (SELECT k.priority FROM priorities_below k WHERE k.priority IS NOT NULL AND ${readyAt(sql`k.priority`)} LIMIT 1))
+        AS priority),
     top AS (
       SELECT priority FROM (
-        SELECT priority FROM top_keyed
+        SELECT priority FROM top_keyed WHERE priority IS NOT NULL
         UNION ALL
         (SELECT priority FROM ${jobs}
           WHERE status = 'pending' AND run_at <= now() AND kind = ${kind} AND group_key IS NULL

@@ -445,6 +445,19 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
           (r) => r.tag,
         ),
       ).toEqual(['k3.later', 'k6.later']);
+
+      // Priorities around the last turn's: a delayed job above it hides nothing below; a ready one goes first.
+      await enqueueMany(h.db, [
+        { kind: 'fair-round', payload: { tag: 'p5.later' }, groupKey: 'k1', priority: 5, runAt: later },
+        { kind: 'fair-round', payload: { tag: 'p0.now' }, groupKey: 'k2' },
+      ]);
+      expect(await claim(3)).toEqual(['p0.now']);
+      await enqueueMany(h.db, [
+        { kind: 'fair-round', payload: { tag: 'p0.again' }, groupKey: 'k4' },
+        { kind: 'fair-round', payload: { tag: 'p5.now' }, groupKey: 'k9', priority: 5 },
+      ]);
+      expect(await claim(1)).toEqual(['p5.now']);
+      expect(await claim(1)).toEqual(['p0.again']);
     });
 
     it('a batch kind: 200 jobs in 200/size calls, one outcome per item; a failing item alone is retried; results kept per item', async () => {

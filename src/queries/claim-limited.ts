@@ -110,7 +110,8 @@ export async function explainLimitedClaim(
         const built = builtQuery(limitedClaim(tx, options));
         await tx.execute(sql`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`);
         await tx.execute(sql.raw(`PREPARE pgdrain_explain_limited AS ${built.sql}`));
-        explained = sql`EXPLAIN (${how}) EXECUTE pgdrain_explain_limited(${sql.raw(built.params.map(sqlLiteral).join(', '))})`;
+        const values = sql.raw(built.params.map(sqlLiteral).join(', '));
+        explained = sql`EXPLAIN (${how}) EXECUTE pgdrain_explain_limited(${values})`;
       } else explained = sql`EXPLAIN (${how}) ${limitedClaim(tx, options)}`;
       try {
         const [row] = await rowsOf<{ 'QUERY PLAN': unknown }>(tx, explained);
@@ -281,13 +282,16 @@ function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byI
   return sql`${byIds ? topOfIds(kind, ids) : topPriority(kind)}
     turn AS (SELECT group_key FROM ${fairTurns} WHERE kind = ${kind} AND priority = (SELECT priority FROM top)),
     wanted AS (
-      SELECT ${v.limit}::int * CASE WHEN ${perKeyLimits ? sql`true` : sql`false`} OR EXISTS (SELECT 1 FROM ${groupLimits}
+      SELECT ${v.limit}::int * CASE WHEN ${perKeyLimits ? sql`true` : sql`false`}
+        OR EXISTS (SELECT 1 FROM ${groupLimits}
         WHERE kind = ${kind} AND concurrency IS NOT NULL) THEN 2 ELSE 1 END AS ready_keys),
     keys_after (key, id, run_at, pos, ready) AS (
       SELECT f.group_key, f.id, f.run_at, 1, ${ready(sql`f.run_at`)} FROM (
-        (SELECT group_key, id, run_at FROM ${jobs} WHERE ${ofKind} AND group_key > (SELECT group_key FROM turn) ${firstJob})
+        (SELECT group_key, id, run_at FROM ${jobs}
+          WHERE ${ofKind} AND group_key > (SELECT group_key FROM turn) ${firstJob})
         UNION ALL
-        (SELECT group_key, id, run_at FROM ${jobs} WHERE ${ofKind} AND (SELECT group_key FROM turn) IS NULL ${firstJob})) f
+        (SELECT group_key, id, run_at FROM ${jobs}
+          WHERE ${ofKind} AND (SELECT group_key FROM turn) IS NULL ${firstJob})) f
       UNION ALL
       SELECT f.group_key, f.id, f.run_at, k.pos + 1, k.ready + ${ready(sql`f.run_at`)}
         FROM keys_after k CROSS JOIN LATERAL (
@@ -295,8 +299,10 @@ function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byI
        WHERE k.pos < ${visit} AND k.ready < (SELECT ready_keys FROM wanted)),
     after_end AS (SELECT coalesce(max(pos), 0) AS pos, coalesce(max(ready), 0) AS ready FROM keys_after),
     keys_before (key, id, run_at, pos, ready) AS (
-      SELECT f.group_key, f.id, f.run_at, e.pos + 2, e.ready + ${ready(sql`f.run_at`)} FROM after_end e CROSS JOIN LATERAL (
-        SELECT group_key, id, run_at FROM ${jobs} WHERE ${ofKind} AND group_key <= (SELECT group_key FROM turn) ${firstJob}) f
+      SELECT f.group_key, f.id, f.run_at, e.pos + 2, e.ready + ${ready(sql`f.run_at`)}
+        FROM after_end e CROSS JOIN LATERAL (
+          SELECT group_key, id, run_at FROM ${jobs}
+           WHERE ${ofKind} AND group_key <= (SELECT group_key FROM turn) ${firstJob}) f
        WHERE e.pos + 1 < ${visit} AND e.ready < (SELECT ready_keys FROM wanted)
       UNION ALL
       SELECT f.group_key, f.id, f.run_at, k.pos + 1, k.ready + ${ready(sql`f.run_at`)}
@@ -369,12 +375,14 @@ function topPriority(kind: string): SQL {
     ${priorities('priorities_below', sql`priority < ${turnPriority}`, sql`true`)}
     top_keyed AS (
       SELECT coalesce(
-        (SELECT k.priority FROM priorities_above k WHERE k.priority IS NOT NULL AND ${readyAt(sql`k.priority`)} LIMIT 1),
+        (SELECT k.priority FROM priorities_above k
+          WHERE k.priority IS NOT NULL AND ${readyAt(sql`k.priority`)} LIMIT 1),
         (SELECT t.priority FROM turn_at t
           WHERE (SELECT run_at FROM ${jobs} WHERE ${keyed} AND priority = t.priority AND group_key > t.group_key
                   ${fairOrder}) <= now()
              OR ${readyAt(sql`t.priority`)}),
-        (SELECT k.priority FROM priorities_below k WHERE k.priority IS NOT NULL AND ${readyAt(sql`k.priority`)} LIMIT 1))
+        (SELECT k.priority FROM priorities_below k
+          WHERE k.priority IS NOT NULL AND ${readyAt(sql`k.priority`)} LIMIT 1))
         AS priority),
     top AS (
       SELECT priority FROM (

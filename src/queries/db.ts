@@ -49,10 +49,11 @@ export function sqlLiteral(value: unknown): string {
   const quote = (text: string) => `'${text.replaceAll("'", "''")}'`;
   if (value === null || value === undefined) return 'NULL';
   if (value instanceof Date) return quote(value.toISOString());
-  if (Array.isArray(value))
-    return quote(
-      `{${value.map((e) => (e === null || e === undefined ? 'NULL' : `"${String(e).replace(/[\\"]/g, '\\$&')}"`)).join(',')}}`,
-    );
+  if (Array.isArray(value)) {
+    const element = (e: unknown) =>
+      e === null || e === undefined ? 'NULL' : `"${String(e).replace(/[\\"]/g, '\\$&')}"`;
+    return quote(`{${value.map(element).join(',')}}`);
+  }
   return quote(String(value));
 }
 

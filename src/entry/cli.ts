@@ -13,6 +13,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { OPERATOR_USAGE, isOperatorCommand, operatorCommandHelp } from '../cli/usage.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
+import { loadDrizzleQuicker } from './drizzle-loading.ts';
 
 const OPERATOR_HELP = Object.values(OPERATOR_USAGE)
   .map((line) => `  ${line}`)
@@ -69,6 +70,8 @@ function requireNode(): void {
 
 async function main(argv: string[]): Promise<void> {
   requireNode();
+  // Before any command loads drizzle-orm (each loads what it needs with a dynamic import).
+  loadDrizzleQuicker();
   // The operator's commands parse their own options.
   if (isOperatorCommand(argv[0])) {
     if (argv.includes('--help') || argv.includes('-h')) return void process.stdout.write(operatorCommandHelp(argv[0]));

@@ -279,8 +279,9 @@ function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byI
          AND priority = (SELECT priority FROM top)`;
   const firstJob = sql`ORDER BY priority DESC NULLS LAST, group_key, run_at, id LIMIT 1`;
   const ready = (runAt: SQL) => sql`(${runAt} <= now())::int`;
-  return sql`${byIds ? topOfIds(kind, ids) : topPriority(kind)}
-    turn AS (SELECT group_key FROM ${fairTurns} WHERE kind = ${kind} AND priority = (SELECT priority FROM top)),
+  return sql`last_turn AS (SELECT priority, group_key FROM ${fairTurns} WHERE kind = ${kind}),
+    ${byIds ? topOfIds(kind, ids) : topPriority(kind)}
+    turn AS (SELECT group_key FROM last_turn WHERE priority = (SELECT priority FROM top)),
     wanted AS (
       SELECT ${v.limit}::int * CASE WHEN ${perKeyLimits ? sql`true` : sql`false`}
         OR EXISTS (SELECT 1 FROM ${groupLimits}
@@ -354,7 +355,7 @@ function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byI
  * jobs at higher priorities only). Found in claim order instead, behind an older backlog of another
  * kind at the same priority, it walked that backlog every claim. Started from the turn, it does not
  * pass over the index entries of the jobs the round has already claimed (the start of the keys, dead
- * until a vacuum).
+ * until a vacuum). Reads `last_turn`, the kind's row of pgdrain.fair_turns (fairCandidates).
  */
 function topPriority(kind: string): SQL {
   const keyed = sql`status = 'pending' AND group_key IS NOT NULL AND kind = ${kind}`;
@@ -363,21 +364,20 @@ function topPriority(kind: string): SQL {
   const fairOrder = sql`ORDER BY priority DESC NULLS LAST, group_key LIMIT 1`;
   const readyAt = (priority: SQL) =>
     sql`(SELECT 1 FROM ${jobs} WHERE ${keyed} AND priority = ${priority} AND run_at <= now() ${fairOrder}) IS NOT NULL`;
-  const turnPriority = sql`(SELECT priority FROM turn_at)`;
+  const turnPriority = sql`(SELECT priority FROM last_turn)`;
   // The kind's keyed priorities from `from` down, one probe each, while `bound` holds.
   const priorities = (name: string, from: SQL, bound: SQL) => sql`${sql.raw(name)} (priority) AS (
       (SELECT priority FROM ${jobs} WHERE ${keyed} AND ${from} AND ${bound} ${fairOrder})
       UNION ALL
       SELECT (SELECT priority FROM ${jobs} WHERE ${keyed} AND priority < k.priority AND ${bound} ${fairOrder})
         FROM ${sql.raw(name)} k WHERE k.priority IS NOT NULL),`;
-  return sql`turn_at AS (SELECT priority, group_key FROM ${fairTurns} WHERE kind = ${kind}),
-    ${priorities('priorities_above', sql`true`, sql`priority > coalesce(${turnPriority}, -2147483648)`)}
+  return sql`${priorities('priorities_above', sql`true`, sql`priority > coalesce(${turnPriority}, -2147483648)`)}
     ${priorities('priorities_below', sql`priority < ${turnPriority}`, sql`true`)}
     top_keyed AS (
       SELECT coalesce(
         (SELECT k.priority FROM priorities_above k
           WHERE k.priority IS NOT NULL AND ${readyAt(sql`k.priority`)} LIMIT 1),
-        (SELECT t.priority FROM turn_at t
+        (SELECT t.priority FROM last_turn t
           WHERE (SELECT run_at FROM ${jobs} WHERE ${keyed} AND priority = t.priority AND group_key > t.group_key
                   ${fairOrder}) <= now()
              OR ${readyAt(sql`t.priority`)}),

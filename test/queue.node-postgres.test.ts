@@ -5,6 +5,11 @@ import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { claim, claimLimited, commitDurably, enqueueMany } from '../src/queries/index.ts';
 import { rowsOf } from '../src/queries/db.ts';
+import { drain } from '../src/drain/index.ts';
+import { JobRegistry } from '../src/jobs/registry.ts';
+import { defineWorkflow } from '../src/workflows/index.ts';
+import { sleep } from './support/time.ts';
+import { z } from 'zod';
 import { loadSteps } from '../src/queries/workflows.ts';
 import { openPools } from '../src/sidecar/database.ts';
 import { Incidents } from '../src/sidecar/incidents.ts';
@@ -115,6 +120,58 @@ describe('prepared statements (the sidecar drain pool)', () => {
       expect(prepared).toEqual([{ name: expect.stringMatching(/^pgdrain_load_steps_[0-9a-f]{16}$/), runs: 3 }]);
     } finally {
       await database.close();
+      await t.close();
+    }
+  });
+
+  it("a claim's workflow runs read their steps in one statement, and runs woken from a sleep pass it with none", async () => {
+    const t = await createTestDatabase();
+    // One connection: its prepared statements count every statement of the kind the drains send.
+    const { db } = t.connect(1);
+    const flow = defineWorkflow({
+      kind: 'wf_read_ahead',
+      schema: z.object({ i: z.number() }),
+      keepCompletedSeconds: 60,
+      run: async ({ i }, step) => {
+        const a = await step.run('a', () => i);
+        await step.sleep('nap', 0.3);
+        return step.run('b', () => a + 1);
+      },
+    });
+    const registry = new JobRegistry([flow]);
+    const runs = (kind: string) =>
+      rowsOf<{ runs: number }>(
+        db,
+        sql`SELECT coalesce(sum(generic_plans + custom_plans), 0)::int AS runs FROM pg_prepared_statements
+             WHERE name LIKE ${`pgdrain_${kind}_%`}`,
+      ).then((rows) => rows[0]!.runs);
+    const drainAll = () => drain(db, registry, { workerId: 'read-ahead', batchSize: 20, concurrency: 20 });
+    try {
+      await enqueueMany(
+        t.db,
+        Array.from({ length: 20 }, (_, i) => ({ kind: flow.kind, payload: { i } })),
+      );
+      expect(await drainAll()).toMatchObject({ snoozed: 20 });
+      const readsBefore = await runs('load_attempt_steps');
+      // One read for the claim's 20 runs, not one each (a second claim may come back empty).
+      expect(readsBefore).toBeGreaterThanOrEqual(1);
+      expect(readsBefore).toBeLessThanOrEqual(2);
+      expect(await runs('park_sleep')).toBe(20);
+      await sleep(350);
+      expect(await drainAll()).toMatchObject({ completed: 20 });
+      expect((await runs('load_attempt_steps')) - readsBefore).toBeLessThanOrEqual(2);
+      // The sleeps had ended: the read completed them, and no run sent a park of its own.
+      expect(await runs('park_sleep')).toBe(20);
+      expect(await runs('record_step')).toBe(40);
+      const steps = await t.query(
+        `SELECT name, status, count(*)::int AS n FROM pgdrain.workflow_steps GROUP BY 1, 2 ORDER BY 1`,
+      );
+      expect(steps).toEqual(['a', 'b', 'nap'].map((name) => ({ name, status: 'completed', n: 20 })));
+      const results = await t.query(
+        `SELECT (result)::int AS result FROM pgdrain.jobs_and_history WHERE kind = 'wf_read_ahead' ORDER BY 1`,
+      );
+      expect(results.map((r) => r.result)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    } finally {
       await t.close();
     }
   });

@@ -56,6 +56,7 @@ import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '.
 import { BatchRunner } from './batch-runner.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { batchOf } from '../jobs/batch.ts';
+import { type BeforeAttempts, beforeAttemptsOf } from '../jobs/definition.ts';
 import { Claimer, nextLockToken } from './claimer.ts';
 import { DueTimes } from './due-times.ts';
 import { Deadlines } from './deadlines.ts';
@@ -206,12 +207,16 @@ class DrainRun {
   #earliestDueAt = Infinity;
   /** One per batch kind drained (src/jobs/batch.ts): their jobs are not the planner's. */
   readonly #runners: BatchRunner[];
+  readonly #db: Db;
+  /** The drained kinds that do something for a claim's jobs before they start (BeforeAttempts). */
+  readonly #beforeAttempts = new Map<string, BeforeAttempts>();
 
   constructor(db: Db, registry: JobRegistry, options: DrainOptions) {
     const profile: DrainProfile = DRAIN_PROFILES[options.placement ?? 'near'];
     const batchSize = Math.max(1, options.batchSize ?? profile.batchSize);
     const recordCounts = options.recordCounts !== false;
     this.#registry = registry;
+    this.#db = db;
     this.#options = options;
     this.#dueTimes = options.dueTimes ?? new DueTimes();
     this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
@@ -226,6 +231,10 @@ class DrainRun {
     });
     const kinds = options.kinds ?? registry.kinds();
     const batchKinds = new Set(kinds.filter((k) => batchOf(registry.get(k)) !== undefined));
+    for (const kind of kinds) {
+      const before = beforeAttemptsOf(registry.get(kind));
+      if (before) this.#beforeAttempts.set(kind, before);
+    }
     this.#planner = new ClaimPlanner(registry, this.#book, {
       kinds: kinds.filter((k) => !batchKinds.has(k)),
       batchSize,
@@ -507,6 +516,10 @@ class DrainRun {
     };
     this.#claimer
       .send(claim, plan.limits)
+      .then(async (outcome) => {
+        if (this.#beforeAttempts.size > 0) await this.#beforeStarting(outcome.jobs);
+        return outcome;
+      })
       .then(
         (outcome) => {
           const records = this.#book.claimed(outcome.jobs, sentAt);
@@ -540,6 +553,21 @@ class DrainRun {
         },
       )
       .finally(() => this.#wakeup.wake());
+  }
+
+  /** The kinds' own work for a claim's jobs before any of them starts (BeforeAttempts); a failure
+   * is theirs to make up for, job by job, and does not hold the jobs back. */
+  async #beforeStarting(claimed: readonly ClaimedJob[]): Promise<void> {
+    let byHook: Map<BeforeAttempts, ClaimedJob[]> | undefined;
+    for (const job of claimed) {
+      const before = this.#beforeAttempts.get(job.kind);
+      if (!before) continue;
+      byHook ??= new Map();
+      const jobs = byHook.get(before);
+      if (jobs) jobs.push(job);
+      else byHook.set(before, [job]);
+    }
+    if (byHook) await Promise.all([...byHook].map(([before, jobs]) => before(this.#db, jobs).catch(() => {})));
   }
 
   /** Its lease was lost before it started (whoever holds it now runs it), or someone cancelled it

@@ -92,6 +92,17 @@ export interface JobDefinition<Payload = unknown> {
   deadLetter?: string;
 }
 
+/** Not public: what a kind does for the jobs a claim returned, before any of them starts, in one go
+ * where each would do it alone (a workflow reads its runs' stored steps: workflows/index.ts). It
+ * only saves statements: when it fails, each job does its part itself. */
+export type BeforeAttempts = (db: Db, jobs: readonly ClaimedJob[]) => Promise<void>;
+
+export const BEFORE_ATTEMPTS: unique symbol = Symbol('pgdrain.beforeAttempts');
+
+/** The kind's BeforeAttempts, if it has one. */
+export const beforeAttemptsOf = (definition: JobDefinition<any> | undefined): BeforeAttempts | undefined =>
+  (definition as { [BEFORE_ATTEMPTS]?: BeforeAttempts } | undefined)?.[BEFORE_ATTEMPTS];
+
 /** The event that started a job of a subscribed kind. */
 export interface StartedBy {
   /** The event's id (pgdrain.events). */

@@ -96,6 +96,7 @@ export { maintainHistory, type HistoryUpkeep } from './job-history.ts';
 export { housekeepingDueAt } from './housekeeping-due.ts';
 export {
   loadSteps,
+  loadStepsOfAttempts,
   recordStepCompleted,
   recordStepFailed,
   parkSleep,

@@ -78,8 +78,10 @@ interface FencedRow {
 const notHeld = (row: FencedRow | undefined): NotHeld => row?.not_held ?? 'lost';
 
 /** Every step the run has reached, in the order it first reached them; for step.invoke's steps,
- * their child's end (a second read, only when the run has any: the history view costs planning). */
-export async function loadSteps(db: Db, jobId: string): Promise<StoredStep[]> {
+ * their child's end (a second read, only when the run has any: the history view costs planning).
+ * `held`: the attempt that reads them to go on: see loadStepsOfAttempts. */
+export async function loadSteps(db: Db, jobId: string, held?: HeldRun): Promise<StoredStep[]> {
+  if (held) return (await loadStepsOfAttempts(db, [held])).get(held.jobId) ?? [];
   // Prepared: planning this read took twice as long as running it, once for every attempt of a run.
   const rows = await rowsOfPrepared<Record<string, unknown>>(
     db,
@@ -88,6 +90,48 @@ export async function loadSteps(db: Db, jobId: string): Promise<StoredStep[]> {
       event, event_key, event_match::text AS event_match, event_id::text AS event_id, child_id::text AS child_id
           FROM ${workflowSteps} WHERE job_id = ${jobId}::bigint ORDER BY position`,
   );
+  return (await withChildren(db, rows)).map(stepFromRow);
+}
+
+/**
+ * The stored steps of runs about to go on, each held by its attempt, in one statement: a drain
+ * reads those of the runs a claim returned at once, where each run read its own (a round trip per
+ * run). Runs with no step get an empty list.
+ *
+ * Their sleeps whose end has come complete in the same statement (fenced: only while the attempt
+ * holds the job), as pgdrain.park_sleep() would complete each when the run reaches it again: a run
+ * woken from a sleep passes it with no statement of its own. A sleep's end is fixed at its first
+ * park and time only goes on, so completing it before the run reaches it decides nothing the run
+ * would decide otherwise.
+ */
+export async function loadStepsOfAttempts(db: Db, runs: readonly HeldRun[]): Promise<Map<string, StoredStep[]>> {
+  const ids = runs.map((r) => r.jobId);
+  const rows = await rowsOfPrepared<Record<string, unknown>>(
+    db,
+    'pgdrain_load_attempt_steps',
+    sql`WITH runs AS (SELECT * FROM unnest(${sql.param(ids)}::bigint[], ${sql.param(runs.map((r) => r.lockedBy))}::text[])
+                        AS r(id, token)),
+      ended AS (
+        UPDATE ${workflowSteps} s SET status = 'completed', finished_at = now(), wake_at = NULL
+          FROM runs r JOIN ${jobs} j ON j.id = r.id AND j.locked_by = r.token AND j.status = 'running'
+         WHERE s.job_id = r.id AND s.status = 'sleeping' AND s.wake_at <= now()
+        RETURNING s.job_id, s.name, s.finished_at)
+      SELECT s.job_id::text AS job_id, s.name, s.position, CASE WHEN e.name IS NULL THEN s.status ELSE 'completed' END AS status,
+             s.attempts, s.result::text AS result, s.error, s.started_at,
+             coalesce(e.finished_at, s.finished_at) AS finished_at, CASE WHEN e.name IS NULL THEN s.wake_at END AS wake_at,
+             s.event, s.event_key, s.event_match::text AS event_match, s.event_id::text AS event_id,
+             s.child_id::text AS child_id
+        FROM ${workflowSteps} s LEFT JOIN ended e ON e.job_id = s.job_id AND e.name = s.name
+       WHERE s.job_id = ANY(${sql.param(ids)}::bigint[])
+       ORDER BY s.job_id, s.position`,
+  );
+  const byRun = new Map<string, StoredStep[]>(ids.map((id) => [id, []]));
+  for (const row of await withChildren(db, rows)) byRun.get(String(row.job_id))?.push(stepFromRow(row));
+  return byRun;
+}
+
+/** Rows of steps, those of step.invoke's steps with their child's status and outcome. */
+async function withChildren(db: Db, rows: Record<string, unknown>[]): Promise<Record<string, unknown>[]> {
   const childIds = rows.map((r) => r.child_id).filter((id): id is string => typeof id === 'string');
   if (childIds.length > 0) {
     const children = await rowsOf<{ id: string; status: string; result: unknown; last_error: string | null }>(
@@ -102,7 +146,7 @@ export async function loadSteps(db: Db, jobId: string): Promise<StoredStep[]> {
         Object.assign(r, { child_status: child.status, child_result: child.result, child_error: child.last_error });
     }
   }
-  return rows.map(stepFromRow);
+  return rows;
 }
 
 function stepFromRow(r: Record<string, unknown>): StoredStep {
@@ -169,8 +213,11 @@ async function recordStep(
   error: string | null,
   shareLock: boolean,
 ): Promise<NotHeld | null> {
-  const [row] = await rowsOf<{ outcome: 'written' | NotHeld }>(
+  // Prepared, as the parks: every step sends it, and its parse and plan cost PostgreSQL about what
+  // running it does.
+  const [row] = await rowsOfPrepared<{ outcome: 'written' | NotHeld }>(
     db,
+    'pgdrain_record_step',
     sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.record_step(
           ${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int, ${status},
           ${step.priorAttempts + 1}::int, ${resultJson}::jsonb, ${error},
@@ -192,8 +239,9 @@ export type ParkOutcome =
  * (pgdrain.park_sleep()).
  */
 export async function parkSleep(db: Db, step: StepRecord, until: Date): Promise<ParkOutcome> {
-  const [row] = await rowsOf<ParkRow>(
+  const [row] = await rowsOfPrepared<ParkRow>(
     db,
+    'pgdrain_park_sleep',
     sql`SELECT outcome, until_at
       FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_sleep(
              ${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int,

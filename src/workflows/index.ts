@@ -27,10 +27,11 @@ import { JobCancelledError, LeaseLostError } from '../drain/lease-keeper.ts';
 import { type HandlerRuntime, MAX_RESULT_BYTES, SettledByStatement, handlerRuntime } from '../drain/run-handler.ts';
 import { PgdrainError } from '../errors.ts';
 import { errorText, longerThan, toJson, utf8Length } from '../json.ts';
-import { type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
+import { BEFORE_ATTEMPTS, type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
 import { PermanentJobError } from '../jobs/registry.ts';
 import { type EnqueueOptions, prepareJob } from '../jobs/enqueue.ts';
 import {
+  type ClaimedJob,
   type Db,
   type NotHeld,
   type StepRecord,
@@ -40,6 +41,7 @@ import {
   type StepPark,
   cancel,
   loadSteps,
+  loadStepsOfAttempts,
   registerCancelTriggers,
   snoozeRun,
   recordStepCompleted,
@@ -161,12 +163,25 @@ export function defineWorkflow<Payload, Result = unknown>(
     ...rest,
     handler: (payload, ctx) => runWorkflow(definition.kind, run, payload, ctx, cancelOn),
   });
-  return Object.assign(job, { workflow: true as const, run });
+  return Object.assign(job, { workflow: true as const, run, [BEFORE_ATTEMPTS]: readStepsAhead });
 }
 
 /** Whether a kind is a workflow. */
 export const isWorkflow = (definition: JobDefinition<any> | undefined): boolean =>
   (definition as { workflow?: unknown } | undefined)?.workflow === true;
+
+/** The stored steps of runs a claim returned, read for all of them at once before they start
+ * (the drain calls readStepsAhead for a claim's runs: BeforeAttempts); a run read by neither (the
+ * read failed) reads its own. */
+const stepsReadAhead = new WeakMap<ClaimedJob, StoredStep[]>();
+
+async function readStepsAhead(db: Db, runs: readonly ClaimedJob[]): Promise<void> {
+  const steps = await loadStepsOfAttempts(
+    db,
+    runs.map((job) => ({ jobId: job.id, lockedBy: job.lockedBy })),
+  );
+  for (const job of runs) stepsReadAhead.set(job, steps.get(job.id) ?? []);
+}
 
 async function runWorkflow<Payload, Result>(
   kind: string,
@@ -178,7 +193,10 @@ async function runWorkflow<Payload, Result>(
   const runtime = handlerRuntime(ctx);
   if (!runtime) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
   if (cancelOn.length > 0) await listForCancel(kind, runtime.db, ctx, payload, cancelOn);
-  const steps = new Steps(kind, ctx, runtime, await loadSteps(runtime.db, ctx.job.id));
+  const ahead = stepsReadAhead.get(ctx.job);
+  stepsReadAhead.delete(ctx.job);
+  const held = { jobId: ctx.job.id, lockedBy: ctx.job.lockedBy };
+  const steps = new Steps(kind, ctx, runtime, ahead ?? (await loadSteps(runtime.db, ctx.job.id, held)));
   // A park ends the attempt here, whatever the run's code does with the parked step (it never settles).
   try {
     return await Promise.race([Promise.resolve().then(() => run(payload, steps, ctx)), steps.parked]);

@@ -514,12 +514,16 @@ class DrainRun {
       visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
       ...(this.#options.reportNextDue ? { nextDue: { kinds: this.#options.kinds } } : {}),
     };
-    this.#claimer
-      .send(claim, plan.limits)
-      .then(async (outcome) => {
-        if (this.#beforeAttempts.size > 0) await this.#beforeStarting(outcome.jobs);
-        return outcome;
-      })
+    const sent = this.#claimer.send(claim, plan.limits);
+    // Only a drain of kinds that do something first (beforeAttemptsOf) waits for them.
+    const claimed =
+      this.#beforeAttempts.size === 0
+        ? sent
+        : sent.then(async (outcome) => {
+            await this.#beforeStarting(outcome.jobs);
+            return outcome;
+          });
+    claimed
       .then(
         (outcome) => {
           const records = this.#book.claimed(outcome.jobs, sentAt);

@@ -57,6 +57,8 @@ export interface StoredStep {
   childId: string | null;
   /** step.invoke: the child's status and outcome (null: it is gone). */
   child: { status: string; result: unknown; lastError: string | null } | null;
+  /** A sleep whose end came by this attempt's read of its steps, which completed it (loadStepsOfAttempts). */
+  endedInRead?: true;
 }
 
 /** The run's job, locked, while it is still running under the attempt's token and nobody asked to cancel it. */
@@ -109,18 +111,21 @@ export async function loadStepsOfAttempts(db: Db, runs: readonly HeldRun[]): Pro
   const rows = await rowsOfPrepared<Record<string, unknown>>(
     db,
     'pgdrain_load_attempt_steps',
-    sql`WITH runs AS (SELECT * FROM unnest(${sql.param(ids)}::bigint[], ${sql.param(runs.map((r) => r.lockedBy))}::text[])
-                        AS r(id, token)),
+    sql`WITH runs AS (
+        SELECT * FROM unnest(${sql.param(ids)}::bigint[], ${sql.param(runs.map((r) => r.lockedBy))}::text[])
+          AS r(id, token)),
       ended AS (
         UPDATE ${workflowSteps} s SET status = 'completed', finished_at = now(), wake_at = NULL
           FROM runs r JOIN ${jobs} j ON j.id = r.id AND j.locked_by = r.token AND j.status = 'running'
          WHERE s.job_id = r.id AND s.status = 'sleeping' AND s.wake_at <= now()
         RETURNING s.job_id, s.name, s.finished_at)
-      SELECT s.job_id::text AS job_id, s.name, s.position, CASE WHEN e.name IS NULL THEN s.status ELSE 'completed' END AS status,
+      SELECT s.job_id::text AS job_id, s.name, s.position,
+             CASE WHEN e.name IS NULL THEN s.status ELSE 'completed' END AS status,
              s.attempts, s.result::text AS result, s.error, s.started_at,
-             coalesce(e.finished_at, s.finished_at) AS finished_at, CASE WHEN e.name IS NULL THEN s.wake_at END AS wake_at,
+             coalesce(e.finished_at, s.finished_at) AS finished_at,
+             CASE WHEN e.name IS NULL THEN s.wake_at END AS wake_at,
              s.event, s.event_key, s.event_match::text AS event_match, s.event_id::text AS event_id,
-             s.child_id::text AS child_id
+             s.child_id::text AS child_id, e.name IS NOT NULL AS ended_in_read
         FROM ${workflowSteps} s LEFT JOIN ended e ON e.job_id = s.job_id AND e.name = s.name
        WHERE s.job_id = ANY(${sql.param(ids)}::bigint[])
        ORDER BY s.job_id, s.position`,
@@ -177,6 +182,7 @@ function stepFromRow(r: Record<string, unknown>): StoredStep {
             result: r.child_result == null ? undefined : json(r.child_result),
             lastError: (r.child_error as string | null) ?? null,
           },
+    ...(r.ended_in_read === true ? { endedInRead: true as const } : {}),
   };
 }
 

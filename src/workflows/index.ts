@@ -384,7 +384,7 @@ class Steps implements WorkflowStep {
     const { stored, record } = this.#begin(name, 'sleep');
     if (!seconds.safeParse(forSeconds).success)
       throw new RangeError(`step.sleep('${name}'): seconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
-    if (stored?.status === 'completed') return;
+    if (stored?.status === 'completed') return this.#passedSleep(name, stored);
     // Its end is kept from the first park: a run re-entered later does not move it.
     await this.#park({ ...record, type: 'sleep', until: new Date(Date.now() + forSeconds * 1000) });
   }
@@ -397,8 +397,14 @@ class Steps implements WorkflowStep {
     if (until.getTime() - Date.now() > MAX_SLEEP_SECONDS * 1000) {
       throw new RangeError(`step.sleepUntil('${name}'): until is more than a year ahead`);
     }
-    if (stored?.status === 'completed') return;
+    if (stored?.status === 'completed') return this.#passedSleep(name, stored);
     await this.#park({ ...record, type: 'sleep', until });
+  }
+
+  /** A completed sleep. One whose end this attempt's read found (and completed) ends in this
+   * attempt, as its span says. */
+  async #passedSleep(name: string, stored: StoredStep): Promise<void> {
+    if (stored.endedInRead) await this.#traced(name, async () => {});
   }
 
   async waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null> {

@@ -3,7 +3,8 @@ import pg from 'pg';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { claim, claimLimited, commitDurably, enqueueMany } from '../src/queries/index.ts';
+import { claim, claimLimited, commitDurably, enqueueMany, recordStepsCompleted } from '../src/queries/index.ts';
+import { writeStepRecord } from '../src/workflows/step-records.ts';
 import { rowsOf } from '../src/queries/db.ts';
 import { drain } from '../src/drain/index.ts';
 import { JobRegistry } from '../src/jobs/registry.ts';
@@ -103,6 +104,76 @@ describe('planner settings (the sidecar drain pool)', () => {
   });
 });
 
+// A step's record must be durable before its run goes on, on a pool that commits asynchronously;
+// the records of steps that finish together share a statement (src/workflows/step-records.ts).
+describe('step records (the sidecar drain pool)', () => {
+  it("commit durably, fenced one by one, several runs' in one statement; a record the server refuses fails its own step only", async () => {
+    const t = await createTestDatabase();
+    const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })));
+    try {
+      await enqueueMany(
+        t.db,
+        Array.from({ length: 3 }, (_, i) => ({ kind: 'recorded', payload: { i } })),
+      );
+      const [held, other, cancelled] = await claim(database.drainDb, { batchSize: 3, lockToken: 'records' });
+      await t.query(`UPDATE pgdrain.jobs SET cancel_requested_at = now() WHERE id = $1`, [cancelled!.id]);
+      const step = (job: { id: string }, name: string, lockedBy = 'records') => ({
+        jobId: job.id,
+        lockedBy,
+        name,
+        position: 0,
+        startedAt: new Date(),
+        priorAttempts: 0,
+      });
+      const { outcomes, commit } = await database.drainDb.transaction(async (tx) => ({
+        outcomes: await recordStepsCompleted(tx, [
+          { step: step(held!, 'first'), resultJson: '{"n":1}' },
+          { step: step(other!, 'first', 'someone-else'), resultJson: null },
+          { step: step(cancelled!, 'first'), resultJson: null },
+        ]),
+        commit: (await rowsOf<{ commit: string }>(tx, sql`SELECT current_setting('synchronous_commit') AS commit`))[0]!
+          .commit,
+      }));
+      // Written while its attempt holds the job; not for an attempt that lost it, nor once a cancel is asked.
+      expect(outcomes).toEqual([null, 'lost', 'cancelled']);
+      // The pool commits asynchronously; the records' transaction commits durably.
+      expect(commit).toBe('on');
+      // The first goes at once; those that come while it is in flight share the next statement
+      // (rows written by one statement share its transaction id, xmin).
+      const writeAll = (names: string[]) =>
+        Promise.allSettled(
+          names.map((name) =>
+            writeStepRecord(database.drainDb, step(held!, name), name === 'refused' ? '"\\u0000"' : '1'),
+          ),
+        );
+      const together = await writeAll(['a', 'b', 'c']);
+      expect(together).toEqual(['a', 'b', 'c'].map(() => ({ status: 'fulfilled', value: null })));
+      // A result jsonb refuses (\u0000) fails the statement it shares: each of it goes again alone,
+      // and only the refused one's step hears an error.
+      const refused = await writeAll(['d', 'refused', 'e']);
+      expect(refused.map((w) => w.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+      const rows = await t.query<{ name: string; result: unknown; xid: string }>(
+        `SELECT name, result, xmin::text AS xid FROM pgdrain.workflow_steps WHERE job_id = $1 ORDER BY name`,
+        [held!.id],
+      );
+      expect(rows.map((r) => [r.name, r.result])).toEqual([
+        ['a', 1],
+        ['b', 1],
+        ['c', 1],
+        ['d', 1],
+        ['e', 1],
+        ['first', { n: 1 }],
+      ]);
+      const xid = Object.fromEntries(rows.map((r) => [r.name, r.xid]));
+      expect(new Set([xid.a, xid.b, xid.d, xid.e]).size).toBe(4);
+      expect(xid.c).toBe(xid.b);
+    } finally {
+      await database.close();
+      await t.close();
+    }
+  });
+});
+
 // Statements that took longer to parse and plan than to run, sent again and again with the same
 // text: a limited claim (a CTE per limit), a workflow run's read of its steps. Each connection
 // prepares them once, by a name that their text decides.
@@ -162,7 +233,10 @@ describe('prepared statements (the sidecar drain pool)', () => {
       expect((await runs('load_attempt_steps')) - readsBefore).toBeLessThanOrEqual(2);
       // The sleeps had ended: the read completed them, and no run sent a park of its own.
       expect(await runs('park_sleep')).toBe(20);
-      expect(await runs('record_step')).toBe(40);
+      // 40 records (a and b of 20 runs), durable, in a few shared statements: a step that finishes
+      // while one is in flight goes in the next.
+      expect(await runs('record_steps')).toBeGreaterThanOrEqual(2);
+      expect(await runs('record_steps')).toBeLessThanOrEqual(20);
       const steps = await t.query(
         `SELECT name, status, count(*)::int AS n FROM pgdrain.workflow_steps GROUP BY 1, 2 ORDER BY 1`,
       );

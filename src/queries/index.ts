@@ -98,6 +98,8 @@ export {
   loadSteps,
   loadStepsOfAttempts,
   recordStepCompleted,
+  recordStepsCompleted,
+  type CompletedStep,
   recordStepFailed,
   parkSleep,
   waitForEvent,

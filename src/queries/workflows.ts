@@ -211,6 +211,33 @@ export async function recordStepFailed(db: Db, step: StepRecord, error: string):
   await recordStep(db, step, 'failed', null, error, false);
 }
 
+/** A completed step's record and its result (JSON text, or null for undefined), for recordStepsCompleted. */
+export interface CompletedStep {
+  step: StepRecord;
+  resultJson: string | null;
+}
+
+/**
+ * Completed steps' records, of any runs, in one statement and one durable commit
+ * (pgdrain.record_steps()): each fenced as recordStepCompleted's, its outcome at its index. The
+ * records must name distinct steps (one row cannot be written twice in a statement).
+ */
+export async function recordStepsCompleted(db: Db, records: readonly CompletedStep[]): Promise<(NotHeld | null)[]> {
+  const column = <T>(of: (r: CompletedStep) => T) => sql.param(records.map(of));
+  const rows = await rowsOfPrepared<{ step_index: number; outcome: 'written' | NotHeld }>(
+    db,
+    'pgdrain_record_steps',
+    sql`SELECT step_index, outcome FROM ${sql.raw(PGDRAIN_SCHEMA)}.record_steps(
+          ${column((r) => r.step.jobId)}::bigint[], ${column((r) => r.step.lockedBy)}::text[],
+          ${column((r) => r.step.name)}::text[], ${column((r) => r.step.position)}::int[],
+          ${column((r) => r.step.priorAttempts + 1)}::int[], ${column((r) => r.resultJson)}::text[],
+          ${column((r) => r.step.startedAt.toISOString())}::timestamptz[])`,
+  );
+  const outcomes: (NotHeld | null)[] = records.map(() => 'lost');
+  for (const row of rows) outcomes[row.step_index - 1] = row.outcome === 'written' ? null : row.outcome;
+  return outcomes;
+}
+
 async function recordStep(
   db: Db,
   step: StepRecord,

@@ -27,6 +27,7 @@ import { JobCancelledError, LeaseLostError } from '../drain/lease-keeper.ts';
 import { type HandlerRuntime, MAX_RESULT_BYTES, SettledByStatement, handlerRuntime } from '../drain/run-handler.ts';
 import { PgdrainError } from '../errors.ts';
 import { errorText, longerThan, toJson, utf8Length } from '../json.ts';
+import { writeStepRecord } from './step-records.ts';
 import { BEFORE_ATTEMPTS, type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
 import { PermanentJobError } from '../jobs/registry.ts';
 import { type EnqueueOptions, prepareJob } from '../jobs/enqueue.ts';
@@ -337,7 +338,7 @@ class Steps implements WorkflowStep {
         ),
       );
       const json = this.#resultJson(name, value);
-      this.#written(await recordStepCompleted(this.#db, record, json));
+      this.#written(await writeStepRecord(this.#db, record, json));
       return (json === null ? undefined : JSON.parse(json)) as T;
     } catch (error) {
       // Tries left: the run snoozes for the backoff and the step runs again, no run attempt spent.
@@ -455,7 +456,7 @@ class Steps implements WorkflowStep {
     if (child?.status === 'completed') {
       const json = child.result === undefined ? null : JSON.stringify(child.result);
       return this.#traced(name, async () => {
-        this.#written(await recordStepCompleted(this.#db, record, json));
+        this.#written(await writeStepRecord(this.#db, record, json));
         return child.result as R;
       });
     }

@@ -140,11 +140,11 @@ describe('step records (the sidecar drain pool)', () => {
       expect(commit).toBe('on');
       // The first goes at once; those that come while it is in flight share the next statement
       // (rows written by one statement share its transaction id, xmin).
+      // \u0000 is JSON that jsonb refuses; a long result (over 16 KiB) goes alone.
+      const results: Record<string, string> = { refused: '"\\u0000"', long: JSON.stringify('x'.repeat(20_000)) };
       const writeAll = (names: string[]) =>
         Promise.allSettled(
-          names.map((name) =>
-            writeStepRecord(database.drainDb, step(held!, name), name === 'refused' ? '"\\u0000"' : '1'),
-          ),
+          names.map((name) => writeStepRecord(database.drainDb, step(held!, name), results[name] ?? '1')),
         );
       const together = await writeAll(['a', 'b', 'c']);
       expect(together).toEqual(['a', 'b', 'c'].map(() => ({ status: 'fulfilled', value: null })));
@@ -167,6 +167,18 @@ describe('step records (the sidecar drain pool)', () => {
       const xid = Object.fromEntries(rows.map((r) => [r.name, r.xid]));
       expect(new Set([xid.a, xid.b, xid.d, xid.e]).size).toBe(4);
       expect(xid.c).toBe(xid.b);
+      // While 'f' is in flight, the long result goes at once on a statement of its own; 'g' and 'h' wait and share one.
+      expect(await writeAll(['f', 'long', 'g', 'h'])).toEqual(
+        ['f', 'long', 'g', 'h'].map(() => ({ status: 'fulfilled', value: null })),
+      );
+      const [later] = await t.query<Record<string, string>>(
+        `SELECT jsonb_object_agg(name, xmin::text) AS xid FROM pgdrain.workflow_steps
+          WHERE job_id = $1 AND name IN ('f', 'long', 'g', 'h')`,
+        [held!.id],
+      );
+      const { f, long, g, h } = later!.xid as unknown as Record<string, string>;
+      expect(new Set([f, long, g]).size).toBe(3);
+      expect(h).toBe(g);
     } finally {
       await database.close();
       await t.close();

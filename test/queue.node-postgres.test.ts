@@ -3,7 +3,16 @@ import pg from 'pg';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { claim, claimLimited, commitDurably, enqueueMany, recordStepsCompleted } from '../src/queries/index.ts';
+import {
+  claim,
+  claimLimited,
+  commitDurably,
+  completeJobs,
+  enqueue,
+  enqueueMany,
+  fail,
+  recordStepsCompleted,
+} from '../src/queries/index.ts';
 import { writeStepRecord } from '../src/workflows/step-records.ts';
 import { rowsOf } from '../src/queries/db.ts';
 import { drain } from '../src/drain/index.ts';
@@ -11,7 +20,7 @@ import { JobRegistry } from '../src/jobs/registry.ts';
 import { defineWorkflow } from '../src/workflows/index.ts';
 import { sleep } from './support/time.ts';
 import { z } from 'zod';
-import { loadSteps } from '../src/queries/workflows.ts';
+import { type StepPark, loadSteps, parkSteps } from '../src/queries/workflows.ts';
 import { openPools } from '../src/sidecar/database.ts';
 import { Incidents } from '../src/sidecar/incidents.ts';
 import { createTestDatabase } from './support/database.ts';
@@ -181,6 +190,138 @@ describe('step records (the sidecar drain pool)', () => {
       expect(h).toBe(g);
     } finally {
       await database.close();
+      await t.close();
+    }
+  });
+});
+
+// A job's end and a job that begins to wait for it, at once. Whoever makes a job wait for another
+// (a workflow's park on a child, an enqueue with `after`) locks that other job's row; a statement
+// that ends the job and has to wait for the row goes on, once the waiter commits, with the snapshot
+// it began with, which does not show the waiter. These force that order: the ending statement is
+// seen waiting for the lock before the waiter commits (drizzle/0023).
+describe("jobs that begin to wait while their job's end waits for its row", () => {
+  const blockedOnALock = async (query: (sql: string) => Promise<Record<string, unknown>[]>) => {
+    for (let i = 0; i < 500; i++) {
+      const [row] = await query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+      );
+      if (Number(row!.n) > 0) return;
+      await sleep(10);
+    }
+    throw new Error('the ending statement never waited for the row');
+  };
+
+  it('a workflow parked again on its child is woken by the child that ended meanwhile', async () => {
+    const t = await createTestDatabase();
+    const ending = t.connect(2).db;
+    const parking = t.connect(1).db;
+    try {
+      const [parent, first, second] = await enqueueMany(t.db, [
+        { kind: 'wf_parent', payload: {} },
+        { kind: 'wf_child', payload: { n: 1 } },
+        { kind: 'wf_child', payload: { n: 2 } },
+      ]);
+      const child = (run: { id: string; lockedBy: string }, childId: string, name: string): StepPark => ({
+        jobId: run.id,
+        lockedBy: run.lockedBy,
+        name,
+        position: name === 'one' ? 0 : 1,
+        startedAt: new Date(),
+        priorAttempts: 0,
+        type: 'child',
+        childId,
+      });
+      const [run1] = await claim(t.db, { batchSize: 1, lockToken: 'parent-1', kinds: ['wf_parent'] });
+      const firstPark = await parkSteps(t.db, { jobId: run1!.id, lockedBy: run1!.lockedBy }, [
+        child(run1!, first!.id, 'one'),
+        child(run1!, second!.id, 'two'),
+      ]);
+      expect(firstPark.outcome).toBe('recorded');
+      const children = await claim(t.db, { batchSize: 2, lockToken: 'children', kinds: ['wf_child'] });
+      expect(children).toHaveLength(2);
+      // The first child's end wakes the run; it runs again and parks on the second, which ends
+      // while that park holds its row.
+      await completeJobs(t.db, [{ id: first!.id, lockedBy: 'children' }]);
+      const [run2] = await claim(t.db, { batchSize: 1, lockToken: 'parent-2', kinds: ['wf_parent'] });
+      expect(run2?.id).toBe(parent!.id);
+      let ended: Promise<unknown> | undefined;
+      await parking.transaction(async (tx) => {
+        const again = await parkSteps(tx, { jobId: run2!.id, lockedBy: run2!.lockedBy }, [
+          child(run2!, second!.id, 'two'),
+        ]);
+        expect(again.outcome).toBe('recorded');
+        ended = completeJobs(ending, [{ id: second!.id, lockedBy: 'children' }]);
+        await blockedOnALock(t.query);
+      });
+      await ended;
+      const [row] = await t.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [parent!.id]);
+      expect(row).toEqual({ status: 'pending', locked_by: null });
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('a job enqueued `after` one that completed meanwhile is released', async () => {
+    const t = await createTestDatabase();
+    const ending = t.connect(2).db;
+    const enqueuing = t.connect(1).db;
+    try {
+      const [upstream] = await enqueueMany(t.db, [{ kind: 'upstream', payload: {} }]);
+      // One dependent already: the job's end takes the statement that releases dependents.
+      const early = await enqueue(t.db, { kind: 'downstream', payload: { n: 1 }, after: [upstream!.id] });
+      const [held] = await claim(t.db, { batchSize: 1, lockToken: 'upstream', kinds: ['upstream'] });
+      let ended: Promise<unknown> | undefined;
+      const late = await enqueuing.transaction(async (tx) => {
+        const job = await enqueue(tx, { kind: 'downstream', payload: { n: 2 }, after: [upstream!.id] });
+        expect(job.status).toBe('waiting');
+        ended = completeJobs(ending, [{ id: held!.id, lockedBy: 'upstream' }]);
+        await blockedOnALock(t.query);
+        return job;
+      });
+      await ended;
+      const rows = await t.query(
+        `SELECT id::text AS id, status, waiting_for FROM pgdrain.jobs WHERE kind = 'downstream' ORDER BY id`,
+      );
+      expect(rows).toEqual([
+        { id: early.id, status: 'pending', waiting_for: 0 },
+        { id: late.id, status: 'pending', waiting_for: 0 },
+      ]);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('a job enqueued `after` one that died meanwhile dies, and so does the one waiting for it, each with its letter', async () => {
+    const t = await createTestDatabase();
+    const ending = t.connect(2).db;
+    const enqueuing = t.connect(1).db;
+    try {
+      await t.query(`INSERT INTO pgdrain.dead_letter_routes (kind, dead_letter) VALUES ('downstream', 'letters')`);
+      const [upstream] = await enqueueMany(t.db, [{ kind: 'upstream', payload: {} }]);
+      const early = await enqueue(t.db, { kind: 'downstream', payload: { n: 1 }, after: [upstream!.id] });
+      const [held] = await claim(t.db, { batchSize: 1, lockToken: 'upstream', kinds: ['upstream'] });
+      let ended: Promise<unknown> | undefined;
+      const [late, later] = await enqueuing.transaction(async (tx) => {
+        const job = await enqueue(tx, { kind: 'downstream', payload: { n: 2 }, after: [upstream!.id] });
+        const next = await enqueue(tx, { kind: 'downstream', payload: { n: 3 }, after: [job.id] });
+        ended = fail(ending, { id: held!.id, lockedBy: 'upstream' }, { error: 'no', permanent: true });
+        await blockedOnALock(t.query);
+        return [job, next];
+      });
+      expect(await ended).toMatchObject({ outcome: 'dead' });
+      const rows = await t.query(
+        `SELECT id::text AS id, status, last_error, dead_letter_id IS NOT NULL AS lettered FROM pgdrain.jobs
+          WHERE kind = 'downstream' ORDER BY id`,
+      );
+      const why = `job ${upstream!.id} it waits for ended dead`;
+      expect(rows).toEqual(
+        [early, late, later].map(({ id }) => ({ id, status: 'dead', last_error: why, lettered: true })),
+      );
+      const [letters] = await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'letters'`);
+      expect(letters).toEqual({ n: 3 });
+    } finally {
       await t.close();
     }
   });

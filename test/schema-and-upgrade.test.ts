@@ -88,6 +88,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.park_wait(bigint,text,text,integer,timestamp with time zone,text,text,timestamp with time zone,jsonb)',
     'pgdrain.record_step(bigint,text,text,integer,text,integer,jsonb,text,timestamp with time zone,boolean)',
     'pgdrain.record_steps(bigint[],text[],text[],integer[],integer[],text[],timestamp with time zone[])',
+    'pgdrain.release_dependents_missed(bigint[],text[],bigint[])',
     'pgdrain.send_event(text,text,jsonb)',
     'pgdrain.set_group_limits(text,text,integer,integer,double precision)',
     'pgdrain.snooze_run(bigint,text,timestamp with time zone,text,integer,timestamp with time zone,integer,text)',

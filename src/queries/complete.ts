@@ -11,7 +11,7 @@ import { countCompleted } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 import { type HeldJob, fenced, heldRows } from './fence.ts';
 import { HISTORY_COLUMNS, historyRow } from './job-history.ts';
-import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
+import { ENDED_COLUMNS, ENDED_FOLLOWED, RELEASED_KINDS, afterJobsEnded } from './job-ended.ts';
 
 export type { HeldJob } from './fence.ts';
 
@@ -175,7 +175,7 @@ async function completing(
     sql`WITH RECURSIVE ${completingCtes(held, { followed })}${counted}
         SELECT id, status, NULL::text[] AS released, NULL::bigint AS pgdrain_notified FROM ended
         UNION ALL
-        SELECT NULL, NULL, (SELECT array_agg(DISTINCT kind) FROM released WHERE status = 'pending'), ${ENDED_FOLLOWED}`,
+        SELECT NULL, NULL, (SELECT array_agg(DISTINCT kind) FROM ${RELEASED_KINDS} k), ${ENDED_FOLLOWED}`,
   );
   const ended = rows.filter((r) => r.id !== null).map((r) => ({ id: String(r.id), status: r.status }));
   return { ended, unblockedKinds: rows.find((r) => r.id === null)?.released ?? [] };

@@ -8,7 +8,7 @@ import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 import { type HeldJob, fenced, heldRows } from './fence.ts';
 import { DEAD_LETTERED, DEAD_LETTERS_NOTIFIED, DEAD_LETTER_COLUMNS, deadLetterIdFor } from './dead-letter.ts';
-import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
+import { ENDED_COLUMNS, ENDED_FOLLOWED, RELEASED_KINDS, afterJobsEnded } from './job-ended.ts';
 
 /** last_error is kept to this many characters so a huge stack cannot bloat the row. */
 export const MAX_ERROR_LENGTH = 4000;
@@ -106,8 +106,7 @@ export async function failJobs(
           NULL::bigint AS dead_letters FROM ended
         UNION ALL
         SELECT NULL, NULL, NULL, NULL,
-               (SELECT array_agg(DISTINCT kind) FROM (SELECT kind FROM released WHERE status = 'pending' UNION
-                 SELECT kind FROM dead_lettered) k),
+               (SELECT array_agg(DISTINCT kind) FROM (${RELEASED_KINDS} UNION SELECT kind FROM dead_lettered) k),
                ${ENDED_FOLLOWED}, ${DEAD_LETTERS_NOTIFIED}`,
   );
   const byId = new Map(rows.filter((r) => r.id !== null).map((r) => [String(r.id), r]));

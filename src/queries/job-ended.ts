@@ -9,12 +9,16 @@
 //     `waiting`, so the recursion reaches them all), and those whose kind has a dead-letter kind
 //     enqueue their letter (dead-letter.ts); but a workflow parked on it (step.invoke: its
 //     step row names the child) is made pending whichever way it ended, to see how when it runs;
+//   - jobs that began to wait for an ended one while this statement waited for its row (a
+//     workflow's park on a child, an enqueue with `after`, committed after the statement's snapshot)
+//     are released by pgdrain.release_dependents_missed(), which looks again with a fresh snapshot
+//     (drizzle/0023); it runs only when an ended job has dependents;
 //   - someone waiting for a job that reached a final state or was deleted (GET /jobs/:id?waitSeconds)
 //     is notified, and when its row is deleted, a line in pgdrain.finished_jobs says how it ended.
 // The statement must begin `WITH RECURSIVE` (the dead ones are found recursively) and select
 // `ENDED_FOLLOWED` so that the notifications, which only read, are evaluated.
 import { type SQL, sql } from 'drizzle-orm';
-import { finishedJobs, jobDependencies, jobs, workflowSteps } from '../db/schema.ts';
+import { PGDRAIN_SCHEMA, finishedJobs, jobDependencies, jobs, workflowSteps } from '../db/schema.ts';
 import { FINISHED_CHANNEL, NOTIFY_CHANNEL } from './db.ts';
 import { deadLetterIdFor, deadLettersOf } from './dead-letter.ts';
 
@@ -66,6 +70,10 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
       SELECT id, kind, status FROM ended WHERE watched_until > now() ON CONFLICT (id) DO NOTHING),`
         : sql``
     }
+    missed AS (
+      SELECT ${sql.raw(PGDRAIN_SCHEMA)}.release_dependents_missed(array_agg(id), array_agg(status),
+               (SELECT array_agg(id) FROM locked)) AS kinds
+        FROM ended WHERE has_dependents HAVING count(*) > 0),
     woken AS (
       SELECT count(pg_notify(${NOTIFY_CHANNEL}, kind)) AS n
         FROM (SELECT kind FROM released WHERE status = 'pending' UNION SELECT kind FROM killed_lettered) AS k),
@@ -77,4 +85,10 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
 }
 
 /** Select this from the statement's main query: it evaluates the notifications. */
-export const ENDED_FOLLOWED = sql`(SELECT n FROM woken) + (SELECT n FROM watchers) AS pgdrain_notified`;
+export const ENDED_FOLLOWED = sql`(SELECT n FROM woken) + (SELECT n FROM watchers)
+  + coalesce(cardinality((SELECT kinds FROM missed)), 0) AS pgdrain_notified`;
+
+/** The kinds of the jobs the statement made pending (its own release and the missed ones'): their
+ * drainer claims them at once. */
+export const RELEASED_KINDS = sql`(SELECT kind FROM released WHERE status = 'pending'
+  UNION SELECT unnest(kinds) FROM missed)`;

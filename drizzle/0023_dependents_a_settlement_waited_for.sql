@@ -27,6 +27,9 @@ RETURNS text[]
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- Its plan is generic (the arrays' sizes unknown) and led by primary keys; should an estimate still
+-- pass jit_above_cost on a stock server, a JIT compile would cost more than the whole statement.
+SET jit = off
 AS $release_dependents_missed$
 DECLARE
   kinds text[];
@@ -34,10 +37,12 @@ DECLARE
 BEGIN
   WITH RECURSIVE ended AS (SELECT * FROM unnest(ended_ids, ended_statuses) AS e(id, status)),
   pairs AS MATERIALIZED (
-    SELECT d.job_id, d.depends_on, e.status,
-           EXISTS (SELECT 1 FROM pgdrain.workflow_steps s WHERE s.job_id = d.job_id AND s.child_id = d.depends_on
-                     AND s.status = 'waiting') AS invoked
-      FROM pgdrain.job_dependencies d JOIN ended e ON d.depends_on = e.id
+    SELECT d.job_id, d.depends_on, e.status, w.job_id IS NOT NULL AS invoked
+      FROM ended e JOIN pgdrain.job_dependencies d ON d.depends_on = e.id
+      -- A probe of the step's primary key (job_id first) per pair, never a scan of every step.
+      LEFT JOIN LATERAL (SELECT s.job_id FROM pgdrain.workflow_steps s
+                          WHERE s.job_id = d.job_id AND s.child_id = d.depends_on AND s.status = 'waiting'
+                          LIMIT 1) w ON true
      WHERE d.job_id <> ALL (coalesce(handled, '{}'))),
   due AS MATERIALIZED (
     SELECT p.job_id, count(*)::int AS n, bool_or(p.invoked) AS invoked FROM pairs p
@@ -51,27 +56,28 @@ BEGIN
      WHERE d.job_id <> ALL (coalesce(handled, '{}'))),
   waits AS MATERIALIZED (
     SELECT j.id FROM pgdrain.jobs j
-     WHERE j.id IN (SELECT job_id FROM due WHERE NOT invoked UNION SELECT id FROM doomed) AND j.status = 'waiting'
+     WHERE j.id = ANY (ARRAY(SELECT job_id FROM due WHERE NOT invoked UNION SELECT id FROM doomed))
+       AND j.status = 'waiting'
      ORDER BY j.id FOR UPDATE),
   runs AS MATERIALIZED (
     SELECT j.id FROM pgdrain.jobs j
-     WHERE j.id IN (SELECT job_id FROM due WHERE invoked) AND j.status = 'waiting'
-       AND j.id NOT IN (SELECT id FROM waits)
+     WHERE j.id = ANY (ARRAY(SELECT job_id FROM due WHERE invoked EXCEPT SELECT id FROM waits))
+       AND j.status = 'waiting'
        FOR UPDATE SKIP LOCKED),
   released AS (
     UPDATE pgdrain.jobs j
        SET waiting_for = CASE WHEN due.invoked THEN 0 ELSE j.waiting_for - due.n END,
            status = CASE WHEN due.invoked OR j.waiting_for - due.n <= 0 THEN 'pending' ELSE 'waiting' END
       FROM due
-     WHERE j.id = due.job_id AND j.status = 'waiting' AND j.id IN (SELECT id FROM waits UNION ALL SELECT id FROM runs)
-       AND j.id NOT IN (SELECT id FROM doomed)
+     WHERE j.id = due.job_id AND j.status = 'waiting'
+       AND j.id = ANY (ARRAY(SELECT id FROM waits UNION ALL SELECT id FROM runs EXCEPT SELECT id FROM doomed))
     RETURNING j.kind, j.status),
   killed AS (
     UPDATE pgdrain.jobs c SET status = 'dead', finished_at = now(), waiting_for = NULL,
            last_error = 'job ' || x.cause || ' it waits for ended ' || x.cause_status,
            dead_letter_id = (SELECT nextval('pgdrain.jobs_id_seq') FROM pgdrain.dead_letter_routes r WHERE r.kind = c.kind)
       FROM (SELECT DISTINCT ON (id) id, cause, cause_status FROM doomed ORDER BY id, cause) x
-     WHERE c.id = x.id AND c.status = 'waiting' AND c.id IN (SELECT id FROM waits)
+     WHERE c.id = x.id AND c.status = 'waiting' AND c.id = ANY (ARRAY(SELECT id FROM waits))
     RETURNING c.id, c.kind, c.watched_until, c.payload, c.attempts, c.last_error, c.finished_at, c.dead_letter_id),
   lettered AS (
     INSERT INTO pgdrain.jobs (id, kind, payload, max_attempts, priority, keep_seconds)

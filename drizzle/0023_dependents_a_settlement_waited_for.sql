@@ -14,8 +14,10 @@
 -- statement waited for. It is given the ended jobs and the jobs the statement locked to release or
 -- kill itself (`handled`), and does for the others what the statement does for those it sees:
 --   - a workflow parked on an ended child (its step names the child) is made pending, whichever way
---     the child ended. It is locked without waiting: one that is locked is parking this moment, and
---     its park waits for the child's row and finds it ended;
+--     the child ended. It is locked without waiting: one that is locked is parking this moment (its
+--     park waits for the child's row and finds it ended), or being released by another ending
+--     statement (those lock only the jobs they release or kill), cancelled, or woken by an event.
+--     Waiting instead could deadlock with the park, which holds the run and waits for the child;
 --   - a job waiting (`after`) for a completed one counts one fewer; at zero it is pending;
 --   - a job waiting for one that ended dead or cancelled (or was deleted) is dead, and so are the
 --     jobs waiting for it, each with its dead letter when its kind has a dead-letter kind.

@@ -29,7 +29,10 @@ export const ENDED_COLUMNS = sql`j.id, j.kind, j.watched_until, j.has_dependents
  * gone, so a watcher's answer is written to finished_jobs. */
 export function afterJobsEnded(options: { deleted: boolean }): SQL {
   // Jobs waiting for the ended ones are locked first, in id order: two settlements that release
-  // the same waiting jobs then queue up behind each other instead of deadlocking.
+  // the same waiting jobs then queue up behind each other instead of deadlocking. Only those this
+  // statement releases or kills are locked: one that holds a waiting job's lock is then always
+  // about to release it, which pgdrain.release_dependents_missed() counts on when it passes by a
+  // locked workflow run.
   return sql`,
     touched AS MATERIALIZED (
       SELECT d.job_id, d.depends_on,
@@ -42,16 +45,18 @@ export function afterJobsEnded(options: { deleted: boolean }): SQL {
       UNION
       SELECT d.job_id, doomed.cause, doomed.cause_status FROM ${jobDependencies} d
         JOIN doomed ON d.depends_on = doomed.id),
+    ends_counted AS MATERIALIZED (
+      SELECT t.job_id, count(*)::int AS n FROM touched t JOIN ended e ON t.depends_on = e.id
+       WHERE e.status = 'completed' OR (t.invoked AND e.status IN ('dead', 'cancelled', 'deleted'))
+       GROUP BY t.job_id),
     locked AS MATERIALIZED (
-      SELECT c.id FROM ${jobs} c WHERE c.id IN (SELECT job_id FROM touched UNION SELECT id FROM doomed)
+      SELECT c.id FROM ${jobs} c WHERE c.id IN (SELECT job_id FROM ends_counted UNION SELECT id FROM doomed)
         AND c.status = 'waiting'
        ORDER BY c.id FOR UPDATE),
     released AS (
       UPDATE ${jobs} c SET waiting_for = c.waiting_for - x.n, status = CASE
         WHEN c.waiting_for - x.n <= 0 THEN 'pending' ELSE 'waiting' END
-        FROM (SELECT t.job_id, count(*)::int AS n FROM touched t JOIN ended e ON t.depends_on = e.id
-               WHERE e.status = 'completed' OR (t.invoked AND e.status IN ('dead', 'cancelled', 'deleted'))
-                 GROUP BY t.job_id) x
+        FROM ends_counted x
        WHERE c.id = x.job_id AND c.status = 'waiting' AND c.id IN (SELECT id FROM locked)
          AND c.id NOT IN (SELECT id FROM doomed)
       RETURNING c.id, c.kind, c.status),

@@ -22,6 +22,9 @@ export interface WorkflowTrial {
 const ROOT = path.resolve(import.meta.dirname, '..');
 
 /** One trial of `system` in a child process; `cpu` reads PostgreSQL's CPU (ms) around it. */
+/** How long one trial may take before it fails as hung. */
+const TRIAL_LIMIT_MS = 600_000;
+
 export async function workflowTrial(
   system: 'pgdrain' | 'dbos',
   url: string,
@@ -47,11 +50,22 @@ export async function workflowTrial(
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.on('exit', (code) =>
-      code === 0
-        ? resolve(stdout)
-        : reject(new Error(`${system} workflow trial exited ${code}:\n${stderr.slice(-2000)}`)),
-    );
+    // A run that waits for ever would hold the whole benchmark (and CI) until its own limit: a
+    // trial that has not ended by then fails, saying so. The slowest full trial takes ~4 minutes.
+    const deadline = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(
+        new Error(
+          `${system} workflow trial (${runs} runs${mode ? `, ${mode}` : ''}) did not end in ` +
+            `${TRIAL_LIMIT_MS / 1000} s: a run waiting for ever?\n${stderr.slice(-2000)}`,
+        ),
+      );
+    }, TRIAL_LIMIT_MS);
+    child.on('exit', (code) => {
+      clearTimeout(deadline);
+      if (code === 0) resolve(stdout);
+      else reject(new Error(`${system} workflow trial exited ${code}:\n${stderr.slice(-2000)}`));
+    });
   });
   const line = out
     .trim()

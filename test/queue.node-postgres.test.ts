@@ -14,7 +14,7 @@ import {
   recordStepsCompleted,
 } from '../src/queries/index.ts';
 import { writeStepRecord } from '../src/workflows/step-records.ts';
-import { rowsOf } from '../src/queries/db.ts';
+import { type Db, rowsOf } from '../src/queries/db.ts';
 import { drain } from '../src/drain/index.ts';
 import { JobRegistry } from '../src/jobs/registry.ts';
 import { defineWorkflow } from '../src/workflows/index.ts';
@@ -213,6 +213,15 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
     throw new Error('the ending statement never waited for the row');
   };
 
+  // A job held by a drainer (token 'upstream') with one dependent already, so that its end takes the
+  // statement that releases dependents.
+  const heldUpstreamWithADependent = async (db: Db) => {
+    const [upstream] = await enqueueMany(db, [{ kind: 'upstream', payload: {} }]);
+    const early = await enqueue(db, { kind: 'downstream', payload: { n: 1 }, after: [upstream!.id] });
+    const [held] = await claim(db, { batchSize: 1, lockToken: 'upstream', kinds: ['upstream'] });
+    return { upstream: upstream!, early, held: held! };
+  };
+
   it('a workflow parked again on its child is woken by the child that ended meanwhile', async () => {
     const t = await createTestDatabase();
     const ending = t.connect(2).db;
@@ -268,15 +277,12 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
     const ending = t.connect(2).db;
     const enqueuing = t.connect(1).db;
     try {
-      const [upstream] = await enqueueMany(t.db, [{ kind: 'upstream', payload: {} }]);
-      // One dependent already: the job's end takes the statement that releases dependents.
-      const early = await enqueue(t.db, { kind: 'downstream', payload: { n: 1 }, after: [upstream!.id] });
-      const [held] = await claim(t.db, { batchSize: 1, lockToken: 'upstream', kinds: ['upstream'] });
+      const { upstream, early, held } = await heldUpstreamWithADependent(t.db);
       let ended: Promise<unknown> | undefined;
       const late = await enqueuing.transaction(async (tx) => {
-        const job = await enqueue(tx, { kind: 'downstream', payload: { n: 2 }, after: [upstream!.id] });
+        const job = await enqueue(tx, { kind: 'downstream', payload: { n: 2 }, after: [upstream.id] });
         expect(job.status).toBe('waiting');
-        ended = completeJobs(ending, [{ id: held!.id, lockedBy: 'upstream' }]);
+        ended = completeJobs(ending, [{ id: held.id, lockedBy: 'upstream' }]);
         await blockedOnALock(t.query);
         return job;
       });
@@ -299,14 +305,12 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
     const enqueuing = t.connect(1).db;
     try {
       await t.query(`INSERT INTO pgdrain.dead_letter_routes (kind, dead_letter) VALUES ('downstream', 'letters')`);
-      const [upstream] = await enqueueMany(t.db, [{ kind: 'upstream', payload: {} }]);
-      const early = await enqueue(t.db, { kind: 'downstream', payload: { n: 1 }, after: [upstream!.id] });
-      const [held] = await claim(t.db, { batchSize: 1, lockToken: 'upstream', kinds: ['upstream'] });
+      const { upstream, early, held } = await heldUpstreamWithADependent(t.db);
       let ended: Promise<unknown> | undefined;
       const [late, later] = await enqueuing.transaction(async (tx) => {
-        const job = await enqueue(tx, { kind: 'downstream', payload: { n: 2 }, after: [upstream!.id] });
+        const job = await enqueue(tx, { kind: 'downstream', payload: { n: 2 }, after: [upstream.id] });
         const next = await enqueue(tx, { kind: 'downstream', payload: { n: 3 }, after: [job.id] });
-        ended = fail(ending, { id: held!.id, lockedBy: 'upstream' }, { error: 'no', permanent: true });
+        ended = fail(ending, { id: held.id, lockedBy: 'upstream' }, { error: 'no', permanent: true });
         await blockedOnALock(t.query);
         return [job, next];
       });
@@ -315,7 +319,7 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
         `SELECT id::text AS id, status, last_error, dead_letter_id IS NOT NULL AS lettered FROM pgdrain.jobs
           WHERE kind = 'downstream' ORDER BY id`,
       );
-      const why = `job ${upstream!.id} it waits for ended dead`;
+      const why = `job ${upstream.id} it waits for ended dead`;
       expect(rows).toEqual(
         [early, late, later].map(({ id }) => ({ id, status: 'dead', last_error: why, lettered: true })),
       );

@@ -31,14 +31,16 @@ import { benchEvents } from './events.ts';
 import { benchBatch, benchFair } from './fair.ts';
 import { SERIAL_VARIANTS, benchSerial } from './serial.ts';
 import { startStockPostgres } from '../test/support/stock-postgres.ts';
+import { printTargets, targetRows } from './targets.ts';
 import { migrateDatabase } from '../src/db/migrate.ts';
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const jsonFile = args.includes('--json') ? args[args.indexOf('--json') + 1] : undefined;
 const only = args.includes('--only') ? args[args.indexOf('--only') + 1]?.split(',') : undefined;
-const serverKind = args.includes('--server') ? args[args.indexOf('--server') + 1] : 'embedded';
-if (serverKind !== 'embedded' && serverKind !== 'stock') throw new Error(`--server ${serverKind}: embedded or stock`);
+const serverArg = args.includes('--server') ? args[args.indexOf('--server') + 1] : 'embedded';
+if (serverArg !== 'embedded' && serverArg !== 'stock') throw new Error(`--server ${serverArg}: embedded or stock`);
+const serverKind: 'embedded' | 'stock' = serverArg;
 
 const plan = quick
   ? {
@@ -1005,6 +1007,8 @@ async function main() {
         `(${fmt(m.withoutClock.awakeHours * NEON.smallestCu)} CU-hours: the Free plan has ${NEON.freePlanCuHoursPerMonth})`,
     );
   }
+  const targets = targetRows(figures, serverKind);
+  printTargets(targets);
   const elapsed = Math.round((now() - started) / 1000);
   console.log(
     `\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (jit=${settings.jit}, fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`,
@@ -1018,7 +1022,7 @@ async function main() {
     }
     await writeFile(
       jsonFile,
-      `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, workers, clock, ratiosPgdrainOverGraphileTuned: ratios }, null, 2)}\n`,
+      `${JSON.stringify({ machine, postgres: settings, versions, plan, quick, figures, workers, clock, ratiosPgdrainOverGraphileTuned: ratios, targets }, null, 2)}\n`,
     );
     console.log(`wrote ${jsonFile}`);
   }

@@ -1008,7 +1008,7 @@ async function main() {
     );
   }
   const targets = targetRows(figures, serverKind);
-  printTargets(targets);
+  printTargets(targets, { smoke: quick });
   const elapsed = Math.round((now() - started) / 1000);
   console.log(
     `\n${machine.date}, ${machine.cores} cores (${machine.cpu}), PostgreSQL ${settings.server_version} (jit=${settings.jit}, fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, shared_buffers=${settings.shared_buffers}×8kB), Node ${machine.node}; ${elapsed} s`,

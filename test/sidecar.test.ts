@@ -1,8 +1,10 @@
 // The sidecar as a real child process against a real PostgreSQL: wake-ups, the poll backstop,
 // crashes, graceful shutdown, database restarts, and `npm start` on the embedded database.
+import { spawn } from 'node:child_process';
 import { chmod, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
@@ -111,6 +113,49 @@ describe('npm start on the embedded PostgreSQL', () => {
     expect(await res.json()).toMatchObject({ id: later.id, status: 'pending', payload: { n: 2 } });
     second.child.kill('SIGTERM');
     expect((await second.exited).code).toBe(0);
+  });
+});
+
+describe('npm start under a supervisor', () => {
+  // docker stop, a process manager: SIGTERM goes to npm, the process they started. npm passes it
+  // to the script's shell; a shell that does not exec its command dies and leaves the sidecar
+  // running, orphaned, until a SIGKILL ends it without its shutdown.
+  it('a SIGTERM to npm reaches the sidecar: it shuts down gracefully and its port closes', async () => {
+    const npm = spawn('npm', ['start'], {
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      env: { PATH: process.env.PATH ?? '', DATABASE_URL: t.url, API_TOKEN: TOKEN, PORT: '0', LOG_LEVEL: 'info' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      // A process group of its own, like a container's: the cleanup below ends whatever is left.
+      detached: true,
+    });
+    let out = '';
+    npm.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    npm.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+    const npmExited = new Promise<number | null>((resolve) => npm.on('exit', (code) => resolve(code)));
+    try {
+      const url = await until(
+        async () => /"url":"(http:[^"]+)"[^\n]*"msg":"sidecar started"/.exec(out)?.[1],
+        (u) => u !== undefined,
+        60_000,
+        'npm start to start the sidecar',
+      );
+      expect((await fetch(`${url}/healthz`)).status).toBe(200);
+      npm.kill('SIGTERM');
+      await npmExited;
+      await until(
+        async () => /"msg":"stopped"/.test(out),
+        (stopped) => stopped,
+        15_000,
+        'the sidecar to log its graceful stop',
+      );
+      await expect(fetch(`${url}/healthz`)).rejects.toThrow();
+    } finally {
+      try {
+        process.kill(-npm.pid!, 'SIGKILL');
+      } catch {
+        // The group is gone: nothing was left running.
+      }
+    }
   });
 });
 

@@ -118,20 +118,28 @@ describe('npm start on the embedded PostgreSQL', () => {
 
 describe('npm start under a supervisor', () => {
   // docker stop, a process manager: SIGTERM goes to npm, the process they started. npm passes it
-  // to the script's shell; a shell that does not exec its command dies and leaves the sidecar
-  // running, orphaned, until a SIGKILL ends it without its shutdown.
-  it('a SIGTERM to npm reaches the sidecar: it shuts down gracefully and its port closes', async () => {
+  // to the script's command; a shell that did not exec it died and left the sidecar running,
+  // orphaned, until a SIGKILL ended it without its shutdown. A Ctrl-C or systemd signals the whole
+  // process group instead: the sidecar then hears the signal twice, from the kernel and from npm.
+  const npmStart = async () => {
     const npm = spawn('npm', ['start'], {
       cwd: fileURLToPath(new URL('..', import.meta.url)),
       env: { PATH: process.env.PATH ?? '', DATABASE_URL: t.url, API_TOKEN: TOKEN, PORT: '0', LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
-      // A process group of its own, like a container's: the cleanup below ends whatever is left.
+      // A process group of its own, like a container's: the cleanup ends whatever is left.
       detached: true,
     });
     let out = '';
     npm.stdout!.on('data', (c: Buffer) => (out += c.toString()));
     npm.stderr!.on('data', (c: Buffer) => (out += c.toString()));
-    const npmExited = new Promise<number | null>((resolve) => npm.on('exit', (code) => resolve(code)));
+    const exited = new Promise<number | null>((resolve) => npm.on('exit', (code) => resolve(code)));
+    const cleanup = () => {
+      try {
+        process.kill(-npm.pid!, 'SIGKILL');
+      } catch {
+        // The group is gone: nothing was left running.
+      }
+    };
     try {
       const url = await until(
         async () => /"url":"(http:[^"]+)"[^\n]*"msg":"sidecar started"/.exec(out)?.[1],
@@ -140,21 +148,41 @@ describe('npm start under a supervisor', () => {
         'npm start to start the sidecar',
       );
       expect((await fetch(`${url}/healthz`)).status).toBe(200);
-      npm.kill('SIGTERM');
-      await npmExited;
-      await until(
-        async () => /"msg":"stopped"/.test(out),
-        (stopped) => stopped,
-        15_000,
-        'the sidecar to log its graceful stop',
-      );
-      await expect(fetch(`${url}/healthz`)).rejects.toThrow();
+      return { npm, url, exited, output: () => out, cleanup };
+    } catch (error) {
+      cleanup();
+      throw error;
+    }
+  };
+  const expectGracefulStop = async (s: Awaited<ReturnType<typeof npmStart>>) => {
+    await s.exited;
+    await until(
+      async () => /"msg":"stopped"/.test(s.output()),
+      (stopped) => stopped,
+      15_000,
+      'the sidecar to log its graceful stop',
+    );
+    expect(s.output()).not.toContain('exiting now');
+    await expect(fetch(`${s.url}/healthz`)).rejects.toThrow();
+  };
+
+  it('a SIGTERM to npm reaches the sidecar: it shuts down gracefully and its port closes', async () => {
+    const s = await npmStart();
+    try {
+      s.npm.kill('SIGTERM');
+      await expectGracefulStop(s);
     } finally {
-      try {
-        process.kill(-npm.pid!, 'SIGKILL');
-      } catch {
-        // The group is gone: nothing was left running.
-      }
+      s.cleanup();
+    }
+  });
+
+  it('a SIGTERM to the whole process group (heard twice) is one graceful shutdown, not a forced exit', async () => {
+    const s = await npmStart();
+    try {
+      process.kill(-s.npm.pid!, 'SIGTERM');
+      await expectGracefulStop(s);
+    } finally {
+      s.cleanup();
     }
   });
 });
@@ -451,6 +479,21 @@ describe('with DATABASE_URL', () => {
     expect(levels.map((l) => l.msg)).toContain(
       'grace period over with handlers still running: they were abandoned and their jobs released to run again',
     );
+  });
+
+  it('a second SIGTERM within a second of the first is the same request; one after that exits at once (130)', async () => {
+    const p = await start({ SHUTDOWN_GRACE_MS: '20000', POLL_INTERVAL_MS: '200' });
+    await enqueueMany(t.db, [{ kind: 'record', payload: { ms: 30_000 } }]);
+    await until(runs, (r) => r.length === 1, 5_000, 'the handler to start');
+    p.child.kill('SIGTERM');
+    await p.waitForOutput(/shutting down: no new claims/);
+    p.child.kill('SIGTERM');
+    await sleep(300);
+    expect(p.child.exitCode).toBeNull();
+    await sleep(1_000);
+    p.child.kill('SIGTERM');
+    expect(await p.exited).toEqual({ code: 130, signal: null });
+    expect(p.stdout()).toContain('second SIGTERM: exiting now');
   });
 
   it("two sidecars with different visibility timeouts: the short one's reaper never takes the long one's live jobs", async () => {

@@ -1,11 +1,16 @@
 // `pgdrain start` (src/entry/cli.ts): the sidecar configured from the environment, stopped
 // gracefully by SIGINT/SIGTERM.
-// A second signal exits at once; jobs still running then are returned later by the reaper.
+// A second signal exits at once; jobs still running then are returned later by the reaper. One that
+// comes with the first is the same request: under `npm start` a Ctrl-C or a supervisor's SIGTERM to
+// the process group reaches the sidecar twice, from the kernel and passed on by npm.
 import { safeErrorMessage } from '../db/url.ts';
 import type { JobDefinition } from '../jobs/index.ts';
 import type { ScheduleDefinition } from '../schedules.ts';
 import { sidecarOptionsFromEnv } from './config.ts';
 import { startSidecar } from './index.ts';
+
+/** A signal this soon after the first is the first one again, passed on by npm (see above). */
+const SAME_SIGNAL_MS = 1_000;
 
 export async function runSidecarCli(
   jobs: readonly JobDefinition<any>[] = [],
@@ -13,7 +18,7 @@ export async function runSidecarCli(
 ): Promise<void> {
   let sidecar: Awaited<ReturnType<typeof startSidecar>> | undefined;
   let stopRequested = false;
-  let signals = 0;
+  let firstSignalAt: number | undefined;
   const stop = (started: NonNullable<typeof sidecar>) =>
     started.stop().then(
       () => process.exit(0),
@@ -25,10 +30,12 @@ export async function runSidecarCli(
   // Listening before the start: the drainer runs jobs before the rest has started (the HTTP
   // server last), and a signal in that window must stop it gracefully, not kill it mid-batch.
   const onSignal = (signal: NodeJS.Signals) => {
-    if (++signals > 1) {
+    if (firstSignalAt !== undefined) {
+      if (performance.now() - firstSignalAt < SAME_SIGNAL_MS) return;
       console.error(`pgdrain: second ${signal}: exiting now; running jobs will be returned by the reaper`);
       process.exit(130);
     }
+    firstSignalAt = performance.now();
     stopRequested = true;
     if (sidecar) void stop(sidecar);
   };

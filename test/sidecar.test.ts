@@ -193,7 +193,10 @@ describe('with DATABASE_URL', () => {
     await t.query(
       `INSERT INTO pgdrain.job_counts (minute, kind, completed, failed, dead) VALUES (date_trunc('minute', now()) - interval '2 days', 'record', 40, 2, 1)`,
     );
-    await start({ POLL_INTERVAL_MS: '5000' });
+    // A poll of 10 s: a job the poll found would start up to 10 s late; NOTIFY starts it within a
+    // few milliseconds, and the bound below leaves room for a loaded machine (CI) without letting
+    // the poll pass for it (five jobs each within 1 s of a 10 s poll by chance: 1 in 100,000).
+    await start({ POLL_INTERVAL_MS: '10000' });
     expect(await t.query(`SELECT kind, completed::int, failed::int, dead::int FROM pgdrain.job_totals`)).toEqual([
       { kind: 'record', completed: 40, failed: 2, dead: 1 },
     ]);
@@ -206,7 +209,7 @@ describe('with DATABASE_URL', () => {
       await sleep(150);
     }
     const done = await until(runs, (r) => r.length === 5, 5_000, 'five runs');
-    for (const r of done) expect(r.latency_ms).toBeLessThan(250);
+    for (const r of done) expect(r.latency_ms).toBeLessThan(1_000);
   });
 
   it('a job enqueued from plain SQL with pgdrain.enqueue() wakes the sidecar by NOTIFY and runs', async () => {

@@ -11,6 +11,7 @@ import {
   enqueue,
   enqueueMany,
   fail,
+  pruneFinished,
   recordStepsCompleted,
 } from '../src/queries/index.ts';
 import { writeStepRecord } from '../src/workflows/step-records.ts';
@@ -201,13 +202,13 @@ describe('step records (the sidecar drain pool)', () => {
 // it began with, which does not show the waiter. These force that order: the ending statement is
 // seen waiting for the lock before the waiter commits (drizzle/0023).
 describe("jobs that begin to wait while their job's end waits for its row", () => {
-  const blockedOnALock = async (query: (sql: string) => Promise<Record<string, unknown>[]>) => {
+  const blockedOnALock = async (query: (sql: string) => Promise<Record<string, unknown>[]>, waiting = 1) => {
     for (let i = 0; i < 500; i++) {
       const [row] = await query(
         `SELECT count(*)::int AS n FROM pg_stat_activity
           WHERE datname = current_database() AND wait_event_type = 'Lock'`,
       );
-      if (Number(row!.n) > 0) return;
+      if (Number(row!.n) >= waiting) return;
       await sleep(10);
     }
     throw new Error('the ending statement never waited for the row');
@@ -267,6 +268,69 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
       await ended;
       const [row] = await t.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [parent!.id]);
       expect(row).toEqual({ status: 'pending', locked_by: null });
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('a workflow run held by another transaction when its child ends is released by the next housekeeping round', async () => {
+    const t = await createTestDatabase();
+    const ending = t.connect(2).db;
+    const parking = t.connect(1).db;
+    const holding = t.connect(1).db;
+    try {
+      const [parent, first, second] = await enqueueMany(t.db, [
+        { kind: 'wf_parent', payload: {} },
+        { kind: 'wf_child', payload: { n: 1 } },
+        { kind: 'wf_child', payload: { n: 2 } },
+      ]);
+      const child = (run: { id: string; lockedBy: string }, childId: string, name: string): StepPark => ({
+        jobId: run.id,
+        lockedBy: run.lockedBy,
+        name,
+        position: name === 'one' ? 0 : 1,
+        startedAt: new Date(),
+        priorAttempts: 0,
+        type: 'child',
+        childId,
+      });
+      // As in the case above: the run parks on two children, the first one's end wakes it, and it
+      // parks again on the second while the second ends.
+      const [run1] = await claim(t.db, { batchSize: 1, lockToken: 'parent-1', kinds: ['wf_parent'] });
+      await parkSteps(t.db, { jobId: run1!.id, lockedBy: run1!.lockedBy }, [
+        child(run1!, first!.id, 'one'),
+        child(run1!, second!.id, 'two'),
+      ]);
+      await claim(t.db, { batchSize: 2, lockToken: 'children', kinds: ['wf_child'] });
+      await completeJobs(t.db, [{ id: first!.id, lockedBy: 'children' }]);
+      const [run2] = await claim(t.db, { batchSize: 1, lockToken: 'parent-2', kinds: ['wf_parent'] });
+      let ended: Promise<unknown> | undefined;
+      let held: Promise<unknown> | undefined;
+      let releaseHolder = () => {};
+      await parking.transaction(async (tx) => {
+        const again = await parkSteps(tx, { jobId: run2!.id, lockedBy: run2!.lockedBy }, [
+          child(run2!, second!.id, 'two'),
+        ]);
+        expect(again.outcome).toBe('recorded');
+        ended = completeJobs(ending, [{ id: second!.id, lockedBy: 'children' }]);
+        await blockedOnALock(t.query);
+        // Meanwhile a user's transaction enqueues a job `after` the run: it waits for the run's
+        // row, takes it as the park commits, and holds it while the ending statement looks again.
+        held = holding.transaction(async (userTx) => {
+          const job = await enqueue(userTx, { kind: 'downstream', payload: {}, after: [parent!.id] });
+          expect(job.status).toBe('waiting');
+          await Promise.race([new Promise<void>((resolve) => (releaseHolder = resolve)), sleep(5_000)]);
+        });
+        await blockedOnALock(t.query, 2);
+      });
+      await ended;
+      releaseHolder();
+      await held;
+      // Whichever took the run's row first, after the next round the run is pending, nothing noted.
+      await pruneFinished(t.db);
+      const [row] = await t.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [parent!.id]);
+      expect(row).toEqual({ status: 'pending', locked_by: null });
+      expect(await t.query(`SELECT run_id::text FROM pgdrain.runs_to_recheck`)).toEqual([]);
     } finally {
       await t.close();
     }

@@ -276,6 +276,15 @@ export const finishedJobs = pgdrainSchema.table('finished_jobs', {
   finishedAt: timestamptz('finished_at').notNull().defaultNow(),
 });
 
+// Workflow runs an ending statement passed by: a run parked on a child that ended while the run's
+// row was locked by someone else (pgdrain.release_dependents_missed() locks runs SKIP LOCKED, since
+// waiting could deadlock with a park). The next housekeeping round looks at each again and makes
+// it pending if it still waits for a child that has ended (prune.ts).
+export const runsToRecheck = pgdrainSchema.table('runs_to_recheck', {
+  runId: bigintAsString('run_id').primaryKey(),
+  since: timestamptz('since').notNull().defaultNow(),
+});
+
 // Durable workflows (src/workflows/): a workflow is a job whose run is re-entered from the top at
 // each attempt; every step it reached is a row here, keyed by the job and the step's name. A step
 // whose row says `completed` returns its stored result instead of running again.

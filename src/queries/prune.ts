@@ -5,10 +5,11 @@
 // days go whole (maintainHistory). In bounded batches, each round its own short statement, so a
 // large history never means one long transaction. Run with the reaper's round on the sidecar and
 // every cron invocation on the Worker. It also prunes events past their retention, and the steps of
-// workflows that are gone (workflows.ts).
+// workflows that are gone (workflows.ts), and it releases the workflow runs an ending statement
+// passed by (pgdrain.runs_to_recheck, drizzle/0024).
 import { sql } from 'drizzle-orm';
-import { finishedJobs, jobDependencies, jobs } from '../db/schema.ts';
-import { type Db, rowsOf } from './db.ts';
+import { finishedJobs, jobDependencies, jobs, runsToRecheck, workflowSteps } from '../db/schema.ts';
+import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
 import { moveKeptToHistory } from './job-history.ts';
 import { pruneWorkflowsCtes } from './workflows.ts';
 import { DEFAULT_EVENT_RETENTION_SECONDS } from '../db/constants.ts';
@@ -28,7 +29,12 @@ export interface PruneResult {
   events: number;
   /** Steps of workflows that are gone deleted. */
   steps: number;
+  /** Workflow runs passed by when their child ended, made pending now (runsToRecheck). */
+  rechecked: number;
 }
+
+/** Runs looked at again per round (runs_to_recheck is empty but for a rare race). */
+const RECHECK_BATCH = 100;
 
 /**
  * Up to `maxBatches` batches of each; call again if more is left. A round is one statement that
@@ -41,11 +47,11 @@ export async function pruneFinished(
   maxBatches = 20,
   eventRetentionSeconds = DEFAULT_EVENT_RETENTION_SECONDS,
 ): Promise<PruneResult> {
-  const result: PruneResult = { jobs: 0, moved: 0, notes: 0, dependencies: 0, events: 0, steps: 0 };
+  const result: PruneResult = { jobs: 0, moved: 0, notes: 0, dependencies: 0, events: 0, steps: 0, rechecked: 0 };
   const more = { jobs: true, moved: true, notes: true, dependencies: true, events: true, steps: true };
   const parts = ['jobs', 'moved', 'notes', 'dependencies', 'events', 'steps'] as const;
   for (let round = 0; round < maxBatches && parts.some((p) => more[p]); round++) {
-    const [n] = await rowsOf<PruneResult>(
+    const [n] = await rowsOf<PruneResult & { notified: number }>(
       db,
       sql`WITH kept AS (
             DELETE FROM ${jobs} WHERE ${more.jobs} AND id IN (
@@ -63,13 +69,17 @@ export async function pruneFinished(
               SELECT depends_on, job_id FROM ${jobDependencies} o
                 WHERE NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = o.job_id) LIMIT ${PRUNE_BATCH})
             RETURNING 1),
-          ${pruneWorkflowsCtes(eventRetentionSeconds, PRUNE_BATCH, more)}
+          ${pruneWorkflowsCtes(eventRetentionSeconds, PRUNE_BATCH, more)},
+          ${recheckPassedRunsCtes(round === 0)}
           SELECT (SELECT count(*) FROM kept)::int AS jobs, (SELECT count(*) FROM stored)::int AS moved,
             (SELECT count(*) FROM notes)::int AS notes,
                  (SELECT count(*) FROM dependencies)::int AS dependencies,
                    (SELECT count(*) FROM events_pruned)::int AS events,
-                 (SELECT count(*) FROM steps_pruned)::int AS steps`,
+                 (SELECT count(*) FROM steps_pruned)::int AS steps,
+                 (SELECT count(*) FROM recheck_released)::int AS rechecked,
+                 (SELECT count(pg_notify(${NOTIFY_CHANNEL}, kind)) FROM recheck_released)::int AS notified`,
     );
+    result.rechecked += Number(n?.rechecked ?? 0);
     for (const part of parts) {
       const deleted = Number(n?.[part] ?? 0);
       result[part] += deleted;
@@ -77,4 +87,31 @@ export async function pruneFinished(
     }
   }
   return result;
+}
+
+/**
+ * `recheck_released`: the workflow runs pgdrain.release_dependents_missed() passed by because
+ * another transaction held them (drizzle/0024), made pending when they still wait for a child that
+ * has ended — as the ending statement would have. A run still held stays noted for the next round;
+ * a note whose run is gone, or no longer parked on an ended child, is dropped.
+ */
+function recheckPassedRunsCtes(enabled: boolean) {
+  return sql`recheck_candidates AS MATERIALIZED (
+      SELECT run_id FROM ${runsToRecheck} WHERE ${enabled}
+       ORDER BY run_id LIMIT ${RECHECK_BATCH} FOR UPDATE SKIP LOCKED),
+    recheck_locked AS MATERIALIZED (
+      SELECT j.id FROM ${jobs} j WHERE j.id IN (SELECT run_id FROM recheck_candidates) FOR UPDATE OF j SKIP LOCKED),
+    recheck_released AS (
+      UPDATE ${jobs} j SET waiting_for = 0, status = 'pending'
+       WHERE j.id IN (SELECT id FROM recheck_locked) AND j.status = 'waiting'
+         AND EXISTS (SELECT 1 FROM ${workflowSteps} s
+                      WHERE s.job_id = j.id AND s.status = 'waiting' AND s.child_id IS NOT NULL
+                        AND NOT EXISTS (SELECT 1 FROM ${jobs} c
+                                         WHERE c.id = s.child_id AND c.status IN ('pending', 'running', 'waiting')))
+      RETURNING j.kind),
+    rechecked AS (
+      DELETE FROM ${runsToRecheck} r
+       WHERE r.run_id IN (SELECT id FROM recheck_locked)
+          OR (r.run_id IN (SELECT run_id FROM recheck_candidates)
+              AND NOT EXISTS (SELECT 1 FROM ${jobs} j WHERE j.id = r.run_id)))`;
 }

@@ -49,6 +49,11 @@ export class Reaper {
         this.#incidents.end('reaper');
         if (pruned.jobs > 0 || pruned.moved > 0 || pruned.events > 0 || pruned.steps > 0)
           this.#log.debug({ ...pruned }, 'pruned kept jobs past their time');
+        if (pruned.rechecked > 0)
+          this.#log.info(
+            { runs: pruned.rechecked },
+            'workflow runs passed by when their child ended (held by another transaction then) released',
+          );
         if (history.dropped > 0 || history.pruned > 0)
           this.#log.info({ ...history }, 'history days past their keep dropped');
         const total = result.reclaimed.length + result.dead.length + result.cancelled.length;

@@ -223,50 +223,57 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
     return { upstream: upstream!, early, held: held! };
   };
 
+  // A workflow run parked on two children ('one', 'two'), both held by a drainer (token
+  // 'children'); the first one's end has woken the run, which is claimed again (`run2`) and about to
+  // park on the second once more.
+  const childStep = (run: { id: string; lockedBy: string }, childId: string, name: string): StepPark => ({
+    jobId: run.id,
+    lockedBy: run.lockedBy,
+    name,
+    position: name === 'one' ? 0 : 1,
+    startedAt: new Date(),
+    priorAttempts: 0,
+    type: 'child',
+    childId,
+  });
+  const runWokenByItsFirstChild = async (db: Db) => {
+    const [parent, first, second] = await enqueueMany(db, [
+      { kind: 'wf_parent', payload: {} },
+      { kind: 'wf_child', payload: { n: 1 } },
+      { kind: 'wf_child', payload: { n: 2 } },
+    ]);
+    const [run1] = await claim(db, { batchSize: 1, lockToken: 'parent-1', kinds: ['wf_parent'] });
+    const firstPark = await parkSteps(db, { jobId: run1!.id, lockedBy: run1!.lockedBy }, [
+      childStep(run1!, first!.id, 'one'),
+      childStep(run1!, second!.id, 'two'),
+    ]);
+    expect(firstPark.outcome).toBe('recorded');
+    const children = await claim(db, { batchSize: 2, lockToken: 'children', kinds: ['wf_child'] });
+    expect(children).toHaveLength(2);
+    await completeJobs(db, [{ id: first!.id, lockedBy: 'children' }]);
+    const [run2] = await claim(db, { batchSize: 1, lockToken: 'parent-2', kinds: ['wf_parent'] });
+    expect(run2?.id).toBe(parent!.id);
+    return { parent: parent!, second: second!, run2: run2! };
+  };
+
   it('a workflow parked again on its child is woken by the child that ended meanwhile', async () => {
     const t = await createTestDatabase();
     const ending = t.connect(2).db;
     const parking = t.connect(1).db;
     try {
-      const [parent, first, second] = await enqueueMany(t.db, [
-        { kind: 'wf_parent', payload: {} },
-        { kind: 'wf_child', payload: { n: 1 } },
-        { kind: 'wf_child', payload: { n: 2 } },
-      ]);
-      const child = (run: { id: string; lockedBy: string }, childId: string, name: string): StepPark => ({
-        jobId: run.id,
-        lockedBy: run.lockedBy,
-        name,
-        position: name === 'one' ? 0 : 1,
-        startedAt: new Date(),
-        priorAttempts: 0,
-        type: 'child',
-        childId,
-      });
-      const [run1] = await claim(t.db, { batchSize: 1, lockToken: 'parent-1', kinds: ['wf_parent'] });
-      const firstPark = await parkSteps(t.db, { jobId: run1!.id, lockedBy: run1!.lockedBy }, [
-        child(run1!, first!.id, 'one'),
-        child(run1!, second!.id, 'two'),
-      ]);
-      expect(firstPark.outcome).toBe('recorded');
-      const children = await claim(t.db, { batchSize: 2, lockToken: 'children', kinds: ['wf_child'] });
-      expect(children).toHaveLength(2);
-      // The first child's end wakes the run; it runs again and parks on the second, which ends
-      // while that park holds its row.
-      await completeJobs(t.db, [{ id: first!.id, lockedBy: 'children' }]);
-      const [run2] = await claim(t.db, { batchSize: 1, lockToken: 'parent-2', kinds: ['wf_parent'] });
-      expect(run2?.id).toBe(parent!.id);
+      // The run parks again on the second child, which ends while that park holds its row.
+      const { parent, second, run2 } = await runWokenByItsFirstChild(t.db);
       let ended: Promise<unknown> | undefined;
       await parking.transaction(async (tx) => {
-        const again = await parkSteps(tx, { jobId: run2!.id, lockedBy: run2!.lockedBy }, [
-          child(run2!, second!.id, 'two'),
+        const again = await parkSteps(tx, { jobId: run2.id, lockedBy: run2.lockedBy }, [
+          childStep(run2, second.id, 'two'),
         ]);
         expect(again.outcome).toBe('recorded');
-        ended = completeJobs(ending, [{ id: second!.id, lockedBy: 'children' }]);
+        ended = completeJobs(ending, [{ id: second.id, lockedBy: 'children' }]);
         await blockedOnALock(t.query);
       });
       await ended;
-      const [row] = await t.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [parent!.id]);
+      const [row] = await t.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [parent.id]);
       expect(row).toEqual({ status: 'pending', locked_by: null });
     } finally {
       await t.close();
@@ -279,45 +286,22 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
     const parking = t.connect(1).db;
     const holding = t.connect(1).db;
     try {
-      const [parent, first, second] = await enqueueMany(t.db, [
-        { kind: 'wf_parent', payload: {} },
-        { kind: 'wf_child', payload: { n: 1 } },
-        { kind: 'wf_child', payload: { n: 2 } },
-      ]);
-      const child = (run: { id: string; lockedBy: string }, childId: string, name: string): StepPark => ({
-        jobId: run.id,
-        lockedBy: run.lockedBy,
-        name,
-        position: name === 'one' ? 0 : 1,
-        startedAt: new Date(),
-        priorAttempts: 0,
-        type: 'child',
-        childId,
-      });
-      // As in the case above: the run parks on two children, the first one's end wakes it, and it
-      // parks again on the second while the second ends.
-      const [run1] = await claim(t.db, { batchSize: 1, lockToken: 'parent-1', kinds: ['wf_parent'] });
-      await parkSteps(t.db, { jobId: run1!.id, lockedBy: run1!.lockedBy }, [
-        child(run1!, first!.id, 'one'),
-        child(run1!, second!.id, 'two'),
-      ]);
-      await claim(t.db, { batchSize: 2, lockToken: 'children', kinds: ['wf_child'] });
-      await completeJobs(t.db, [{ id: first!.id, lockedBy: 'children' }]);
-      const [run2] = await claim(t.db, { batchSize: 1, lockToken: 'parent-2', kinds: ['wf_parent'] });
+      // As in the case above: the run parks again on the second child while the second ends.
+      const { parent, second, run2 } = await runWokenByItsFirstChild(t.db);
       let ended: Promise<unknown> | undefined;
       let held: Promise<unknown> | undefined;
       let releaseHolder = () => {};
       await parking.transaction(async (tx) => {
-        const again = await parkSteps(tx, { jobId: run2!.id, lockedBy: run2!.lockedBy }, [
-          child(run2!, second!.id, 'two'),
+        const again = await parkSteps(tx, { jobId: run2.id, lockedBy: run2.lockedBy }, [
+          childStep(run2, second.id, 'two'),
         ]);
         expect(again.outcome).toBe('recorded');
-        ended = completeJobs(ending, [{ id: second!.id, lockedBy: 'children' }]);
+        ended = completeJobs(ending, [{ id: second.id, lockedBy: 'children' }]);
         await blockedOnALock(t.query);
         // Meanwhile a user's transaction enqueues a job `after` the run: it waits for the run's
         // row, takes it as the park commits, and holds it while the ending statement looks again.
         held = holding.transaction(async (userTx) => {
-          const job = await enqueue(userTx, { kind: 'downstream', payload: {}, after: [parent!.id] });
+          const job = await enqueue(userTx, { kind: 'downstream', payload: {}, after: [parent.id] });
           expect(job.status).toBe('waiting');
           await Promise.race([new Promise<void>((resolve) => (releaseHolder = resolve)), sleep(5_000)]);
         });
@@ -328,7 +312,7 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
       await held;
       // Whichever took the run's row first, after the next round the run is pending, nothing noted.
       await pruneFinished(t.db);
-      const [row] = await t.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [parent!.id]);
+      const [row] = await t.query(`SELECT status, locked_by FROM pgdrain.jobs WHERE id = $1`, [parent.id]);
       expect(row).toEqual({ status: 'pending', locked_by: null });
       expect(await t.query(`SELECT run_id::text FROM pgdrain.runs_to_recheck`)).toEqual([]);
     } finally {

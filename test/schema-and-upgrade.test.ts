@@ -239,3 +239,64 @@ it('runs parked by the version before 0016 (waiting on a sleep or a timed wait) 
     { status: 'pending', due_now: true },
   ]);
 });
+
+it('a migration that runs in a transaction does not queue enqueues behind a long transaction: it steps back and retries', async () => {
+  // 0018 runs in a transaction and adds a column to pgdrain.jobs: it needs the table's exclusive
+  // lock. A long transaction that touched the table (a transactional handler, a report) holds it
+  // off; a migration that waited in the lock queue would hold every enqueue queued behind it.
+  const folder = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-migrations-'));
+  try {
+    await cp(migrationsFolder(), folder, { recursive: true });
+    const journalFile = path.join(folder, 'meta', '_journal.json');
+    const journal = JSON.parse(await readFile(journalFile, 'utf8')) as { entries: { tag: string }[] };
+    journal.entries = journal.entries.filter((e) => e.tag < '0018');
+    await writeFile(journalFile, JSON.stringify(journal));
+    t = await createTestDatabase({ migrate: false });
+    await migrateDatabase(t.url, { folder });
+  } finally {
+    await rm(folder, { recursive: true, force: true });
+  }
+  await t.query(`SELECT pgdrain.enqueue('report', '{}')`);
+  const holder = new pg.Client({ connectionString: t.url });
+  await holder.connect();
+  const app = new pg.Client({ connectionString: t.url });
+  await app.connect();
+  try {
+    await holder.query('BEGIN');
+    await holder.query(`SELECT id FROM pgdrain.jobs WHERE kind = 'report' FOR UPDATE`);
+
+    const timings: number[] = [];
+    let enqueuing = true;
+    const enqueues = (async () => {
+      while (enqueuing) {
+        const started = performance.now();
+        await app.query(`SELECT pgdrain.enqueue('app', '{}')`);
+        timings.push(performance.now() - started);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    let migrated = false;
+    const migration = migrateDatabase(t.url).then(() => {
+      migrated = true;
+    });
+    await new Promise((r) => setTimeout(r, 3_000));
+    // The long transaction still holds the table: the migration has not gone through it.
+    expect(migrated).toBe(false);
+    const duringHold = timings.length;
+    await holder.query('COMMIT');
+    await migration;
+    enqueuing = false;
+    await enqueues;
+
+    expect(duringHold).toBeGreaterThan(20);
+    expect(Math.max(...timings)).toBeLessThan(1_000);
+    const applied = await t.query<{ n: number }>('SELECT count(*)::int AS n FROM pgdrain.migrations');
+    expect(applied).toEqual([{ n: readMigrationFiles({ migrationsFolder: migrationsFolder() }).length }]);
+    expect(
+      await t.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE kind = 'app' AND started_by IS NULL`),
+    ).toEqual([{ n: timings.length }]);
+  } finally {
+    await holder.end();
+    await app.end();
+  }
+});

@@ -8,7 +8,8 @@
 // So a migration whose first line is `-- pgdrain: online` runs here statement by statement, each
 // under a short lock_timeout that is retried (a statement waiting for its lock behind a busy table
 // would otherwise hold every enqueue and claim queued behind it), and is written to be re-run
-// safely if a run stops half way. Other migrations run as drizzle runs them: in a transaction.
+// safely if a run stops half way. Other migrations run as drizzle runs them, in a transaction, but
+// under the same lock_timeout, the whole transaction retried.
 // Which migrations are online is in the README (Upgrading).
 import { fileURLToPath } from 'node:url';
 import { readMigrationFiles, type MigrationMeta } from 'drizzle-orm/migrator';
@@ -64,16 +65,25 @@ export async function migrateDatabase(databaseUrl: string, options: MigrateOptio
   }
 }
 
+/** The whole migration in one transaction, under the same short lock_timeout as an online
+ * statement: a lock not granted in time (a table such as pgdrain.jobs held by a long transaction —
+ * a transactional handler, a report) rolls the transaction back and it is tried again later. A
+ * migration that waited for its lock instead would hold every enqueue and claim queued behind its
+ * request for as long as that transaction runs. Once its locks are granted, what it does under them
+ * still blocks writers while it runs (README, Upgrading: which migrations are online). */
 async function applyInTransaction(client: pg.Client, migration: MigrationMeta, record: pg.QueryConfig): Promise<void> {
-  await client.query('BEGIN');
-  try {
-    for (const statement of migration.sql) await run(client, statement);
-    await client.query(record);
-    await client.query('COMMIT');
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {});
-    throw error;
-  }
+  await retriedWhileLockNotGranted(async () => {
+    await client.query('BEGIN');
+    try {
+      await client.query(`SET LOCAL lock_timeout = ${LOCK_TIMEOUT_MS}`);
+      for (const statement of migration.sql) await run(client, statement);
+      await client.query(record);
+      await client.query('COMMIT');
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw error;
+    }
+  });
 }
 
 /** Statement by statement, each retried while its lock is not granted within LOCK_TIMEOUT_MS. */
@@ -83,20 +93,25 @@ async function applyOnline(client: pg.Client, migration: MigrationMeta, record: 
     for (const statement of migration.sql) {
       if (statement.trim() === '') continue;
       await dropInvalidIndex(client, statement);
-      for (let attempt = 1; ; attempt++) {
-        try {
-          await run(client, statement);
-          break;
-        } catch (error) {
-          const lockNotGranted = (error as { cause?: { code?: string } }).cause?.code === '55P03';
-          if (!lockNotGranted || attempt >= LOCK_RETRIES) throw error;
-          await new Promise((resolve) => setTimeout(resolve, Math.min(2_000, 50 * attempt) * (0.5 + Math.random())));
-        }
-      }
+      await retriedWhileLockNotGranted(() => run(client, statement));
     }
     await client.query(record);
   } finally {
     await client.query('RESET lock_timeout').catch(() => {});
+  }
+}
+
+/** `attempt` again, after a growing pause, while it fails for a lock not granted within the
+ * lock_timeout (55P03): up to LOCK_RETRIES times, some minutes in all, then its error. */
+async function retriedWhileLockNotGranted(attempt: () => Promise<void>): Promise<void> {
+  for (let tries = 1; ; tries++) {
+    try {
+      return await attempt();
+    } catch (error) {
+      const lockNotGranted = (error as { cause?: { code?: string } }).cause?.code === '55P03';
+      if (!lockNotGranted || tries >= LOCK_RETRIES) throw error;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(2_000, 50 * tries) * (0.5 + Math.random())));
+    }
   }
 }
 

@@ -11,6 +11,8 @@
 // safely if a run stops half way. Other migrations run as drizzle runs them, in a transaction, but
 // under the same lock_timeout, the whole transaction retried.
 // Which migrations are online is in the README (Upgrading).
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readMigrationFiles, type MigrationMeta } from 'drizzle-orm/migrator';
 import pg from 'pg';
@@ -31,6 +33,9 @@ const LOCK_RETRIES = 150;
 export interface MigrateOptions {
   /** Another folder of migrations (tests: a copy cut at an older release). */
   folder?: string;
+  /** Told when a migration steps back because a table it must lock is held by another transaction
+   * (the first time, then every 20th try), so an operator sees why the upgrade is waiting. */
+  onLockBusy?: (migration: string, tries: number) => void;
 }
 
 /** Brings the database at `databaseUrl` up to date; safe to call from several processes at once. */
@@ -51,14 +56,19 @@ export async function migrateDatabase(databaseUrl: string, options: MigrateOptio
       `SELECT created_at FROM ${table} ORDER BY created_at DESC LIMIT 1`,
     );
     const last = rows[0] ? Number(rows[0].created_at) : -Infinity;
+    const tags = migrationTags(options.folder ?? migrationsFolder());
     for (const migration of readMigrationFiles({ migrationsFolder: options.folder ?? migrationsFolder() })) {
       if (migration.folderMillis <= last) continue;
       const record = {
         text: `INSERT INTO ${table} (hash, created_at) VALUES ($1, $2)`,
         values: [migration.hash, migration.folderMillis],
       };
-      if (ONLINE_MARKER.test(migration.sql[0] ?? '')) await applyOnline(client, migration, record);
-      else await applyInTransaction(client, migration, record);
+      const name = tags[migration.folderMillis] ?? String(migration.folderMillis);
+      const busy = (tries: number) => {
+        if (tries % 20 === 1) options.onLockBusy?.(name, tries);
+      };
+      if (ONLINE_MARKER.test(migration.sql[0] ?? '')) await applyOnline(client, migration, record, busy);
+      else await applyInTransaction(client, migration, record, busy);
     }
   } finally {
     await client.end();
@@ -71,8 +81,13 @@ export async function migrateDatabase(databaseUrl: string, options: MigrateOptio
  * migration that waited for its lock instead would hold every enqueue and claim queued behind its
  * request for as long as that transaction runs. Once its locks are granted, what it does under them
  * still blocks writers while it runs (README, Upgrading: which migrations are online). */
-async function applyInTransaction(client: pg.Client, migration: MigrationMeta, record: pg.QueryConfig): Promise<void> {
-  await retriedWhileLockNotGranted(async () => {
+async function applyInTransaction(
+  client: pg.Client,
+  migration: MigrationMeta,
+  record: pg.QueryConfig,
+  busy: (tries: number) => void,
+): Promise<void> {
+  await retriedWhileLockNotGranted(busy, async () => {
     await client.query('BEGIN');
     try {
       await client.query(`SET LOCAL lock_timeout = ${LOCK_TIMEOUT_MS}`);
@@ -87,13 +102,18 @@ async function applyInTransaction(client: pg.Client, migration: MigrationMeta, r
 }
 
 /** Statement by statement, each retried while its lock is not granted within LOCK_TIMEOUT_MS. */
-async function applyOnline(client: pg.Client, migration: MigrationMeta, record: pg.QueryConfig): Promise<void> {
+async function applyOnline(
+  client: pg.Client,
+  migration: MigrationMeta,
+  record: pg.QueryConfig,
+  busy: (tries: number) => void,
+): Promise<void> {
   await client.query(`SET lock_timeout = ${LOCK_TIMEOUT_MS}`);
   try {
     for (const statement of migration.sql) {
       if (statement.trim() === '') continue;
       await dropInvalidIndex(client, statement);
-      await retriedWhileLockNotGranted(() => run(client, statement));
+      await retriedWhileLockNotGranted(busy, () => run(client, statement));
     }
     await client.query(record);
   } finally {
@@ -103,16 +123,25 @@ async function applyOnline(client: pg.Client, migration: MigrationMeta, record: 
 
 /** `attempt` again, after a growing pause, while it fails for a lock not granted within the
  * lock_timeout (55P03): up to LOCK_RETRIES times, some minutes in all, then its error. */
-async function retriedWhileLockNotGranted(attempt: () => Promise<void>): Promise<void> {
+async function retriedWhileLockNotGranted(busy: (tries: number) => void, attempt: () => Promise<void>): Promise<void> {
   for (let tries = 1; ; tries++) {
     try {
       return await attempt();
     } catch (error) {
       const lockNotGranted = (error as { cause?: { code?: string } }).cause?.code === '55P03';
       if (!lockNotGranted || tries >= LOCK_RETRIES) throw error;
+      busy(tries);
       await new Promise((resolve) => setTimeout(resolve, Math.min(2_000, 50 * tries) * (0.5 + Math.random())));
     }
   }
+}
+
+/** Each migration's name (its journal tag, "0018_subscriptions") by its folderMillis. */
+function migrationTags(folder: string): Record<number, string> {
+  const journal = JSON.parse(readFileSync(path.join(folder, 'meta', '_journal.json'), 'utf8')) as {
+    entries: { tag: string; when: number }[];
+  };
+  return Object.fromEntries(journal.entries.map((e) => [e.when, e.tag]));
 }
 
 /** A CREATE INDEX CONCURRENTLY that failed half way leaves an invalid index that IF NOT EXISTS

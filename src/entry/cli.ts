@@ -129,7 +129,12 @@ async function main(argv: string[]): Promise<void> {
         );
       const { migrateDatabase } = await import('../db/migrate.ts');
       try {
-        await migrateDatabase(url);
+        await migrateDatabase(url, {
+          onLockBusy: (migration, tries) =>
+            console.error(
+              `pgdrain: ${migration} waits for a table another transaction holds (try ${tries}); trying again`,
+            ),
+        });
       } catch (error) {
         fail(`migrate: failed on ${redactUrl(url)}: ${safeErrorMessage(error)}`, 1);
       }

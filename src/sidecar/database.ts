@@ -40,7 +40,10 @@ export async function openDatabase(
     log.info({ database: redactUrl(url), dataDir: options.dataDir }, 'embedded PostgreSQL started');
   }
   try {
-    await migrateDatabase(url);
+    await migrateDatabase(url, {
+      onLockBusy: (migration, tries) =>
+        log.warn({ migration, tries }, 'a migration waits for a table another transaction holds; trying again'),
+    });
   } catch (error) {
     await stop();
     throw new Error(`migrations failed on ${redactUrl(url)}: ${safeErrorMessage(error)}`);

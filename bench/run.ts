@@ -287,6 +287,17 @@ async function benchSystem(system: BenchSystem, url: string) {
     await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (churned)`, 'jobs/s', plan.reps, () =>
       drainChurned(system, plan.noAnalyzeSize),
     );
+    // Beside pgdrain's burst into an idle `pgdrain start` (the processes section below, same name).
+    if (system.burst) {
+      const burst = system.burst;
+      await trial(
+        system,
+        `drain ${plan.noAnalyzeSize / 1000}k burst, one transaction, idle process`,
+        'jobs/s',
+        plan.reps,
+        () => burst(plan.noAnalyzeSize),
+      );
+    }
 
     await system.reset();
     // Idle workers in a steady state: what autovacuum leaves after the drains above.

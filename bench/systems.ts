@@ -67,6 +67,10 @@ export interface BenchSystem {
   /** Starts the workers, resolves once `counter` has seen every job, stops them. */
   drain(counter: RunCounter): Promise<void>;
   idle(onStart: (seq: number) => void): Promise<IdleWorkers>;
+  /** `n` jobs committed in one transaction into an idle worker whose table was analyzed empty;
+   * jobs/s from the COMMIT until every job ran (each exactly once, or it throws). Only systems
+   * the benchmark sets pgdrain's burst beside (issue 39: graphile-worker tuned) have it. */
+  burst?(n: number): Promise<number>;
   /** `n` dead/failed rows the claim must not trip over. */
   seedHistory(n: number): Promise<void>;
   /** The table the workload fills, for ANALYZE. */
@@ -313,6 +317,39 @@ export function graphileSystem(tuned: boolean): BenchSystem {
         stop: () => runner.stop(),
       };
     },
+    burst: !tuned
+      ? undefined
+      : async (n: number) => {
+          // What autovacuum leaves of a queue that drained: no rows, no dead tuples, statistics
+          // of an empty table (pgdrain's burst runs on a fresh database, analyzed empty).
+          await pool.query(`DELETE FROM graphile_worker._private_jobs`);
+          await pool.query('VACUUM ANALYZE graphile_worker._private_jobs');
+          const counter = new RunCounter(n);
+          const runner = await start((p) => counter.hit(p.i as number));
+          const loader = await pool.connect();
+          try {
+            await new Promise((r) => setTimeout(r, 3_000)); // idle: its LISTEN set up, a few empty polls
+            await loader.query('BEGIN');
+            for (let s = 0; s < n; s += 10_000)
+              await loader.query(
+                `SELECT graphile_worker.add_jobs(ARRAY(
+               SELECT ROW('bench', json_build_object('i', i), NULL, NULL, NULL, NULL, NULL, NULL)::graphile_worker.job_spec
+                 FROM generate_series($1::int, $2::int - 1) AS i))`,
+                [s, Math.min(n, s + 10_000)],
+              );
+            const t0 = now();
+            await loader.query('COMMIT');
+            await counter.done();
+            const seconds = (now() - t0) / 1000;
+            const [missing, duplicated] = counter.check();
+            if (missing || duplicated)
+              throw new Error(`graphile-worker burst: ${missing} jobs never ran and ${duplicated} ran twice`);
+            return n / seconds;
+          } finally {
+            loader.release();
+            await runner.stop();
+          }
+        },
     async seedHistory(n) {
       await utils.addJob('bench', { i: -1 }, { runAt: new Date(Date.now() + 3.6e9) }); // makes sure the task row exists
       await pool.query(`DELETE FROM graphile_worker._private_jobs`);

@@ -35,6 +35,27 @@ afterEach(async () => {
   t = undefined;
 });
 
+/** A new database migrated up to (not including) the migration whose tag starts with `tag`: what
+ * a release before it left. */
+async function databaseMigratedBefore(tag: string): Promise<TestDatabase> {
+  const folder = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-migrations-'));
+  try {
+    await cp(migrationsFolder(), folder, { recursive: true });
+    const journalFile = path.join(folder, 'meta', '_journal.json');
+    const journal = JSON.parse(await readFile(journalFile, 'utf8')) as { entries: { tag: string }[] };
+    journal.entries = journal.entries.filter((e) => e.tag < tag);
+    await writeFile(journalFile, JSON.stringify(journal));
+    const db = await createTestDatabase({ migrate: false });
+    await migrateDatabase(db.url, { folder }).catch(async (error) => {
+      await db.close();
+      throw error;
+    });
+    return db;
+  } finally {
+    await rm(folder, { recursive: true, force: true });
+  }
+}
+
 /** Every relation, function and schema that is not PostgreSQL's own. */
 async function userObjects(db: TestDatabase) {
   const relations = await db.query<{ name: string }>(
@@ -192,18 +213,7 @@ it("with only wave 1 in the database, the upgrade also removes drizzle's migrati
 });
 
 it('runs parked by the version before 0016 (waiting on a sleep or a timed wait) become pending until their time, and drain', async () => {
-  const folder = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-migrations-'));
-  try {
-    await cp(migrationsFolder(), folder, { recursive: true });
-    const journalFile = path.join(folder, 'meta', '_journal.json');
-    const journal = JSON.parse(await readFile(journalFile, 'utf8')) as { entries: { tag: string }[] };
-    journal.entries = journal.entries.filter((e) => e.tag < '0016');
-    await writeFile(journalFile, JSON.stringify(journal));
-    t = await createTestDatabase({ migrate: false });
-    await migrateDatabase(t.url, { folder });
-  } finally {
-    await rm(folder, { recursive: true, force: true });
-  }
+  t = await databaseMigratedBefore('0016');
   // As 0015's park_sleep and park_wait left them: a sleep due already, a sleep an hour ahead, a
   // wait with a timeout, a wait without one.
   const [due, later, timed, untimed] = await t.query<{ id: string }>(
@@ -244,18 +254,7 @@ it('a migration that runs in a transaction does not queue enqueues behind a long
   // 0018 runs in a transaction and adds a column to pgdrain.jobs: it needs the table's exclusive
   // lock. A long transaction that touched the table (a transactional handler, a report) holds it
   // off; a migration that waited in the lock queue would hold every enqueue queued behind it.
-  const folder = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-migrations-'));
-  try {
-    await cp(migrationsFolder(), folder, { recursive: true });
-    const journalFile = path.join(folder, 'meta', '_journal.json');
-    const journal = JSON.parse(await readFile(journalFile, 'utf8')) as { entries: { tag: string }[] };
-    journal.entries = journal.entries.filter((e) => e.tag < '0018');
-    await writeFile(journalFile, JSON.stringify(journal));
-    t = await createTestDatabase({ migrate: false });
-    await migrateDatabase(t.url, { folder });
-  } finally {
-    await rm(folder, { recursive: true, force: true });
-  }
+  t = await databaseMigratedBefore('0018');
   await t.query(`SELECT pgdrain.enqueue('report', '{}')`);
   const holder = new pg.Client({ connectionString: t.url });
   await holder.connect();

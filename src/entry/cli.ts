@@ -129,12 +129,7 @@ async function main(argv: string[]): Promise<void> {
         );
       const { migrateDatabase } = await import('../db/migrate.ts');
       try {
-        await migrateDatabase(url, {
-          onLockBusy: (migration, tries) =>
-            console.error(
-              `pgdrain: ${migration} waits for a table another transaction holds (try ${tries}); trying again`,
-            ),
-        });
+        await migrateDatabase(url, { onLockBusy: sayMigrationWaits });
       } catch (error) {
         fail(`migrate: failed on ${redactUrl(url)}: ${safeErrorMessage(error)}`, 1);
       }
@@ -178,3 +173,8 @@ function restartWithHeapSettings(): void {
 const SEMI_SPACE_MB = 8;
 
 await main(process.argv.slice(2));
+
+/** `pgdrain migrate`: a migration steps back because another transaction holds a table it locks. */
+function sayMigrationWaits(migration: string, tries: number): void {
+  console.error(`pgdrain: ${migration} waits for a table another transaction holds (try ${tries}); trying again`);
+}

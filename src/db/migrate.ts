@@ -56,8 +56,9 @@ export async function migrateDatabase(databaseUrl: string, options: MigrateOptio
       `SELECT created_at FROM ${table} ORDER BY created_at DESC LIMIT 1`,
     );
     const last = rows[0] ? Number(rows[0].created_at) : -Infinity;
-    const tags = migrationTags(options.folder ?? migrationsFolder());
-    for (const migration of readMigrationFiles({ migrationsFolder: options.folder ?? migrationsFolder() })) {
+    const folder = options.folder ?? migrationsFolder();
+    const tags = migrationTags(folder);
+    for (const migration of readMigrationFiles({ migrationsFolder: folder })) {
       if (migration.folderMillis <= last) continue;
       const record = {
         text: `INSERT INTO ${table} (hash, created_at) VALUES ($1, $2)`,

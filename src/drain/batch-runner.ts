@@ -41,6 +41,8 @@ export interface BatchRunnerDeps {
   ids?: readonly string[];
   /** When handlers must be done by (the drain's budget), and whether claims may still go. */
   handlerDeadline: () => number;
+  /** A batch call given up for its time that may still be running: the drain waits for it until its budget ends. */
+  outlived?: (handler: Promise<unknown>) => void;
   mayClaim: () => boolean;
   /** Stopping: a waiting batch is released. */
   stopping: () => boolean;
@@ -252,8 +254,9 @@ export class BatchRunner {
       }, limit.allowedMs);
     });
     let answer: unknown[] | Error;
+    let call: Promise<unknown> | undefined;
     try {
-      const call = Promise.resolve().then(() =>
+      call = Promise.resolve().then(() =>
         batch.handler(
           items.map((i) => ({ payload: i.payload, job: i.record.job })),
           { signal: controller.signal },
@@ -271,6 +274,7 @@ export class BatchRunner {
             );
     } catch (error) {
       answer = error instanceof Error ? error : new Error(String(error));
+      if (call && controller.signal.aborted) this.#deps.outlived?.(call);
     } finally {
       clearTimeout(timer);
     }

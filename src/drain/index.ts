@@ -30,7 +30,8 @@
 // settlement returns, a notice arrives, a blocked kind's time or the poll comes, the deadline
 // passes. Stopping, no claim goes and no job starts: queued jobs are released (attempt refunded),
 // running handlers get until their (budget-clipped) timeout; done, every settlement is awaited and
-// the report returned.
+// the report returned — with a budget, once the handlers given up have returned or the budget has
+// ended (a Worker's invocation ends with the drain and would cut off what they still do).
 //
 // No transaction is held open across a handler, except a transactional kind's own (run-handler.ts),
 // on a connection of its own. A process that dies anywhere in here leaves its jobs `running` with
@@ -183,6 +184,8 @@ class DrainRun {
   readonly #settler: Settler;
   readonly #leases: LeaseKeeper;
   readonly #handlerEnvironment: HandlerEnvironment;
+  /** Handlers given up that have not returned yet (a drain with a budget only). */
+  readonly #outliving = new Set<Promise<unknown>>();
   /** One timer for every running handler's deadline (deadlines.ts). */
   readonly #deadlines = new Deadlines();
   readonly #unsubscribe: () => void;
@@ -269,6 +272,7 @@ class DrainRun {
       holdForSettling: (jobId) => this.#leases.holdForSettling(jobId),
       recordCounts,
       deadlines: this.#deadlines,
+      outlived: Number.isFinite(this.#budget.end) ? (handler) => this.#outlive(handler) : undefined,
     };
     this.#unsubscribe = this.#listen(options);
   }
@@ -284,6 +288,7 @@ class DrainRun {
       visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
       ids: options.ids,
       handlerDeadline: () => this.#budget.handlerDeadline,
+      outlived: Number.isFinite(this.#budget.end) ? (handler) => this.#outlive(handler) : undefined,
       mayClaim: () => this.#mode === 'draining',
       stopping: () => this.#mode !== 'draining',
       tracing: () => this.#tracing,
@@ -331,6 +336,7 @@ class DrainRun {
     this.#deadlines.clear();
     this.#unsubscribe();
     await this.#settler.finish();
+    await this.#outlivedHandlers();
     if (this.#claimError !== undefined) throw this.#claimError;
     const counts = { ...this.#book.counts };
     for (const runner of this.#runners)
@@ -438,6 +444,26 @@ class DrainRun {
     if (settled.dueAt !== null) this.#dueAgain(settled.dueAt, record.kind);
     // Jobs the statement enqueued: this drain runs them too.
     if (settled.readyKinds.length > 0) this.#planner.reopen(settled.readyKinds);
+  }
+
+  /** A handler it gave up that may still be running (only with a budget): see #outlivedHandlers(). */
+  #outlive(handler: Promise<unknown>): void {
+    const returned: Promise<unknown> = handler.then(
+      () => this.#outliving.delete(returned),
+      () => this.#outliving.delete(returned),
+    );
+    this.#outliving.add(returned);
+  }
+
+  /** Handlers it gave up get until the budget's end to return. Their jobs are settled already, but
+   * a Worker's invocation ends with the drain and cuts off whatever they still do — their reaction
+   * to ctx.signal, a report, a cleanup — and the budget's last half-margin is theirs. */
+  async #outlivedHandlers(): Promise<void> {
+    const left = this.#budget.end - Date.now();
+    if (this.#outliving.size === 0 || !(left > 0)) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([Promise.allSettled(this.#outliving), new Promise((r) => (timer = setTimeout(r, left)))]);
+    clearTimeout(timer);
   }
 
   #stop(reason: DrainReport['stoppedBy']): void {
@@ -594,6 +620,8 @@ function budgetClock(started: number, budgetMs = Infinity, signal?: AbortSignal)
   return {
     claimDeadline,
     handlerDeadline: started + budgetMs - margin / 2,
+    /** What is left after the handlers' deadline is for settling, and for handlers given up to return. */
+    end: started + budgetMs,
     stopReason: (): DrainReport['stoppedBy'] | null =>
       signal?.aborted ? 'signal' : Date.now() >= claimDeadline ? 'budget' : null,
   };

@@ -62,6 +62,9 @@ export interface HandlerEnvironment {
   recordCounts: boolean;
   /** The drain's one timer for its handlers' deadlines. */
   deadlines: Deadlines;
+  /** A handler given up (its timeout, the drain's budget, its lease) that may still be running: the
+   * drain waits for it until its budget ends (unset: it does not wait). */
+  outlived?: (handler: Promise<unknown>) => void;
 }
 
 /** How a handler that returned left its job; undefined (the common case) when its kind keeps
@@ -97,12 +100,14 @@ export async function runHandler(
   onStart((error) => attempt.giveUp(error));
   try {
     if (definition.transactional) return await runInTransaction(attempt, payload, environment, span);
-    const value = await attempt.race(callHandler(definition, payload, new HandlerContext(attempt, environment), span));
+    const value = await attempt.handler(
+      callHandler(definition, payload, new HandlerContext(attempt, environment), span),
+    );
     return definition.keepCompletedSeconds
       ? { kept: keptResult(definition, value), settledInTransaction: false }
       : undefined;
   } finally {
-    attempt.end();
+    attempt.end(environment.outlived);
   }
 }
 
@@ -130,6 +135,8 @@ class Attempt {
   readonly #deadline: Deadline;
   /** Rejects what race() waits for now (unset once that has settled). */
   #reject: ((error: Error) => void) | undefined;
+  /** The handler's own promise, once called: it goes on if the attempt is given up. */
+  #handler: Promise<unknown> | undefined;
   /** Called once if the attempt is given up (a transaction's connection is destroyed). */
   onGiveUp: (() => void) | undefined;
   givenUpWith: Error | undefined;
@@ -177,8 +184,15 @@ class Attempt {
     });
   }
 
-  end(): void {
+  /** race() over the handler's own promise, which end() hands to `outlived` if it was given up. */
+  handler<T>(work: Promise<T>): Promise<T> {
+    this.#handler = work;
+    return this.race(work);
+  }
+
+  end(outlived?: (handler: Promise<unknown>) => void): void {
     this.#deadline.cancel();
+    if (this.givenUpWith && this.#handler && outlived) outlived(this.#handler);
   }
 }
 
@@ -325,7 +339,7 @@ async function runInTransaction(
     await connection.db.transaction(async (tx) => {
       const guarded = guardTransaction(tx as unknown as Db, () => over);
       const ctx = new HandlerContext(attempt, environment, guarded);
-      const value = await attempt.race(callHandler(definition, payload, ctx, span));
+      const value = await attempt.handler(callHandler(definition, payload, ctx, span));
       kept = keptResult(definition, value);
       const {
         ended: [ended],

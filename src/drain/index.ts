@@ -185,7 +185,9 @@ class DrainRun {
   readonly #leases: LeaseKeeper;
   readonly #handlerEnvironment: HandlerEnvironment;
   /** Handlers given up that have not returned yet (a drain with a budget only). */
-  readonly #outliving = new Set<Promise<unknown>>();
+  readonly #givenUpRunning = new Set<Promise<unknown>>();
+  /** Hands it a handler given up that may still be running (unset without a budget: none is waited for). */
+  readonly #trackGivenUp: ((handler: Promise<unknown>) => void) | undefined;
   /** One timer for every running handler's deadline (deadlines.ts). */
   readonly #deadlines = new Deadlines();
   readonly #unsubscribe: () => void;
@@ -226,6 +228,7 @@ class DrainRun {
     this.#pollIntervalMs = Math.max(10, options.pollIntervalMs ?? profile.pollIntervalMs);
     this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? JOB_DEFAULTS.visibilityTimeoutSeconds;
     this.#budget = budgetClock(this.#started, options.budgetMs, options.signal);
+    this.#trackGivenUp = Number.isFinite(this.#budget.end) ? (handler) => this.#addGivenUp(handler) : undefined;
     this.#book = new JobBook({
       // Only a settlement that returned frees a limited kind's slot: until then the database counts
       // the job as running, and a claim would be held back by it.
@@ -272,7 +275,7 @@ class DrainRun {
       holdForSettling: (jobId) => this.#leases.holdForSettling(jobId),
       recordCounts,
       deadlines: this.#deadlines,
-      outlived: Number.isFinite(this.#budget.end) ? (handler) => this.#outlive(handler) : undefined,
+      outlived: this.#trackGivenUp,
     };
     this.#unsubscribe = this.#listen(options);
   }
@@ -288,7 +291,7 @@ class DrainRun {
       visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
       ids: options.ids,
       handlerDeadline: () => this.#budget.handlerDeadline,
-      outlived: Number.isFinite(this.#budget.end) ? (handler) => this.#outlive(handler) : undefined,
+      outlived: this.#trackGivenUp,
       mayClaim: () => this.#mode === 'draining',
       stopping: () => this.#mode !== 'draining',
       tracing: () => this.#tracing,
@@ -336,7 +339,7 @@ class DrainRun {
     this.#deadlines.clear();
     this.#unsubscribe();
     await this.#settler.finish();
-    await this.#outlivedHandlers();
+    await this.#givenUpReturned();
     if (this.#claimError !== undefined) throw this.#claimError;
     const counts = { ...this.#book.counts };
     for (const runner of this.#runners)
@@ -446,23 +449,23 @@ class DrainRun {
     if (settled.readyKinds.length > 0) this.#planner.reopen(settled.readyKinds);
   }
 
-  /** A handler it gave up that may still be running (only with a budget): see #outlivedHandlers(). */
-  #outlive(handler: Promise<unknown>): void {
+  /** A handler it gave up that may still be running (only with a budget): see #givenUpReturned(). */
+  #addGivenUp(handler: Promise<unknown>): void {
     const returned: Promise<unknown> = handler.then(
-      () => this.#outliving.delete(returned),
-      () => this.#outliving.delete(returned),
+      () => this.#givenUpRunning.delete(returned),
+      () => this.#givenUpRunning.delete(returned),
     );
-    this.#outliving.add(returned);
+    this.#givenUpRunning.add(returned);
   }
 
   /** Handlers it gave up get until the budget's end to return. Their jobs are settled already, but
    * a Worker's invocation ends with the drain and cuts off whatever they still do — their reaction
    * to ctx.signal, a report, a cleanup — and the budget's last half-margin is theirs. */
-  async #outlivedHandlers(): Promise<void> {
+  async #givenUpReturned(): Promise<void> {
     const left = this.#budget.end - Date.now();
-    if (this.#outliving.size === 0 || !(left > 0)) return;
+    if (this.#givenUpRunning.size === 0 || !(left > 0)) return;
     let timer: ReturnType<typeof setTimeout> | undefined;
-    await Promise.race([Promise.allSettled(this.#outliving), new Promise((r) => (timer = setTimeout(r, left)))]);
+    await Promise.race([Promise.allSettled(this.#givenUpRunning), new Promise((r) => (timer = setTimeout(r, left)))]);
     clearTimeout(timer);
   }
 

@@ -12,8 +12,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { enqueue } from '../src/queries/index.ts';
-import { OUTLIVES_BUDGET } from './fixtures/budget/kinds.ts';
+import { enqueue, enqueueMany } from '../src/queries/index.ts';
+import { BATCH_OUTLIVES_BUDGET, OUTLIVES_BUDGET } from './fixtures/budget/kinds.ts';
 import { type TestDatabase, createTestDatabase } from './support/database.ts';
 import { type FixtureWorker, startFixtureWorkerOnNeon } from './support/fixture-worker.ts';
 
@@ -61,25 +61,55 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-it('a handler given up at the budget gets until its end: what it does after its signal is not cut off', async () => {
-  const job = await enqueue(t.db, { kind: OUTLIVES_BUDGET, payload: { recorder: recorderUrl } });
+/** Runs one cron invocation; the cleanup reports of `id` (the job's, or a batch's ids joined by
+ * commas) as [step, aborted], and whether the last arrived before the invocation ended. */
+async function invocation(id: () => string): Promise<{ steps: string[][]; beforeTheEnd: boolean }> {
+  reports.length = 0;
   await worker.scheduled();
   const returnedAt = performance.now();
+  const ofJob = reports.filter((r) => r.id === id());
+  return { steps: ofJob.map((r) => [r.step, r.aborted]), beforeTheEnd: (ofJob.at(-1)?.at ?? Infinity) < returnedAt };
+}
 
-  // Both reports of its cleanup arrived while the invocation was still there (scheduled() answers
-  // when the invocation ends), the second one sent after the recorder answered the first.
-  const ofJob = reports.filter((r) => r.id === job.id);
-  expect(ofJob.map((r) => [r.step, r.aborted])).toEqual([
+/** Its attempt was given up for its time: failed, and pending again for its retry. */
+async function expectRetried(ids: readonly string[], what: 'handler' | 'batch handler') {
+  const rows = await t.query<{ status: string; attempts: number; last_error: string }>(
+    'SELECT status, attempts, last_error FROM pgdrain.jobs WHERE id = ANY($1::bigint[]) ORDER BY id',
+    [ids],
+  );
+  expect(rows).toHaveLength(ids.length);
+  for (const row of rows) {
+    expect(row).toMatchObject({ status: 'pending', attempts: 1 });
+    expect(row.last_error).toContain(`${what} did not finish within the drain's remaining budget`);
+  }
+}
+
+// scheduled() answers when the invocation ends: both reports arrived while it was still there, the
+// second sent after the recorder answered the first.
+it('a handler given up at the budget gets until its end: what it does after its signal is not cut off', async () => {
+  const job = await enqueue(t.db, { kind: OUTLIVES_BUDGET, payload: { recorder: recorderUrl } });
+  const { steps, beforeTheEnd } = await invocation(() => job.id);
+  expect(steps).toEqual([
     ['cleanup', 'true'],
     ['cleaned', 'true'],
   ]);
-  expect(ofJob[1]!.at).toBeLessThan(returnedAt);
+  expect(beforeTheEnd).toBe(true);
+  await expectRetried([job.id], 'handler');
+}, 60_000);
 
-  // The attempt itself was given up for its time: failed, and pending again for its retry.
-  const [row] = await t.query<{ status: string; attempts: number; last_error: string }>(
-    'SELECT status, attempts, last_error FROM pgdrain.jobs WHERE id = $1',
-    [job.id],
+it('a batch handler given up at the budget: the same', async () => {
+  // The first test's job, pending for its retry, would run in this invocation too: out of the way.
+  await t.query(`DELETE FROM pgdrain.jobs WHERE kind = $1`, [OUTLIVES_BUDGET]);
+  const jobs = await enqueueMany(
+    t.db,
+    [1, 2, 3].map(() => ({ kind: BATCH_OUTLIVES_BUDGET, payload: { recorder: recorderUrl } })),
   );
-  expect(row).toMatchObject({ status: 'pending', attempts: 1 });
-  expect(row!.last_error).toMatch(/did not finish within the drain's remaining budget/);
+  const ids = jobs.map((j) => j.id);
+  const { steps, beforeTheEnd } = await invocation(() => ids.join(','));
+  expect(steps).toEqual([
+    ['cleanup', 'true'],
+    ['cleaned', 'true'],
+  ]);
+  expect(beforeTheEnd).toBe(true);
+  await expectRetried(ids, 'batch handler');
 }, 60_000);

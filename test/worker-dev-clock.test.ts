@@ -131,7 +131,7 @@ describe('a Worker killed in the middle of a job, under npm run dev:worker', () 
 
   it("its job runs again at its lease's end, by the alarm, once the Worker is back; no cron tick", async () => {
     const hookPort = (hook.address() as { port: number }).port;
-    const env = { API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}`, VISIBILITY_TIMEOUT_SECONDS: '6' };
+    const env = { API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}`, VISIBILITY_TIMEOUT_SECONDS: '8' };
     worker = await startWorkerDev({ databaseUrl: t.url, hyperdrive: false, env, dataDir });
     const res = await fetch(`${worker.url}/jobs`, {
       method: 'POST',
@@ -153,11 +153,16 @@ describe('a Worker killed in the middle of a job, under npm run dev:worker', () 
     );
     expect(held).toMatchObject({ status: 'running', attempts: 1 });
     worker = await startWorkerDev({ databaseUrl: t.url, hyperdrive: false, env, dataDir });
+    // Under load the restart can outlast the lease (about 3 s of it are left on an idle machine): the
+    // alarm then rings as the Worker comes back. Timed from whichever is later.
+    const backAt = Date.now();
     for (const deadline = Date.now() + 30_000; deliveries.length < 2 && Date.now() < deadline; ) await sleep(20);
     expect(deliveries.length, 'delivered again after the restart').toBe(2);
-    const late = deliveries[1]! - new Date(held!.until).getTime();
-    expect(late, 'not before its lease ended').toBeGreaterThanOrEqual(0);
-    expect(late, 'within a second of it').toBeLessThan(1_000);
+    const leaseEnd = new Date(held!.until).getTime();
+    expect(deliveries[1]! - leaseEnd, 'not before its lease ended').toBeGreaterThanOrEqual(0);
+    expect(deliveries[1]! - Math.max(leaseEnd, backAt), 'within a second of it, or of the Worker back').toBeLessThan(
+      1_000,
+    );
     expect(worker.output()).not.toMatch(/"event":"scheduled"/);
     for (const deadline = Date.now() + 5_000; Date.now() < deadline; await sleep(50)) {
       if ((await t.query('SELECT 1 FROM pgdrain.jobs WHERE id = $1', [id])).length === 0) break;

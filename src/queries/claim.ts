@@ -174,9 +174,10 @@ export function claimStatement(values: ClaimValues, filtered: boolean, byIds = f
   const kinds = filtered ? sql`${sql.param(values.kinds)}::text[]` : sql`NULL::text[]`;
   const rest = sql`${sql.param(values.limit)}::int, ${kinds}, ${sql.param(values.token)}::text,
     ${sql.param(values.lease)}::int`;
+  const schema = sql.raw(PGDRAIN_SCHEMA);
   return byIds
-    ? sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.claim_ids(${sql.param(values.ids)}::bigint[], ${rest})`
-    : sql`SELECT * FROM ${sql.raw(PGDRAIN_SCHEMA)}.claim(${rest})`;
+    ? sql`SELECT ${CLAIMED_OUTPUT} FROM ${schema}.claim_ids(${sql.param(values.ids)}::bigint[], ${rest})`
+    : sql`SELECT ${CLAIMED_OUTPUT} FROM ${schema}.claim(${rest})`;
 }
 
 /** The claim's write, whichever rows `which` picks: running under `token`, its lease written, one
@@ -195,7 +196,9 @@ export function claimUpdate(db: Db, which: SQL, token: SQL, visibilityTimeoutSec
     .returning(CLAIMED_COLUMNS);
 }
 
-/** What a claim returns of each job, in this order (claim.ts and complete-and-claim.ts alike). */
+/** What a claim returns of each job, in this order (claim.ts and complete-and-claim.ts alike). Not
+ * locked_by: the claim wrote the token its drainer gave it, and every field a row carries is decoded
+ * by the driver (in workerd, by a Buffer written in JavaScript): the token was the row's longest. */
 const CLAIMED_COLUMNS = {
   id: jobs.id,
   kind: jobs.kind,
@@ -206,16 +209,19 @@ const CLAIMED_COLUMNS = {
   groupKey: jobs.groupKey,
   timeoutMs: jobs.timeoutMs,
   runAt: jobs.runAt,
-  lockedBy: jobs.lockedBy,
   visibilitySeconds: jobs.visibilitySeconds,
   traceparent: jobs.traceparent,
   createdAt: jobs.createdAt,
 };
 
-type ClaimedRow = Omit<ClaimedJob, 'lockedBy' | 'visibilityTimeoutSeconds'> & {
-  lockedBy: string | null;
-  visibilitySeconds: number | null;
-};
+/** pgdrain.claim()'s and pgdrain.claim_ids()'s output columns that a drainer reads (CLAIMED_COLUMNS). */
+const CLAIMED_OUTPUT = sql.raw(
+  Object.values(CLAIMED_COLUMNS)
+    .map((c) => c.name)
+    .join(', '),
+);
+
+type ClaimedRow = Omit<ClaimedJob, 'lockedBy' | 'visibilityTimeoutSeconds'> & { visibilitySeconds: number | null };
 
 /** A claimed row read by raw SQL (column names, driver values) into what the builder returns. */
 export const claimedRowFromDriver = (row: Record<string, unknown>): ClaimedRow => fromDriverRow(CLAIMED_COLUMNS, row);

@@ -46,7 +46,9 @@ export async function completeAndClaim(
   // A row per claimed job, the first also carrying the deleted ids (once: a claim of 500 must not
   // bring them back 500 times); one row of NULLs when nothing was claimed, so that the deletions
   // are reported either way.
-  type Row = Record<string, unknown> & { pgdrain_completed: (string | number)[] | null };
+  // The deleted ids as one text, not an array: the drivers parse arrays character by character in
+  // JavaScript (Neon's, in workerd, at 1.5-3 µs an id), where a split is native.
+  type Row = Record<string, unknown> & { pgdrain_completed: string | null };
   const rows = await rowsOf<Row>(
     db,
     sql`WITH ${completingCtes(held, { followed: false })}${counted},
@@ -59,9 +61,10 @@ export async function completeAndClaim(
                    pgdrain_next_due`
                    : sql``
                }
-          FROM (SELECT array_agg(id) AS pgdrain_completed FROM ended) AS d LEFT JOIN claimed ON true`,
+          FROM (SELECT string_agg(id::text, ',') AS pgdrain_completed FROM ended) AS d LEFT JOIN claimed ON true`,
   );
-  const completed = (rows[0]?.pgdrain_completed ?? []).map(String);
+  const completedText = rows[0]?.pgdrain_completed;
+  const completed = completedText ? completedText.split(',') : [];
   const claimedRows = rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver);
   const claimed = claimedJobs(claimedRows, options.lockToken);
   if (!options.nextDue) return { completed, claimed };

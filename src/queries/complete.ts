@@ -162,11 +162,13 @@ async function completing(
   if (held.length === 0) return { ended: [], unblockedKinds: [] };
   const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countCompleted('ended')})`;
   if (!followed) {
-    const rows = await rowsOf<{ id: string }>(
+    // The ids as one text (one row, one field to decode) rather than a row each.
+    const [row] = await rowsOf<{ ids: string | null }>(
       db,
-      sql`WITH ${completingCtes(held, { followed })}${counted} SELECT id FROM ended`,
+      sql`WITH ${completingCtes(held, { followed })}${counted} SELECT string_agg(id::text, ',') AS ids FROM ended`,
     );
-    return { ended: rows.map((r) => ({ id: String(r.id), status: 'completed' })), unblockedKinds: [] };
+    const ids = row?.ids ? row.ids.split(',') : [];
+    return { ended: ids.map((id) => ({ id, status: 'completed' as const })), unblockedKinds: [] };
   }
   // One row per ended job, and one more (id NULL) with the kinds it released. The notifications
   // are in that row's output, or they would not be evaluated at all.

@@ -39,6 +39,38 @@ export async function rowsOfPrepared<T>(db: Db, prefix: string, query: SQL): Pro
   return rowsOfResult<T>(await db._.session.prepareQuery(built, undefined, name, false).execute());
 }
 
+/** rowsOfPrepared()'s statement as a driver's query config (its name, text and values), for a
+ * connection used without Drizzle. */
+export function preparedQuery(prefix: string, query: SQL): { name: string; text: string; values: unknown[] } {
+  const built = dialect.sqlToQuery(query);
+  return { name: `${prefix}_${textHash(built.sql)}`, text: built.sql, values: built.params };
+}
+
+/** A connection checked out of a pool, as both drivers (pg, Neon: pg-pool) give it. */
+export interface PooledConnection {
+  query(query: string | { name: string; text: string; values: unknown[] }): Promise<unknown>;
+  /** `destroy`: close it instead of giving it back (the server rolls back what it had open). */
+  release(destroy?: boolean | Error): void;
+}
+
+interface ConnectionPool {
+  connect(): Promise<PooledConnection>;
+  idleCount: number;
+}
+
+/** The pool under a Drizzle database made on one (both drivers' drizzle() keep it as $client);
+ * undefined for a transaction or a database on a single client. */
+export function poolOf(db: Db): ConnectionPool | undefined {
+  const client = (db as { $client?: unknown }).$client as Partial<ConnectionPool> | undefined;
+  return typeof client?.connect === 'function' && typeof client.idleCount === 'number'
+    ? (client as ConnectionPool)
+    : undefined;
+}
+
+/** Rows of a driver's query result (a multi-statement text gives an array of them: the last). */
+export const rowsOfDriverResult = <T>(result: unknown): T[] =>
+  (Array.isArray(result) ? result.at(-1) : (result as { rows?: T[] })).rows ?? [];
+
 /** A statement's text ($1, $2, … for its values) and its values, as drizzle sends them. */
 export const builtQuery = (query: SQL): { sql: string; params: unknown[] } => dialect.sqlToQuery(query);
 

@@ -22,7 +22,6 @@ import {
   doublePrecision,
   index,
   integer,
-  jsonb,
   pgSchema,
   primaryKey,
   text,
@@ -58,6 +57,15 @@ const bigserialAsString = customType<{ data: string; driverData: string; notNull
 const bigintAsString = customType<{ data: string; driverData: string }>({ dataType: () => 'bigint' });
 
 const timestamptz = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+
+/** jsonb whose value the driver has parsed already (pg and Neon both parse jsonb): read as it comes.
+ * Drizzle's own jsonb parses a string it is given a second time, so a payload or result that is a
+ * JSON string reading as JSON ("123", "true", '{"a":1}') came back as a number, a boolean, an object. */
+const jsonb = customType<{ data: unknown; driverData: unknown }>({
+  dataType: () => 'jsonb',
+  toDriver: (value) => JSON.stringify(value),
+  fromDriver: (value) => value,
+});
 
 /** A job's columns but its id: the same in pgdrain.jobs and pgdrain.job_history. */
 const jobColumns = () => ({

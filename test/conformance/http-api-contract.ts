@@ -488,6 +488,14 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         await expectError(await get('/jobs/99999999999999999999999'), 400, 'invalid_id');
       });
 
+      it('GET /jobs/:id gives back a payload as it was sent, also a string that reads as JSON', async () => {
+        const payloads = ['123', 'true', '{"a":1}', 'null', 42, null, ['x']];
+        const ids: string[] = [];
+        for (const payload of payloads) ids.push((await (await post('/jobs', { kind: 'noop', payload })).json()).id);
+        for (const [i, id] of ids.entries())
+          expect((await (await get(`/jobs/${id}`)).json()).payload).toEqual(payloads[i]);
+      });
+
       it('GET /jobs lists newest first, filters by status and kind, and pages with a cursor', async () => {
         const ids: string[] = (
           await (

@@ -13,6 +13,7 @@ import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import {
   type Db,
   claim,
+  claimLimited,
   compareIds,
   complete,
   completeAndClaim,
@@ -513,6 +514,51 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(finished.lastIndexOf('fast')).toBeLessThan(finished.lastIndexOf('slow'));
       expect(finished.filter((k) => k === 'fast')).toHaveLength(200);
       expect(await count()).toBe(0);
+    });
+
+    it('a claimed job carries the payload it was enqueued with, whatever JSON value it is (every claim statement)', async () => {
+      // Strings that read as JSON ("123", "true", "null", '{"a":1}') stay strings: the driver has
+      // parsed the jsonb already, and a second parse would turn them into numbers and objects.
+      const payloads: unknown[] = [
+        '123',
+        'true',
+        'null',
+        '{"a":1}',
+        '"quoted"',
+        '',
+        0,
+        1.5,
+        false,
+        null,
+        [],
+        { a: [1, 'x'] },
+      ];
+      const enqueueAll = (kind: string) =>
+        enqueueMany(
+          h.db,
+          payloads.map((payload) => ({ kind, payload })),
+        );
+      const byId = (jobs: { id: string; payload: unknown }[]) => new Map(jobs.map((j) => [j.id, j.payload]));
+      const expected = (ids: { id: string }[]) => new Map(ids.map((e, i) => [e.id, payloads[i]]));
+
+      const plain = await enqueueAll('payload_plain');
+      const plainClaimed = await claim(h.db, { batchSize: 50, lockToken: 'payload:1', kinds: ['payload_plain'] });
+      expect(byId(plainClaimed)).toEqual(expected(plain));
+      const next = await enqueueAll('payload_next');
+      const combined = await completeAndClaim(h.db, plainClaimed.slice(0, 1), {
+        batchSize: 50,
+        lockToken: 'payload:2',
+        kinds: ['payload_next'],
+      });
+      expect(byId(combined.claimed)).toEqual(expected(next));
+      const limited = await enqueueAll('payload_limited');
+      const claimedLimited = await claimLimited(h.db, {
+        kind: 'payload_limited',
+        limits: { globalConcurrency: 100 },
+        batchSize: 50,
+        lockToken: 'payload:3',
+      });
+      expect(byId(claimedLimited.jobs)).toEqual(expected(limited));
     });
 
     it('a claim by ids takes only those jobs, and only when ready and free (run-now is fenced like any claim)', async () => {

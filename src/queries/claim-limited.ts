@@ -26,8 +26,7 @@ import {
   type ClaimValues,
   claimUpdate,
   claimValues,
-  claimedJobs,
-  claimedRowFromDriver,
+  claimedJobsFromDriver,
 } from './claim.ts';
 import {
   type Db,
@@ -87,10 +86,7 @@ export async function claimLimited(db: Db, options: LimitedClaimOptions): Promis
         await tx.execute(sql`SELECT pg_advisory_xact_lock(${kindLockKey(options.kind)}), ${CLAIM_SETTINGS}`);
         return rowsOfPrepared<LimitedClaimRow>(tx, PREPARED_PREFIX, limitedClaim(tx, options));
       });
-  const claimed = claimedJobs(
-    rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver),
-    options.lockToken,
-  );
+  const claimed = claimedJobsFromDriver(rows, options.lockToken);
   const candidates = Number(rows[0]?.pgdrain_candidates ?? 0);
   const nextStart = rows[0]?.pgdrain_next_start_ms;
   return {

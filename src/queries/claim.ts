@@ -13,7 +13,7 @@
 // running anything.
 import { type SQL, sql } from 'drizzle-orm';
 import { JOB_DEFAULTS, PGDRAIN_SCHEMA, jobs } from '../db/schema.ts';
-import { type Db, fromDriverRow, rowsOf, sqlLiteral } from './db.ts';
+import { type Db, rowsOf, sqlLiteral } from './db.ts';
 import { nextDueSql } from './next-due.ts';
 
 export interface ClaimedJob {
@@ -72,8 +72,7 @@ export async function claimReportingNextDue(db: Db, options: ClaimOptions): Prom
         SELECT claimed.*, ${nextDueWhenShort(options)} AS pgdrain_next_due FROM (SELECT 1) AS d LEFT
           JOIN claimed ON true`,
   );
-  const claimedRows = rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver);
-  return { jobs: claimedJobs(claimedRows, options.lockToken), nextDueAt: toDate(rows[0]?.pgdrain_next_due) };
+  return { jobs: claimedJobsFromDriver(rows, options.lockToken), nextDueAt: toDate(rows[0]?.pgdrain_next_due) };
 }
 
 /** On the first row of a claim's result (a CTE `claimed`): when the next job is due, if the claim
@@ -92,7 +91,7 @@ export async function claim(db: Db, options: ClaimOptions): Promise<ClaimedJob[]
     db,
     claimStatement(claimValues(options), options.kinds !== undefined, options.ids !== undefined),
   );
-  return claimedJobs(rows.map(claimedRowFromDriver), options.lockToken);
+  return claimedJobsFromDriver(rows, options.lockToken);
 }
 
 /**
@@ -221,38 +220,42 @@ const CLAIMED_OUTPUT = sql.raw(
     .join(', '),
 );
 
-type ClaimedRow = Omit<ClaimedJob, 'lockedBy' | 'visibilityTimeoutSeconds'> & { visibilitySeconds: number | null };
-
-/** A claimed row read by raw SQL (column names, driver values) into what the builder returns. */
-export const claimedRowFromDriver = (row: Record<string, unknown>): ClaimedRow => fromDriverRow(CLAIMED_COLUMNS, row);
-
-/** Claimed rows as jobs in claim order (RETURNING does not keep the subquery's order), each with
- * the lock token of its claim. */
-export function claimedJobs(rows: readonly ClaimedRow[], lockToken: string): ClaimedJob[] {
-  // Built field by field (no rest and spread): this runs for every job a drain claims.
-  const out: ClaimedJob[] = new Array(rows.length);
+/**
+ * A claim's rows (column names, driver values) as jobs in claim order (RETURNING does not keep the
+ * subquery's order), each with the lock token of its claim; rows without an id (the one row of
+ * NULLs a statement returns when it claimed nothing) are skipped. Built field by field, each
+ * column's conversion written out, with no intermediate row: this runs for every job a drain claims
+ * (drizzle's column mapping, a method call per column, was a twentieth of workerd's time). The
+ * drivers parse jsonb and int4 themselves; timestamps come as text through Drizzle's sessions and
+ * as Dates on a bare connection (claim-limited.ts), so both are read.
+ */
+export function claimedJobsFromDriver(rows: readonly Record<string, unknown>[], lockToken: string): ClaimedJob[] {
+  const out: ClaimedJob[] = [];
   for (let i = 0; i < rows.length; i++) {
     const r = rows[i]!;
-    out[i] = {
+    if (r.id === null || r.id === undefined) continue;
+    out.push({
       id: String(r.id),
-      kind: r.kind,
+      kind: r.kind as string,
       payload: r.payload,
-      attempts: r.attempts,
-      maxAttempts: r.maxAttempts,
-      priority: r.priority,
-      groupKey: r.groupKey,
-      timeoutMs: r.timeoutMs,
-      runAt: r.runAt,
+      attempts: r.attempts as number,
+      maxAttempts: r.max_attempts as number,
+      priority: r.priority as number,
+      groupKey: (r.group_key as string | null | undefined) ?? null,
+      timeoutMs: (r.timeout_ms as number | null | undefined) ?? null,
+      runAt: asDate(r.run_at),
       lockedBy: lockToken,
-      traceparent: r.traceparent,
-      createdAt: r.createdAt,
-      visibilityTimeoutSeconds: r.visibilitySeconds,
-    };
+      visibilityTimeoutSeconds: (r.visibility_seconds as number | null | undefined) ?? null,
+      traceparent: (r.traceparent as string | null | undefined) ?? null,
+      createdAt: asDate(r.created_at),
+    });
   }
   // Usually in order already (one priority, ids ascending with run_at): one pass says so.
   for (let i = 1; i < out.length; i++) if (claimOrder(out[i - 1]!, out[i]!) > 0) return out.sort(claimOrder);
   return out;
 }
+
+const asDate = (value: unknown): Date => (value instanceof Date ? value : new Date(value as string));
 
 /** The claim's order: priority first, then run_at, then id. */
 const claimOrder = (a: ClaimedJob, b: ClaimedJob): number =>

@@ -11,8 +11,7 @@ import {
   type ClaimOptions,
   claimStatement,
   claimValues,
-  claimedJobs,
-  claimedRowFromDriver,
+  claimedJobsFromDriver,
   nextDueWhenShort,
   toDate,
 } from './claim.ts';
@@ -65,8 +64,7 @@ export async function completeAndClaim(
   );
   const completedText = rows[0]?.pgdrain_completed;
   const completed = completedText ? completedText.split(',') : [];
-  const claimedRows = rows.filter((r) => r.id !== null && r.id !== undefined).map(claimedRowFromDriver);
-  const claimed = claimedJobs(claimedRows, options.lockToken);
+  const claimed = claimedJobsFromDriver(rows, options.lockToken);
   if (!options.nextDue) return { completed, claimed };
   return { completed, claimed, nextDueAt: toDate(rows[0]?.pgdrain_next_due as Date | string | null | undefined) };
 }

@@ -56,11 +56,23 @@ export async function startFixtureWorker(options: {
       .join('\n'),
     { mode: 0o600 },
   );
+  // A free port is only free until someone binds it: a test process beside this one can take it
+  // between freePort() and wrangler's bind ("Address already in use"). Then another port, twice.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(options.config, options.dir, envFile);
+    } catch (error) {
+      if (attempt >= 3 || !String(error).includes('Address already in use')) throw error;
+    }
+  }
+}
+
+async function startOnce(config: string, dir: string, envFile: string): Promise<FixtureWorker> {
   const port = await freePort();
   const child: ChildProcess = spawn(
     path.join(ROOT, 'node_modules/.bin/wrangler'),
     // Its local state in the run's own folder: a run never starts from what an earlier one left.
-    wranglerDevArgs({ port, envFile, stateDir: path.join(options.dir, 'wrangler-state'), config: options.config }),
+    wranglerDevArgs({ port, envFile, stateDir: path.join(dir, 'wrangler-state'), config }),
     {
       cwd: ROOT,
       env: { ...process.env, WRANGLER_SEND_METRICS: 'false' },
@@ -71,8 +83,21 @@ export async function startFixtureWorker(options: {
   let out = '';
   child.stdout!.on('data', (c) => (out += c));
   child.stderr!.on('data', (c) => (out += c));
+  const stop = async () => {
+    if (child.pid && child.exitCode === null) {
+      try {
+        process.kill(-child.pid, 'SIGTERM');
+      } catch {
+        // gone
+      }
+      await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
+    }
+  };
   for (let waited = 0; !out.includes('Ready on'); waited += 100) {
-    if (waited > 30_000 || child.exitCode !== null) throw new Error(`wrangler dev did not start:\n${out}`);
+    if (waited > 30_000 || child.exitCode !== null || out.includes('Address already in use')) {
+      await stop();
+      throw new Error(`wrangler dev did not start:\n${out}`);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
   const url = `http://127.0.0.1:${port}`;
@@ -80,15 +105,6 @@ export async function startFixtureWorker(options: {
     url,
     scheduled: async () => void (await (await fetch(`${url}/__scheduled?cron=*+*+*+*+*`)).text()),
     output: () => out,
-    stop: async () => {
-      if (child.pid && child.exitCode === null) {
-        try {
-          process.kill(-child.pid, 'SIGTERM');
-        } catch {
-          // gone
-        }
-        await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
-      }
-    },
+    stop,
   };
 }

@@ -29,6 +29,7 @@ import {
   claimedJobsFromDriver,
 } from './claim.ts';
 import {
+  type ConnectionPool,
   type Db,
   builtQuery,
   poolOf,
@@ -110,11 +111,7 @@ const kindLockKey = (kind: string): SQL => sql`hashtextextended(${`pgdrain.limit
  * for; a serial or fair kind is claimed one claim at a time. A connection on which anything failed
  * is closed rather than given back, so none returns to the pool inside a transaction.
  */
-async function claimOnPinnedConnection(
-  pool: NonNullable<ReturnType<typeof poolOf>>,
-  kind: string,
-  claim: SQL,
-): Promise<LimitedClaimRow[]> {
+async function claimOnPinnedConnection(pool: ConnectionPool, kind: string, claim: SQL): Promise<LimitedClaimRow[]> {
   const connection = await pool.connect();
   try {
     await connection.query(`BEGIN; SELECT pg_advisory_xact_lock(${lockKeyText(kind)}), ${CLAIM_SETTINGS_TEXT}`);

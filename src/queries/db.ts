@@ -35,25 +35,29 @@ const dialect = new PgDialect();
  */
 export async function rowsOfPrepared<T>(db: Db, prefix: string, query: SQL): Promise<T[]> {
   const built = dialect.sqlToQuery(query);
-  const name = `${prefix}_${textHash(built.sql)}`;
-  return rowsOfResult<T>(await db._.session.prepareQuery(built, undefined, name, false).execute());
+  return rowsOfResult<T>(
+    await db._.session.prepareQuery(built, undefined, preparedName(prefix, built.sql), false).execute(),
+  );
 }
+
+/** A prepared statement's name: its prefix and a hash of its text. */
+const preparedName = (prefix: string, text: string) => `${prefix}_${textHash(text)}`;
 
 /** rowsOfPrepared()'s statement as a driver's query config (its name, text and values), for a
  * connection used without Drizzle. */
 export function preparedQuery(prefix: string, query: SQL): { name: string; text: string; values: unknown[] } {
   const built = dialect.sqlToQuery(query);
-  return { name: `${prefix}_${textHash(built.sql)}`, text: built.sql, values: built.params };
+  return { name: preparedName(prefix, built.sql), text: built.sql, values: built.params };
 }
 
 /** A connection checked out of a pool, as both drivers (pg, Neon: pg-pool) give it. */
-export interface PooledConnection {
+interface PooledConnection {
   query(query: string | { name: string; text: string; values: unknown[] }): Promise<unknown>;
   /** `destroy`: close it instead of giving it back (the server rolls back what it had open). */
   release(destroy?: boolean | Error): void;
 }
 
-interface ConnectionPool {
+export interface ConnectionPool {
   connect(): Promise<PooledConnection>;
   idleCount: number;
 }

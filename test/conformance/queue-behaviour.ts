@@ -12,8 +12,10 @@ import { noopJob } from '../../src/jobs/noop.ts';
 import { enqueue as enqueueTyped } from '../../src/jobs/enqueue.ts';
 import {
   type Db,
+  type ClaimedJob,
   claim,
   claimLimited,
+  claimReportingNextDue,
   compareIds,
   complete,
   completeAndClaim,
@@ -559,6 +561,88 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         lockToken: 'payload:3',
       });
       expect(byId(claimedLimited.jobs)).toEqual(expected(limited));
+    });
+
+    it('every claim statement returns a job as its row holds it: each field, timestamps to the millisecond', async () => {
+      // The Worker's claims (claimReportingNextDue, completeAndClaim) send the batch back as one
+      // json value; the others as rows. Each must read the same job.
+      const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+      const options = [
+        { payload: { a: 1 } },
+        {
+          payload: 'x',
+          priority: 7,
+          groupKey: 'g-\u00e9',
+          timeoutMs: 1_500,
+          visibilityTimeoutSeconds: 45,
+          maxAttempts: 9,
+          traceparent,
+          runAt: new Date(Date.now() - 61_234),
+        },
+      ];
+      const enqueueBoth = (kind: string) =>
+        enqueueMany(
+          h.db,
+          options.map((o) => ({ kind, ...o })),
+        );
+      const asStored = async (jobs: ClaimedJob[]) => {
+        const rows = (await h.query(
+          `SELECT id::text, kind, payload, attempts, max_attempts, priority, group_key, timeout_ms,
+                  (extract(epoch from run_at) * 1000)::float8 AS run_ms, locked_by, visibility_seconds, traceparent,
+                  (extract(epoch from created_at) * 1000)::float8 AS created_ms
+             FROM pgdrain.jobs WHERE id = ANY($1::bigint[]) ORDER BY priority DESC, run_at, id`,
+          [jobs.map((j) => j.id)],
+        )) as Record<string, unknown>[];
+        return rows.map((r) => ({
+          id: r.id,
+          kind: r.kind,
+          payload: r.payload,
+          attempts: r.attempts,
+          maxAttempts: r.max_attempts,
+          priority: r.priority,
+          groupKey: r.group_key,
+          timeoutMs: r.timeout_ms,
+          runAt: new Date(Math.floor(Number(r.run_ms))),
+          lockedBy: r.locked_by,
+          visibilityTimeoutSeconds: r.visibility_seconds,
+          traceparent: r.traceparent,
+          createdAt: new Date(Math.floor(Number(r.created_ms))),
+        }));
+      };
+      const statements: [string, (kind: string, token: string) => Promise<ClaimedJob[]>][] = [
+        ['claim', (kind, lockToken) => claim(h.db, { batchSize: 5, lockToken, kinds: [kind] })],
+        [
+          'claimReportingNextDue',
+          async (kind, lockToken) =>
+            (await claimReportingNextDue(h.db, { batchSize: 5, lockToken, kinds: [kind], nextDue: {} })).jobs,
+        ],
+        [
+          'completeAndClaim',
+          async (kind, lockToken) => {
+            const [done] = await enqueueMany(h.db, [{ kind: `${kind}_done`, payload: null }]);
+            const held = await claim(h.db, { batchSize: 1, lockToken: `${lockToken}:held`, ids: [done!.id] });
+            const result = await completeAndClaim(h.db, held, { batchSize: 5, lockToken, kinds: [kind] });
+            expect(result.completed).toEqual([done!.id]);
+            return result.claimed;
+          },
+        ],
+        [
+          'claimLimited',
+          async (kind, lockToken) =>
+            (await claimLimited(h.db, { kind, limits: { globalConcurrency: 10 }, batchSize: 5, lockToken })).jobs,
+        ],
+      ];
+      for (const [name, claimWith] of statements) {
+        const kind = `fields_${name}`;
+        await enqueueBoth(kind);
+        const claimed = await claimWith(kind, `${name}:1`);
+        expect(claimed, name).toHaveLength(2);
+        expect(
+          claimed.map((j) => j.priority),
+          name,
+        ).toEqual([7, 0]);
+        expect(claimed, name).toEqual(await asStored(claimed));
+      }
     });
 
     it('a claim by ids takes only those jobs, and only when ready and free (run-now is fenced like any claim)', async () => {

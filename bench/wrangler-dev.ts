@@ -9,6 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../src/db/embedded.ts';
 import { wranglerDevArgs } from '../src/dev/wrangler-dev-args.ts';
+import { PORT_TAKEN, startOnFreePort } from '../test/support/port-retry.ts';
 
 export const BENCH_TOKEN = 'bench-token-0123456789';
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -42,6 +43,19 @@ export async function startWranglerDev(options: {
       .join('\n')}\n`,
     { mode: 0o600 },
   );
+  try {
+    return await startOnFreePort(() => startOnce(envFile, dir, options));
+  } catch (error) {
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+async function startOnce(
+  envFile: string,
+  dir: string,
+  options: { config?: string; env?: Record<string, string> },
+): Promise<WranglerDev> {
   const port = await freePort();
   const args = wranglerDevArgs({ port, envFile, stateDir: path.join(dir, 'state'), config: options.config });
   const wrangler = spawn(path.join(root, 'node_modules/.bin/wrangler'), args, {
@@ -52,16 +66,20 @@ export async function startWranglerDev(options: {
   let out = '';
   wrangler.stdout!.on('data', (c) => (out += c));
   wrangler.stderr!.on('data', (c) => (out += c));
-  const stop = async () => {
+  const end = async () => {
     if (wrangler.exitCode === null) {
       wrangler.kill('SIGTERM');
       await new Promise((r) => wrangler.once('exit', r));
     }
+  };
+  const stop = async () => {
+    await end();
     await rm(dir, { recursive: true, force: true });
   };
   for (let waited = 0; !out.includes('Ready on'); waited += 100) {
-    if (waited > 30_000 || wrangler.exitCode !== null) {
-      await stop();
+    if (waited > 30_000 || wrangler.exitCode !== null || out.includes(PORT_TAKEN)) {
+      // The folder stays for the next attempt (startWranglerDev removes it when none starts).
+      await end();
       throw new Error(`wrangler dev did not start:\n${out}`);
     }
     await new Promise((r) => setTimeout(r, 100));

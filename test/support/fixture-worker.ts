@@ -6,6 +6,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../src/db/embedded.ts';
+import { PORT_TAKEN, startOnFreePort } from './port-retry.ts';
 import { wranglerDevArgs } from '../../src/dev/wrangler-dev-args.ts';
 import { startWsProxy } from '../../src/dev/ws-proxy.ts';
 
@@ -56,15 +57,7 @@ export async function startFixtureWorker(options: {
       .join('\n'),
     { mode: 0o600 },
   );
-  // A free port is only free until someone binds it: a test process beside this one can take it
-  // between freePort() and wrangler's bind ("Address already in use"). Then another port, twice.
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await startOnce(options.config, options.dir, envFile);
-    } catch (error) {
-      if (attempt >= 3 || !String(error).includes('Address already in use')) throw error;
-    }
-  }
+  return startOnFreePort(() => startOnce(options.config, options.dir, envFile));
 }
 
 async function startOnce(config: string, dir: string, envFile: string): Promise<FixtureWorker> {
@@ -94,7 +87,7 @@ async function startOnce(config: string, dir: string, envFile: string): Promise<
     }
   };
   for (let waited = 0; !out.includes('Ready on'); waited += 100) {
-    if (waited > 30_000 || child.exitCode !== null || out.includes('Address already in use')) {
+    if (waited > 30_000 || child.exitCode !== null || out.includes(PORT_TAKEN)) {
       await stop();
       throw new Error(`wrangler dev did not start:\n${out}`);
     }

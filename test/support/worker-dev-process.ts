@@ -6,6 +6,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { PORT_TAKEN, startOnFreePort } from './port-retry.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -26,12 +27,18 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-export async function startWorkerDev(options: {
+export interface WorkerDevOptions {
   databaseUrl: string;
   hyperdrive: boolean;
   env: Record<string, string>;
   dataDir?: string;
-}): Promise<WorkerDevProcess> {
+}
+
+export function startWorkerDev(options: WorkerDevOptions): Promise<WorkerDevProcess> {
+  return startOnFreePort(() => startOnce(options));
+}
+
+async function startOnce(options: WorkerDevOptions): Promise<WorkerDevProcess> {
   const port = await freePort();
   const dataDir = options.dataDir ?? (await mkdtemp(path.join(os.tmpdir(), 'pgdrain-worker-dev-')));
   const args = [path.join(ROOT, 'src/dev/worker-dev.ts'), ...(options.hyperdrive ? ['--hyperdrive'] : [])];
@@ -79,7 +86,10 @@ export async function startWorkerDev(options: {
 
   const url = `http://127.0.0.1:${port}`;
   for (const deadline = Date.now() + 60_000; ; await new Promise((r) => setTimeout(r, 200))) {
-    if (child.exitCode !== null) throw new Error(`dev:worker exited before serving:\n${out}`);
+    if (child.exitCode !== null || out.includes(PORT_TAKEN)) {
+      await stop();
+      throw new Error(`dev:worker exited before serving:\n${out}`);
+    }
     if (Date.now() > deadline) {
       await stop();
       throw new Error(`dev:worker did not serve /healthz within 60 s:\n${out}`);

@@ -1,6 +1,6 @@
 // complete-and-claim: ONE statement settles the jobs that finished and claims the next batch —
 //   WITH ended AS (DELETE … RETURNING), counted AS (INSERT INTO job_counts …),
-//   claimed AS (UPDATE … claim … RETURNING) SELECT the ids settled, the rows claimed
+//   claimed AS (UPDATE … claim … RETURNING) SELECT the ids settled, the jobs claimed (one row)
 // — so a drainer far from its database (a Worker at 10-30 ms from Neon) pays one round trip per
 // cycle instead of two. Both parts are exactly the standalone statements (complete.ts, claim.ts):
 // the same fencing by lock token, the same claim order and SKIP LOCKED. They run on one snapshot

@@ -5,8 +5,9 @@
 // (before PostgreSQL 17, ctid in place of id: drizzle/0021_claim_by_tid.sql)
 // under planner settings that leave it one plan, the walk of jobs_ready (drizzle/0007_claim_plan.sql:
 // why, and pgdrain.claim_ids for run-now). The settings are the function's own (SET clauses): they
-// reach no other statement (drizzle/0014_settings_in_their_statements.sql), and PL/pgSQL keeps the
-// plan for the session.
+// reach no other statement (drizzle/0014_settings_in_their_statements.sql), and with
+// plan_cache_mode = force_generic_plan among them the statement is planned once per session, not at
+// every claim (drizzle/0025_claim_plan_generic.sql).
 // Kinds listed in pgdrain.paused_kinds are skipped (read once per claim, in the same statement).
 // SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before

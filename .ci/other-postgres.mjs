@@ -61,6 +61,9 @@ const server = new EmbeddedPostgres({
     'fsync=off',
     '-c',
     'max_connections=300',
+    // As every test server (test/support/postgres-server.ts): tests that count plans read it.
+    '-c',
+    'shared_preload_libraries=pg_stat_statements',
   ],
   onLog: () => {},
 });

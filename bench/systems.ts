@@ -104,6 +104,8 @@ export interface PgdrainVariant {
   unusedLimits?: boolean;
   keepResults?: boolean;
   tracing?: boolean;
+  /** The drainer's VACUUM_EVERY_JOBS (0: off). Default the sidecar's. */
+  vacuumEveryJobs?: number;
 }
 
 export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
@@ -144,6 +146,11 @@ export function pgdrainSystem(variant: PgdrainVariant = {}): BenchSystem {
     placement: 'near' as const,
     pollIntervalMs: 1000,
     recordCounts: variant.recordCounts,
+    vacuumEveryJobs: variant.vacuumEveryJobs,
+    // The sidecar's VACUUM of the jobs table runs on the API's pool, not the drain's.
+    get vacuumDb() {
+      return db;
+    },
   };
   return {
     name:

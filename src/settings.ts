@@ -6,7 +6,7 @@
 // test/settings.test.ts, so the two cannot drift.
 import { z } from 'zod';
 import { DRAINER_ID_PATTERN } from './db/constants.ts';
-import { DEFAULT_EVENT_RETENTION_SECONDS, JOB_DEFAULTS } from './db/constants.ts';
+import { DEFAULT_EVENT_RETENTION_SECONDS, DEFAULT_VACUUM_EVERY_JOBS, JOB_DEFAULTS } from './db/constants.ts';
 import { DRAIN_PROFILES } from './drain/profiles.ts';
 import { parseScopedTokens } from './http/tokens.ts';
 import { parseSigningSecrets } from './jobs/webhook-signature.ts';
@@ -145,6 +145,12 @@ export const SETTINGS = {
     runtimes: sidecarOnly,
     parse: int(100, 86_400_000),
     default: 15_000,
+  }),
+  vacuumEveryJobs: setting({
+    env: 'VACUUM_EVERY_JOBS',
+    runtimes: sidecarOnly,
+    parse: int(0, 100_000_000),
+    default: DEFAULT_VACUUM_EVERY_JOBS,
   }),
   visibilityTimeoutSeconds: setting({
     env: 'VISIBILITY_TIMEOUT_SECONDS',

@@ -18,6 +18,10 @@ export const FINAL_STATUSES = ['completed', 'dead', 'cancelled'] as const;
  * is claimed with when neither its kind nor its drainer says. The one place these are written. */
 export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, timeoutMs: 30_000, visibilityTimeoutSeconds: 30 } as const;
 
+/** Jobs claimed by one sidecar between two VACUUMs of the jobs table, unless VACUUM_EVERY_JOBS says
+ * (sidecar/queue-vacuum.ts). */
+export const DEFAULT_VACUUM_EVERY_JOBS = 25_000;
+
 /** How long an event is kept for waits that begin after it, unless EVENT_RETENTION_SECONDS says. */
 export const DEFAULT_EVENT_RETENTION_SECONDS = 86_400;
 

@@ -124,6 +124,9 @@ export interface DrainOptions {
   /** A claim took jobs whose leases end at `leaseEndsAt` (ms since the epoch) unless renewed: if
    * this drain is killed, the reaper has them back after that. */
   onLeaseTaken?: (leaseEndsAt: number) => void;
+  /** A claim took this many jobs (a batch kind's claims too): the sidecar counts them toward its
+   * VACUUM of the jobs table (sidecar/queue-vacuum.ts). */
+  onClaimed?: (jobs: number) => void;
   /** Called when a settlement statement fails (the jobs stay running for the reaper). */
   onSettleError?: (error: unknown) => void;
   /** Called when a claim fails. The drain goes on with what it holds and claims again at the next
@@ -298,7 +301,10 @@ class DrainRun {
       onLeaseTaken: options.onLeaseTaken,
       onClaimError: options.onClaimError,
       onChange: () => this.#wakeup.wake(),
-      onClaimed: (n) => (this.#claimed += n),
+      onClaimed: (n) => {
+        this.#claimed += n;
+        options.onClaimed?.(n);
+      },
     });
   }
 
@@ -567,6 +573,7 @@ class DrainRun {
           }
           this.#claimError = undefined;
           this.#claimed += outcome.jobs.length;
+          if (outcome.jobs.length > 0) this.#options.onClaimed?.(outcome.jobs.length);
           if (this.#tracing && outcome.jobs.length > 0) {
             const context = traceClaim(
               this.#tracing,

@@ -49,3 +49,40 @@ export async function tableHealth(db: Db): Promise<TableHealth> {
     liveTuples: Number(row?.live ?? 0),
   };
 }
+
+/**
+ * Whether this role may VACUUM the jobs table: its owner (or a member of the owner's role), a
+ * superuser, or, from PostgreSQL 17, a role granted MAINTAIN on it. Anyone else's VACUUM is only a
+ * WARNING that does nothing, so a drainer asks once instead of sending it over and over.
+ */
+export async function mayVacuumQueueTable(db: Db): Promise<boolean> {
+  const jobsTable = `${PGDRAIN_SCHEMA}.jobs`;
+  const [row] = await rowsOf<{ owner: boolean; version: number }>(
+    db,
+    sql`SELECT pg_has_role(c.relowner, 'USAGE') OR r.rolsuper AS owner,
+               current_setting('server_version_num')::int AS version
+          FROM pg_class c, pg_roles r
+         WHERE c.oid = ${jobsTable}::regclass AND r.rolname = current_user`,
+  );
+  if (!row) return false;
+  if (row.owner || row.version < 170_000) return row.owner;
+  const [maintain] = await rowsOf<{ granted: boolean }>(
+    db,
+    sql`SELECT has_table_privilege(${jobsTable}::regclass, 'MAINTAIN') AS granted`,
+  );
+  return maintain?.granted === true;
+}
+
+/**
+ * A VACUUM of the jobs table, for a drainer that has claimed many jobs since its last one. Every
+ * claimed and every finished job leaves a dead entry in jobs_ready that each claim walks from the
+ * index's head until a VACUUM removes it; autovacuum visits a database at most once a minute
+ * (autovacuum_naptime), so a queue that drains thousands of jobs a second slows down between its
+ * visits (docs/benchmark.md). SKIP_LOCKED: nothing happens while another VACUUM (autovacuum's, or
+ * another drainer's) holds the table. TRUNCATE false: no ACCESS EXCLUSIVE lock at the end to give
+ * empty pages back, which would stall the claims (autovacuum still does that). Not inside a
+ * transaction, and not on a connection that is in one.
+ */
+export async function vacuumQueueTable(db: Db): Promise<void> {
+  await db.execute(sql.raw(`VACUUM (SKIP_LOCKED, TRUNCATE false) ${PGDRAIN_SCHEMA}.jobs`));
+}

@@ -10,10 +10,15 @@
 //   any ──stop(grace)──► no new claims; the running drain releases unstarted jobs, and its running
 //         handlers get `grace` to finish ──still running──► abandoned: their signals abort, their
 //         jobs go back to pending at once (attempt refunded), the drain returns
+//
+// Beside the loop, every `vacuumEveryJobs` jobs it claims, a VACUUM of the jobs table keeps the
+// claims' walk of jobs_ready short (queue-vacuum.ts); stop() waits for a running one.
 import { DrainNotices, DueTimes, drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
 import type { JobRegistry } from '../jobs/index.ts';
 import type { Db } from '../queries/index.ts';
 import { drainAgainAt } from '../runtime/core.ts';
+import { DEFAULT_VACUUM_EVERY_JOBS } from '../db/constants.ts';
+import { QueueVacuum, type QueueVacuumOptions } from './queue-vacuum.ts';
 
 export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'abandonSignal' | 'budgetMs'> {
   pollIntervalMs: number;
@@ -24,6 +29,13 @@ export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'abandonSi
   onError?: (error: unknown) => void;
   /** A drain succeeded after failures. */
   onRecovered?: () => void;
+  /** A VACUUM of the jobs table every this many jobs claimed (VACUUM_EVERY_JOBS); 0: never.
+   * Default DEFAULT_VACUUM_EVERY_JOBS. */
+  vacuumEveryJobs?: number;
+  /** Where that VACUUM runs (it holds a connection while it scans). Default: the drain's own. */
+  vacuumDb?: Db;
+  /** What becomes of the VACUUMs: for the log. */
+  vacuumEvents?: Omit<QueueVacuumOptions, 'everyJobs'>;
 }
 
 export class Drainer {
@@ -37,12 +49,17 @@ export class Drainer {
   #wakeRequested = true;
   #wakeUp: (() => void) | null = null;
   #loop: Promise<void> | null = null;
+  readonly #vacuum: QueueVacuum;
 
   constructor(db: Db, registry: JobRegistry, options: DrainerOptions) {
     this.#db = db;
     this.#registry = registry;
     this.#options = options;
     this.#notices = options.notices ?? new DrainNotices();
+    this.#vacuum = new QueueVacuum(options.vacuumDb ?? db, {
+      ...options.vacuumEvents,
+      everyJobs: options.vacuumEveryJobs ?? DEFAULT_VACUUM_EVERY_JOBS,
+    });
   }
 
   /** Starts the loop; its first drain runs at once. */
@@ -73,14 +90,23 @@ export class Drainer {
     this.#stop.abort();
     this.#wakeUp?.();
     if (!this.#loop) return true;
-    if (await settlesWithin(this.#loop, graceMs)) return true;
-    this.#abandon.abort();
-    await settlesWithin(this.#loop, settleMs);
-    return false;
+    const finished = await settlesWithin(this.#loop, graceMs);
+    if (!finished) {
+      this.#abandon.abort();
+      await settlesWithin(this.#loop, settleMs);
+    }
+    await this.#vacuum.stop();
+    return finished;
   }
 
   async #run(): Promise<void> {
-    const { pollIntervalMs, onReport, onError, onRecovered, onClaimError, ...drainOptions } = this.#options;
+    const { pollIntervalMs, onReport, onError, onRecovered, onClaimError, onClaimed, ...rest } = this.#options;
+    const { vacuumEveryJobs: _every, vacuumDb: _db, vacuumEvents: _events, ...drainOptions } = rest;
+    const vacuum = this.#vacuum;
+    const claimed = (jobs: number) => {
+      vacuum.jobsClaimed(jobs);
+      onClaimed?.(jobs);
+    };
     let pause = 0;
     let failing = false;
     // A claim that failed inside a drain that went on (handlers held it open) is a failure too.
@@ -104,6 +130,7 @@ export class Drainer {
           ...drainOptions,
           pollIntervalMs,
           onClaimError: claimFailed,
+          onClaimed: claimed,
           notices: this.#notices,
           signal: this.#stop.signal,
           abandonSignal: this.#abandon.signal,

@@ -123,6 +123,7 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
     'drainer',
     () =>
       startDrainer(pools.drainDb, registry, settings, {
+        vacuumDb: pools.db,
         workerId,
         log,
         incidents,
@@ -251,6 +252,8 @@ function startDrainer(
   registry: JobRegistry,
   settings: Settings,
   context: {
+    /** Where the drainer's VACUUM of the jobs table runs: the API's pool, not one of the drain's four. */
+    vacuumDb: Db;
     workerId: string;
     log: Logger;
     incidents: Incidents;
@@ -269,6 +272,17 @@ function startDrainer(
     onClaimError: (error) => incidents.start('drain', error),
     onError: (error) => incidents.start('drain', error),
     onRecovered: () => incidents.end('drain'),
+    vacuumEveryJobs: settings.vacuumEveryJobs,
+    vacuumDb: context.vacuumDb,
+    vacuumEvents: {
+      onVacuumed: (done) => log.debug(done, 'vacuumed the jobs table'),
+      onNotAllowed: () =>
+        log.warn(
+          'this role may not VACUUM pgdrain.jobs (not its owner): the drainer leaves it to autovacuum, and claims ' +
+            'slow down between its visits on a busy queue; run pgdrain as the owner, or set VACUUM_EVERY_JOBS=0',
+        ),
+      onError: (error) => log.warn({ err: errorForLog(error) }, 'VACUUM of the jobs table failed; tried again later'),
+    },
     onReport: (r) => {
       if (r.claimed > 0) log[r.dead > 0 || r.lost > 0 ? 'warn' : 'debug']({ ...r }, 'drained');
     },

@@ -11,7 +11,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
-const SUITES = ['test/queue.node-postgres.test.ts', 'test/http-api.test.ts', 'test/sql-enqueue.test.ts'];
+const SUITES = [
+  'test/queue.node-postgres.test.ts',
+  'test/http-api.test.ts',
+  'test/sql-enqueue.test.ts',
+  'test/queue-vacuum.test.ts',
+];
 
 const version = process.argv[2];
 // --workers N: test files at once (vitest's maxWorkers; default: the project's, 2).

@@ -16,6 +16,7 @@ const SUITES = [
   'test/flow-control-processes.test.ts',
   'test/workflow-processes.test.ts',
   'test/stock-server.test.ts',
+  'test/queue-vacuum.test.ts',
 ];
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const suitesOnly = process.argv.includes('--suites-only');

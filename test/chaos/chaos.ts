@@ -116,6 +116,9 @@ export interface ChaosReport {
   /** Jobs gone from the table with no finished run, or dead before their rule said so. */
   lost: string[];
   leftRunning: number;
+  /** The sidecars' VACUUMs of the jobs table (VACUUM_EVERY_JOBS) since PostgreSQL last started: they
+   * ran amid the faults. */
+  vacuums: number;
   leftPending: number;
   leftWaiting: number;
   /** Sidecars that had not exited 20 s after the final SIGTERM (with their last lines of output). */
@@ -245,6 +248,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     BATCH_SIZE: '50',
     CONCURRENCY: '50',
     SHUTDOWN_GRACE_MS: '1000',
+    // Their VACUUM of the jobs table runs often, so kills, drops and restarts meet it mid-way.
+    VACUUM_EVERY_JOBS: '300',
     LOG_LEVEL: 'info',
   });
   const sidecars: SidecarProcess[] = [];
@@ -286,6 +291,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     duplicateDetails: [],
     lost: [],
     leftRunning: 0,
+    vacuums: 0,
     leftPending: 0,
     leftWaiting: 0,
     stuckAtStop: [],
@@ -563,6 +569,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   for (const child of children) enqueued.add(child.id);
   report.jobs = enqueued.size + flows.size;
   report.leftRunning = left.rows.filter((r) => r.status === 'running').length;
+  const vacuumed = await pool.query<{ n: string }>(
+    `SELECT vacuum_count AS n FROM pg_stat_user_tables WHERE relid = 'pgdrain.jobs'::regclass`,
+  );
+  report.vacuums = Number(vacuumed.rows[0]?.n ?? 0);
   report.leftPending = left.rows.filter((r) => r.status === 'pending').length;
   report.leftWaiting = left.rows.filter((r) => r.status === 'waiting').length;
   for (const id of enqueued) {

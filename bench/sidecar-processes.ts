@@ -28,6 +28,8 @@ export interface ProcessDrainOptions {
    * end: PostgreSQL's CPU per job, where its statement time also counts the waits of a backend the
    * machine's cores are busy elsewhere for (four sidecars and PostgreSQL on two cores). */
   postgresCpuMs?: () => Promise<number>;
+  /** More settings for every process (their defaults otherwise). */
+  env?: Record<string, string>;
 }
 
 export interface ProcessDrainResult {
@@ -93,6 +95,7 @@ export async function drainWithProcesses(
             LOG_LEVEL: 'info',
             LOG_FORMAT: 'json',
             BENCH_RUNS_FILE: path.join(dir, `runs-${k}.txt`),
+            ...options.env,
           },
           stdio: ['ignore', 'pipe', 'pipe'],
         },

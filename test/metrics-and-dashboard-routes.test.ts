@@ -83,6 +83,7 @@ describe('GET /metrics', () => {
       ['pgdrain_oldest_xmin_age_transactions', 'GAUGE'],
       ['pgdrain_jobs_table_dead_tuples', 'GAUGE'],
       ['pgdrain_jobs_table_live_tuples', 'GAUGE'],
+      ['pgdrain_jobs_table_vacuums_total', 'COUNTER'],
     ]);
 
     // Every gauge against the table itself.
@@ -150,6 +151,21 @@ describe('GET /metrics', () => {
         (f) => gauge(f, 'pgdrain_jobs_table_dead_tuples') === 0,
         5_000,
         'vacuum to clean up',
+      );
+      // Both VACUUMs counted, as the server counts them (14's statistics arrive within moments).
+      const [counted] = await t.query<{ manual: string; auto: string }>(
+        `SELECT vacuum_count AS manual, autovacuum_count AS auto FROM pg_stat_user_tables
+          WHERE relid = 'pgdrain.jobs'::regclass`,
+      );
+      expect(Number(counted!.manual)).toBeGreaterThanOrEqual(2);
+      const vacuums = await until(
+        scrape,
+        (f) => sample(f, 'pgdrain_jobs_table_vacuums_total', { by: 'manual' }) >= Number(counted!.manual),
+        5_000,
+        'the VACUUMs to be counted',
+      );
+      expect(sample(vacuums, 'pgdrain_jobs_table_vacuums_total', { by: 'autovacuum' })).toBeGreaterThanOrEqual(
+        Number(counted!.auto),
       );
       // The report's snapshot (over a second old) is gone; another session's statement in flight
       // at the scrape may hold one for a moment.

@@ -126,6 +126,17 @@ function healthFamilies(health: TableHealth): Family[] {
       'Live rows in the jobs table, as the statistics last counted them.',
       health.liveTuples,
     ),
+    {
+      name: 'pgdrain_jobs_table_vacuums_total',
+      help:
+        'VACUUMs of the jobs table since the statistics were reset: by="manual" (a sidecar drainer, ' +
+        'VACUUM_EVERY_JOBS, or an operator), by="autovacuum".',
+      type: 'counter',
+      samples: [
+        { labels: { by: 'manual' }, value: health.vacuums.manual },
+        { labels: { by: 'autovacuum' }, value: health.vacuums.autovacuum },
+      ],
+    },
   ];
 }
 

@@ -18,6 +18,9 @@ export interface TableHealth {
   /** Dead row versions in the jobs table that vacuum has not yet removed. */
   deadTuples: number;
   liveTuples: number;
+  /** VACUUMs of the jobs table since the server's statistics were last reset: sent by a session (a
+   * sidecar's drainer, VACUUM_EVERY_JOBS, or an operator) and autovacuum's. */
+  vacuums: { manual: number; autovacuum: number };
 }
 
 export async function tableHealth(db: Db): Promise<TableHealth> {
@@ -27,6 +30,8 @@ export async function tableHealth(db: Db): Promise<TableHealth> {
     xmin_age: number | null;
     dead: string | null;
     live: string | null;
+    vacuums: string | null;
+    autovacuums: string | null;
   }>(
     db,
     sql`SELECT
@@ -40,13 +45,16 @@ export async function tableHealth(db: Db): Promise<TableHealth> {
                    (SELECT max(age(transaction)) FROM pg_prepared_xacts WHERE database = current_database())) AS
                      xmin_age,
           (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = ${jobsTable}::regclass) AS dead,
-          (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = ${jobsTable}::regclass) AS live`,
+          (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = ${jobsTable}::regclass) AS live,
+          pg_stat_get_vacuum_count(${jobsTable}::regclass) AS vacuums,
+          pg_stat_get_autovacuum_count(${jobsTable}::regclass) AS autovacuums`,
   );
   return {
     oldestSnapshotSeconds: Math.max(0, Number(row?.snapshot_seconds ?? 0)),
     oldestXminAge: Number(row?.xmin_age ?? 0),
     deadTuples: Number(row?.dead ?? 0),
     liveTuples: Number(row?.live ?? 0),
+    vacuums: { manual: Number(row?.vacuums ?? 0), autovacuum: Number(row?.autovacuums ?? 0) },
   };
 }
 

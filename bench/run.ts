@@ -142,10 +142,19 @@ async function measure(fn: () => Promise<number>): Promise<{ value: number; node
   return { value, node: n1 - n0, pgCpu: p1 - p0 };
 }
 
+/** Trials slower than SLOW_TRIAL_MS, by system and workload: not repeated in later rounds. */
+const slowTrials = new Set<string>();
+
+/** `reps` runs of a workload; a figure the same system and workload already has (an earlier round's)
+ * gets these runs added to it. */
 async function trial(system: BenchSystem, workload: string, unit: string, reps: number, fn: () => Promise<number>) {
+  const key = `${system.name}\u0000${workload}`;
+  const earlier = figures.find((f) => f.system === system.name && f.workload === workload);
+  if (earlier && slowTrials.has(key)) return earlier;
   const values: number[] = [];
   const cpuNode: number[] = [];
   const cpuPg: number[] = [];
+  const done = earlier?.values.length ?? 0;
   for (let r = 0; r < reps; r++) {
     const t0 = now();
     const m = await measure(fn);
@@ -154,16 +163,26 @@ async function trial(system: BenchSystem, workload: string, unit: string, reps: 
     cpuNode.push(m.node);
     cpuPg.push(m.pgCpu);
     console.log(
-      `  ${system.name.padEnd(24)} ${workload.padEnd(34)} rep ${r + 1}/${reps}: ${fmt(m.value)} ${unit}  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`,
+      `  ${system.name.padEnd(24)} ${workload.padEnd(34)} run ${done + r + 1}: ${fmt(m.value)} ${unit}  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`,
     );
-    if (slow && r + 1 < reps) {
+    if (slow) {
+      slowTrials.add(key);
       console.log(
         `  ${''.padEnd(24)} ${''.padEnd(34)} (one run took over ${SLOW_TRIAL_MS / 1000} s: not repeated, to stay within the time budget)`,
       );
       break;
     }
   }
-  return record(workload, system.name, unit, values, cpuNode, cpuPg);
+  if (!earlier) return record(workload, system.name, unit, values, cpuNode, cpuPg);
+  earlier.values.push(...values);
+  earlier.cpuNodeMs.push(...cpuNode);
+  earlier.cpuPostgresMs.push(...cpuPg);
+  Object.assign(earlier, {
+    median: median(earlier.values),
+    min: Math.min(...earlier.values),
+    max: Math.max(...earlier.values),
+  });
+  return earlier;
 }
 
 const fmt = (v: number) => (v >= 1000 ? `${(v / 1000).toFixed(1)}k` : v >= 10 ? v.toFixed(0) : v.toFixed(2));
@@ -220,14 +239,20 @@ async function drainChurned(system: BenchSystem, n: number): Promise<number> {
   return n / seconds;
 }
 
+/** The wake-up latencies measured so far, by system and label: each round adds its jobs. */
+const wakeLatencies = new Map<string, { latencies: number[]; node: number; pgCpu: number }>();
+
 /** Wake-up latency of quick jobs enqueued one by one into idle workers, 10 ms apart; with
  * `slowEvery`, every such job in between takes a second instead (only the quick ones' starts
- * are timed). Records p50, p95 and p99 as `${label} pNN`. */
-async function wakeUps(system: BenchSystem, label: string, slowEvery: number): Promise<void> {
-  const latencies: number[] = [];
+ * are timed). Records p50, p95 and p99 as `${label} pNN`, over every round's jobs so far. */
+async function wakeUps(system: BenchSystem, label: string, slowEvery: number, reps: number): Promise<void> {
+  const key = `${system.name}\u0000${label}`;
+  const so = wakeLatencies.get(key) ?? { latencies: [], node: 0, pgCpu: 0 };
+  wakeLatencies.set(key, so);
+  const { latencies } = so;
   const isSlow = (seq: number) => slowEvery > 0 && seq % slowEvery === slowEvery - 1;
   const m = await measure(async () => {
-    for (let r = 0; r < plan.reps; r++) {
+    for (let r = 0; r < reps; r++) {
       const started = new Map<number, number>();
       const sent = new Map<number, number>();
       const workers = await system.idle((seq) => started.set(seq, now()));
@@ -250,79 +275,77 @@ async function wakeUps(system: BenchSystem, label: string, slowEvery: number): P
     }
     return 0;
   });
+  so.node += m.node;
+  so.pgCpu += m.pgCpu;
   for (const [name, p] of [
     ['p50', 50],
     ['p95', 95],
     ['p99', 99],
   ] as const) {
-    const f = record(`${label} ${name}`, system.name, 'ms', [percentile(latencies, p)], [m.node], [m.pgCpu]);
+    // Over every round's jobs so far: an earlier round's figure is replaced.
+    const workload = `${label} ${name}`;
+    const at = figures.findIndex((f) => f.system === system.name && f.workload === workload);
+    if (at >= 0) figures.splice(at, 1);
+    const f = record(workload, system.name, 'ms', [percentile(latencies, p)], [so.node], [so.pgCpu]);
     console.log(
       `  ${system.name.padEnd(24)} ${f.workload.padEnd(34)} ${f.median.toFixed(2)} ms over ${latencies.length} jobs`,
     );
   }
 }
 
-async function benchSystem(system: BenchSystem, url: string) {
-  console.log(`\n${system.name} ${system.version}`);
+/** One round of a system's workloads, one run of each: the rounds take turns between the systems
+ * (main()), so that a machine that slows down for a while slows every system alike. */
+async function benchSystem(system: BenchSystem, url: string, round: number) {
+  console.log(`\n${system.name} ${system.version}, round ${round + 1} of ${plan.reps}`);
   await system.install(url);
   const admin = new pg.Pool({ connectionString: url, max: 2 });
   admin.on('error', () => {});
   try {
     for (const n of plan.enqueueSizes) {
-      await trial(system, `bulk enqueue ${n / 1000}k`, 'jobs/s', plan.reps, async () => {
+      await trial(system, `bulk enqueue ${n / 1000}k`, 'jobs/s', 1, async () => {
         await system.reset();
         const t0 = now();
         await system.enqueue(n);
         return n / ((now() - t0) / 1000);
       });
     }
-    // One drain not timed, for every system alike: V8 compiles a system's drain code during its
-    // first drain, and that first drain would otherwise be one of the three timed ones for pgdrain
-    // (which runs first) but not for graphile-worker tuned (which runs after graphile-worker
+    // One drain not timed, for every system alike and in every round (a new database each): V8
+    // compiles a system's drain code during its first drain, which would otherwise be timed for
+    // pgdrain (which runs first) but not for graphile-worker tuned (which runs after graphile-worker
     // default, whose drains warmed the same code).
     await drainOnce(system, admin, plan.drainSizes[0]!, true);
     for (const n of plan.drainSizes) {
-      await trial(system, `drain ${n / 1000}k (after ANALYZE)`, 'jobs/s', plan.reps, () =>
-        drainOnce(system, admin, n, true),
-      );
+      await trial(system, `drain ${n / 1000}k (after ANALYZE)`, 'jobs/s', 1, () => drainOnce(system, admin, n, true));
     }
-    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (no ANALYZE)`, 'jobs/s', plan.reps, () =>
+    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (no ANALYZE)`, 'jobs/s', 1, () =>
       drainOnce(system, admin, plan.noAnalyzeSize, false),
     );
-    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (churned)`, 'jobs/s', plan.reps, () =>
+    await trial(system, `drain ${plan.noAnalyzeSize / 1000}k (churned)`, 'jobs/s', 1, () =>
       drainChurned(system, plan.noAnalyzeSize),
     );
     // Beside pgdrain's burst into an idle `pgdrain start` (the processes section below, same name).
     if (system.burst) {
       const burst = system.burst;
-      await trial(
-        system,
-        `drain ${plan.noAnalyzeSize / 1000}k burst, one transaction, idle process`,
-        'jobs/s',
-        plan.reps,
-        () => burst(plan.noAnalyzeSize),
+      await trial(system, `drain ${plan.noAnalyzeSize / 1000}k burst, one transaction, idle process`, 'jobs/s', 1, () =>
+        burst(plan.noAnalyzeSize),
       );
     }
 
     await system.reset();
     // Idle workers in a steady state: what autovacuum leaves after the drains above.
     await maintain(admin, `VACUUM ANALYZE ${system.table}`);
-    await wakeUps(system, 'wake-up latency', 0);
+    await wakeUps(system, 'wake-up latency', 0, 1);
     // The same quick jobs with every fifth job taking 1 s (80% quick, 20% slow): slow handlers
     // in some slots must not delay the quick jobs' start.
     await system.reset();
-    await wakeUps(system, 'wake-up, 1 in 5 jobs takes 1 s,', 5);
+    await wakeUps(system, 'wake-up, 1 in 5 jobs takes 1 s,', 5, 1);
 
+    const deadRows = `drain ${plan.historyDrain / 1000}k, ${plan.history / 1e6}M dead rows`;
+    if (slowTrials.has(`${system.name}\u0000${deadRows}`)) return;
     await system.reset();
     await system.seedHistory(plan.history);
     await maintain(admin, `VACUUM ANALYZE ${system.table}`);
-    await trial(
-      system,
-      `drain ${plan.historyDrain / 1000}k, ${plan.history / 1e6}M dead rows`,
-      'jobs/s',
-      plan.reps,
-      () => drainOnce(system, admin, plan.historyDrain, true),
-    );
+    await trial(system, deadRows, 'jobs/s', 1, () => drainOnce(system, admin, plan.historyDrain, true));
   } finally {
     await admin.end();
     await system.close();
@@ -401,11 +424,15 @@ async function main() {
     url.pathname = `/${name}`;
     return url.toString();
   };
-  for (const system of systems) {
-    const name = `bench_${system.name.replace(/\W+/g, '_').toLowerCase()}`;
-    versions[system.name] = system.version;
-    await benchSystem(system, await freshDatabase(name));
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  // Round by round: each system's workloads once, then the next system's, plan.reps times over,
+  // each round on a new database; a row's figure is the median of its rounds.
+  for (let round = 0; round < plan.reps; round++) {
+    for (const system of systems) {
+      const name = `bench_${system.name.replace(/\W+/g, '_').toLowerCase()}`;
+      versions[system.name] = system.version;
+      await benchSystem(system, await freshDatabase(name), round);
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    }
   }
 
   // pgdrain's claim plan on a freshly bulk-loaded table with no statistics at all.

@@ -11,6 +11,7 @@ import { z } from 'zod';
 import { JobRegistry, defineJob } from '../src/jobs/index.ts';
 import { type Db, enqueueMany, mayVacuumQueueTable } from '../src/queries/index.ts';
 import { Drainer, type DrainerOptions } from '../src/sidecar/drainer.ts';
+import { vacuumInterval } from '../src/sidecar/queue-vacuum.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { until } from './support/time.ts';
 
@@ -134,5 +135,41 @@ it('a role that may not VACUUM the jobs table is told once, and its drainer drai
     await pool.end();
     await t.query(`DROP OWNED BY ${role}`);
     await t.query(`DROP ROLE ${role}`);
+  }
+});
+
+it('the interval grows with the table: everyJobs up to twice as many rows, then sqrt(everyJobs × rows / 2)', () => {
+  expect(vacuumInterval(25_000, 0)).toBe(25_000);
+  expect(vacuumInterval(25_000, 50_000)).toBe(25_000);
+  expect(vacuumInterval(25_000, 200_000)).toBe(50_000);
+  expect(vacuumInterval(25_000, 1_000_000)).toBe(111_803);
+  expect(vacuumInterval(100, 20_000)).toBe(1_000);
+});
+
+it('in a table holding many rows (a large dead-letter backlog), the drainer VACUUMs less often', async () => {
+  // 20,000 dead-letter jobs kept in the table: a VACUUM reads every index whole, so at
+  // vacuumEveryJobs 100 the drainer waits for about 1,000 claimed jobs, not 100.
+  await t.query(
+    `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, last_error)
+     SELECT 'vacuum-ballast', '{}', 'dead', 1, 1, 'kept' FROM generate_series(1, 20000)`,
+  );
+  await t.query('ANALYZE pgdrain.jobs');
+  try {
+    const before = await vacuumCount();
+    const events: { claimedSince: number; tableRows: number }[] = [];
+    const vacuumEvents = { onVacuumed: (done: { claimedSince: number; tableRows: number }) => events.push(done) };
+    const runs = await drainJobs(t.db, 600, { vacuumEveryJobs: 100, vacuumEvents });
+    expect(runs.size).toBe(600);
+    expect(events).toEqual([]);
+    expect(await vacuumCount()).toBe(before);
+
+    const more = await drainJobs(t.db, 1_400, { vacuumEveryJobs: 100, vacuumEvents });
+    expect(more.size).toBe(1_400);
+    expect(events.length).toBe(1);
+    expect(events[0]!.tableRows).toBeGreaterThanOrEqual(20_000);
+    expect(events[0]!.claimedSince).toBeGreaterThanOrEqual(vacuumInterval(100, events[0]!.tableRows));
+    expect(await vacuumCount(before + 1)).toBe(before + 1);
+  } finally {
+    await t.query(`DELETE FROM pgdrain.jobs WHERE kind = 'vacuum-ballast'`);
   }
 });

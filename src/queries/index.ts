@@ -88,7 +88,13 @@ export {
 export { pauseKind, resumeKind, listPausedKinds, kindInQueue } from './pause.ts';
 export { retryDeadJobs, deleteDeadJobs, DEAD_BATCH, type BulkOptions, type BulkResult } from './dead-bulk.ts';
 export { lockScheduleState, advanceSchedule, listScheduleStates, type ScheduleState } from './schedules.ts';
-export { mayVacuumQueueTable, tableHealth, type TableHealth, vacuumQueueTable } from './table-health.ts';
+export {
+  mayVacuumQueueTable,
+  queueTableRows,
+  tableHealth,
+  type TableHealth,
+  vacuumQueueTable,
+} from './table-health.ts';
 export { limitUsage, type LimitUsage } from './limit-usage.ts';
 export { cancel, type CancelOutcome } from './cancel.ts';
 export { pruneFinished, PRUNE_BATCH, type PruneResult } from './prune.ts';

@@ -94,3 +94,13 @@ export async function mayVacuumQueueTable(db: Db): Promise<boolean> {
 export async function vacuumQueueTable(db: Db): Promise<void> {
   await db.execute(sql.raw(`VACUUM (SKIP_LOCKED, TRUNCATE false) ${PGDRAIN_SCHEMA}.jobs`));
 }
+
+/** The rows the jobs table holds, as PostgreSQL's planner estimate (pg_class.reltuples, set by the
+ * last VACUUM or ANALYZE; 0 before either): what a VACUUM of it costs grows with it. */
+export async function queueTableRows(db: Db): Promise<number> {
+  const [row] = await rowsOf<{ rows: number | string }>(
+    db,
+    sql`SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = ${`${PGDRAIN_SCHEMA}.jobs`}::regclass`,
+  );
+  return Number(row?.rows ?? 0);
+}

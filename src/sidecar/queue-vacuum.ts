@@ -4,8 +4,9 @@
 // hundreds of thousands of such entries in that time: on Debian's 15, five drains of 50k in a row
 // slowed from 54k to 22k jobs/s without a VACUUM, and held 45–60k with one after each 50k, each
 // VACUUM about 40 ms (docs/benchmark.md). So the drainer counts the jobs it claims and, every
-// `everyJobs` of them (more in a large table, below), starts a VACUUM beside the drain (vacuumQueueTable(): SKIP_LOCKED, so a
-// VACUUM already running — autovacuum's, another drainer's — wins and this one does nothing).
+// `everyJobs` of them (more in a large table, below), starts a VACUUM beside the drain
+// (vacuumQueueTable(): SKIP_LOCKED, so a VACUUM already running — autovacuum's, another
+// drainer's — wins and this one does nothing).
 //
 // A VACUUM reads each of the table's indexes whole, so its cost grows with the rows the table holds
 // (a million dead-letter jobs kept in it: about 250 ms a VACUUM instead of 40), while what it saves

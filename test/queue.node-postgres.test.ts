@@ -21,7 +21,14 @@ import { JobRegistry } from '../src/jobs/registry.ts';
 import { defineWorkflow } from '../src/workflows/index.ts';
 import { sleep } from './support/time.ts';
 import { z } from 'zod';
-import { type StepPark, loadSteps, parkSteps } from '../src/queries/workflows.ts';
+import {
+  type StepPark,
+  loadSteps,
+  parkSteps,
+  recordStepCompleted,
+  recordStepFailed,
+  snoozeRun,
+} from '../src/queries/workflows.ts';
 import { openPools } from '../src/sidecar/database.ts';
 import { Incidents } from '../src/sidecar/incidents.ts';
 import { createTestDatabase } from './support/database.ts';
@@ -141,6 +148,68 @@ describe('planner settings (the sidecar drain pool)', () => {
                AND NOT toplevel AND query LIKE 'UPDATE pgdrain.jobs j%'`,
       );
       expect(counted).toEqual({ calls: 12, plans: 1 });
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+// A transactional step whose commit's answer was lost (the connection broke after PostgreSQL had
+// committed) hears an error, and its attempt records the step's failure. That must not replace the
+// completed record its committed transaction left, or the next attempt runs the step, and its
+// writes, again (drizzle/0026; `npm run chaos -- --long` once saw a run's row twice).
+describe("a completed step's record", () => {
+  it("stays completed when the same attempt then records the step's failure or snoozes for its retry", async () => {
+    const t = await createTestDatabase();
+    try {
+      await t.query('CREATE TABLE public.step_effects (job_id bigint NOT NULL)');
+      await enqueueMany(
+        t.db,
+        Array.from({ length: 2 }, (_, i) => ({ kind: 'stepped', payload: { i } })),
+      );
+      const [failedAfter, snoozedAfter] = await claim(t.db, { batchSize: 2, lockToken: 'answer-lost' });
+      const record = (job: { id: string }) => ({
+        jobId: job.id,
+        lockedBy: 'answer-lost',
+        name: 'write',
+        position: 1,
+        startedAt: new Date(),
+        priorAttempts: 0,
+      });
+      for (const job of [failedAfter!, snoozedAfter!]) {
+        await t.db.transaction(async (tx) => {
+          await tx.execute(sql`INSERT INTO public.step_effects (job_id) VALUES (${job.id}::bigint)`);
+          expect(await recordStepCompleted(tx, record(job), '"committed"', { transactional: true })).toBeNull();
+        });
+      }
+      // What the attempt does on hearing the error: the failure recorded, or a snooze for a retry.
+      expect(await recordStepFailed(t.db, record(failedAfter!), 'Connection terminated unexpectedly')).toBeUndefined();
+      expect(
+        await snoozeRun(t.db, record(snoozedAfter!), new Date(Date.now() + 60_000), {
+          step: record(snoozedAfter!),
+          attempts: 1,
+          error: 'Connection terminated unexpectedly',
+        }),
+      ).toBeNull();
+      for (const job of [failedAfter!, snoozedAfter!]) {
+        const [stored] = (await loadSteps(t.db, job.id)).filter((s) => s.name === 'write');
+        expect([stored?.status, stored?.result, stored?.error]).toEqual(['completed', 'committed', null]);
+      }
+      // The snooze itself still happened: the run waits for its retry, its attempt refunded.
+      const [snoozed] = await t.query<{ status: string; attempts: number }>(
+        `SELECT status, attempts FROM pgdrain.jobs WHERE id = $1`,
+        [snoozedAfter!.id],
+      );
+      expect(snoozed).toEqual({ status: 'pending', attempts: 0 });
+      // A failure still replaces a failure, and a completion a failure.
+      const other = { ...record(failedAfter!), name: 'other' };
+      await recordStepFailed(t.db, other, 'first');
+      await recordStepFailed(t.db, { ...other, priorAttempts: 1 }, 'second');
+      let [stored] = (await loadSteps(t.db, failedAfter!.id)).filter((s) => s.name === 'other');
+      expect([stored?.status, stored?.error, stored?.attempts]).toEqual(['failed', 'second', 2]);
+      await recordStepCompleted(t.db, { ...other, priorAttempts: 2 }, '3');
+      [stored] = (await loadSteps(t.db, failedAfter!.id)).filter((s) => s.name === 'other');
+      expect([stored?.status, stored?.result, stored?.error]).toEqual(['completed', 3, null]);
     } finally {
       await t.close();
     }

@@ -90,7 +90,7 @@ export { retryDeadJobs, deleteDeadJobs, DEAD_BATCH, type BulkOptions, type BulkR
 export { lockScheduleState, advanceSchedule, listScheduleStates, type ScheduleState } from './schedules.ts';
 export {
   mayVacuumQueueTable,
-  queueTableRows,
+  queueTableBeforeVacuum,
   tableHealth,
   type TableHealth,
   vacuumQueueTable,

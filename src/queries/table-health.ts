@@ -87,20 +87,37 @@ export async function mayVacuumQueueTable(db: Db): Promise<boolean> {
  * index's head until a VACUUM removes it; autovacuum visits a database at most once a minute
  * (autovacuum_naptime), so a queue that drains thousands of jobs a second slows down between its
  * visits (docs/benchmark.md). SKIP_LOCKED: nothing happens while another VACUUM (autovacuum's, or
- * another drainer's) holds the table. TRUNCATE false: no ACCESS EXCLUSIVE lock at the end to give
- * empty pages back, which would stall the claims (autovacuum still does that). Not inside a
- * transaction, and not on a connection that is in one.
+ * another drainer's) holds the table (queueTableBeforeVacuum() tells the drainer beforehand).
+ * TRUNCATE false: no ACCESS EXCLUSIVE lock at the end to give empty pages back, which would stall
+ * the claims (autovacuum still does that). Not inside a transaction, and not on a connection that
+ * is in one.
  */
 export async function vacuumQueueTable(db: Db): Promise<void> {
   await db.execute(sql.raw(`VACUUM (SKIP_LOCKED, TRUNCATE false) ${PGDRAIN_SCHEMA}.jobs`));
 }
 
-/** The rows the jobs table holds, as PostgreSQL's planner estimate (pg_class.reltuples, set by the
- * last VACUUM or ANALYZE; 0 before either): what a VACUUM of it costs grows with it. */
-export async function queueTableRows(db: Db): Promise<number> {
-  const [row] = await rowsOf<{ rows: number | string }>(
+export interface QueueTableBeforeVacuum {
+  /** The rows the jobs table holds, as PostgreSQL's planner estimate (pg_class.reltuples, set by the
+   * last VACUUM or ANALYZE; 0 before either): what a VACUUM of it costs grows with it. */
+  rows: number;
+  /** Another session holds a lock on the table that a VACUUM's (SHARE UPDATE EXCLUSIVE) conflicts
+   * with: autovacuum, another VACUUM or ANALYZE, an index build. vacuumQueueTable() would be
+   * skipped (SKIP_LOCKED) without a word, so the drainer does not send it now. */
+  vacuumHeldOff: boolean;
+}
+
+/** What a drainer reads before its VACUUM of the jobs table: the table's size, and whether a VACUUM
+ * could take its lock now. One statement (pg_locks is readable by any role). */
+export async function queueTableBeforeVacuum(db: Db): Promise<QueueTableBeforeVacuum> {
+  const jobsTable = `${PGDRAIN_SCHEMA}.jobs`;
+  const [row] = await rowsOf<{ rows: number | string; held_off: boolean }>(
     db,
-    sql`SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = ${`${PGDRAIN_SCHEMA}.jobs`}::regclass`,
+    sql`SELECT greatest(c.reltuples, 0)::float8 AS rows,
+               EXISTS (SELECT 1 FROM pg_locks l
+                        WHERE l.relation = c.oid AND l.granted AND l.pid <> pg_backend_pid()
+                          AND l.mode IN ('ShareUpdateExclusiveLock', 'ShareLock', 'ShareRowExclusiveLock',
+                                         'ExclusiveLock', 'AccessExclusiveLock')) AS held_off
+          FROM pg_class c WHERE c.oid = ${jobsTable}::regclass`,
   );
-  return Number(row?.rows ?? 0);
+  return { rows: Number(row?.rows ?? 0), vacuumHeldOff: row?.held_off === true };
 }

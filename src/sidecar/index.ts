@@ -276,6 +276,8 @@ function startDrainer(
     vacuumDb: context.vacuumDb,
     vacuumEvents: {
       onVacuumed: (done) => log.debug(done, 'vacuumed the jobs table'),
+      onHeldOff: (due) =>
+        log.debug(due, 'VACUUM of the jobs table held off by another session (autovacuum, ANALYZE, an index build)'),
       onNotAllowed: () =>
         log.warn(
           'this role may not VACUUM pgdrain.jobs (not its owner): the drainer leaves it to autovacuum, and claims ' +

@@ -6,7 +6,9 @@
 // VACUUM about 40 ms (docs/benchmark.md). So the drainer counts the jobs it claims and, every
 // `everyJobs` of them (more in a large table, below), starts a VACUUM beside the drain
 // (vacuumQueueTable(): SKIP_LOCKED, so a VACUUM already running — autovacuum's, another
-// drainer's — wins and this one does nothing).
+// drainer's — wins and this one does nothing). Such a lock is looked for first: while another
+// session holds one (autovacuum, a VACUUM or ANALYZE, an index build), the drainer does not send its
+// VACUUM, keeps its count, and looks again after everyJobs more (onHeldOff).
 //
 // A VACUUM reads each of the table's indexes whole, so its cost grows with the rows the table holds
 // (a million dead-letter jobs kept in it: about 250 ms a VACUUM instead of 40), while what it saves
@@ -16,13 +18,15 @@
 // 50,000 rows, 112,000 at a million). The rows are PostgreSQL's estimate (pg_class.reltuples), read
 // each time everyJobs more jobs have been claimed.
 //
-//   counting ──everyJobs claimed──► the table's rows read ──fewer claimed than its interval──► counting
-//                                                          └─enough──► vacuuming (in the background;
-//   claims go on) ──done or failed──► counting from 0 (a failure is reported and tried again later)
+//   counting ──everyJobs claimed──► the table's rows and locks read
+//     ├─fewer claimed than its interval──► counting
+//     ├─another session's lock in the way──► counting on (looked at again after everyJobs more)
+//     └─enough──► vacuuming (in the background; claims go on) ──done or failed──► counting from 0
+//                 (a failure is reported and tried again later)
 //
 // The role must be allowed to VACUUM the table (its owner, a superuser, or MAINTAIN on 17+); the
 // first time it is due, it asks once, and a role that is not is reported once and never tries.
-import { type Db, mayVacuumQueueTable, queueTableRows, vacuumQueueTable } from '../queries/index.ts';
+import { type Db, mayVacuumQueueTable, queueTableBeforeVacuum, vacuumQueueTable } from '../queries/index.ts';
 
 /** Jobs claimed between two VACUUMs of a jobs table holding `rows` rows, for VACUUM_EVERY_JOBS
  * `everyJobs`. Between two VACUUMs the claims walk about interval / 2 dead entries on average, a
@@ -40,6 +44,9 @@ export interface QueueVacuumOptions {
   everyJobs: number;
   /** A VACUUM finished: the jobs claimed since the last one, the table's rows before it, how long it took. */
   onVacuumed?: (done: { claimedSince: number; tableRows: number; ms: number }) => void;
+  /** A VACUUM was due, but another session holds a lock it would wait for (autovacuum, a VACUUM or
+   * ANALYZE, an index build): not sent; looked at again after everyJobs more. */
+  onHeldOff?: (due: { claimedSince: number; tableRows: number }) => void;
   /** The role may not VACUUM the jobs table: said once, and the drainer stops trying. */
   onNotAllowed?: () => void;
   /** A VACUUM (or a read before it) failed; tried again after the next everyJobs. */
@@ -90,10 +97,14 @@ export class QueueVacuum {
           return;
         }
       }
-      const tableRows = await queueTableRows(this.#db);
+      const { rows: tableRows, vacuumHeldOff } = await queueTableBeforeVacuum(this.#db);
       const interval = vacuumInterval(everyJobs, tableRows);
       if (this.#claimedSince < interval || this.#stopped) {
         this.#nextLook = Math.min(interval, this.#claimedSince + everyJobs);
+        return;
+      }
+      if (vacuumHeldOff) {
+        this.#options.onHeldOff?.({ claimedSince: this.#claimedSince, tableRows: Math.round(tableRows) });
         return;
       }
       const claimedSince = this.#claimedSince;

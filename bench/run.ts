@@ -52,6 +52,7 @@ const plan = quick
       historyDrain: 2_000,
       latencyJobs: 40,
       workerJobs: 500,
+      workerReps: 1,
       runNowJobs: 20,
       longTransaction: { beforeS: 3, holdS: 5, afterS: 3, enqueuePerSecond: 2_000 },
     }
@@ -64,6 +65,7 @@ const plan = quick
       historyDrain: 50_000,
       latencyJobs: 200,
       workerJobs: 5_000,
+      workerReps: 5,
       runNowJobs: 200,
       longTransaction: { beforeS: 20, holdS: 60, afterS: 20, enqueuePerSecond: 4_000 },
     };
@@ -696,7 +698,7 @@ async function main() {
       const result = await benchWorkerDrainer(url, {
         driver,
         jobs: plan.workerJobs,
-        reps: plan.reps,
+        reps: plan.workerReps,
         runNowJobs: plan.runNowJobs,
         rttsMs: [0, 10, 30],
         enqueueRequests: plan.runNowJobs,
@@ -704,6 +706,22 @@ async function main() {
       workers.push({ driver, figures: result });
       // Named workloads for --json: system `pgdrain worker` (Neon) and `pgdrain worker (Hyperdrive)`.
       const system = driver === 'neon' ? 'pgdrain worker' : 'pgdrain worker (Hyperdrive)';
+      record(
+        'worker drain, first scheduled() (cold JIT), 0 ms RTT',
+        system,
+        'jobs/s',
+        [result.cold.jobsPerSecond],
+        [],
+        [],
+      );
+      record(
+        'worker CPU per 1,000 jobs, first scheduled() (cold JIT), 0 ms RTT',
+        system,
+        'ms',
+        [result.cold.cpuMsPer1000],
+        [],
+        [],
+      );
       for (const rtt of [0, 10, 30]) {
         const drains = result.drains.filter((d) => d.rttMs === rtt);
         if (drains.length > 0) {

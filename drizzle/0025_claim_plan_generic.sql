@@ -1,14 +1,1 @@
--- pgdrain.claim() keeps one plan for the session instead of planning at every call (performance
--- round five).
---
--- PL/pgSQL hands the claim's statement to the plan cache, which plans it afresh with the call's
--- values (a custom plan) until a generic plan looks no dearer. With a LIMIT and a kinds array as
--- parameters it never does, so every claim was planned again: pg_stat_statements counted 201 plans
--- for 201 claims of a 50k drain on Debian's 15, 28 ms of planning against 300 ms of execution (about
--- 4% of the PostgreSQL CPU the whole drain costs). The function's own settings already leave the
--- planner one plan, the walk of jobs_ready (drizzle/0007, 0014), whatever the values, and that plan
--- generic is tested (test/conformance/queue-behaviour.ts: "the cached plan included"). So the
--- function now asks for it: planned once per session, again only when the table's statistics or
--- definition change. Same signature, same rows, same order; the setting, like the others, reaches
--- no statement outside the function. pgdrain.claim_ids() (run-now, a few ids) keeps custom plans.
-ALTER FUNCTION pgdrain.claim(integer, text[], text, integer) SET plan_cache_mode = force_generic_plan;
+-- pgdrain.claim() was (re)defined here; its live text is src/sql/functions/claim.sql, applied by migrate after the migrations.

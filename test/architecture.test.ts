@@ -132,3 +132,21 @@ it('no line in src/ is longer than 120 characters (the formatter wraps code; thi
   );
   expect(long).toEqual([]);
 });
+
+it("every SQL function's live text is one file of src/sql/functions, and no migration defines one", () => {
+  const drizzle = fileURLToPath(new URL('../drizzle', import.meta.url));
+  const inMigrations = readdirSync(drizzle)
+    .filter((f) => f.endsWith('.sql'))
+    .flatMap((f) =>
+      readFileSync(path.join(drizzle, f), 'utf8')
+        .split('\n')
+        .filter((line) => /^\s*(CREATE|ALTER|DROP)\s+(OR\s+REPLACE\s+)?FUNCTION\b/i.test(line))
+        .map((line) => `${f}: ${line.trim()}`),
+    );
+  expect(inMigrations).toEqual([]);
+  const folder = path.join(SRC, 'sql', 'functions');
+  for (const file of readdirSync(folder)) {
+    const defined = [...readFileSync(path.join(folder, file), 'utf8').matchAll(/CREATE OR REPLACE FUNCTION (\S+?)\(/g)];
+    expect([file, defined.map((m) => m[1])]).toEqual([file, [`pgdrain.${file.replace(/\.sql$/, '')}`]]);
+  }
+});

@@ -2,39 +2,26 @@
 // migrated to this version while drainers of the old version claim and complete and an
 // application enqueues. No statement of either may wait long on the migration's locks (target:
 // under 1 s), both keep going throughout, and the schema ends up current.
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { migrateDatabase, migrationsFolder } from '../src/db/migrate.ts';
-import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import type { TestDatabase } from './support/database.ts';
+import { WAVE5, databaseShippedBy } from './support/shipped-migrations.ts';
 
-/** The last migration of the release before this one (0003_priority_pause_schedules). */
-const PREVIOUS_RELEASE_MIGRATIONS = 4;
+/** The first migration after the wave-2 release (its last was 0003_priority_pause_schedules). */
+const FIRST_AFTER_WAVE2 = '0004';
 const JOBS = 1_000_000;
 
 let t: TestDatabase;
-let oldFolder: string;
 beforeAll(async () => {
-  oldFolder = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-migrations-'));
-  await cp(migrationsFolder(), oldFolder, { recursive: true });
-  const journalFile = path.join(oldFolder, 'meta', '_journal.json');
-  const journal = JSON.parse(await readFile(journalFile, 'utf8')) as { entries: unknown[] };
-  journal.entries = journal.entries.slice(0, PREVIOUS_RELEASE_MIGRATIONS);
-  await writeFile(journalFile, JSON.stringify(journal));
-  t = await createTestDatabase({ migrate: false });
-  await migrateDatabase(t.url, { folder: oldFolder });
+  t = await databaseShippedBy(WAVE5, FIRST_AFTER_WAVE2);
   await t.query(
     `INSERT INTO pgdrain.jobs (kind, payload, priority) SELECT 'old', jsonb_build_object('i', i), i % 3 FROM generate_series(1, ${JOBS}) AS i`,
   );
   await t.query('ANALYZE pgdrain.jobs');
 }, 180_000);
-afterAll(async () => {
-  await t?.close();
-  await rm(oldFolder, { recursive: true, force: true });
-});
+afterAll(() => t?.close());
 
 /** Runs `step` back to back until stopped, timing each call. */
 function loop(step: (client: pg.Client) => Promise<unknown>) {

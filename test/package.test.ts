@@ -158,6 +158,8 @@ describe('the npm package, installed into a project of its own', () => {
         'drizzle/0000_schema.sql',
         'drizzle/0002_enqueue_function.sql',
         'drizzle/meta/_journal.json',
+        'dist/sql/functions/claim.sql',
+        'dist/sql/functions/enqueue.sql',
       ]),
     );
     expect(files.filter((f) => /\.ts$/.test(f) && !f.endsWith('.d.ts'))).toEqual([]);

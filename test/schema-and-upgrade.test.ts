@@ -2,8 +2,7 @@
 // `public`, a database migrated by wave 1 (tables in `public`, migrations in drizzle's shared
 // table) upgrades in place with every row kept, and an application's own `public.jobs` is never
 // touched.
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { drizzle } from 'drizzle-orm/node-postgres';
@@ -16,6 +15,7 @@ import { drain } from '../src/drain/index.ts';
 import { JobRegistry, noopJob } from '../src/jobs/index.ts';
 import { enqueue, reap, retryDead } from '../src/queries/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { WAVE5, databaseShippedBy, shippedMigrations } from './support/shipped-migrations.ts';
 
 // The drizzle/ folder as wave 1 shipped it, applied the way wave 1 applied it.
 const WAVE1_MIGRATIONS = fileURLToPath(new URL('./fixtures/wave1-migrations', import.meta.url));
@@ -35,26 +35,9 @@ afterEach(async () => {
   t = undefined;
 });
 
-/** A new database migrated up to (not including) the migration whose tag starts with `tag`: what
- * a release before it left. */
-async function databaseMigratedBefore(tag: string): Promise<TestDatabase> {
-  const folder = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-migrations-'));
-  try {
-    await cp(migrationsFolder(), folder, { recursive: true });
-    const journalFile = path.join(folder, 'meta', '_journal.json');
-    const journal = JSON.parse(await readFile(journalFile, 'utf8')) as { entries: { tag: string }[] };
-    journal.entries = journal.entries.filter((e) => e.tag < tag);
-    await writeFile(journalFile, JSON.stringify(journal));
-    const db = await createTestDatabase({ migrate: false });
-    await migrateDatabase(db.url, { folder }).catch(async (error) => {
-      await db.close();
-      throw error;
-    });
-    return db;
-  } finally {
-    await rm(folder, { recursive: true, force: true });
-  }
-}
+/** A new database migrated by the last wave-5 release up to (not including) the migration whose tag
+ * starts with `tag`: what a release before it left. */
+const databaseMigratedBefore = (tag: string) => databaseShippedBy(WAVE5, tag);
 
 /** Every relation, function and schema that is not PostgreSQL's own. */
 async function userObjects(db: TestDatabase) {
@@ -98,10 +81,12 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     ]),
   );
   expect(objects.functions).toEqual([
+    'pgdrain.after_jobs_ended(bigint[],text[],text[],boolean[],boolean)',
     'pgdrain.cancel(bigint)',
     'pgdrain.claim(integer,text[],text,integer)',
     'pgdrain.claim_ids(bigint[],integer,text[],text,integer)',
     'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer,text)',
+    'pgdrain.enqueue_job(text,jsonb,timestamp with time zone,integer,text,integer,integer,text,integer,integer,text,text,bigint[])',
     'pgdrain.fair_keys(text,integer,text,integer)',
     'pgdrain.maintain_history(integer)',
     'pgdrain.park_sleep(bigint,text,text,integer,timestamp with time zone,timestamp with time zone)',
@@ -109,7 +94,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.park_wait(bigint,text,text,integer,timestamp with time zone,text,text,timestamp with time zone,jsonb)',
     'pgdrain.record_step(bigint,text,text,integer,text,integer,jsonb,text,timestamp with time zone,boolean)',
     'pgdrain.record_steps(bigint[],text[],text[],integer[],integer[],text[],timestamp with time zone[])',
-    'pgdrain.release_dependents_missed(bigint[],text[],bigint[])',
+    'pgdrain.send_dead_letters(bigint[])',
     'pgdrain.send_event(text,text,jsonb)',
     'pgdrain.set_group_limits(text,text,integer,integer,double precision)',
     'pgdrain.snooze_run(bigint,text,timestamp with time zone,text,integer,timestamp with time zone,integer,text)',
@@ -303,3 +288,57 @@ it('a migration that runs in a transaction does not queue enqueues behind a long
     await app.end();
   }
 });
+
+/** What a migrated database's schema pgdrain is: its columns, indexes, constraints and functions
+ * (their text and settings), for comparing two databases. */
+async function schemaFingerprint(db: TestDatabase): Promise<string[]> {
+  const rows = await db.query<{ line: string }>(
+    `SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+              || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+              || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '') AS line
+       FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+       LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+      WHERE c.relnamespace = 'pgdrain'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+        AND c.relkind IN ('r', 'p', 'v') AND c.relname NOT LIKE 'job\\_history\\_2%'
+     UNION ALL
+     SELECT 'index ' || pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+      WHERE c.relnamespace = 'pgdrain'::regnamespace AND c.relname NOT LIKE 'job\\_history\\_2%'
+     UNION ALL
+     SELECT 'constraint ' || conrelid::regclass || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
+      WHERE connamespace = 'pgdrain'::regnamespace AND conrelid::regclass::text NOT LIKE 'pgdrain.job\\_history\\_2%'
+     UNION ALL
+     SELECT 'function ' || p.oid::regprocedure || ' ' || md5(p.prosrc) || ' ' || coalesce(p.proconfig::text, '')
+       FROM pg_proc p WHERE p.pronamespace = 'pgdrain'::regnamespace
+     ORDER BY 1`,
+  );
+  return rows.map((r) => r.line);
+}
+
+it('a database left by any migration the last release shipped upgrades to exactly what a fresh one is', async () => {
+  const fresh = await createTestDatabase();
+  const expected = await schemaFingerprint(fresh);
+  await fresh.close();
+  const { folder, remove } = await shippedMigrations(WAVE5);
+  try {
+    const journal = JSON.parse(await readFile(path.join(folder, 'meta', '_journal.json'), 'utf8')) as {
+      entries: { tag: string }[];
+    };
+    // Every schema the release could have left: after each of its migrations (the last: itself).
+    const stops = [...journal.entries.slice(1).map((e) => e.tag), undefined];
+    const upgrade = async (before: string | undefined) => {
+      const db = await databaseShippedBy(WAVE5, before);
+      try {
+        await migrateDatabase(db.url);
+        return [before ?? 'all', await schemaFingerprint(db)] as const;
+      } finally {
+        await db.close();
+      }
+    };
+    for (let i = 0; i < stops.length; i += 4) {
+      for (const [stop, fingerprint] of await Promise.all(stops.slice(i, i + 4).map(upgrade)))
+        expect([stop, fingerprint]).toEqual([stop, expected]);
+    }
+  } finally {
+    await remove();
+  }
+}, 240_000);

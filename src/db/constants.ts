@@ -14,7 +14,7 @@ export const LIVE_STATUSES = ['pending', 'running', 'dead', 'waiting'] as const;
 export const FINAL_STATUSES = ['completed', 'dead', 'cancelled'] as const;
 
 /** What a job gets when neither its enqueue nor its kind says (pgdrain.enqueue() in SQL uses the
- * same; a test compares them): its attempts, its priority, its handler's timeout, and the lease it
+ * same: functionConstants()): its attempts, its priority, its handler's timeout, and the lease it
  * is claimed with when neither its kind nor its drainer says. The one place these are written. */
 export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, timeoutMs: 30_000, visibilityTimeoutSeconds: 30 } as const;
 
@@ -26,7 +26,7 @@ export const DEFAULT_VACUUM_EVERY_JOBS = 25_000;
 export const DEFAULT_EVENT_RETENTION_SECONDS = 86_400;
 
 /** What a job kind's name (and a schedule's) may be; pgdrain.enqueue() in SQL checks the same
- * pattern (a test compares them). */
+ * pattern (functionConstants()). */
 export const KIND_PATTERN = /^[A-Za-z0-9_.:-]{1,100}$/;
 export const KIND_PATTERN_MESSAGE = 'use 1-100 letters, digits, or _ . : -';
 
@@ -34,8 +34,19 @@ export const KIND_PATTERN_MESSAGE = 'use 1-100 letters, digits, or _ . : -';
  * timeout_ms too. */
 export const JOB_TIMEOUT_BOUNDS_MS = { min: 100, max: 86_400_000 } as const;
 
+/** A job's max attempts lie within these. */
+export const MAX_ATTEMPTS_BOUNDS = { min: 1, max: 100 } as const;
+
 /** A job's priority lies within these (higher runs first); the table's CHECK says the same. */
 export const PRIORITY_BOUNDS = { min: -1000, max: 1000 } as const;
+
+/** The NOTIFY channel; each notification's payload is the kind of the job that became ready. */
+export const NOTIFY_CHANNEL = 'pgdrain_jobs';
+/** Where a running job someone asked to cancel is announced (payload: its id), so that the
+ * drainer holding it stops its handler at once rather than at its next lease renewal. */
+export const CANCEL_CHANNEL = 'pgdrain_cancel';
+/** Where a job someone waits for is announced when it reaches a final state (payload: its id). */
+export const FINISHED_CHANNEL = 'pgdrain_finished';
 
 /** A dedupe key is 1 to this many characters. */
 export const MAX_DEDUPE_KEY_LENGTH = 500;
@@ -45,6 +56,33 @@ export const DRAINER_ID_PATTERN = /^[A-Za-z0-9_-]{1,100}$/;
 
 /** A group key is 1 to this many characters. */
 export const MAX_GROUP_KEY_LENGTH = 200;
+
+/**
+ * The constants the SQL functions (src/sql/functions/*.sql) share with TypeScript, for their
+ * `{{NAME}}` placeholders (db/functions.ts fills them in): each written once, here. A placeholder
+ * stands inside the file's own quotes where it is text (`pg_notify('{{NOTIFY_CHANNEL}}', …)`), so
+ * its quotes are doubled.
+ */
+export function functionConstants(): Record<string, string> {
+  const text = (value: string) => value.replaceAll("'", "''");
+  return {
+    NOTIFY_CHANNEL: text(NOTIFY_CHANNEL),
+    CANCEL_CHANNEL: text(CANCEL_CHANNEL),
+    FINISHED_CHANNEL: text(FINISHED_CHANNEL),
+    KIND_PATTERN: text(KIND_PATTERN.source),
+    KIND_PATTERN_MESSAGE: text(KIND_PATTERN_MESSAGE),
+    PRIORITY_MIN: String(PRIORITY_BOUNDS.min),
+    PRIORITY_MAX: String(PRIORITY_BOUNDS.max),
+    MAX_ATTEMPTS_MIN: String(MAX_ATTEMPTS_BOUNDS.min),
+    MAX_ATTEMPTS_MAX: String(MAX_ATTEMPTS_BOUNDS.max),
+    DEFAULT_MAX_ATTEMPTS: String(JOB_DEFAULTS.maxAttempts),
+    DEFAULT_PRIORITY: String(JOB_DEFAULTS.priority),
+    MAX_DEDUPE_KEY_LENGTH: String(MAX_DEDUPE_KEY_LENGTH),
+    MAX_GROUP_KEY_LENGTH: String(MAX_GROUP_KEY_LENGTH),
+    TIMEOUT_MIN_MS: String(JOB_TIMEOUT_BOUNDS_MS.min),
+    TIMEOUT_MAX_MS: String(JOB_TIMEOUT_BOUNDS_MS.max),
+  };
+}
 
 /**
  * Characters as every key's bound counts them, in TypeScript, over HTTP and in SQL alike: Unicode

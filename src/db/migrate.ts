@@ -1,7 +1,10 @@
-// Applies the drizzle-kit migrations in drizzle/ (their files, journal and drizzle's migrations
-// table, `pgdrain.migrations`, exactly as drizzle's own migrator keeps them). Node only (it reads
-// the migration files); the Worker's database is migrated from a workstation or CI with
-// `npx pgdrain migrate` (or `npm run db:migrate` in this repo) and DATABASE_URL pointing at Neon.
+// Brings a database up to date in two steps. First the drizzle-kit migrations in drizzle/ (their
+// files, journal and drizzle's migrations table, `pgdrain.migrations`, exactly as drizzle's own
+// migrator keeps them): ordered, each applied once, schema changes only. Then the SQL functions:
+// each function's live text is one file in src/sql/functions/ (functions.ts), applied whenever a
+// file changed — a repeatable step, so a function is never defined twice and never lives in a
+// migration. Node only (it reads files); the Worker's database is migrated from a workstation or
+// CI with `npx pgdrain migrate` (or `npm run db:migrate` in this repo) and DATABASE_URL pointing at Neon.
 //
 // Why not drizzle's migrator: it runs every pending migration in one transaction, and PostgreSQL
 // builds an index without blocking writes (CREATE INDEX CONCURRENTLY) only outside a transaction.
@@ -16,6 +19,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readMigrationFiles, type MigrationMeta } from 'drizzle-orm/migrator';
 import pg from 'pg';
+import { applyFunctions, type FunctionsApplied } from './functions.ts';
 import { PGDRAIN_SCHEMA } from './schema.ts';
 
 /** drizzle/ beside src/ in this repo, beside dist/ in the npm package. A function, not a constant:
@@ -31,15 +35,28 @@ const LOCK_TIMEOUT_MS = 400;
 const LOCK_RETRIES = 150;
 
 export interface MigrateOptions {
-  /** Another folder of migrations (tests: a copy cut at an older release). */
+  /** Another folder of migrations (tests: the folder of an older release). With it, the functions
+   * step runs only when `functions` names a folder too: an older release's migrations defined its
+   * functions themselves. */
   folder?: string;
+  /** Another folder of function files, or false: no functions step. Default: src/sql/functions,
+   * unless `folder` is given. */
+  functions?: string | false;
   /** Told when a migration steps back because a table it must lock is held by another transaction
    * (the first time, then every 20th try), so an operator sees why the upgrade is waiting. */
   onLockBusy?: (migration: string, tries: number) => void;
 }
 
+/** What a migrate did. */
+export interface MigrationReport {
+  /** The migrations applied, by name ("0027_…"), in order; empty when the schema was current. */
+  migrations: string[];
+  /** The functions (re)created and dropped; both empty when every function was current. */
+  functions: FunctionsApplied;
+}
+
 /** Brings the database at `databaseUrl` up to date; safe to call from several processes at once. */
-export async function migrateDatabase(databaseUrl: string, options: MigrateOptions = {}): Promise<void> {
+export async function migrateDatabase(databaseUrl: string, options: MigrateOptions = {}): Promise<MigrationReport> {
   const client = new pg.Client({ connectionString: databaseUrl, application_name: 'pgdrain-migrate' });
   // An error after connect (server restart) must not crash the caller; the query fails instead.
   client.on('error', () => {});
@@ -58,6 +75,7 @@ export async function migrateDatabase(databaseUrl: string, options: MigrateOptio
     const last = rows[0] ? Number(rows[0].created_at) : -Infinity;
     const folder = options.folder ?? migrationsFolder();
     const tags = migrationTags(folder);
+    const applied: string[] = [];
     for (const migration of readMigrationFiles({ migrationsFolder: folder })) {
       if (migration.folderMillis <= last) continue;
       const record = {
@@ -70,7 +88,26 @@ export async function migrateDatabase(databaseUrl: string, options: MigrateOptio
       };
       if (ONLINE_MARKER.test(migration.sql[0] ?? '')) await applyOnline(client, migration, record, busy);
       else await applyInTransaction(client, migration, record, busy);
+      applied.push(name);
     }
+    const functionsFolder = options.functions ?? (options.folder === undefined ? undefined : false);
+    const functions =
+      functionsFolder === false
+        ? { created: [], dropped: [] }
+        : await retriedWhileLockNotGranted(
+            (tries) => {
+              if (tries % 20 === 1) options.onLockBusy?.('functions', tries);
+            },
+            () => applyFunctions(client, functionsFolder),
+          );
+    // The history's day partitions ahead (the housekeeping round keeps them so from now on).
+    if (functionsFolder !== false && (applied.length > 0 || functions.created.length > 0))
+      await client
+        .query(`SELECT ${pg.escapeIdentifier(PGDRAIN_SCHEMA)}.maintain_history()`)
+        .catch((error: { code?: string }) => {
+          if (error.code !== '55P03') throw error; // a lock not granted in time: the next round does it
+        });
+    return { migrations: applied, functions };
   } finally {
     await client.end();
   }
@@ -124,12 +161,13 @@ async function applyOnline(
 
 /** `attempt` again, after a growing pause, while it fails for a lock not granted within the
  * lock_timeout (55P03): up to LOCK_RETRIES times, some minutes in all, then its error. */
-async function retriedWhileLockNotGranted(busy: (tries: number) => void, attempt: () => Promise<void>): Promise<void> {
+async function retriedWhileLockNotGranted<T>(busy: (tries: number) => void, attempt: () => Promise<T>): Promise<T> {
   for (let tries = 1; ; tries++) {
     try {
       return await attempt();
     } catch (error) {
-      const lockNotGranted = (error as { cause?: { code?: string } }).cause?.code === '55P03';
+      const { code, cause } = error as { code?: string; cause?: { code?: string } };
+      const lockNotGranted = (cause?.code ?? code) === '55P03';
       if (!lockNotGranted || tries >= LOCK_RETRIES) throw error;
       busy(tries);
       await new Promise((resolve) => setTimeout(resolve, Math.min(2_000, 50 * tries) * (0.5 + Math.random())));

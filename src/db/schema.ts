@@ -169,7 +169,7 @@ export type JobRow = typeof jobs.$inferSelect;
 // Kept jobs (kinds with keepCompletedSeconds) once finished: moved out of pgdrain.jobs by the
 // statement that completes them, so the hot table holds only live work. Partitioned by the day
 // its keep ends (keep_until, UTC), one partition a day created ahead by the housekeeping round
-// (pgdrain.maintain_history(), drizzle/0010_job_history.sql): a day whose keeps are all over is
+// (pgdrain.maintain_history(), src/sql/functions/maintain_history.sql): a day whose keeps are all over is
 // dropped whole — no per-row DELETE, no bloat, no VACUUM debt. A default partition takes any row
 // no day partition is there for (housekeeping that did not run for a month), pruned row by row.
 // Kept jobs with a dedupe key stay in pgdrain.jobs (its unique index holds their key, which no
@@ -285,7 +285,7 @@ export const finishedJobs = pgdrainSchema.table('finished_jobs', {
 });
 
 // Workflow runs an ending statement passed by: a run parked on a child that ended while the run's
-// row was locked by someone else (pgdrain.release_dependents_missed() locks runs SKIP LOCKED, since
+// row was locked by someone else (pgdrain.after_jobs_ended() locks runs SKIP LOCKED, since
 // waiting could deadlock with a park). The next housekeeping round looks at each again and makes
 // it pending if it still waits for a child that has ended (prune.ts).
 export const runsToRecheck = pgdrainSchema.table('runs_to_recheck', {

@@ -9,6 +9,7 @@
 import { z } from 'zod';
 import {
   JOB_TIMEOUT_BOUNDS_MS,
+  MAX_ATTEMPTS_BOUNDS,
   MAX_DEDUPE_KEY_LENGTH,
   MAX_GROUP_KEY_LENGTH,
   PRIORITY_BOUNDS,
@@ -47,7 +48,7 @@ export const JOB_OPTIONS = {
       'must be between 1970-01-01 and 9999-12-31',
     )
     .meta({ description: 'When it may run; default now.' }),
-  maxAttempts: wholeNumber(1, 100).meta({
+  maxAttempts: wholeNumber(MAX_ATTEMPTS_BOUNDS.min, MAX_ATTEMPTS_BOUNDS.max).meta({
     description: "Attempts before the job goes dead; default its kind's, else 3.",
   }),
   dedupeKey: text(MAX_DEDUPE_KEY_LENGTH).meta({

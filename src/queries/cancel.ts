@@ -1,5 +1,5 @@
 // cancel: stop a job that has not finished. One implementation, the SQL function pgdrain.cancel()
-// (drizzle/0006_job_lifecycle.sql), so SQL users, the API, the CLI and TypeScript get the same:
+// (src/sql/functions/cancel.sql), so SQL users, the API, the CLI and TypeScript get the same:
 //   pending, delayed, waiting ──► cancelled now (kept like a completed job, else deleted); jobs
 //                                 waiting for it become dead
 //   running ──► asked to stop: its drainer aborts the handler at its next lease renewal (at once on

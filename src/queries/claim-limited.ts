@@ -68,7 +68,7 @@ const candidateWindow = (size: number) => Math.min(5_000, Math.max(500, size * 8
 /** Its commit asynchronous, as a drainer's claims may be (the lock is held until the commit
  * returns: a flush on each serial claim was a sixth of its time on a stock server). For the claim
  * that follows in its transaction (the only statement after it), the planner
- * settings of pgdrain.claim() (drizzle/0007_claim_plan.sql): its candidates are found by walking
+ * settings of pgdrain.claim() (src/sql/functions/claim.sql): its candidates are found by walking
  * jobs_ready, whatever statistics a burst into an idle table meets. And no JIT: a fair claim's
  * estimate (a round of up to 1,000 keys) passes jit_above_cost on a stock server, and compiling it
  * would cost 50-120 ms for a claim that runs in one. */

@@ -2,12 +2,10 @@
 // token, lease), which is
 //   UPDATE pgdrain.jobs SET status = 'running', … WHERE id = ANY(ARRAY(SELECT id … ORDER BY priority DESC,
 //     run_at, id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING …
-// (before PostgreSQL 17, ctid in place of id: drizzle/0021_claim_by_tid.sql)
-// under planner settings that leave it one plan, the walk of jobs_ready (drizzle/0007_claim_plan.sql:
-// why, and pgdrain.claim_ids for run-now). The settings are the function's own (SET clauses): they
-// reach no other statement (drizzle/0014_settings_in_their_statements.sql), and with
-// plan_cache_mode = force_generic_plan among them the statement is planned once per session, not at
-// every claim (drizzle/0025_claim_plan_generic.sql).
+// (before PostgreSQL 17, ctid in place of id) under planner settings that leave it one plan, the
+// walk of jobs_ready. The settings are the function's own (SET clauses): they reach no other
+// statement, and with plan_cache_mode = force_generic_plan among them the statement is planned once
+// per session, not at every claim. Why each: src/sql/functions/claim.sql (and claim_ids.sql, run-now).
 // Kinds listed in pgdrain.paused_kinds are skipped (read once per claim, in the same statement).
 // SKIP LOCKED lets any number of workers claim side by side; attempts grow here, at claim time,
 // so a job that keeps killing its worker still runs out of attempts. The caller commits before
@@ -116,10 +114,16 @@ export async function explainClaim(db: Db, options: ClaimOptions, { generic = fa
       const [name, value] = setting.split(/=(.*)/s) as [string, string];
       await tx.execute(sql`SELECT set_config(${name}, ${value}, true)`);
     }
-    // The function's one statement (PL/pgSQL: RETURN QUERY <statement>;), its input arguments
-    // (how_many, only_kinds, token, lease_seconds; the output columns follow) as $1..$4.
+    // The statement the function runs on this server (PL/pgSQL: `RETURN QUERY <statement>;`, the
+    // first for PostgreSQL 17 and later, the second before), its input arguments (how_many,
+    // only_kinds, token, lease_seconds; the output columns follow) as $1..$4.
     const types = ['int', 'text[]', 'text', 'int'];
-    let body = /RETURN QUERY([\s\S]*?);\s*END\s*$/i.exec(fn.body)?.[1] ?? fn.body;
+    const statements = [...fn.body.matchAll(/RETURN QUERY([\s\S]*?);/gi)].map((m) => m[1]!);
+    const [server] = await rowsOf<{ version: number }>(
+      tx,
+      sql`SELECT current_setting('server_version_num')::int AS version`,
+    );
+    let body = (server!.version >= 170000 ? statements[0] : statements.at(-1)) ?? fn.body;
     fn.args.slice(0, types.length).forEach((name, i) => {
       body = body.replace(new RegExp(`\\b(?:claim\\.)?${name}\\b`, 'g'), `$${i + 1}::${types[i]}`);
     });

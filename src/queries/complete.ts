@@ -110,7 +110,7 @@ export function completingCtes(held: readonly CompletedJob[], { followed }: { fo
   ].filter((x) => x !== undefined);
   parts.push(sql`ended AS (${sql.join(union, sql` UNION ALL `)})`);
   const ending = sql.join(parts, sql`, `);
-  return followed ? sql`${ending}${afterJobsEnded({ deleted: deleted.length > 0 })}` : ending;
+  return followed ? sql`${ending}${afterJobsEnded({ gone: deleted.length > 0 })}` : ending;
 }
 
 /** Completes the jobs still held under their tokens; returns the ids actually settled. */
@@ -174,8 +174,8 @@ async function completing(
   // are in that row's output, or they would not be evaluated at all.
   const rows = await rowsOf<{ id: string | null; status: EndedJob['status']; released: string[] | null }>(
     db,
-    sql`WITH RECURSIVE ${completingCtes(held, { followed })}${counted}
-        SELECT id, status, NULL::text[] AS released, NULL::bigint AS pgdrain_notified FROM ended
+    sql`WITH ${completingCtes(held, { followed })}${counted}
+        SELECT id, status, NULL::text[] AS released, NULL::int AS pgdrain_followed FROM ended
         UNION ALL
         SELECT NULL, NULL, (SELECT array_agg(DISTINCT kind) FROM ${RELEASED_KINDS} k), ${ENDED_FOLLOWED}`,
   );

@@ -7,13 +7,7 @@ import { type PgDatabase, PgDialect, type PgQueryResultHKT } from 'drizzle-orm/p
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Db = PgDatabase<PgQueryResultHKT, any, any>;
 
-/** The NOTIFY channel; each notification's payload is the kind of the job that became ready. */
-export const NOTIFY_CHANNEL = 'pgdrain_jobs';
-/** Where a running job someone asked to cancel is announced (payload: its id), so that the
- * drainer holding it stops its handler at once rather than at its next lease renewal. */
-export const CANCEL_CHANNEL = 'pgdrain_cancel';
-/** Where a job someone waits for is announced when it reaches a final state (payload: its id). */
-export const FINISHED_CHANNEL = 'pgdrain_finished';
+export { CANCEL_CHANNEL, FINISHED_CHANNEL, NOTIFY_CHANNEL } from '../db/constants.ts';
 
 /** Rows of a raw statement, whichever driver ran it (both return a pg-style result). */
 export async function rowsOf<T>(db: Db, query: SQL): Promise<T[]> {

@@ -7,7 +7,7 @@ import type { SettleOptions } from './complete.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 import { type HeldJob, fenced, heldRows } from './fence.ts';
-import { DEAD_LETTERED, DEAD_LETTERS_NOTIFIED, DEAD_LETTER_COLUMNS, deadLetterIdFor } from './dead-letter.ts';
+import { DEAD_LETTERED, DEAD_LETTER_KINDS } from './dead-letter.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, RELEASED_KINDS, afterJobsEnded } from './job-ended.ts';
 
 /** last_error is kept to this many characters so a huge stack cannot bloat the row. */
@@ -87,10 +87,9 @@ export async function failJobs(
           finished_at = CASE WHEN ${ending} IS NOT NULL THEN now() END,
           keep_until = CASE
             WHEN j.cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(j.keep_seconds, 0)) END,
-          locked_at = NULL, locked_by = NULL, locked_until = NULL, last_error = h.error,
-          ${deadLetterIdFor(sql`${ending} = 'dead'`)}
+          locked_at = NULL, locked_by = NULL, locked_until = NULL, last_error = h.error
         FROM ${failed} WHERE ${fenced(failures)}
-        RETURNING ${ENDED_COLUMNS}, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, ${DEAD_LETTER_COLUMNS}`;
+        RETURNING ${ENDED_COLUMNS}, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;
   const counted = options.recordCounts === false ? sql`` : sql`, counted AS (${countFailed('ended')})`;
   // One row per ended job, and one more (id NULL) with the kinds it made pending.
   const rows = await rowsOf<{
@@ -101,13 +100,12 @@ export async function failJobs(
     released: string[] | null;
   }>(
     db,
-    sql`WITH RECURSIVE ended AS (${settled})${counted}${afterJobsEnded({ deleted: false })}${DEAD_LETTERED}
-        SELECT id, status, run_at_ms, attempts, NULL::text[] AS released, NULL::bigint AS pgdrain_notified,
-          NULL::bigint AS dead_letters FROM ended
+    sql`WITH ended AS (${settled})${counted}${afterJobsEnded({ gone: false })}${DEAD_LETTERED}
+        SELECT id, status, run_at_ms, attempts, NULL::text[] AS released, NULL::int AS pgdrain_followed FROM ended
         UNION ALL
         SELECT NULL, NULL, NULL, NULL,
-               (SELECT array_agg(DISTINCT kind) FROM (${RELEASED_KINDS} UNION SELECT kind FROM dead_lettered) k),
-               ${ENDED_FOLLOWED}, ${DEAD_LETTERS_NOTIFIED}`,
+               (SELECT array_agg(DISTINCT kind) FROM (${RELEASED_KINDS} UNION ${DEAD_LETTER_KINDS}) k),
+               ${ENDED_FOLLOWED}`,
   );
   const byId = new Map(rows.filter((r) => r.id !== null).map((r) => [String(r.id), r]));
   const unblockedKinds = rows.find((r) => r.id === null)?.released ?? [];

@@ -1,4 +1,4 @@
-// group-limits: limits per group key from data (pgdrain.group_limits, drizzle/0012_group_limits.sql):
+// group-limits: limits per group key from data (pgdrain.group_limits; pgdrain.set_group_limits() in SQL):
 // set or remove one key's, and list a kind's for /stats, the dashboard and the CLI. The limited
 // claim (claim-limited.ts) reads them in its own statement.
 import { sql } from 'drizzle-orm';

@@ -307,11 +307,11 @@ export async function deleteJob(db: Db, id: string): Promise<DeleteOutcome> {
   if (!isJobId(id)) return { outcome: 'not_found' };
   const rows = await rowsOf<{ deleted: boolean; status: JobStatus }>(
     db,
-    sql`WITH RECURSIVE target AS (SELECT id, status FROM ${jobs} WHERE id = ${id}::bigint),
+    sql`WITH target AS (SELECT id, status FROM ${jobs} WHERE id = ${id}::bigint),
              ended AS (DELETE FROM ${jobs} j WHERE id = ${id}::bigint AND status <> 'running'
                RETURNING ${ENDED_COLUMNS}, 'deleted'::text AS status),
              archived AS (DELETE FROM ${jobHistory} WHERE id = ${id}::bigint RETURNING 1)
-             ${afterJobsEnded({ deleted: true })}
+             ${afterJobsEnded({ gone: true })}
         SELECT EXISTS (SELECT 1 FROM ended)
           OR EXISTS (SELECT 1 FROM archived) AS deleted, (SELECT status FROM target) AS status, ${ENDED_FOLLOWED}`,
   );

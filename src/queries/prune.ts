@@ -6,7 +6,7 @@
 // large history never means one long transaction. Run with the reaper's round on the sidecar and
 // every cron invocation on the Worker. It also prunes events past their retention, and the steps of
 // workflows that are gone (workflows.ts), and it releases the workflow runs an ending statement
-// passed by (pgdrain.runs_to_recheck, drizzle/0024).
+// passed by (pgdrain.runs_to_recheck: src/sql/functions/after_jobs_ended.sql).
 import { sql } from 'drizzle-orm';
 import { finishedJobs, jobDependencies, jobs, runsToRecheck, workflowSteps } from '../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, rowsOf } from './db.ts';
@@ -90,8 +90,8 @@ export async function pruneFinished(
 }
 
 /**
- * `recheck_released`: the workflow runs pgdrain.release_dependents_missed() passed by because
- * another transaction held them (drizzle/0024), made pending when they still wait for a child that
+ * `recheck_released`: the workflow runs pgdrain.after_jobs_ended() passed by because another
+ * transaction held them, made pending when they still wait for a child that
  * has ended — as the ending statement would have. A run still held stays noted for the next round;
  * a note whose run is gone, or no longer parked on an ended child, is dropped.
  */

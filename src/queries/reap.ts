@@ -10,7 +10,7 @@ import { sql } from 'drizzle-orm';
 import { JOB_DEFAULTS, jobs } from '../db/schema.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
-import { DEAD_LETTERED, DEAD_LETTERS_NOTIFIED, DEAD_LETTER_COLUMNS, deadLetterIdFor } from './dead-letter.ts';
+import { DEAD_LETTERED, DEAD_LETTER_KINDS } from './dead-letter.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 export interface ReapResult {
@@ -43,7 +43,7 @@ export async function reap(
     : sql`false`;
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' | 'cancelled' }>(
     db,
-    sql`WITH RECURSIVE ended AS (
+    sql`WITH ended AS (
         UPDATE ${jobs} j SET
           status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
             WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
@@ -55,12 +55,11 @@ export async function reap(
           finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempts >= max_attempts THEN now() END,
           keep_until = CASE
             WHEN cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(keep_seconds, 0)) END,
-          locked_at = NULL, locked_by = NULL, locked_until = NULL,
-          ${deadLetterIdFor(sql`cancel_requested_at IS NULL AND attempts >= max_attempts`)}
+          locked_at = NULL, locked_by = NULL, locked_until = NULL
         WHERE status = 'running' AND (${leaseEnd} < now() OR ${gone})
-        RETURNING ${ENDED_COLUMNS}, j.status, ${DEAD_LETTER_COLUMNS}),
-      counted AS (${countFailed('ended')})${afterJobsEnded({ deleted: false })}${DEAD_LETTERED}
-      SELECT id, status, ${ENDED_FOLLOWED}, ${DEAD_LETTERS_NOTIFIED} AS dead_letters FROM ended`,
+        RETURNING ${ENDED_COLUMNS}, j.status),
+      counted AS (${countFailed('ended')})${afterJobsEnded({ gone: false })}${DEAD_LETTERED}
+      SELECT id, status, ${ENDED_FOLLOWED}, (SELECT count(*) FROM ${DEAD_LETTER_KINDS} k) AS dead_letters FROM ended`,
   );
   const result: ReapResult = { reclaimed: [], dead: [], cancelled: [] };
   for (const r of rows)

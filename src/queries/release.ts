@@ -14,14 +14,14 @@ export async function release(db: Db, held: readonly HeldJob[], reason?: string)
   const cancelled = sql`j.cancel_requested_at IS NOT NULL`;
   const rows = await rowsOf<{ id: string }>(
     db,
-    sql`WITH RECURSIVE ended AS (
+    sql`WITH ended AS (
           UPDATE ${jobs} j SET status = CASE WHEN ${cancelled} THEN 'cancelled' ELSE 'pending' END,
                  locked_at = NULL, locked_by = NULL, locked_until = NULL, attempts = greatest(j.attempts - 1, 0),
                  last_error = coalesce(${reason ?? null}::text, j.last_error),
                  finished_at = CASE WHEN ${cancelled} THEN now() END,
                  keep_until = CASE WHEN ${cancelled} THEN now() + make_interval(secs => coalesce(j.keep_seconds, 0)) END
             FROM ${heldRows(held)} WHERE ${fenced(held)}
-          RETURNING ${ENDED_COLUMNS}, j.status)${afterJobsEnded({ deleted: false })}
+          RETURNING ${ENDED_COLUMNS}, j.status)${afterJobsEnded({ gone: false })}
         SELECT id, ${ENDED_FOLLOWED} FROM ended`,
   );
   return rows.map((r) => String(r.id));

@@ -4,8 +4,8 @@
 // Every write a run makes is fenced like a settlement (fence.ts): it happens only while the job is
 // still running under the lock token of the claim that started this attempt. A statement that
 // finds the job not held says why — its lease was lost, or someone asked to cancel it — and writes
-// nothing. The hot ones are SQL functions (pgdrain.record_step(), park_sleep(), park_wait(),
-// drizzle/0011_workflows.sql), planned once per connection: a step's statement planned afresh
+// nothing. The hot ones are SQL functions (pgdrain.record_step(), park_sleep(), park_wait(), …:
+// src/sql/functions/), planned once per connection: a step's statement planned afresh
 // each time cost more than running it.
 //
 // A park ends the attempt without spending one (its lock cleared, its attempt refunded), and the

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { drain, type DrainOptions } from '../../src/drain/index.ts';
 import { enqueue } from '../../src/jobs/enqueue.ts';
 import { JobRegistry, type JobDefinition, defineJob } from '../../src/jobs/registry.ts';
-import { cancel, deadLetterOf, listSubscriptions, reap, retryFromStep } from '../../src/queries/index.ts';
+import { cancel, deadLetterOf, deleteJob, listSubscriptions, reap, retryFromStep } from '../../src/queries/index.ts';
 import { subscribe, unsubscribe } from '../../src/jobs/subscriptions.ts';
 import { PermanentJobError } from '../../src/jobs/registry.ts';
 import { EventValidationError, defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
@@ -753,13 +753,21 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       const c = await enqueue(h.db, flow, {});
       const e = await enqueue(h.db, follower, { step: 1 }, { after: [b.id] });
       const f = await enqueue(h.db, follower, { step: 2 }, { after: [e.id] });
+      // Jobs waiting for one that is cancelled, or deleted, before it ran: pgdrain.cancel() and the
+      // delete end it as every ending statement does, letters included.
+      const cancelledParent = await enqueue(h.db, follower, { step: 10 }, { runAt: new Date(Date.now() + 3_600_000) });
+      const g = await enqueue(h.db, follower, { step: 3 }, { after: [cancelledParent.id] });
+      const deletedParent = await enqueue(h.db, follower, { step: 11 }, { runAt: new Date(Date.now() + 3_600_000) });
+      const i = await enqueue(h.db, follower, { step: 4 }, { after: [deletedParent.id] });
+      expect(await cancel(h.db, cancelledParent.id)).toEqual({ outcome: 'cancelled' });
+      expect(await deleteJob(h.db, deletedParent.id)).toEqual({ outcome: 'deleted' });
       // A lease that ran out on the last attempt: the reaper makes it dead.
       const [d] = await h.query<{ id: string }>(
         `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, max_attempts, locked_at, locked_by, locked_until)
          VALUES ('dl_spent', '{"n": 4}', 'running', 2, 2, now() - interval '1 minute', 'gone:1', now() - interval '1 second') RETURNING id::text`,
       );
       expect((await reap(h.db)).dead).toEqual([d!.id]);
-      for (let round = 0; round < 10 && letters.length < 6; round++) {
+      for (let round = 0; round < 10 && letters.length < 8; round++) {
         await run(registry);
         await sleep(30);
       }
@@ -792,7 +800,17 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
         payload: { step: 2 },
         lastError: `job ${b.id} it waits for ended dead`,
       });
-      expect(letters).toHaveLength(6);
+      expect(byKind[g.id]).toMatchObject({
+        kind: 'dl_follower',
+        payload: { step: 3 },
+        lastError: `job ${cancelledParent.id} it waits for ended cancelled`,
+      });
+      expect(byKind[i.id]).toMatchObject({
+        kind: 'dl_follower',
+        payload: { step: 4 },
+        lastError: `job ${deletedParent.id} it waits for ended deleted`,
+      });
+      expect(letters).toHaveLength(8);
       expect(await deadLetterOf(h.db, f.id)).not.toBeNull();
       // The dead job names its letter, which took its kind's options.
       const letterId = await deadLetterOf(h.db, a.id);

@@ -1,24 +1,21 @@
 // enqueue / enqueueMany: INSERTs that join the caller's transaction, with pg_notify in the same
 // statement, so the wake-up is delivered at COMMIT and never for a rollback. One statement per
-// file: insert (the common case), keyed (a dedupe key), replace (debounce), waiting (`after`), bulk
-// (a chunk of many); columns.ts is the one list of what they write. These store what they are
-// given: validation, the kind's settings and tracing are the enqueue pipeline's (src/jobs/enqueue.ts).
+// file: insert (the common case), one (a dedupe key or `after`: pgdrain.enqueue_job(), which SQL's
+// pgdrain.enqueue() calls too), bulk (a chunk of many); columns.ts is the one list of what they
+// write. These store what they are given: validation, the kind's settings and tracing are the
+// enqueue pipeline's (src/jobs/enqueue.ts).
 import type { Db } from '../db.ts';
 import { ENQUEUE_CHUNK, chunkStatement } from './bulk.ts';
 import { insertJob } from './insert.ts';
-import { enqueueKeyed } from './keyed.ts';
-import { enqueueReplacing } from './replace.ts';
+import { enqueueOne } from './one.ts';
 import type { EnqueuedJob, NewJob } from './types.ts';
-import { enqueueWaiting } from './waiting.ts';
 
 export { ENQUEUE_CHUNK } from './bulk.ts';
 export { type DedupeMode, type EnqueuedJob, type NewJob, UnknownDependencyError } from './types.ts';
 
 export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
-  if (job.after !== undefined && job.after.length > 0) return db.transaction((tx) => enqueueWaiting(tx, job));
-  if (job.dedupeKey === undefined) return insertJob(db, job);
-  if (job.dedupeMode === 'replace') return db.transaction((tx) => enqueueReplacing(tx, job));
-  return enqueueKeyed(db, job);
+  if (job.dedupeKey === undefined && !(job.after !== undefined && job.after.length > 0)) return insertJob(db, job);
+  return enqueueOne(db, job);
 }
 
 /**

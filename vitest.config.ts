@@ -22,10 +22,17 @@ export default defineConfig({
     hookTimeout: 60_000,
     projects: [
       {
+        // Everything that needs no database and no process of its own: `npm run test:unit`, seconds.
+        test: {
+          name: 'unit',
+          include: ['test/unit/**/*.test.ts'],
+        },
+      },
+      {
         test: {
           name: 'node',
           include: ['test/**/*.test.ts'],
-          exclude: ['test/workers/**'],
+          exclude: ['test/workers/**', 'test/unit/**'],
           globalSetup: ['test/support/global-setup.ts'],
         },
       },

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { QUICK_DRIZZLE } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/sidecar-with-test-kinds.ts', import.meta.url));
@@ -26,10 +27,14 @@ async function runSidecar(options: { terminal: boolean; env?: Record<string, str
     TERM: 'xterm',
     ...options.env,
   };
-  const command = `exec '${process.execPath}' '${FIXTURE}'`;
+  const command = `exec '${process.execPath}' --import '${QUICK_DRIZZLE}' '${FIXTURE}'`;
   const child = options.terminal
     ? spawn('script', ['-qefc', command, '/dev/null'], { env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] })
-    : spawn(process.execPath, [FIXTURE], { env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    : spawn(process.execPath, ['--import', QUICK_DRIZZLE, FIXTURE], {
+        env,
+        detached: true,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
   let out = '';
   child.stdout!.on('data', (c) => (out += c));
   child.stderr!.on('data', (c) => (out += c));

@@ -18,6 +18,10 @@ import { until } from './support/time.ts';
 let t: TestDatabase;
 beforeAll(async () => {
   t = await createTestDatabase();
+  // Autovacuum's own VACUUM of the churned table holds the lock the drainer's VACUUM waits for, and
+  // the drainer rightly holds off then: under load it came in the middle of a test that counts the
+  // drainer's VACUUMs. Off for this database's queue table; the held-off case is tested on purpose.
+  await t.query('ALTER TABLE pgdrain.jobs SET (autovacuum_enabled = false)');
 });
 afterAll(() => t?.close());
 

@@ -2,8 +2,9 @@
 // own transaction, with the same promises as enqueue(): commit → the job runs, rollback → no row
 // and no notification.
 import pg from 'pg';
-import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { JOB_DEFAULTS, KIND_PATTERN } from '../src/db/constants.ts';
 import { drain } from '../src/drain/index.ts';
 import { JobRegistry, defineJob, noopJob } from '../src/jobs/index.ts';
 import { NOTIFY_CHANNEL } from '../src/queries/index.ts';
@@ -274,5 +275,33 @@ it('pgdrain.cancel(): pending → cancelled at once, running → asked to stop (
   await expect(t.query(`SELECT pgdrain.cancel(987654321)`)).rejects.toMatchObject({
     code: 'P0002',
     message: expect.stringContaining('does not exist'),
+  });
+});
+
+describe('pgdrain.enqueue() in SQL and the TypeScript agree', () => {
+  it('on the defaults of max_attempts and priority', async () => {
+    const [{ args }] = (await t.query(`SELECT pg_get_function_arguments('pgdrain.enqueue'::regproc) AS args`)) as [
+      { args: string },
+    ];
+    expect(args).toContain(`max_attempts integer DEFAULT ${JOB_DEFAULTS.maxAttempts}`);
+    expect(args).toContain(`priority integer DEFAULT ${JOB_DEFAULTS.priority}`);
+    await t.query(`SELECT pgdrain.enqueue('noop', '{}')`);
+    expect(await t.query('SELECT max_attempts, priority FROM pgdrain.jobs')).toEqual([
+      { max_attempts: JOB_DEFAULTS.maxAttempts, priority: JOB_DEFAULTS.priority },
+    ]);
+  });
+
+  it('on what a kind may be called', async () => {
+    const [{ source }] = (await t.query(
+      `SELECT prosrc AS source FROM pg_proc WHERE oid = 'pgdrain.enqueue'::regproc`,
+    )) as [{ source: string }];
+    expect(source).toContain(`'${KIND_PATTERN.source}'`);
+    for (const kind of ['a', 'send_receipt', 'v2.mail:x-y', 'x'.repeat(100), '', 'x'.repeat(101), 'a b', 'ü', "a'b"]) {
+      const accepted = await t.query(`SELECT pgdrain.enqueue($1, '{}')`, [kind]).then(
+        () => true,
+        () => false,
+      );
+      expect([kind, accepted]).toEqual([kind, KIND_PATTERN.test(kind)]);
+    }
   });
 });

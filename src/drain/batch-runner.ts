@@ -24,8 +24,8 @@ import { type OpenTelemetryApi, ProcessSpan, traceClaim } from '../tracing.ts';
 import type { Claimer } from './claimer.ts';
 import { JobBook, type JobRecord } from './job-record.ts';
 import type { LeaseKeeper } from './lease-keeper.ts';
-import { attemptEndOf, traceOutcome } from './attempt-end.ts';
-import { cancelledKept, keptResult, payloadOf, timeLimit } from './run-handler.ts';
+import { type Outcome, outcomeOf, thrownBy, traceName } from './outcome.ts';
+import { keptResult, payloadOf, timeLimit } from './run-handler.ts';
 import { nextLockToken } from './claimer.ts';
 import type { Settler } from './settler.ts';
 
@@ -283,31 +283,23 @@ export class BatchRunner {
     }
   }
 
-  /** One item's end: its lease given up (cancelled, lost) wins over what the call answered. */
-  #settle(record: JobRecord, outcome: unknown, spans: Map<string, ProcessSpan>, givenUp: Map<string, Error>): void {
+  /** One item's end, settled as any attempt's: its lease given up (cancelled, lost) wins over what
+   * the call answered; an Error is its failure; anything else its result. */
+  #settle(record: JobRecord, answer: unknown, spans: Map<string, ProcessSpan>, givenUp: Map<string, Error>): void {
     const { job } = record;
     const progressJson = this.#deps.leases.drop(job.id);
-    const span = spans.get(job.id);
-    // Its lease given up (cancelled, lost) wins over what the call answered; an Error is its failure.
-    const error = givenUp.get(job.id) ?? (outcome instanceof Error ? outcome : null);
-    if (error) {
-      const end = attemptEndOf(job, error);
-      span?.end(traceOutcome(end), error);
-      if (end.as === 'cancelled') this.#deps.settler.complete(record, cancelledKept(this.#definition), 'cancelled');
-      else if (end.as === 'released') this.#deps.settler.release([record], end.reason);
-      else this.#deps.settler.fail(record, error, this.#definition.backoff);
-      return;
-    }
-    let kept;
+    const outcome = this.#outcome(job, givenUp.get(job.id) ?? answer);
+    spans.get(job.id)?.end(traceName(outcome), thrownBy(outcome));
+    this.#deps.settler.settle(record, outcome, this.#definition, progressJson);
+  }
+
+  #outcome(job: ClaimedJob, answer: unknown): Outcome {
+    if (answer instanceof Error) return outcomeOf(job, answer);
     try {
-      kept = keptResult(this.#definition, outcome);
+      return { as: 'completed', kept: keptResult(this.#definition, answer) };
     } catch (problem) {
-      span?.end('dead', problem);
-      this.#deps.settler.fail(record, problem, this.#definition.backoff);
-      return;
+      return outcomeOf(job, problem);
     }
-    span?.end('completed');
-    this.#deps.settler.complete(record, kept && progressJson !== undefined ? { ...kept, progressJson } : kept);
   }
 }
 

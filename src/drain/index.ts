@@ -57,7 +57,7 @@ import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '.
 import { BatchRunner } from './batch-runner.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { batchOf } from '../jobs/batch.ts';
-import { type BeforeAttempts, beforeAttemptsOf } from '../jobs/definition.ts';
+import type { KindRunner } from '../jobs/definition.ts';
 import { Claimer, nextLockToken } from './claimer.ts';
 import { DueTimes } from './due-times.ts';
 import { Deadlines } from './deadlines.ts';
@@ -66,16 +66,11 @@ import { type JobCancelledError, type LeaseLostError, LeaseKeeper } from './leas
 import { JOB_DEFAULTS } from '../db/constants.ts';
 import type { DrainNotices } from './notices.ts';
 import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-import {
-  HandlerAbandonedError,
-  type HandlerEnvironment,
-  type HandlerOutcome,
-  type SettledByStatement,
-  cancelledKept,
-  runHandler,
-} from './run-handler.ts';
-import { type AttemptEnd, attemptEndOf, traceOutcome } from './attempt-end.ts';
+import { HandlerAbandonedError, type HandlerEnvironment, runAttempt } from './run-handler.ts';
+import { outcomeOf, thrownBy, traceName } from './outcome.ts';
 import { Settler } from './settler.ts';
+
+type Prepare = NonNullable<KindRunner['prepare']>;
 
 export { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 export { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
@@ -216,8 +211,8 @@ class DrainRun {
   /** One per batch kind drained (src/jobs/batch.ts): their jobs are not the planner's. */
   readonly #runners: BatchRunner[];
   readonly #db: Db;
-  /** The drained kinds that do something for a claim's jobs before they start (BeforeAttempts). */
-  readonly #beforeAttempts = new Map<string, BeforeAttempts>();
+  /** The drained kinds whose runners prepare a claim's jobs before they start (KindRunner.prepare). */
+  readonly #preparing = new Map<string, Prepare>();
 
   constructor(db: Db, registry: JobRegistry, options: DrainOptions) {
     const profile: DrainProfile = DRAIN_PROFILES[options.placement ?? 'near'];
@@ -241,8 +236,8 @@ class DrainRun {
     const kinds = options.kinds ?? registry.kinds();
     const batchKinds = new Set(kinds.filter((k) => batchOf(registry.get(k)) !== undefined));
     for (const kind of kinds) {
-      const before = beforeAttemptsOf(registry.get(kind));
-      if (before) this.#beforeAttempts.set(kind, before);
+      const prepare = registry.get(kind)?.runner?.prepare;
+      if (prepare) this.#preparing.set(kind, prepare);
     }
     this.#planner = new ClaimPlanner(registry, this.#book, {
       kinds: kinds.filter((k) => !batchKinds.has(k)),
@@ -262,6 +257,7 @@ class DrainRun {
       onUnblocked: (kinds) => this.#planner.reopen(kinds),
       onReturned: () => this.#wakeup.wake(),
       onRetry: (runAt, kind) => this.#dueAgain(runAt.getTime(), kind),
+      onSnoozed: (kind, dueAt, readyKinds) => this.#snoozed(kind, dueAt, readyKinds),
     });
     this.#claimer = new Claimer(db, this.#settler, { recordCounts });
     this.#leases = new LeaseKeeper(db, {
@@ -447,12 +443,11 @@ class DrainRun {
     this.#dueTimes.add(at, kind);
   }
 
-  /** Its handler's own statement settled the job (a snooze): due again at its time, if it has one. */
-  #snoozed(record: JobRecord, settled: SettledByStatement): void {
-    this.#settler.snoozed(record);
-    if (settled.dueAt !== null) this.#dueAgain(settled.dueAt, record.kind);
+  /** Its runner's own statement settled a job of `kind` (a snooze): due again at its time, if it has one. */
+  #snoozed(kind: string, dueAt: number | null, readyKinds: readonly string[]): void {
+    if (dueAt !== null) this.#dueAgain(dueAt, kind);
     // Jobs the statement enqueued: this drain runs them too.
-    if (settled.readyKinds.length > 0) this.#planner.reopen(settled.readyKinds);
+    if (readyKinds.length > 0) this.#planner.reopen(readyKinds);
   }
 
   /** A handler it gave up that may still be running (only with a budget): see #givenUpReturned(). */
@@ -491,51 +486,20 @@ class DrainRun {
     const startedAt = performance.now();
     const claimContext = this.#tracing ? this.#claimContexts.get(job) : undefined;
     const span = this.#tracing && claimContext ? new ProcessSpan(this.#tracing, job, claimContext) : undefined;
-    void runHandler(
+    void runAttempt(
       this.#registry,
       job,
       this.#budget.handlerDeadline,
       this.#handlerEnvironment,
       (giveUp) => this.#leases.attach(job.id, giveUp),
       span,
-    ).then(
-      (outcome) => {
-        this.#planner.handlerTook(performance.now() - startedAt);
-        const progressJson = this.#leases.drop(job.id);
-        this.#settle(record, outcome, progressJson);
-        span?.end('completed');
-      },
-      (error: unknown) => {
-        this.#leases.drop(job.id);
-        const end = attemptEndOf(job, error);
-        span?.end(traceOutcome(end), error);
-        this.#ended(record, end);
-      },
-    );
-  }
-
-  /** An attempt that did not return: what its end (attempt-end.ts) asks of the settler. */
-  #ended(record: JobRecord, end: AttemptEnd): void {
-    if (end.as === 'snoozed') this.#snoozed(record, end.settled);
-    else if (end.as === 'released') this.#settler.release([record], end.reason);
-    else if (end.as === 'cancelled') this.#settleCancelled(record);
-    // Failed, or lost: the failing statement retries it, makes it dead, or is refused by the token.
-    else this.#settler.fail(record, end.error, this.#registry.get(record.kind)?.backoff);
-  }
-
-  #settle(record: JobRecord, outcome: HandlerOutcome, progressJson: string | undefined): void {
-    if (outcome?.settledInTransaction) this.#settler.settledInTransaction(record, outcome.unblockedKinds);
-    else
-      this.#settler.complete(
-        record,
-        outcome?.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome?.kept,
-      );
-  }
-
-  /** Someone asked to cancel it: the completing statement ends it cancelled (kept like a completed
-   * job of its kind, without a result). */
-  #settleCancelled(record: JobRecord): void {
-    this.#settler.complete(record, cancelledKept(this.#registry.get(record.kind)), 'cancelled');
+      record.prepared,
+    ).then((outcome) => {
+      this.#planner.handlerTook(performance.now() - startedAt);
+      const progressJson = this.#leases.drop(job.id);
+      span?.end(traceName(outcome), thrownBy(outcome));
+      this.#settler.settle(record, outcome, this.#registry.get(record.kind), progressJson);
+    });
   }
 
   #sendClaim(plan: PlannedClaim): void {
@@ -550,18 +514,15 @@ class DrainRun {
       ...(this.#options.reportNextDue ? { nextDue: { kinds: this.#options.kinds } } : {}),
     };
     const sent = this.#claimer.send(claim, plan.limits);
-    // Only a drain of kinds that do something first (beforeAttemptsOf) waits for them.
+    // Only a drain of kinds whose runners prepare their jobs waits for that.
     const claimed =
-      this.#beforeAttempts.size === 0
-        ? sent
-        : sent.then(async (outcome) => {
-            await this.#beforeStarting(outcome.jobs);
-            return outcome;
-          });
+      this.#preparing.size === 0
+        ? sent.then((outcome) => ({ outcome, prepared: undefined }))
+        : sent.then(async (outcome) => ({ outcome, prepared: await this.#prepare(outcome.jobs) }));
     claimed
       .then(
-        (outcome) => {
-          const records = this.#book.claimed(outcome.jobs, sentAt);
+        ({ outcome, prepared }) => {
+          const records = this.#book.claimed(outcome.jobs, sentAt, prepared);
           this.#planner.claimReturned(plan, outcome, Date.now() - sentAt);
           if (outcome.nextDueAt !== undefined && outcome.jobs.length < plan.size)
             this.#nextDueFromClaims = outcome.nextDueAt?.getTime() ?? null;
@@ -595,26 +556,35 @@ class DrainRun {
       .finally(() => this.#wakeup.wake());
   }
 
-  /** The kinds' own work for a claim's jobs before any of them starts (BeforeAttempts); a failure
-   * is theirs to make up for, job by job, and does not hold the jobs back. */
-  async #beforeStarting(claimed: readonly ClaimedJob[]): Promise<void> {
-    let byHook: Map<BeforeAttempts, ClaimedJob[]> | undefined;
+  /** What the kinds' runners prepare for a claim's jobs before any of them starts (KindRunner.prepare),
+   * by job id; a failure is theirs to make up for, job by job, and does not hold the jobs back. */
+  async #prepare(claimed: readonly ClaimedJob[]): Promise<ReadonlyMap<string, unknown> | undefined> {
+    let byRunner: Map<Prepare, ClaimedJob[]> | undefined;
     for (const job of claimed) {
-      const before = this.#beforeAttempts.get(job.kind);
-      if (!before) continue;
-      byHook ??= new Map();
-      const jobs = byHook.get(before);
+      const prepare = this.#preparing.get(job.kind);
+      if (!prepare) continue;
+      byRunner ??= new Map();
+      const jobs = byRunner.get(prepare);
       if (jobs) jobs.push(job);
-      else byHook.set(before, [job]);
+      else byRunner.set(prepare, [job]);
     }
-    if (byHook) await Promise.all([...byHook].map(([before, jobs]) => before(this.#db, jobs).catch(() => {})));
+    if (!byRunner) return undefined;
+    const prepared = new Map<string, unknown>();
+    await Promise.all(
+      [...byRunner].map(async ([prepare, jobs]) => {
+        for (const [id, value] of await prepare(this.#db, jobs).catch(() => new Map<string, unknown>()))
+          prepared.set(id, value);
+      }),
+    );
+    return prepared;
   }
 
   /** Its lease was lost before it started (whoever holds it now runs it), or someone cancelled it
    * (it ends cancelled without running). */
   #lostBeforeStart(record: JobRecord, error: LeaseLostError | JobCancelledError): void {
     if (record.state !== 'claimed') return;
-    if (attemptEndOf(record.job, error).as === 'cancelled') this.#settleCancelled(record);
+    const outcome = outcomeOf(record.job, error);
+    if (outcome.as === 'cancelled') this.#settler.settle(record, outcome, this.#registry.get(record.kind));
     else record.forget();
   }
 }

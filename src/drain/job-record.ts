@@ -19,9 +19,9 @@ import type { ClaimedJob } from '../queries/index.ts';
 
 export type JobState = 'claimed' | 'running' | 'settling' | 'done';
 
-/** How the drain ends a job; the settlement statement says what it became. */
-/** `snoozed`: settled by its handler's own statement (run-handler.ts: SettledByStatement), already
- * committed: pending again later, or waiting, with no attempt spent. */
+/** How the drain ends a job; the settlement statement says what it became. `snoozed`: settled by
+ * its kind's runner's own statement (outcome.ts), already committed: pending again later, or
+ * waiting, with no attempt spent. */
 export type JobOutcome = 'completed' | 'failed' | 'released' | 'cancelled' | 'snoozed';
 
 /** What a settlement statement made of the job: its outcome, a retry, dead, or lost (refused by
@@ -47,14 +47,17 @@ export class JobRecord {
   readonly job: ClaimedJob;
   /** When its claim was sent (its lock dates from then, at the latest). */
   readonly claimSentAt: number;
+  /** What its kind's runner prepared for its attempt (KindRunner.prepare); undefined: nothing. */
+  readonly prepared: unknown;
   #state: JobState = 'claimed';
   #outcome: JobOutcome | null = null;
   readonly #book: JobBook;
 
-  constructor(book: JobBook, job: ClaimedJob, claimSentAt: number) {
+  constructor(book: JobBook, job: ClaimedJob, claimSentAt: number, prepared?: unknown) {
     this.#book = book;
     this.job = job;
     this.claimSentAt = claimSentAt;
+    this.prepared = prepared;
   }
 
   get state(): JobState {
@@ -124,9 +127,10 @@ export class JobBook {
     this.#options = options;
   }
 
-  /** Records for jobs a claim brought back, queued in claim order. */
-  claimed(jobs: readonly ClaimedJob[], claimSentAt: number): JobRecord[] {
-    const records = jobs.map((job) => new JobRecord(this, job, claimSentAt));
+  /** Records for jobs a claim brought back, queued in claim order (with what their kinds' runners
+   * prepared for each, by job id). */
+  claimed(jobs: readonly ClaimedJob[], claimSentAt: number, prepared?: ReadonlyMap<string, unknown>): JobRecord[] {
+    const records = jobs.map((job) => new JobRecord(this, job, claimSentAt, prepared?.get(job.id)));
     for (const r of records) {
       this.#queued.push(r);
       this.#add(this.#held, r.kind, 1);

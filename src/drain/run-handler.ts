@@ -1,7 +1,9 @@
-// One job's handler, run with its timeout (the job's own up to its kind's maxTimeoutMs, else its
-// kind's) clipped to the drain's deadline and an AbortSignal that fires at the timeout, when the
-// job's lease is lost, when someone cancels it, or when a stopping drainer gives up on it. A
-// handler that ignores its signal is abandoned then (its promise is no longer awaited), never waited for forever.
+// One job's attempt — its handler, or its kind's own runner (KindRunner) — run with its timeout
+// (the job's own up to its kind's maxTimeoutMs, else its kind's) clipped to the drain's deadline
+// and an AbortSignal that fires at the timeout, when the job's lease is lost, when someone cancels
+// it, or when a stopping drainer gives up on it. A handler that ignores its signal is abandoned then
+// (its promise is no longer awaited), never waited for forever.
+// It resolves to the attempt's one Outcome (outcome.ts), never rejects.
 //
 // What the handler returns is the job's result: serialized (at most MAX_RESULT_BYTES) only when its
 // kind keeps its jobs. A transactional kind's handler runs inside a transaction on a connection of
@@ -22,22 +24,19 @@ import {
   describeIssues,
   handlerTimeoutMs,
 } from '../jobs/registry.ts';
+import type { AttemptRuntime, KindRunner } from '../jobs/definition.ts';
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { type ClaimedJob, type Db, completeJobs, getDependencies, startedByOf } from '../queries/index.ts';
 import { longerThan, toJson, utf8Length } from '../json.ts';
 import type { ProcessSpan } from '../tracing.ts';
 import type { Deadline, Deadlines } from './deadlines.ts';
 import { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
-import { PgdrainError } from '../errors.ts';
+import { type Kept, type Outcome, outcomeOf } from './outcome.ts';
+
+export { HandlerAbandonedError } from './outcome.ts';
 
 /** Gives the job up: aborts its handler's signal and stops waiting for the handler. */
 export type GiveUp = (error: Error) => void;
-
-/** The drainer stopped waiting for a handler at shutdown: its job goes back to pending at once. */
-export class HandlerAbandonedError extends PgdrainError {
-  override name = 'HandlerAbandonedError';
-  readonly code = 'handler_abandoned';
-}
 
 /** A kept job's result, as JSON, is at most this long (bytes). */
 export const MAX_RESULT_BYTES = 64 * 1024;
@@ -67,22 +66,8 @@ export interface HandlerEnvironment {
   outlived?: (handler: Promise<unknown>) => void;
 }
 
-/** How a handler that returned left its job; undefined (the common case) when its kind keeps
- * nothing and it is not transactional: the job is simply to be completed. */
-export type HandlerOutcome = SettledOutcome | undefined;
-
-interface SettledOutcome {
-  /** Its kind keeps its jobs: for how long, and what the handler returned. */
-  kept?: KeptResult;
-  /** A transactional handler's job, completed in its transaction (nothing left to settle). */
-  settledInTransaction: boolean;
-  /** Its completion made jobs of these kinds pending (they waited for it). */
-  unblockedKinds?: string[];
-}
-
-type KeptResult = { keepSeconds: number; resultJson: string | null; progressJson?: string };
-
-export async function runHandler(
+/** Runs one attempt of `job` and resolves to its outcome (never rejects). */
+export async function runAttempt(
   registry: JobRegistry,
   job: ClaimedJob,
   /** Epoch ms by which the handler must be done (the drain's budget). */
@@ -92,23 +77,74 @@ export async function runHandler(
   onStart: (giveUp: GiveUp) => void,
   /** Tracing: the handler runs with this `process` span active. */
   span?: ProcessSpan,
-): Promise<HandlerOutcome> {
-  const definition = registry.get(job.kind);
-  if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
-  const payload = payloadOf(definition, job);
-  const attempt = new Attempt(job, definition, deadline, environment.deadlines);
-  onStart((error) => attempt.giveUp(error));
+  /** What its kind's runner prepared for it (KindRunner.prepare). */
+  prepared?: unknown,
+): Promise<Outcome> {
+  let attempt: Attempt | undefined;
   try {
+    const definition = registry.get(job.kind);
+    if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
+    const payload = payloadOf(definition, job);
+    attempt = new Attempt(job, definition, deadline, environment.deadlines);
+    const given = attempt;
+    onStart((error) => given.giveUp(error));
+    if (definition.runner) return await runRunner(attempt, definition.runner, payload, environment, span, prepared);
     if (definition.transactional) return await runInTransaction(attempt, payload, environment, span);
     const value = await attempt.handler(
       callHandler(definition, payload, new HandlerContext(attempt, environment), span),
     );
-    return definition.keepCompletedSeconds
-      ? { kept: keptResult(definition, value), settledInTransaction: false }
-      : undefined;
+    return { as: 'completed', kept: keptResult(definition, value) };
+  } catch (error) {
+    return outcomeOf(job, attempt?.givenUpWith ?? error);
   } finally {
-    attempt.end(environment.outlived);
+    attempt?.end(environment.outlived);
   }
+}
+
+/** An attempt of a kind with a runner of its own (KindRunner). */
+async function runRunner(
+  attempt: Attempt,
+  runner: KindRunner<unknown, unknown>,
+  payload: unknown,
+  environment: HandlerEnvironment,
+  span: ProcessSpan | undefined,
+  prepared: unknown,
+): Promise<Outcome> {
+  const ctx = new HandlerContext(attempt, environment);
+  const runtime = attemptRuntime(attempt, environment, prepared);
+  const call = async () => {
+    await undefined;
+    return span ? span.run(() => runner.attempt(payload, ctx, runtime)) : runner.attempt(payload, ctx, runtime);
+  };
+  const result = await attempt.handler(call());
+  if ('snoozed' in result)
+    return { as: 'snoozed', dueAt: result.snoozed.dueAt, readyKinds: result.snoozed.readyKinds ?? [] };
+  return { as: 'completed', kept: keptResult(attempt.definition, result.completed) };
+}
+
+/** What a runner's attempt gets of the drain (AttemptRuntime). */
+function attemptRuntime(attempt: Attempt, environment: HandlerEnvironment, prepared: unknown): AttemptRuntime {
+  const jobId = attempt.job.id;
+  return {
+    db: environment.db,
+    transactions: environment.transactions,
+    attemptEndsAt: attempt.endsAt,
+    attemptMs: attempt.allowedMs,
+    prepared,
+    saveProgress: () => environment.saveProgress(jobId),
+    // Held first, then the progress saved: a renewal the timer sends while the progress is on its
+    // way leaves the job out, so none can reach the database after the runner's own statement.
+    beforeSettling: async () => {
+      const release = environment.holdForSettling(jobId);
+      try {
+        await environment.saveProgress(jobId);
+      } catch (error) {
+        release();
+        throw error;
+      }
+      return release;
+    },
+  };
 }
 
 /** The handler called, a microtask later, inside its span if traced; a synchronous throw is its
@@ -196,48 +232,6 @@ class Attempt {
   }
 }
 
-/**
- * The generic outcome "settled by its own statement": the handler ended its job's attempt itself, in
- * a fenced statement that has committed (a snooze: the job is pending again at `dueAt`, its attempt
- * refunded, as a retry's backoff leaves it; or waiting for something that makes it due). The drain
- * has nothing to settle; it claims the job again at `dueAt` if it is still open then, and reports
- * that time as due. Thrown by the handler, so that nothing after it runs.
- */
-export class SettledByStatement extends PgdrainError {
-  override name = 'SettledByStatement';
-  readonly code = 'settled_by_statement';
-  /** When the job is due again (ms since the epoch); null: something else makes it due. */
-  readonly dueAt: number | null;
-  /** Kinds of jobs the statement made ready (jobs it enqueued): claimed at once. */
-  readonly readyKinds: readonly string[];
-  constructor(message: string, dueAt: number | null, readyKinds: readonly string[] = []) {
-    super(message);
-    this.dueAt = dueAt;
-    this.readyKinds = readyKinds;
-  }
-}
-
-/** What a handler's own statements need of the drain: the connections they go through — the
- * drain's database (it commits asynchronously: a statement that must be durable says so,
- * queries/durable-commit.ts) and the transactional handlers' connections — and when this attempt
- * is given up for its time (ms since the epoch: its timeout, clipped to the drain's budget). */
-export interface HandlerRuntime {
-  db: Db;
-  transactions?: OpenTransactionConnection;
-  attemptEndsAt: number;
-  /** How long the attempt was given when it started (ms). */
-  attemptMs: number;
-  /** Saves what the handler reported with ctx.progress() and is not saved yet, fenced: before a
-   * statement of its own settles the job (the lease, which would carry it, ends then). */
-  saveProgress: () => Promise<void>;
-  /** Before a statement that may settle the job (a snooze): no renewal races it from now (one arriving
-   * after it would find the job settled and call it lost), then its progress saved. Returns the release. */
-  beforeSettling: () => Promise<() => void>;
-}
-
-/** The runtime of the drain that runs this `ctx`'s job (undefined: not run by a drain). Not public. */
-export const handlerRuntime = (ctx: JobContext): HandlerRuntime | undefined => HandlerContext.runtimeOf(ctx);
-
 /** The handler's `ctx`. */
 class HandlerContext implements JobContext {
   readonly job: ClaimedJob;
@@ -250,32 +244,6 @@ class HandlerContext implements JobContext {
     this.#attempt = attempt;
     this.#environment = environment;
     this.#tx = tx;
-  }
-
-  static runtimeOf(ctx: JobContext): HandlerRuntime | undefined {
-    if (!(#environment in ctx)) return undefined;
-    const environment = ctx.#environment;
-    const { db, transactions } = environment;
-    const jobId = ctx.job.id;
-    return {
-      db,
-      transactions,
-      attemptEndsAt: ctx.#attempt.endsAt,
-      attemptMs: ctx.#attempt.allowedMs,
-      saveProgress: () => environment.saveProgress(jobId),
-      // Held first, then the progress saved: a renewal the timer sends while the progress is on its
-      // way leaves the job out, so none can reach the database after the handler's own statement.
-      beforeSettling: async () => {
-        const release = environment.holdForSettling(jobId);
-        try {
-          await environment.saveProgress(jobId);
-        } catch (error) {
-          release();
-          throw error;
-        }
-        return release;
-      },
-    };
   }
 
   /** Aborted when the attempt is given up (made on first read). */
@@ -316,7 +284,7 @@ async function runInTransaction(
   payload: unknown,
   environment: HandlerEnvironment,
   span?: ProcessSpan,
-): Promise<HandlerOutcome> {
+): Promise<Outcome> {
   const { job, definition } = attempt;
   const open = environment.transactions ?? (async () => ({ db: environment.db, giveBack: () => {} }));
   const opening = open();
@@ -333,7 +301,7 @@ async function runInTransaction(
     connection.giveBack(true);
   };
   if (attempt.givenUpWith) attempt.onGiveUp();
-  let kept: KeptResult | undefined;
+  let kept: Kept | undefined;
   let unblocked: string[] = [];
   try {
     await connection.db.transaction(async (tx) => {
@@ -366,7 +334,7 @@ async function runInTransaction(
     over = true;
     if (!attempt.givenUpWith) connection.giveBack(false);
   }
-  return { kept, settledInTransaction: true, unblockedKinds: unblocked };
+  return { as: 'completed', kept, inTransaction: { unblockedKinds: unblocked } };
 }
 
 /** ctx.tx, refusing use once its transaction is over (a handler that ignored its signal). */
@@ -409,13 +377,13 @@ export function timeLimit(timeoutMs: number, deadline: number, what: 'handler' |
 }
 
 /** How a job that ended cancelled is kept: as long as a completed job of its kind, without a result. */
-export function cancelledKept(definition: JobDefinition<unknown> | undefined): KeptResult | undefined {
+export function cancelledKept(definition: JobDefinition<unknown> | undefined): Kept | undefined {
   const keepSeconds = definition?.keepCompletedSeconds ?? 0;
   return keepSeconds > 0 ? { keepSeconds, resultJson: null } : undefined;
 }
 
 /** The result to keep, for kinds that keep their jobs; a result that cannot be kept fails the job. */
-export function keptResult(definition: JobDefinition<unknown>, value: unknown): KeptResult | undefined {
+export function keptResult(definition: JobDefinition<unknown>, value: unknown): Kept | undefined {
   const keepSeconds = definition.keepCompletedSeconds ?? 0;
   if (keepSeconds === 0) return undefined;
   let resultJson: string | null;

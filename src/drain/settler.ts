@@ -1,13 +1,14 @@
-// The settler: what happens to a job once its handler has run (or will not run), batched. It owns
+// The settler: what happens to a job once its attempt has run (or will not run), batched. It owns
 // the buffers of completions and failures and every settlement statement in flight, and it alone
-// moves a record from settling to done (job-record.ts), saying what the statement made of it:
+// moves a record from settling to done (job-record.ts), saying what the statement made of it.
+// settle(record, outcome) is the one turn of an attempt's Outcome (outcome.ts) into its settlement:
 //
 //   complete(record) ─► buffered ─► one statement for whatever finished meanwhile: DELETE, or UPDATE
 //                                   to completed for kinds that keep their jobs, and to cancelled for
 //                                   jobs someone asked to cancel (or, far from the database, carried
 //                                   by the next claim's statement: takeCarried()/carried())
 //   settledInTransaction(record)    a transactional handler completed it itself: done at once
-//   snoozed(record)                 its handler's own statement settled it (SettledByStatement): done at once
+//   snoozed(record)                 its kind's runner settled it with a statement of its own: done at once
 //   fail(record, …)  ─► buffered ─► one UPDATE: retry with backoff, or dead
 //   release(records) ─► at once  ─► one UPDATE: back to pending, attempt refunded (never started, or
 //                                   abandoned at shutdown: `reason` goes into last_error)
@@ -28,9 +29,11 @@ import {
   release,
 } from '../queries/index.ts';
 import { isTransientConflict } from '../db/errors.ts';
-import { PermanentJobError, RetryLaterError } from '../jobs/registry.ts';
+import type { JobDefinition } from '../jobs/registry.ts';
 import type { JobRecord, SettledAs } from './job-record.ts';
 import { errorText } from '../json.ts';
+import type { Kept, Outcome } from './outcome.ts';
+import { cancelledKept } from './run-handler.ts';
 
 /** A settlement statement rolled back by a lock conflict is sent at most this many times in all. */
 export const SETTLE_ATTEMPTS = 3;
@@ -49,6 +52,9 @@ export interface SettlerOptions {
   onReturned?: () => void;
   /** A failed job of `kind` goes back to pending, due again at `runAt` (its backoff). */
   onRetry?: (runAt: Date, kind: string) => void;
+  /** A job of `kind` its runner snoozed: due again at `dueAt` (null: something else makes it due);
+   * its statement made jobs of `readyKinds` ready. */
+  onSnoozed?: (kind: string, dueAt: number | null, readyKinds: readonly string[]) => void;
   /** The settlement statements (default: src/queries' on `db`); a unit test passes its own. */
   statements?: SettlementStatements;
 }
@@ -63,8 +69,7 @@ export interface SettlementStatements {
 
 const QUERIES: SettlementStatements = { completeJobs, completeFollowed, failJobs, release };
 
-/** What a kept job stores with its completion. */
-export type Kept = Pick<CompletedJob, 'keepSeconds' | 'resultJson' | 'progressJson'>;
+export type { Kept } from './outcome.ts';
 
 /** A record to complete, and how it is kept. */
 export interface CompletionOf {
@@ -116,6 +121,36 @@ export class Settler {
     );
   }
 
+  /** Settles `record` as its attempt's `outcome` says (`progressJson`: its last progress report
+   * not yet saved, kept with a kept job's completion). */
+  settle(record: JobRecord, outcome: Outcome, definition: JobDefinition<any> | undefined, progressJson?: string): void {
+    switch (outcome.as) {
+      case 'completed':
+        if (outcome.inTransaction) this.settledInTransaction(record, outcome.inTransaction.unblockedKinds);
+        else
+          this.complete(
+            record,
+            outcome.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome.kept,
+          );
+        break;
+      case 'cancelled':
+        // Someone asked to cancel it: the completing statement ends it cancelled (kept like a
+        // completed job of its kind, without a result).
+        this.complete(record, cancelledKept(definition), 'cancelled');
+        break;
+      case 'released':
+        this.release([record], outcome.reason);
+        break;
+      case 'snoozed':
+        this.snoozed(record);
+        this.#options.onSnoozed?.(record.kind, outcome.dueAt, outcome.readyKinds);
+        break;
+      default:
+        // Failed, or lost: the failing statement retries it, makes it dead, or is refused by the token.
+        this.fail(record, outcome, definition?.backoff);
+    }
+  }
+
   /** Completes it (its kind keeps it: for how long, and the result). `cancelled`: someone asked to
    * cancel it; the completing statement ends it cancelled. */
   complete(record: JobRecord, kept?: Kept, outcome: 'completed' | 'cancelled' = 'completed'): void {
@@ -132,14 +167,14 @@ export class Settler {
     this.#options.onReturned?.();
   }
 
-  /** Its handler's own statement settled it (SettledByStatement: pending again later, or waiting). */
+  /** Its runner's own statement settled it (pending again later, or waiting). */
   snoozed(record: JobRecord): void {
     record.finish('snoozed');
     record.settled('snoozed');
     this.#options.onReturned?.();
   }
 
-  fail(record: JobRecord, error: unknown, backoff: Backoff | undefined): void {
+  fail(record: JobRecord, outcome: Extract<Outcome, { as: 'failed' | 'lost' }>, backoff: Backoff | undefined): void {
     record.finish('failed');
     const { job } = record;
     this.#failures.add({
@@ -147,9 +182,9 @@ export class Settler {
       failure: {
         id: job.id,
         lockedBy: job.lockedBy,
-        error: errorText(error),
-        permanent: error instanceof PermanentJobError,
-        retryAfterSeconds: error instanceof RetryLaterError ? error.retryAfterSeconds : undefined,
+        ...(outcome.as === 'failed'
+          ? { error: outcome.error, permanent: outcome.permanent, retryAfterSeconds: outcome.retryAfterSeconds }
+          : { error: errorText(outcome.thrown), permanent: false }),
         backoff,
       },
     });

@@ -2,7 +2,7 @@
 // inspect the queue and migrate its database. Runtime-neutral (Workers and Node) except
 // `migrate`, which reads the migration files and so runs in Node. The drainers are in
 // `pgdrain/sidecar` and `pgdrain/worker`, the HTTP API in `pgdrain/hono`, the tables in `pgdrain/sql`,
-// a workflow's test harness in `pgdrain/testing`. test/public-surface.test.ts holds the list.
+// a workflow's test harness in `pgdrain/testing`. test/unit/public-surface.test.ts holds the list.
 
 // The base of every error class pgdrain defines: a stable `code` on each (docs/adopting.md).
 export { PgdrainError } from '../errors.ts';

@@ -9,6 +9,7 @@ import {
   KIND_PATTERN_MESSAGE,
   PRIORITY_BOUNDS,
 } from '../db/schema.ts';
+import type { OpenTransactionConnection } from '../db/connections.ts';
 import type { Backoff, ClaimedJob, ClaimLimits, Db } from '../queries/index.ts';
 import { PgdrainError } from '../errors.ts';
 
@@ -90,18 +91,58 @@ export interface JobDefinition<Payload = unknown> {
    * dead enqueues a job of this kind with `{ job: { id, kind, payload, attempts, lastError, diedAt } }`
    * (docs/events.md). Not the kind itself, directly or through a chain. */
   deadLetter?: string;
+  /** A kind that needs more than a handler runs its attempts through this instead (durable
+   * workflows do: defineWorkflow). Set `handler` to one that says the kind runs only in a drain. */
+  runner?: KindRunner<Payload, any>;
 }
 
-/** Not public: what a kind does for the jobs a claim returned, before any of them starts, in one go
- * where each would do it alone (a workflow reads its runs' stored steps: workflows/index.ts). It
- * only saves statements: when it fails, each job does its part itself. */
-export type BeforeAttempts = (db: Db, jobs: readonly ClaimedJob[]) => Promise<void>;
+/**
+ * How a kind that needs more than a handler runs in the drain — the interface durable workflows use,
+ * open to any kind (docs/kinds-and-enqueueing.md, "Kinds with a runner of their own"). The drain calls
+ * `attempt` where it would call the handler, with the same payload check, timeout, lease, cancel
+ * and trace, and settles the job by what it resolves to.
+ */
+export interface KindRunner<Payload = unknown, Prepared = unknown> {
+  /** Before a claim's jobs of this kind start, once for all of them (one statement where each job
+   * would send its own): what each job's attempt gets, by job id. It only saves work: when it
+   * fails, each attempt goes without (runtime.prepared is undefined) and does its part itself. */
+  prepare?: (db: Db, jobs: readonly ClaimedJob[]) => Promise<ReadonlyMap<string, Prepared>>;
+  /** One attempt. Resolve `{ completed: result }` (the job's result, as a handler returns it), or
+   * `{ snoozed }` once a fenced statement of your own has ended the attempt — the job pending again
+   * at `dueAt` with its attempt refunded, or waiting for something — so the drain settles nothing
+   * (call runtime.beforeSettling() before that statement). Throw to fail the attempt, as a handler does. */
+  attempt: (payload: Payload, ctx: JobContext, runtime: AttemptRuntime<Prepared>) => Promise<AttemptResult>;
+}
 
-export const BEFORE_ATTEMPTS: unique symbol = Symbol('pgdrain.beforeAttempts');
+export type AttemptResult =
+  | { completed: unknown }
+  | {
+      snoozed: {
+        /** When the job is due again (ms since the epoch); null: something else makes it due. */
+        dueAt: number | null;
+        /** Kinds of jobs the statement made ready (jobs it enqueued): the drain claims them at once. */
+        readyKinds?: readonly string[];
+      };
+    };
 
-/** The kind's BeforeAttempts, if it has one. */
-export const beforeAttemptsOf = (definition: JobDefinition<any> | undefined): BeforeAttempts | undefined =>
-  (definition as { [BEFORE_ATTEMPTS]?: BeforeAttempts } | undefined)?.[BEFORE_ATTEMPTS];
+/** What a runner's attempt gets of the drain that runs it. */
+export interface AttemptRuntime<Prepared = unknown> {
+  /** The drain's database (it commits asynchronously: a statement that must be durable says so). */
+  db: Db;
+  /** Connections for work in a transaction of its own, each held for one use (destroyable). */
+  transactions?: OpenTransactionConnection;
+  /** When the attempt is given up for its time (ms since the epoch: its timeout, clipped to the
+   * drain's budget), and how long it was given when it started (ms). */
+  attemptEndsAt: number;
+  attemptMs: number;
+  /** Saves what the attempt reported with ctx.progress() and is not saved yet. */
+  saveProgress: () => Promise<void>;
+  /** Before a statement that may settle the job (a snooze): no lease renewal races it from now, and
+   * the progress is saved. Returns the release, to call once the statement has returned. */
+  beforeSettling: () => Promise<() => void>;
+  /** What `prepare` gave this job (undefined: no prepare, or it failed). */
+  prepared: Prepared | undefined;
+}
 
 /** The event that started a job of a subscribed kind. */
 export interface StartedBy {

@@ -12,9 +12,11 @@
 //   step.invoke(name, kind, payload)      enqueues a child job once, parks until it ends, returns
 //                                         its result or fails with its error
 //
+// A workflow is a kind with a runner of its own (KindRunner, jobs/definition.ts): the drain calls
+// runWorkflow for each attempt, after reading the stored steps of a claim's runs at once (prepare).
 // A park ends the attempt without spending one: its statement snoozes the job (pending until a
-// sleep's end or a wait's timeout, or waiting for an event or a child), and the run's handler ends
-// with the drain's generic SettledByStatement. The parked step's promise never settles, so code
+// sleep's end or a wait's timeout, or waiting for an event or a child), and the attempt resolves as
+// snoozed, the drain's generic outcome. The parked step's promise never settles, so code
 // around it — a `try { await step.sleep(…) } catch {}` — cannot go on in an attempt that is over.
 // A step that throws fails the attempt by the kind's retry rule; stored steps
 // never run again. Names identify steps: a name used twice in one run is an error at the second
@@ -24,11 +26,17 @@ import { z } from 'zod';
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/constants.ts';
 import { JobCancelledError, LeaseLostError } from '../drain/lease-keeper.ts';
-import { type HandlerRuntime, MAX_RESULT_BYTES, SettledByStatement, handlerRuntime } from '../drain/run-handler.ts';
+import { MAX_RESULT_BYTES } from '../drain/run-handler.ts';
 import { PgdrainError } from '../errors.ts';
 import { errorText, longerThan, toJson, utf8Length } from '../json.ts';
 import { writeStepRecord } from './step-records.ts';
-import { BEFORE_ATTEMPTS, type JobContext, type JobDefinition, defineJob } from '../jobs/definition.ts';
+import {
+  type AttemptResult,
+  type AttemptRuntime,
+  type JobContext,
+  type JobDefinition,
+  defineJob,
+} from '../jobs/definition.ts';
 import { PermanentJobError } from '../jobs/registry.ts';
 import { type EnqueueOptions, prepareJob } from '../jobs/enqueue.ts';
 import {
@@ -51,7 +59,7 @@ import {
 import type { NewJob } from '../queries/enqueue/types.ts';
 import { traceStep } from '../tracing.ts';
 import { MAX_EVENT_KEY_LENGTH, MAX_EVENT_PAYLOAD_BYTES } from './events.ts';
-import { AttemptParks, type DonePark } from './parks.ts';
+import { AttemptParks, type DonePark, RunParked } from './parks.ts';
 
 export {
   sendEvent,
@@ -162,45 +170,50 @@ export function defineWorkflow<Payload, Result = unknown>(
   }
   const job = defineJob<Payload>({
     ...rest,
-    handler: (payload, ctx) => runWorkflow(definition.kind, run, payload, ctx, cancelOn),
+    handler: () => {
+      throw new Error(`workflow ${definition.kind}: its runs are run by pgdrain's drain (or pgdrain/testing)`);
+    },
+    runner: {
+      prepare: readStepsAhead,
+      attempt: (payload, ctx, runtime) => runWorkflow(definition.kind, run, payload, ctx, runtime, cancelOn),
+    },
   });
-  return Object.assign(job, { workflow: true as const, run, [BEFORE_ATTEMPTS]: readStepsAhead });
+  return Object.assign(job, { workflow: true as const, run });
 }
 
 /** Whether a kind is a workflow. */
 export const isWorkflow = (definition: JobDefinition<any> | undefined): boolean =>
   (definition as { workflow?: unknown } | undefined)?.workflow === true;
 
-/** The stored steps of runs a claim returned, read for all of them at once before they start
- * (the drain calls readStepsAhead for a claim's runs: BeforeAttempts); a run read by neither (the
- * read failed) reads its own. */
-const stepsReadAhead = new WeakMap<ClaimedJob, StoredStep[]>();
-
-async function readStepsAhead(db: Db, runs: readonly ClaimedJob[]): Promise<void> {
+/** The stored steps of the runs a claim returned, read for all of them at once before they start
+ * (KindRunner.prepare); a run read by neither (the read failed) reads its own. */
+async function readStepsAhead(db: Db, runs: readonly ClaimedJob[]): Promise<ReadonlyMap<string, StoredStep[]>> {
   const steps = await loadStepsOfAttempts(
     db,
     runs.map((job) => ({ jobId: job.id, lockedBy: job.lockedBy })),
   );
-  for (const job of runs) stepsReadAhead.set(job, steps.get(job.id) ?? []);
+  return new Map(runs.map((job) => [job.id, steps.get(job.id) ?? []]));
 }
 
+/** One attempt of a run: completed with what `run` returns, or snoozed where a step parked it. */
 async function runWorkflow<Payload, Result>(
   kind: string,
   run: WorkflowDefinition<Payload, Result>['run'],
   payload: Payload,
   ctx: JobContext,
+  runtime: AttemptRuntime<StoredStep[]>,
   cancelOn: readonly CancelOn<Payload>[],
-): Promise<Result> {
-  const runtime = handlerRuntime(ctx);
-  if (!runtime) throw new Error(`workflow ${kind}: run by something other than pgdrain's drain`);
+): Promise<AttemptResult> {
   if (cancelOn.length > 0) await listForCancel(kind, runtime.db, ctx, payload, cancelOn);
-  const ahead = stepsReadAhead.get(ctx.job);
-  stepsReadAhead.delete(ctx.job);
   const held = { jobId: ctx.job.id, lockedBy: ctx.job.lockedBy };
-  const steps = new Steps(kind, ctx, runtime, ahead ?? (await loadSteps(runtime.db, ctx.job.id, held)));
+  const steps = new Steps(kind, ctx, runtime, runtime.prepared ?? (await loadSteps(runtime.db, ctx.job.id, held)));
   // A park ends the attempt here, whatever the run's code does with the parked step (it never settles).
   try {
-    return await Promise.race([Promise.resolve().then(() => run(payload, steps, ctx)), steps.parked]);
+    const completed = await Promise.race([Promise.resolve().then(() => run(payload, steps, ctx)), steps.parked]);
+    return { completed };
+  } catch (error) {
+    if (error instanceof RunParked) return { snoozed: { dueAt: error.dueAt, readyKinds: error.readyKinds } };
+    throw error;
   } finally {
     steps.close();
   }
@@ -257,15 +270,15 @@ class Steps implements WorkflowStep {
   #nextPosition: number;
   /** Rejects with the park that ended this attempt (runWorkflow races the run against it). */
   readonly parked: Promise<never>;
-  #endAttempt: (parked: SettledByStatement) => void = () => {};
+  #endAttempt: (parked: RunParked) => void = () => {};
   /** The step whose park ended this attempt; no step begins after it. */
   #parkedAt: string | null = null;
   readonly #parks: AttemptParks;
-  readonly #runtime: HandlerRuntime;
+  readonly #runtime: AttemptRuntime<StoredStep[]>;
   /** When this attempt's run began (a step's timeoutMs asks whether a fresh attempt has more room). */
   readonly #startedAt = Date.now();
 
-  constructor(kind: string, ctx: JobContext, runtime: HandlerRuntime, stored: readonly StoredStep[]) {
+  constructor(kind: string, ctx: JobContext, runtime: AttemptRuntime<StoredStep[]>, stored: readonly StoredStep[]) {
     this.#kind = kind;
     this.#ctx = ctx;
     this.#db = runtime.db;
@@ -360,7 +373,7 @@ class Steps implements WorkflowStep {
   /** Whether a step's error may be retried by the step's own tries. */
   #retriable(error: unknown): boolean {
     return !(
-      error instanceof SettledByStatement ||
+      error instanceof RunParked ||
       error instanceof LeaseLostError ||
       error instanceof JobCancelledError ||
       error instanceof PermanentJobError ||
@@ -378,7 +391,7 @@ class Steps implements WorkflowStep {
       failed,
     ).finally(release);
     if (notHeld) throw this.#notHeldError(notHeld);
-    throw new SettledByStatement(what, until.getTime());
+    throw new RunParked(what, until.getTime());
   }
 
   async sleep(name: string, forSeconds: number): Promise<void> {
@@ -495,7 +508,7 @@ class Steps implements WorkflowStep {
   /** A step that runs in this attempt, as a `step <name>` span under the run's (tracing.ts). */
   #traced<T>(name: string, fn: () => Promise<T>): Promise<T> {
     return traceStep({ kind: this.#kind, jobId: this.#ctx.job.id }, name, fn, (error) =>
-      error instanceof SettledByStatement ? 'parked' : 'failed',
+      error instanceof RunParked ? 'parked' : 'failed',
     );
   }
 
@@ -505,7 +518,7 @@ class Steps implements WorkflowStep {
     try {
       return await step;
     } catch (error) {
-      if (!(error instanceof SettledByStatement)) throw error;
+      if (!(error instanceof RunParked)) throw error;
       this.#parkedAt ??= name;
       this.#endAttempt(error);
       return new Promise<T>(() => {});
@@ -598,7 +611,7 @@ class Steps implements WorkflowStep {
   /** The step threw: its error is recorded for readers (best effort), unless the run was given up. */
   async #failed(record: StepRecord, error: unknown): Promise<void> {
     if (
-      error instanceof SettledByStatement ||
+      error instanceof RunParked ||
       error instanceof LeaseLostError ||
       error instanceof JobCancelledError ||
       this.#ctx.signal.aborted

@@ -12,9 +12,9 @@
 //                  on with what is done, as Promise.race does, and parks on the rest when it has
 //                  nothing done left to go on with)
 //   each park's promise: resolves when it is done without parking (a sleep that has ended, a wait
-//   an event answers, a child that has ended); rejects with SettledByStatement when the attempt
-//   parked (the run's code never sees it: index.ts's #parkable), or with why the job is not held.
-import { SettledByStatement } from '../drain/run-handler.ts';
+//   an event answers, a child that has ended); rejects with RunParked when the attempt parked (the
+//   run's code never sees it: index.ts's #parkable), or with why the job is not held.
+import { PgdrainError } from '../errors.ts';
 import { preparedJobs } from '../jobs/enqueue.ts';
 import {
   type Db,
@@ -31,6 +31,23 @@ import {
 import type { NewJob } from '../queries/enqueue/types.ts';
 
 export type DonePark = ParkOutcome & { outcome: 'done' };
+
+/** The attempt parked: a fenced statement has ended it (the job pending again at `dueAt`, its attempt
+ * refunded, or waiting for something). Thrown inside the workflow module only, to unwind the run's
+ * code to runWorkflow, which resolves the attempt as snoozed (KindRunner). */
+export class RunParked extends PgdrainError {
+  override name = 'RunParked';
+  readonly code = 'run_parked';
+  /** When the job is due again (ms since the epoch); null: something else makes it due. */
+  readonly dueAt: number | null;
+  /** Kinds of jobs the statement made ready (children it enqueued): claimed at once. */
+  readonly readyKinds: readonly string[];
+  constructor(message: string, dueAt: number | null, readyKinds: readonly string[] = []) {
+    super(message);
+    this.dueAt = dueAt;
+    this.readyKinds = readyKinds;
+  }
+}
 
 interface Queued {
   park: StepPark;
@@ -135,7 +152,7 @@ export class AttemptParks {
   #settle(q: Queued, outcome: ParkOutcome, what: string): void {
     if (outcome.outcome === 'done') q.resolve(outcome);
     else if (outcome.outcome === 'parked')
-      q.reject(new SettledByStatement(what, outcome.wakeAt?.getTime() ?? null, [...this.#born]));
+      q.reject(new RunParked(what, outcome.wakeAt?.getTime() ?? null, [...this.#born]));
     else q.reject(this.#notHeld(outcome.outcome));
   }
 
@@ -171,9 +188,7 @@ export class AttemptParks {
     let dueAt: number | null = null;
     for (const step of written.steps.values())
       if (step.outcome === 'parked' && step.wakeAt) dueAt = Math.min(dueAt ?? Infinity, step.wakeAt.getTime());
-    const settled = new SettledByStatement(`parked on steps ${parks.map((p) => p.name).join(', ')}`, dueAt, [
-      ...this.#born,
-    ]);
+    const settled = new RunParked(`parked on steps ${parks.map((p) => p.name).join(', ')}`, dueAt, [...this.#born]);
     for (const q of batch) q.reject(settled);
   }
 }

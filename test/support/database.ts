@@ -1,10 +1,11 @@
-// A fresh, migrated database per test file on the run's PostgreSQL server.
+// A fresh, migrated database per test file (or per test) on the run's PostgreSQL server: a copy of
+// the template the run migrated once (postgres-server.ts).
 import { randomBytes } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { inject } from 'vitest';
-import { migrateDatabase } from '../../src/db/migrate.ts';
 import type { Db } from '../../src/queries/index.ts';
+import { createDatabase, dropDatabase } from './postgres-server.ts';
 
 export interface TestDatabase {
   url: string;
@@ -21,13 +22,9 @@ export interface TestDatabase {
 export async function createTestDatabase(options: { migrate?: boolean } = {}): Promise<TestDatabase> {
   const admin = inject('adminDatabaseUrl');
   const name = `pgdrain_test_${randomBytes(6).toString('hex')}`;
-  const adminClient = new pg.Client({ connectionString: admin });
-  await adminClient.connect();
-  await adminClient.query(`CREATE DATABASE ${name}`);
-  await adminClient.end();
-  const url = new URL(admin);
-  url.pathname = `/${name}`;
-  if (options.migrate !== false) await migrateDatabase(url.toString());
+  const url = new URL(
+    await createDatabase(admin, name, options.migrate === false ? undefined : inject('templateDatabase')),
+  );
 
   const pools: pg.Pool[] = [];
   const connect = (max = 10) => {
@@ -45,10 +42,7 @@ export async function createTestDatabase(options: { migrate?: boolean } = {}): P
     connect,
     close: async () => {
       await Promise.all(pools.map((p) => p.end()));
-      const c = new pg.Client({ connectionString: admin });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
+      await dropDatabase(admin, name);
     },
   };
 }

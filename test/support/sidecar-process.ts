@@ -3,6 +3,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/sidecar-with-test-kinds.ts', import.meta.url));
+/** Loads drizzle-orm as the `pgdrain` command does (quick-drizzle.ts). */
+export const QUICK_DRIZZLE = fileURLToPath(new URL('./quick-drizzle.ts', import.meta.url));
 
 export interface SidecarProcess {
   child: ChildProcess;
@@ -16,7 +18,7 @@ export interface SidecarProcess {
 
 /** `fixture`: another sidecar script (the chaos suite's); default the one with the `record` kind. */
 export async function startSidecarProcess(env: Record<string, string>, fixture = FIXTURE): Promise<SidecarProcess> {
-  const child = spawn(process.execPath, [fixture], {
+  const child = spawn(process.execPath, ['--import', QUICK_DRIZZLE, fixture], {
     env: {
       PATH: process.env.PATH ?? '',
       NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS ?? '',

@@ -1,8 +1,9 @@
-// For the tests that run inside workerd: a real PostgreSQL, one migrated database per Worker test
-// file, and the WebSocket proxy the Neon driver needs to reach a plain PostgreSQL.
+// For the tests that run inside workerd: the run's PostgreSQL (postgres-server.ts), one migrated
+// database per Worker test file, and the WebSocket proxy the Neon driver needs to reach a plain
+// PostgreSQL.
 import type { TestProject } from 'vitest/node';
 import { startWsProxy } from '../../src/dev/ws-proxy.ts';
-import { createMigratedDatabase, startTestServer } from './postgres-server.ts';
+import { createDatabase, startTestServer } from './postgres-server.ts';
 
 export const WORKER_DATABASES = [
   'conformance',
@@ -29,7 +30,7 @@ export default async function setup(project: TestProject) {
   const server = await startTestServer();
   const urls: Record<string, string> = {};
   for (const name of WORKER_DATABASES)
-    urls[name] = await createMigratedDatabase(server.adminUrl, `pgdrain_worker_${name}_${process.pid}`);
+    urls[name] = await createDatabase(server.adminUrl, `pgdrain_worker_${name}_${process.pid}`, server.template);
   const target = new URL(server.adminUrl);
   const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port || 5432) } });
   project.provide('workerDatabaseUrls', JSON.stringify(urls));

@@ -4,9 +4,9 @@
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { Hono } from 'hono';
 import { describe, expect, it } from 'vitest';
-import { createApp } from '../src/http/app.ts';
-import { SCALAR_SCRIPT } from '../src/http/routes/pages.ts';
-import { createDefaultRegistry } from '../src/jobs/index.ts';
+import { createApp } from '../../src/http/app.ts';
+import { SCALAR_SCRIPT } from '../../src/http/routes/pages.ts';
+import { createDefaultRegistry } from '../../src/jobs/index.ts';
 
 const app = createApp({
   withDb: async () => {

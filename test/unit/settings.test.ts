@@ -2,14 +2,12 @@
 // what it says, a bad value is refused alike by the sidecar's and the Worker's reading of it, and
 // the facts that SQL repeats (pgdrain.enqueue()'s defaults and kind pattern) match TypeScript's.
 import { readFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { JOB_DEFAULTS, KIND_PATTERN } from '../src/db/schema.ts';
-import { SETTINGS, type SettingName, SettingsError, documentedDefault, readSettings } from '../src/settings.ts';
-import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { describe, expect, it } from 'vitest';
+import { SETTINGS, type SettingName, SettingsError, documentedDefault, readSettings } from '../../src/settings.ts';
 
 /** The rows of the table of docs/configuration.md: variable → [sidecar, Worker] defaults. */
 function readmeConfiguration(): Map<string, [string, string]> {
-  const section = readFileSync(new URL('../docs/configuration.md', import.meta.url), 'utf8');
+  const section = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8');
   const rows = new Map<string, [string, string]>();
   for (const line of section.split('\n')) {
     const cells = line.split('|').map((c) => c.trim());
@@ -85,39 +83,5 @@ describe('a bad value is refused by both runtimes, naming the variable', () => {
     expect([sidecar.visibilityTimeoutSeconds, worker.visibilityTimeoutSeconds]).toEqual([30, 30]);
     // A setting one runtime does not read is not read there, whatever its value.
     expect(readSettings({ POLL_INTERVAL_MS: 'nonsense' }, 'worker').pollIntervalMs).toBeUndefined();
-  });
-});
-
-describe('pgdrain.enqueue() in SQL and the TypeScript agree', () => {
-  let t: TestDatabase;
-  beforeAll(async () => {
-    t = await createTestDatabase();
-  });
-  afterAll(() => t?.close());
-
-  it('on the defaults of max_attempts and priority', async () => {
-    const [{ args }] = (await t.query(`SELECT pg_get_function_arguments('pgdrain.enqueue'::regproc) AS args`)) as [
-      { args: string },
-    ];
-    expect(args).toContain(`max_attempts integer DEFAULT ${JOB_DEFAULTS.maxAttempts}`);
-    expect(args).toContain(`priority integer DEFAULT ${JOB_DEFAULTS.priority}`);
-    await t.query(`SELECT pgdrain.enqueue('noop', '{}')`);
-    expect(await t.query('SELECT max_attempts, priority FROM pgdrain.jobs')).toEqual([
-      { max_attempts: JOB_DEFAULTS.maxAttempts, priority: JOB_DEFAULTS.priority },
-    ]);
-  });
-
-  it('on what a kind may be called', async () => {
-    const [{ source }] = (await t.query(
-      `SELECT prosrc AS source FROM pg_proc WHERE oid = 'pgdrain.enqueue'::regproc`,
-    )) as [{ source: string }];
-    expect(source).toContain(`'${KIND_PATTERN.source}'`);
-    for (const kind of ['a', 'send_receipt', 'v2.mail:x-y', 'x'.repeat(100), '', 'x'.repeat(101), 'a b', 'ü', "a'b"]) {
-      const accepted = await t.query(`SELECT pgdrain.enqueue($1, '{}')`, [kind]).then(
-        () => true,
-        () => false,
-      );
-      expect([kind, accepted]).toEqual([kind, KIND_PATTERN.test(kind)]);
-    }
   });
 });

@@ -1,27 +1,22 @@
 // The drain's parts on their own, without a database: the book of claimed jobs (each record's
-// transitions and the refusals), how an attempt's end is sorted (attempt-end.ts), the settler's
+// transitions and the refusals), how an attempt's outcome is sorted (outcome.ts), the settler's
 // batching, resends and answers, the lease keeper's renewals, losses and cancels, and the batch
 // runner's calls, gathering and release, the one timer of the handlers' deadlines — each given statements (and claims) of the test's own that answer as the database would, and record what was sent. What
 // the statements do in PostgreSQL is the conformance suites' (test/conformance/).
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { type AttemptEnd, attemptEndOf, traceOutcome } from '../src/drain/attempt-end.ts';
-import { BatchRunner, type BatchRunnerDeps } from '../src/drain/batch-runner.ts';
-import { Deadlines } from '../src/drain/deadlines.ts';
-import type { Claimer } from '../src/drain/claimer.ts';
-import { JobBook, type JobRecord } from '../src/drain/job-record.ts';
-import { JobCancelledError, LeaseKeeper, LeaseLostError } from '../src/drain/lease-keeper.ts';
-import {
-  type HandlerEnvironment,
-  HandlerAbandonedError,
-  SettledByStatement,
-  runHandler,
-} from '../src/drain/run-handler.ts';
-import { SETTLE_ATTEMPTS, type SettlementStatements, Settler } from '../src/drain/settler.ts';
-import { defineBatchJob } from '../src/jobs/batch.ts';
-import { JobRegistry, PermanentJobError, RetryLaterError, defineJob } from '../src/jobs/registry.ts';
+import { type Outcome, outcomeOf, traceName } from '../../src/drain/outcome.ts';
+import { BatchRunner, type BatchRunnerDeps } from '../../src/drain/batch-runner.ts';
+import { Deadlines } from '../../src/drain/deadlines.ts';
+import type { Claimer } from '../../src/drain/claimer.ts';
+import { JobBook, type JobRecord } from '../../src/drain/job-record.ts';
+import { JobCancelledError, LeaseKeeper, LeaseLostError } from '../../src/drain/lease-keeper.ts';
+import { type HandlerEnvironment, HandlerAbandonedError, runAttempt } from '../../src/drain/run-handler.ts';
+import { SETTLE_ATTEMPTS, type SettlementStatements, Settler } from '../../src/drain/settler.ts';
+import { defineBatchJob } from '../../src/jobs/batch.ts';
+import { JobRegistry, PermanentJobError, RetryLaterError, defineJob } from '../../src/jobs/registry.ts';
 import { z } from 'zod';
-import type { ClaimedJob, Db, HeldLease } from '../src/queries/index.ts';
-import { sleep, until } from './support/time.ts';
+import type { ClaimedJob, Db, HeldLease } from '../../src/queries/index.ts';
+import { sleep, until } from '../support/time.ts';
 
 let nextId = 1;
 const job = (over: Partial<ClaimedJob> = {}): ClaimedJob => {
@@ -101,15 +96,14 @@ describe('the book of claimed jobs', () => {
   });
 });
 
-describe("an attempt's end", () => {
-  const ends = (j: ClaimedJob, error: unknown): [AttemptEnd['as'], string] => {
-    const end = attemptEndOf(j, error);
-    return [end.as, traceOutcome(end)];
+describe("an attempt's outcome", () => {
+  const ends = (j: ClaimedJob, error: unknown): [Outcome['as'], string] => {
+    const end = outcomeOf(j, error);
+    return [end.as, traceName(end)];
   };
 
   it('sorts each way an attempt gives up into what the drain does with its job', () => {
     const j = job({ attempts: 1, maxAttempts: 3 });
-    expect(ends(j, new SettledByStatement('slept', Date.now() + 1000))).toEqual(['snoozed', 'snoozed']);
     expect(ends(j, new HandlerAbandonedError('shut down'))).toEqual(['released', 'released']);
     expect(ends(j, new JobCancelledError('asked to'))).toEqual(['cancelled', 'cancelled']);
     expect(ends(j, new LeaseLostError('reaped'))).toEqual(['lost', 'lost']);
@@ -121,8 +115,10 @@ describe("an attempt's end", () => {
   it('a failure is dead when it is permanent or the last attempt', () => {
     expect(ends(job({ attempts: 1, maxAttempts: 3 }), new PermanentJobError('never'))).toEqual(['failed', 'dead']);
     expect(ends(job({ attempts: 3, maxAttempts: 3 }), new Error('boom'))).toEqual(['failed', 'dead']);
-    expect(attemptEndOf(job(), new SettledByStatement('woken by an event', null))).toMatchObject({
-      settled: { dueAt: null },
+    expect(outcomeOf(job(), new RetryLaterError('later', 5))).toMatchObject({
+      error: 'RetryLaterError: later',
+      permanent: false,
+      retryAfterSeconds: 5,
     });
   });
 });
@@ -220,8 +216,8 @@ describe('the settler', () => {
     const { statements, sent } = fakeStatements({ retryAt });
     const retries: [Date, string][] = [];
     const { settler } = settlerOver(statements, { onRetry: (at, kind) => retries.push([at, kind]) });
-    settler.fail(a!, new RetryLaterError('rate limited', 30), undefined);
-    settler.fail(b!, new PermanentJobError('bad input'), undefined);
+    settler.settle(a!, outcomeOf(a!.job, new RetryLaterError('rate limited', 30)), undefined);
+    settler.settle(b!, outcomeOf(b!.job, new PermanentJobError('bad input')), undefined);
     await settler.finish();
     expect(sent).toEqual([
       {
@@ -465,6 +461,59 @@ describe("the handlers' deadlines", () => {
     expect(fired).toEqual([]);
   });
 
+  it("a kind's runner (KindRunner) resolves to the attempt's outcome: completed, snoozed, failed; it gets what it prepared", async () => {
+    const environment: HandlerEnvironment = {
+      db: NO_DB,
+      progress: () => {},
+      unsavedProgress: () => undefined,
+      saveProgress: async () => {},
+      holdForSettling: () => () => {},
+      recordCounts: false,
+      deadlines: new Deadlines(),
+    };
+    const seen: unknown[] = [];
+    const runs = defineJob<{ end: 'done' | 'park' | 'throw' }>({
+      kind: 'runs',
+      schema: z.object({ end: z.enum(['done', 'park', 'throw']) }),
+      keepCompletedSeconds: 60,
+      handler: () => {
+        throw new Error('not called: the runner runs the attempts');
+      },
+      runner: {
+        attempt: async ({ end }, _ctx, runtime) => {
+          seen.push(runtime.prepared);
+          if (end === 'throw') throw new PermanentJobError('refused');
+          return end === 'park' ? { snoozed: { dueAt: 42, readyKinds: ['child'] } } : { completed: { ok: true } };
+        },
+      },
+    });
+    const registry = new JobRegistry([runs]);
+    const deadline = Date.now() + 60_000;
+    const attempt = (end: string, prepared?: unknown) =>
+      runAttempt(
+        registry,
+        job({ kind: 'runs', payload: { end } }),
+        deadline,
+        environment,
+        () => {},
+        undefined,
+        prepared,
+      );
+    expect(await attempt('done', 'ahead')).toEqual({
+      as: 'completed',
+      kept: { keepSeconds: 60, resultJson: '{"ok":true}' },
+    });
+    expect(await attempt('park')).toEqual({ as: 'snoozed', dueAt: 42, readyKinds: ['child'] });
+    expect(await attempt('throw')).toMatchObject({ as: 'failed', permanent: true, dead: true });
+    expect(await attempt('neither')).toMatchObject({
+      as: 'failed',
+      permanent: true,
+      error: expect.stringMatching(/payload rejected/),
+    });
+    expect(seen).toEqual(['ahead', undefined, undefined]);
+    expect(environment.deadlines.size).toBe(0);
+  });
+
   it("a handler's signal read only after its timeout is already aborted with the timeout", async () => {
     const environment: HandlerEnvironment = {
       db: NO_DB,
@@ -499,9 +548,9 @@ describe("the handlers' deadlines", () => {
     ]);
     const deadline = Date.now() + 60_000;
     for (const kind of ['late', 'early'])
-      await expect(runHandler(registry, job({ kind }), deadline, environment, () => {})).rejects.toMatchObject({
-        name: 'TimeoutError',
-        message: 'handler timed out after 100 ms',
+      expect(await runAttempt(registry, job({ kind }), deadline, environment, () => {})).toMatchObject({
+        as: 'failed',
+        thrown: { name: 'TimeoutError', message: 'handler timed out after 100 ms' },
       });
     await until(() => late !== undefined && early !== undefined);
     for (const signal of [late!, early!]) {

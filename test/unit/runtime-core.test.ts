@@ -1,9 +1,9 @@
 // The core both runtimes wrap (src/runtime/core.ts), without a database: each runtime's drain
 // options and API configuration from its settings, and when a drainer drains again.
 import { describe, expect, it } from 'vitest';
-import { apiConfigFor, drainAgainAt, drainOptionsFor, registryFor } from '../src/runtime/core.ts';
-import { DRAIN_PROFILES } from '../src/drain/profiles.ts';
-import { readSettings, withDefaults } from '../src/settings.ts';
+import { apiConfigFor, drainAgainAt, drainOptionsFor, registryFor } from '../../src/runtime/core.ts';
+import { DRAIN_PROFILES } from '../../src/drain/profiles.ts';
+import { readSettings, withDefaults } from '../../src/settings.ts';
 
 describe('settings with their defaults', () => {
   it('a sidecar given nothing runs with every default of the table; what it is given wins', () => {

@@ -5,9 +5,9 @@
 // waited a second per round (50k jobs of 100 groups: 312 jobs/s instead of about 2,000).
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { BLOCKED_RECHECK_MS, ClaimPlanner } from '../src/drain/claim-planner.ts';
-import { JobBook } from '../src/drain/job-record.ts';
-import { JobRegistry, defineJob } from '../src/jobs/index.ts';
+import { BLOCKED_RECHECK_MS, ClaimPlanner } from '../../src/drain/claim-planner.ts';
+import { JobBook } from '../../src/drain/job-record.ts';
+import { JobRegistry, defineJob } from '../../src/jobs/index.ts';
 
 const grouped = defineJob({ kind: 'grouped', schema: z.unknown(), handler: () => {}, groupConcurrency: 1 });
 

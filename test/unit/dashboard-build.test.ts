@@ -5,13 +5,13 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { expect, it } from 'vitest';
-import { createApp } from '../src/http/app.ts';
-import { createDefaultRegistry } from '../src/jobs/index.ts';
+import { createApp } from '../../src/http/app.ts';
+import { createDefaultRegistry } from '../../src/jobs/index.ts';
 // @ts-expect-error: a plain .mjs script without types
-import { bundleDashboard } from '../scripts/build-dashboard.mjs';
+import { bundleDashboard } from '../../scripts/build-dashboard.mjs';
 
 const run = promisify(execFile);
-const ROOT = path.resolve(import.meta.dirname, '..');
+const ROOT = path.resolve(import.meta.dirname, '../..');
 const SOURCE = path.join(ROOT, 'src/http/dashboard/browser/dashboard.ts');
 
 it('tsc checks the browser module as part of the project, with the DOM types and strict settings', async () => {

@@ -4,8 +4,8 @@ import { readFileSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
-import { PgdrainApiError } from '../src/client/index.ts';
-import { PgdrainError as FromClient } from '../src/entry/client.ts';
+import { PgdrainApiError } from '../../src/client/index.ts';
+import { PgdrainError as FromClient } from '../../src/entry/client.ts';
 import {
   EventValidationError,
   JobCancelledError,
@@ -16,9 +16,9 @@ import {
   RetryLaterError,
   StepTimeoutError,
   UnknownDependencyError,
-} from '../src/entry/index.ts';
-import { HandlerAbandonedError } from '../src/drain/run-handler.ts';
-import { SettingsError } from '../src/settings.ts';
+} from '../../src/entry/index.ts';
+import { HandlerAbandonedError } from '../../src/drain/run-handler.ts';
+import { SettingsError } from '../../src/settings.ts';
 
 it('every error class the docs list is a PgdrainError with its stable code', () => {
   const cases: [Error, string][] = [
@@ -45,7 +45,7 @@ it('every error class the docs list is a PgdrainError with its stable code', () 
 
 // The dashboard's browser script (src/http/dashboard/browser) runs in the page, not in the package.
 it('no class in src/ extends Error (or TypeError, RangeError) directly but PgdrainError', () => {
-  const src = fileURLToPath(new URL('../src', import.meta.url));
+  const src = fileURLToPath(new URL('../../src', import.meta.url));
   const files = (dir: string): string[] =>
     readdirSync(dir).flatMap((e) =>
       statSync(path.join(dir, e)).isDirectory()

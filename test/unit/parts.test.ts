@@ -3,7 +3,7 @@
 // a pool whose end() waited for a leaked client; the leak is fixed, the bound stays).
 import pino from 'pino';
 import { expect, it } from 'vitest';
-import { Parts } from '../src/sidecar/parts.ts';
+import { Parts } from '../../src/sidecar/parts.ts';
 
 function recordingLog() {
   const lines: Record<string, unknown>[] = [];

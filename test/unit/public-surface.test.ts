@@ -89,7 +89,7 @@ const FILE: Record<string, string> = {
 };
 
 it("every entry of package.json's exports is listed here", () => {
-  const manifest = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
     exports: Record<string, unknown>;
   };
   const entries = Object.keys(manifest.exports)
@@ -100,9 +100,9 @@ it("every entry of package.json's exports is listed here", () => {
 
 for (const [entry, names] of Object.entries(SURFACE)) {
   it(`${entry} exports exactly its list, and docs/adopting.md names each`, async () => {
-    const module = (await import(`../src/entry/${FILE[entry]}.ts`)) as Record<string, unknown>;
+    const module = (await import(`../../src/entry/${FILE[entry]}.ts`)) as Record<string, unknown>;
     expect(Object.keys(module).sort()).toEqual([...names].sort());
-    const adopting = readFileSync(new URL('../docs/adopting.md', import.meta.url), 'utf8');
+    const adopting = readFileSync(new URL('../../docs/adopting.md', import.meta.url), 'utf8');
     const row = adopting.split('\n').find((line) => line.startsWith(`| \`${entry}\` |`));
     expect(row, `docs/adopting.md has a row for ${entry}`).toBeDefined();
     expect(names.filter((name) => !row!.includes(`\`${name}`))).toEqual([]);

@@ -1,6 +1,6 @@
 // Secrets never reach logs: connection strings inside error messages are masked.
 import { expect, it } from 'vitest';
-import { redactUrl, safeErrorMessage } from '../src/db/url.ts';
+import { redactUrl, safeErrorMessage } from '../../src/db/url.ts';
 
 it('masks the password of every connection string in an error message, and keeps the rest', () => {
   const error = new Error('connect to postgres://app:s3cr3t@db.internal:5432/app failed; also postgresql://u:pw2@h/d');

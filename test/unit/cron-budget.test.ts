@@ -1,7 +1,7 @@
 // The Worker's default budget follows its cron: the time until the same cron's next invocation,
 // less a second, within the platform's 15 minutes of wall-clock time.
 import { expect, it } from 'vitest';
-import { MAX_CRON_WALL_MS, cronBudgetMs } from '../src/worker/cron-budget.ts';
+import { MAX_CRON_WALL_MS, cronBudgetMs } from '../../src/worker/cron-budget.ts';
 
 const at = (iso: string) => Date.parse(iso);
 

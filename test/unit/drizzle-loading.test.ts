@@ -4,7 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
 
-const FIXTURE = fileURLToPath(new URL('./fixtures/drizzle-loading-count.ts', import.meta.url));
+const FIXTURE = fileURLToPath(new URL('../fixtures/drizzle-loading-count.ts', import.meta.url));
 const load = (...args: string[]) =>
   JSON.parse(execFileSync(process.execPath, [FIXTURE, ...args], { encoding: 'utf8' })) as {
     askedNode: number;

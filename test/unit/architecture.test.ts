@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { parseSync } from 'oxc-parser';
 import { expect, it } from 'vitest';
 
-const SRC = fileURLToPath(new URL('../src', import.meta.url));
+const SRC = fileURLToPath(new URL('../../src', import.meta.url));
 const MAX_FUNCTION_LINES = 80;
 
 function sourceFiles(dir: string): string[] {
@@ -134,7 +134,7 @@ it('no line in src/ is longer than 120 characters (the formatter wraps code; thi
 });
 
 it("every SQL function's live text is one file of src/sql/functions, and no migration defines one", () => {
-  const drizzle = fileURLToPath(new URL('../drizzle', import.meta.url));
+  const drizzle = fileURLToPath(new URL('../../drizzle', import.meta.url));
   const inMigrations = readdirSync(drizzle)
     .filter((f) => f.endsWith('.sql'))
     .flatMap((f) =>

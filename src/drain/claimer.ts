@@ -33,27 +33,19 @@ export class Claimer {
       const { kinds, ...rest } = options;
       return claimLimited(this.#db, { ...rest, kind: kinds![0]!, limits });
     }
-    this.#settler.claimInFlight(1);
-    try {
-      const carried = this.#settler.takeCarried();
-      if (carried.length === 0)
-        return options.nextDue ? claimReportingNextDue(this.#db, options) : { jobs: await claim(this.#db, options) };
-      const completed = carried.map(({ record, kept }) => ({
-        id: record.job.id,
-        lockedBy: record.job.lockedBy,
-        ...kept,
-      }));
-      const result = await completeAndClaim(this.#db, completed, options, { recordCounts: this.#recordCounts }).catch(
-        (error: unknown) => {
-          this.#settler.carryFailed(carried);
-          throw error;
-        },
-      );
-      this.#settler.carried(carried, result.completed);
-      return { jobs: result.claimed, ...(options.nextDue ? { nextDueAt: result.nextDueAt } : {}) };
-    } finally {
-      this.#settler.claimInFlight(-1);
-    }
+    return this.#settler.carry(async (completed) => {
+      if (completed.length === 0) {
+        const answer = options.nextDue
+          ? await claimReportingNextDue(this.#db, options)
+          : { jobs: await claim(this.#db, options) };
+        return { answer, completedIds: [] };
+      }
+      const result = await completeAndClaim(this.#db, completed, options, { recordCounts: this.#recordCounts });
+      return {
+        answer: { jobs: result.claimed, ...(options.nextDue ? { nextDueAt: result.nextDueAt } : {}) },
+        completedIds: result.completed,
+      };
+    });
   }
 }
 

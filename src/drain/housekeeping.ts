@@ -33,10 +33,10 @@ export async function housekeepAndSchedule(
   db: Db,
   visibilityTimeoutSeconds: number,
   options: HousekeepingOptions = {},
-): Promise<HousekeepingRound & { nextDueAt: number }> {
+): Promise<HousekeepingRound & { nextRoundAt: number }> {
   const round = await housekeep(db, visibilityTimeoutSeconds, options);
   const due = await housekeepingDueAt(db, visibilityTimeoutSeconds);
-  return { ...round, nextDueAt: Math.min(round.history.nextDueAt, due ?? Infinity) };
+  return { ...round, nextRoundAt: Math.min(round.history.nextRoundAt, due ?? Infinity) };
 }
 
 /** One round. `visibilityTimeoutSeconds` applies only to jobs locked without a lease end (older drainers). */

@@ -6,7 +6,7 @@
 //   complete(record) ─► buffered ─► one statement for whatever finished meanwhile: DELETE, or UPDATE
 //                                   to completed for kinds that keep their jobs, and to cancelled for
 //                                   jobs someone asked to cancel (or, far from the database, carried
-//                                   by the next claim's statement: takeCarried()/carried())
+//                                   by the next claim's statement: carry())
 //   settledInTransaction(record)    a transactional handler completed it itself: done at once
 //   snoozed(record)                 its kind's runner settled it with a statement of its own: done at once
 //   fail(record, …)  ─► buffered ─► one UPDATE: retry with backoff, or dead
@@ -210,21 +210,35 @@ export class Settler {
     );
   }
 
-  /** A claim is on its way (completions may wait to ride the next one) or came back. */
-  claimInFlight(delta: 1 | -1): void {
-    this.#claimsInFlight += delta;
-    if (delta < 0) this.#completions.nudge();
+  /**
+   * A claim, sent by `send` with the completions waiting for it to carry (far from the database:
+   * one round trip settles and claims). While the claim is on its way, new completions wait to ride
+   * the next one. `send` answers which of them its statement settled; the others (something follows
+   * their end, or they are no longer ours) go through the statement with what follows; if it fails,
+   * they were rolled back with it and settle on their own.
+   */
+  async carry<T>(
+    send: (completed: CompletedJob[]) => Promise<{ answer: T; completedIds: readonly string[] }>,
+  ): Promise<T> {
+    this.#claimsInFlight++;
+    try {
+      const carried = this.#options.carryCompletions ? this.#completions.take() : [];
+      let sent: { answer: T; completedIds: readonly string[] };
+      try {
+        sent = await send(carried.map(completedJob));
+      } catch (error) {
+        if (carried.length > 0) this.#completions.taken(carried);
+        throw error;
+      }
+      if (carried.length > 0) this.#carried(carried, sent.completedIds);
+      return sent.answer;
+    } finally {
+      this.#claimsInFlight--;
+      this.#completions.nudge();
+    }
   }
 
-  /** The completions waiting, handed to a claim's statement to carry (none while another
-   * statement has them). */
-  takeCarried(): CompletionOf[] {
-    return this.#options.carryCompletions ? this.#completions.take() : [];
-  }
-
-  /** The claim carrying `carried` returned: `completedIds` are settled; the rest (something
-   * follows their end, or they are no longer ours) go through the statement with what follows. */
-  carried(carried: readonly CompletionOf[], completedIds: readonly string[]): void {
+  #carried(carried: readonly CompletionOf[], completedIds: readonly string[]): void {
     const settled = new Set(completedIds);
     for (const c of carried) if (settled.has(c.record.job.id)) c.record.settled('completed');
     this.#completions.taken();
@@ -237,11 +251,6 @@ export class Settler {
           }),
         ),
       );
-  }
-
-  /** The claim carrying `carried` failed: they were rolled back with it and settle on their own. */
-  carryFailed(carried: CompletionOf[]): void {
-    this.#completions.taken(carried);
   }
 
   /** Settlements are buffered or in flight. */

@@ -46,13 +46,13 @@ export interface HistoryUpkeep {
   dropped: number;
   /** Rows of the default partition past their keep, deleted. */
   pruned: number;
-  /** When it next has something to do (ms since the epoch). */
-  nextDueAt: number;
+  /** When it next has something to do (ms since the epoch): the housekeeping round's, not a job's. */
+  nextRoundAt: number;
 }
 
 /** pgdrain.maintain_history(): partitions ahead, expired days dropped whole. */
 export async function maintainHistory(db: Db): Promise<HistoryUpkeep> {
-  const [row] = await rowsOf<Omit<HistoryUpkeep, 'nextDueAt'> & { next_due: Date | string }>(
+  const [row] = await rowsOf<Omit<HistoryUpkeep, 'nextRoundAt'> & { next_due: Date | string }>(
     db,
     sql`SELECT created, dropped, pruned, next_due FROM ${sql.raw(PGDRAIN_SCHEMA)}.maintain_history()`,
   );
@@ -60,6 +60,6 @@ export async function maintainHistory(db: Db): Promise<HistoryUpkeep> {
     created: Number(row?.created ?? 0),
     dropped: Number(row?.dropped ?? 0),
     pruned: Number(row?.pruned ?? 0),
-    nextDueAt: row ? new Date(row.next_due).getTime() : Date.now() + 3_600_000,
+    nextRoundAt: row ? new Date(row.next_due).getTime() : Date.now() + 3_600_000,
   };
 }

@@ -84,8 +84,9 @@ export function drainAgainAt(
 }
 
 export interface HousekeptRound extends HousekeepingRound {
-  /** When the next round has something to do; null unless asked for (`scheduleNext`). */
-  nextDueAt: number | null;
+  /** When the next round has something to do; null unless asked for (`scheduleNext`). A round's
+   * time, never a job's (a job's is a drain's nextDueAt). */
+  nextRoundAt: number | null;
   housekeepingMs: number;
 }
 
@@ -101,6 +102,6 @@ export async function housekeepingRound(
   const given = { eventRetentionSeconds: settings.eventRetentionSeconds };
   const round = options.scheduleNext
     ? await housekeepAndSchedule(db, visibility, given)
-    : { ...(await housekeep(db, visibility, given)), nextDueAt: null };
+    : { ...(await housekeep(db, visibility, given)), nextRoundAt: null };
   return { ...round, housekeepingMs: Date.now() - started };
 }

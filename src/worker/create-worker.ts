@@ -383,7 +383,7 @@ async function look(
         looked: plan.drain ? 'drain' : 'housekeeping',
       },
       ...(drained ? { drainAt: earliest(report.nextDueAt, slotIn === null ? null : Date.now() + slotIn) } : {}),
-      ...(housekept ? { housekeepAt: housekept.nextDueAt } : {}),
+      ...(housekept ? { housekeepAt: housekept.nextRoundAt } : {}),
     };
   } finally {
     await close();

@@ -104,6 +104,29 @@ it("a kind's settings: retries, timeouts and its own visibility timeout are writ
   expect(await drain(t.db, new JobRegistry([sendReceipt]), { workerId: 'kinds' })).toMatchObject({ dead: 1 });
 });
 
+it('a kind with a runner of its own: each look that finds the export not ready snoozes the job, no attempt spent', async () => {
+  const { awaitExport, exports } = await import('../examples/kind-runner.ts');
+  await resetQueue(t);
+  exports.set('e1', { looks: 5, url: 'https://files.example.com/e1.csv' });
+  const { enqueue } = await import('../src/entry/index.ts');
+  const { id } = await enqueue(t.db, awaitExport, { exportId: 'e1' });
+  const registry = new JobRegistry([awaitExport]);
+  const snoozes: number[] = [];
+  for (let round = 0; round < 50 && (await getJob(t.db, id))?.status === 'pending'; round++) {
+    const report = await drain(t.db, registry, { workerId: 'exports' });
+    snoozes.push(report.snoozed);
+    await new Promise((r) => setTimeout(r, 60));
+  }
+  // Four looks found it not ready, the fifth completed it: five claims, one attempt spent in all
+  // (the completing one's), though the kind allows three.
+  expect(snoozes.reduce((a, b) => a + b, 0)).toBe(4);
+  expect(await getJob(t.db, id)).toMatchObject({
+    status: 'completed',
+    attempts: 1,
+    result: { url: 'https://files.example.com/e1.csv' },
+  });
+});
+
 it('flow control: a priority above the kind default, a key for per-customer order, a schedule the drainer accepts', async () => {
   const { urgentInvoice, ledgerEntry, sendInvoice, syncLedger, report, nightlyReport } = await import(
     '../examples/flow-control.ts'

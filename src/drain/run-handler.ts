@@ -26,7 +26,7 @@ import {
 } from '../jobs/registry.ts';
 import type { AttemptRuntime, KindRunner } from '../jobs/definition.ts';
 import type { OpenTransactionConnection } from '../db/connections.ts';
-import { type ClaimedJob, type Db, completeJobs, getDependencies, startedByOf } from '../queries/index.ts';
+import { type ClaimedJob, type Db, completeJobs, getDependencies, snoozeRun, startedByOf } from '../queries/index.ts';
 import { longerThan, toJson, utf8Length } from '../json.ts';
 import type { ProcessSpan } from '../tracing.ts';
 import type { Deadline, Deadlines } from './deadlines.ts';
@@ -125,6 +125,18 @@ async function runRunner(
 /** What a runner's attempt gets of the drain (AttemptRuntime). */
 function attemptRuntime(attempt: Attempt, environment: HandlerEnvironment, prepared: unknown): AttemptRuntime {
   const jobId = attempt.job.id;
+  // Held first, then the progress saved: a renewal the timer sends while the progress is on its
+  // way leaves the job out, so none can reach the database after the runner's own statement.
+  const beforeSettling = async () => {
+    const release = environment.holdForSettling(jobId);
+    try {
+      await environment.saveProgress(jobId);
+    } catch (error) {
+      release();
+      throw error;
+    }
+    return release;
+  };
   return {
     db: environment.db,
     transactions: environment.transactions,
@@ -132,17 +144,15 @@ function attemptRuntime(attempt: Attempt, environment: HandlerEnvironment, prepa
     attemptMs: attempt.allowedMs,
     prepared,
     saveProgress: () => environment.saveProgress(jobId),
-    // Held first, then the progress saved: a renewal the timer sends while the progress is on its
-    // way leaves the job out, so none can reach the database after the runner's own statement.
-    beforeSettling: async () => {
-      const release = environment.holdForSettling(jobId);
-      try {
-        await environment.saveProgress(jobId);
-      } catch (error) {
-        release();
-        throw error;
-      }
-      return release;
+    beforeSettling,
+    snooze: async (until) => {
+      const release = await beforeSettling();
+      const notHeld = await snoozeRun(environment.db, { jobId, lockedBy: attempt.job.lockedBy }, until).finally(
+        release,
+      );
+      if (notHeld === 'cancelled') throw new JobCancelledError(`job ${jobId} was cancelled while it ran`);
+      if (notHeld) throw new LeaseLostError(`job ${jobId}: its lease was lost; it was not snoozed`);
+      return { snoozed: { dueAt: until.getTime() } };
     },
   };
 }

@@ -17,6 +17,7 @@ export {
   type JobDefinition,
   type JobContext,
 } from '../jobs/registry.ts';
+export type { KindRunner, AttemptResult, AttemptRuntime } from '../jobs/definition.ts';
 export { noopJob } from '../jobs/noop.ts';
 export { createWebhookJob, type WebhookOptions } from '../jobs/webhook.ts';
 export { createDefaultRegistry } from '../jobs/index.ts';

@@ -137,9 +137,13 @@ export interface AttemptRuntime<Prepared = unknown> {
   attemptMs: number;
   /** Saves what the attempt reported with ctx.progress() and is not saved yet. */
   saveProgress: () => Promise<void>;
-  /** Before a statement that may settle the job (a snooze): no lease renewal races it from now, and
-   * the progress is saved. Returns the release, to call once the statement has returned. */
+  /** Before a statement of your own that may settle the job: no lease renewal races it from now,
+   * and the progress is saved. Returns the release, to call once the statement has returned. */
   beforeSettling: () => Promise<() => void>;
+  /** Ends the attempt without spending it: the job pending again at `until` (its lock released, its
+   * attempt refunded), fenced by its lock token; return what it resolves to. Throws, settling
+   * nothing, when the job is no longer held (its lease was lost, or someone cancelled it). */
+  snooze: (until: Date) => Promise<AttemptResult>;
   /** What `prepare` gave this job (undefined: no prepare, or it failed). */
   prepared: Prepared | undefined;
 }

@@ -16,6 +16,7 @@ const SUITES = [
   'test/http-api.test.ts',
   'test/sql-enqueue.test.ts',
   'test/queue-vacuum.test.ts',
+  'test/schema-and-upgrade.test.ts',
 ];
 
 const version = process.argv[2];

@@ -55,7 +55,7 @@ const thisTree = path.resolve(here, '..');
 
 /** A checkout of `rev` to measure against, with dependencies: this tree's node_modules when the
  * lockfiles match, its own `npm ci` otherwise. */
-function checkout(rev: string): { tree: string; remove: () => void } {
+export function checkout(rev: string): { tree: string; remove: () => void } {
   const sha = execFileSync('git', ['rev-parse', '--short', rev], { cwd: thisTree, encoding: 'utf8' }).trim();
   const tree = path.join(thisTree, '.tmp', `plain-${sha}`);
   if (!existsSync(tree))
@@ -93,12 +93,38 @@ export function plainDrainInProcess(tree: string, url: string, n: number): Promi
   });
 }
 
-const median = (v: number[]) => {
+export const median = (v: number[]) => {
   const s = [...v].sort((a, b) => a - b);
   const m = Math.floor(s.length / 2);
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 };
 const fmt = (v: number) => `${(v / 1000).toFixed(1)}k`;
+
+/** The server a comparison runs on: DATABASE_URL, Debian's PostgreSQL (`--server stock`), or an
+ * embedded 18 in a temporary folder. */
+export async function startBenchServer(args: string[]): Promise<{ url: string; stop: () => Promise<void> }> {
+  const stock = args.includes('--server') && args[args.indexOf('--server') + 1] === 'stock';
+  if (process.env.DATABASE_URL) return { url: process.env.DATABASE_URL, stop: async () => {} };
+  if (stock)
+    return (
+      await import(pathToFileURL(path.join(thisTree, 'test', 'support', 'stock-postgres.ts')).href)
+    ).startStockPostgres();
+  const { startEmbeddedPostgres } = await import(pathToFileURL(path.join(thisTree, 'src', 'db', 'embedded.ts')).href);
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-plain-'));
+  await chmod(dir, 0o755);
+  const server = await startEmbeddedPostgres({
+    dataDir: path.join(dir, 'data'),
+    password: 'bench',
+    settings: { max_connections: 100 },
+  });
+  return {
+    url: server.url,
+    stop: async () => {
+      await server.stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
 
 async function main(args: string[]): Promise<void> {
   if (args[0] === '--once') {
@@ -110,21 +136,7 @@ async function main(args: string[]): Promise<void> {
   const against = args.includes('--against') ? args[args.indexOf('--against') + 1] : undefined;
   const pairs = args.includes('--pairs') ? Number(args[args.indexOf('--pairs') + 1]) : 6;
   const n = args.includes('--jobs') ? Number(args[args.indexOf('--jobs') + 1]) : PLAIN_DRAIN_JOBS;
-  const { startEmbeddedPostgres } = await import(pathToFileURL(path.join(thisTree, 'src', 'db', 'embedded.ts')).href);
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-plain-'));
-  await chmod(dir, 0o755);
-  const stock = args.includes('--server') && args[args.indexOf('--server') + 1] === 'stock';
-  const server = process.env.DATABASE_URL
-    ? { url: process.env.DATABASE_URL, stop: async () => {} }
-    : stock
-      ? await (
-          await import(pathToFileURL(path.join(thisTree, 'test', 'support', 'stock-postgres.ts')).href)
-        ).startStockPostgres()
-      : await startEmbeddedPostgres({
-          dataDir: path.join(dir, 'data'),
-          password: 'bench',
-          settings: { max_connections: 100 },
-        });
+  const server = await startBenchServer(args);
   const other = against ? checkout(against) : null;
   const trees = [{ label: 'this tree', tree: thisTree }, ...(other ? [{ label: against!, tree: other.tree }] : [])];
   const admin = new pg.Client({ connectionString: server.url });
@@ -159,7 +171,6 @@ async function main(args: string[]): Promise<void> {
       await admin.query(`DROP DATABASE IF EXISTS bench_plain_${i} WITH (FORCE)`).catch(() => {});
     await admin.end();
     await server.stop();
-    await rm(dir, { recursive: true, force: true });
     other?.remove();
   }
 }

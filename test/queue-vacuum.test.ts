@@ -18,10 +18,6 @@ import { until } from './support/time.ts';
 let t: TestDatabase;
 beforeAll(async () => {
   t = await createTestDatabase();
-  // Autovacuum's own VACUUM of the churned table holds the lock the drainer's VACUUM waits for, and
-  // the drainer rightly holds off then: under load it came in the middle of a test that counts the
-  // drainer's VACUUMs. Off for this database's queue table; the held-off case is tested on purpose.
-  await t.query('ALTER TABLE pgdrain.jobs SET (autovacuum_enabled = false)');
 });
 afterAll(() => t?.close());
 
@@ -188,6 +184,10 @@ it('while another session holds a lock a VACUUM would wait for, the drainer does
   const before = await vacuumCount(counted + 1);
   const holder = new pg.Client({ connectionString: t.url });
   await holder.connect();
+  // Autovacuum's own VACUUM of the churned table holds the same lock, and the drainer rightly holds
+  // off then too: under load it came in the middle of this test, which counts the drainer's VACUUMs
+  // once the test's own holder lets go. Off for the test; the held-off case is what it tests.
+  await t.query('ALTER TABLE pgdrain.jobs SET (autovacuum_enabled = false)');
   try {
     await holder.query('BEGIN');
     await holder.query('LOCK TABLE pgdrain.jobs IN SHARE UPDATE EXCLUSIVE MODE');
@@ -217,5 +217,6 @@ it('while another session holds a lock a VACUUM would wait for, the drainer does
   } finally {
     await holder.query('ROLLBACK').catch(() => {});
     await holder.end();
+    await t.query('ALTER TABLE pgdrain.jobs RESET (autovacuum_enabled)');
   }
 });

@@ -1,0 +1,79 @@
+// `npm test`: the type-check, then the Node tests (unit and node projects) and the tests inside
+// workerd (the workers project) as two vitest runs side by side. Vitest runs projects of different
+// pools one after the other, so in one run the Worker's suites waited for every Node file to end
+// (a minute and a half of the run on this machine's two cores). Each run's output is printed as it
+// comes, its lines prefixed by the run they belong to; arguments after `--` go to both (a
+// `--outputFile.json=FILE` report is written by each and merged into FILE). Exits non-zero when
+// either run fails.
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const bin = (name) => path.join(root, 'node_modules', '.bin', name);
+
+const tsc = spawnSync(bin('tsc'), ['-p', '.'], { cwd: root, stdio: 'inherit' });
+if (tsc.status !== 0) process.exit(tsc.status ?? 1);
+
+const args = process.argv.slice(2);
+const report = args.find((a) => a.startsWith('--outputFile.json='))?.slice('--outputFile.json='.length);
+// The Worker's files one at a time beside the Node run's two: three at once on two cores is what
+// the machine takes without slowing the process tests (their timings are generous, not loose).
+const runs = [
+  { name: 'node', projects: ['unit', 'node'], extra: [] },
+  { name: 'workers', projects: ['workers'], extra: ['--maxWorkers', '1'] },
+];
+
+const results = await Promise.all(
+  runs.map(
+    (run) =>
+      new Promise((resolve) => {
+        const own = args.map((a) => (report && a === `--outputFile.json=${report}` ? `${a}.${run.name}` : a));
+        const projects = run.projects.flatMap((p) => ['--project', p]);
+        const child = spawn(bin('vitest'), ['run', ...projects, ...run.extra, ...own], {
+          cwd: root,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+        const prefix = (stream, out) => {
+          let rest = '';
+          stream.on('data', (chunk) => {
+            const lines = (rest + chunk).split('\n');
+            rest = lines.pop();
+            for (const line of lines) out.write(`[${run.name}] ${line}\n`);
+          });
+          stream.on('end', () => rest && out.write(`[${run.name}] ${rest}\n`));
+        };
+        prefix(child.stdout, process.stdout);
+        prefix(child.stderr, process.stderr);
+        child.on('exit', (code, signal) => resolve({ run, code: code ?? (signal ? 1 : 0) }));
+      }),
+  ),
+);
+
+if (report) {
+  const parts = runs.map((run) => {
+    const file = `${report}.${run.name}`;
+    try {
+      return JSON.parse(readFileSync(path.resolve(root, file), 'utf8'));
+    } catch {
+      return null;
+    } finally {
+      rmSync(path.resolve(root, file), { force: true });
+    }
+  });
+  const merged = parts.filter(Boolean).reduce((into, part) => {
+    for (const [key, value] of Object.entries(part))
+      if (typeof value === 'number' && key.startsWith('num')) into[key] = (into[key] ?? 0) + value;
+    into.testResults = [...(into.testResults ?? []), ...(part.testResults ?? [])];
+    into.startTime = Math.min(into.startTime ?? Infinity, part.startTime ?? Infinity);
+    into.success = (into.success ?? true) && part.success;
+    return into;
+  }, {});
+  if (parts.some((p) => p === null)) merged.success = false;
+  writeFileSync(path.resolve(root, report), JSON.stringify(merged));
+}
+
+const failed = results.filter((r) => r.code !== 0);
+for (const r of failed) console.error(`npm test: the ${r.run.name} run exited ${r.code}`);
+process.exit(failed.length > 0 ? 1 : 0);

@@ -12,7 +12,7 @@ export function toJson(value: unknown, what: string): string | null {
   if (value === undefined) return null;
   let json: string | undefined;
   try {
-    json = JSON.stringify(value, exactJson);
+    json = JSON.stringify(value, exactJson());
   } catch (error) {
     throw new TypeError(`${what} is not JSON: ${(error as Error).message}`);
   }
@@ -20,26 +20,35 @@ export function toJson(value: unknown, what: string): string | null {
   return json;
 }
 
-function exactJson(this: unknown, key: string, value: unknown): unknown {
-  const at = key === '' ? '' : ` at ${JSON.stringify(key)}`;
-  if (typeof value === 'number' && !Number.isFinite(value))
-    throw new TypeError(`${value}${at} has no JSON form (it would be stored as null)`);
-  if (
-    value !== null &&
-    typeof value === 'object' &&
-    !Array.isArray(value) &&
-    !(value instanceof Number || value instanceof String || value instanceof Boolean)
-  ) {
-    const proto = Object.getPrototypeOf(value);
-    if (proto !== Object.prototype && proto !== null) {
-      const name = (value as { constructor?: { name?: string } }).constructor?.name || 'object';
-      throw new TypeError(
-        `a ${name}${at} has no JSON form of its own (it would be stored as a plain object); return plain objects, ` +
-          `arrays, strings, numbers, booleans or null`,
-      );
+/** A replacer that refuses what JSON cannot hold as it is, naming where it is in the value
+ * (`.items[2].amount`): each object's path is kept for its members' own. */
+function exactJson() {
+  const paths = new WeakMap<object, string>();
+  return function replacer(this: unknown, key: string, value: unknown): unknown {
+    const holder = this as object;
+    const path =
+      key === '' && paths.get(holder) === undefined
+        ? ''
+        : `${paths.get(holder) ?? ''}${Array.isArray(holder) ? `[${key}]` : `.${key}`}`;
+    const at = path === '' ? '' : ` at ${path}`;
+    if (typeof value === 'bigint') throw new TypeError(`a BigInt${at} has no JSON form (return it as a string)`);
+    if (typeof value === 'number' && !Number.isFinite(value))
+      throw new TypeError(`${value}${at} has no JSON form (it would be stored as null)`);
+    if (value !== null && typeof value === 'object') {
+      if (!Array.isArray(value) && !(value instanceof Number || value instanceof String || value instanceof Boolean)) {
+        const proto = Object.getPrototypeOf(value);
+        if (proto !== Object.prototype && proto !== null) {
+          const name = (value as { constructor?: { name?: string } }).constructor?.name || 'object';
+          throw new TypeError(
+            `a ${name}${at} has no JSON form of its own (it would be stored as a plain object); return plain ` +
+              `objects, arrays, strings, numbers, booleans or null`,
+          );
+        }
+      }
+      paths.set(value, path);
     }
-  }
-  return value;
+    return value;
+  };
 }
 
 /** More than `bytes` bytes of UTF-8. Every UTF-16 unit is at most 3 bytes: short texts are not encoded. */

@@ -38,6 +38,7 @@ import { jobLifecycleSuite } from './conformance/job-lifecycle.ts';
 import { queueBehaviourSuite } from './conformance/queue-behaviour.ts';
 import { type Harness, listenOn } from './support/harness.ts';
 import { workflowSuite } from './conformance/workflows.ts';
+import { workflowChangeSuite } from './conformance/workflow-changes.ts';
 
 // The sidecar's own pools (src/sidecar/database.ts), as `pgdrain start` opens them.
 const nodePostgresHarness = async (): Promise<Harness> => {
@@ -64,6 +65,7 @@ queueBehaviourSuite('node-postgres', nodePostgresHarness, { drainJobs: 5_000, hi
 flowControlSuite('node-postgres', nodePostgresHarness);
 jobLifecycleSuite('node-postgres', nodePostgresHarness, { fanIn: 10_000 });
 workflowSuite('node-postgres', nodePostgresHarness);
+workflowChangeSuite('node-postgres', nodePostgresHarness);
 
 // Planner settings belong to the one statement they are for (drizzle/0014): the sidecar's drain
 // pool, which every settlement, limited claim, park and housekeeping statement shares, carries none;
@@ -173,6 +175,7 @@ describe("a completed step's record", () => {
         lockedBy: 'answer-lost',
         name: 'write',
         position: 1,
+        stepType: 'run' as const,
         startedAt: new Date(),
         priorAttempts: 0,
       });
@@ -234,6 +237,7 @@ describe('step records (the sidecar drain pool)', () => {
         lockedBy,
         name,
         position: 0,
+        stepType: 'run' as const,
         startedAt: new Date(),
         priorAttempts: 0,
       });
@@ -333,6 +337,7 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
     lockedBy: run.lockedBy,
     name,
     position: name === 'one' ? 0 : 1,
+    stepType: 'invoke',
     startedAt: new Date(),
     priorAttempts: 0,
     type: 'child',

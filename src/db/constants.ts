@@ -18,6 +18,12 @@ export const FINAL_STATUSES = ['completed', 'dead', 'cancelled'] as const;
  * is claimed with when neither its kind nor its drainer says. The one place these are written. */
 export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, timeoutMs: 30_000, visibilityTimeoutSeconds: 30 } as const;
 
+/** Attempts a job may lose with its drainer — killed, or frozen past its lease — before it is dead.
+ * Such an attempt is refunded (the job did not fail: its process did) and counted in
+ * lost_attempts instead, so crashes that have nothing to do with the job do not spend its
+ * max_attempts, while a job that kills its process every time still ends. */
+export const MAX_LOST_ATTEMPTS = 5;
+
 /** Jobs claimed by one sidecar between two VACUUMs of the jobs table, unless VACUUM_EVERY_JOBS says
  * (sidecar/queue-vacuum.ts). */
 export const DEFAULT_VACUUM_EVERY_JOBS = 25_000;

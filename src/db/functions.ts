@@ -4,9 +4,10 @@
 //
 //   every file's text (its {{CONSTANTS}} filled in: functionConstants()) hashed
 //     ─► all as recorded in pgdrain.functions ──► nothing to do
-//     ─► otherwise, in one transaction: every file run (CREATE OR REPLACE), then every function of
-//        the schema pgdrain that no file wrote dropped (an old signature, a retired function), and
-//        the hashes recorded — callers see the old set or the new one, never half of each
+//     ─► otherwise, in one transaction: every file run (CREATE OR REPLACE; a function whose results
+//        or parameters' names change is dropped and created), then every function of the schema
+//        pgdrain that no file wrote dropped (an old signature, a retired function), and the hashes
+//        recorded — callers see the old set or the new one, never half of each
 //
 // Bodies are not checked at creation (check_function_bodies off, as pg_dump does), so files need no
 // order. The step runs under migrate's lock, like the migrations.
@@ -61,6 +62,36 @@ function fillConstants(text: string, constants: Record<string, string>, file: st
 
 const TABLE = `${PGDRAIN_SCHEMA}.functions`;
 
+/** A function whose file changed what it returns, or its parameters' names: CREATE OR REPLACE
+ * refuses (42P13), so the step starts again and drops the function of that name first, in the same
+ * transaction as its new definition (no savepoint: a row written in one would carry the
+ * subtransaction's id, and the step tells its own functions from older ones by their rows' xmin). */
+class ReplaceRefused extends Error {
+  readonly functionName: string;
+  constructor(functionName: string) {
+    super(`pgdrain.${functionName}() cannot be replaced in place`);
+    this.functionName = functionName;
+  }
+}
+
+/** Runs a function's file (after dropping the function of its name, when it must be). */
+async function createFunction(client: pg.Client, file: FunctionFile, dropFirst: boolean): Promise<void> {
+  if (dropFirst) {
+    const { rows } = await client.query<{ signature: string }>(
+      `SELECT p.oid::regprocedure::text AS signature FROM pg_proc p
+        WHERE p.pronamespace = $1::regnamespace AND p.proname = $2`,
+      [PGDRAIN_SCHEMA, file.name],
+    );
+    for (const { signature } of rows) await client.query(`DROP FUNCTION ${signature}`);
+  }
+  try {
+    await client.query(file.text);
+  } catch (error) {
+    if ((error as { code?: string }).code === '42P13' && !dropFirst) throw new ReplaceRefused(file.name);
+    throw new Error(`${(error as Error).message} (in src/sql/functions/${file.name}.sql)`, { cause: error });
+  }
+}
+
 /** Applies the function files if any changed since the last run (see the header). */
 export async function applyFunctions(client: pg.Client, folder = functionsFolder()): Promise<FunctionsApplied> {
   const files = readFunctionFiles(folder);
@@ -72,18 +103,25 @@ export async function applyFunctions(client: pg.Client, folder = functionsFolder
   const recorded = new Map(rows.map((r) => [r.name, r.hash]));
   const current = files.length === recorded.size && files.every((f) => recorded.get(f.name) === f.hash);
   if (current) return { created: [], dropped: [] };
+  const dropFirst = new Set<string>();
+  for (;;) {
+    try {
+      return await applyAll(client, files, dropFirst);
+    } catch (error) {
+      if (!(error instanceof ReplaceRefused) || dropFirst.has(error.functionName)) throw error;
+      dropFirst.add(error.functionName);
+    }
+  }
+}
+
+/** One try of the step's transaction (see applyFunctions). */
+async function applyAll(client: pg.Client, files: FunctionFile[], dropFirst: Set<string>): Promise<FunctionsApplied> {
   let dropped: string[] = [];
   await client.query('BEGIN');
   try {
     await client.query(`SET LOCAL lock_timeout = 400`);
     await client.query('SET LOCAL check_function_bodies = off');
-    for (const file of files) {
-      try {
-        await client.query(file.text);
-      } catch (error) {
-        throw new Error(`${(error as Error).message} (in src/sql/functions/${file.name}.sql)`, { cause: error });
-      }
-    }
+    for (const file of files) await createFunction(client, file, dropFirst.has(file.name));
     // Every function CREATE OR REPLACE wrote above has its catalog row written by this transaction;
     // any other in the schema is left from an older version.
     const { rows: stale } = await client.query<{ signature: string }>(

@@ -41,6 +41,7 @@ export {
   LIVE_STATUSES,
   MAX_DEDUPE_KEY_LENGTH,
   MAX_GROUP_KEY_LENGTH,
+  MAX_LOST_ATTEMPTS,
   PGDRAIN_SCHEMA,
   PRIORITY_BOUNDS,
   type JobStatus,
@@ -116,6 +117,15 @@ const jobColumns = () => ({
    * links to it. NULL when nothing traced the enqueue. */
   traceparent: text('traceparent'),
   createdAt: timestamptz('created_at').notNull().defaultNow(),
+  /** A workflow run's version (defineWorkflow `version`), the one it started on; only drainers that
+   * have that version claim it. NULL: version 1, or a kind without versions. */
+  version: integer('version'),
+  /** Attempts lost with their drainer (it died, or stopped renewing its lease): refunded, and
+   * counted here instead; at MAX_LOST_ATTEMPTS the job is dead. */
+  lostAttempts: integer('lost_attempts').notNull().default(0),
+  /** Why a `waiting` run is held, when it is (its code no longer matches its history:
+   * `{ code: 'workflow_changed', message, step, position, recorded, called, at }`); NULL otherwise. */
+  held: jsonb('held'),
 });
 
 export const jobs = pgdrainSchema.table(
@@ -209,6 +219,8 @@ export const jobCounts = pgdrainSchema.table(
     completed: counter('completed'),
     failed: counter('failed'),
     dead: counter('dead'),
+    /** Workflow runs held because their code no longer matches their history. */
+    diverged: counter('diverged'),
   },
   (t) => [primaryKey({ name: 'job_counts_pkey', columns: [t.minute, t.kind] })],
 );
@@ -219,6 +231,7 @@ export const jobTotals = pgdrainSchema.table('job_totals', {
   completed: counter('completed'),
   failed: counter('failed'),
   dead: counter('dead'),
+  diverged: counter('diverged'),
 });
 
 /** Kinds no drainer may claim until they are resumed (the claim reads this table in its one
@@ -331,6 +344,9 @@ export const workflowSteps = pgdrainSchema.table(
     eventId: bigintAsString('event_id'),
     /** step.invoke's child job. */
     childId: bigintAsString('child_id'),
+    /** What the run called: run, sleep, sleepUntil, waitForEvent, invoke, patched. A replay that
+     * calls the name as another type has diverged. NULL: written before types were recorded. */
+    type: text('type'),
   },
   (t) => [
     primaryKey({ name: 'workflow_steps_pkey', columns: [t.jobId, t.name] }),

@@ -17,22 +17,33 @@ import {
 import type { ClaimOutcome } from './claim-planner.ts';
 import type { Settler } from './settler.ts';
 
+export interface ClaimerOptions {
+  recordCounts: boolean;
+  /** What a claim of these kinds lists: each kind's versions this drainer has (JobRegistry.claimNames). */
+  claimNames: (kinds: readonly string[]) => string[];
+}
+
 export class Claimer {
   readonly #db: Db;
   readonly #settler: Settler;
   readonly #recordCounts: boolean;
+  readonly #claimNames: ClaimerOptions['claimNames'];
 
-  constructor(db: Db, settler: Settler, options: { recordCounts: boolean }) {
+  constructor(db: Db, settler: Settler, options: ClaimerOptions) {
     this.#db = db;
     this.#settler = settler;
     this.#recordCounts = options.recordCounts;
+    this.#claimNames = options.claimNames;
   }
 
-  async send(options: ClaimOptions, limits?: ClaimLimits): Promise<ClaimOutcome> {
+  /** A claim of `options.kinds` (the kinds' names: the versions this drainer has are added here). */
+  async send(given: ClaimOptions, limits?: ClaimLimits): Promise<ClaimOutcome> {
     if (limits) {
-      const { kinds, ...rest } = options;
-      return claimLimited(this.#db, { ...rest, kind: kinds![0]!, limits });
+      const { kinds, ...rest } = given;
+      const kind = kinds![0]!;
+      return claimLimited(this.#db, { ...rest, kind, names: this.#claimNames([kind]), limits });
     }
+    const options = given.kinds ? { ...given, kinds: this.#claimNames(given.kinds) } : given;
     return this.#settler.carry(async (completed) => {
       if (completed.length === 0) {
         const answer = options.nextDue

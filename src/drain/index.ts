@@ -57,7 +57,7 @@ import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '.
 import { BatchRunner } from './batch-runner.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
 import { batchOf } from '../jobs/batch.ts';
-import type { KindRunner } from '../jobs/definition.ts';
+import { type KindRunner, claimName } from '../jobs/definition.ts';
 import { Claimer, nextLockToken } from './claimer.ts';
 import { DueTimes } from './due-times.ts';
 import { Deadlines } from './deadlines.ts';
@@ -235,10 +235,11 @@ class DrainRun {
     });
     const kinds = options.kinds ?? registry.kinds();
     const batchKinds = new Set(kinds.filter((k) => batchOf(registry.get(k)) !== undefined));
-    for (const kind of kinds) {
-      const prepare = registry.get(kind)?.runner?.prepare;
-      if (prepare) this.#preparing.set(kind, prepare);
-    }
+    for (const kind of kinds)
+      for (const version of registry.versions(kind)) {
+        const prepare = registry.get(kind, version)?.runner?.prepare;
+        if (prepare) this.#preparing.set(claimName(kind, version), prepare);
+      }
     this.#planner = new ClaimPlanner(registry, this.#book, {
       kinds: kinds.filter((k) => !batchKinds.has(k)),
       batchSize,
@@ -259,7 +260,10 @@ class DrainRun {
       onRetry: (runAt, kind) => this.#dueAgain(runAt.getTime(), kind),
       onSnoozed: (kind, dueAt, readyKinds) => this.#snoozed(kind, dueAt, readyKinds),
     });
-    this.#claimer = new Claimer(db, this.#settler, { recordCounts });
+    this.#claimer = new Claimer(db, this.#settler, {
+      recordCounts,
+      claimNames: (kinds) => registry.claimNames(kinds),
+    });
     this.#leases = new LeaseKeeper(db, {
       visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
       onLostUnstarted: (record, error) => this.#lostBeforeStart(record, error),
@@ -498,7 +502,7 @@ class DrainRun {
       this.#planner.handlerTook(performance.now() - startedAt);
       const progressJson = this.#leases.drop(job.id);
       span?.end(traceName(outcome), thrownBy(outcome));
-      this.#settler.settle(record, outcome, this.#registry.get(record.kind), progressJson);
+      this.#settler.settle(record, outcome, this.#registry.get(record.kind, record.job.version), progressJson);
     });
   }
 
@@ -561,7 +565,7 @@ class DrainRun {
   async #prepare(claimed: readonly ClaimedJob[]): Promise<ReadonlyMap<string, unknown> | undefined> {
     let byRunner: Map<Prepare, ClaimedJob[]> | undefined;
     for (const job of claimed) {
-      const prepare = this.#preparing.get(job.kind);
+      const prepare = this.#preparing.get(claimName(job.kind, job.version ?? 1));
       if (!prepare) continue;
       byRunner ??= new Map();
       const jobs = byRunner.get(prepare);
@@ -584,7 +588,8 @@ class DrainRun {
   #lostBeforeStart(record: JobRecord, error: LeaseLostError | JobCancelledError): void {
     if (record.state !== 'claimed') return;
     const outcome = outcomeOf(record.job, error);
-    if (outcome.as === 'cancelled') this.#settler.settle(record, outcome, this.#registry.get(record.kind));
+    if (outcome.as === 'cancelled')
+      this.#settler.settle(record, outcome, this.#registry.get(record.kind, record.job.version));
     else record.forget();
   }
 }

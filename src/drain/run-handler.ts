@@ -82,7 +82,11 @@ export async function runAttempt(
 ): Promise<Outcome> {
   let attempt: Attempt | undefined;
   try {
-    const definition = registry.get(job.kind);
+    const definition = registry.get(job.kind, job.version);
+    if (!definition && job.version !== null && registry.get(job.kind))
+      // Its claim lists the versions this drainer has (claim.sql): only a race with a registry that
+      // changed gets here. It goes back to pending for a drainer that has its version.
+      return { as: 'released', reason: `version ${job.version} of ${job.kind} is not registered in this drainer` };
     if (!definition) throw new PermanentJobError(`no handler is registered for kind ${JSON.stringify(job.kind)}`);
     const payload = payloadOf(definition, job);
     attempt = new Attempt(job, definition, deadline, environment.deadlines);

@@ -46,6 +46,10 @@ export function renderMetrics(
     'Failed attempts: a handler error or timeout, or a lock the reaper expired (retried or dead).',
   );
   const dead = counter('pgdrain_jobs_dead_total', 'Jobs that became dead (attempts spent or a permanent error).');
+  const diverged = counter(
+    'pgdrain_workflow_diverged_total',
+    'Workflow runs held because a deploy changed their code where their recorded history says otherwise.',
+  );
 
   for (const kind of kinds) {
     const s = stats.kinds[kind];
@@ -60,9 +64,10 @@ export function renderMetrics(
     completed.samples.push({ labels: { kind }, value: t?.completed ?? 0 });
     failed.samples.push({ labels: { kind }, value: t?.failed ?? 0 });
     dead.samples.push({ labels: { kind }, value: t?.dead ?? 0 });
+    if (t?.diverged) diverged.samples.push({ labels: { kind }, value: t.diverged });
   }
 
-  const families = [jobs, ready, oldest, completed, failed, dead, ...limitFamilies(stats)];
+  const families = [jobs, ready, oldest, completed, failed, dead, diverged, ...limitFamilies(stats)];
   if (health) families.push(...healthFamilies(health));
   return families.map(renderFamily).join('');
 }

@@ -94,7 +94,22 @@ export interface JobDefinition<Payload = unknown> {
   /** A kind that needs more than a handler runs its attempts through this instead (durable
    * workflows do: defineWorkflow). Set `handler` to one that says the kind runs only in a drain. */
   runner?: KindRunner<Payload, any>;
+  /** This definition's version of the kind (1 to 1,000,000; default 1). Several versions of one kind
+   * may be registered side by side: a job is enqueued on the highest, and runs on the version it was
+   * enqueued on, claimed only by drainers that have that version (docs/workflows.md, "Changing a
+   * workflow"). */
+  version?: number;
 }
+
+/** The highest version a kind may have. */
+export const MAX_KIND_VERSION = 1_000_000;
+
+/** A definition's version (1 when it names none). */
+export const versionOf = (definition: Pick<JobDefinition<any>, 'version'>): number => definition.version ?? 1;
+
+/** How a claim names the jobs of `kind` at `version` (claim.sql): the first version by the kind's
+ * name alone, a later one as `kind@version`. */
+export const claimName = (kind: string, version: number): string => (version === 1 ? kind : `${kind}@${version}`);
 
 /**
  * How a kind that needs more than a handler runs in the drain — the interface durable workflows use,
@@ -210,6 +225,14 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
     }
   };
   positiveInteger('concurrency', definition.concurrency);
+  if (
+    definition.version !== undefined &&
+    !(Number.isInteger(definition.version) && definition.version >= 1 && definition.version <= MAX_KIND_VERSION)
+  )
+    throw new Error(
+      `job kind ${definition.kind}: version must be a whole number from 1 to ${MAX_KIND_VERSION}, ` +
+        `not ${JSON.stringify(definition.version)}`,
+    );
   for (const name of ['timeoutMs', 'maxTimeoutMs'] as const) {
     const ms = definition[name];
     if (

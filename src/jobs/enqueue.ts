@@ -15,7 +15,14 @@ import type { Db, EnqueuedJob, NewJob } from '../queries/index.ts';
 import { JOB_DEFAULTS } from '../db/constants.ts';
 import { traceEnqueue } from '../tracing.ts';
 import { type EnqueueOptions, optionsProblem } from './job-options.ts';
-import { type JobDefinition, JobValidationError, type KindLookup, describeIssues, maxTimeoutOf } from './definition.ts';
+import {
+  type JobDefinition,
+  JobValidationError,
+  type KindLookup,
+  describeIssues,
+  maxTimeoutOf,
+  versionOf,
+} from './definition.ts';
 
 export type { EnqueueOptions } from './job-options.ts';
 
@@ -126,6 +133,8 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
     visibilityTimeoutSeconds: definition.visibilityTimeoutSeconds,
     priority: options.priority ?? definition.priority,
     keepSeconds: definition.keepCompletedSeconds || undefined,
+    // The first version is the kind's name alone (claim.sql): no version is written for it.
+    version: versionOf(definition) > 1 ? versionOf(definition) : undefined,
   };
 }
 

@@ -3,18 +3,29 @@
 // each kind's handler, timeout and backoff. What a kind is, and the errors handlers throw, are in
 // definition.ts (re-exported here).
 import type { NewJob } from '../queries/index.ts';
-import { type JobDefinition, type KindLimits, type KindLookup, limitsOf } from './definition.ts';
+import { type JobDefinition, type KindLimits, type KindLookup, claimName, limitsOf, versionOf } from './definition.ts';
 import { type EnqueueRequest, prepareRequest } from './enqueue.ts';
 
 export * from './definition.ts';
 
 export class JobRegistry implements KindLookup {
+  /** Each kind's highest version: what new jobs of it are enqueued on. */
   readonly #byKind = new Map<string, JobDefinition>();
+  /** Every version registered of each kind. */
+  readonly #versions = new Map<string, Map<number, JobDefinition>>();
 
   constructor(definitions: readonly JobDefinition<any>[]) {
     for (const d of definitions) {
-      if (this.#byKind.has(d.kind)) throw new Error(`job kind ${d.kind} is registered twice`);
-      this.#byKind.set(d.kind, d as JobDefinition);
+      const versions = this.#versions.get(d.kind) ?? new Map<number, JobDefinition>();
+      const version = versionOf(d);
+      if (versions.has(version))
+        throw new Error(
+          `job kind ${d.kind} is registered twice${versions.size > 1 || version > 1 ? ` at version ${version}` : ''}`,
+        );
+      versions.set(version, d as JobDefinition);
+      this.#versions.set(d.kind, versions);
+      const latest = this.#byKind.get(d.kind);
+      if (!latest || versionOf(latest) < version) this.#byKind.set(d.kind, d as JobDefinition);
     }
     this.#refuseDeadLetterCycles();
   }
@@ -33,8 +44,23 @@ export class JobRegistry implements KindLookup {
     }
   }
 
-  get(kind: string): JobDefinition | undefined {
-    return this.#byKind.get(kind);
+  /** The kind's definition at `version` (a job's: null is the first); unset: its highest. */
+  get(kind: string, version?: number | null): JobDefinition | undefined {
+    return version === undefined ? this.#byKind.get(kind) : this.#versions.get(kind)?.get(version ?? 1);
+  }
+
+  /** The versions registered of `kind`, lowest first. */
+  versions(kind: string): number[] {
+    return [...(this.#versions.get(kind)?.keys() ?? [])].sort((a, b) => a - b);
+  }
+
+  /** What a claim of `kinds` lists (claim.sql): each kind's registered versions, the first by the
+   * kind's name, a later one as `kind@version`. A kind not registered here is listed by its name. */
+  claimNames(kinds: readonly string[]): string[] {
+    return kinds.flatMap((kind) => {
+      const versions = this.versions(kind);
+      return versions.length === 0 ? [kind] : versions.map((v) => claimName(kind, v));
+    });
   }
 
   kinds(): string[] {

@@ -51,8 +51,15 @@ export interface ClaimLimits {
 
 export interface LimitedClaimOptions extends Omit<ClaimOptions, 'kinds'> {
   kind: string;
+  /** The kind's names as claim.sql reads them: the versions this drainer has of it (the first by
+   * the kind's name, a later one as `kind@version`). Default: the kind's name alone. */
+  names?: readonly string[];
   limits: ClaimLimits;
 }
+
+/** Its runs of the versions `names` lists (claim.sql's rule): what a drainer has the code for. */
+const ofVersions = (names: readonly string[]): SQL =>
+  sql`(CASE WHEN version IS NULL THEN kind ELSE kind || '@' || version END) = ANY(${sql.param(names)}::text[])`;
 
 export interface LimitedClaim {
   jobs: ClaimedJob[];
@@ -180,6 +187,7 @@ export async function explainLimitedClaim(
 
 function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
   const { kind, limits } = options;
+  const names = options.names ?? [kind];
   const v = claimValues(options);
   const size = sql`${v.limit}::int`;
   const group = sql`${limits.groupConcurrency ?? null}::int`;
@@ -207,8 +215,8 @@ function limitedClaim(db: Db, options: LimitedClaimOptions): SQL {
     WITH RECURSIVE clock AS (SELECT clock_timestamp() AS t),
     ${
       limits.fair
-        ? fairCandidates(kind, v, limits.groupConcurrency !== undefined || perGroup, options.ids !== undefined)
-        : plainCandidates(kind, v, options.ids !== undefined)
+        ? fairCandidates(kind, v, limits.groupConcurrency !== undefined || perGroup, options.ids !== undefined, names)
+        : plainCandidates(kind, v, options.ids !== undefined, names)
     }
     overrides AS (
       SELECT group_key, concurrency, rate_limit, rate_period_seconds FROM ${groupLimits}
@@ -283,10 +291,15 @@ function startsRecorded(kind: string, rated: boolean, perGroup: boolean, window:
 }
 
 /** A kind that is not fair: its ready jobs in claim order, a window of them, locked. */
-function plainCandidates(kind: string, v: ReturnType<typeof claimValues>, byIds: boolean): SQL {
+function plainCandidates(
+  kind: string,
+  v: ReturnType<typeof claimValues>,
+  byIds: boolean,
+  names: readonly string[],
+): SQL {
   return sql`cand AS (
       SELECT id, group_key, attempts, priority, run_at, NULL::bigint AS turn_pos FROM ${jobs}
-       WHERE status = 'pending' AND run_at <= now() AND kind = ${kind}
+       WHERE status = 'pending' AND run_at <= now() AND kind = ${kind} AND ${ofVersions(names)}
          AND NOT EXISTS (SELECT 1 FROM ${pausedKinds} p WHERE p.kind = ${kind})
          ${byIds ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``}
        ORDER BY priority DESC NULLS LAST, run_at, id
@@ -321,11 +334,17 @@ function fairTurnTaken(kind: string): SQL {
  * row of it (the planner cannot tell how long a round is), so a claim of 50 cost as much as the
  * backlog was long.
  */
-function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byIds: boolean): SQL {
+function fairCandidates(
+  kind: string,
+  v: ClaimValues,
+  perKeyLimits: boolean,
+  byIds: boolean,
+  names: readonly string[],
+): SQL {
   const ids = byIds ? sql`AND id = ANY(${sql.param(v.ids)}::bigint[])` : sql``;
   // Keys with only delayed jobs are visited too: a round may visit more keys than one claim takes.
   const visit = sql`${Math.min(1_000, v.limit * 2)}::int`;
-  const ofKind = sql`status = 'pending' AND group_key IS NOT NULL AND kind = ${kind}
+  const ofKind = sql`status = 'pending' AND group_key IS NOT NULL AND kind = ${kind} AND ${ofVersions(names)}
          AND priority = (SELECT priority FROM top)`;
   const firstJob = sql`ORDER BY priority DESC NULLS LAST, group_key, run_at, id LIMIT 1`;
   const ready = (runAt: SQL) => sql`(${runAt} <= now())::int`;
@@ -384,17 +403,22 @@ function fairCandidates(kind: string, v: ClaimValues, perKeyLimits: boolean, byI
          ORDER BY priority DESC NULLS LAST, group_key, run_at, id LIMIT (SELECT n FROM per_key)) j
        WHERE r.key IS NOT NULL AND r.run_at <= now() ${byIds ? sql`` : sql`AND (SELECT n FROM per_key) > 1`}
       UNION ALL
-      SELECT u.id, (SELECT min(pos) FROM fair_round WHERE key IS NULL) FROM (
-        SELECT id FROM ${jobs}
-         WHERE status = 'pending' AND run_at <= now() AND kind = ${kind} AND group_key IS NULL
-           AND priority = (SELECT priority FROM top) ${ids}
-           AND EXISTS (SELECT 1 FROM fair_round WHERE key IS NULL)
-         ORDER BY priority DESC NULLS LAST, run_at, id LIMIT (SELECT n FROM per_key)) u),
+      ${unkeyedTurn(kind, ids, names)}),
     locked AS (
       SELECT j.id, j.group_key, j.attempts, j.priority, j.run_at FROM ${jobs} j
        WHERE j.id = ANY(ARRAY(SELECT id FROM offered)) AND j.status = 'pending'
        FOR UPDATE OF j SKIP LOCKED),
     cand AS (SELECT l.*, o.pos AS turn_pos FROM locked l JOIN offered o ON o.id = l.id),`;
+}
+
+/** A fair round's turn of the jobs without a key: as many as each key's turn takes. */
+function unkeyedTurn(kind: string, ids: SQL, names: readonly string[]): SQL {
+  return sql`SELECT u.id, (SELECT min(pos) FROM fair_round WHERE key IS NULL) FROM (
+        SELECT id FROM ${jobs}
+         WHERE status = 'pending' AND run_at <= now() AND kind = ${kind} AND group_key IS NULL AND ${ofVersions(names)}
+           AND priority = (SELECT priority FROM top) ${ids}
+           AND EXISTS (SELECT 1 FROM fair_round WHERE key IS NULL)
+         ORDER BY priority DESC NULLS LAST, run_at, id LIMIT (SELECT n FROM per_key)) u`;
 }
 
 /**

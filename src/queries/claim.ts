@@ -36,6 +36,8 @@ export interface ClaimedJob {
   /** The W3C trace context of its enqueue, if one was traced. */
   traceparent: string | null;
   createdAt: Date;
+  /** A workflow run's version, when it is not the first (defineWorkflow `version`); else null. */
+  version: number | null;
 }
 
 export interface ClaimOptions {
@@ -45,7 +47,9 @@ export interface ClaimOptions {
   /** The lease of jobs without a visibility of their own, written into locked_until with theirs:
    * every reaper applies what the claiming drainer holds. Default 30 s. */
   visibilityTimeoutSeconds?: number;
-  /** Claim only these kinds; omit for every kind. */
+  /** Claim only these kinds (a workflow run's version after the first as `kind@version`: only
+   * drainers that have it claim it; jobClaimNames() builds the list); omit for every kind without a
+   * version. */
   kinds?: readonly string[];
   /** Claim only these jobs, if they are ready and nobody holds them (run-now after an enqueue). */
   ids?: readonly string[];
@@ -219,6 +223,7 @@ const CLAIMED_COLUMNS = {
   visibilitySeconds: jobs.visibilitySeconds,
   traceparent: jobs.traceparent,
   createdAt: jobs.createdAt,
+  version: jobs.version,
 };
 
 /** pgdrain.claim()'s and pgdrain.claim_ids()'s output columns that a drainer reads (CLAIMED_COLUMNS). */
@@ -256,6 +261,7 @@ export function claimedJobsFromDriver(rows: readonly Record<string, unknown>[], 
       visibilityTimeoutSeconds: (r.visibility_seconds as number | null | undefined) ?? null,
       traceparent: (r.traceparent as string | null | undefined) ?? null,
       createdAt: asDate(r.created_at),
+      version: (r.version as number | null | undefined) ?? null,
     });
   }
   return inClaimOrder(out);
@@ -298,6 +304,7 @@ export function claimedJobsFromJson(value: unknown, lockToken: string): ClaimedJ
       visibilityTimeoutSeconds: r[9] as number | null,
       traceparent: r[10] as string | null,
       createdAt: new Date(r[11] as string),
+      version: (r[12] as number | null | undefined) ?? null,
     };
   }
   return inClaimOrder(out);

@@ -75,20 +75,27 @@ export interface KindTotals {
   completed: number;
   failed: number;
   dead: number;
+  /** Workflow runs held because their code no longer matched their history (pgdrain.hold_run()). */
+  diverged: number;
 }
 
 /** Everything ever counted, per kind (Prometheus counters: they only go up). One statement, one snapshot. */
 export async function countTotals(db: Db): Promise<Record<string, KindTotals>> {
-  const rows = await rowsOf<{ kind: string; completed: string; failed: string; dead: string }>(
+  const rows = await rowsOf<{ kind: string; completed: string; failed: string; dead: string; diverged: string }>(
     db,
-    sql`SELECT kind, sum(completed) AS completed, sum(failed) AS failed, sum(dead) AS dead
-          FROM (SELECT kind, completed, failed, dead FROM ${jobTotals}
-                UNION ALL SELECT kind, completed, failed, dead FROM ${jobCounts}) AS t
+    sql`SELECT kind, sum(completed) AS completed, sum(failed) AS failed, sum(dead) AS dead, sum(diverged) AS diverged
+          FROM (SELECT kind, completed, failed, dead, diverged FROM ${jobTotals}
+                UNION ALL SELECT kind, completed, failed, dead, diverged FROM ${jobCounts}) AS t
          GROUP BY kind ORDER BY kind`,
   );
   const totals: Record<string, KindTotals> = {};
   for (const r of rows)
-    totals[r.kind] = { completed: Number(r.completed), failed: Number(r.failed), dead: Number(r.dead) };
+    totals[r.kind] = {
+      completed: Number(r.completed),
+      failed: Number(r.failed),
+      dead: Number(r.dead),
+      diverged: Number(r.diverged),
+    };
   return totals;
 }
 
@@ -102,12 +109,13 @@ export async function rollUpCounts(db: Db, retentionHours = COUNTS_RETENTION_HOU
     db,
     sql`WITH old AS (
           DELETE FROM ${jobCounts} WHERE minute < now() - make_interval(hours => ${retentionHours}::int)
-          RETURNING kind, completed, failed, dead),
+          RETURNING kind, completed, failed, dead, diverged),
         added AS (
-          INSERT INTO ${jobTotals} AS t (kind, completed, failed, dead)
-          SELECT kind, sum(completed), sum(failed), sum(dead) FROM old GROUP BY kind ORDER BY kind
+          INSERT INTO ${jobTotals} AS t (kind, completed, failed, dead, diverged)
+          SELECT kind, sum(completed), sum(failed), sum(dead), sum(diverged) FROM old GROUP BY kind ORDER BY kind
           ON CONFLICT (kind) DO UPDATE SET completed = t.completed + excluded.completed,
-            failed = t.failed + excluded.failed, dead = t.dead + excluded.dead)
+            failed = t.failed + excluded.failed, dead = t.dead + excluded.dead,
+            diverged = t.diverged + excluded.diverged)
         SELECT count(*)::int AS folded FROM old`,
   );
   return rows[0]?.folded ?? 0;

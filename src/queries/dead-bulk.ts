@@ -30,7 +30,7 @@ export function retryDeadJobs(db: Db, options: BulkOptions = {}): Promise<BulkRe
       db,
       sql`WITH batch AS (${deadBatch(options.kind)}),
                retried AS (
-                 UPDATE ${jobs} j SET status = 'pending', attempts = 0, run_at = now()
+                 UPDATE ${jobs} j SET status = 'pending', attempts = 0, lost_attempts = 0, run_at = now()
                    FROM batch WHERE j.id = batch.id AND j.status = 'dead'
                  RETURNING j.kind)
           SELECT count(*)::int AS n,

@@ -211,15 +211,16 @@ export type RetryOutcome =
   | { outcome: 'not_dead'; status: JobStatus }
   | { outcome: 'not_found' };
 
-/** A dead job back to pending, due now, with its attempts reset; last_error stays for reference.
- * The drainers are notified by the same statement, so the wake-up commits with the retry. */
+/** A dead job — or a workflow run held because its code changed — back to pending, due now, with
+ * its attempts reset; last_error stays for reference. The drainers are notified by the same
+ * statement, so the wake-up commits with the retry. */
 export async function retryDead(db: Db, id: string): Promise<RetryOutcome> {
   if (!isJobId(id)) return { outcome: 'not_found' };
   const [row] = await rowsOf<Record<string, unknown>>(
     db,
     sql`WITH retried AS (
-          UPDATE ${jobs} SET status = 'pending', attempts = 0, run_at = now() WHERE id = ${id}::bigint
-            AND status = 'dead' RETURNING *)
+          UPDATE ${jobs} SET status = 'pending', attempts = 0, lost_attempts = 0, held = NULL, run_at = now()
+           WHERE id = ${id}::bigint AND (status = 'dead' OR status = 'waiting' AND held IS NOT NULL) RETURNING *)
         SELECT retried.*, pg_notify(${NOTIFY_CHANNEL}, retried.kind) AS notified FROM retried`,
   );
   if (row) return { outcome: 'retried', job: jobFromRow(row) };
@@ -236,38 +237,51 @@ export type RetryFromStepOutcome =
   | { outcome: 'not_found' };
 
 /**
- * A finished workflow run (dead, completed or cancelled; kept in the history or in pgdrain.jobs)
- * run again from its step `fromStep`: that step's record and those of every step it reached after
- * it are dropped, the earlier ones kept, and the job is pending now with its attempts reset (its
- * result cleared; last_error stays for reference). The dependencies on children of dropped steps
- * go too, so a child of the old run that ends later does not touch the new one. One transaction;
- * the drainers are notified at its commit.
+ * A finished workflow run (dead, completed or cancelled; kept in the history or in pgdrain.jobs),
+ * or one held because its code changed, run again from its step `fromStep`: that step's record and
+ * those of every step it reached after it are dropped, the earlier ones kept, and the job is pending
+ * now with its attempts reset (its result cleared; last_error stays for reference). The dependencies
+ * on children of dropped steps go too, so a child of the old run that ends later does not touch the
+ * new one. One transaction, in which nothing is written before every check passed; the drainers are
+ * notified at its commit.
  */
 export async function retryFromStep(db: Db, id: string, fromStep: string): Promise<RetryFromStepOutcome> {
   if (!isJobId(id)) return { outcome: 'not_found' };
   return db.transaction(async (tx) => {
-    let [found] = await rowsOf<{ status: JobStatus }>(
+    const live = (status: JobStatus) => status === 'pending' || status === 'running' || status === 'waiting';
+    let [found] = await rowsOf<{ status: JobStatus; held: boolean; kept: boolean }>(
       tx,
-      sql`SELECT status FROM ${jobs} WHERE id = ${id}::bigint FOR UPDATE`,
+      sql`SELECT status, held IS NOT NULL AS held, false AS kept FROM ${jobs} WHERE id = ${id}::bigint FOR UPDATE`,
     );
-    // A kept run that finished lives in the history: it comes back to pgdrain.jobs.
+    // A kept run that finished lives in the history (final: nothing to lock).
     found ??= (
-      await rowsOf<{ status: JobStatus }>(
+      await rowsOf<{ status: JobStatus; held: boolean; kept: boolean }>(
         tx,
-        sql`WITH moved AS
-          (DELETE FROM ${jobHistory} WHERE id = ${id}::bigint AND keep_until > now() RETURNING ${HISTORY_COLUMNS})
-            INSERT INTO ${jobs} (${HISTORY_COLUMNS}) SELECT ${HISTORY_COLUMNS} FROM moved RETURNING status`,
+        sql`SELECT status, false AS held, true AS kept FROM ${jobHistory}
+              WHERE id = ${id}::bigint AND keep_until > now()`,
       )
     )[0];
     if (!found) return { outcome: 'not_found' };
-    if (found.status === 'pending' || found.status === 'running' || found.status === 'waiting')
-      return { outcome: 'live', status: found.status };
+    if (live(found.status) && !found.held) return { outcome: 'live', status: found.status };
     const steps = await rowsOf<{ name: string; position: number }>(
       tx,
       sql`SELECT name, position FROM ${workflowSteps} WHERE job_id = ${id}::bigint ORDER BY position`,
     );
     const from = steps.find((step) => step.name === fromStep);
     if (!from) return { outcome: 'unknown_step', steps: steps.map((step) => step.name) };
+    if (found.kept) {
+      // Back to pgdrain.jobs. Another retry may have moved it first (and committed): it is live now.
+      const [moved] = await rowsOf<{ status: JobStatus }>(
+        tx,
+        sql`WITH moved AS
+          (DELETE FROM ${jobHistory} WHERE id = ${id}::bigint AND keep_until > now() RETURNING ${HISTORY_COLUMNS})
+            INSERT INTO ${jobs} (${HISTORY_COLUMNS}) SELECT ${HISTORY_COLUMNS} FROM moved RETURNING status`,
+      );
+      if (!moved) {
+        const [now] = await rowsOf<{ status: JobStatus }>(tx, sql`SELECT status FROM ${jobs} WHERE id = ${id}::bigint`);
+        return now ? { outcome: 'live', status: now.status } : { outcome: 'not_found' };
+      }
+    }
     const [row] = await rowsOf<Record<string, unknown>>(
       tx,
       sql`WITH dropped AS (
@@ -277,9 +291,9 @@ export async function retryFromStep(db: Db, id: string, fromStep: string): Promi
             DELETE FROM ${jobDependencies} WHERE job_id = ${id}::bigint
               AND depends_on IN (SELECT child_id FROM dropped) RETURNING 1),
           retried AS (
-            UPDATE ${jobs} SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, keep_until = NULL,
-                   result = NULL, cancel_requested_at = NULL, waiting_for = NULL, locked_at = NULL, locked_by = NULL,
-                     locked_until = NULL
+            UPDATE ${jobs} SET status = 'pending', attempts = 0, lost_attempts = 0, held = NULL, run_at = now(),
+                   finished_at = NULL, keep_until = NULL, result = NULL, cancel_requested_at = NULL, waiting_for = NULL,
+                   locked_at = NULL, locked_by = NULL, locked_until = NULL
              WHERE id = ${id}::bigint RETURNING *)
           SELECT retried.*, pg_notify(${NOTIFY_CHANNEL}, retried.kind) AS notified,
             (SELECT count(*) FROM unlinked) AS unlinked FROM retried`,

@@ -1,13 +1,15 @@
 // reap: running rows whose lease has ended belong to a drainer that died or hung. They go back to
-// pending, or to dead when that claim was their last attempt (a job that reliably kills its worker
-// must not loop forever). The lease is the one the claiming drainer wrote into locked_until (and
+// pending with the attempt refunded — the job did not fail, its process did — and the loss counted
+// in lost_attempts instead; at MAX_LOST_ATTEMPTS losses the job is dead, saying so (a job that
+// reliably kills its worker must not loop forever, and an unrelated crash must not spend a job's
+// attempts). The lease is the one the claiming drainer wrote into locked_until (and
 // renews), so every reaper — whatever its own settings — applies the lease the holder keeps; only
 // a job locked by a drainer older than that column falls back to the reaper's own timeout.
 // Idempotent, cheap (it walks the small jobs_running index), safe to call from any process at any
 // time. A reaped attempt counts as failed (and dead, when it was the last) in job_counts, in the
 // same statement.
 import { sql } from 'drizzle-orm';
-import { JOB_DEFAULTS, jobs } from '../db/schema.ts';
+import { JOB_DEFAULTS, MAX_LOST_ATTEMPTS, jobs } from '../db/schema.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 import { DEAD_LETTERED, DEAD_LETTER_KINDS } from './dead-letter.ts';
@@ -41,18 +43,24 @@ export async function reap(
   const gone = earlier
     ? sql`(starts_with(locked_by, ${earlier.prefix}::text) AND NOT starts_with(locked_by, ${earlier.except}::text))`
     : sql`false`;
+  const spent = sql`lost_attempts + 1 >= ${MAX_LOST_ATTEMPTS}::int`;
+  const why = sql`CASE
+    WHEN ${leaseEnd} < now() THEN 'visibility timeout: ' || locked_by || ' held the job past its lease of '
+      || round(extract(epoch from ${leaseEnd} - locked_at)) || ' s without renewing it'
+    ELSE 'drainer restarted: ' || locked_by || ' held the job in an earlier process of the same DRAINER_ID' END`;
   const rows = await rowsOf<{ id: string; status: 'pending' | 'dead' | 'cancelled' }>(
     db,
     sql`WITH ended AS (
         UPDATE ${jobs} j SET
           status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-            WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-          last_error = CASE
-            WHEN ${leaseEnd} < now() THEN 'visibility timeout: ' || locked_by || ' held the job past its lease of '
-                       || round(extract(epoch from ${leaseEnd} - locked_at)) || ' s without renewing it'
-                       ELSE 'drainer restarted: ' || locked_by ||
-                         ' held the job in an earlier process of the same DRAINER_ID' END,
-          finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR attempts >= max_attempts THEN now() END,
+            WHEN ${spent} THEN 'dead' ELSE 'pending' END,
+          last_error = CASE WHEN cancel_requested_at IS NULL AND ${spent}
+            THEN 'lost ' || lost_attempts + 1 || ' times with its drainer (it died or stopped renewing the lease while '
+              || 'the job ran; a handler that kills its process ends so); the last: ' || ${why}
+            ELSE ${why} END,
+          lost_attempts = lost_attempts + 1,
+          attempts = greatest(attempts - 1, 0),
+          finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR ${spent} THEN now() END,
           keep_until = CASE
             WHEN cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(keep_seconds, 0)) END,
           locked_at = NULL, locked_by = NULL, locked_until = NULL

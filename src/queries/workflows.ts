@@ -25,7 +25,7 @@ import {
   workflowEvents,
   workflowSteps,
 } from '../db/schema.ts';
-import { type Db, rowsOf, rowsOfPrepared } from './db.ts';
+import { type Db, NOTIFY_CHANNEL, rowsOf, rowsOfPrepared } from './db.ts';
 
 /** A run's attempt, as its drainer holds it. */
 export interface HeldRun {
@@ -37,6 +37,10 @@ export interface HeldRun {
 export type NotHeld = 'lost' | 'cancelled';
 
 export type StepStatus = 'completed' | 'failed' | 'sleeping' | 'waiting';
+
+/** What the run called for a step, as its record keeps it: a replay that calls a recorded name as
+ * another type has diverged (sleep and sleepUntil are one). */
+export type StepType = 'run' | 'sleep' | 'sleepUntil' | 'waitForEvent' | 'invoke' | 'patched';
 
 /** A step as stored, with its child's end for step.invoke. */
 export interface StoredStep {
@@ -55,8 +59,10 @@ export interface StoredStep {
   eventMatch: unknown;
   eventId: string | null;
   childId: string | null;
-  /** step.invoke: the child's status and outcome (null: it is gone). */
-  child: { status: string; result: unknown; lastError: string | null } | null;
+  /** step.invoke: the child's kind, status and outcome (null: it is gone). */
+  child: { kind: string; status: string; result: unknown; lastError: string | null } | null;
+  /** What the run called (null: recorded before types were, by wave 5). */
+  type: StepType | null;
   /** A sleep whose end came by this attempt's read of its steps, which completed it (loadStepsOfAttempts). */
   endedInRead?: true;
 }
@@ -89,7 +95,7 @@ export async function loadSteps(db: Db, jobId: string, held?: HeldRun): Promise<
     db,
     'pgdrain_load_steps',
     sql`SELECT name, position, status, attempts, result::text AS result, error, started_at, finished_at, wake_at,
-      event, event_key, event_match::text AS event_match, event_id::text AS event_id, child_id::text AS child_id
+      event, event_key, event_match::text AS event_match, event_id::text AS event_id, child_id::text AS child_id, type
           FROM ${workflowSteps} WHERE job_id = ${jobId}::bigint ORDER BY position`,
   );
   return (await withChildren(db, rows)).map(stepFromRow);
@@ -125,7 +131,7 @@ export async function loadStepsOfAttempts(db: Db, runs: readonly HeldRun[]): Pro
              coalesce(e.finished_at, s.finished_at) AS finished_at,
              CASE WHEN e.name IS NULL THEN s.wake_at END AS wake_at,
              s.event, s.event_key, s.event_match::text AS event_match, s.event_id::text AS event_id,
-             s.child_id::text AS child_id, e.name IS NOT NULL AS ended_in_read
+             s.child_id::text AS child_id, e.name IS NOT NULL AS ended_in_read, s.type
         FROM ${workflowSteps} s LEFT JOIN ended e ON e.job_id = s.job_id AND e.name = s.name
        WHERE s.job_id = ANY(${sql.param(ids)}::bigint[])
        ORDER BY s.job_id, s.position`,
@@ -139,16 +145,27 @@ export async function loadStepsOfAttempts(db: Db, runs: readonly HeldRun[]): Pro
 async function withChildren(db: Db, rows: Record<string, unknown>[]): Promise<Record<string, unknown>[]> {
   const childIds = rows.map((r) => r.child_id).filter((id): id is string => typeof id === 'string');
   if (childIds.length > 0) {
-    const children = await rowsOf<{ id: string; status: string; result: unknown; last_error: string | null }>(
+    const children = await rowsOf<{
+      id: string;
+      kind: string;
+      status: string;
+      result: unknown;
+      last_error: string | null;
+    }>(
       db,
-      sql`SELECT id::text AS id, status, result::text AS result, last_error FROM ${jobsAndHistory}
+      sql`SELECT id::text AS id, kind, status, result::text AS result, last_error FROM ${jobsAndHistory}
         WHERE id = ANY(${sql.param(childIds)}::bigint[])`,
     );
     const byId = new Map(children.map((c) => [String(c.id), c]));
     for (const r of rows) {
       const child = typeof r.child_id === 'string' ? byId.get(r.child_id) : undefined;
       if (child)
-        Object.assign(r, { child_status: child.status, child_result: child.result, child_error: child.last_error });
+        Object.assign(r, {
+          child_kind: child.kind,
+          child_status: child.status,
+          child_result: child.result,
+          child_error: child.last_error,
+        });
     }
   }
   return rows;
@@ -178,10 +195,12 @@ function stepFromRow(r: Record<string, unknown>): StoredStep {
       r.child_status == null
         ? null
         : {
+            kind: r.child_kind as string,
             status: r.child_status as string,
             result: r.child_result == null ? undefined : json(r.child_result),
             lastError: (r.child_error as string | null) ?? null,
           },
+    type: (r.type as StepType | null) ?? null,
     ...(r.ended_in_read === true ? { endedInRead: true as const } : {}),
   };
 }
@@ -189,6 +208,8 @@ function stepFromRow(r: Record<string, unknown>): StoredStep {
 export interface StepRecord extends HeldRun {
   name: string;
   position: number;
+  /** What the run called (kept with the record the first time it is written). */
+  stepType: StepType;
   startedAt: Date;
   /** Runs of it before this one (failed). */
   priorAttempts: number;
@@ -231,7 +252,7 @@ export async function recordStepsCompleted(db: Db, records: readonly CompletedSt
           ${column((r) => r.step.jobId)}::bigint[], ${column((r) => r.step.lockedBy)}::text[],
           ${column((r) => r.step.name)}::text[], ${column((r) => r.step.position)}::int[],
           ${column((r) => r.step.priorAttempts + 1)}::int[], ${column((r) => r.resultJson)}::text[],
-          ${column((r) => r.step.startedAt.toISOString())}::timestamptz[])`,
+          ${column((r) => r.step.startedAt.toISOString())}::timestamptz[], ${column((r) => r.step.stepType)}::text[])`,
   );
   const outcomes: (NotHeld | null)[] = records.map(() => 'lost');
   for (const row of rows) outcomes[row.step_index - 1] = row.outcome === 'written' ? null : row.outcome;
@@ -254,7 +275,7 @@ async function recordStep(
     sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.record_step(
           ${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int, ${status},
           ${step.priorAttempts + 1}::int, ${resultJson}::jsonb, ${error},
-          ${step.startedAt.toISOString()}::timestamptz, ${shareLock}) AS outcome`,
+          ${step.startedAt.toISOString()}::timestamptz, ${shareLock}, ${step.stepType}) AS outcome`,
   );
   return row?.outcome === 'written' ? null : (row?.outcome ?? 'lost');
 }
@@ -278,7 +299,7 @@ export async function parkSleep(db: Db, step: StepRecord, until: Date): Promise<
     sql`SELECT outcome, until_at
       FROM ${sql.raw(PGDRAIN_SCHEMA)}.park_sleep(
              ${step.jobId}::bigint, ${step.lockedBy}, ${step.name}, ${step.position}::int,
-             ${step.startedAt.toISOString()}::timestamptz, ${until.toISOString()}::timestamptz)`,
+             ${step.startedAt.toISOString()}::timestamptz, ${until.toISOString()}::timestamptz, ${step.stepType})`,
   );
   return parkOutcome(row);
 }
@@ -342,11 +363,11 @@ export async function parkOnChild(tx: Db, step: StepRecord, childId: string): Pr
         linked AS (INSERT INTO ${jobDependencies} (depends_on, job_id) SELECT ${childId}::bigint, id FROM held
           ON CONFLICT DO NOTHING RETURNING 1),
         written AS (
-          INSERT INTO ${workflowSteps} (job_id, name, position, status, attempts, started_at, child_id)
+          INSERT INTO ${workflowSteps} (job_id, name, position, status, attempts, started_at, child_id, type)
           SELECT id, ${step.name}, ${step.position}::int, 'waiting',
-            1, ${step.startedAt.toISOString()}::timestamptz, ${childId}::bigint FROM held
+            1, ${step.startedAt.toISOString()}::timestamptz, ${childId}::bigint, 'invoke' FROM held
           ON CONFLICT (job_id, name) DO UPDATE SET status = 'waiting', child_id = excluded.child_id,
-            finished_at = NULL, wake_at = NULL
+            finished_at = NULL, wake_at = NULL, type = coalesce(${workflowSteps}.type, excluded.type)
           RETURNING status),
         -- The parent leaves running for waiting (on one job), its attempt refunded, while its child may still end.
         parked AS (
@@ -416,6 +437,7 @@ export async function parkSteps(db: Db, run: HeldRun, parks: readonly StepPark[]
   const json = JSON.stringify(
     parks.map((p) => ({
       type: p.type,
+      step_type: p.stepType,
       name: p.name,
       position: p.position,
       started_at: p.startedAt.toISOString(),
@@ -549,4 +571,34 @@ export function pruneWorkflowsCtes(
         SELECT o.job_id FROM ${workflowSteps} o
          WHERE o.position = 0 AND NOT EXISTS (SELECT 1 FROM ${jobsAndHistory} j WHERE j.id = o.job_id) LIMIT ${batch})
       RETURNING 1)`;
+}
+
+/** Holds a run whose code no longer matches its history (pgdrain.hold_run(), fenced): `waiting`, not
+ * claimed, `held` saying why, its attempt refunded. Returns null, or why the job was not held. */
+export async function holdRun(db: Db, run: HeldRun, held: object): Promise<NotHeld | null> {
+  const [row] = await rowsOf<{ outcome: 'held' | NotHeld }>(
+    db,
+    sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.hold_run(${run.jobId}::bigint, ${run.lockedBy},
+          ${JSON.stringify({ ...held, at: new Date().toISOString() })}::jsonb) AS outcome`,
+  );
+  return row?.outcome === 'held' ? null : (row?.outcome ?? 'lost');
+}
+
+/**
+ * Lets the held runs of `kinds` replay (a drainer that has them starts: a deploy): pending again,
+ * `held` cleared, their drainers notified. A run that still departs from its history is held
+ * again at its next attempt, which ran nothing, so each start costs such a run one replay. Returns
+ * how many runs of each kind it let go.
+ */
+export async function releaseHeldRuns(db: Db, kinds: readonly string[]): Promise<Record<string, number>> {
+  if (kinds.length === 0) return {};
+  const rows = await rowsOf<{ kind: string; n: number }>(
+    db,
+    sql`WITH released AS (
+          UPDATE ${jobs} SET status = 'pending', held = NULL, run_at = now()
+           WHERE status = 'waiting' AND held IS NOT NULL AND kind = ANY(${sql.param(kinds)}::text[])
+          RETURNING kind)
+        SELECT kind, count(*)::int AS n, pg_notify(${NOTIFY_CHANNEL}, kind) AS notified FROM released GROUP BY kind`,
+  );
+  return Object.fromEntries(rows.map((r) => [r.kind, Number(r.n)]));
 }

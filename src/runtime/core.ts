@@ -7,7 +7,8 @@ import type { DrainOptions, DrainReport } from '../drain/index.ts';
 import { type HousekeepingRound, housekeep, housekeepAndSchedule } from '../drain/housekeeping.ts';
 import type { ApiRuntime } from '../http/context.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
-import type { Db } from '../queries/index.ts';
+import { type Db, releaseHeldRuns } from '../queries/index.ts';
+import { subscribe } from '../jobs/subscriptions.ts';
 import { checkSchedules, type ScheduleDefinition } from '../schedules.ts';
 import type { Runtime, Settings } from '../settings.ts';
 
@@ -27,6 +28,28 @@ export function registryFor(
     );
   checkSchedules(built, schedules);
   return built;
+}
+
+/** What registerKinds() did. */
+export interface KindsRegistered {
+  /** Subscriptions written (kinds' `on`). */
+  subscriptions: number;
+  /** Workflow runs held because an earlier deploy's code departed from their history, let go to
+   * replay on this one, by kind. */
+  released: Record<string, number>;
+}
+
+/**
+ * What a drainer does with its kinds when it comes up — the sidecar at its start, the Worker at its
+ * isolate's first look: its kinds' subscriptions and dead-letter routes written (an event sent from
+ * SQL fans out to what is written), and the held runs of its workflow kinds let go to replay on this
+ * code (a deploy may be the fix: a run that still departs is held again, having run nothing).
+ */
+export async function registerKinds(db: Db, registry: JobRegistry): Promise<KindsRegistered> {
+  const subscriptions = await subscribe(db, registry);
+  const workflows = registry.kinds().filter((kind) => registry.get(kind)?.runner !== undefined);
+  const released = await releaseHeldRuns(db, workflows);
+  return { subscriptions, released };
 }
 
 /** The HTTP app's configuration that comes from the settings (the shell adds its connections and

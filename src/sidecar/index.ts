@@ -23,12 +23,11 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import { DrainNotices, type OpenTransactionConnection } from '../drain/index.ts';
 import { createApp } from '../http/app.ts';
-import { subscribe } from '../jobs/subscriptions.ts';
 import type { JobDefinition, JobRegistry } from '../jobs/index.ts';
 import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
 import type { ScheduleDefinition } from '../schedules.ts';
 import { type RuntimeSettings, type Settings, defaultFor, withDefaults } from '../settings.ts';
-import { apiConfigFor, drainOptionsFor, registryFor } from '../runtime/core.ts';
+import { apiConfigFor, drainOptionsFor, registerKinds, registryFor } from '../runtime/core.ts';
 import { openDatabase, openPools, resolveApiToken } from './database.ts';
 import { type DrainerIdentity, holdIdentity } from './drainer-identity.ts';
 import { Drainer } from './drainer.ts';
@@ -114,9 +113,12 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
     return Object.assign(opened, { stop: () => opened.close() });
   });
   await releaseEarlierProcess(pools.drainDb, identity, visibilityTimeoutSeconds, log);
-  // Kinds that subscribe to events (`on`): written now, so events sent from SQL fan out to them.
-  const subscribed = await subscribe(pools.db, registry);
-  if (subscribed > 0) log.info({ subscriptions: subscribed }, 'kinds subscribed to events');
+  // Kinds that subscribe to events (`on`): written now, so events sent from SQL fan out to them; held
+  // workflow runs replay on this code.
+  const registered = await registerKinds(pools.db, registry);
+  if (registered.subscriptions > 0) log.info({ subscriptions: registered.subscriptions }, 'kinds subscribed to events');
+  for (const [kind, runs] of Object.entries(registered.released))
+    log.warn({ kind, runs }, 'workflow runs held by a change of their code replay on this version');
   const notices = new DrainNotices();
   const finishedJobs = new FinishedJobsHub();
   const drainer = await parts.start(

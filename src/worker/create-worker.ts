@@ -12,7 +12,6 @@ import type { Context } from 'hono';
 import { safeErrorMessage } from '../db/url.ts';
 import { drain, type DrainReport } from '../drain/index.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
-import { subscribe } from '../jobs/subscriptions.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import {
   type HousekeptRound,
@@ -20,6 +19,7 @@ import {
   drainAgainAt,
   drainOptionsFor,
   housekeepingRound,
+  registerKinds,
   registryFor,
 } from '../runtime/core.ts';
 import { evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
@@ -342,7 +342,7 @@ async function look(
   const housekeeping = plan.housekeep ? housekeepBeside(transactions, settings, plan.clock !== null) : null;
   housekeeping?.catch(() => {});
   try {
-    if (plan.drain) await subscribeOnce(db, registry);
+    if (plan.drain) await registerOnce(db, registry);
     const scheduled = plan.drain && schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
     const deadline = started + plan.budgetMs;
     const workerId = `${plan.label}-${crypto.randomUUID().slice(0, 8)}`;
@@ -390,18 +390,20 @@ async function look(
   }
 }
 
-/** Registries whose kinds' subscriptions (`on`) this isolate has written: once per isolate, at its
- * first drain (an event sent from SQL fans out to what is written). A failure is tried again at the
- * next drain. */
-const subscribed = new WeakSet<JobRegistry>();
-async function subscribeOnce(db: WorkerDatabase['db'], registry: JobRegistry): Promise<void> {
-  if (subscribed.has(registry)) return;
+/** Registries whose kinds this isolate has registered (runtime/core.ts: registerKinds): once per
+ * isolate — a deploy's new code comes up in new isolates —, at its first drain. A failure is tried
+ * again at the next drain. */
+const registered = new WeakSet<JobRegistry>();
+async function registerOnce(db: WorkerDatabase['db'], registry: JobRegistry): Promise<void> {
+  if (registered.has(registry)) return;
   try {
-    const count = await subscribe(db, registry);
-    subscribed.add(registry);
-    if (count > 0) console.log(JSON.stringify({ event: 'subscribed', subscriptions: count }));
+    const done = await registerKinds(db, registry);
+    registered.add(registry);
+    if (done.subscriptions > 0) console.log(JSON.stringify({ event: 'subscribed', subscriptions: done.subscriptions }));
+    for (const [kind, runs] of Object.entries(done.released))
+      console.log(JSON.stringify({ event: 'held_runs_released', kind, runs }));
   } catch (error) {
-    console.error(JSON.stringify({ event: 'subscribe_failed', error: safeErrorMessage(error) }));
+    console.error(JSON.stringify({ event: 'register_failed', error: safeErrorMessage(error) }));
   }
 }
 

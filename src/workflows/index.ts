@@ -44,6 +44,7 @@ import {
   type Db,
   type NotHeld,
   type StepRecord,
+  type StepType,
   type StoredStep,
   type Backoff,
   type FailedTry,
@@ -55,6 +56,7 @@ import {
   snoozeRun,
   recordStepCompleted,
   recordStepFailed,
+  holdRun,
 } from '../queries/index.ts';
 import type { NewJob } from '../queries/enqueue/types.ts';
 import { traceStep } from '../tracing.ts';
@@ -104,6 +106,54 @@ export interface StepOptions {
   timeoutMs?: number;
 }
 
+/** How a run's code departs from its recorded history (WorkflowChangedError; a held run's `held`). */
+export interface WorkflowChange {
+  code: 'workflow_changed';
+  /** The step where the code departs. */
+  step: string;
+  /** Its position in the run's history (where a new step would go, for a step the history lacks). */
+  position: number;
+  /** What the history recorded at that name (null: a name it does not have, or a record of wave 5). */
+  recorded: StepType | null;
+  /** What the code calls now. */
+  called: StepType;
+  /** The run's version. */
+  version: number;
+  message: string;
+}
+
+/** A run's code no longer matches its recorded history: the attempt ran nothing and the run is
+ * held (status `waiting`, `held` says why) until a deploy that fits it, a retry or a cancel. */
+export class WorkflowChangedError extends PgdrainError {
+  override name = 'WorkflowChangedError';
+  readonly code = 'workflow_changed';
+  readonly change: WorkflowChange;
+  constructor(change: WorkflowChange) {
+    super(change.message);
+    this.change = change;
+  }
+}
+
+/** step.patched(id) is recorded as a step of this name. */
+const PATCH_PREFIX = 'patched:';
+
+/** What #begin gives a step: its record, or how the call departs from the history. */
+type Begun = { stored: StoredStep | undefined; record: StepRecord } | { changed: WorkflowChange };
+
+/** The same step, as far as a replay goes: a sleep and a sleepUntil park alike. */
+const sameStepType = (a: StepType, b: StepType): boolean =>
+  a === b || ((a === 'sleep' || a === 'sleepUntil') && (b === 'sleep' || b === 'sleepUntil'));
+
+const TYPE_WORDS: Record<StepType, string> = {
+  run: 'step.run()',
+  sleep: 'step.sleep()',
+  sleepUntil: 'step.sleepUntil()',
+  waitForEvent: 'step.waitForEvent()',
+  invoke: 'step.invoke()',
+  patched: 'step.patched()',
+};
+const describeType = (type: StepType): string => TYPE_WORDS[type] ?? type;
+
 /** A step's try ran past its `timeoutMs`. */
 export class StepTimeoutError extends PgdrainError {
   override name = 'StepTimeoutError';
@@ -127,6 +177,10 @@ export interface WaitForEventOptions {
 
 export interface WorkflowStep {
   run<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, options?: StepOptions): Promise<T>;
+  /** A small change without a new version: true for a run that reaches this point fresh, false for
+   * a run whose recorded history already went past it (it took the old path). Recorded: every later
+   * replay of the run gets the same answer. Ids are yours, one per change; keep them once shipped. */
+  patched(id: string): Promise<boolean>;
   sleep(name: string, seconds: number): Promise<void>;
   /** Parks the run until `until` (a moment up to a year ahead; one past completes the step at once). */
   sleepUntil(name: string, until: Date): Promise<void>;
@@ -213,10 +267,24 @@ async function runWorkflow<Payload, Result>(
     return { completed };
   } catch (error) {
     if (error instanceof RunParked) return { snoozed: { dueAt: error.dueAt, readyKinds: error.readyKinds } };
+    if (error instanceof WorkflowChangedError) return holdDivergedRun(ctx, runtime, error.change);
     throw error;
   } finally {
     steps.close();
   }
+}
+
+/** The run's code departs from its history: the attempt ends holding the run (pgdrain.hold_run()). */
+async function holdDivergedRun(
+  ctx: JobContext,
+  runtime: AttemptRuntime<StoredStep[]>,
+  change: WorkflowChange,
+): Promise<AttemptResult> {
+  const release = await runtime.beforeSettling();
+  const notHeld = await holdRun(runtime.db, { jobId: ctx.job.id, lockedBy: ctx.job.lockedBy }, change).finally(release);
+  if (notHeld === 'cancelled') throw new JobCancelledError(`job ${ctx.job.id} was cancelled while it ran`);
+  if (notHeld) throw new LeaseLostError(`job ${ctx.job.id}: its lease was lost; it was not held`);
+  return { snoozed: { dueAt: null } };
 }
 
 /** The run listed for cancellation by its cancelOn events; one already sent cancels it now. */
@@ -270,7 +338,7 @@ class Steps implements WorkflowStep {
   #nextPosition: number;
   /** Rejects with the park that ended this attempt (runWorkflow races the run against it). */
   readonly parked: Promise<never>;
-  #endAttempt: (parked: RunParked) => void = () => {};
+  #endAttempt: (ended: RunParked | WorkflowChangedError) => void = () => {};
   /** The step whose park ended this attempt; no step begins after it. */
   #parkedAt: string | null = null;
   readonly #parks: AttemptParks;
@@ -298,7 +366,9 @@ class Steps implements WorkflowStep {
   }
 
   async run<T>(name: string, fn: (ctx: StepContext) => T | Promise<T>, options: StepOptions = {}): Promise<T> {
-    const { stored, record } = this.#begin(name, 'run');
+    const begun = this.#begin(name, 'run');
+    if ('changed' in begun) return this.#diverged(name, begun.changed);
+    const { stored, record } = begun;
     if (typeof fn !== 'function') throw new TypeError(`workflow ${this.#kind}: step.run('${name}') needs a function`);
     checkStepOptions(name, options);
     if (stored?.status === 'completed') return stored.result as T;
@@ -395,7 +465,9 @@ class Steps implements WorkflowStep {
   }
 
   async sleep(name: string, forSeconds: number): Promise<void> {
-    const { stored, record } = this.#begin(name, 'sleep');
+    const begun = this.#begin(name, 'sleep');
+    if ('changed' in begun) return this.#diverged(name, begun.changed);
+    const { stored, record } = begun;
     if (!seconds.safeParse(forSeconds).success)
       throw new RangeError(`step.sleep('${name}'): seconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
     if (stored?.status === 'completed') return this.#passedSleep(name, stored);
@@ -404,7 +476,9 @@ class Steps implements WorkflowStep {
   }
 
   async sleepUntil(name: string, until: Date): Promise<void> {
-    const { stored, record } = this.#begin(name, 'sleepUntil');
+    const begun = this.#begin(name, 'sleepUntil');
+    if ('changed' in begun) return this.#diverged(name, begun.changed);
+    const { stored, record } = begun;
     if (!(until instanceof Date) || Number.isNaN(until.getTime())) {
       throw new TypeError(`step.sleepUntil('${name}'): until must be a valid Date`);
     }
@@ -422,7 +496,9 @@ class Steps implements WorkflowStep {
   }
 
   async waitForEvent<T = unknown>(name: string, options: WaitForEventOptions): Promise<T | null> {
-    const { stored, record } = this.#begin(name, 'waitForEvent');
+    const begun = this.#begin(name, 'waitForEvent');
+    if ('changed' in begun) return this.#diverged(name, begun.changed);
+    const { stored, record } = begun;
     const { event, key, timeoutSeconds, match } = options ?? ({} as WaitForEventOptions);
     if (typeof event !== 'string' || !KIND_PATTERN.test(event))
       throw new TypeError(`step.waitForEvent('${name}'): event: ${KIND_PATTERN_MESSAGE}`);
@@ -435,10 +511,35 @@ class Steps implements WorkflowStep {
       );
     }
     const matchJson = matchText(name, match);
+    // A recorded wait for another event or key: the run waits (or waited) where this code does not look.
+    if (stored?.event != null && (stored.event !== event || stored.eventKey !== key))
+      return this.#diverged(
+        name,
+        this.#change(
+          name,
+          stored.position,
+          stored.type,
+          'waitForEvent',
+          `step '${name}' (position ${stored.position}) recorded a wait for event '${stored.event}' with key ` +
+            `'${stored.eventKey}', and the code now waits for event '${event}' with key '${key}'`,
+        ),
+      );
     if (stored?.status === 'completed') return (stored.result ?? null) as T | null;
     const until = timeoutSeconds === undefined ? null : new Date(Date.now() + timeoutSeconds * 1000);
     const outcome = await this.#park({ ...record, type: 'wait', event, key, until, matchJson });
     return (outcome.result ?? null) as T | null;
+  }
+
+  async patched(id: string): Promise<boolean> {
+    const name = `${PATCH_PREFIX}${id}`;
+    const begun = this.#begin(name, 'patched');
+    if ('changed' in begun) return this.#diverged(name, begun.changed);
+    const { stored, record } = begun;
+    if (stored?.status === 'completed') return stored.result === true;
+    // Fresh unless the run's history already went past this point: steps it recorded remain ahead.
+    const fresh = this.#unreached().length === 0;
+    this.#written(await writeStepRecord(this.#db, record, JSON.stringify(fresh)));
+    return fresh;
   }
 
   async invoke<P, R = unknown>(
@@ -447,7 +548,22 @@ class Steps implements WorkflowStep {
     payload: P,
     options: EnqueueOptions = {},
   ): Promise<R> {
-    const { stored, record } = this.#begin(name, 'invoke');
+    const begun = this.#begin(name, 'invoke');
+    if ('changed' in begun) return this.#diverged(name, begun.changed);
+    const { stored, record } = begun;
+    // A recorded child of another kind: the step's result would be another kind's.
+    if (stored?.child && job && stored.child.kind !== job.kind)
+      return this.#diverged(
+        name,
+        this.#change(
+          name,
+          stored.position,
+          stored.type,
+          'invoke',
+          `step '${name}' (position ${stored.position}) invoked a job of kind ${stored.child.kind}, and the code ` +
+            `now invokes kind ${job.kind}`,
+        ),
+      );
     if (stored?.status === 'completed') return stored.result as R;
     if (stored?.childId) return this.#childEnded<R>(name, stored, record);
     if (!job?.keepCompletedSeconds) {
@@ -553,20 +669,26 @@ class Steps implements WorkflowStep {
     }
   }
 
-  /** Checks a step's name and the run's bounds; what is stored of it, and its record to write. */
-  #begin(name: string, what: string): { stored: StoredStep | undefined; record: StepRecord } {
+  /**
+   * Checks a step's name and the run's bounds, and the call against the run's recorded history; what
+   * is stored of it and its record to write, or how the code no longer matches the history. A run
+   * has diverged when the code calls a recorded name as another type of step, or a name the history
+   * does not have while recorded steps it has not reached remain (a step renamed, inserted before
+   * others, or moved); step.patched() is the one call a history may lack anywhere.
+   */
+  #begin(name: string, what: StepType): Begun {
     if (!stepName.safeParse(name).success)
       throw new TypeError(
         `workflow ${this.#kind}: step.${what}() needs a name of 1 to ${MAX_STEP_NAME_LENGTH} characters`,
       );
     if (this.#used.has(name)) {
-      throw new Error(
+      throw new PermanentJobError(
         `workflow ${this.#kind}: step name '${name}' is used twice in one run; every step needs its own name (in a ` +
           `loop, add the index)`,
       );
     }
     if (this.#used.size >= MAX_STEPS_PER_RUN)
-      throw new Error(
+      throw new PermanentJobError(
         `workflow ${this.#kind}: a run has at most ${MAX_STEPS_PER_RUN} steps; step '${name}' is one more`,
       );
     if (this.#ctx.signal.aborted) throw this.#ctx.signal.reason;
@@ -576,24 +698,97 @@ class Steps implements WorkflowStep {
           `is over`,
       );
     }
-    this.#used.add(name);
     const stored = this.#stored.get(name);
+    const changed = this.#divergence(name, what, stored);
+    this.#used.add(name);
+    if (changed) return { changed };
     const record: StepRecord = {
       jobId: this.#ctx.job.id,
       lockedBy: this.#ctx.job.lockedBy,
       name,
       position: stored?.position ?? this.#nextPosition++,
+      stepType: what,
       startedAt: new Date(),
       priorAttempts: stored?.status === 'failed' ? stored.attempts : 0,
     };
     return { stored, record };
   }
 
+  /** How calling `name` as `what` departs from the recorded history, if it does. */
+  #divergence(name: string, what: StepType, stored: StoredStep | undefined): WorkflowChange | null {
+    if (stored) {
+      if (stored.type === null || sameStepType(stored.type, what)) return null;
+      return this.#change(
+        name,
+        stored.position,
+        stored.type,
+        what,
+        `step '${name}' (position ${stored.position}) is recorded as ${describeType(stored.type)}, and the code ` +
+          `now calls it as ${describeType(what)}`,
+      );
+    }
+    if (what === 'patched') return null;
+    const ahead = this.#unreached();
+    if (ahead.length === 0) return null;
+    const listed = ahead
+      .slice(0, 3)
+      .map((s) => `'${s.name}' (${s.type ? describeType(s.type) : 'a step'}, position ${s.position})`)
+      .join(', ');
+    return this.#change(
+      name,
+      this.#nextPosition,
+      null,
+      what,
+      `the code calls ${describeType(what)} '${name}', which the run's history does not have, before recorded ` +
+        `steps it has not reached: ${listed}${ahead.length > 3 ? ` and ${ahead.length - 3} more` : ''}`,
+    );
+  }
+
+  /** A divergence, with the run's kind and version named. */
+  #change(step: string, position: number, recorded: StepType | null, called: StepType, why: string): WorkflowChange {
+    const version = this.#ctx.job.version ?? 1;
+    return {
+      code: 'workflow_changed',
+      step,
+      position,
+      recorded,
+      called,
+      version,
+      message:
+        `workflow ${this.#kind} (version ${version}) changed under run ${this.#ctx.job.id}: ${why}. The run is held: ` +
+        `nothing ran; deploy code that fits its history (a version of its own, or step.patched()), or retry it ` +
+        `from a step, or cancel it`,
+    };
+  }
+
+  /** Recorded steps this attempt has not called (yet); step.patched()'s records are not steps. */
+  #unreached(): StoredStep[] {
+    return [...this.#stored.values()]
+      .filter((s) => !this.#used.has(s.name) && s.type !== 'patched')
+      .sort((a, b) => a.position - b.position);
+  }
+
+  /** The run diverged at a step: the attempt ends here, holding the run (runWorkflow), and the
+   * step's promise never settles, so no code of the run goes on in this attempt. */
+  #diverged<T>(name: string, change: WorkflowChange): Promise<T> {
+    this.#parkedAt ??= name;
+    this.#endAttempt(new WorkflowChangedError(change));
+    return new Promise<T>(() => {});
+  }
+
+  /** The step's result as JSON; one that cannot be stored fails the run for good, at once: it would
+   * fail the same way at every try, each running the step's function again. */
   #resultJson(name: string, value: unknown): string | null {
-    const json = toJson(value, `step ${name}'s result`);
+    let json: string | null;
+    try {
+      json = toJson(value, `step ${name}'s result`);
+    } catch (error) {
+      throw new PermanentJobError(`workflow ${this.#kind}: ${(error as Error).message}`);
+    }
     if (json !== null && longerThan(json, MAX_RESULT_BYTES))
-      throw new RangeError(
-        `step ${name}'s result is ${utf8Length(json)} bytes of JSON; a step's result is at most ${MAX_RESULT_BYTES}`,
+      throw new PermanentJobError(
+        `workflow ${this.#kind}: step ${name}'s result is ${utf8Length(json)} bytes of JSON; a step's result is at ` +
+          `most ${MAX_RESULT_BYTES}`,
       );
     return json;
   }

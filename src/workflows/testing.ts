@@ -111,6 +111,7 @@ function withStubs(step: WorkflowStep, stubs: Readonly<Record<string, StepStub>>
       stubbed(name)
         ? step.run(name, stubFor(name) as typeof fn, { ...runOptions, transactional: false })
         : step.run(name, fn, runOptions),
+    patched: (id) => step.patched(id),
     sleep: (name, seconds) => step.sleep(name, seconds),
     sleepUntil: (name, until) => step.sleepUntil(name, until),
     waitForEvent: (name, waitOptions) => step.waitForEvent(name, waitOptions),

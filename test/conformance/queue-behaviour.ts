@@ -289,26 +289,39 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
 
     it('the reaper returns a lock ten minutes old under a five-minute timeout and leaves a fresh one; per-job timeouts win', async () => {
       const rows = await h.query<{ id: string; name: string }>(
-        `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_at, locked_by, visibility_seconds, last_error)
-         VALUES ('k', '{"name":"stale"}', 'running', 1, now() - interval '10 minutes', 'dead-worker:1', NULL, NULL),
-                ('k', '{"name":"fresh"}', 'running', 1, now() - interval '1 minute', 'live-worker:1', NULL, NULL),
-                ('k', '{"name":"short"}', 'running', 1, now() - interval '2 minutes', 'w:2', 60, NULL),
-                ('k', '{"name":"long"}', 'running', 1, now() - interval '10 minutes', 'w:3', 3600, NULL),
-                ('k', '{"name":"last"}', 'running', 3, now() - interval '10 minutes', 'w:4', NULL, NULL)
+        `INSERT INTO pgdrain.jobs (kind, payload, status, attempts, locked_at, locked_by, visibility_seconds, last_error,
+                                   lost_attempts)
+         VALUES ('k', '{"name":"stale"}', 'running', 1, now() - interval '10 minutes', 'dead-worker:1', NULL, NULL, 0),
+                ('k', '{"name":"fresh"}', 'running', 1, now() - interval '1 minute', 'live-worker:1', NULL, NULL, 0),
+                ('k', '{"name":"short"}', 'running', 1, now() - interval '2 minutes', 'w:2', 60, NULL, 0),
+                ('k', '{"name":"long"}', 'running', 1, now() - interval '10 minutes', 'w:3', 3600, NULL, 0),
+                ('k', '{"name":"spent"}', 'running', 3, now() - interval '10 minutes', 'w:4', NULL, NULL, 0),
+                ('k', '{"name":"lost"}', 'running', 1, now() - interval '10 minutes', 'w:5', NULL, NULL, 4)
          RETURNING id::text, payload->>'name' AS name`,
       );
       const idOf = (n: string) => rows.find((r) => r.name === n)!.id;
       const result = await reap(h.db, 300);
-      expect(result.reclaimed.sort()).toEqual([idOf('stale'), idOf('short')].sort());
-      expect(result.dead).toEqual([idOf('last')]);
-      const state = await h.query(`SELECT payload->>'name' AS name, status, locked_by FROM pgdrain.jobs ORDER BY id`);
+      // A lost attempt is refunded and counted apart: a job on its last attempt is not dead for it, one
+      // lost as many times as MAX_LOST_ATTEMPTS is.
+      expect(result.reclaimed.sort()).toEqual([idOf('stale'), idOf('short'), idOf('spent')].sort());
+      expect(result.dead).toEqual([idOf('lost')]);
+      const state = await h.query(
+        `SELECT payload->>'name' AS name, status, locked_by, attempts, lost_attempts FROM pgdrain.jobs ORDER BY id`,
+      );
       expect(state).toEqual([
-        { name: 'stale', status: 'pending', locked_by: null },
-        { name: 'fresh', status: 'running', locked_by: 'live-worker:1' },
-        { name: 'short', status: 'pending', locked_by: null },
-        { name: 'long', status: 'running', locked_by: 'w:3' },
-        { name: 'last', status: 'dead', locked_by: null },
+        { name: 'stale', status: 'pending', locked_by: null, attempts: 0, lost_attempts: 1 },
+        { name: 'fresh', status: 'running', locked_by: 'live-worker:1', attempts: 1, lost_attempts: 0 },
+        { name: 'short', status: 'pending', locked_by: null, attempts: 0, lost_attempts: 1 },
+        { name: 'long', status: 'running', locked_by: 'w:3', attempts: 1, lost_attempts: 0 },
+        { name: 'spent', status: 'pending', locked_by: null, attempts: 2, lost_attempts: 1 },
+        { name: 'lost', status: 'dead', locked_by: null, attempts: 0, lost_attempts: 5 },
       ]);
+      const [lost] = await h.query<{ last_error: string }>(`SELECT last_error FROM pgdrain.jobs WHERE id = $1`, [
+        idOf('lost'),
+      ]);
+      expect(lost!.last_error).toMatch(
+        /^lost 5 times with its drainer \(it died or stopped renewing the lease while the job ran; a handler that kills its process ends so\); the last: visibility timeout: w:5 held/,
+      );
       expect(await reap(h.db, 300)).toEqual({ reclaimed: [], dead: [], cancelled: [] });
     });
 
@@ -327,11 +340,13 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(await complete(h.db, [mine!])).toEqual([]);
       expect(await fail(h.db, mine!, { error: 'late failure' })).toEqual({ outcome: 'lost' });
       expect(await release(h.db, [mine!])).toEqual([]);
-      expect(await h.query('SELECT status, locked_by, attempts, last_error FROM pgdrain.jobs')).toEqual([
+      // The reaped attempt was refunded (counted as lost instead): the second claim is attempt 1.
+      expect(await h.query('SELECT status, locked_by, attempts, lost_attempts, last_error FROM pgdrain.jobs')).toEqual([
         {
           status: 'running',
           locked_by: 'other-worker:7',
-          attempts: 2,
+          attempts: 1,
+          lost_attempts: 1,
           last_error: expect.stringContaining('visibility timeout'),
         },
       ]);
@@ -589,7 +604,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         const rows = (await h.query(
           `SELECT id::text, kind, payload, attempts, max_attempts, priority, group_key, timeout_ms,
                   (extract(epoch from run_at) * 1000)::float8 AS run_ms, locked_by, visibility_seconds, traceparent,
-                  (extract(epoch from created_at) * 1000)::float8 AS created_ms
+                  (extract(epoch from created_at) * 1000)::float8 AS created_ms, version
              FROM pgdrain.jobs WHERE id = ANY($1::bigint[]) ORDER BY priority DESC, run_at, id`,
           [jobs.map((j) => j.id)],
         )) as Record<string, unknown>[];
@@ -607,6 +622,7 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
           visibilityTimeoutSeconds: r.visibility_seconds,
           traceparent: r.traceparent,
           createdAt: new Date(Math.floor(Number(r.created_ms))),
+          version: r.version,
         }));
       };
       const statements: [string, (kind: string, token: string) => Promise<ClaimedJob[]>][] = [
@@ -1031,9 +1047,9 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         { kind: 'c', completed: 0, failed: 1, dead: 0, current: true },
       ]);
       expect(await countTotals(h.db)).toEqual({
-        a: { completed: 30, failed: 0, dead: 0 },
-        b: { completed: 2, failed: 10, dead: 10 },
-        c: { completed: 0, failed: 1, dead: 0 },
+        a: { completed: 30, failed: 0, dead: 0, diverged: 0 },
+        b: { completed: 2, failed: 10, dead: 10, diverged: 0 },
+        c: { completed: 0, failed: 1, dead: 0, diverged: 0 },
       });
     });
 
@@ -1058,15 +1074,17 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       expect(await countRows()).toEqual([{ kind: 'a', completed: 2, failed: 0, dead: 0, current: true }]);
     });
 
-    it('a reaped attempt counts as failed, and as dead when it was the last', async () => {
+    it('a reaped attempt counts as failed, and as dead when it was the last the job may lose', async () => {
       await enqueueMany(h.db, [
         { kind: 'a', payload: {}, maxAttempts: 1 },
         { kind: 'a', payload: {} },
         { kind: 'b', payload: {} },
       ]);
       await claim(h.db, { batchSize: 3, lockToken: 'gone:1' });
+      // The first has lost four attempts with its drainers already: this is its fifth.
       await h.query(
-        `UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour', locked_until = now() - interval '59 minutes'`,
+        `UPDATE pgdrain.jobs SET locked_at = now() - interval '1 hour', locked_until = now() - interval '59 minutes',
+                lost_attempts = CASE WHEN max_attempts = 1 THEN 4 ELSE 0 END`,
       );
       const reaped = await reap(h.db, 60);
       expect(reaped.dead).toHaveLength(1);
@@ -1129,7 +1147,10 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
       const minute = new Date(m).getTime();
       const at = (series: { minute: Date }[], t: number) => series.find((e) => e.minute.getTime() === t);
       const before = await countTotals(h.db);
-      expect(before).toEqual({ a: { completed: 157, failed: 8, dead: 2 }, b: { completed: 7, failed: 3, dead: 2 } });
+      expect(before).toEqual({
+        a: { completed: 157, failed: 8, dead: 2, diverged: 0 },
+        b: { completed: 7, failed: 3, dead: 2, diverged: 0 },
+      });
 
       const series = await countsByMinute(h.db, { minutes: 60 });
       expect(series).toHaveLength(60);

@@ -35,6 +35,7 @@ const job = (over: Partial<ClaimedJob> = {}): ClaimedJob => {
     visibilityTimeoutSeconds: null,
     traceparent: null,
     createdAt: new Date(),
+    version: null,
     ...over,
   };
 };

@@ -49,6 +49,7 @@ export const ENQUEUE_COLUMNS: readonly Column[] = [
   option('timeout_ms', 'int', 'timeoutMs'),
   option('keep_seconds', 'int', 'keepSeconds'),
   option('traceparent', 'text', 'traceparent'),
+  option('version', 'int', 'version'),
 ];
 
 /** The column list: `kind, payload, run_at, …`. */

@@ -34,6 +34,9 @@ export interface NewJob {
   /** The W3C trace context of the span that enqueued it (`00-<trace>-<span>-<flags>`): the handler's
    * span links to it. Set by the enqueue pipeline when a tracer is registered (src/tracing.ts). */
   traceparent?: string;
+  /** A workflow run's version, when it is not the first (defineWorkflow `version`): only drainers
+   * that have it claim the run. */
+  version?: number;
 }
 
 export interface EnqueuedJob {

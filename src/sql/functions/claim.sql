@@ -3,6 +3,11 @@
 -- then run_at, then id), locked SKIP LOCKED, become running under `token` with one more attempt and a
 -- lease (the job's own visibility, else lease_seconds). Returns them (not in claim order).
 --
+-- A workflow run of a version after the first (defineWorkflow `version`) is named `kind@version` in
+-- only_kinds: a drainer lists the versions it has, and a run is claimed only by one that has its
+-- version (a kind's name alone claims its runs without a version). Without only_kinds, only runs
+-- without a version are claimed. A plain job pays one NULL test for it.
+--
 -- Its settings are its own (nothing outside the function sees them). With seqscan, bitmapscan and
 -- sort off the planner has one plan left: walk jobs_ready in its order and stop at the batch —
 -- whatever the statistics say (an idle queue's table analyzed empty, then a burst committed in one
@@ -24,7 +29,8 @@
 -- new tuple id: it is left pending, unclaimed this time, never claimed twice.
 CREATE OR REPLACE FUNCTION pgdrain.claim(how_many integer, only_kinds text[], token text, lease_seconds integer)
 RETURNS TABLE (id bigint, kind text, payload jsonb, attempts integer, max_attempts integer, priority integer, group_key text,
-               timeout_ms integer, run_at timestamptz, locked_by text, visibility_seconds integer, traceparent text, created_at timestamptz)
+               timeout_ms integer, run_at timestamptz, locked_by text, visibility_seconds integer, traceparent text, created_at timestamptz,
+               version integer)
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -44,13 +50,14 @@ BEGIN
      WHERE j.id = ANY(ARRAY(
              SELECT r.id FROM pgdrain.jobs r
               WHERE r.status = 'pending' AND r.run_at <= now()
-                AND (claim.only_kinds IS NULL OR r.kind = ANY(claim.only_kinds))
+                AND (claim.only_kinds IS NULL AND r.version IS NULL
+                     OR CASE WHEN r.version IS NULL THEN r.kind ELSE r.kind || '@' || r.version END = ANY(claim.only_kinds))
                 AND coalesce(r.kind <> ALL(ARRAY(SELECT p.kind FROM pgdrain.paused_kinds p)), true)
               ORDER BY r.priority DESC NULLS LAST, r.run_at, r.id
               LIMIT claim.how_many
               FOR UPDATE OF r SKIP LOCKED))
     RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.group_key, j.timeout_ms, j.run_at, j.locked_by,
-              j.visibility_seconds, j.traceparent, j.created_at;
+              j.visibility_seconds, j.traceparent, j.created_at, j.version;
   ELSE
     RETURN QUERY
     UPDATE pgdrain.jobs j
@@ -59,13 +66,14 @@ BEGIN
      WHERE j.ctid = ANY(ARRAY(
              SELECT r.ctid FROM pgdrain.jobs r
               WHERE r.status = 'pending' AND r.run_at <= now()
-                AND (claim.only_kinds IS NULL OR r.kind = ANY(claim.only_kinds))
+                AND (claim.only_kinds IS NULL AND r.version IS NULL
+                     OR CASE WHEN r.version IS NULL THEN r.kind ELSE r.kind || '@' || r.version END = ANY(claim.only_kinds))
                 AND coalesce(r.kind <> ALL(ARRAY(SELECT p.kind FROM pgdrain.paused_kinds p)), true)
               ORDER BY r.priority DESC NULLS LAST, r.run_at, r.id
               LIMIT claim.how_many
               FOR UPDATE OF r SKIP LOCKED))
     RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.group_key, j.timeout_ms, j.run_at, j.locked_by,
-              j.visibility_seconds, j.traceparent, j.created_at;
+              j.visibility_seconds, j.traceparent, j.created_at, j.version;
   END IF;
 END
 $claim$;

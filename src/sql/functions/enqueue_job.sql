@@ -32,6 +32,7 @@ CREATE OR REPLACE FUNCTION pgdrain.enqueue_job(
   traceparent text,
   dedupe_mode text,
   after bigint[],
+  version integer DEFAULT NULL,
   OUT id bigint, OUT status text, OUT run_at_ms float8, OUT inserted boolean, OUT replaced boolean, OUT missing bigint[]
 )
 LANGUAGE plpgsql
@@ -99,10 +100,11 @@ BEGIN
        WHERE j.dedupe_key = enqueue_job.dedupe_key AND j.kind = enqueue_job.kind AND j.status IN ('running', 'dead');
     END IF;
     INSERT INTO pgdrain.jobs (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key,
-                              timeout_ms, keep_seconds, traceparent, status, waiting_for, last_error, finished_at)
+                              timeout_ms, keep_seconds, traceparent, version, status, waiting_for, last_error, finished_at)
     VALUES (enqueue_job.kind, enqueue_job.payload, due, coalesce(enqueue_job.max_attempts, {{DEFAULT_MAX_ATTEMPTS}}),
             enqueue_job.dedupe_key, enqueue_job.visibility_seconds, coalesce(enqueue_job.priority, {{DEFAULT_PRIORITY}}),
             enqueue_job.group_key, enqueue_job.timeout_ms, enqueue_job.keep_seconds, enqueue_job.traceparent,
+            enqueue_job.version,
             CASE WHEN ended_parent IS NOT NULL THEN 'dead' WHEN unfinished > 0 THEN 'waiting' ELSE 'pending' END,
             CASE WHEN ended_parent IS NULL AND unfinished > 0 THEN unfinished END,
             CASE WHEN ended_parent IS NOT NULL THEN format('job %s it waits for ended %s', ended_parent, ended_status) END,

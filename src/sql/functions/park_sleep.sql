@@ -4,7 +4,7 @@
 -- like pgdrain.record_step(); outcome 'parked' (until until_at), 'done', 'lost' or 'cancelled'.
 CREATE OR REPLACE FUNCTION pgdrain.park_sleep(
   job_id bigint, token text, name text, step_position integer, started_at timestamptz, until timestamptz,
-  OUT outcome text, OUT until_at timestamptz
+  step_type text DEFAULT 'sleep', OUT outcome text, OUT until_at timestamptz
 )
 LANGUAGE plpgsql
 VOLATILE
@@ -26,15 +26,17 @@ BEGIN
   SELECT s.wake_at INTO ends FROM pgdrain.workflow_steps s WHERE s.job_id = park_sleep.job_id AND s.name = park_sleep.name AND s.status = 'sleeping';
   ends := coalesce(ends, park_sleep.until);
   IF ends <= now() THEN
-    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, finished_at)
-    VALUES (park_sleep.job_id, park_sleep.name, park_sleep.step_position, 'completed', 1, park_sleep.started_at, now())
-    ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE SET status = 'completed', finished_at = now(), wake_at = NULL;
+    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, finished_at, type)
+    VALUES (park_sleep.job_id, park_sleep.name, park_sleep.step_position, 'completed', 1, park_sleep.started_at, now(), park_sleep.step_type)
+    ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
+      SET status = 'completed', finished_at = now(), wake_at = NULL, type = coalesce(s.type, excluded.type);
     outcome := 'done';
     RETURN;
   END IF;
-  INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at)
-  VALUES (park_sleep.job_id, park_sleep.name, park_sleep.step_position, 'sleeping', 1, park_sleep.started_at, ends)
-  ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE SET status = 'sleeping', finished_at = NULL, wake_at = ends;
+  INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at, type)
+  VALUES (park_sleep.job_id, park_sleep.name, park_sleep.step_position, 'sleeping', 1, park_sleep.started_at, ends, park_sleep.step_type)
+  ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
+    SET status = 'sleeping', finished_at = NULL, wake_at = ends, type = coalesce(s.type, excluded.type);
   UPDATE pgdrain.jobs j SET status = 'pending', run_at = ends, waiting_for = NULL, locked_at = NULL, locked_by = NULL,
          locked_until = NULL, attempts = greatest(j.attempts - 1, 0)
    WHERE j.id = park_sleep.job_id;

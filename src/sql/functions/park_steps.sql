@@ -5,6 +5,7 @@
 --   {"type": "sleep", "name", "position", "started_at", "until"}
 --   {"type": "wait",  "name", "position", "started_at", "event", "key", "until" (or null), "match" (or null)}
 --   {"type": "child", "name", "position", "started_at", "child_id"}   (the child enqueued in this transaction, or before)
+-- each with the step's type as the run called it in "step_type" (sleep or sleepUntil; waitForEvent; invoke),
 -- and records each as park_sleep(), park_wait() and step.invoke's park do: one that is done already
 -- (a sleep whose end has come, a wait an event answers, a child that has ended) completes, or is
 -- left to the caller to read (a child). When some are done, the attempt goes on (the run gets what
@@ -26,6 +27,7 @@ DECLARE
   asked timestamptz;
   p jsonb;
   step_name text;
+  step_type text;
   ends timestamptz;
   found_id bigint;
   found_payload jsonb;
@@ -50,6 +52,7 @@ BEGIN
   END IF;
   FOR p IN SELECT e FROM jsonb_array_elements(park_steps.parks) e LOOP
     step_name := p->>'name';
+    step_type := coalesce(p->>'step_type', CASE p->>'type' WHEN 'sleep' THEN 'sleep' WHEN 'wait' THEN 'waitForEvent' ELSE 'invoke' END);
     name := step_name;
     until_at := NULL;
     answer := NULL;
@@ -58,14 +61,16 @@ BEGIN
        WHERE s.job_id = park_steps.job_id AND s.name = step_name AND s.status = 'sleeping';
       ends := coalesce(ends, (p->>'until')::timestamptz);
       IF ends <= now() THEN
-        INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, finished_at)
-        VALUES (park_steps.job_id, step_name, (p->>'position')::int, 'completed', 1, (p->>'started_at')::timestamptz, now())
-        ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE SET status = 'completed', finished_at = now(), wake_at = NULL;
+        INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, finished_at, type)
+        VALUES (park_steps.job_id, step_name, (p->>'position')::int, 'completed', 1, (p->>'started_at')::timestamptz, now(), step_type)
+        ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
+          SET status = 'completed', finished_at = now(), wake_at = NULL, type = coalesce(s.type, excluded.type);
         outcome := 'done';
       ELSE
-        INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at)
-        VALUES (park_steps.job_id, step_name, (p->>'position')::int, 'sleeping', 1, (p->>'started_at')::timestamptz, ends)
-        ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE SET status = 'sleeping', finished_at = NULL, wake_at = ends;
+        INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at, type)
+        VALUES (park_steps.job_id, step_name, (p->>'position')::int, 'sleeping', 1, (p->>'started_at')::timestamptz, ends, step_type)
+        ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
+          SET status = 'sleeping', finished_at = NULL, wake_at = ends, type = coalesce(s.type, excluded.type);
         outcome := 'parked';
         until_at := ends;
         earliest := least(earliest, ends);
@@ -85,20 +90,22 @@ BEGIN
       IF found_id IS NOT NULL OR ends <= now() THEN
         answer := CASE WHEN found_id IS NOT NULL THEN coalesce(found_payload, 'null'::jsonb) ELSE 'null'::jsonb END;
         INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, result, started_at, finished_at,
-                                                 event, event_key, event_match, event_id)
+                                                 event, event_key, event_match, event_id, type)
         VALUES (park_steps.job_id, step_name, (p->>'position')::int, 'completed', 1, answer, (p->>'started_at')::timestamptz, now(),
-                p->>'event', p->>'key', nullif(p->'match', 'null'::jsonb), found_id)
+                p->>'event', p->>'key', nullif(p->'match', 'null'::jsonb), found_id, step_type)
         ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
           SET status = 'completed', result = excluded.result, finished_at = now(), wake_at = NULL, event = excluded.event,
-              event_key = excluded.event_key, event_match = excluded.event_match, event_id = excluded.event_id;
+              event_key = excluded.event_key, event_match = excluded.event_match, event_id = excluded.event_id,
+              type = coalesce(s.type, excluded.type);
         outcome := 'done';
       ELSE
-        INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at, event, event_key, event_match)
+        INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at, event, event_key, event_match, type)
         VALUES (park_steps.job_id, step_name, (p->>'position')::int, 'waiting', 1, (p->>'started_at')::timestamptz, ends,
-                p->>'event', p->>'key', nullif(p->'match', 'null'::jsonb))
+                p->>'event', p->>'key', nullif(p->'match', 'null'::jsonb), step_type)
         ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
           SET status = 'waiting', result = NULL, finished_at = NULL, wake_at = ends, event = excluded.event,
-              event_key = excluded.event_key, event_match = excluded.event_match, event_id = NULL;
+              event_key = excluded.event_key, event_match = excluded.event_match, event_id = NULL,
+              type = coalesce(s.type, excluded.type);
         outcome := 'parked';
         until_at := ends;
         earliest := least(earliest, ends);
@@ -108,10 +115,10 @@ BEGIN
       SELECT c.status INTO child_status FROM pgdrain.jobs c WHERE c.id = child FOR UPDATE;
       UPDATE pgdrain.jobs c SET has_dependents = true WHERE c.id = child AND c.has_dependents IS NOT TRUE;
       INSERT INTO pgdrain.job_dependencies (depends_on, job_id) VALUES (child, park_steps.job_id) ON CONFLICT DO NOTHING;
-      INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, child_id)
-      VALUES (park_steps.job_id, step_name, (p->>'position')::int, 'waiting', 1, (p->>'started_at')::timestamptz, child)
+      INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, child_id, type)
+      VALUES (park_steps.job_id, step_name, (p->>'position')::int, 'waiting', 1, (p->>'started_at')::timestamptz, child, step_type)
       ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
-        SET status = 'waiting', child_id = excluded.child_id, finished_at = NULL, wake_at = NULL;
+        SET status = 'waiting', child_id = excluded.child_id, finished_at = NULL, wake_at = NULL, type = coalesce(s.type, excluded.type);
       IF child_status IN ('pending', 'running', 'waiting') THEN
         outcome := 'parked';
         children := children + 1;

@@ -40,19 +40,22 @@ BEGIN
   ends := coalesce(ends, park_wait.until);
   IF found_id IS NOT NULL OR ends <= now() THEN
     answer := CASE WHEN found_id IS NOT NULL THEN coalesce(found_payload, 'null'::jsonb) ELSE 'null'::jsonb END;
-    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, result, started_at, finished_at, event, event_key, event_match, event_id)
-    VALUES (park_wait.job_id, park_wait.name, park_wait.step_position, 'completed', 1, answer, park_wait.started_at, now(), park_wait.event, park_wait.key, park_wait.match, found_id)
+    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, result, started_at, finished_at, event, event_key, event_match,
+                                             event_id, type)
+    VALUES (park_wait.job_id, park_wait.name, park_wait.step_position, 'completed', 1, answer, park_wait.started_at, now(), park_wait.event, park_wait.key,
+            park_wait.match, found_id, 'waitForEvent')
     ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
       SET status = 'completed', result = excluded.result, finished_at = now(), wake_at = NULL, event = excluded.event, event_key = excluded.event_key,
-          event_match = excluded.event_match, event_id = excluded.event_id;
+          event_match = excluded.event_match, event_id = excluded.event_id, type = coalesce(s.type, excluded.type);
     outcome := 'done';
     RETURN;
   END IF;
-  INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at, event, event_key, event_match)
-  VALUES (park_wait.job_id, park_wait.name, park_wait.step_position, 'waiting', 1, park_wait.started_at, ends, park_wait.event, park_wait.key, park_wait.match)
+  INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, started_at, wake_at, event, event_key, event_match, type)
+  VALUES (park_wait.job_id, park_wait.name, park_wait.step_position, 'waiting', 1, park_wait.started_at, ends, park_wait.event, park_wait.key, park_wait.match,
+          'waitForEvent')
   ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
     SET status = 'waiting', result = NULL, finished_at = NULL, wake_at = ends, event = excluded.event, event_key = excluded.event_key,
-        event_match = excluded.event_match, event_id = NULL;
+        event_match = excluded.event_match, event_id = NULL, type = coalesce(s.type, excluded.type);
   UPDATE pgdrain.jobs j SET status = CASE WHEN ends IS NULL THEN 'waiting' ELSE 'pending' END, run_at = coalesce(ends, j.run_at),
          waiting_for = NULL, locked_at = NULL, locked_by = NULL, locked_until = NULL, attempts = greatest(j.attempts - 1, 0)
    WHERE j.id = park_wait.job_id;

@@ -16,7 +16,7 @@
 -- later call): an INSERT … ON CONFLICT cannot update one row twice in a statement.
 CREATE OR REPLACE FUNCTION pgdrain.record_steps(
   job_ids bigint[], tokens text[], step_names text[], step_positions integer[], step_attempts integer[],
-  step_results text[], started_ats timestamptz[]
+  step_results text[], started_ats timestamptz[], step_types text[] DEFAULT NULL
 ) RETURNS TABLE (step_index integer, outcome text)
 LANGUAGE plpgsql
 VOLATILE
@@ -32,13 +32,14 @@ BEGIN
     SELECT g.*, j.cancel_requested_at AS asked
       FROM given g JOIN pgdrain.jobs j ON j.id = g.job_id AND j.locked_by = g.token AND j.status = 'running'
   ), written AS (
-    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, result, error, started_at, finished_at)
-    SELECT h.job_id, h.name, h.step_position, 'completed', h.attempts, h.result::jsonb, NULL, h.started_at, now()
+    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, result, error, started_at, finished_at, type)
+    SELECT h.job_id, h.name, h.step_position, 'completed', h.attempts, h.result::jsonb, NULL, h.started_at, now(),
+           coalesce(step_types[h.n], 'run')
       FROM held h
      WHERE h.asked IS NULL
     ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
       SET status = excluded.status, attempts = excluded.attempts, result = excluded.result, error = NULL,
-          started_at = excluded.started_at, finished_at = now(), wake_at = NULL
+          started_at = excluded.started_at, finished_at = now(), wake_at = NULL, type = coalesce(s.type, excluded.type)
     RETURNING 1
   )
   SELECT g.n::integer,

@@ -25,11 +25,12 @@ BEGIN
     RETURN;
   END IF;
   IF snooze_run.name IS NOT NULL THEN
-    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, error, started_at, finished_at, wake_at)
+    INSERT INTO pgdrain.workflow_steps AS s (job_id, name, position, status, attempts, error, started_at, finished_at, wake_at, type)
     VALUES (snooze_run.job_id, snooze_run.name, snooze_run.step_position, 'failed', snooze_run.attempts, snooze_run.error,
-            snooze_run.started_at, now(), snooze_run.until)
+            snooze_run.started_at, now(), snooze_run.until, 'run')
     ON CONFLICT ON CONSTRAINT workflow_steps_pkey DO UPDATE
-      SET status = 'failed', attempts = excluded.attempts, error = excluded.error, finished_at = now(), wake_at = excluded.wake_at
+      SET status = 'failed', attempts = excluded.attempts, error = excluded.error, finished_at = now(), wake_at = excluded.wake_at,
+          type = coalesce(s.type, excluded.type)
       WHERE s.status <> 'completed';
   END IF;
   UPDATE pgdrain.jobs j SET status = 'pending', run_at = snooze_run.until, waiting_for = NULL, locked_at = NULL, locked_by = NULL,

@@ -187,6 +187,20 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
     expect(Number(await page.locator('#sum-dead').getAttribute('data-value'))).toBe(1);
     expect(await page.locator('#chart svg rect.completed').count()).toBeGreaterThan(0);
 
+    // The kinds as the sidecar wrote them at its start (pgdrain.kinds), with who wrote them.
+    const defined = await t.query<{ kind: string; written_by: string }>(
+      'SELECT kind, written_by FROM pgdrain.kinds ORDER BY kind',
+    );
+    expect(defined.map((d) => d.kind)).toContain('record');
+    expect(
+      await page
+        .locator('#definitions tbody tr')
+        .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-definition'))),
+    ).toEqual(defined.map((d) => d.kind));
+    expect(await page.locator('#definitions tr[data-definition="record"]').textContent()).toContain(
+      `${defined[0]!.written_by} (this drainer has it)`,
+    );
+
     // Dead jobs, newest first, as the database lists them; error text shown as text, not HTML.
     const dead = await t.query<{ id: string; kind: string }>(
       `SELECT id::text, kind FROM pgdrain.jobs WHERE status = 'dead' ORDER BY id DESC`,

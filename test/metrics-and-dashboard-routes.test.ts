@@ -53,7 +53,9 @@ async function arrange() {
     mail[2]!.id,
   ]);
   // history folded into the totals long ago
-  await t.query(`INSERT INTO pgdrain.job_totals (kind, completed, failed, dead) VALUES ('noop', 1000, 5, 1)`);
+  await t.query(
+    `INSERT INTO pgdrain.job_totals (kind, completed, failed, dead, diverged) VALUES ('noop', 1000, 5, 1, 3)`,
+  );
 }
 
 function sample(families: MetricFamily[], name: string, labels: Record<string, string>): number {
@@ -79,6 +81,7 @@ describe('GET /metrics', () => {
       ['pgdrain_jobs_completed_total', 'COUNTER'],
       ['pgdrain_jobs_failed_total', 'COUNTER'],
       ['pgdrain_jobs_dead_total', 'COUNTER'],
+      ['pgdrain_workflow_diverged_total', 'COUNTER'],
       ['pgdrain_oldest_snapshot_age_seconds', 'GAUGE'],
       ['pgdrain_oldest_xmin_age_transactions', 'GAUGE'],
       ['pgdrain_jobs_table_dead_tuples', 'GAUGE'],
@@ -115,6 +118,9 @@ describe('GET /metrics', () => {
     expect(sample(families, 'pgdrain_jobs_dead_total', { kind: 'noop' })).toBe(1);
     expect(sample(families, 'pgdrain_jobs_failed_total', { kind: mail })).toBe(2);
     expect(sample(families, 'pgdrain_jobs_dead_total', { kind: mail })).toBe(2);
+    // Runs held because a deploy's code departed from their history: a kind's series once one was.
+    expect(sample(families, 'pgdrain_workflow_diverged_total', { kind: 'noop' })).toBe(3);
+    expect(families.find((f) => f.name === 'pgdrain_workflow_diverged_total')?.metrics).toHaveLength(1);
     // The label with a quote and a backslash is escaped as the format says.
     expect(text).toContain('kind="mail \\"weekly\\"\\\\digest"');
   });

@@ -502,6 +502,24 @@ describe('the npm package, installed into a project of its own', () => {
       { n: readMigrationFiles({ migrationsFolder: migrationsFolder() }).length },
     ]);
     expect((await run('npx', ['--no-install', 'pgdrain', 'migrate'], dir)).stderr).toMatch(/set DATABASE_URL/);
+    // With --jobs it writes the module's kinds: a job enqueued from SQL by the kind's name gets its
+    // maxAttempts (5) before any drainer of it has started; `pgdrain kinds` shows who wrote it.
+    const withKinds = await run('npx', ['--no-install', 'pgdrain', 'migrate', '--jobs', './jobs.ts'], dir, {
+      DATABASE_URL: t.url,
+    });
+    expect(withKinds.code, withKinds.stderr).toBe(0);
+    expect(withKinds.stdout).toMatch(/pgdrain: 1 kind written, with 0 event subscriptions/);
+    await t.query(`SELECT pgdrain.enqueue('send_receipt', '{"orderId": 1}')`);
+    expect(await t.query('SELECT max_attempts FROM pgdrain.jobs')).toEqual([{ max_attempts: 5 }]);
+    await t.query('DELETE FROM pgdrain.jobs');
+    const listed = await run('npx', ['--no-install', 'pgdrain', 'kinds', '--json'], dir, { DATABASE_URL: t.url });
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(JSON.parse(listed.stdout)).toMatchObject({
+      kind: 'send_receipt',
+      version: 1,
+      options: { maxAttempts: 5 },
+      writtenBy: expect.stringMatching(/^pgdrain migrate on /),
+    });
     expect((await run('npx', ['--no-install', 'pgdrain', '--help'], dir)).stdout).toMatch(/Usage: pgdrain <command>/);
 
     const receipts = path.join(dir, 'cli-receipts.log');

@@ -38,6 +38,7 @@ import { jobLifecycleSuite } from './conformance/job-lifecycle.ts';
 import { queueBehaviourSuite } from './conformance/queue-behaviour.ts';
 import { type Harness, listenOn } from './support/harness.ts';
 import { workflowSuite } from './conformance/workflows.ts';
+import { kindDoorsSuite } from './conformance/kind-doors.ts';
 import { workflowChangeSuite } from './conformance/workflow-changes.ts';
 
 // The sidecar's own pools (src/sidecar/database.ts), as `pgdrain start` opens them.
@@ -658,3 +659,4 @@ describe("checked-out connections (the sidecar's pools)", () => {
     }
   });
 });
+kindDoorsSuite('node-postgres', nodePostgresHarness);

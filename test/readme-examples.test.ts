@@ -284,6 +284,33 @@ it("the step tries example: two failed tries of 'charge' spend none of the run's
   expect(payments.charges).toBe(1);
 });
 
+it('the workflow-changes example: a run past the patch keeps the old path, a fresh one takes the new; a version runs beside the old', async () => {
+  const { done, fulfil, fulfilPatched, fulfilV2 } = await import('../examples/workflow-changes.ts');
+  const { drain } = await import('../src/drain/index.ts');
+  const { JobRegistry } = await import('../src/jobs/registry.ts');
+  const { enqueue, sendEvent } = await import('../src/entry/index.ts');
+  const statusOf = async (id: string) =>
+    (await t.query('SELECT status, held FROM pgdrain.jobs_and_history WHERE id = $1', [id]))[0];
+  // The first deploy ships order 1 and parks it until delivery.
+  const first = await enqueue(t.db, fulfil, { orderId: 1 });
+  await drain(t.db, new JobRegistry([fulfil]), { workerId: 'example' });
+  // The patched deploy, with version 2 beside it: order 2 starts on version 2, order 3 on the patched
+  // version 1 (enqueued by its definition).
+  const deployed = new JobRegistry([fulfilPatched, fulfilV2]);
+  const second = await enqueue(t.db, fulfilV2, { orderId: 2 });
+  const third = await enqueue(t.db, fulfilPatched, { orderId: 3 });
+  await drain(t.db, deployed, { workerId: 'example' });
+  for (const orderId of [1, 2, 3]) await sendEvent(t.db, { event: 'order.delivered', key: `order:${orderId}` });
+  await drain(t.db, deployed, { workerId: 'example' });
+  // All three completed (and, kept by no keepCompletedSeconds, are gone): none held, none dead.
+  for (const { id } of [first, second, third]) expect(await statusOf(id)).toBeUndefined();
+  // Runs go side by side: each order's steps in order.
+  const of = (orderId: number) => done.filter((d) => d.endsWith(` ${orderId}`));
+  expect(of(1)).toEqual(['reserve 1', 'ship 1']); // shipped before the patch: no check
+  expect(of(2)).toEqual(['check and reserve 2', 'ship 2']); // version 2
+  expect(of(3)).toEqual(['reserve 3', 'check 3', 'ship 3']); // reached the patch fresh
+});
+
 it('the events example: two subscribed kinds started by an event sent in TypeScript, then by a trigger on your own table', async () => {
   const { sendReceipt, updateLedger, orderPaid, PAID_TRIGGER, receipts, ledger } = await import(
     '../examples/events.ts'

@@ -86,7 +86,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.claim(integer,text[],text,integer)',
     'pgdrain.claim_ids(bigint[],integer,text[],text,integer)',
     'pgdrain.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],integer,text)',
-    'pgdrain.enqueue_job(text,jsonb,timestamp with time zone,integer,text,integer,integer,text,integer,integer,text,text,bigint[],integer)',
+    'pgdrain.enqueue_job(text,jsonb,timestamp with time zone,integer,text,integer,integer,text,integer,integer,text,text,bigint[],integer,boolean)',
     'pgdrain.fair_keys(text,integer,text,integer)',
     'pgdrain.hold_run(bigint,text,jsonb)',
     'pgdrain.maintain_history(integer)',

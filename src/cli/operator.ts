@@ -27,6 +27,7 @@ import {
   isJobId,
   listGroupLimits,
   listJobs,
+  listKinds,
   listScheduleStates,
   loadSteps,
   pauseKind,
@@ -84,6 +85,7 @@ export const OPERATOR_COMMANDS: Record<OperatorCommand, Command> = {
     positionals: [0, 0],
     run: showStats,
   },
+  kinds: { usage: USAGE.kinds, options: { json }, positionals: [0, 0], run: showKinds },
   jobs: {
     usage: USAGE.jobs,
     options: { status: { type: 'string' }, kind: { type: 'string' }, limit: { type: 'string' }, json },
@@ -302,6 +304,37 @@ async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<v
     );
   }
   showStatsTables(io, scheduleRows, subscriptions, groupLimits);
+}
+
+async function showKinds(db: Db, values: Values, _: string[], io: Io): Promise<void> {
+  const kinds = await listKinds(db);
+  if (values.json) {
+    for (const k of kinds)
+      io.out(
+        JSON.stringify({
+          kind: k.kind,
+          version: k.version,
+          options: k.options,
+          writtenBy: k.writtenBy,
+          writtenAt: k.writtenAt.toISOString(),
+        }),
+      );
+    return;
+  }
+  if (kinds.length === 0) return io.out('No drainer has written its kinds yet (each writes them when it starts).');
+  const shown = (options: Record<string, unknown>) =>
+    Object.entries(options)
+      .map(([key, value]) => `${key} ${typeof value === 'object' ? JSON.stringify(value) : String(value)}`)
+      .join(', ');
+  io.out(
+    table(kinds, [
+      { title: 'kind', value: (k) => k.kind },
+      { title: 'version', value: (k) => k.version, right: true },
+      { title: 'options', value: (k) => shown(k.options) || '–', flexible: true },
+      { title: 'written by', value: (k) => k.writtenBy },
+      { title: 'at', value: (k) => formatDate(k.writtenAt) },
+    ]),
+  );
 }
 
 /** pgdrain stats' tables after the kinds': schedules, subscriptions, group keys with their own limits. */

@@ -7,6 +7,7 @@ import { jobFlagsUsage } from './job-flags.ts';
 export const MAX_LISTED = 1000;
 export const OPERATOR_USAGE = {
   stats: 'pgdrain stats [--json]',
+  kinds: 'pgdrain kinds [--json]',
   jobs: 'pgdrain jobs [--status S] [--kind K] [--limit N] [--json]',
   job: 'pgdrain job <id> [--json]',
   enqueue: `pgdrain enqueue <kind> [payload-json] ${jobFlagsUsage}`,
@@ -28,6 +29,9 @@ const SUMMARY: Record<OperatorCommand, string> = {
   stats:
     "Per kind: ready, delayed, running, dead, waiting, paused, oldest ready; each schedule's last enqueued slot; " +
     'and the group keys with limits of their own.',
+  kinds:
+    'The kinds the drainers define, as the database keeps them (each drainer writes its kinds when it starts; the ' +
+    'newest write wins): version, the options an enqueue by the name gets, who wrote it and when.',
   jobs:
     `Jobs, newest first (default 50, at most ${MAX_LISTED}); --json prints one JSON object per line. ` +
     `Statuses: ${JOB_STATUSES.join(', ')}.`,

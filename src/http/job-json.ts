@@ -55,6 +55,8 @@ function commonJson(job: Omit<Job, 'payload'>): Omit<JobBody, 'payload'> {
     cancelRequested: job.cancelRequestedAt !== null,
     waitingFor: job.waitingFor,
     timeoutMs: job.timeoutMs,
+    version: job.version ?? 1,
+    held: (job.held ?? null) as JobBody['held'],
   };
 }
 

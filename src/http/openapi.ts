@@ -235,6 +235,12 @@ export const describe = {
   schedules: guarded('queue', 'read', 'The recurring schedules this drainer evaluates', {
     ok: { 200: ok('Each schedule with its next and last slot.', contract.scheduleList) },
   }),
+  kinds: guarded('kinds', 'read', 'The kinds the drainers define, as the database keeps them', {
+    note:
+      'Every drainer writes its kinds when it starts (and `pgdrain migrate --jobs` does); the newest write wins. ' +
+      'A kind only enqueued, never defined by a drainer, is not listed.',
+    ok: { 200: ok('By kind.', contract.kindList) },
+  }),
   setGroupLimits: guarded('kinds', 'admin', 'Give a group key limits of its own', {
     note:
       "Overrides, for this key of this kind, the kind's groupConcurrency (concurrency) and its per-group rate limit " +

@@ -100,7 +100,8 @@ export function prepareRequest(
   const { kind, payload, ...options } = request;
   const problem = optionsProblem(options);
   if (problem) throw new JobValidationError('invalid_option', problem);
-  return { kind, payload, ...options };
+  // What the caller does not set comes from the kind's stored definition, where a drainer wrote one.
+  return { kind, payload, ...options, fromKind: true };
 }
 
 /** Checks the payload against the kind's schema and the options against theirs, and fills in the
@@ -123,15 +124,29 @@ export function prepareJob(definition: JobDefinition<any>, request: Omit<Enqueue
         `not ${options.timeoutMs}`,
     );
   }
+  const columns = kindColumns(definition);
   return {
     ...options,
     kind: definition.kind,
     // Store what the caller sent (validated), not the parse output, so the handler's own parse
     // at run time sees the same input.
     payload,
-    maxAttempts: options.maxAttempts ?? definition.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
+    ...columns,
+    maxAttempts: options.maxAttempts ?? columns.maxAttempts,
+    priority: options.priority ?? columns.priority,
+  };
+}
+
+/** The columns a kind's definition writes into each of its jobs (the caller's options aside): a
+ * typed enqueue writes them, and pgdrain.kinds keeps them for an enqueue by the kind's name alone. */
+export function kindColumns(
+  definition: JobDefinition<any>,
+): Required<Pick<NewJob, 'maxAttempts'>> &
+  Pick<NewJob, 'priority' | 'visibilityTimeoutSeconds' | 'keepSeconds' | 'version'> {
+  return {
+    maxAttempts: definition.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
+    priority: definition.priority,
     visibilityTimeoutSeconds: definition.visibilityTimeoutSeconds,
-    priority: options.priority ?? definition.priority,
     keepSeconds: definition.keepCompletedSeconds || undefined,
     // The first version is the kind's name alone (claim.sql): no version is written for it.
     version: versionOf(definition) > 1 ? versionOf(definition) : undefined,

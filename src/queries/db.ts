@@ -88,7 +88,7 @@ export function sqlLiteral(value: unknown): string {
 }
 
 /** 64 bits of FNV-1a over the text (two 32-bit lanes), as hex: names a statement by its text. */
-function textHash(text: string): string {
+export function textHash(text: string): string {
   let a = 0x811c9dc5;
   let b = 0x01000193 ^ text.length;
   for (let i = 0; i < text.length; i++) {

@@ -114,6 +114,7 @@ export {
   snoozeRun,
   holdRun,
   releaseHeldRuns,
+  replayParkedRuns,
   type StepType,
   skipRunAhead,
   registerCancelTriggers,
@@ -144,3 +145,4 @@ export {
   type SubscriptionRow,
 } from './subscriptions.ts';
 export { deadLetterOf } from './dead-letter.ts';
+export { writeKinds, listKinds, type KindRow, type StoredKind } from './kinds.ts';

@@ -602,3 +602,31 @@ export async function releaseHeldRuns(db: Db, kinds: readonly string[]): Promise
   );
   return Object.fromEntries(rows.map((r) => [r.kind, Number(r.n)]));
 }
+
+/**
+ * Replays the parked runs of the given kinds' versions once (a deploy changed their code): runs
+ * waiting for an event, and runs pending on a sleep or a timed wait, become due now. A run whose new
+ * code fits its history parks again where it was (a sleep's end and a wait's timeout are kept from
+ * its first park); one whose code departs from it is held at once, instead of when its event comes.
+ * Runs waiting for a child replay when it ends. Returns how many runs of each kind.
+ */
+export async function replayParkedRuns(
+  db: Db,
+  changed: readonly { kind: string; versions: readonly number[] }[],
+): Promise<Record<string, number>> {
+  if (changed.length === 0) return {};
+  const names = changed.flatMap((c) => c.versions.map((v) => `${c.kind}@${v}`));
+  const rows = await rowsOf<{ kind: string; n: number }>(
+    db,
+    sql`WITH replayed AS (
+          UPDATE ${jobs} j SET status = 'pending', run_at = now()
+           WHERE (j.kind || '@' || coalesce(j.version, 1)) = ANY(${sql.param(names)}::text[])
+             AND j.held IS NULL
+             AND (j.status = 'waiting' AND j.waiting_for IS NULL OR j.status = 'pending' AND j.run_at > now())
+             AND EXISTS (SELECT 1 FROM ${workflowSteps} s WHERE s.job_id = j.id AND s.status IN ('sleeping', 'waiting')
+                           AND s.child_id IS NULL)
+          RETURNING j.kind)
+        SELECT kind, count(*)::int AS n, pg_notify(${NOTIFY_CHANNEL}, kind) AS notified FROM replayed GROUP BY kind`,
+  );
+  return Object.fromEntries(rows.map((r) => [r.kind, Number(r.n)]));
+}

@@ -7,7 +7,8 @@ import type { DrainOptions, DrainReport } from '../drain/index.ts';
 import { type HousekeepingRound, housekeep, housekeepAndSchedule } from '../drain/housekeeping.ts';
 import type { ApiRuntime } from '../http/context.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
-import { type Db, releaseHeldRuns } from '../queries/index.ts';
+import { type Db, type KindRow, releaseHeldRuns, replayParkedRuns, writeKinds } from '../queries/index.ts';
+import { kindRows } from '../jobs/kind-rows.ts';
 import { subscribe } from '../jobs/subscriptions.ts';
 import { checkSchedules, type ScheduleDefinition } from '../schedules.ts';
 import type { Runtime, Settings } from '../settings.ts';
@@ -34,22 +35,66 @@ export function registryFor(
 export interface KindsRegistered {
   /** Subscriptions written (kinds' `on`). */
   subscriptions: number;
+  /** Kinds whose stored definition this one replaced, and how it differed (a rolling deploy: for
+   * the log, once). */
+  replaced: { kind: string; writtenBy: string; writtenAt: Date; differences: string[] }[];
   /** Workflow runs held because an earlier deploy's code departed from their history, let go to
    * replay on this one, by kind. */
   released: Record<string, number>;
+  /** Parked workflow runs of kinds whose code this deploy changed, replayed once, by kind. */
+  replayed: Record<string, number>;
 }
 
 /**
  * What a drainer does with its kinds when it comes up — the sidecar at its start, the Worker at its
- * isolate's first look: its kinds' subscriptions and dead-letter routes written (an event sent from
- * SQL fans out to what is written), and the held runs of its workflow kinds let go to replay on this
- * code (a deploy may be the fix: a run that still departs is held again, having run nothing).
+ * isolate's first look, `pgdrain migrate --jobs`: its kinds written to pgdrain.kinds (the newest
+ * definition applies to every enqueue by the kind's name), their subscriptions and dead-letter routes
+ * (an event sent from SQL fans out to what is written); the held runs of its workflow kinds let go to
+ * replay on this code (a deploy may be the fix: a run that still departs is held again, having run
+ * nothing), and, where this deploy changed a workflow's code, its parked runs replayed once.
  */
-export async function registerKinds(db: Db, registry: JobRegistry): Promise<KindsRegistered> {
+export async function registerKinds(
+  db: Db,
+  registry: JobRegistry,
+  writtenBy: string,
+  {
+    replay = true,
+  }: { /** false: write the kinds only (`pgdrain migrate --jobs`: the drainers replay). */ replay?: boolean } = {},
+): Promise<KindsRegistered> {
   const subscriptions = await subscribe(db, registry);
+  const rows = kindRows(registry);
+  const before = await writeKinds(db, rows, writtenBy);
+  const replaced: KindsRegistered['replaced'] = [];
+  const changedCode: { kind: string; versions: number[] }[] = [];
+  for (const row of rows) {
+    const old = before.get(row.kind);
+    if (!old) continue;
+    const differences = definitionDifferences(old, row);
+    if (differences.length > 0)
+      replaced.push({ kind: row.kind, writtenBy: old.writtenBy, writtenAt: old.writtenAt, differences });
+    const versions = Object.keys(row.code)
+      .filter((v) => old.code[v] !== undefined && old.code[v] !== row.code[v])
+      .map(Number);
+    if (versions.length > 0 && registry.get(row.kind)?.runner) changedCode.push({ kind: row.kind, versions });
+  }
+  if (!replay) return { subscriptions, replaced, released: {}, replayed: {} };
   const workflows = registry.kinds().filter((kind) => registry.get(kind)?.runner !== undefined);
   const released = await releaseHeldRuns(db, workflows);
-  return { subscriptions, released };
+  const replayed = await replayParkedRuns(db, changedCode);
+  return { subscriptions, replaced, released, replayed };
+}
+
+/** How a kind's stored definition differs from `now`: `maxAttempts 3 → 5`, `code of version 2`. */
+function definitionDifferences(stored: KindRow, now: KindRow): string[] {
+  const show = (v: unknown) => (v === undefined ? 'unset' : JSON.stringify(v));
+  const keys = [...new Set([...Object.keys(stored.options), ...Object.keys(now.options)])].sort();
+  const differences = keys
+    .filter((k) => JSON.stringify(stored.options[k]) !== JSON.stringify(now.options[k]))
+    .map((k) => `${k} ${show(stored.options[k])} → ${show(now.options[k])}`);
+  if (stored.version !== now.version) differences.push(`version ${stored.version} → ${now.version}`);
+  for (const v of Object.keys(now.code))
+    if (stored.code[v] !== undefined && stored.code[v] !== now.code[v]) differences.push(`the code of version ${v}`);
+  return differences;
 }
 
 /** The HTTP app's configuration that comes from the settings (the shell adds its connections and

@@ -27,7 +27,7 @@ import type { JobDefinition, JobRegistry } from '../jobs/index.ts';
 import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
 import type { ScheduleDefinition } from '../schedules.ts';
 import { type RuntimeSettings, type Settings, defaultFor, withDefaults } from '../settings.ts';
-import { apiConfigFor, drainOptionsFor, registerKinds, registryFor } from '../runtime/core.ts';
+import { type KindsRegistered, apiConfigFor, drainOptionsFor, registerKinds, registryFor } from '../runtime/core.ts';
 import { openDatabase, openPools, resolveApiToken } from './database.ts';
 import { type DrainerIdentity, holdIdentity } from './drainer-identity.ts';
 import { Drainer } from './drainer.ts';
@@ -113,12 +113,10 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
     return Object.assign(opened, { stop: () => opened.close() });
   });
   await releaseEarlierProcess(pools.drainDb, identity, visibilityTimeoutSeconds, log);
-  // Kinds that subscribe to events (`on`): written now, so events sent from SQL fan out to them; held
-  // workflow runs replay on this code.
-  const registered = await registerKinds(pools.db, registry);
-  if (registered.subscriptions > 0) log.info({ subscriptions: registered.subscriptions }, 'kinds subscribed to events');
-  for (const [kind, runs] of Object.entries(registered.released))
-    log.warn({ kind, runs }, 'workflow runs held by a change of their code replay on this version');
+  // Its kinds written now (pgdrain.kinds: an enqueue by name gets their options; events sent from SQL
+  // fan out to their subscriptions); held and changed workflow runs replay on this code.
+  const registered = await registerKinds(pools.db, registry, workerId);
+  logRegistered(registered, log);
   const notices = new DrainNotices();
   const finishedJobs = new FinishedJobsHub();
   const drainer = await parts.start(
@@ -341,4 +339,19 @@ function tokenBanner(file: string, url: string): string {
     `    -d '{"kind":"noop","payload":{"hello":"world"}}' ${url}/jobs\n\n` +
     `The dashboard is at ${url}/ (it asks for the token: cat ${file}).\n\n`
   );
+}
+
+/** What registering the kinds changed, said once at the start. */
+function logRegistered(registered: KindsRegistered, log: Logger): void {
+  if (registered.subscriptions > 0) log.info({ subscriptions: registered.subscriptions }, 'kinds subscribed to events');
+  for (const r of registered.replaced)
+    log.warn(
+      { kind: r.kind, writtenBy: r.writtenBy, writtenAt: r.writtenAt.toISOString(), differences: r.differences },
+      `kind ${r.kind}: this drainer's definition replaces the one ${r.writtenBy} wrote ` +
+        `(${r.differences.join('; ')}); enqueues by name now get this one`,
+    );
+  for (const [kind, runs] of Object.entries(registered.released))
+    log.warn({ kind, runs }, 'workflow runs held by a change of their code replay on this version');
+  for (const [kind, runs] of Object.entries(registered.replayed))
+    log.info({ kind, runs }, 'parked workflow runs replay once on the changed code');
 }

@@ -397,11 +397,17 @@ const registered = new WeakSet<JobRegistry>();
 async function registerOnce(db: WorkerDatabase['db'], registry: JobRegistry): Promise<void> {
   if (registered.has(registry)) return;
   try {
-    const done = await registerKinds(db, registry);
+    const done = await registerKinds(db, registry, `worker-${crypto.randomUUID().slice(0, 8)}`);
     registered.add(registry);
     if (done.subscriptions > 0) console.log(JSON.stringify({ event: 'subscribed', subscriptions: done.subscriptions }));
+    for (const r of done.replaced)
+      console.warn(
+        JSON.stringify({ event: 'kind_replaced', kind: r.kind, writtenBy: r.writtenBy, differences: r.differences }),
+      );
     for (const [kind, runs] of Object.entries(done.released))
       console.log(JSON.stringify({ event: 'held_runs_released', kind, runs }));
+    for (const [kind, runs] of Object.entries(done.replayed))
+      console.log(JSON.stringify({ event: 'parked_runs_replayed', kind, runs }));
   } catch (error) {
     console.error(JSON.stringify({ event: 'register_failed', error: safeErrorMessage(error) }));
   }

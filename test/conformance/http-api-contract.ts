@@ -3,7 +3,7 @@
 // Hyperdrive paths (test/worker-dev-api.test.ts). Each test asserts on the responses and on the
 // rows in a real PostgreSQL.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { claim } from '../../src/queries/index.ts';
+import { claim, writeKinds } from '../../src/queries/index.ts';
 import type { TestDatabase } from '../support/database.ts';
 import { resetQueue } from '../support/harness.ts';
 
@@ -482,6 +482,8 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           cancelRequested: false,
           waitingFor: null,
           timeoutMs: null,
+          version: 1,
+          held: null,
         });
         await expectError(await get('/jobs/999999999'), 404, 'not_found', 'does not exist');
         await expectError(await get('/jobs/abc'), 400, 'invalid_id');
@@ -721,6 +723,45 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
     });
 
     describe('pausing kinds and bulk actions on dead jobs', () => {
+      it('GET /kinds lists the kinds the drainers wrote, who wrote each and when, and whether this one has it', async () => {
+        await t.query('DELETE FROM pgdrain.kinds');
+        expect(await (await get('/kinds')).json()).toEqual({ kinds: [] });
+        const columns = { maxAttempts: 5 };
+        await writeKinds(
+          t.db,
+          [
+            { kind: 'noop', version: 1, columns, options: { maxAttempts: 5 }, code: { 1: 'a' } },
+            { kind: 'elsewhere', version: 2, columns, options: { maxAttempts: 5, concurrency: 2 }, code: { 2: 'b' } },
+          ],
+          'drainer-7',
+        );
+        const res = await get('/kinds');
+        expect(res.status).toBe(200);
+        const body = await res.json();
+        expect(body).toEqual({
+          kinds: [
+            {
+              kind: 'elsewhere',
+              version: 2,
+              options: { maxAttempts: 5, concurrency: 2 },
+              writtenBy: 'drainer-7',
+              writtenAt: expect.any(String),
+              registeredHere: false,
+            },
+            {
+              kind: 'noop',
+              version: 1,
+              options: { maxAttempts: 5 },
+              writtenBy: 'drainer-7',
+              writtenAt: expect.any(String),
+              registeredHere: true,
+            },
+          ],
+        });
+        expect(Math.abs(Date.parse(body.kinds[0].writtenAt) - Date.now())).toBeLessThan(60_000);
+        await t.query('DELETE FROM pgdrain.kinds');
+      });
+
       it('POST /kinds/:kind/pause and /resume set and clear the pause for every drainer; /stats shows it; unknown kind 404', async () => {
         const paused = await post('/kinds/noop/pause', undefined);
         expect(paused.status).toBe(200);

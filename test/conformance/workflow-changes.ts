@@ -12,7 +12,8 @@ import { z } from 'zod';
 import { drain, type DrainOptions } from '../../src/drain/index.ts';
 import { enqueue } from '../../src/jobs/enqueue.ts';
 import { JobRegistry, defineJob } from '../../src/jobs/registry.ts';
-import { countTotals, releaseHeldRuns, retryFromStep } from '../../src/queries/index.ts';
+import { jobJson } from '../../src/http/job-json.ts';
+import { countTotals, getJob, releaseHeldRuns, retryFromStep } from '../../src/queries/index.ts';
 import { registerKinds } from '../../src/runtime/core.ts';
 import { defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
 import { type Harness, jobRow, resetQueue } from '../support/harness.ts';
@@ -115,6 +116,13 @@ export function workflowChangeSuite(name: string, createHarness: () => Promise<H
         /the code calls step\.run\(\) 'charge-card', which the run's history does not have/,
       );
       expect(held.last_error).toMatch(/'charge' \(step\.run\(\), position 0\)/);
+      // GET /jobs/:id (and `pgdrain job`) say so.
+      expect(jobJson((await getJob(h.db, id))!)).toMatchObject({
+        status: 'waiting',
+        version: 1,
+        held: { code: 'workflow_changed', step: 'charge-card' },
+        lastError: held.last_error,
+      });
       // Held: no drainer claims it, however often it drains.
       expect((await drainWith(new JobRegistry([v2]))).claimed).toBe(0);
       expect((await countTotals(h.db)).deployed).toMatchObject({ diverged: 1 });
@@ -300,7 +308,7 @@ export function workflowChangeSuite(name: string, createHarness: () => Promise<H
       await drainWith(new JobRegistry([broken]));
       expect(await job(id)).toMatchObject({ status: 'waiting', held: { step: 'renamed' } });
       // Another start of the broken code: replayed once, held again, nothing ran.
-      expect((await registerKinds(h.db, new JobRegistry([broken]))).released).toEqual({ deployed: 1 });
+      expect((await registerKinds(h.db, new JobRegistry([broken]), 'test')).released).toEqual({ deployed: 1 });
       await drainWith(new JobRegistry([broken]));
       expect(await job(id)).toMatchObject({ status: 'waiting', held: { step: 'renamed' }, attempts: 0 });
       // A person restarts it from a step instead: the held run goes on from there.
@@ -308,6 +316,71 @@ export function workflowChangeSuite(name: string, createHarness: () => Promise<H
       expect(await drainWith(new JobRegistry([broken]))).toMatchObject({ snoozed: 1 });
       await sleep(80);
       expect(await drainWith(new JobRegistry([broken]))).toMatchObject({ completed: 1 });
+    });
+
+    it("a deploy that changes a workflow's code replays its parked runs once: a departing change holds them now, a fitting one parks them again", async () => {
+      await resetQueue(h, ['pgdrain.kinds']);
+      const options = { kind: 'deployed', schema: z.object({ key: z.string() }), keepCompletedSeconds: 3600 };
+      // Three deploys' code, each its own run function (what the kind's code hash is taken of).
+      const v1 = defineWorkflow<{ key: string }>({
+        ...options,
+        run: async ({ key }, step) => {
+          await step.run('reserve', () => 'reserved');
+          await step.waitForEvent('paid', { event: 'deploy.paid', key, timeoutSeconds: 3600 });
+          return 'v1';
+        },
+      });
+      const fitting = defineWorkflow<{ key: string }>({
+        ...options,
+        run: async ({ key }, step) => {
+          await step.run('reserve', () => 'reserved');
+          await step.waitForEvent('paid', { event: 'deploy.paid', key, timeoutSeconds: 3600 });
+          return 'fitting';
+        },
+      });
+      const departing = defineWorkflow<{ key: string }>({
+        ...options,
+        run: async ({ key }, step) => {
+          await step.run('reserve-stock', () => 'reserved');
+          await step.waitForEvent('paid', { event: 'deploy.paid', key, timeoutSeconds: 3600 });
+          return 'departing';
+        },
+      });
+      await registerKinds(h.db, new JobRegistry([v1]), 'deploy-1');
+      const id = await startOn(v1);
+      // A timed wait parks the run pending until its timeout.
+      const parkedUntil = async () =>
+        (
+          await h.query<{ status: string; held: unknown; attempts: number; waits: number }>(
+            `SELECT status, held, attempts, extract(epoch from run_at - now())::float8 AS waits FROM pgdrain.jobs WHERE id = $1`,
+            [id],
+          )
+        )[0]!;
+      expect(await parkedUntil()).toMatchObject({ status: 'pending', held: null, waits: expect.any(Number) });
+      expect((await parkedUntil()).waits).toBeGreaterThan(3500);
+      const timeout = await h.query<{ wake_at: string }>(
+        `SELECT wake_at::text FROM pgdrain.workflow_steps WHERE job_id = $1 AND name = 'paid'`,
+        [id],
+      );
+
+      // Deploy 2 fits the history: replayed once, parked again where it was, its timeout kept.
+      const second = await registerKinds(h.db, new JobRegistry([fitting]), 'deploy-2');
+      expect(second.replayed).toEqual({ deployed: 1 });
+      expect(second.replaced).toEqual([expect.objectContaining({ differences: ['the code of version 1'] })]);
+      expect(await drainWith(new JobRegistry([fitting]))).toMatchObject({ claimed: 1, failed: 0, dead: 0 });
+      expect(await parkedUntil()).toMatchObject({ status: 'pending', held: null, attempts: 0 });
+      expect((await parkedUntil()).waits).toBeGreaterThan(3500);
+      expect(
+        await h.query(`SELECT wake_at::text FROM pgdrain.workflow_steps WHERE job_id = $1 AND name = 'paid'`, [id]),
+      ).toEqual(timeout);
+      // The same code again (another replica of deploy 2): nothing replays.
+      expect((await registerKinds(h.db, new JobRegistry([fitting]), 'deploy-2b')).replayed).toEqual({});
+
+      // Deploy 3 departs from it: held now, before its event comes, with nothing of it run.
+      expect((await registerKinds(h.db, new JobRegistry([departing]), 'deploy-3')).replayed).toEqual({ deployed: 1 });
+      await drainWith(new JobRegistry([departing]));
+      expect(await job(id)).toMatchObject({ status: 'waiting', held: { step: 'reserve-stock' }, attempts: 0 });
+      expect((await countTotals(h.db)).deployed).toMatchObject({ diverged: 1 });
     });
   });
 }

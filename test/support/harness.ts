@@ -66,7 +66,7 @@ export const QUEUE_STATE_TABLES = [
 ] as const;
 
 /** Empties the queue's state (QUEUE_STATE_TABLES) and the suite's own tables `also`, in one
- * statement. Schedules, subscriptions and dead-letter routes are the registry's, written at start:
+ * statement. Kinds, schedules, subscriptions and dead-letter routes are the registry's, written at start:
  * a suite that changes them resets them itself. */
 export async function resetQueue(db: Queryable, also: readonly string[] = []): Promise<void> {
   await db.query(`TRUNCATE ${[...QUEUE_STATE_TABLES, ...also].join(', ')}`);

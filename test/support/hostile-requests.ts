@@ -29,6 +29,7 @@ const ROUTES: [string, string][] = [
   ['GET', '/stats'],
   ['GET', '/stats/throughput'],
   ['GET', '/schedules'],
+  ['GET', '/kinds'],
   ['GET', '/metrics'],
   ['GET', '/healthz'],
   ['GET', '/'],

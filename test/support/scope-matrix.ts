@@ -48,6 +48,7 @@ export const SCOPED_ROUTES: ScopedRoute[] = [
   { method: 'GET', path: '/stats', pattern: '/stats', needs: 'read' },
   { method: 'GET', path: '/stats/throughput', pattern: '/stats/throughput', needs: 'read' },
   { method: 'GET', path: '/schedules', pattern: '/schedules', needs: 'read' },
+  { method: 'GET', path: '/kinds', pattern: '/kinds', needs: 'read' },
   { method: 'POST', path: '/kinds/noop/pause', pattern: '/kinds/:kind/pause', needs: 'admin' },
   { method: 'POST', path: '/kinds/noop/resume', pattern: '/kinds/:kind/resume', needs: 'admin' },
   {

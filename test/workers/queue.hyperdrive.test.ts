@@ -5,6 +5,7 @@ import { env } from 'cloudflare:test';
 import { flowControlSuite } from '../conformance/flow-control.ts';
 import { jobLifecycleSuite } from '../conformance/job-lifecycle.ts';
 import { workflowSuite } from '../conformance/workflows.ts';
+import { kindDoorsSuite } from '../conformance/kind-doors.ts';
 import { workflowChangeSuite } from '../conformance/workflow-changes.ts';
 import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
 import { createHyperdriveHarness } from './hyperdrive-harness.ts';
@@ -31,5 +32,9 @@ jobLifecycleSuite(
 workflowSuite('node-postgres through Hyperdrive in workerd', () => createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE));
 
 workflowChangeSuite('node-postgres through Hyperdrive in workerd', () =>
+  createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE),
+);
+
+kindDoorsSuite('node-postgres through Hyperdrive in workerd', () =>
   createHyperdriveHarness(env.HYPERDRIVE_CONFORMANCE),
 );

@@ -4,6 +4,7 @@ import { env } from 'cloudflare:test';
 import { flowControlSuite } from '../conformance/flow-control.ts';
 import { jobLifecycleSuite } from '../conformance/job-lifecycle.ts';
 import { workflowSuite } from '../conformance/workflows.ts';
+import { kindDoorsSuite } from '../conformance/kind-doors.ts';
 import { workflowChangeSuite } from '../conformance/workflow-changes.ts';
 import { queueBehaviourSuite } from '../conformance/queue-behaviour.ts';
 import { createNeonHarness } from './neon-harness.ts';
@@ -22,3 +23,5 @@ jobLifecycleSuite('neon-serverless in workerd', () => createNeonHarness(env.CONF
 workflowSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL));
 
 workflowChangeSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL));
+
+kindDoorsSuite('neon-serverless in workerd', () => createNeonHarness(env.CONFORMANCE_DATABASE_URL));

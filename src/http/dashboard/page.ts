@@ -187,6 +187,16 @@ function jobsSections() {
     </div>
   </section>
 
+  <section id="definitions-section" hidden>
+    <h2>Kinds as the drainers define them</h2>
+    <div class="scroll">
+      <table id="definitions">
+        <thead><tr><th>Kind</th><th>Version</th><th>Options</th><th>Written by</th><th>When</th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </div>
+  </section>
+
   <section id="subscriptions-section" hidden>
     <h2>Events that start work</h2>
     <div class="scroll">

@@ -1,13 +1,14 @@
+// The kinds the drainers define (GET /kinds: pgdrain.kinds, as each drainer wrote it at its start).
 // A kind for every drainer: pause and resume it (the claim reads pgdrain.paused_kinds), and give
 // one of its group keys limits of its own (pgdrain.group_limits, read by the limited claim).
 import type { Context, Hono } from 'hono';
 import { KIND_PATTERN, MAX_GROUP_KEY_LENGTH } from '../../db/schema.ts';
 import { keyProblem } from '../../db/constants.ts';
 import { removeGroupLimits, setGroupLimits } from '../../jobs/group-limits.ts';
-import { deleteSubscription, kindInQueue, pauseKind, resumeKind } from '../../queries/index.ts';
+import { deleteSubscription, kindInQueue, listKinds, pauseKind, resumeKind } from '../../queries/index.ts';
 import { access } from '../auth.ts';
 import type { AppEnv } from '../context.ts';
-import { groupLimitsInput } from '../contract.ts';
+import { type KindList, groupLimitsInput } from '../contract.ts';
 import { ApiError } from '../errors.ts';
 import { parseInput, readJson } from '../input.ts';
 import { describe } from '../openapi.ts';
@@ -66,6 +67,21 @@ function refuseLimitsThatDoNothing(c: Context<AppEnv>, kind: string, withRate: b
 }
 
 export function kindRoutes(app: Hono<AppEnv>): void {
+  app.get('/kinds', describe.kinds, access('read'), async (c) => {
+    const { registry, withDb } = c.var.api;
+    const stored = await withDb((db) => listKinds(db));
+    return c.json({
+      kinds: stored.map((k) => ({
+        kind: k.kind,
+        version: k.version,
+        options: k.options,
+        writtenBy: k.writtenBy,
+        writtenAt: k.writtenAt.toISOString(),
+        registeredHere: registry.get(k.kind) !== undefined,
+      })),
+    } satisfies KindList);
+  });
+
   app.put('/kinds/:kind/groups/:groupKey/limits', describe.setGroupLimits, access('admin'), async (c) => {
     const groupKey = groupKeyOf(c);
     const input = parseInput(groupLimitsInput, await readJson(c), '');

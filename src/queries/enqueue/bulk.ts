@@ -2,7 +2,7 @@
 // on the server, not a loop of INSERTs — and one pg_notify per distinct kind with a job ready now.
 // Columns no job of the chunk sets travel as constants, the others as one array each.
 import { type SQL, sql } from 'drizzle-orm';
-import { PGDRAIN_SCHEMA, jobs } from '../../db/schema.ts';
+import { PGDRAIN_SCHEMA, jobs, kinds } from '../../db/schema.ts';
 import { type Db, NOTIFY_CHANNEL, rowsOf } from '../db.ts';
 import { type Column, ENQUEUE_COLUMNS, columnNames, columnValue } from './columns.ts';
 import type { EnqueuedJob, NewJob } from './types.ts';
@@ -22,13 +22,20 @@ export function chunkStatement(chunk: readonly NewJob[]): { run(db: Db): Promise
   const keyed = given.has('dedupe_key');
   // One jsonb array for the payloads (a single parse on the server, a single JSON.stringify here).
   const payloads = JSON.stringify(chunk.map((j) => j.payload ?? null));
+  // Jobs enqueued by the kind's name take what they leave unset from the kind's row (`k`).
+  const byName = chunk.filter((j) => j.fromKind).length;
   const value = (c: Column): SQL => {
     if (c.name === 'payload') return sql`payload`;
     if (c.name === 'kind' && oneKind) return sql`${chunk[0]!.kind}::text`;
-    if (c.name !== 'kind' && !given.has(c.name))
-      return c.fallback ? sql.raw(c.fallback) : sql`NULL::${sql.raw(c.type)}`;
-    return columnValue(c, sql`(${sql.param(chunk.map(c.value))}::${sql.raw(c.type)}[])[ord]`);
+    if (c.name !== 'kind' && !given.has(c.name)) return columnValue(c, sql`NULL`, byName > 0);
+    return columnValue(c, sql`(${sql.param(chunk.map(c.value))}::${sql.raw(c.type)}[])[ord]`, byName > 0);
   };
+  const kindRows =
+    byName === 0
+      ? sql``
+      : sql`LEFT JOIN ${kinds} k ON k.kind = ${value(ENQUEUE_COLUMNS[0]!)}${
+          byName === chunk.length ? sql`` : sql` AND (${sql.param(chunk.map((j) => j.fromKind === true))}::bool[])[ord]`
+        }`;
   // ids come from nextval in input order (the ORDER BY runs below the projection), so the inserted
   // ids in ascending order are the inserted inputs in order. They usually form one contiguous
   // range; only when a concurrent enqueue interleaved does the full list travel back.
@@ -37,7 +44,7 @@ export function chunkStatement(chunk: readonly NewJob[]): { run(db: Db): Promise
         ins AS (
           INSERT INTO ${jobs} (id, ${columnNames()})
           SELECT nextval(${JOBS_ID_SEQUENCE}), ${sql.join(ENQUEUE_COLUMNS.map(value), sql`, `)}
-            FROM input ORDER BY ord
+            FROM input ${kindRows} ORDER BY ord
           ${keyed ? sql`ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING` : sql``}
           RETURNING id, dedupe_key),
         range AS (SELECT min(id) AS lo, max(id) AS hi, count(*)::int AS n FROM ins)

@@ -15,12 +15,22 @@ interface Column {
   fallback?: string;
   /** Whether the enqueue said something for this column (bulk statements send only those). */
   given: (job: NewJob) => boolean;
+  /** For a job enqueued by the kind's name (fromKind), what fills the column when the enqueue
+   * says nothing, before the fallback: an SQL expression over the kind's pgdrain.kinds row `k`. */
+  fromKind?: string;
 }
 
-const option = <K extends keyof NewJob>(name: string, type: string, key: K, fallback?: string): Column => ({
+const option = <K extends keyof NewJob>(
+  name: string,
+  type: string,
+  key: K,
+  fallback?: string,
+  fromKind?: string,
+): Column => ({
   name,
   type,
   fallback,
+  fromKind,
   value: (job) => job[key] ?? null,
   given: (job) => job[key] !== undefined,
 });
@@ -36,30 +46,29 @@ export const ENQUEUE_COLUMNS: readonly Column[] = [
     fallback: 'now()',
     given: (job) => job.runAt !== undefined,
   },
-  option('max_attempts', 'int', 'maxAttempts', String(JOB_DEFAULTS.maxAttempts)),
+  option('max_attempts', 'int', 'maxAttempts', String(JOB_DEFAULTS.maxAttempts), 'k.max_attempts'),
   option('dedupe_key', 'text', 'dedupeKey'),
-  {
-    name: 'visibility_seconds',
-    type: 'int',
-    value: (job) => job.visibilityTimeoutSeconds ?? null,
-    given: (job) => job.visibilityTimeoutSeconds !== undefined,
-  },
-  option('priority', 'int', 'priority', String(JOB_DEFAULTS.priority)),
+  option('visibility_seconds', 'int', 'visibilityTimeoutSeconds', undefined, 'k.visibility_seconds'),
+  option('priority', 'int', 'priority', String(JOB_DEFAULTS.priority), 'k.priority'),
   option('group_key', 'text', 'groupKey'),
   option('timeout_ms', 'int', 'timeoutMs'),
-  option('keep_seconds', 'int', 'keepSeconds'),
+  option('keep_seconds', 'int', 'keepSeconds', undefined, 'k.keep_seconds'),
   option('traceparent', 'text', 'traceparent'),
-  option('version', 'int', 'version'),
+  // The first version is the kind's name alone (claim.sql): no version is written for it.
+  option('version', 'int', 'version', undefined, 'nullif(k.version, 1)'),
 ];
 
 /** The column list: `kind, payload, run_at, …`. */
 export const columnNames = (columns: readonly Column[] = ENQUEUE_COLUMNS): SQL =>
   sql.raw(columns.map((c) => c.name).join(', '));
 
-/** One value of a column, cast, with its fallback when the job says nothing. */
-export function columnValue(column: Column, value: SQL): SQL {
+/** One value of a column, cast, with its fallback when the job says nothing; `kindRow`: the
+ * statement joins the kind's pgdrain.kinds row as `k` (jobs enqueued by name), whose value comes
+ * before the fallback. */
+export function columnValue(column: Column, value: SQL, kindRow = false): SQL {
   const cast = sql`${value}::${sql.raw(column.type)}`;
-  return column.fallback ? sql`coalesce(${cast}, ${sql.raw(column.fallback)})` : cast;
+  const fills = [kindRow ? column.fromKind : undefined, column.fallback].filter((f) => f !== undefined);
+  return fills.length > 0 ? sql`coalesce(${cast}, ${sql.raw(fills.join(', '))})` : cast;
 }
 
 /** A job's values for `VALUES (…)`, in ENQUEUE_COLUMNS' order. */

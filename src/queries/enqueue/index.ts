@@ -1,9 +1,9 @@
 // enqueue / enqueueMany: INSERTs that join the caller's transaction, with pg_notify in the same
 // statement, so the wake-up is delivered at COMMIT and never for a rollback. One statement per
-// file: insert (the common case), one (a dedupe key or `after`: pgdrain.enqueue_job(), which SQL's
-// pgdrain.enqueue() calls too), bulk (a chunk of many); columns.ts is the one list of what they
-// write. These store what they are given: validation, the kind's settings and tracing are the
-// enqueue pipeline's (src/jobs/enqueue.ts).
+// file: insert (the common case), one (a dedupe key, `after` or an enqueue by the kind's name:
+// pgdrain.enqueue_job(), which SQL's pgdrain.enqueue() calls too), bulk (a chunk of many);
+// columns.ts is the one list of what they write. These store what they are given: validation, the
+// kind's settings and tracing are the enqueue pipeline's (src/jobs/enqueue.ts).
 import type { Db } from '../db.ts';
 import { ENQUEUE_CHUNK, chunkStatement } from './bulk.ts';
 import { insertJob } from './insert.ts';
@@ -14,7 +14,8 @@ export { ENQUEUE_CHUNK } from './bulk.ts';
 export { type DedupeMode, type EnqueuedJob, type NewJob, UnknownDependencyError } from './types.ts';
 
 export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
-  if (job.dedupeKey === undefined && !(job.after !== undefined && job.after.length > 0)) return insertJob(db, job);
+  if (job.dedupeKey === undefined && !(job.after !== undefined && job.after.length > 0) && !job.fromKind)
+    return insertJob(db, job);
   return enqueueOne(db, job);
 }
 

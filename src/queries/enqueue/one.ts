@@ -1,4 +1,5 @@
-// one: a job with a dedupe key or with jobs to wait for (`after`), through pgdrain.enqueue_job()
+// one: a job with a dedupe key, with jobs to wait for (`after`) or enqueued by the kind's name
+// alone (its kind's stored columns filled in), through pgdrain.enqueue_job()
 // (src/sql/functions/enqueue_job.sql) — the one implementation of keyed, replacing and waiting
 // enqueues, which pgdrain.enqueue() in SQL calls too. One statement, in the caller's transaction.
 import { sql } from 'drizzle-orm';
@@ -15,7 +16,8 @@ export async function enqueueOne(db: Db, job: NewJob): Promise<EnqueuedJob> {
     db,
     sql`SELECT id, status, run_at_ms, inserted, replaced, missing::text[] AS missing
           FROM ${sql.raw(PGDRAIN_SCHEMA)}.enqueue_job(${sql.join(given, sql`, `)},
-                 dedupe_mode => ${job.dedupeMode ?? 'keep'}::text, after => ${after})`,
+                 dedupe_mode => ${job.dedupeMode ?? 'keep'}::text, after => ${after},
+                 from_kind => ${job.fromKind === true}::boolean)`,
   );
   if (!row) throw new Error('enqueue: pgdrain.enqueue_job() returned no row');
   if (row.missing) throw new UnknownDependencyError(row.missing.map(String));

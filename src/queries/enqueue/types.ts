@@ -37,6 +37,10 @@ export interface NewJob {
   /** A workflow run's version, when it is not the first (defineWorkflow `version`): only drainers
    * that have it claim the run. */
   version?: number;
+  /** Enqueued by the kind's name alone (the enqueuer does not have its definition): what it leaves
+   * unset among max_attempts, priority, visibility, keep and version comes from the kind's row in
+   * pgdrain.kinds, as a typed enqueue would write it; a kind no drainer wrote gets the defaults. */
+  fromKind?: boolean;
 }
 
 export interface EnqueuedJob {

@@ -1,18 +1,20 @@
 -- pgdrain.enqueue(kind, payload, …): the SQL face of enqueue(), so any language, ORM or trigger can
 -- enqueue a job in its own transaction. It refuses what enqueue() in TypeScript and the HTTP API
--- refuse, with the same bounds (filled in from src/db/constants.ts; test/enqueue-paths.test.ts runs one table
--- of cases both ways), then enqueues as pgdrain.enqueue_job() does for every way in: inserted, the
--- drainers notified at COMMIT (never for a rollback) when it is due now; the existing job's id when
--- a job with the same dedupe key still exists. Payloads are not checked against the kind's schema
--- here (SQL cannot see it): a drainer that knows the kind sends a payload it rejects to `dead` with
--- the reason in last_error.
+-- refuse, with the same bounds (filled in from src/db/constants.ts; test/enqueue-paths.test.ts runs
+-- one table of cases both ways), then enqueues as pgdrain.enqueue_job() does for every way in:
+-- inserted, the drainers notified at COMMIT (never for a rollback) when it is due now; the existing
+-- job's id when a job with the same dedupe key still exists. What it is not given (max_attempts,
+-- priority, and the visibility, keep and version a kind sets) comes from the kind's definition in
+-- pgdrain.kinds, which every drainer writes when it starts: the row a typed enqueue writes. Payloads
+-- are not checked against the kind's schema here (SQL cannot see it): a drainer that knows the kind
+-- sends a payload it rejects to `dead` with the reason in last_error.
 CREATE OR REPLACE FUNCTION pgdrain.enqueue(
   kind text,
   payload jsonb,
   run_at timestamptz DEFAULT now(),
-  max_attempts integer DEFAULT {{DEFAULT_MAX_ATTEMPTS}},
+  max_attempts integer DEFAULT NULL,
   dedupe_key text DEFAULT NULL,
-  priority integer DEFAULT {{DEFAULT_PRIORITY}},
+  priority integer DEFAULT NULL,
   group_key text DEFAULT NULL,
   dedupe_mode text DEFAULT 'keep',
   after bigint[] DEFAULT NULL,
@@ -74,7 +76,7 @@ BEGIN
 
   SELECT * INTO enqueued FROM pgdrain.enqueue_job(enqueue.kind, enqueue.payload, enqueue.run_at, enqueue.max_attempts,
     enqueue.dedupe_key, NULL, enqueue.priority, enqueue.group_key, enqueue.timeout_ms, NULL, enqueue.traceparent,
-    enqueue.dedupe_mode, enqueue.after);
+    enqueue.dedupe_mode, enqueue.after, from_kind => true);
   IF enqueued.missing IS NOT NULL THEN
     RAISE EXCEPTION 'pgdrain.enqueue: after names jobs that do not exist: %', enqueued.missing
       USING ERRCODE = 'foreign_key_violation';

@@ -1,7 +1,10 @@
--- pgdrain.enqueue_job(…): the one place a job with a dedupe key or with jobs to wait for (`after`)
--- is enqueued, whoever enqueues it — pgdrain.enqueue() in SQL, and the TypeScript enqueue
--- (src/queries/enqueue/one.ts). What it is given is stored as given: checking it (bounds, the kind's
--- options) is the caller's. One row back: the job's id, status and run_at, whether it was inserted
+-- pgdrain.enqueue_job(…): the one place a job with a dedupe key, with jobs to wait for (`after`) or
+-- enqueued by its kind's name alone is enqueued, whoever enqueues it — pgdrain.enqueue() in SQL, and
+-- the TypeScript enqueue (src/queries/enqueue/one.ts). What it is given is stored as given: checking
+-- it (bounds) is the caller's. With from_kind, what it is not given (NULL) among max_attempts,
+-- priority, visibility_seconds, keep_seconds and version comes from the kind's row in pgdrain.kinds
+-- (what a typed enqueue of the kind writes; columns.ts has the same list for the TypeScript bulk
+-- enqueue); a kind no drainer wrote gets the table's defaults. One row back: the job's id, status and run_at, whether it was inserted
 -- (false: a job holding the dedupe key answers), whether it replaced a pending job's payload
 -- (dedupe_mode 'replace'), or, with nothing written, the `after` ids that do not exist. Drainers are
 -- notified (delivered at COMMIT, never for a rollback) of a job that is pending and due now.
@@ -33,6 +36,7 @@ CREATE OR REPLACE FUNCTION pgdrain.enqueue_job(
   dedupe_mode text,
   after bigint[],
   version integer DEFAULT NULL,
+  from_kind boolean DEFAULT false,
   OUT id bigint, OUT status text, OUT run_at_ms float8, OUT inserted boolean, OUT replaced boolean, OUT missing bigint[]
 )
 LANGUAGE plpgsql
@@ -49,9 +53,13 @@ DECLARE
   ended_parent bigint;
   ended_status text;
   holder_kind text;
+  defined pgdrain.kinds%ROWTYPE;
 BEGIN
   inserted := false;
   replaced := false;
+  IF from_kind THEN
+    SELECT * INTO defined FROM pgdrain.kinds k WHERE k.kind = enqueue_job.kind;
+  END IF;
   IF cardinality(waits_for) > 0 THEN
     WITH parents AS MATERIALIZED (
       SELECT l.id FROM pgdrain.jobs l WHERE l.id = ANY(waits_for) ORDER BY l.id FOR UPDATE),
@@ -101,10 +109,12 @@ BEGIN
     END IF;
     INSERT INTO pgdrain.jobs (kind, payload, run_at, max_attempts, dedupe_key, visibility_seconds, priority, group_key,
                               timeout_ms, keep_seconds, traceparent, version, status, waiting_for, last_error, finished_at)
-    VALUES (enqueue_job.kind, enqueue_job.payload, due, coalesce(enqueue_job.max_attempts, {{DEFAULT_MAX_ATTEMPTS}}),
-            enqueue_job.dedupe_key, enqueue_job.visibility_seconds, coalesce(enqueue_job.priority, {{DEFAULT_PRIORITY}}),
-            enqueue_job.group_key, enqueue_job.timeout_ms, enqueue_job.keep_seconds, enqueue_job.traceparent,
-            enqueue_job.version,
+    VALUES (enqueue_job.kind, enqueue_job.payload, due,
+            coalesce(enqueue_job.max_attempts, defined.max_attempts, {{DEFAULT_MAX_ATTEMPTS}}),
+            enqueue_job.dedupe_key, coalesce(enqueue_job.visibility_seconds, defined.visibility_seconds),
+            coalesce(enqueue_job.priority, defined.priority, {{DEFAULT_PRIORITY}}),
+            enqueue_job.group_key, enqueue_job.timeout_ms, coalesce(enqueue_job.keep_seconds, defined.keep_seconds),
+            enqueue_job.traceparent, coalesce(enqueue_job.version, nullif(defined.version, 1)),
             CASE WHEN ended_parent IS NOT NULL THEN 'dead' WHEN unfinished > 0 THEN 'waiting' ELSE 'pending' END,
             CASE WHEN ended_parent IS NULL AND unfinished > 0 THEN unfinished END,
             CASE WHEN ended_parent IS NOT NULL THEN format('job %s it waits for ended %s', ended_parent, ended_status) END,

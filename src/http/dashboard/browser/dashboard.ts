@@ -11,6 +11,7 @@ import type {
   DeadRetried,
   Job,
   JobPage,
+  KindList,
   JobSummary,
   QueueStats,
   ScheduleList,
@@ -172,9 +173,10 @@ function refresh(): Promise<void> {
         api<JobPage>('GET', `/jobs?status=${encodeURIComponent(listed)}&limit=50`),
         api<JobPage>('GET', '/jobs?status=dead&limit=100'),
         api<ScheduleList>('GET', '/schedules'),
+        api<KindList>('GET', '/kinds'),
       ]),
     )
-    .then(([stats, throughput, jobs, dead, schedules]) => {
+    .then(([stats, throughput, jobs, dead, schedules, definitions]) => {
       // Visible first: the chart is drawn to the width its box has.
       byId('login').hidden = true;
       byId('view').hidden = false;
@@ -186,6 +188,7 @@ function refresh(): Promise<void> {
       renderJobs(jobs);
       renderDead(dead);
       renderSchedules(schedules);
+      renderDefinitions(definitions);
       applyScope();
       // The job shown below the list follows it (a workflow's next step, its end).
       if (shownJob) void showJob(shownJob).catch(() => {});
@@ -668,6 +671,24 @@ function renderSubscriptions(stats: QueueStats): void {
   );
   fillTable('subscriptions', rows);
   byId('subscriptions-section').hidden = rows.length === 0;
+}
+
+/** Each kind's stored definition (GET /kinds): what an enqueue by its name gets, and who wrote it. */
+function renderDefinitions(data: KindList): void {
+  const rows = data.kinds.map((k) => {
+    const options = Object.entries(k.options)
+      .map(([key, value]) => `${key}: ${typeof value === 'object' ? JSON.stringify(value) : String(value)}`)
+      .join(', ');
+    return element('tr', { 'data-definition': k.kind }, [
+      element('td', { text: k.kind }),
+      element('td', { class: 'num', text: String(k.version) }),
+      element('td', {}, [element('code', { text: options || '–' })]),
+      element('td', { text: k.registeredHere ? `${k.writtenBy} (this drainer has it)` : k.writtenBy }),
+      element('td', { text: formatWhen(k.writtenAt) }),
+    ]);
+  });
+  fillTable('definitions', rows);
+  byId('definitions-section').hidden = rows.length === 0;
 }
 
 function renderSchedules(data: ScheduleList): void {

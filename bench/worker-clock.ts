@@ -31,7 +31,7 @@ export interface ClockFigures {
   statementsPerIdleCron: { withClock: number; withoutClock: number };
   /** One look of the backstop's (BACKSTOP_POLL_SECONDS passed): once per interval with the clock. */
   statementsPerBackstopLook: number;
-  /** With the default BACKSTOP_POLL_SECONDS (3600) and a `* * * * *` cron. */
+  /** With BACKSTOP_POLL_SECONDS 3600 (the mode in which the database may sleep) and a `* * * * *` cron. */
   statementsPerIdleHour: { withClock: number; withoutClock: number };
   /** Delayed jobs through the API: their start (webhook arrival) after their run_at, in ms. */
   delayed: { jobs: number; p50Ms: number; p99Ms: number; maxMs: number };

@@ -227,7 +227,10 @@ export const SETTINGS = {
     env: 'BACKSTOP_POLL_SECONDS',
     runtimes: workerOnly,
     parse: int(0, 86_400),
-    default: 3600,
+    // Every cron looks: a job enqueued behind the Worker's back (SQL, another program's enqueue in
+    // its own transaction) starts within a cron interval. A positive value lets an idle database
+    // sleep, at the cost of such a job waiting up to that long (docs/workers.md, the queue's clock).
+    default: 0,
   }),
   queueClock: setting({ env: 'QUEUE_CLOCK', runtimes: workerOnly, parse: bool, default: true }),
 } satisfies Record<string, Setting<any>>;

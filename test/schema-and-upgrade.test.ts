@@ -95,6 +95,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.park_wait(bigint,text,text,integer,timestamp with time zone,text,text,timestamp with time zone,jsonb)',
     'pgdrain.record_step(bigint,text,text,integer,text,integer,jsonb,text,timestamp with time zone,boolean,text)',
     'pgdrain.record_steps(bigint[],text[],text[],integer[],integer[],text[],timestamp with time zone[],text[])',
+    'pgdrain.release_dependents_missed(bigint[],text[],bigint[])',
     'pgdrain.send_dead_letters(bigint[])',
     'pgdrain.send_event(text,text,jsonb)',
     'pgdrain.set_group_limits(text,text,integer,integer,double precision)',

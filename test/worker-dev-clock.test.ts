@@ -42,7 +42,8 @@ describe("the queue's clock under npm run dev:worker", () => {
     worker = await startWorkerDev({
       databaseUrl: proxy.urlFor(t.url),
       hyperdrive: false,
-      env: { API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}` },
+      // The mode in which an idle queue's database may sleep (the default looks every cron).
+      env: { API_TOKEN: TOKEN, WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${hookPort}`, BACKSTOP_POLL_SECONDS: '3600' },
     });
   }, 90_000);
 

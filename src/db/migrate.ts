@@ -13,12 +13,28 @@
 // would otherwise hold every enqueue and claim queued behind it), and is written to be re-run
 // safely if a run stops half way. Other migrations run as drizzle runs them, in a transaction, but
 // under the same lock_timeout, the whole transaction retried.
-// Which migrations are online is in the README (Upgrading).
+// Which migrations are online is in docs/operations.md (Upgrading).
+//
+// Any number of processes may migrate at once (replicas that start together). One migrates; the
+// others wait until it is done, then find nothing to do. The lock is a transaction-level advisory
+// lock held by an idle transaction on a connection of its own, for as long as the migration runs:
+// it cannot outlive that transaction — a process killed, a connection dropped, a transaction
+// pooler (which pins the connection to the open transaction and rolls it back when its client
+// goes) all end it — where a session lock would stay held on a pooled connection after the process
+// that took it exited. The others ask for it with pg_try_advisory_xact_lock, a statement that
+// answers at once, and ask again after a pause: never a statement that waits. A waiting statement
+// holds a snapshot, and CREATE INDEX CONCURRENTLY waits for every transaction with an older one —
+// the waiter waited for the migrator, which waited for the waiter (the deadlock of replicas
+// starting together on a fresh database); a DBA's statement_timeout cancelled it too. The wait is
+// said once (who holds the lock, since when) and bounded (MigrateOptions.maxWaitSeconds). Nothing
+// here sets a session setting: each setting is SET LOCAL inside the transaction it is for, so no
+// setting leaks to a pooled connection.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readMigrationFiles, type MigrationMeta } from 'drizzle-orm/migrator';
 import pg from 'pg';
+import { PgdrainError } from '../errors.ts';
 import { applyFunctions, type FunctionsApplied } from './functions.ts';
 import { PGDRAIN_SCHEMA } from './schema.ts';
 
@@ -33,6 +49,10 @@ const ONLINE_MARKER = /^\s*-- pgdrain: online\b/;
  * enqueues and claims queued behind it wait no longer than this either. */
 const LOCK_TIMEOUT_MS = 400;
 const LOCK_RETRIES = 150;
+/** The advisory lock every migrate takes (one key for pgdrain's schema). */
+const MIGRATION_LOCK_KEY = 7477853620;
+/** How long a migrate waits for another process's migration by default, in seconds. */
+export const MIGRATION_WAIT_SECONDS = 600;
 
 export interface MigrateOptions {
   /** Another folder of migrations (tests: the folder of an older release). With it, the functions
@@ -45,6 +65,30 @@ export interface MigrateOptions {
   /** Told when a migration steps back because a table it must lock is held by another transaction
    * (the first time, then every 20th try), so an operator sees why the upgrade is waiting. */
   onLockBusy?: (migration: string, tries: number) => void;
+  /** Told once when another process is migrating and this one waits for it to finish: who holds
+   * the lock (its application_name, backend pid) and since when, when the server says. */
+  onWaiting?: (holder: MigrationHolder) => void;
+  /** The longest wait for another process's migration, in seconds, before MigrationWaitError.
+   * Default MIGRATION_WAIT_SECONDS (10 minutes). */
+  maxWaitSeconds?: number;
+  /** Stops a wait for the lock, or the migration between statements (a SIGTERM while starting):
+   * the migrate rejects with the signal's reason; what it applied is kept, the rest is applied by
+   * the next migrate. */
+  signal?: AbortSignal;
+}
+
+/** Who holds the migration lock, as pg_stat_activity says (nulls where the server does not say:
+ * another role's session shows only its pid). */
+export interface MigrationHolder {
+  pid: number | null;
+  applicationName: string | null;
+  since: Date | null;
+}
+
+/** Another process held the migration lock for longer than maxWaitSeconds. */
+export class MigrationWaitError extends PgdrainError {
+  override name = 'MigrationWaitError';
+  readonly code = 'migration_wait';
 }
 
 /** What a migrate did. */
@@ -55,15 +99,31 @@ export interface MigrationReport {
   functions: FunctionsApplied;
 }
 
-/** Brings the database at `databaseUrl` up to date; safe to call from several processes at once. */
+/** Brings the database at `databaseUrl` up to date; any number of processes may call it at once
+ * (see the header): one migrates, the others wait for it and find the work done. */
 export async function migrateDatabase(databaseUrl: string, options: MigrateOptions = {}): Promise<MigrationReport> {
+  const lock = await holdMigrationLock(databaseUrl, options);
   const client = new pg.Client({ connectionString: databaseUrl, application_name: 'pgdrain-migrate' });
   // An error after connect (server restart) must not crash the caller; the query fails instead.
   client.on('error', () => {});
-  await client.connect();
+  // An abort ends the connection: the statement in flight fails, its transaction rolls back.
+  const abort = () => void client.end().catch(() => {});
+  options.signal?.addEventListener('abort', abort, { once: true });
   try {
-    // The advisory lock lets several processes start at once without racing each other.
-    await client.query('SELECT pg_advisory_lock(7477853620)');
+    await client.connect();
+    return await migrateUnderLock(client, options);
+  } catch (error) {
+    options.signal?.throwIfAborted();
+    throw error;
+  } finally {
+    options.signal?.removeEventListener('abort', abort);
+    await client.end().catch(() => {});
+    await lock.release();
+  }
+}
+
+async function migrateUnderLock(client: pg.Client, options: MigrateOptions): Promise<MigrationReport> {
+  {
     const table = `${pg.escapeIdentifier(PGDRAIN_SCHEMA)}.${pg.escapeIdentifier(MIGRATIONS_TABLE)}`;
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(PGDRAIN_SCHEMA)}`);
     await client.query(
@@ -108,9 +168,92 @@ export async function migrateDatabase(databaseUrl: string, options: MigrateOptio
           if (error.code !== '55P03') throw error; // a lock not granted in time: the next round does it
         });
     return { migrations: applied, functions };
-  } finally {
-    await client.end();
   }
+}
+
+/**
+ * Takes the migration lock on a connection of its own (see the header) and keeps its transaction
+ * open until release(): tries at once, then every 100 ms to 1 s, telling onWaiting once; rejects
+ * with MigrationWaitError after maxWaitSeconds, or with the signal's reason when it aborts.
+ */
+async function holdMigrationLock(databaseUrl: string, options: MigrateOptions): Promise<{ release(): Promise<void> }> {
+  const maxWaitMs = (options.maxWaitSeconds ?? MIGRATION_WAIT_SECONDS) * 1000;
+  const client = new pg.Client({ connectionString: databaseUrl, application_name: 'pgdrain-migrate-lock' });
+  client.on('error', () => {});
+  const release = async () => {
+    await client.query('COMMIT').catch(() => {});
+    await client.end().catch(() => {});
+  };
+  try {
+    options.signal?.throwIfAborted();
+    await client.connect();
+    const started = performance.now();
+    for (let tries = 1; ; tries++) {
+      await client.query('BEGIN');
+      // A DBA's idle-in-transaction timeout would end the lock while the migration runs.
+      await client.query('SET LOCAL idle_in_transaction_session_timeout = 0');
+      // A statement without parameters (the simple protocol): a parameterised one leaves its portal,
+      // and the portal's snapshot, open in the transaction, which CREATE INDEX CONCURRENTLY on the
+      // migrating connection would then wait for, for ever.
+      const { rows } = await client.query<{ locked: boolean }>(
+        `SELECT pg_try_advisory_xact_lock(${MIGRATION_LOCK_KEY}) AS locked`,
+      );
+      if (rows[0]?.locked) return { release };
+      await client.query('ROLLBACK');
+      if (tries === 1) options.onWaiting?.(await migrationHolder(client));
+      const waited = performance.now() - started;
+      if (waited >= maxWaitMs) {
+        const holder = await migrationHolder(client);
+        throw new MigrationWaitError(
+          `another process has held pgdrain's migration lock for more than ${Math.round(maxWaitMs / 1000)} s ` +
+            `(${describeHolder(holder)}); if it is stuck, end that session (SELECT pg_terminate_backend(pid)) and ` +
+            'start again',
+        );
+      }
+      await abortableSleep(Math.min(1_000, 100 * tries), options.signal);
+    }
+  } catch (error) {
+    await client.end().catch(() => {});
+    throw error;
+  }
+}
+
+/** Who holds the migration lock now (the advisory lock's key split as pg_locks shows it). */
+async function migrationHolder(client: pg.Client): Promise<MigrationHolder> {
+  const { rows } = await client.query<{ pid: number | null; application_name: string | null; since: Date | null }>(
+    `SELECT l.pid, a.application_name, coalesce(a.xact_start, a.backend_start) AS since
+       FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+      WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
+        AND l.objsubid = 1
+      LIMIT 1`,
+    [Math.floor(MIGRATION_LOCK_KEY / 2 ** 32), MIGRATION_LOCK_KEY % 2 ** 32],
+  );
+  const row = rows[0];
+  return { pid: row?.pid ?? null, applicationName: row?.application_name ?? null, since: row?.since ?? null };
+}
+
+/** "pgdrain-migrate-lock, backend pid 4242, since 2026-12-07T10:00:00.000Z". */
+export function describeHolder(holder: MigrationHolder): string {
+  if (holder.pid === null) return 'it has just finished';
+  return [
+    holder.applicationName || 'an unnamed session',
+    `backend pid ${holder.pid}`,
+    ...(holder.since ? [`since ${holder.since.toISOString()}`] : []),
+  ].join(', ');
+}
+
+function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 /** The whole migration in one transaction, under the same short lock_timeout as an online
@@ -128,7 +271,7 @@ async function applyInTransaction(
   await retriedWhileLockNotGranted(busy, async () => {
     await client.query('BEGIN');
     try {
-      await client.query(`SET LOCAL lock_timeout = ${LOCK_TIMEOUT_MS}`);
+      await setLocalTimeouts(client);
       for (const statement of migration.sql) await run(client, statement);
       await client.query(record);
       await client.query('COMMIT');
@@ -139,24 +282,45 @@ async function applyInTransaction(
   });
 }
 
-/** Statement by statement, each retried while its lock is not granted within LOCK_TIMEOUT_MS. */
+/** Statement by statement, each in a transaction of its own retried while its lock is not granted
+ * within LOCK_TIMEOUT_MS — but a CONCURRENTLY one, which cannot run in a transaction, and needs no
+ * lock_timeout: its lock (SHARE UPDATE EXCLUSIVE) queues no enqueue or claim behind it. */
 async function applyOnline(
   client: pg.Client,
   migration: MigrationMeta,
   record: pg.QueryConfig,
   busy: (tries: number) => void,
 ): Promise<void> {
-  await client.query(`SET lock_timeout = ${LOCK_TIMEOUT_MS}`);
-  try {
-    for (const statement of migration.sql) {
-      if (statement.trim() === '') continue;
+  for (const statement of migration.sql) {
+    if (statement.trim() === '') continue;
+    if (CONCURRENTLY.test(statement)) {
       await dropInvalidIndex(client, statement);
-      await retriedWhileLockNotGranted(busy, () => run(client, statement));
+      await run(client, statement);
+      continue;
     }
-    await client.query(record);
-  } finally {
-    await client.query('RESET lock_timeout').catch(() => {});
+    await retriedWhileLockNotGranted(busy, async () => {
+      await client.query('BEGIN');
+      try {
+        await setLocalTimeouts(client);
+        await run(client, statement);
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      }
+    });
   }
+  await client.query(record);
+}
+
+const CONCURRENTLY =
+  /^\s*(?:--[^\n]*\n\s*)*(?:CREATE\s+(?:UNIQUE\s+)?INDEX|DROP\s+INDEX|REINDEX)[^;]*\bCONCURRENTLY\b/i;
+
+/** A migration transaction's settings, for it alone (SET LOCAL: nothing outlives it on a pooled
+ * connection): a short lock_timeout (above), and no statement_timeout — a DBA's timeout for the
+ * app's queries would cancel a migration half way. */
+async function setLocalTimeouts(client: pg.Client): Promise<void> {
+  await client.query(`SET LOCAL lock_timeout = ${LOCK_TIMEOUT_MS}; SET LOCAL statement_timeout = 0`);
 }
 
 /** `attempt` again, after a growing pause, while it fails for a lock not granted within the

@@ -121,30 +121,8 @@ async function main(argv: string[]): Promise<void> {
       }
       return runSidecarCli(loaded.jobs, loaded.schedules);
     }
-    case 'migrate': {
-      const url = process.env.DATABASE_URL;
-      if (!url)
-        fail(
-          'migrate: set DATABASE_URL to the database to migrate, e.g. DATABASE_URL=postgres://user:pass@host/db ' +
-            'pgdrain migrate',
-        );
-      const { migrateDatabase } = await import('../db/migrate.ts');
-      try {
-        await migrateDatabase(url, { onLockBusy: sayMigrationWaits });
-      } catch (error) {
-        fail(`migrate: failed on ${redactUrl(url)}: ${safeErrorMessage(error)}`, 1);
-      }
-      console.log(`pgdrain: ${redactUrl(url)} is up to date (schema pgdrain)`);
-      if (values.jobs !== undefined) {
-        const { writeModuleKinds } = await import('../cli/module-kinds.ts');
-        try {
-          for (const line of await writeModuleKinds(url, values.jobs)) console.log(`pgdrain: ${line}`);
-        } catch (error) {
-          fail(`migrate --jobs: ${safeErrorMessage(error)}`, 1);
-        }
-      }
-      return;
-    }
+    case 'migrate':
+      return migrate(values.jobs);
     default:
       fail(`unknown command ${JSON.stringify(command)}\nRun pgdrain --help for usage.`);
   }
@@ -174,6 +152,36 @@ function restartWithHeapSettings(): void {
 const SEMI_SPACE_MB = 8;
 
 await main(process.argv.slice(2));
+
+/** `pgdrain migrate [--jobs FILE]`: the schema, then (with --jobs) the module's kinds. */
+async function migrate(jobsModule: string | undefined): Promise<void> {
+  const url = process.env.DATABASE_URL;
+  if (!url)
+    fail(
+      'migrate: set DATABASE_URL to the database to migrate, e.g. DATABASE_URL=postgres://user:pass@host/db ' +
+        'pgdrain migrate',
+    );
+  const { describeHolder, migrateDatabase } = await import('../db/migrate.ts');
+  try {
+    await migrateDatabase(url, {
+      onLockBusy: sayMigrationWaits,
+      onWaiting: (holder) =>
+        console.error(
+          `pgdrain: another process is migrating the database (${describeHolder(holder)}); waiting for it to finish`,
+        ),
+    });
+  } catch (error) {
+    fail(`migrate: failed on ${redactUrl(url)}: ${safeErrorMessage(error)}`, 1);
+  }
+  console.log(`pgdrain: ${redactUrl(url)} is up to date (schema pgdrain)`);
+  if (jobsModule === undefined) return;
+  const { writeModuleKinds } = await import('../cli/module-kinds.ts');
+  try {
+    for (const line of await writeModuleKinds(url, jobsModule)) console.log(`pgdrain: ${line}`);
+  } catch (error) {
+    fail(`migrate --jobs: ${safeErrorMessage(error)}`, 1);
+  }
+}
 
 /** `pgdrain migrate`: a migration steps back because another transaction holds a table it locks. */
 function sayMigrationWaits(migration: string, tries: number): void {

@@ -101,5 +101,5 @@ export {
 
 // The database's migrations. Its Drizzle tables, for your own queries and drizzle-kit, are in
 // `pgdrain/sql`.
-export { migrateDatabase as migrate } from '../db/migrate.ts';
+export { MigrationWaitError, migrateDatabase as migrate } from '../db/migrate.ts';
 export type { JobStatus } from '../db/schema.ts';

@@ -8,7 +8,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import type { Logger } from 'pino';
 import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
-import { migrateDatabase } from '../db/migrate.ts';
+import { describeHolder, migrateDatabase } from '../db/migrate.ts';
 import { redactUrl, safeErrorMessage } from '../db/url.ts';
 import { type QueueDatabase, guardPool } from '../db/connections.ts';
 import type { Db } from '../queries/index.ts';
@@ -22,7 +22,12 @@ export interface SidecarDatabase {
 
 /** DATABASE_URL, or an embedded server in `dataDir`; migrations applied either way. */
 export async function openDatabase(
-  options: { databaseUrl?: string; dataDir: string; embeddedSettings?: Record<string, string | number> },
+  options: {
+    databaseUrl?: string;
+    dataDir: string;
+    embeddedSettings?: Record<string, string | number>;
+    signal?: AbortSignal;
+  },
   log: Logger,
 ): Promise<SidecarDatabase> {
   let url = options.databaseUrl;
@@ -43,9 +48,16 @@ export async function openDatabase(
     await migrateDatabase(url, {
       onLockBusy: (migration, tries) =>
         log.warn({ migration, tries }, 'a migration waits for a table another transaction holds; trying again'),
+      onWaiting: (holder) =>
+        log.info(
+          { holder: holder.applicationName, holderPid: holder.pid, since: holder.since?.toISOString() },
+          `another process is migrating the database (${describeHolder(holder)}); waiting for it to finish`,
+        ),
+      signal: options.signal,
     });
   } catch (error) {
     await stop();
+    if (options.signal?.aborted) throw options.signal.reason;
     throw new Error(`migrations failed on ${redactUrl(url)}: ${safeErrorMessage(error)}`);
   }
   return { url, stop };

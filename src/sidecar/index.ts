@@ -63,6 +63,9 @@ export interface SidecarOptions extends RuntimeSettings<'sidecar'> {
   printBanner?: (text: string) => void;
   /** Extra server settings for the embedded PostgreSQL (tests turn fsync off). */
   embeddedSettings?: Record<string, string | number>;
+  /** Stops the start (a SIGTERM while it migrates or waits for another's migration): what has
+   * started is stopped, and startSidecar rejects with the signal's reason. */
+  signal?: AbortSignal;
 }
 
 export interface Sidecar {
@@ -82,7 +85,7 @@ export interface Sidecar {
 export async function startSidecar(options: SidecarOptions = {}): Promise<Sidecar> {
   const log =
     options.logger ?? createLogger({ level: options.logLevel ?? process.env.LOG_LEVEL, format: options.logFormat });
-  const parts = new Parts(log);
+  const parts = new Parts(log, options.signal);
   try {
     return await startParts(options, log, parts);
   } catch (error) {
@@ -101,7 +104,15 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   const incidents = new Incidents(log);
 
   const database = await parts.start('database', () =>
-    openDatabase({ databaseUrl: options.databaseUrl, dataDir, embeddedSettings: options.embeddedSettings }, log),
+    openDatabase(
+      {
+        databaseUrl: options.databaseUrl,
+        dataDir,
+        embeddedSettings: options.embeddedSettings,
+        signal: options.signal,
+      },
+      log,
+    ),
   );
   const apiToken = await resolveApiToken(options.apiToken, dataDir, log);
   const identity = await parts.start('identity', () =>

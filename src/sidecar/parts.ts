@@ -16,8 +16,12 @@ export class Parts {
   readonly #started: { name: string; part: Part; stopWithinMs: number }[] = [];
   #stopping: Promise<void> | null = null;
 
-  constructor(log: Logger) {
+  readonly #signal: AbortSignal | undefined;
+
+  /** `signal`: the start is called off (a SIGTERM while starting): no part starts after it. */
+  constructor(log: Logger, signal?: AbortSignal) {
     this.#log = log;
+    this.#signal = signal;
   }
 
   /** Starts a part and takes charge of stopping it. */
@@ -27,8 +31,11 @@ export class Parts {
     { stopWithinMs = DEFAULT_STOP_WITHIN_MS }: { stopWithinMs?: number } = {},
   ): Promise<T> {
     if (this.#stopping) throw new Error(`cannot start ${name}: the sidecar is stopping`);
+    this.#signal?.throwIfAborted();
     const part = await start();
     this.#started.push({ name, part, stopWithinMs });
+    // Called off while it started: stopped with the rest.
+    this.#signal?.throwIfAborted();
     return part;
   }
 

@@ -11,6 +11,7 @@ import {
   JobCancelledError,
   JobValidationError,
   LeaseLostError,
+  MigrationWaitError,
   PermanentJobError,
   PgdrainError,
   RetryLaterError,
@@ -31,6 +32,7 @@ it('every error class the docs list is a PgdrainError with its stable code', () 
     [new JobCancelledError('x'), 'job_cancelled'],
     [new LeaseLostError('x'), 'lease_lost'],
     [new HandlerAbandonedError('x'), 'handler_abandoned'],
+    [new MigrationWaitError('x'), 'migration_wait'],
     [new SettingsError([{ env: 'PORT', message: 'x' }]), 'invalid_settings'],
     [new PgdrainApiError(404, 'not_found', 'x'), 'not_found'],
   ];

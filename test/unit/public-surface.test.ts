@@ -17,6 +17,7 @@ const SURFACE: Record<string, string[]> = {
     'MAX_PROGRESS_BYTES',
     'MAX_RESULT_BYTES',
     'MAX_STEPS_PER_RUN',
+    'MigrationWaitError',
     'PermanentJobError',
     'PgdrainError',
     'RetryLaterError',

@@ -63,11 +63,14 @@ describe("the clock's decisions", () => {
 
 describe('scheduled() and the alarm with the clock (Neon path)', () => {
   let h: Harness;
+  // The mode in which the database may sleep (BACKSTOP_POLL_SECONDS over 0), which most of these
+  // tests are about; the default, every cron looks, has a test of its own below.
   const clockEnv = (vars: Partial<Env> = {}): Env =>
     ({
       ...(env as unknown as Env),
       DATABASE_URL: env.CLOCK_DATABASE_URL,
       PGDRAIN_CLOCK: env.TEST_CLOCK,
+      BACKSTOP_POLL_SECONDS: '3600',
       ...vars,
     }) as Env;
   const clock = () => queueClock(clockEnv())!;
@@ -205,6 +208,15 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
       )
     )[0]!.ms;
     expect(late).toBeLessThan(1_500);
+  });
+
+  it("by default every cron looks: a job enqueued in SQL behind the Worker's back runs at the next cron", async () => {
+    const byDefault = { BACKSTOP_POLL_SECONDS: undefined } as Partial<Env>;
+    await clockQueue.runScheduled(cron(), clockEnv(byDefault));
+    expect(await clockQueue.runScheduled(cron(), clockEnv(byDefault))).toMatchObject({ looked: 'drain', claimed: 0 });
+    await h.query(`SELECT pgdrain.enqueue('clock-run', '{"tag": "sql-default"}')`);
+    expect(await clockQueue.runScheduled(cron(), clockEnv(byDefault))).toMatchObject({ looked: 'drain', completed: 1 });
+    expect(await runs('sql-default')).toHaveLength(1);
   });
 
   it("a job enqueued in SQL behind the Worker's back runs at the backstop; a reset clock looks at the next cron", async () => {

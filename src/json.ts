@@ -1,5 +1,7 @@
 // JSON as pgdrain stores it (results, progress, step results, event payloads) and the text of a
 // thrown value as a job's last_error: one module, used by the drain, the workflows and the events.
+import { underQueryWrapper } from './db/errors.ts';
+import { safeErrorMessage } from './db/url.ts';
 
 /**
  * JSON text of `value` (null for undefined); TypeError naming `what` when it is not JSON that reads
@@ -60,11 +62,14 @@ export function utf8Length(text: string): number {
   return new TextEncoder().encode(text).length;
 }
 
-/** A readable last_error for anything a handler can throw. */
+/** A readable last_error for anything a handler can throw (a database error in the database's own
+ * words, never the statement that failed: db/url.ts safeErrorMessage). */
 export function errorText(error: unknown): string {
   if (error instanceof Error) {
-    const message = error.message || '(no message)';
-    return error.name && error.name !== 'Error' ? `${error.name}: ${message}` : message;
+    const message = safeErrorMessage(error) || '(no message)';
+    const shown = underQueryWrapper(error);
+    const name = shown instanceof Error ? shown.name : '';
+    return name && name !== 'Error' && !/^(error|DatabaseError)$/i.test(name) ? `${name}: ${message}` : message;
   }
   if (typeof error === 'string') return error;
   if (error === undefined) return 'handler threw undefined';

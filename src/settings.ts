@@ -84,6 +84,19 @@ export const SETTINGS = {
     documentedDefault: { sidecar: 'embedded PostgreSQL' },
     parse: z.string().regex(/^postgres(ql)?:\/\//, 'must start with postgres:// or postgresql://'),
   }),
+  listenDatabaseUrl: setting({
+    env: 'LISTEN_DATABASE_URL',
+    runtimes: sidecarOnly,
+    documentedDefault: 'DATABASE_URL',
+    parse: z.string().regex(/^postgres(ql)?:\/\//, 'must start with postgres:// or postgresql://'),
+  }),
+  pooler: setting({
+    env: 'DATABASE_POOLER',
+    runtimes: sidecarOnly,
+    parse: z.enum(['auto', 'none', 'session', 'transaction'], 'must be auto, none, session or transaction'),
+    default: 'auto',
+  }),
+  pollOnly: setting({ env: 'POLL_ONLY', runtimes: sidecarOnly, parse: bool, default: false }),
   dataDir: setting({
     env: 'PGDRAIN_DATA_DIR',
     runtimes: sidecarOnly,

@@ -188,6 +188,56 @@ describe('only in-process', () => {
   });
 });
 
+describe("the database's failures, by class", () => {
+  /** An app on a pool of `url`; closes the pool after `use`. */
+  async function appOn(url: string, use: (app: ReturnType<typeof createApp>) => Promise<void>) {
+    const pg = await import('pg');
+    const { drizzle } = await import('drizzle-orm/node-postgres');
+    const pool = new pg.default.Pool({ connectionString: url, connectionTimeoutMillis: 5000 });
+    pool.on('error', () => {});
+    try {
+      await use(
+        createApp({
+          withDb: (fn) => fn(drizzle({ client: pool }) as never),
+          registry: createDefaultRegistry({}),
+          apiToken: TOKEN,
+        }),
+      );
+    } finally {
+      await pool.end();
+    }
+  }
+  const enqueue = (on: ReturnType<typeof createApp>) =>
+    on.request('/jobs', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...auth },
+      body: JSON.stringify({ kind: 'noop', payload: 1 }),
+    });
+
+  it('a connection limit is 503 database_busy, not "unreachable"; a read-only database 503 database_read_only', async () => {
+    const role = `limited_${Date.now()}`;
+    await t.query(`CREATE ROLE ${role} LOGIN PASSWORD 'pw' CONNECTION LIMIT 0`);
+    // Straight to the server, whose words these are (a pooler in front answers in its own).
+    const limited = new URL(t.directUrl);
+    limited.username = role;
+    limited.password = 'pw';
+    try {
+      await appOn(limited.toString(), async (busy) => {
+        const body = await expectError(await enqueue(busy), 503, 'database_busy', 'too many clients');
+        expect(JSON.stringify(body)).not.toMatch(/INSERT|pw|limited_/);
+      });
+    } finally {
+      await t.query(`DROP ROLE ${role}`);
+    }
+    const readOnly = new URL(t.directUrl);
+    readOnly.searchParams.set('options', '-c default_transaction_read_only=on');
+    await appOn(readOnly.toString(), async (standby) => {
+      await expectError(await enqueue(standby), 503, 'database_read_only', 'read-only');
+    });
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+  });
+});
+
 describe('scoped tokens', () => {
   const tokens = {
     enqueue: 'enqueue-token-0123456789',

@@ -45,10 +45,11 @@ async function schemaShape(t: TestDatabase) {
   return shape!;
 }
 
-/** Migration locks held now (none once every migrate has ended). */
+/** Migration locks held now on this database (none once every migrate has ended). */
 async function locksHeld(t: TestDatabase): Promise<number> {
   const [row] = await t.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1::bigint::oid`,
+    `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1::bigint::oid
+        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
     [MIGRATION_LOCK_KEY % 2 ** 32],
   );
   return row!.n;

@@ -1,7 +1,7 @@
 // The queue-behaviour, flow-control, job-lifecycle and workflow suites on node-postgres (the sidecar's driver) against a real PostgreSQL.
 import pg from 'pg';
 import pino from 'pino';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import {
   claim,
@@ -18,6 +18,7 @@ import { writeStepRecord } from '../src/workflows/step-records.ts';
 import { type Db, rowsOf } from '../src/queries/db.ts';
 import { drain } from '../src/drain/index.ts';
 import { JobRegistry } from '../src/jobs/registry.ts';
+import { defineJob } from '../src/jobs/index.ts';
 import { defineWorkflow } from '../src/workflows/index.ts';
 import { sleep } from './support/time.ts';
 import { z } from 'zod';
@@ -44,13 +45,14 @@ import { workflowChangeSuite } from './conformance/workflow-changes.ts';
 // The sidecar's own pools (src/sidecar/database.ts), as `pgdrain start` opens them.
 const nodePostgresHarness = async (): Promise<Harness> => {
   const t = await createTestDatabase();
-  const database = openPools(t.url, 10, new Incidents(pino({ level: 'silent' })));
+  const database = openPools(t.url, 10, new Incidents(pino({ level: 'silent' })), { startupOptions: !t.throughPooler });
   return {
     db: database.db,
     query: t.query as Harness['query'],
     connect: async () => t.connect(2).db,
     listen: async (channel) => {
-      const client = new pg.Client({ connectionString: t.url });
+      // Straight to the server: a transaction pooler (PGDRAIN_TEST_POOLER) does not deliver NOTIFY.
+      const client = new pg.Client({ connectionString: t.directUrl });
       await client.connect();
       return listenOn(client, channel);
     },
@@ -74,7 +76,9 @@ workflowChangeSuite('node-postgres', nodePostgresHarness);
 describe('planner settings (the sidecar drain pool)', () => {
   it("stay inside pgdrain.claim(): the drain pool plans every other statement with the server's own", async () => {
     const t = await createTestDatabase();
-    const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })));
+    const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })), {
+      startupOptions: !t.throughPooler,
+    });
     const settings = async () =>
       (
         await rowsOf(
@@ -225,7 +229,9 @@ describe("a completed step's record", () => {
 describe('step records (the sidecar drain pool)', () => {
   it("commit durably, fenced one by one, several runs' in one statement; a record the server refuses fails its own step only", async () => {
     const t = await createTestDatabase();
-    const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })));
+    const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })), {
+      startupOptions: !t.throughPooler,
+    });
     try {
       await enqueueMany(
         t.db,
@@ -490,10 +496,16 @@ describe("jobs that begin to wait while their job's end waits for its row", () =
 // Statements that took longer to parse and plan than to run, sent again and again with the same
 // text: a limited claim (a CTE per limit), a workflow run's read of its steps. Each connection
 // prepares them once, by a name that their text decides.
-describe('prepared statements (the sidecar drain pool)', () => {
+/** PGDRAIN_TEST_POOLER: the suites run through a transaction pooler, where statements go unnamed and
+ * a server session is not the client's (the two describes below are about a session of one's own). */
+const THROUGH_POOLER = inject('poolerPort') !== null;
+
+describe.skipIf(THROUGH_POOLER)('prepared statements (the sidecar drain pool)', () => {
   it("a workflow run's read of its steps is one prepared statement, run again by every read", async () => {
     const t = await createTestDatabase();
-    const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })));
+    const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })), {
+      startupOptions: !t.throughPooler,
+    });
     try {
       for (const id of ['1', '2', '3']) expect(await loadSteps(database.drainDb, id)).toEqual([]);
       const prepared = await rowsOf<{ name: string; runs: number }>(
@@ -565,7 +577,9 @@ describe('prepared statements (the sidecar drain pool)', () => {
 
   it('a limited claim is one prepared statement per connection and shape of limits, run again by every claim', async () => {
     const t = await createTestDatabase();
-    const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })));
+    const database = openPools(t.url, 1, new Incidents(pino({ level: 'silent' })), {
+      startupOptions: !t.throughPooler,
+    });
     try {
       await enqueueMany(
         database.db,
@@ -603,10 +617,12 @@ describe('prepared statements (the sidecar drain pool)', () => {
 // errors: one whose backend ends between two of the handler's queries (a server restart, a network
 // cut) once ended the sidecar with an unhandled 'error' event (the chaos suite's SIGTERM with a
 // workflow's transactional step in flight).
-describe("checked-out connections (the sidecar's pools)", () => {
+describe.skipIf(THROUGH_POOLER)("checked-out connections (the sidecar's pools)", () => {
   it('one whose backend is terminated while checked out (or in a Drizzle transaction) errs its next query, goes back destroyed, and the process lives on', async () => {
     const t = await createTestDatabase();
-    const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })));
+    const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })), {
+      startupOptions: !t.throughPooler,
+    });
     try {
       const connection = await database.transactions();
       const [{ pid }] = (await rowsOf<{ pid: number }>(connection.db, sql`SELECT pg_backend_pid() AS pid`)) as [
@@ -630,6 +646,81 @@ describe("checked-out connections (the sidecar's pools)", () => {
       });
       await expect(inTransaction).rejects.toThrow();
       expect(await rowsOf(database.drainDb, sql`SELECT 1 AS one`)).toEqual([{ one: 1 }]);
+    } finally {
+      await database.close();
+      await t.close();
+    }
+  });
+
+  it('a transactional handler idle longer than idle_in_transaction_session_timeout ends dead with a last_error naming it', async () => {
+    const t = await createTestDatabase();
+    // A DBA's setting, for every new session of this database: the handler pauses 1.2 s between two statements.
+    await t.query(
+      `ALTER DATABASE "${new URL(t.url).pathname.slice(1)}" SET idle_in_transaction_session_timeout = '300ms'`,
+    );
+    const database = openPools(t.url, 2, new Incidents(pino({ level: 'silent' })));
+    try {
+      const slow = defineJob({
+        kind: 'slow_tx',
+        schema: z.object({}),
+        transactional: true,
+        maxAttempts: 1,
+        handler: async (_payload, ctx) => {
+          await ctx.tx.execute(sql`SELECT 1`);
+          await sleep(1_200);
+          await ctx.tx.execute(sql`SELECT 2`);
+        },
+      });
+      await t.query(`SELECT pgdrain.enqueue('slow_tx', '{}', max_attempts => 1)`);
+      await drain(database.drainDb, new JobRegistry([slow]), {
+        workerId: 'idle-test',
+        transactions: database.transactions,
+      });
+      const [job] = await t.query<{ status: string; last_error: string }>(
+        'SELECT status, last_error, attempts, lost_attempts FROM pgdrain.jobs',
+      );
+      expect(job).toMatchObject({ status: 'dead', attempts: 1 });
+      expect(job!.last_error).toMatch(/idle_in_transaction_session_timeout/);
+      expect(job!.last_error).toMatch(/SQLSTATE 25P03/);
+      expect(job!.last_error).not.toMatch(/Failed query/);
+    } finally {
+      await database.close();
+      await t.close();
+    }
+  });
+
+  it("default_transaction_isolation = 'serializable' on the database: enqueues, drains and settles every job once", async () => {
+    const t = await createTestDatabase();
+    await t.query(
+      `ALTER DATABASE "${new URL(t.url).pathname.slice(1)}" SET default_transaction_isolation = 'serializable'`,
+    );
+    const database = openPools(t.url, 4, new Incidents(pino({ level: 'silent' })));
+    try {
+      const ran = new Map<string, number>();
+      const counted = defineJob({
+        kind: 'counted',
+        schema: z.object({ n: z.number() }),
+        handler: async (_payload, { job }) => {
+          ran.set(job.id, (ran.get(job.id) ?? 0) + 1);
+        },
+      });
+      await enqueueMany(
+        database.db,
+        Array.from({ length: 200 }, (_, n) => ({ kind: 'counted', payload: { n } })),
+      );
+      const [{ isolation }] = (await rowsOf<{ isolation: string }>(
+        database.db,
+        sql`SELECT current_setting('transaction_isolation') AS isolation`,
+      )) as [{ isolation: string }];
+      expect(isolation).toBe('serializable');
+      for (let round = 0; round < 5 && ran.size < 200; round++)
+        await drain(database.drainDb, new JobRegistry([counted]), {
+          workerId: `serializable-${round}`,
+          concurrency: 20,
+        });
+      expect(ran.size).toBe(200);
+      expect([...ran.values()].every((n) => n === 1)).toBe(true);
+      expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
     } finally {
       await database.close();
       await t.close();

@@ -55,6 +55,33 @@ afterAll(async () => {
   if (oldTree) await rm(oldTree, { recursive: true, force: true });
 });
 
+/** `promise`, or an error after `ms` naming `what` (and the sidecars' logs' ends), not a hung test. */
+async function within<T>(promise: Promise<T>, ms: number, what: string, more = () => ''): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(async () => {
+          const tails = sidecars.map((s, i) => `--- sidecar ${i}:\n${s.stdout().slice(-3000)}`).join('\n');
+          // What each session of the database waits on, to name what held the step up.
+          const sessions = await t
+            .query(
+              `SELECT pid, application_name, state, wait_event_type, wait_event, backend_xmin,
+                      now() - xact_start AS in_transaction, left(query, 160) AS query
+                 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`,
+            )
+            .then((rows) => JSON.stringify(rows, null, 1))
+            .catch((error: Error) => error.message);
+          reject(new Error(`${what} took more than ${ms} ms ${more()}\n${tails}\n--- sessions:\n${sessions}`));
+        }, ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Errors in a sidecar's JSON log (pino levels 50 and 60). */
 const errorsIn = (log: string) => log.split('\n').filter((line) => /"level":(50|60)/.test(line));
 
@@ -93,7 +120,17 @@ it(`the sidecar of ${OLDEST_SIDE_BY_SIDE} drains while this version migrates and
   try {
     await until(ran, (n) => n >= 300, 30_000, 'the old sidecar to drain');
     // The deploy: the new version migrates while the old one drains, then starts beside it.
-    const report = await migrateDatabase(t.url);
+    const busy: string[] = [];
+    const migrateStarted = performance.now();
+    const report = await within(
+      migrateDatabase(t.url, { onLockBusy: (migration, tries) => busy.push(`${migration} ×${tries}`) }),
+      30_000,
+      'the migration',
+      () => `lock busy: ${busy.join(', ') || 'never'}`,
+    );
+    console.log(
+      `side by side: migrated in ${Math.round(performance.now() - migrateStarted)} ms; lock busy: ${busy.join(', ') || 'never'}`,
+    );
     expect(report.migrations.length).toBeGreaterThan(0);
     const current = await startSidecarProcess(env('new'));
     sidecars.push(current);
@@ -113,10 +150,10 @@ it(`the sidecar of ${OLDEST_SIDE_BY_SIDE} drains while this version migrates and
     expect(oldAfter).toBeGreaterThan(before.find((r) => r.pid === old.child.pid)?.n ?? 0);
     // The old one stops, gracefully.
     old.child.kill('SIGTERM');
-    expect(await old.exited).toEqual({ code: 0, signal: null });
+    expect(await within(old.exited, 20_000, 'the old sidecar to stop')).toEqual({ code: 0, signal: null });
     await sleep(500);
     enqueuing = false;
-    await producer;
+    await within(producer, 10_000, 'the producer to stop');
     await until(
       () => t.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgdrain.jobs`),
       (rows) => rows[0]!.n === 0,
@@ -129,7 +166,7 @@ it(`the sidecar of ${OLDEST_SIDE_BY_SIDE} drains while this version migrates and
     );
     expect(runs).toEqual({ runs: enqueued, jobs: enqueued, unfinished: 0 });
     current.child.kill('SIGTERM');
-    expect(await current.exited).toEqual({ code: 0, signal: null });
+    expect(await within(current.exited, 20_000, 'the new sidecar to stop')).toEqual({ code: 0, signal: null });
     expect(errorsIn(old.stdout())).toEqual([]);
     expect(errorsIn(current.stdout())).toEqual([]);
   } finally {

@@ -26,7 +26,8 @@ const drainAll = () => drain(t.db, registry, { workerId: 'sql-enqueue-test', bud
 beforeAll(async () => {
   t = await createTestDatabase();
   await t.query('CREATE TABLE orders (id serial PRIMARY KEY, item text NOT NULL)');
-  listener = new pg.Client({ connectionString: t.url });
+  // Listening straight to the server: a transaction pooler (PGDRAIN_TEST_POOLER) does not deliver NOTIFY.
+  listener = new pg.Client({ connectionString: t.directUrl });
   await listener.connect();
   listener.on('notification', (n) => notified.push(n.payload ?? ''));
   await listener.query(`LISTEN ${NOTIFY_CHANNEL}`);
@@ -250,7 +251,7 @@ it('pgdrain.cancel(): pending → cancelled at once, running → asked to stop (
   );
   expect(await t.query(`SELECT pgdrain.cancel($1) AS s`, [pending])).toEqual([{ s: 'cancelled' }]);
   expect(await t.query(`SELECT id FROM pgdrain.jobs WHERE id = $1`, [pending])).toEqual([]); // noop keeps nothing
-  const cancels = new pg.Client({ connectionString: t.url });
+  const cancels = new pg.Client({ connectionString: t.directUrl });
   await cancels.connect();
   const heard: string[] = [];
   cancels.on('notification', (n) => heard.push(`${n.channel}:${n.payload}`));

@@ -5,6 +5,7 @@
 import { hostname } from 'node:os';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
+import { libpqUrl } from '../db/url.ts';
 import { JobRegistry } from '../jobs/registry.ts';
 import type { Db } from '../queries/index.ts';
 import { registerKinds } from '../runtime/core.ts';
@@ -13,7 +14,7 @@ import { loadJobsModule } from '../sidecar/jobs-module.ts';
 /** Writes the kinds `modulePath` exports and their subscriptions; lines saying what was written. */
 export async function writeModuleKinds(databaseUrl: string, modulePath: string): Promise<string[]> {
   const { jobs } = await loadJobsModule(modulePath);
-  const pool = new pg.Pool({ connectionString: databaseUrl, max: 1, application_name: 'pgdrain-migrate' });
+  const pool = new pg.Pool({ connectionString: libpqUrl(databaseUrl), max: 1, application_name: 'pgdrain-migrate' });
   pool.on('error', () => {});
   try {
     const db = drizzle({ client: pool }) as unknown as Db;

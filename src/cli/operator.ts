@@ -12,7 +12,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { guardPool } from '../db/connections.ts';
 import { JOB_STATUSES, type JobStatus, KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/schema.ts';
-import { redactUrl, safeErrorMessage } from '../db/url.ts';
+import { libpqUrl, redactUrl, safeErrorMessage } from '../db/url.ts';
 import { jobJson, jobSummaryJson, stepJson } from '../http/job-json.ts';
 import { EventValidationError, sendEvent } from '../workflows/events.ts';
 import { prepareEnqueue } from '../jobs/enqueue.ts';
@@ -155,7 +155,7 @@ export async function runOperatorCommand(
 
   const pool = guardPool(
     new pg.Pool({
-      connectionString: url,
+      connectionString: libpqUrl(url),
       max: 1,
       application_name: `pgdrain ${name}`,
       connectionTimeoutMillis: 10_000,
@@ -172,8 +172,7 @@ export async function runOperatorCommand(
     return 0;
   } catch (error) {
     if (error instanceof UsageError) return usage(name, error.message);
-    const message =
-      error instanceof CommandFailed ? error.message : `${redactUrl(url)}: ${safeErrorMessage(databaseCause(error))}`;
+    const message = error instanceof CommandFailed ? error.message : `${redactUrl(url)}: ${safeErrorMessage(error)}`;
     process.stderr.write(`pgdrain ${name}: ${oneLine(message)}\n`);
     return 1;
   } finally {
@@ -187,13 +186,6 @@ function usage(name: OperatorCommand, message: string): number {
 }
 
 const oneLine = (text: string) => text.replace(/\s*\n\s*/g, ' ');
-
-/** What the database or the network said, under Drizzle's "Failed query: <sql>" wrapping. */
-function databaseCause(error: unknown): unknown {
-  let e = error as { cause?: unknown; message?: unknown } | undefined;
-  while (e && typeof e.message === 'string' && e.message.startsWith('Failed query') && e.cause) e = e.cause as typeof e;
-  return e;
-}
 
 async function confirm(question: string): Promise<boolean> {
   const prompt = createInterface({ input: process.stdin, output: process.stderr });

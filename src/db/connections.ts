@@ -8,6 +8,9 @@ export interface TransactionConnection {
   db: Db;
   /** Back to its pool; `destroy`: close it instead (the server rolls back what it had open). */
   giveBack(destroy: boolean): void;
+  /** The error the server ended the connection with while it was out (a FATAL such as
+   * idle_in_transaction_session_timeout's), if it did: the reason a handler's transaction failed. */
+  endedWith?(): unknown;
 }
 
 /** Opens a TransactionConnection (each runtime has its own pool of them). */

@@ -37,3 +37,113 @@ export function isTransientConflict(error: unknown): boolean {
   }
   return false;
 }
+
+/** A failure of the moment, not of the statement: the database out of reach, a connection lost, too
+ * many clients, a full disk or out of memory (class 53), a server shutting down. The same statement
+ * may succeed when sent again later (a settlement is: settler.ts). */
+export function isTransientFailure(error: unknown): boolean {
+  if (isDatabaseUnavailable(error)) return true;
+  for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++)
+    if (/^53/.test(String((e as { code?: unknown }).code ?? ''))) return true;
+  return false;
+}
+
+/** A SQLSTATE: five digits or capital letters. */
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+
+/**
+ * What went wrong, in the database's own words, in one line: the server's message and its SQLSTATE
+ * (`sorry, too many clients already (SQLSTATE 53300)`), or the driver's for a connection that went.
+ * A query builder's wrapper (drizzle's `Failed query: <statement> params: …`) is looked through to
+ * its cause: a statement's text and parameters never reach a log line, an answer or a last_error
+ * (they may hold payloads and secrets). Anything else: its message, as it is.
+ */
+export function databaseErrorText(error: unknown): string {
+  const e = underQueryWrapper(error);
+  if (e === undefined && error !== undefined) return 'a statement failed (the database gave no reason)';
+  const message = String((e as { message?: unknown } | null)?.message ?? e);
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && SQLSTATE.test(code) && !message.includes(code)
+    ? `${message} (SQLSTATE ${code})`
+    : message;
+}
+
+/** The error under a query builder's wrappers (undefined: a wrapper with no cause). */
+export function underQueryWrapper(error: unknown): unknown {
+  let e: unknown = error;
+  for (let depth = 0; depth < 5 && isQueryWrapper(e); depth++) e = (e as { cause?: unknown }).cause;
+  return isQueryWrapper(e) ? undefined : e;
+}
+
+/** drizzle's DrizzleQueryError (and any wrapper like it): its message is the statement. */
+function isQueryWrapper(error: unknown): boolean {
+  const message = (error as { message?: unknown } | null)?.message;
+  return typeof message === 'string' && message.startsWith('Failed query:');
+}
+
+/** What an API answer says of a database failure: its class, not its details. */
+export interface DatabaseFailure {
+  status: 503 | 507;
+  code: string;
+  message: string;
+}
+
+/** SQLSTATEs whose class a caller can act on, before the catch-all of a database out of reach. */
+const FAILURE_CLASSES: [RegExp, DatabaseFailure][] = [
+  [
+    /^53300$/,
+    {
+      status: 503,
+      code: 'database_busy',
+      message: 'the database refuses more connections (too many clients); nothing was changed, try again shortly',
+    },
+  ],
+  [
+    /^53100$/,
+    {
+      status: 507,
+      code: 'database_full',
+      message: "the database's disk is full; nothing was changed until space is freed",
+    },
+  ],
+  [
+    /^53/,
+    {
+      status: 503,
+      code: 'database_busy',
+      message: 'the database is out of a resource (memory, locks); nothing was changed, try again shortly',
+    },
+  ],
+  [
+    /^57014$/,
+    {
+      status: 503,
+      code: 'database_timeout',
+      message: 'the database cancelled the statement (a statement_timeout); nothing was changed',
+    },
+  ],
+  [
+    /^25006$/,
+    {
+      status: 503,
+      code: 'database_read_only',
+      message: 'the database is read-only (a standby, or a read-only role); nothing was changed',
+    },
+  ],
+];
+
+/** The class of a database failure an answer names, or null: not one the caller can act on. */
+export function databaseFailure(error: unknown): DatabaseFailure | null {
+  for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code !== 'string') continue;
+    for (const [pattern, failure] of FAILURE_CLASSES) if (pattern.test(code)) return failure;
+  }
+  if (isDatabaseUnavailable(error))
+    return {
+      status: 503,
+      code: 'database_unavailable',
+      message: 'the database is unreachable; nothing was changed, try again shortly',
+    };
+  return null;
+}

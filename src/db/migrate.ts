@@ -36,6 +36,7 @@ import { readMigrationFiles, type MigrationMeta } from 'drizzle-orm/migrator';
 import pg from 'pg';
 import { PgdrainError } from '../errors.ts';
 import { applyFunctions, type FunctionsApplied } from './functions.ts';
+import { libpqUrl } from './url.ts';
 import { PGDRAIN_SCHEMA } from './schema.ts';
 
 /** drizzle/ beside src/ in this repo, beside dist/ in the npm package. A function, not a constant:
@@ -102,8 +103,9 @@ export interface MigrationReport {
 /** Brings the database at `databaseUrl` up to date; any number of processes may call it at once
  * (see the header): one migrates, the others wait for it and find the work done. */
 export async function migrateDatabase(databaseUrl: string, options: MigrateOptions = {}): Promise<MigrationReport> {
-  const lock = await holdMigrationLock(databaseUrl, options);
-  const client = new pg.Client({ connectionString: databaseUrl, application_name: 'pgdrain-migrate' });
+  const url = libpqUrl(databaseUrl);
+  const lock = await holdMigrationLock(url, options);
+  const client = new pg.Client({ connectionString: url, application_name: 'pgdrain-migrate' });
   // An error after connect (server restart) must not crash the caller; the query fails instead.
   client.on('error', () => {});
   // An abort ends the connection: the statement in flight fails, its transaction rolls back.
@@ -189,6 +191,7 @@ async function holdMigrationLock(databaseUrl: string, options: MigrateOptions): 
     await client.connect();
     const started = performance.now();
     for (let tries = 1; ; tries++) {
+      options.signal?.throwIfAborted();
       await client.query('BEGIN');
       // A DBA's idle-in-transaction timeout would end the lock while the migration runs.
       await client.query('SET LOCAL idle_in_transaction_session_timeout = 0');
@@ -224,7 +227,7 @@ async function migrationHolder(client: pg.Client): Promise<MigrationHolder> {
     `SELECT l.pid, a.application_name, coalesce(a.xact_start, a.backend_start) AS since
        FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
       WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
-        AND l.objsubid = 1
+        AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
       LIMIT 1`,
     [Math.floor(MIGRATION_LOCK_KEY / 2 ** 32), MIGRATION_LOCK_KEY % 2 ** 32],
   );
@@ -244,6 +247,7 @@ export function describeHolder(holder: MigrationHolder): string {
 
 function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
     const onAbort = () => {
       clearTimeout(timer);
       reject(signal!.reason);
@@ -272,6 +276,7 @@ async function applyInTransaction(
     await client.query('BEGIN');
     try {
       await setLocalTimeouts(client);
+      await lockTablesFirst(client, migration.sql);
       for (const statement of migration.sql) await run(client, statement);
       await client.query(record);
       await client.query('COMMIT');
@@ -280,6 +285,27 @@ async function applyInTransaction(
       throw error;
     }
   });
+}
+
+/** Every table a migration alters, locked before its first statement, pgdrain.jobs first: the
+ * order the drain's statements take them in. Altered one at a time, the migration held the first
+ * table (job_counts) while it waited for pgdrain.jobs, and a settlement holding pgdrain.jobs waited
+ * for job_counts behind it: a lock cycle that a busy drain renewed at every retry, so the migration
+ * never got through (seen with a drainer of the last release running beside it). Waiting for
+ * pgdrain.jobs with nothing held, it queues only that table's new lockers, for lock_timeout at most. */
+async function lockTablesFirst(client: pg.Client, statements: readonly string[]): Promise<void> {
+  const named = new Set<string>();
+  for (const statement of statements)
+    for (const m of statement.matchAll(/\bALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:ONLY\s+)?("[^"]+"\."[^"]+"|[\w.]+)/gi))
+      named.add(m[1]!);
+  if (named.size === 0) return;
+  const { rows } = await client.query<{ name: string }>(
+    `SELECT name FROM unnest($1::text[]) WITH ORDINALITY AS t(name, n)
+      WHERE to_regclass(name) IS NOT NULL
+      ORDER BY to_regclass(name) IS NOT DISTINCT FROM to_regclass('pgdrain.jobs') DESC, n`,
+    [[...named]],
+  );
+  if (rows.length > 0) await client.query(`LOCK TABLE ${rows.map((r) => r.name).join(', ')} IN ACCESS EXCLUSIVE MODE`);
 }
 
 /** Statement by statement, each in a transaction of its own retried while its lock is not granted

@@ -487,3 +487,18 @@ export const kinds = pgdrainSchema.table('kinds', {
   writtenBy: text('written_by').notNull(),
   writtenAt: timestamptz('written_at').notNull().defaultNow(),
 });
+
+/** Each sidecar's DRAINER_ID while a process holds it (queries/drainer-identity.ts): a lease row, so
+ * that the name's protection does not hang on one server session surviving (a transaction pooler
+ * gives none). The holder renews it every few seconds and deletes it when it stops. */
+export const drainers = pgdrainSchema.table('drainers', {
+  drainerId: text('drainer_id').primaryKey(),
+  /** The holding process's worker id (`sidecar-<id>.<host>.<pid>.<random>`). */
+  holder: text('holder').notNull(),
+  /** The holder's own server session (its backend's pid and start), when it has one of its own (no
+   * transaction pooler): gone from pg_stat_activity means the holder is gone, without waiting. */
+  sessionPid: integer('session_pid'),
+  sessionStarted: timestamptz('session_started'),
+  renewedAt: timestamptz('renewed_at').notNull().defaultNow(),
+  takenAt: timestamptz('taken_at').notNull().defaultNow(),
+});

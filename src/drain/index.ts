@@ -259,6 +259,9 @@ class DrainRun {
       onReturned: () => this.#wakeup.wake(),
       onRetry: (runAt, kind) => this.#dueAgain(runAt.getTime(), kind),
       onSnoozed: (kind, dueAt, readyKinds) => this.#snoozed(kind, dueAt, readyKinds),
+      // A settlement that failed for a reason of the moment is sent again while its jobs' lease may
+      // still hold (the renewals stopped when their handlers ended), within the drain's budget.
+      resendUntil: () => Math.min(this.#budget.end, Date.now() + this.#visibilityTimeoutSeconds * 1000),
     });
     this.#claimer = new Claimer(db, this.#settler, {
       recordCounts,

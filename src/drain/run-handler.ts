@@ -26,6 +26,7 @@ import {
 } from '../jobs/registry.ts';
 import type { AttemptRuntime, KindRunner } from '../jobs/definition.ts';
 import type { OpenTransactionConnection } from '../db/connections.ts';
+import { databaseErrorText } from '../db/errors.ts';
 import { type ClaimedJob, type Db, completeJobs, getDependencies, snoozeRun, startedByOf } from '../queries/index.ts';
 import { longerThan, toJson, utf8Length } from '../json.ts';
 import type { ProcessSpan } from '../tracing.ts';
@@ -342,13 +343,26 @@ async function runInTransaction(
       unblocked = unblockedKinds;
     });
   } catch (error) {
-    // A rollback on a destroyed connection fails too: the reason it was given up is the one to report.
-    throw attempt.givenUpWith ?? error;
+    // A rollback on a destroyed connection fails too: the reason it was given up is the one to report;
+    // the server's, when it ended the connection (the next statement only says it is gone).
+    throw attempt.givenUpWith ?? endedByServer(connection.endedWith?.()) ?? error;
   } finally {
     over = true;
     if (!attempt.givenUpWith) connection.giveBack(false);
   }
   return { as: 'completed', kept, inTransaction: { unblockedKinds: unblocked } };
+}
+
+/** The server ended a handler's transaction: said with the setting that did it, when one did. */
+function endedByServer(cause: unknown): Error | undefined {
+  if (!cause) return undefined;
+  const code = (cause as { code?: unknown }).code;
+  if (code === '25P03')
+    return new Error(
+      "the handler's transaction stayed idle between two statements longer than the database's " +
+        `idle_in_transaction_session_timeout, which ended it: ${databaseErrorText(cause)}`,
+    );
+  return new Error(`the database ended the handler's transaction: ${databaseErrorText(cause)}`);
 }
 
 /** ctx.tx, refusing use once its transaction is over (a handler that ignored its signal). */

@@ -14,7 +14,12 @@
 //                                   abandoned at shutdown: `reason` goes into last_error)
 //
 // A statement the database rolled back for a lock conflict (a deadlock, a serialization failure)
-// is sent again, up to SETTLE_ATTEMPTS times; one that fails otherwise leaves its jobs running for
+// is sent again, up to SETTLE_ATTEMPTS times. One that failed for a reason of the moment (the
+// database out of reach, a connection lost, too many clients, a full disk) is sent again with a
+// growing pause until `resendUntil` (the drain: its jobs' lease, within its budget): a blip shorter
+// than the lease costs no repeated work. The lock token still fences each resend, so one whose jobs
+// were reaped meanwhile settles nothing (lost), and one whose first send committed after all finds
+// them settled. A statement that fails otherwise, or past that time, leaves its jobs running for
 // the reaper (onError says so) and its records done, settled as nothing. finish() flushes what is
 // buffered and resolves when every statement has returned.
 import {
@@ -28,7 +33,7 @@ import {
   failJobs,
   release,
 } from '../queries/index.ts';
-import { isTransientConflict } from '../db/errors.ts';
+import { isTransientConflict, isTransientFailure } from '../db/errors.ts';
 import type { JobDefinition } from '../jobs/registry.ts';
 import type { JobRecord, SettledAs } from './job-record.ts';
 import { errorText } from '../json.ts';
@@ -55,6 +60,9 @@ export interface SettlerOptions {
   /** A job of `kind` its runner snoozed: due again at `dueAt` (null: something else makes it due);
    * its statement made jobs of `readyKinds` ready. */
   onSnoozed?: (kind: string, dueAt: number | null, readyKinds: readonly string[]) => void;
+  /** Until when (ms since the epoch, asked at a statement's first failure) a settlement that failed
+   * for a reason of the moment is sent again; unset: it is not. */
+  resendUntil?: () => number;
   /** The settlement statements (default: src/queries' on `db`); a unit test passes its own. */
   statements?: SettlementStatements;
 }
@@ -291,7 +299,7 @@ export class Settler {
   ): Promise<void> {
     let settledAs: (SettledAs | null)[] = records.map(() => null);
     try {
-      settledAs = read(await resend(statement));
+      settledAs = read(await resend(statement, this.#options.resendUntil));
     } finally {
       for (const [i, r] of records.entries()) r.settled(settledAs[i] ?? null);
     }
@@ -315,17 +323,31 @@ const completedJob = ({ record, kept }: CompletionOf): CompletedJob => ({
   ...kept,
 });
 
-/** `statement()`, sent again (after a short random pause) while the database rolls it back for a lock conflict. */
-async function resend<T>(statement: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
+/** `statement()`, sent again (after a short random pause) while the database rolls it back for a
+ * lock conflict, and (after a growing one) while it fails for a reason of the moment, until
+ * `resendUntil()`. */
+async function resend<T>(statement: () => Promise<T>, resendUntil?: () => number): Promise<T> {
+  let conflicts = 0;
+  let failures = 0;
+  let until: number | undefined;
+  for (;;) {
     try {
       return await statement();
     } catch (error) {
-      if (attempt >= SETTLE_ATTEMPTS || !isTransientConflict(error)) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 5 + Math.random() * 20 * attempt));
+      let pause: number;
+      if (isTransientConflict(error) && ++conflicts < SETTLE_ATTEMPTS) pause = 5 + Math.random() * 20 * conflicts;
+      else if (resendUntil && isTransientFailure(error)) {
+        until ??= resendUntil();
+        pause = Math.min(RESEND_MAX_PAUSE_MS, 100 * 2 ** failures++) * (0.5 + Math.random() / 2);
+        if (Date.now() + pause >= until) throw error;
+      } else throw error;
+      await new Promise((resolve) => setTimeout(resolve, pause));
     }
   }
 }
+
+/** The longest pause between two sends of a settlement that failed for a reason of the moment. */
+const RESEND_MAX_PAUSE_MS = 2_000;
 
 /**
  * Buffers items and settles them with one statement at a time. A flush waits for the next

@@ -28,6 +28,7 @@ export { defineSchedule, evaluateSchedules, type ScheduleDefinition, type Schedu
 // Enqueue, in your Drizzle database or transaction.
 export { enqueue, enqueueMany, type EnqueueOptions } from '../jobs/enqueue.ts';
 export { UnknownDependencyError } from '../queries/index.ts';
+export { NamedStatementsLost } from '../queries/db.ts';
 export type { Db, NewJob, EnqueuedJob, ClaimedJob, Backoff } from '../queries/index.ts';
 
 // Tracing: found by itself in Node once you register a tracer provider; pass the API in a Worker.

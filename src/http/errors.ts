@@ -3,7 +3,7 @@
 // answered 503 when the database is out of reach, 500 otherwise.
 import type { Context } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
-import { isDatabaseUnavailable } from '../db/errors.ts';
+import { databaseFailure } from '../db/errors.ts';
 import type { AppEnv } from './context.ts';
 import { PgdrainError } from '../errors.ts';
 
@@ -29,17 +29,8 @@ export function answerError(error: Error, c: Context<AppEnv>): Response {
     return c.json({ error: { code: error.code, message: error.message } }, error.status, headers);
   }
   c.get('api')?.onError?.(error, `${c.req.method} ${c.req.routePath}`);
-  if (isDatabaseUnavailable(error)) {
-    return c.json(
-      {
-        error: {
-          code: 'database_unavailable',
-          message: 'the database is unreachable; nothing was changed, try again shortly',
-        },
-      },
-      503,
-    );
-  }
+  const failure = databaseFailure(error);
+  if (failure) return c.json({ error: { code: failure.code, message: failure.message } }, failure.status);
   return c.json(
     {
       error: {

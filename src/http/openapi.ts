@@ -31,7 +31,11 @@ const ERROR_MEANINGS = {
   413: 'The body is over the size limit; the connection is closed.',
   415: 'The body is not sent as application/json.',
   422: 'The request is well-formed but the job cannot be accepted: an unknown kind, or a payload its kind refuses.',
-  503: 'The database is unreachable, or no API token is configured; nothing was changed.',
+  503:
+    'The database is unreachable (database_unavailable), refuses more connections or is out of a resource ' +
+    '(database_busy), cancelled the statement (database_timeout) or is read-only (database_read_only); or no API ' +
+    'token is configured (not_configured). Nothing was changed.',
+  507: "The database's disk is full (database_full); nothing was changed.",
 } as const;
 type ErrorStatus = keyof typeof ERROR_MEANINGS;
 
@@ -40,8 +44,8 @@ function errors(...statuses: ErrorStatus[]): Responses {
     statuses.map((s) => [s, { description: ERROR_MEANINGS[s], content: json(contract.apiErrorBody) }]),
   );
 }
-/** What every route behind the token can answer. */
-const AUTH_ERRORS: ErrorStatus[] = [401, 403, 503];
+/** What every route behind the token can answer (its token, the database's failures). */
+const AUTH_ERRORS: ErrorStatus[] = [401, 403, 503, 507];
 
 /** Query or path parameters from a zod object, through zod's own JSON Schema output. */
 function parameters(where: 'query' | 'path', schema: z.ZodObject) {
@@ -64,7 +68,7 @@ function parameters(where: 'query' | 'path', schema: z.ZodObject) {
 const OPEN = { security: [] as Record<string, string[]>[] };
 
 /** A route behind a token: its scope in the description, its input, and the errors every such
- * route can answer (401, 403, 503) next to its own. */
+ * route can answer (401, 403, 503, 507) next to its own. */
 function guarded(
   tag: string,
   scope: 'enqueue' | 'read' | 'admin',

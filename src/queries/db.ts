@@ -1,7 +1,8 @@
 // What every query takes: any Drizzle PostgreSQL database or transaction. node-postgres (the
 // sidecar, the tests) and neon-serverless (the Worker) both satisfy it, so they run the same SQL.
 import type { Column, SQL } from 'drizzle-orm';
-import { type PgDatabase, PgDialect, type PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { type PgDatabase, PgDialect, type PgQueryResultHKT, PgTransaction } from 'drizzle-orm/pg-core';
+import { PgdrainError } from '../errors.ts';
 
 // The schema generic does not matter to the queue's queries; any database or transaction will do.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -30,8 +31,62 @@ const dialect = new PgDialect();
 export async function rowsOfPrepared<T>(db: Db, prefix: string, query: SQL): Promise<T[]> {
   const built = dialect.sqlToQuery(query);
   return rowsOfResult<T>(
-    await db._.session.prepareQuery(built, undefined, preparedName(prefix, built.sql), false).execute(),
+    await withStatementName(db, preparedName(prefix, built.sql), (name) =>
+      db._.session.prepareQuery(built, undefined, name, false).execute(),
+    ),
   );
+}
+
+// Named statements and transaction poolers. A protocol-level prepared statement lives in one server
+// session; behind a pooler that gives each transaction any session (PgBouncer before 1.21 in
+// transaction mode, Supavisor) the next statement meets a session that does not have it (26000) or
+// has one of that name already (42P05). Neon's pooler and Hyperdrive keep them. Named statements are
+// on until the sidecar finds such a pooler (db/pooler.ts, DATABASE_POOLER), or one of those two
+// errors is met: then they are off for the process, and the statement is sent again unnamed when it
+// was alone (it failed before it ran). Inside a transaction it cannot be: the transaction has failed
+// and is the caller's to retry (NamedStatementsLost says so).
+let namingStatements = true;
+
+/** Whether statements are sent named (prepared once per connection). */
+export const namesStatements = (): boolean => namingStatements;
+
+/** Sends every statement unnamed from now on (a transaction pooler in front of the database). */
+export function stopNamingStatements(): void {
+  namingStatements = false;
+}
+
+/** `run` with the statement's name, or unnamed ('') while statements are not named; see above. */
+export async function withStatementName<T>(db: Db, name: string, run: (name: string) => Promise<T>): Promise<T> {
+  if (!namingStatements) return run('');
+  try {
+    return await run(name);
+  } catch (error) {
+    if (!namedStatementLost(error)) throw error;
+    stopNamingStatements();
+    if (db instanceof PgTransaction) throw new NamedStatementsLost(error);
+    return run('');
+  }
+}
+
+/** 26000 (prepared statement does not exist) or 42P05 (already exists): the session changed under it. */
+function namedStatementLost(error: unknown): boolean {
+  for (let e = error as { code?: string; cause?: unknown } | undefined; e; e = e.cause as typeof e)
+    if (e.code === '26000' || e.code === '42P05') return true;
+  return false;
+}
+
+/** A named statement failed inside a transaction because a pooler gave it another server session. */
+export class NamedStatementsLost extends PgdrainError {
+  override name = 'NamedStatementsLost';
+  readonly code = 'named_statements_lost';
+  constructor(cause: unknown) {
+    super(
+      'a prepared statement was not in the server session this transaction was given: a transaction-mode ' +
+        'pooler stands in front of the database (set DATABASE_POOLER=transaction); pgdrain no longer names ' +
+        'statements in this process, and the transaction may be retried',
+      { cause },
+    );
+  }
 }
 
 /** A prepared statement's name: its prefix and a hash of its text. */
@@ -41,7 +96,7 @@ const preparedName = (prefix: string, text: string) => `${prefix}_${textHash(tex
  * connection used without Drizzle. */
 export function preparedQuery(prefix: string, query: SQL): { name: string; text: string; values: unknown[] } {
   const built = dialect.sqlToQuery(query);
-  return { name: preparedName(prefix, built.sql), text: built.sql, values: built.params };
+  return { name: namingStatements ? preparedName(prefix, built.sql) : '', text: built.sql, values: built.params };
 }
 
 /** A connection checked out of a pool, as both drivers (pg, Neon: pg-pool) give it. */

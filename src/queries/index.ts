@@ -1,7 +1,7 @@
 // Every SQL statement of the queue lives in this folder, one verb per file. Each function takes a
 // Drizzle database or transaction, so the Worker (neon-serverless), the sidecar (node-postgres)
 // and the tests run identical SQL, and enqueue joins whatever transaction the caller has open.
-export { type Db, NOTIFY_CHANNEL, FINISHED_CHANNEL, CANCEL_CHANNEL } from './db.ts';
+export { type Db, NOTIFY_CHANNEL, FINISHED_CHANNEL, CANCEL_CHANNEL, rowsOf, stopNamingStatements } from './db.ts';
 export {
   enqueue,
   enqueueMany,
@@ -52,7 +52,13 @@ export {
 export { release } from './release.ts';
 export { renew, renewLeases, type HeldLease, type RenewedLease } from './renew.ts';
 export { reap, type ReapOptions, type ReapResult } from './reap.ts';
-export { holdDrainerIdentity } from './drainer-identity.ts';
+export {
+  type DrainerLease,
+  drainerIdentityHolder,
+  releaseDrainerIdentity,
+  renewDrainerIdentity,
+  takeDrainerIdentity,
+} from './drainer-identity.ts';
 export {
   countsByMinute,
   countTotals,

@@ -107,7 +107,10 @@ export interface QueueTableBeforeVacuum {
 }
 
 /** What a drainer reads before its VACUUM of the jobs table: the table's size, and whether a VACUUM
- * could take its lock now. One statement (pg_locks is readable by any role). */
+ * could take its lock now. One statement (pg_locks is readable by any role). pg_locks holds every
+ * database's locks, and a relation's oid is only unique within its database: two databases made
+ * from one template have the same oid for their jobs tables, and a VACUUM in one held the other's
+ * off (seen in the test run, whose databases are copies of one). */
 export async function queueTableBeforeVacuum(db: Db): Promise<QueueTableBeforeVacuum> {
   const jobsTable = `${PGDRAIN_SCHEMA}.jobs`;
   const [row] = await rowsOf<{ rows: number | string; held_off: boolean }>(
@@ -115,6 +118,7 @@ export async function queueTableBeforeVacuum(db: Db): Promise<QueueTableBeforeVa
     sql`SELECT greatest(c.reltuples, 0)::float8 AS rows,
                EXISTS (SELECT 1 FROM pg_locks l
                         WHERE l.relation = c.oid AND l.granted AND l.pid <> pg_backend_pid()
+                          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                           AND l.mode IN ('ShareUpdateExclusiveLock', 'ShareLock', 'ShareRowExclusiveLock',
                                          'ExclusiveLock', 'AccessExclusiveLock')) AS held_off
           FROM pg_class c WHERE c.oid = ${jobsTable}::regclass`,

@@ -9,8 +9,9 @@ import type { Logger } from 'pino';
 import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { describeHolder, migrateDatabase } from '../db/migrate.ts';
-import { redactUrl, safeErrorMessage } from '../db/url.ts';
+import { libpqUrl, redactUrl, safeErrorMessage } from '../db/url.ts';
 import { type QueueDatabase, guardPool } from '../db/connections.ts';
+import { DRAIN_STARTUP_OPTIONS } from '../db/pooler.ts';
 import type { Db } from '../queries/index.ts';
 import type { Incidents } from './incidents.ts';
 
@@ -30,7 +31,8 @@ export async function openDatabase(
   },
   log: Logger,
 ): Promise<SidecarDatabase> {
-  let url = options.databaseUrl;
+  // TLS as libpq means it (sslmode, sslrootcert, PGSSLMODE, PGSSLROOTCERT) on every connection.
+  let url = options.databaseUrl === undefined ? undefined : libpqUrl(options.databaseUrl);
   let stop = async () => {};
   if (!url) {
     await ensureDataDir(options.dataDir);
@@ -89,9 +91,14 @@ export async function resolveApiToken(
  * the WAL flush on every batch costs a large share of drain throughput. Everything that enqueues —
  * the API, recurring schedules, your own transactions — uses the other pool and stays durable.
  */
-export function openPools(url: string, poolSize: number, incidents: Incidents): QueueDatabase {
+export function openPools(
+  url: string,
+  poolSize: number,
+  incidents: Incidents,
+  { startupOptions = true }: { startupOptions?: boolean } = {},
+): QueueDatabase {
   const pool = guardPool(new pg.Pool({ connectionString: url, max: poolSize, application_name: 'pgdrain' }));
-  const drainPool = createDrainPool(url);
+  const drainPool = createDrainPool(url, { startupOptions });
   // Transactional handlers' own connections: durable commits (their writes are your data), as many
   // as the API's pool, opened only when such a handler runs. A handler given up mid-transaction has
   // its connection destroyed, so the server rolls back at once.
@@ -106,7 +113,19 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
     drainDb: drizzle({ client: drainPool }) as unknown as Db,
     transactions: async () => {
       const client = await handlerPool.connect();
-      return { db: drizzle({ client }) as unknown as Db, giveBack: (destroy) => client.release(destroy) };
+      let endedWith: unknown;
+      const heard = (error: unknown) => {
+        endedWith ??= error;
+      };
+      client.on('error', heard);
+      return {
+        db: drizzle({ client }) as unknown as Db,
+        endedWith: () => endedWith,
+        giveBack: (destroy) => {
+          client.off('error', heard);
+          client.release(destroy);
+        },
+      };
     },
     close: async () => {
       await Promise.all(pools.map((p) => p.end().catch(() => {})));
@@ -116,14 +135,15 @@ export function openPools(url: string, poolSize: number, incidents: Incidents): 
 
 /** The drainer's pool: asynchronous commit for the claims, settlements, renewals and the reaper.
  * Nothing else is set on its connections: planner settings belong to the one statement they are for
- * (pgdrain.claim()'s own SET clauses), never to a pool that other statements share. */
-export function createDrainPool(url: string): pg.Pool {
+ * (pgdrain.claim()'s own SET clauses), never to a pool that other statements share. A pooler that
+ * refuses startup parameters (db/pooler.ts) gets none: its commits are then synchronous. */
+export function createDrainPool(url: string, { startupOptions = true }: { startupOptions?: boolean } = {}): pg.Pool {
   return guardPool(
     new pg.Pool({
       connectionString: url,
       max: 4,
       application_name: 'pgdrain-drain',
-      options: '-c synchronous_commit=off',
+      ...(startupOptions ? { options: DRAIN_STARTUP_OPTIONS } : {}),
     }),
   );
 }

@@ -1,7 +1,7 @@
 // The sidecar's identity across restarts: DRAINER_ID, else a name generated once and kept in the
 // data folder (`drainer-id`). Every lock token of this process starts with `sidecar-<id>.`, and the
-// process holds the identity for as long as it runs (queries/drainer-identity.ts: an advisory lock on
-// a connection of its own). A process that takes the identity knows no live process of that name is
+// process holds the identity for as long as it runs (queries/drainer-identity.ts: a lease row it
+// renews, on a connection of its own). A process that takes the identity knows no live process of that name is
 // left, so it releases at once the jobs an earlier process of the same name still held — a restart
 // after kill -9 runs them within moments instead of after their leases (30 s) and a reap round.
 // When a live process already holds the name (two processes given one DRAINER_ID, or sharing a data
@@ -15,7 +15,14 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import { DRAINER_ID_PATTERN } from '../db/constants.ts';
 import { ensureDataDir } from '../db/data-dir.ts';
-import { type Db, holdDrainerIdentity } from '../queries/index.ts';
+import {
+  type Db,
+  type DrainerLease,
+  drainerIdentityHolder,
+  releaseDrainerIdentity,
+  renewDrainerIdentity,
+  takeDrainerIdentity,
+} from '../queries/index.ts';
 
 export interface DrainerIdentity {
   drainerId: string;
@@ -30,14 +37,23 @@ export interface DrainerIdentity {
 
 export async function holdIdentity(
   url: string,
-  options: { given?: string; dataDir: string },
+  options: { given?: string; dataDir: string; ownSession: boolean },
   log: Logger,
 ): Promise<DrainerIdentity> {
   const wanted = options.given ?? (await storedDrainerId(options.dataDir));
-  let session = await openSession(url);
+  const workerIdFor = (drainerId: string) =>
+    `sidecar-${drainerId}.${os.hostname()}.${process.pid}.${randomBytes(3).toString('hex')}`;
+  const session = await openSession(url);
+  const dbOf = (client: pg.Client) => drizzle({ client }) as unknown as Db;
+  const lease = {
+    drainerId: wanted,
+    holder: workerIdFor(wanted),
+    ownSession: options.ownSession,
+    staleSeconds: STALE_SECONDS,
+  };
   let held: boolean;
   try {
-    held = await holdDrainerIdentity(drizzle({ client: session }) as unknown as Db, wanted);
+    held = await takeWhenFree(dbOf(session), lease, log);
   } catch (error) {
     await session.end().catch(() => {});
     throw error;
@@ -49,49 +65,99 @@ export async function holdIdentity(
       'another live process holds this DRAINER_ID: this one runs under a fresh one and releases none of its jobs; ' +
         'give each process its own',
     );
+    const drainerId = `${wanted}-${randomBytes(4).toString('hex')}`;
+    return { drainerId, workerId: workerIdFor(drainerId), earlierProcess: null, stop: async () => {} };
   }
-  const drainerId = held ? wanted : `${wanted}-${randomBytes(4).toString('hex')}`;
-  const workerId = `sidecar-${drainerId}.${os.hostname()}.${process.pid}.${randomBytes(3).toString('hex')}`;
-  // The lock lives as long as its session: one lost (a database restart) is taken again at once, so
-  // that a process starting meanwhile under the same name cannot take it and release our jobs.
-  let stopped = false;
-  let retry: ReturnType<typeof setTimeout> | undefined;
-  const watch = (client: pg.Client) => {
-    client.on('error', () => {});
-    client.once('end', () => {
-      if (!stopped) retry = setTimeout(retake, 200);
-    });
+  const renewals = keepRenewing(url, session, lease, log);
+  return {
+    drainerId: wanted,
+    workerId: lease.holder,
+    earlierProcess: { prefix: `sidecar-${wanted}.`, except: `${lease.holder}:` },
+    stop: renewals.stop,
   };
-  const retake = async () => {
+}
+
+/** Renews the lease every RENEW_MS on a connection of its own (whose server session is the holder's,
+ * when it has one); a connection lost is opened again and the row renewed on it, so that a process
+ * starting meanwhile under the same name finds it held. `stop` gives the identity up. */
+function keepRenewing(url: string, first: pg.Client, lease: DrainerLease, log: Logger): { stop(): Promise<void> } {
+  const dbOf = (client: pg.Client) => drizzle({ client }) as unknown as Db;
+  let session = first;
+  let stopped = false;
+  let lost = false;
+  let takenAway = false;
+  const watch = (client: pg.Client) =>
+    client.once('end', () => {
+      if (!stopped && client === session) lost = true;
+    });
+  const renew = async () => {
     try {
-      const next = await openSession(url);
-      if (stopped) return void (await next.end().catch(() => {}));
-      if (await holdDrainerIdentity(drizzle({ client: next }) as unknown as Db, drainerId)) {
-        session = next;
-        watch(next);
-        log.info({ drainerId }, 'this drainer holds its identity again');
-        return;
+      if (lost) {
+        session = await openSession(url);
+        watch(session);
       }
-      await next.end().catch(() => {});
-      log.error(
-        { drainerId },
-        'another process took this DRAINER_ID while its connection was down: give each process its own name',
-      );
+      const renewed = await renewDrainerIdentity(dbOf(session), lease);
+      if (!renewed && !takenAway) {
+        takenAway = true;
+        log.error(
+          { drainerId: lease.drainerId },
+          'another process took this DRAINER_ID while this one could not renew it: give each process its own name',
+        );
+      }
+      if (renewed && lost) log.info({ drainerId: lease.drainerId }, 'this drainer holds its identity again');
+      lost = false;
     } catch {
-      if (!stopped) retry = setTimeout(retake, 1_000);
+      // Down: tried again at the next renewal, on a new connection.
     }
   };
-  if (held) watch(session);
+  watch(session);
+  let renewing: Promise<void> = Promise.resolve();
+  const timer = setInterval(() => {
+    renewing = renewing.then(renew);
+  }, RENEW_MS);
+  timer.unref?.();
   return {
-    drainerId,
-    workerId,
-    earlierProcess: held ? { prefix: `sidecar-${drainerId}.`, except: `${workerId}:` } : null,
     stop: async () => {
       stopped = true;
-      clearTimeout(retry);
-      if (held) await session.end().catch(() => {});
+      clearInterval(timer);
+      await renewing;
+      // Given up: the next process of this name takes it at once.
+      await releaseDrainerIdentity(dbOf(session), lease).catch(() => {});
+      await session.end().catch(() => {});
     },
   };
+}
+
+/** How often the holder renews its row, and how long unrenewed before the row is free to take. */
+const RENEW_MS = 2_000;
+const STALE_SECONDS = 10;
+
+/** Takes the identity, or learns that a live process holds it. A holder whose own session is still
+ * there is alive (asked again for a moment: a killed one's backend takes a few milliseconds to
+ * go). A holder without a session of its own (behind a transaction pooler) may be dead or alive:
+ * this waits, at most STALE_SECONDS and a little, for it to renew (alive) or for the row to go stale. */
+async function takeWhenFree(db: Db, lease: DrainerLease, log: Logger): Promise<boolean> {
+  const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+  for (let quick = 0; quick < 4; quick++) {
+    if (await takeDrainerIdentity(db, lease)) return true;
+    await pause(250);
+  }
+  const first = await drainerIdentityHolder(db, lease.drainerId);
+  if (!first) return takeDrainerIdentity(db, lease);
+  if (first.ownSession) return false;
+  log.info(
+    { drainerId: lease.drainerId, waitAtMostSeconds: STALE_SECONDS + 2 },
+    'the process that holds this DRAINER_ID holds it through a pooler, which cannot say whether it is alive: ' +
+      'waiting for it to renew its lease or to let it lapse',
+  );
+  const deadline = Date.now() + (STALE_SECONDS + 2) * 1_000;
+  while (Date.now() < deadline) {
+    await pause(1_000);
+    if (await takeDrainerIdentity(db, lease)) return true;
+    const now = await drainerIdentityHolder(db, lease.drainerId);
+    if (now && now.holder === first.holder && now.renewedAt.getTime() > first.renewedAt.getTime()) return false;
+  }
+  return takeDrainerIdentity(db, lease);
 }
 
 async function openSession(url: string): Promise<pg.Client> {

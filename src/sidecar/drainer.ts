@@ -122,7 +122,7 @@ export class Drainer {
       // settled job due again), if that is sooner than the poll.
       const again = last ? drainAgainAt(last, { dueAt: dueTimes.next }) : null;
       const untilAgain = again === null ? Infinity : Math.max(0, again - Date.now());
-      if (!this.#wakeRequested) await this.#sleep(pause || Math.min(pollIntervalMs, untilAgain));
+      if (!this.#wakeRequested) await this.#sleep(pause || Math.min(jittered(pollIntervalMs), untilAgain));
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
       try {
@@ -171,3 +171,7 @@ async function settlesWithin(work: Promise<unknown>, ms: number): Promise<boolea
   clearTimeout(timer);
   return settled;
 }
+
+/** The poll's pause, a tenth either way at random: sidecars started together (a deploy) do not poll
+ * in step, which matters most when they wake by polling only (behind a transaction pooler). */
+const jittered = (ms: number): number => ms * (0.9 + Math.random() * 0.2);

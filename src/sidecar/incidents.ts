@@ -1,34 +1,54 @@
-// Database trouble, logged for people: one line when an incident starts (what failed, why), one when
-// it ends (how many failures it spanned), nothing per failed poll in between. The server shutting
-// down or restarting is expected in operation (and at our own shutdown when Ctrl-C reaches the
-// embedded server first): a warning, not an error.
+// Database trouble, logged for people: one line when an incident starts (what failed, why, in the
+// database's words), one when it ends (how many failures it spanned, and which parts met it),
+// nothing per failed poll in between. A failure of the moment — the database out of reach, too many
+// clients, a full disk — is one incident for the whole sidecar, whichever parts meet it (the drain,
+// its settlements, the reaper, the schedules, the pools): one outage, one line, not one per part.
+// Any other failure is its part's own. The server shutting down or restarting is expected in
+// operation (and at our own shutdown when Ctrl-C reaches the embedded server first): a warning, not
+// an error.
 import type { Logger } from 'pino';
-import { isServerShuttingDown } from '../db/errors.ts';
+import { isServerShuttingDown, isTransientFailure } from '../db/errors.ts';
 import { safeErrorMessage } from '../db/url.ts';
+
+/** The incident every part's failure of the moment joins. */
+const DATABASE = 'database';
 
 export class Incidents {
   readonly #log: Logger;
-  readonly #open = new Map<string, number>();
+  readonly #open = new Map<string, { failures: number; parts: Set<string> }>();
 
   constructor(log: Logger) {
     this.#log = log;
   }
 
-  start(what: string, error: unknown): void {
-    const count = this.#open.get(what);
-    this.#open.set(what, (count ?? 0) + 1);
-    if (count !== undefined) return;
+  /** `part` failed with `error`: a new incident is logged, an open one counts it. */
+  start(part: string, error: unknown): void {
+    const key = isTransientFailure(error) ? DATABASE : part;
+    const open = this.#open.get(key);
+    if (open) {
+      open.failures++;
+      open.parts.add(part);
+      return;
+    }
+    this.#open.set(key, { failures: 1, parts: new Set([part]) });
     this.#log[isServerShuttingDown(error) ? 'warn' : 'error'](
-      { err: errorForLog(error) },
-      `${what}: database error; retrying quietly until it recovers`,
+      { err: errorForLog(error), part },
+      key === DATABASE
+        ? `the database failed (${part}); every part retries quietly until it recovers`
+        : `${part}: database error; retrying quietly until it recovers`,
     );
   }
 
-  end(what: string): void {
-    const count = this.#open.get(what);
-    if (count === undefined) return;
-    this.#open.delete(what);
-    this.#log.info({ failures: count }, `${what}: database reachable again`);
+  /** `part` succeeded again: the incidents it was in are over. */
+  end(part: string): void {
+    for (const [key, open] of this.#open) {
+      if (key !== part && !(key === DATABASE && open.parts.has(part))) continue;
+      this.#open.delete(key);
+      this.#log.info(
+        { failures: open.failures, parts: [...open.parts] },
+        key === DATABASE ? 'database reachable again' : `${part}: database reachable again`,
+      );
+    }
   }
 }
 

@@ -24,7 +24,8 @@ import type { Logger } from 'pino';
 import { DrainNotices, type OpenTransactionConnection } from '../drain/index.ts';
 import { createApp } from '../http/app.ts';
 import type { JobDefinition, JobRegistry } from '../jobs/index.ts';
-import { CANCEL_CHANNEL, type Db, FINISHED_CHANNEL, NOTIFY_CHANNEL, reap } from '../queries/index.ts';
+import { type Db, reap, stopNamingStatements } from '../queries/index.ts';
+import { type Pooler, type PoolerSetting, detectPooler } from '../db/pooler.ts';
 import type { ScheduleDefinition } from '../schedules.ts';
 import { type RuntimeSettings, type Settings, defaultFor, withDefaults } from '../settings.ts';
 import { type KindsRegistered, apiConfigFor, drainOptionsFor, registerKinds, registryFor } from '../runtime/core.ts';
@@ -34,11 +35,11 @@ import { Drainer } from './drainer.ts';
 import { FinishedJobsHub } from './finished-jobs.ts';
 import { serveHttp } from './http.ts';
 import { Incidents, errorForLog } from './incidents.ts';
-import { NotificationListener } from './listener.ts';
 import { createLogger, logFormatFor } from './logger.ts';
 import { Parts } from './parts.ts';
 import { Reaper } from './reaper.ts';
 import { Scheduler } from './scheduler.ts';
+import { startWakeups } from './wakeups.ts';
 
 /** How often the sidecar returns expired locks. */
 export const DEFAULT_REAP_INTERVAL_MS = defaultFor('reapIntervalMs', 'sidecar');
@@ -114,13 +115,14 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
       log,
     ),
   );
+  const pooler = await poolerInFront(database.url, settings, log);
   const apiToken = await resolveApiToken(options.apiToken, dataDir, log);
   const identity = await parts.start('identity', () =>
-    holdIdentity(database.url, { given: options.drainerId, dataDir }, log),
+    holdIdentity(database.url, { given: options.drainerId, dataDir, ownSession: pooler.mode === 'none' }, log),
   );
   const { workerId } = identity;
   const pools = await parts.start('pools', () => {
-    const opened = openPools(database.url, settings.poolSize!, incidents);
+    const opened = openPools(database.url, settings.poolSize!, incidents, { startupOptions: pooler.startupOptions });
     return Object.assign(opened, { stop: () => opened.close() });
   });
   await releaseEarlierProcess(pools.drainDb, identity, visibilityTimeoutSeconds, log);
@@ -146,7 +148,7 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
   );
   const wake = () => drainer.wake();
   await parts.start('listener', () =>
-    startListener(database.url, { kinds: drainOptionsFor(settings, 'sidecar').kinds, notices, finishedJobs }, log),
+    startWakeups(settings, database.url, pooler.mode, { notices, finishedJobs, db: pools.db }, log),
   );
   await parts.start('reaper', () =>
     new Reaper(
@@ -170,6 +172,19 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
       log.info('stopped');
     })());
   return { url: http.url, port: http.port, databaseUrl: database.url, db: pools.db, registry, wake, stop };
+}
+
+/** A pooler in front of the database, and what it allows (db/pooler.ts): said once at the start. */
+async function poolerInFront(url: string, settings: Settings, log: Logger): Promise<Pooler> {
+  const pooler = await detectPooler(url, settings.pooler as PoolerSetting);
+  if (pooler.mode === 'transaction') stopNamingStatements();
+  if (pooler.mode !== 'none')
+    log.info(
+      { pooler: pooler.mode, how: pooler.how },
+      `a ${pooler.mode}-mode pooler stands in front of the database` +
+        (pooler.mode === 'transaction' ? ': statements are sent unnamed, and no session state is kept' : ''),
+    );
+  return pooler;
 }
 
 /** What an earlier process of this identity held (killed, say) runs again now, not after its leases. */
@@ -309,35 +324,6 @@ function startDrainer(
         );
     },
   };
-}
-
-/** The LISTEN connection as a part. A ready job of one of our kinds (or any, without KINDS) is
- * claimed at once, by the open drain or a new one; a cancelled running job is checked at once by
- * the drain holding it; a finished job answers whoever waits for it. */
-function startListener(
-  url: string,
-  to: { kinds: readonly string[] | undefined; notices: DrainNotices; finishedJobs: FinishedJobsHub },
-  log: Logger,
-) {
-  const listener = new NotificationListener({
-    connectionString: url,
-    channels: [NOTIFY_CHANNEL, CANCEL_CHANNEL, FINISHED_CHANNEL],
-    onNotify: (channel, payload) => {
-      if (channel === FINISHED_CHANNEL) to.finishedJobs.announce(payload);
-      else if (channel === CANCEL_CHANNEL) to.notices.cancelRequested(payload);
-      else if (!to.kinds || to.kinds.includes(payload)) to.notices.ready(payload);
-    },
-    onUp: () => {
-      log.info('listener up: waking on NOTIFY');
-      // Anything announced while we were not listening.
-      to.notices.ready();
-      to.finishedJobs.announceAll();
-    },
-    onDown: (error) =>
-      log.warn({ err: errorForLog(error) }, 'listener down: reconnecting; the poll keeps jobs moving meanwhile'),
-  });
-  listener.start();
-  return listener;
 }
 
 /** Where the generated token is and how to use it; the token itself is never printed (a terminal's

@@ -216,10 +216,12 @@ export function workflowChangeSuite(name: string, createHarness: () => Promise<H
 
     it('versions side by side: an old run finishes on the old code, a new run starts on the new, and a drainer without a version claims none of its runs', async () => {
       const ran: string[] = [];
+      // Parked on an event, not a short sleep: a drain slowed by load once ran a 50 ms sleep's
+      // wake-up itself, and the old run was done before the drainers of one version were tried.
       const v1 = flow(
-        async (_p, step) => {
+        async ({ key }, step) => {
           await step.run('one', () => void ran.push('one@v1'));
-          await step.sleep('pause', 0.05);
+          await step.waitForEvent('go', { event: 'deploy.go', key });
           await step.run('two', () => void ran.push('two@v1'));
           return 'v1';
         },
@@ -237,7 +239,7 @@ export function workflowChangeSuite(name: string, createHarness: () => Promise<H
       const { id: fresh } = await enqueue(h.db, new JobRegistry([v1, v2]).get('deployed')!, { key: 'k2' });
       expect(await job(fresh)).toMatchObject({ version: 2 });
       expect(await job(old)).toMatchObject({ version: null });
-      await sleep(80);
+      await sendEvent(h.db, { event: 'deploy.go', key: 'k1', payload: {} });
       // A drainer that has only version 1 leaves the version-2 run alone, and the other way round.
       expect(await drainWith(new JobRegistry([v2]), { ids: [old] })).toMatchObject({ claimed: 0 });
       expect(await drainWith(new JobRegistry([v1]), { ids: [fresh] })).toMatchObject({ claimed: 0 });
@@ -293,18 +295,21 @@ export function workflowChangeSuite(name: string, createHarness: () => Promise<H
     });
 
     it('a drainer that starts with a kind lets its held runs replay: a fixed deploy finishes them, one still changed holds them again', async () => {
+      // A pause of a second: a drain slowed by load ran a 50 ms sleep's wake-up itself, and the
+      // run was over before the changed code met it.
       const v1 = flow(async (_p, step) => {
         await step.run('a', () => 1);
-        await step.sleep('pause', 0.05);
+        await step.sleep('pause', 1);
         return 'ok';
       });
       const broken = flow(async (_p, step) => {
         await step.run('renamed', () => 1);
-        await step.sleep('pause', 0.05);
+        await step.sleep('pause', 1);
         return 'ok';
       });
       const id = await startOn(v1);
-      await sleep(80);
+      expect(await job(id)).toMatchObject({ status: 'pending' });
+      await sleep(1_100);
       await drainWith(new JobRegistry([broken]));
       expect(await job(id)).toMatchObject({ status: 'waiting', held: { step: 'renamed' } });
       // Another start of the broken code: replayed once, held again, nothing ran.
@@ -313,8 +318,8 @@ export function workflowChangeSuite(name: string, createHarness: () => Promise<H
       expect(await job(id)).toMatchObject({ status: 'waiting', held: { step: 'renamed' }, attempts: 0 });
       // A person restarts it from a step instead: the held run goes on from there.
       expect(await retryFromStep(h.db, id, 'a')).toMatchObject({ outcome: 'retried' });
-      expect(await drainWith(new JobRegistry([broken]))).toMatchObject({ snoozed: 1 });
-      await sleep(80);
+      expect(await drainWith(new JobRegistry([broken]))).toMatchObject({ snoozed: 1, completed: 0 });
+      await sleep(1_100);
       expect(await drainWith(new JobRegistry([broken]))).toMatchObject({ completed: 1 });
     });
 

@@ -8,7 +8,12 @@ import type { Db } from '../../src/queries/index.ts';
 import { createDatabase, dropDatabase } from './postgres-server.ts';
 
 export interface TestDatabase {
+  /** Through the run's pooler when there is one (PGDRAIN_TEST_POOLER). */
   url: string;
+  /** Straight to the server, whatever stands in front of it. */
+  directUrl: string;
+  /** A transaction-mode pooler stands between `url` and the server. */
+  throughPooler: boolean;
   pool: pg.Pool;
   db: Db;
   /** Raw SQL for assertions (tests may look at rows any way they like). */
@@ -25,6 +30,13 @@ export async function createTestDatabase(options: { migrate?: boolean } = {}): P
   const url = new URL(
     await createDatabase(admin, name, options.migrate === false ? undefined : inject('templateDatabase')),
   );
+  const directUrl = url.toString();
+  // Through the run's PgBouncer when there is one (global-setup.ts).
+  const poolerPort = inject('poolerPort');
+  if (poolerPort) {
+    url.hostname = '127.0.0.1';
+    url.port = String(poolerPort);
+  }
 
   const pools: pg.Pool[] = [];
   const connect = (max = 10) => {
@@ -36,6 +48,8 @@ export async function createTestDatabase(options: { migrate?: boolean } = {}): P
   const main = connect();
   return {
     url: url.toString(),
+    directUrl,
+    throughPooler: Boolean(poolerPort),
     pool: main.pool,
     db: main.db,
     query: async (text, values) => (await main.pool.query(text, values)).rows,

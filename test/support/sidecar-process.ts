@@ -16,8 +16,13 @@ export interface SidecarProcess {
   kill(): void;
 }
 
-/** `fixture`: another sidecar script (the chaos suite's); default the one with the `record` kind. */
-export async function startSidecarProcess(env: Record<string, string>, fixture = FIXTURE): Promise<SidecarProcess> {
+/** `fixture`: another sidecar script (the chaos suite's); default the one with the `record` kind.
+ * `untilStarted: false` returns at once (url ''), for a process that may stop before it says it started. */
+export async function startSidecarProcess(
+  env: Record<string, string>,
+  fixture = FIXTURE,
+  { untilStarted = true }: { untilStarted?: boolean } = {},
+): Promise<SidecarProcess> {
   const child = spawn(process.execPath, ['--import', QUICK_DRIZZLE, fixture], {
     env: {
       PATH: process.env.PATH ?? '',
@@ -65,7 +70,7 @@ export async function startSidecarProcess(env: Record<string, string>, fixture =
       waiters.add(check);
       check();
     });
-  const url = await waitForOutput(/"url":"(http:\/\/[^"]+)".*"msg":"sidecar started"/);
+  const url = untilStarted ? await waitForOutput(/"url":"(http:\/\/[^"]+)".*"msg":"sidecar started"/) : '';
   return {
     child,
     url,

@@ -169,7 +169,10 @@ function fakeStatements(answer: { lost?: Set<string>; fail?: () => unknown; retr
 }
 
 /** A settler over `statements`, with what it reports: errors of statements that failed. */
-function settlerOver(statements: SettlementStatements, options: { onRetry?: (at: Date, kind: string) => void } = {}) {
+function settlerOver(
+  statements: SettlementStatements,
+  options: { onRetry?: (at: Date, kind: string) => void; resendUntil?: () => number } = {},
+) {
   const errors: unknown[] = [];
   const settler = new Settler(NO_DB, {
     recordCounts: true,
@@ -256,11 +259,37 @@ describe('the settler', () => {
     expect([b!.state, book.counts.completed, book.live]).toEqual(['done', 1, 0]);
   });
 
+  it('a failure of the moment (the database out of reach, a full disk) is sent again until resendUntil: a blip repeats no work', async () => {
+    const book = new JobBook();
+    const [a] = running(book, 1);
+    let down = 2;
+    const { statements, sent } = fakeStatements({
+      fail: () =>
+        down-- > 0 ? Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }) : null,
+    });
+    const { settler, errors } = settlerOver(statements, { resendUntil: () => Date.now() + 10_000 });
+    settler.complete(a!);
+    await settler.finish();
+    expect([sent.length, errors.length, book.counts.completed]).toEqual([3, 0, 1]);
+
+    // Still failing when the time is up (the jobs' lease): left to the reaper, as before.
+    const [b] = running(book, 1);
+    const disk = () => Object.assign(new Error('could not extend file: No space left on device'), { code: '53100' });
+    const full = fakeStatements({ fail: disk });
+    const over = settlerOver(full.statements, { resendUntil: () => Date.now() + 300 });
+    over.settler.complete(b!);
+    await over.settler.finish();
+    expect(full.sent.length).toBeGreaterThan(1);
+    expect([over.errors.length, b!.state, book.counts.completed]).toEqual([1, 'done', 1]);
+  });
+
   it('any other error is not sent again: the jobs stay running in the database for the reaper, done here', async () => {
     const book = new JobBook();
     const [a] = running(book, 1);
-    const { statements, sent } = fakeStatements({ fail: () => new Error('connection terminated') });
-    const { settler, errors } = settlerOver(statements);
+    const { statements, sent } = fakeStatements({
+      fail: () => Object.assign(new Error('column "x" does not exist'), { code: '42703' }),
+    });
+    const { settler, errors } = settlerOver(statements, { resendUntil: () => Date.now() + 10_000 });
     settler.complete(a!);
     await settler.finish();
     expect([sent.length, errors.length, a!.state]).toEqual([1, 1, 'done']);

@@ -12,6 +12,7 @@ import {
   JobValidationError,
   LeaseLostError,
   MigrationWaitError,
+  NamedStatementsLost,
   PermanentJobError,
   PgdrainError,
   RetryLaterError,
@@ -33,6 +34,7 @@ it('every error class the docs list is a PgdrainError with its stable code', () 
     [new LeaseLostError('x'), 'lease_lost'],
     [new HandlerAbandonedError('x'), 'handler_abandoned'],
     [new MigrationWaitError('x'), 'migration_wait'],
+    [new NamedStatementsLost(new Error('x')), 'named_statements_lost'],
     [new SettingsError([{ env: 'PORT', message: 'x' }]), 'invalid_settings'],
     [new PgdrainApiError(404, 'not_found', 'x'), 'not_found'],
   ];

@@ -79,7 +79,7 @@ describe('GET /openapi.json', () => {
         if (open.includes(path)) expect(op.security, where).toEqual([]);
         else {
           expect(op.security, where).toBeUndefined(); // the document's default: the bearer token
-          expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['401', '403', '503']));
+          expect(Object.keys(op.responses), where).toEqual(expect.arrayContaining(['401', '403', '503', '507']));
         }
         for (const [status, response] of Object.entries(op.responses)) {
           // /healthz answers 503 in its own shape ({ ok: false, error }); every other error is an Error.
@@ -112,6 +112,7 @@ describe('GET /openapi.json', () => {
       '415',
       '422',
       '503',
+      '507',
     ]);
     expect(Object.keys(doc.components.schemas)).toEqual(
       expect.arrayContaining(['Job', 'JobInput', 'Enqueued', 'Error', 'QueueStats']),

@@ -18,6 +18,7 @@ const SURFACE: Record<string, string[]> = {
     'MAX_RESULT_BYTES',
     'MAX_STEPS_PER_RUN',
     'MigrationWaitError',
+    'NamedStatementsLost',
     'PermanentJobError',
     'PgdrainError',
     'RetryLaterError',

@@ -11,6 +11,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isOperatorCommand } from '../src/cli/usage.ts';
 import { createApp } from '../src/http/app.ts';
 import { openApiDocument } from '../src/http/openapi.ts';
 import { createDefaultRegistry } from '../src/jobs/index.ts';
@@ -186,7 +187,8 @@ describe('shell examples', () => {
           ((program === 'npx' || program === 'node_modules/.bin/pgdrain') &&
             (words.includes('pgdrain')
               ? cli.includes(`'${words[words.indexOf('pgdrain') + 1]}'`) ||
-                cli.includes(`case '${words[words.indexOf('pgdrain') + 1]}'`)
+                cli.includes(`case '${words[words.indexOf('pgdrain') + 1]}'`) ||
+                isOperatorCommand(words[words.indexOf('pgdrain') + 1])
               : words[1] === 'wrangler')) ||
           ((program === 'wrangler' || program === 'bash' || program === 'node') &&
             (program === 'wrangler' || existsSync(path.join(ROOT, sub!))));

@@ -121,7 +121,22 @@ export const OPERATOR_COMMANDS: Record<OperatorCommand, Command> = {
   },
   'send-event': { usage: USAGE['send-event'], options: {}, positionals: [2, 3], run: sendEventCommand },
   unsubscribe: { usage: USAGE.unsubscribe, options: {}, positionals: [2, 2], run: unsubscribeCommand },
+  workflows: {
+    usage: USAGE.workflows,
+    options: { jobs: { type: 'string' }, json },
+    positionals: [1, 1],
+    run: workflowsCommand,
+  },
 };
+
+/** `pgdrain workflows check --jobs FILE`: cli/workflows-check.ts. */
+async function workflowsCommand(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
+  if (positionals[0] !== 'check') throw new UsageError(`unknown workflows command ${JSON.stringify(positionals[0])}`);
+  if (typeof values.jobs !== 'string') throw new UsageError('--jobs <module> names the definitions to check');
+  const { checkWorkflowsCommand } = await import('./workflows-check.ts');
+  const { ok, summary } = await checkWorkflowsCommand(db, values.jobs, { json: values.json === true, out: io.out });
+  if (!ok) throw new CommandFailed(summary);
+}
 
 /** Runs `pgdrain <name> …args`; resolves with the exit code. */
 export async function runOperatorCommand(

@@ -18,6 +18,7 @@ export const OPERATOR_USAGE = {
   cancel: 'pgdrain cancel <id>',
   'send-event': 'pgdrain send-event <event> <key> [payload-json]',
   unsubscribe: 'pgdrain unsubscribe <kind> <event>',
+  workflows: 'pgdrain workflows check --jobs <module> [--json]',
 };
 
 export type OperatorCommand = keyof typeof OPERATOR_USAGE;
@@ -58,6 +59,10 @@ const SUMMARY: Record<OperatorCommand, string> = {
   unsubscribe:
     "Removes a kind's subscription to an event (a kind retired after a deploy: its subscription is kept until " +
     'then). Later events no longer enqueue its jobs.',
+  workflows:
+    "Before a deploy: replays every workflow run in flight against the module's definitions, running and " +
+    'writing nothing, and prints each run the new code would hold (the step, why) or fail, the counts per kind, and ' +
+    'runs of versions the module no longer has. Exit 1 when any run would diverge or fail.',
 };
 
 /** `pgdrain <command> --help`. */

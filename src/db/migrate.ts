@@ -294,16 +294,24 @@ async function applyInTransaction(
  * never got through (seen with a drainer of the last release running beside it). Waiting for
  * pgdrain.jobs with nothing held, it queues only that table's new lockers, for lock_timeout at most. */
 async function lockTablesFirst(client: pg.Client, statements: readonly string[]): Promise<void> {
-  const named = new Set<string>();
-  for (const statement of statements)
-    for (const m of statement.matchAll(/\bALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:ONLY\s+)?("[^"]+"\."[^"]+"|[\w.]+)/gi))
-      named.add(m[1]!);
+  const named = new Map<string, { schema: string; table: string }>();
+  for (const statement of statements) {
+    // Comments hold prose ("one ALTER TABLE at a time"); only the statement's own words count.
+    const code = statement.replace(/--[^\n]*/g, '');
+    for (const m of code.matchAll(/\bALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:ONLY\s+)?"([^"]+)"\."([^"]+)"/gi))
+      named.set(`${m[1]}.${m[2]}`, { schema: m[1]!, table: m[2]! });
+  }
   if (named.size === 0) return;
+  // The ones that exist (a migration may alter a table it creates), by name: nothing here can fail on
+  // a name, on any server version.
+  const tables = [...named.values()];
   const { rows } = await client.query<{ name: string }>(
-    `SELECT name FROM unnest($1::text[]) WITH ORDINALITY AS t(name, n)
-      WHERE to_regclass(name) IS NOT NULL
-      ORDER BY to_regclass(name) IS NOT DISTINCT FROM to_regclass('pgdrain.jobs') DESC, n`,
-    [[...named]],
+    `SELECT format('%I.%I', n.nspname, c.relname) AS name
+       FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
+       JOIN pg_namespace n ON n.nspname = t.schema_name
+       JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name
+      ORDER BY (n.nspname = 'pgdrain' AND c.relname = 'jobs') DESC, t.ord`,
+    [tables.map((t) => t.schema), tables.map((t) => t.table)],
   );
   if (rows.length > 0) await client.query(`LOCK TABLE ${rows.map((r) => r.name).join(', ')} IN ACCESS EXCLUSIVE MODE`);
 }

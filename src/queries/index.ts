@@ -137,6 +137,8 @@ export {
   type FailedTry,
   type StepParksOutcome,
   type SentEvent,
+  runsInFlight,
+  type RunInFlight,
 } from './workflows.ts';
 export { commitDurably } from './durable-commit.ts';
 export { writeGroupLimits, deleteGroupLimits, listGroupLimits, type GroupLimitsRow } from './group-limits.ts';

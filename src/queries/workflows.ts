@@ -141,6 +141,48 @@ export async function loadStepsOfAttempts(db: Db, runs: readonly HeldRun[]): Pro
   return byRun;
 }
 
+/** A run in flight, as a pre-deploy check replays it (checkWorkflows). */
+export interface RunInFlight {
+  id: string;
+  kind: string;
+  version: number | null;
+  status: string;
+  payload: unknown;
+  /** Why it is held, when a change of its code holds it. */
+  held: unknown;
+  steps: StoredStep[];
+}
+
+/** A page of the runs of `kinds` that are not over (pending, running, waiting; held ones are
+ * waiting), after id `after`, oldest first, with their stored steps: two statements a page. */
+export async function runsInFlight(
+  db: Db,
+  kinds: readonly string[],
+  after: string | null,
+  limit: number,
+): Promise<RunInFlight[]> {
+  const runs = await rowsOf<Omit<RunInFlight, 'steps'>>(
+    db,
+    // Ordered by the column, not the text it is read as ('10' < '9'): the pages would skip runs.
+    sql`SELECT j.id::text AS id, j.kind, j.version, j.status, j.payload, j.held FROM ${jobs} j
+         WHERE j.kind = ANY(${sql.param(kinds)}::text[]) AND j.status IN ('pending', 'running', 'waiting')
+           AND j.id > ${after ?? '0'}::bigint
+         ORDER BY j.id LIMIT ${limit}`,
+  );
+  if (runs.length === 0) return [];
+  const rows = await rowsOf<Record<string, unknown>>(
+    db,
+    sql`SELECT job_id::text AS job_id, name, position, status, attempts, result::text AS result, error, started_at,
+               finished_at, wake_at, event, event_key, event_match::text AS event_match, event_id::text AS event_id,
+               child_id::text AS child_id, type
+          FROM ${workflowSteps} WHERE job_id = ANY(${sql.param(runs.map((r) => r.id))}::bigint[])
+         ORDER BY job_id, position`,
+  );
+  const byRun = new Map<string, StoredStep[]>(runs.map((r) => [r.id, []]));
+  for (const row of await withChildren(db, rows)) byRun.get(String(row.job_id))?.push(stepFromRow(row));
+  return runs.map((r) => ({ ...r, steps: byRun.get(r.id) ?? [] }));
+}
+
 /** Rows of steps, those of step.invoke's steps with their child's status and outcome. */
 async function withChildren(db: Db, rows: Record<string, unknown>[]): Promise<Record<string, unknown>[]> {
   const childIds = rows.map((r) => r.child_id).filter((id): id is string => typeof id === 'string');

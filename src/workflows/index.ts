@@ -274,6 +274,61 @@ async function runWorkflow<Payload, Result>(
   }
 }
 
+/** A replay reached the first step that would do something (check.ts): the history fits so far. */
+class ReplayReached extends PgdrainError {
+  readonly code = 'replay_reached';
+  readonly step: string;
+  constructor(step: string) {
+    super(`the replay reached step '${step}'`);
+    this.step = step;
+  }
+}
+
+/** How a run's recorded history meets `definition`'s code, with nothing run, parked or written
+ * (check.ts): `fits` (the replay reached a step that would do something, or the run's end), or the
+ * change that would hold it, or what the code threw before either. */
+export async function replayAgainstHistory<Payload>(
+  definition: JobDefinition<Payload>,
+  payload: Payload,
+  job: ClaimedJob,
+  stored: readonly StoredStep[],
+  db: Db,
+): Promise<{ fits: true } | { changed: WorkflowChange } | { threw: unknown }> {
+  const run = (definition as Partial<Workflow<Payload, unknown>>).run;
+  if (!run) throw new TypeError(`kind ${definition.kind} is not a workflow`);
+  const signal = new AbortController().signal;
+  const ctx = {
+    job,
+    signal,
+    progress: () => {},
+    dependencies: async () => [],
+    event: async () => null,
+    get tx(): Db {
+      throw new Error('a workflow has no ctx.tx');
+    },
+  } satisfies JobContext;
+  const runtime: AttemptRuntime<StoredStep[]> = {
+    db,
+    attemptEndsAt: Number.POSITIVE_INFINITY,
+    attemptMs: Number.POSITIVE_INFINITY,
+    saveProgress: async () => {},
+    beforeSettling: async () => () => {},
+    snooze: () => Promise.reject(new Error('a replay does not snooze')),
+    prepared: undefined,
+  };
+  const steps = new Steps(definition.kind, ctx, runtime, stored, { replayOnly: true });
+  try {
+    await Promise.race([Promise.resolve().then(() => run(payload, steps, ctx)), steps.parked]);
+    return { fits: true };
+  } catch (error) {
+    if (error instanceof ReplayReached) return { fits: true };
+    if (error instanceof WorkflowChangedError) return { changed: error.change };
+    return { threw: error };
+  } finally {
+    steps.close();
+  }
+}
+
 /** The run's code departs from its history: the attempt ends holding the run (pgdrain.hold_run()). */
 async function holdDivergedRun(
   ctx: JobContext,
@@ -338,7 +393,7 @@ class Steps implements WorkflowStep {
   #nextPosition: number;
   /** Rejects with the park that ended this attempt (runWorkflow races the run against it). */
   readonly parked: Promise<never>;
-  #endAttempt: (ended: RunParked | WorkflowChangedError) => void = () => {};
+  #endAttempt: (ended: RunParked | WorkflowChangedError | ReplayReached) => void = () => {};
   /** The step whose park ended this attempt; no step begins after it. */
   #parkedAt: string | null = null;
   readonly #parks: AttemptParks;
@@ -346,7 +401,18 @@ class Steps implements WorkflowStep {
   /** When this attempt's run began (a step's timeoutMs asks whether a fresh attempt has more room). */
   readonly #startedAt = Date.now();
 
-  constructor(kind: string, ctx: JobContext, runtime: AttemptRuntime<StoredStep[]>, stored: readonly StoredStep[]) {
+  /** A pre-deploy check's replay (check.ts): recorded steps return their records, and the first step
+   * that would run, park or write ends the replay there (ReplayReached), having done nothing. */
+  readonly #replayOnly: boolean;
+
+  constructor(
+    kind: string,
+    ctx: JobContext,
+    runtime: AttemptRuntime<StoredStep[]>,
+    stored: readonly StoredStep[],
+    { replayOnly = false }: { replayOnly?: boolean } = {},
+  ) {
+    this.#replayOnly = replayOnly;
     this.#kind = kind;
     this.#ctx = ctx;
     this.#db = runtime.db;
@@ -372,6 +438,7 @@ class Steps implements WorkflowStep {
     if (typeof fn !== 'function') throw new TypeError(`workflow ${this.#kind}: step.run('${name}') needs a function`);
     checkStepOptions(name, options);
     if (stored?.status === 'completed') return stored.result as T;
+    if (this.#replayOnly) return this.#reached(name);
     // Parks of this attempt wait for it to end (parks.ts).
     this.#parks.stepStarted();
     try {
@@ -471,6 +538,7 @@ class Steps implements WorkflowStep {
     if (!seconds.safeParse(forSeconds).success)
       throw new RangeError(`step.sleep('${name}'): seconds must be a number from 0 to ${MAX_SLEEP_SECONDS}`);
     if (stored?.status === 'completed') return this.#passedSleep(name, stored);
+    if (this.#replayOnly) return this.#reached(name);
     // Its end is kept from the first park: a run re-entered later does not move it.
     await this.#park({ ...record, type: 'sleep', until: new Date(Date.now() + forSeconds * 1000) });
   }
@@ -486,6 +554,7 @@ class Steps implements WorkflowStep {
       throw new RangeError(`step.sleepUntil('${name}'): until is more than a year ahead`);
     }
     if (stored?.status === 'completed') return this.#passedSleep(name, stored);
+    if (this.#replayOnly) return this.#reached(name);
     await this.#park({ ...record, type: 'sleep', until });
   }
 
@@ -525,6 +594,7 @@ class Steps implements WorkflowStep {
         ),
       );
     if (stored?.status === 'completed') return (stored.result ?? null) as T | null;
+    if (this.#replayOnly) return this.#reached(name);
     const until = timeoutSeconds === undefined ? null : new Date(Date.now() + timeoutSeconds * 1000);
     const outcome = await this.#park({ ...record, type: 'wait', event, key, until, matchJson });
     return (outcome.result ?? null) as T | null;
@@ -538,7 +608,7 @@ class Steps implements WorkflowStep {
     if (stored?.status === 'completed') return stored.result === true;
     // Fresh unless the run's history already went past this point: steps it recorded remain ahead.
     const fresh = this.#unreached().length === 0;
-    this.#written(await writeStepRecord(this.#db, record, JSON.stringify(fresh)));
+    if (!this.#replayOnly) this.#written(await writeStepRecord(this.#db, record, JSON.stringify(fresh)));
     return fresh;
   }
 
@@ -565,6 +635,7 @@ class Steps implements WorkflowStep {
         ),
       );
     if (stored?.status === 'completed') return stored.result as R;
+    if (this.#replayOnly) return this.#reached(name);
     if (stored?.childId) return this.#childEnded<R>(name, stored, record);
     if (!job?.keepCompletedSeconds) {
       throw new Error(
@@ -693,6 +764,8 @@ class Steps implements WorkflowStep {
       );
     if (this.#ctx.signal.aborted) throw this.#ctx.signal.reason;
     if (this.#parkedAt !== null) {
+      // A replay ended at a step beside this one (Promise.all): this one is as far as it goes too.
+      if (this.#replayOnly) throw new ReplayReached(name);
       throw new Error(
         `workflow ${this.#kind}: step '${name}' began after step '${this.#parkedAt}' parked the run; this attempt ` +
           `is over`,
@@ -766,6 +839,14 @@ class Steps implements WorkflowStep {
     return [...this.#stored.values()]
       .filter((s) => !this.#used.has(s.name) && s.type !== 'patched')
       .sort((a, b) => a.position - b.position);
+  }
+
+  /** A replay (replayOnly) reached a step that would do something: it ends here, and the step's
+   * promise never settles. */
+  #reached<T>(name: string): Promise<T> {
+    this.#parkedAt ??= name;
+    this.#endAttempt(new ReplayReached(name));
+    return new Promise<T>(() => {});
   }
 
   /** The run diverged at a step: the attempt ends here, holding the run (runWorkflow), and the

@@ -15,6 +15,7 @@ import { JobRegistry, defineJob } from '../../src/jobs/registry.ts';
 import { jobJson } from '../../src/http/job-json.ts';
 import { countTotals, getJob, releaseHeldRuns, retryFromStep } from '../../src/queries/index.ts';
 import { registerKinds } from '../../src/runtime/core.ts';
+import { checkWorkflows } from '../../src/workflows/check.ts';
 import { defineWorkflow, sendEvent, type WorkflowStep } from '../../src/workflows/index.ts';
 import { type Harness, jobRow, resetQueue } from '../support/harness.ts';
 import { sleep } from '../support/time.ts';
@@ -277,6 +278,60 @@ export function workflowChangeSuite(name: string, createHarness: () => Promise<H
         { job_id: old, result: false },
         { job_id: fresh, result: true },
       ]);
+    });
+
+    it('checkWorkflows replays the runs in flight and runs nothing: fits, diverges (its step), fails (its payload), unclaimable (its version)', async () => {
+      const ran: string[] = [];
+      const v1 = flow(async ({ key }, step) => {
+        await step.run('reserve', () => void ran.push(`reserve:${key}`));
+        await step.waitForEvent('paid', { event: 'deploy.check', key });
+        await step.run('ship', () => void ran.push(`ship:${key}`));
+      });
+      // Ids across a power of ten (…99, …100), past any id used before: pages ordered by the ids'
+      // text once skipped runs.
+      await h.query(
+        `SELECT setval(s, power(10, ceil(log(10, coalesce(pg_sequence_last_value(s::regclass), 1) + 3::numeric)))::bigint - 2)
+           FROM pg_get_serial_sequence('pgdrain.jobs', 'id') AS s`,
+      );
+      const a = await startOn(v1, 'a');
+      const b = await startOn(v1, 'b');
+      expect([b.length, BigInt(b) - BigInt(a), /^9+$/.test(a)]).toEqual([a.length + 1, 1n, true]);
+      expect(ran.sort()).toEqual(['reserve:a', 'reserve:b']);
+      const before = await h.query('SELECT * FROM pgdrain.workflow_steps ORDER BY job_id, position');
+
+      // The same code, and a change that only appends: both fit.
+      expect(await checkWorkflows(h.db, [v1])).toMatchObject({
+        checked: 2,
+        diverges: [],
+        fails: [],
+        kinds: { deployed: { checked: 2, diverges: 0, fails: 0 } },
+      });
+      // A renamed completed step: each run would be held there.
+      const renamed = flow(async ({ key }, step) => {
+        await step.run('reserve-stock', () => void ran.push(`reserve-stock:${key}`));
+        await step.waitForEvent('paid', { event: 'deploy.check', key });
+      });
+      const held = await checkWorkflows(h.db, [renamed], { pageSize: 1 });
+      expect(held.diverges.map((d) => [d.id, d.step])).toEqual([
+        [a, 'reserve-stock'],
+        [b, 'reserve-stock'],
+      ]);
+      expect(held.diverges[0]!.why).toMatch(/which the run's history does not have/);
+      // A schema the payloads no longer fit: the runs would fail.
+      const stricter = defineWorkflow<{ key: number }>({
+        kind: 'deployed',
+        schema: z.object({ key: z.number() }),
+        run: async () => {},
+      });
+      expect((await checkWorkflows(h.db, [stricter])).fails).toHaveLength(2);
+      // Only a version 2: the runs of version 1 would wait for a drainer that has it.
+      expect(await checkWorkflows(h.db, [flow(async () => {}, { version: 2 })])).toMatchObject({
+        checked: 0,
+        unclaimable: [{ kind: 'deployed', version: 1, runs: 2 }],
+      });
+      // Nothing ran, nothing was written.
+      expect(ran.sort()).toEqual(['reserve:a', 'reserve:b']);
+      expect(await h.query('SELECT * FROM pgdrain.workflow_steps ORDER BY job_id, position')).toEqual(before);
     });
 
     it('a step result that is not JSON fails the run at once, naming where in the result it is', async () => {

@@ -17,13 +17,14 @@ export interface SidecarProcess {
 }
 
 /** `fixture`: another sidecar script (the chaos suite's); default the one with the `record` kind.
- * `untilStarted: false` returns at once (url ''), for a process that may stop before it says it started. */
+ * `untilStarted: false` returns at once (url ''), for a process that may stop before it says it started.
+ * `args`: the script's arguments (`pgdrain start --jobs FILE`: the CLI as the script). */
 export async function startSidecarProcess(
   env: Record<string, string>,
   fixture = FIXTURE,
-  { untilStarted = true }: { untilStarted?: boolean } = {},
+  { untilStarted = true, args = [] }: { untilStarted?: boolean; args?: readonly string[] } = {},
 ): Promise<SidecarProcess> {
-  const child = spawn(process.execPath, ['--import', QUICK_DRIZZLE, fixture], {
+  const child = spawn(process.execPath, ['--import', QUICK_DRIZZLE, fixture, ...args], {
     env: {
       PATH: process.env.PATH ?? '',
       NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS ?? '',

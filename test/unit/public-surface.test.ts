@@ -60,7 +60,7 @@ const SURFACE: Record<string, string[]> = {
   'pgdrain/worker': ['DEFAULT_BUDGET_MS', 'createWorker', 'tellQueueClock'],
   'pgdrain/hono': ['DEFAULT_MAX_BODY_BYTES', 'MAX_BATCH', 'TOKEN_SCOPES', 'createApp', 'parseScopedTokens'],
   'pgdrain/client': ['PgdrainApiError', 'PgdrainError', 'createClient'],
-  'pgdrain/testing': ['testWorkflow'],
+  'pgdrain/testing': ['checkWorkflows', 'testWorkflow'],
   'pgdrain/sql': [
     'FINAL_STATUSES',
     'JOB_STATUSES',

@@ -113,6 +113,8 @@ it('a renamed step holds the parked runs and runs nothing; the old code kept as 
     15_000,
     'the runs to be held',
   );
+  // Counted as held where an operator looks first.
+  expect((await clientOf(sidecar).stats()).kinds.deploy_order).toMatchObject({ waiting: 3, held: 3 });
   await stop(sidecar);
   expect((await runs(ids)).map((r) => [r.status, r.attempts])).toEqual([
     ['waiting', 0],
@@ -130,6 +132,8 @@ it('a renamed step holds the parked runs and runs nothing; the old code kept as 
     15_000,
     'every run to wait for its payment',
   );
+  // Runs per version: version 1 may be deleted once its count is 0.
+  expect((await clientOf(sidecar).stats()).kinds.deploy_order).toMatchObject({ held: 0, versions: { 1: 3, 2: 1 } });
   for (const n of [1, 2, 3, 4]) {
     const response = await fetch(`${sidecar.url}/events`, {
       method: 'POST',

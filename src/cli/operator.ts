@@ -309,6 +309,21 @@ async function showStats(db: Db, values: Values, _: string[], io: Io): Promise<v
         { title: 'oldest ready', value: ([, s]) => formatAge(s.oldestReadySeconds), right: true },
       ]),
     );
+    // Workflows after a deploy: runs held by a change of their code, and runs per version (a
+    // version not listed has no live job left and may be deleted).
+    for (const [kind, s] of kinds) {
+      if (s.held > 0)
+        io.out(
+          `${kind}: ${s.held} held, their code departs from their history ` +
+            `(pgdrain jobs --kind ${kind} --status waiting; pgdrain job <id> says why)`,
+        );
+      if (s.versions)
+        io.out(
+          `${kind} by version: ${Object.entries(s.versions)
+            .map(([v, n]) => `v${v} ${n}`)
+            .join(', ')}`,
+        );
+    }
   }
   showStatsTables(io, scheduleRows, subscriptions, groupLimits);
 }

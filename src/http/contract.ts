@@ -377,6 +377,23 @@ export const kindStats = z
     }),
     oldestReadySeconds: z.number().min(0).nullable(),
     paused: z.boolean(),
+    held: z
+      .int()
+      .min(0)
+      .meta({
+        description:
+          'Workflow runs held because the code departs from their history (among waiting): a deploy that fits, ' +
+          'a retry from a step or a cancel ends it.',
+      }),
+    versions: z
+      .record(z.string(), z.int().min(0))
+      .optional()
+      .meta({
+        description:
+          'A kind with versions: its live jobs (pending, running, waiting, dead) by the version they run on. A ' +
+          'version no drainer has keeps its runs pending; a version not listed has no live job left and may be ' +
+          'deleted.',
+      }),
     limits: z
       .object({
         globalConcurrency: z.object({ limit: z.int().min(1), running: z.int().min(0) }).optional(),

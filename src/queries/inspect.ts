@@ -139,6 +139,10 @@ export interface KindStats {
   oldestReadySeconds: number | null;
   /** No drainer claims it until it is resumed. */
   paused: boolean;
+  /** Workflow runs held because their code departs from their history (counted in `waiting`). */
+  held: number;
+  /** A kind with versions: its live jobs by the version they run on ("1" for runs without one). */
+  versions?: Record<string, number>;
 }
 
 /** A kind with no live jobs. */
@@ -151,6 +155,7 @@ export const emptyKindStats = (): KindStats => ({
   waiting: 0,
   oldestReadySeconds: null,
   paused: false,
+  held: 0,
 });
 
 export interface QueueStats {
@@ -164,40 +169,50 @@ export interface QueueStats {
 export async function stats(db: Db): Promise<QueueStats> {
   const paused = new Set(await listPausedKinds(db));
   // The live states only: kept completed and cancelled jobs are history (GET /jobs lists them).
+  // By kind and version (a versioned workflow's runs, per version), summed per kind here.
   const rows = await rowsOf<{
     kind: string;
+    version: number | null;
     pending: number;
     ready: number;
     running: number;
     dead: number;
     waiting: number;
+    held: number;
     oldest_ready_seconds: number | null;
   }>(
     db,
-    sql`SELECT kind,
+    sql`SELECT kind, version,
                count(*) FILTER (WHERE status = 'pending')::int AS pending,
                count(*) FILTER (WHERE status = 'pending' AND run_at <= now())::int AS ready,
                count(*) FILTER (WHERE status = 'running')::int AS running,
                count(*) FILTER (WHERE status = 'dead')::int AS dead,
                count(*) FILTER (WHERE status = 'waiting')::int AS waiting,
+               count(*) FILTER (WHERE status = 'waiting' AND held IS NOT NULL)::int AS held,
                extract(epoch from now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))::float8
                  AS oldest_ready_seconds
-          FROM ${jobs} WHERE status IN ('pending', 'running', 'dead', 'waiting') GROUP BY kind ORDER BY kind`,
+          FROM ${jobs} WHERE status IN ('pending', 'running', 'dead', 'waiting')
+         GROUP BY kind, version ORDER BY kind, version`,
   );
   const kinds: Record<string, KindStats> = {};
   let oldestReadySeconds: number | null = null;
   for (const r of rows) {
     const oldest = r.oldest_ready_seconds == null ? null : Math.max(0, Number(r.oldest_ready_seconds));
-    kinds[r.kind] = {
-      pending: r.pending,
-      ready: r.ready,
-      delayed: r.pending - r.ready,
-      running: r.running,
-      dead: r.dead,
-      waiting: r.waiting,
-      oldestReadySeconds: oldest,
-      paused: paused.has(r.kind),
-    };
+    const k = (kinds[r.kind] ??= { ...emptyKindStats(), paused: paused.has(r.kind) });
+    k.pending += r.pending;
+    k.ready += r.ready;
+    k.delayed += r.pending - r.ready;
+    k.running += r.running;
+    k.dead += r.dead;
+    k.waiting += r.waiting;
+    k.held += r.held;
+    if (oldest !== null && (k.oldestReadySeconds === null || oldest > k.oldestReadySeconds))
+      k.oldestReadySeconds = oldest;
+    if (r.version !== null || k.versions) {
+      k.versions ??= {};
+      const version = String(r.version ?? 1);
+      k.versions[version] = (k.versions[version] ?? 0) + r.pending + r.running + r.dead + r.waiting;
+    }
     if (oldest !== null && (oldestReadySeconds === null || oldest > oldestReadySeconds)) oldestReadySeconds = oldest;
   }
   for (const kind of paused) {

@@ -577,6 +577,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
             waiting: 0,
             oldestReadySeconds: expect.any(Number),
             paused: false,
+            held: 0,
           },
           webhook: {
             pending: 0,
@@ -587,6 +588,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
             waiting: 0,
             oldestReadySeconds: null,
             paused: false,
+            held: 0,
           },
         });
         expect(body.kinds.noop.oldestReadySeconds).toBeGreaterThanOrEqual(10);

@@ -286,6 +286,27 @@ function describeLimits(limits: QueueStats['kinds'][string]['limits']): string |
   return parts.join(' · ');
 }
 
+/** After a deploy: a kind's runs held by a change of their code, and its runs per version. */
+function deployNotes(s: QueueStats['kinds'][string]): HTMLElement[] {
+  const notes: HTMLElement[] = [];
+  if (s.held > 0)
+    notes.push(
+      element('div', {
+        class: 'limits held',
+        'data-col': 'held',
+        title: 'Their code departs from their history: open one (Jobs, status waiting) to see why',
+        text: `${formatCount(s.held)} held by a code change`,
+      }),
+    );
+  if (s.versions) {
+    const versions = Object.entries(s.versions).map(([v, n]) => `v${v} ${formatCount(n)}`);
+    notes.push(
+      element('div', { class: 'limits', 'data-col': 'versions', text: `by version: ${versions.join(' · ')}` }),
+    );
+  }
+  return notes;
+}
+
 function renderStats(stats: QueueStats): void {
   const kinds = Object.keys(stats.kinds).sort();
   const totals: Record<State, number> = { ready: 0, delayed: 0, running: 0, dead: 0, waiting: 0 };
@@ -321,6 +342,7 @@ function renderStats(stats: QueueStats): void {
     if (s.paused) kindCell.appendChild(element('span', { class: 'paused-badge', text: 'paused' }));
     const limits = describeLimits(s.limits);
     if (limits) kindCell.appendChild(element('div', { class: 'limits', 'data-col': 'limits', text: limits }));
+    for (const note of deployNotes(s)) kindCell.appendChild(note);
     return element('tr', { 'data-kind': kind, 'data-paused': String(Boolean(s.paused)) }, [
       kindCell,
       countCell('pending', s.pending, 'pending'),

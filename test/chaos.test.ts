@@ -2,7 +2,8 @@
 // timeouts) and a Worker under kill -9, a SIGTERM with handlers that ignore their signal, a
 // PostgreSQL restart and dropped connections, carrying plain jobs, workflows (plain and
 // transactional steps, sleeps, SQL-sent events, children), a fair kind with per-key overrides and a
-// batch kind; the Worker runs with the queue's clock. Nothing lost, duplicates only where a fault
+// batch kind; the Worker runs with the queue's clock. Mid-run a deploy restarts one sidecar with a
+// version 2 of the workflow, on which new runs start. Nothing lost, duplicates only where a fault
 // hit, no key over its limit, every run completed with each transactional write once.
 import { expect, it } from 'vitest';
 import { SHORT_CHAOS, runChaos } from './chaos/chaos.ts';
@@ -31,6 +32,9 @@ it('several sidecars and Worker invocations drain one database through kills, a 
   expect(report.countersMatch).toBe(true);
   expect(report.kills).toBeGreaterThanOrEqual(2);
   expect(report.sigterms).toBeGreaterThanOrEqual(1);
+  // The deploy mid-run: runs started on version 2 completed on it, the others on version 1.
+  expect(report.deploys).toBe(1);
+  expect(report.flows.onVersion2).toBeGreaterThan(0);
   expect(report.drops).toBeGreaterThanOrEqual(2);
   expect(report.postgresRestarts).toBe(1);
   expect(report.workerInvocations).toBeGreaterThan(0);

@@ -8,7 +8,8 @@
 // The sidecars do not agree on their visibility timeout (one has 10 s, the others 3 s: a rolling
 // config change), and some jobs' handlers ignore their AbortSignal. Faults: kill -9 of a sidecar,
 // SIGTERM of one while such a handler runs (1 s grace: it is abandoned, its job released), dropped
-// connections, a PostgreSQL restart.
+// connections, a PostgreSQL restart. The first SIGTERM is a deploy: its sidecar comes back with a
+// version 2 of the workflow beside version 1, and new runs start on version 2 from then on.
 // Besides plain jobs the run carries what wave 4 added (test/fixtures/chaos/kinds.ts): workflows
 // (a plain step, a transactional step, a sleep, a wait for an event the harness sends in SQL during
 // the faults, an invoked child), a fair kind of many keys with per-key overrides, and a batch kind;
@@ -29,6 +30,7 @@ import pg from 'pg';
 import { type EmbeddedServer, freePort, startEmbeddedPostgres } from '../../src/db/embedded.ts';
 import { migrateDatabase } from '../../src/db/migrate.ts';
 import { startWsProxy } from '../../src/dev/ws-proxy.ts';
+import type { JobDefinition } from '../../src/jobs/definition.ts';
 import { prepareJob } from '../../src/jobs/enqueue.ts';
 import { type Db, enqueueMany } from '../../src/queries/index.ts';
 import {
@@ -43,6 +45,7 @@ import {
   FAIR_OVERRIDES,
   FLOW_EVENT,
   FLOW_KIND,
+  chaosFlowV2,
   chaosJobs,
   flowEventKey,
 } from '../fixtures/chaos/kinds.ts';
@@ -52,6 +55,8 @@ import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { sleep } from '../support/time.ts';
 
 const SIDECAR = fileURLToPath(new URL('../fixtures/chaos/sidecar.ts', import.meta.url));
+/** The same sidecar after a deploy: the flow's version 1 beside a version 2 (kinds.ts). */
+const SIDECAR_DEPLOYED = fileURLToPath(new URL('../fixtures/chaos/sidecar-deployed.ts', import.meta.url));
 const WORKER_CONFIG = fileURLToPath(new URL('../fixtures/chaos/wrangler.toml', import.meta.url));
 /** Each Worker invocation's budget (DRAIN_BUDGET_MS): its handlers are given up near its end. */
 const WORKER_BUDGET_MS = 2_000;
@@ -92,6 +97,9 @@ export interface ChaosReport {
   kills: number;
   /** Graceful stops (SIGTERM, 1 s grace) that each exited 0. */
   sigterms: number;
+  /** Sidecars restarted on the deployed code (the first SIGTERM's restart deploys: the flow's
+   * version 2 beside version 1; new runs start on version 2 from then on). */
+  deploys: number;
   postgresRestarts: number;
   drops: number;
   workerInvocations: number;
@@ -126,7 +134,15 @@ export interface ChaosReport {
   countersMatch: boolean;
   counters: { completed: number; dead: number };
   /** Workflow runs: enqueued, completed (kept, with the result every step led to). */
-  flows: { runs: number; completed: number; eventsSent: number; children: number; childrenCompleted: number };
+  flows: {
+    runs: number;
+    completed: number;
+    eventsSent: number;
+    children: number;
+    childrenCompleted: number;
+    /** Completed on version 2, the deploy's (they ran on deployed sidecars only). */
+    onVersion2: number;
+  };
   /** Runs whose transactional step's row is not there exactly once. */
   transactionalWritesNotOnce: string[];
   /** Plain steps that ran more than once for a run not in flight at any fault. */
@@ -280,6 +296,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     doomed: 0,
     kills: 0,
     sigterms: 0,
+    deploys: 0,
     postgresRestarts: 0,
     drops: 0,
     workerInvocations: 0,
@@ -297,7 +314,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     stuckAtStop: [],
     countersMatch: false,
     counters: { completed: 0, dead: 0 },
-    flows: { runs: 0, completed: 0, eventsSent: 0, children: 0, childrenCompleted: 0 },
+    flows: { runs: 0, completed: 0, eventsSent: 0, children: 0, childrenCompleted: 0, onVersion2: 0 },
     transactionalWritesNotOnce: [],
     plainStepsRepeatedOutsideFaults: [],
     plainStepRepeats: 0,
@@ -307,7 +324,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     batch: { items: 0, completed: 0, dead: 0 },
     elapsedMs: 0,
   };
-  const definitions = new Map(chaosJobs.map((j) => [j.kind, j]));
+  const definitions = new Map<string, JobDefinition<any>>(chaosJobs.map((j) => [j.kind, j]));
+  const deployed = new Set<number>();
   /** Flows by id: their n, when enqueued, and whether their event was sent. */
   const flows = new Map<string, { n: number; enqueuedAt: number; eventSent: boolean }>();
   const fairJobs = new Set<string>();
@@ -456,7 +474,18 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       old.child.kill(kind === 'kill' ? 'SIGKILL' : 'SIGTERM');
       const exit = await stopped(old, victim);
       await snapshotRunning();
-      sidecars[victim] = await startSidecarProcess(sidecarEnv(victim), SIDECAR);
+      // A deploy: the first graceful stop restarts its sidecar on the new code, and from then on the
+      // harness (the application) enqueues flows on version 2. A deployed sidecar stays deployed.
+      if (kind === 'sigterm' && deployed.size === 0) {
+        deployed.add(victim);
+        definitions.set(FLOW_KIND, chaosFlowV2);
+        report.deploys++;
+        log(`chaos: sidecar ${victim + 1} deployed with version 2 of ${FLOW_KIND}; new runs start on it`);
+      }
+      sidecars[victim] = await startSidecarProcess(
+        sidecarEnv(victim),
+        deployed.has(victim) ? SIDECAR_DEPLOYED : SIDECAR,
+      );
       if (kind === 'kill') report.kills++;
       else if (exit.code === 0) report.sigterms++;
       else throw new Error(`a sidecar stopped by SIGTERM exited with ${JSON.stringify(exit)}:\n${old.stdout()}`);
@@ -621,7 +650,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   for (const [id, { n }] of flows) {
     const row = inTable.get(id);
     const result = row?.result as
-      | { doubled?: number; approval?: { approved?: boolean }; child?: { squared?: number } }
+      | { doubled?: number; approval?: { approved?: boolean }; child?: { squared?: number }; version?: number }
       | undefined;
     if (
       row?.status === 'completed' &&
@@ -630,6 +659,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       result.child?.squared === n * n
     ) {
       report.flows.completed++;
+      if (result.version === 2) report.flows.onVersion2++;
       report.completed++;
     } else report.flowsNotCompleted.push(`${id}: ${row ? `${row.status} ${JSON.stringify(row.result)}` : 'gone'}`);
     if ((writes.get(id) ?? 0) !== 1) report.transactionalWritesNotOnce.push(`${id}: ${writes.get(id) ?? 0} rows`);

@@ -32,7 +32,7 @@ export interface Pooler {
 export const DRAIN_STARTUP_OPTIONS = '-c synchronous_commit=off';
 
 /** What the URL itself says about a transaction pooler, by the conventions of those who host them. */
-export function poolerFromUrl(url: string): PoolerMode | undefined {
+function poolerFromUrl(url: string): PoolerMode | undefined {
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -78,7 +78,7 @@ async function takesOptions(url: string): Promise<boolean> {
 }
 
 /** PgBouncer's `unsupported startup parameter: options` (08P01), Supavisor's alike. */
-export function refusedStartupParameter(error: unknown): boolean {
+function refusedStartupParameter(error: unknown): boolean {
   const e = error as { code?: string; message?: string } | null;
   return /unsupported startup parameter/i.test(e?.message ?? '') && (e?.code === undefined || e.code === '08P01');
 }

@@ -47,9 +47,6 @@ export async function rowsOfPrepared<T>(db: Db, prefix: string, query: SQL): Pro
 // and is the caller's to retry (NamedStatementsLost says so).
 let namingStatements = true;
 
-/** Whether statements are sent named (prepared once per connection). */
-export const namesStatements = (): boolean => namingStatements;
-
 /** Sends every statement unnamed from now on (a transaction pooler in front of the database). */
 export function stopNamingStatements(): void {
   namingStatements = false;

@@ -582,16 +582,12 @@ class Steps implements WorkflowStep {
     const matchJson = matchText(name, match);
     // A recorded wait for another event or key: the run waits (or waited) where this code does not look.
     if (stored?.event != null && (stored.event !== event || stored.eventKey !== key))
-      return this.#diverged(
+      return this.#recordedOtherwise(
         name,
-        this.#change(
-          name,
-          stored.position,
-          stored.type,
-          'waitForEvent',
-          `step '${name}' (position ${stored.position}) recorded a wait for event '${stored.event}' with key ` +
-            `'${stored.eventKey}', and the code now waits for event '${event}' with key '${key}'`,
-        ),
+        stored,
+        'waitForEvent',
+        `step '${name}' (position ${stored.position}) recorded a wait for event '${stored.event}' with key ` +
+          `'${stored.eventKey}', and the code now waits for event '${event}' with key '${key}'`,
       );
     if (stored?.status === 'completed') return (stored.result ?? null) as T | null;
     if (this.#replayOnly) return this.#reached(name);
@@ -623,16 +619,12 @@ class Steps implements WorkflowStep {
     const { stored, record } = begun;
     // A recorded child of another kind: the step's result would be another kind's.
     if (stored?.child && job && stored.child.kind !== job.kind)
-      return this.#diverged(
+      return this.#recordedOtherwise(
         name,
-        this.#change(
-          name,
-          stored.position,
-          stored.type,
-          'invoke',
-          `step '${name}' (position ${stored.position}) invoked a job of kind ${stored.child.kind}, and the code ` +
-            `now invokes kind ${job.kind}`,
-        ),
+        stored,
+        'invoke',
+        `step '${name}' (position ${stored.position}) invoked a job of kind ${stored.child.kind}, and the code ` +
+          `now invokes kind ${job.kind}`,
       );
     if (stored?.status === 'completed') return stored.result as R;
     if (this.#replayOnly) return this.#reached(name);
@@ -841,19 +833,26 @@ class Steps implements WorkflowStep {
       .sort((a, b) => a.position - b.position);
   }
 
-  /** A replay (replayOnly) reached a step that would do something: it ends here, and the step's
-   * promise never settles. */
+  /** A replay (replayOnly) reached a step that would do something: it ends there. */
   #reached<T>(name: string): Promise<T> {
-    this.#parkedAt ??= name;
-    this.#endAttempt(new ReplayReached(name));
-    return new Promise<T>(() => {});
+    return this.#endsAt(name, new ReplayReached(name));
   }
 
-  /** The run diverged at a step: the attempt ends here, holding the run (runWorkflow), and the
-   * step's promise never settles, so no code of the run goes on in this attempt. */
+  /** The run diverged at a step: the attempt ends there, holding the run (runWorkflow). */
   #diverged<T>(name: string, change: WorkflowChange): Promise<T> {
+    return this.#endsAt(name, new WorkflowChangedError(change));
+  }
+
+  /** A recorded step that the code now calls otherwise (`why`): the run diverged there. */
+  #recordedOtherwise<T>(name: string, stored: StoredStep, called: StepType, why: string): Promise<T> {
+    return this.#diverged(name, this.#change(name, stored.position, stored.type, called, why));
+  }
+
+  /** The attempt ends at step `name` with `ended` (runWorkflow hears it), and the step's promise never
+   * settles, so no code of the run goes on in this attempt. */
+  #endsAt<T>(name: string, ended: ReplayReached | WorkflowChangedError): Promise<T> {
     this.#parkedAt ??= name;
-    this.#endAttempt(new WorkflowChangedError(change));
+    this.#endAttempt(ended);
     return new Promise<T>(() => {});
   }
 

@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { CONTRACT_SETTINGS, expectError, httpApiContract } from './conformance/http-api-contract.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { resetQueue } from './support/harness.ts';
+import { safeErrorMessage } from '../src/db/url.ts';
 
 const TOKEN = 'test-token-7f3a9c';
 
@@ -23,7 +24,8 @@ httpApiContract('in-process app', async () => {
     registry: createDefaultRegistry({ WEBHOOK_ALLOWED_HOSTS: CONTRACT_SETTINGS.webhookAllowedHosts }),
     apiToken: TOKEN,
     maxBodyBytes: CONTRACT_SETTINGS.maxBodyBytes,
-    onError: (e) => errors.push(String(e)),
+    // What the sidecar logs of an error (errorForLog: its message, the database's words).
+    onError: (e) => errors.push(safeErrorMessage(e)),
   });
   return {
     request: async (path, init) => app.request(path, init),

@@ -203,7 +203,7 @@ it('progress reported before a park is saved with it; GET /jobs/:id with and wit
   ]);
 });
 
-it('a dead run restarted from a step over HTTP on `pgdrain start`: 409 while it is live, 400 for an unknown step', async () => {
+it('a dead run restarted from a step over HTTP on `pgdrain start`: 409 while it is live, 400 for an unknown step (and the kept run stays where it was), one of two restarts at once', async () => {
   const sidecar = await start();
   const client = createClient({ baseUrl: sidecar.url, token: TOKEN });
   const { id } = await client.enqueue({ kind: 'wf_restartable', payload: {} });
@@ -235,4 +235,34 @@ it('a dead run restarted from a step over HTTP on `pgdrain start`: 409 while it 
     'the restarted run to complete',
   );
   expect(await effects(id)).toEqual({ reserve: 1, charge: 2, fixed: 1, ship: 1 });
+
+  // Kept once completed, in the history: a refused restart leaves it there, as it was.
+  const inHistory = () => t.query('SELECT status, attempts FROM pgdrain.job_history WHERE id = $1', [id]);
+  const kept = await inHistory();
+  expect(kept).toEqual([{ status: 'completed', attempts: expect.any(Number) }]);
+  await expect(client.retryJob(id, { fromStep: 'nope' })).rejects.toMatchObject({ status: 400, code: 'unknown_step' });
+  expect(await inHistory()).toEqual(kept);
+  expect(await t.query('SELECT id FROM pgdrain.jobs WHERE id = $1', [id])).toEqual([]);
+
+  // Two restarts of the kept run at once (the kind paused, so the restarted run stays pending): one
+  // restarts it, the other is told it is live — never that the job does not exist.
+  await client.pauseKind('wf_restartable');
+  for (let round = 0; round < 3; round++) {
+    const answers = await Promise.allSettled([
+      client.retryJob(id, { fromStep: 'ship' }),
+      client.retryJob(id, { fromStep: 'ship' }),
+    ]);
+    expect(answers.filter((a) => a.status === 'fulfilled')).toHaveLength(1);
+    expect(answers.find((a) => a.status === 'rejected')).toMatchObject({ reason: { status: 409, code: 'live' } });
+    await client.resumeKind('wf_restartable');
+    await until(
+      () => t.query('SELECT 1 FROM pgdrain.job_history WHERE id = $1', [id]),
+      (rows) => rows.length === 1,
+      15_000,
+      'the restarted run to complete again',
+    );
+    await client.pauseKind('wf_restartable');
+  }
+  await client.resumeKind('wf_restartable');
+  expect(await effects(id)).toMatchObject({ ship: 4 });
 });

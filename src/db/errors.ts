@@ -132,6 +132,42 @@ const FAILURE_CLASSES: [RegExp, DatabaseFailure][] = [
   ],
 ];
 
+/** What an API answer says when the database refused a value of the request itself. */
+export interface DatabaseRefusal {
+  status: 400 | 413;
+  code: string;
+  message: string;
+  /** A check pgdrain's own functions make (their messages start `pgdrain.`): the refusal is the
+   * answer. Otherwise a value passed every check in TypeScript and the server refused it (class 22,
+   * a data exception, or 54000, a value past a limit): answered 4xx, and logged as a check missing. */
+  expected: boolean;
+}
+
+/** The database refused a value of the request (class 22, 54000, or a pgdrain function's check of
+ * its parameters), or null. The server's message names the value's problem, not the statement. */
+export function databaseRefusal(error: unknown): DatabaseRefusal | null {
+  for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code !== 'string' || !/^(22...|54000)$/.test(code)) continue;
+    const said = String((e as { message?: unknown }).message ?? '').slice(0, 300);
+    const expected = said.startsWith('pgdrain.');
+    if (code === '54000')
+      return {
+        status: 413,
+        code: 'payload_too_large',
+        message: expected ? said : `a value is larger than the database takes: ${said}`,
+        expected,
+      };
+    return {
+      status: 400,
+      code: 'invalid_request',
+      message: expected ? said : `the database refused a value of the request: ${said}`,
+      expected,
+    };
+  }
+  return null;
+}
+
 /** The class of a database failure an answer names, or null: not one the caller can act on. */
 export function databaseFailure(error: unknown): DatabaseFailure | null {
   for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {

@@ -1,9 +1,10 @@
 // Every error the API answers is `{"error": {"code", "message"}}` with a 4xx or 5xx status. A route
-// throws an ApiError for what the caller did wrong; anything else is logged (without secrets) and
-// answered 503 when the database is out of reach, 500 otherwise.
+// throws an ApiError for what the caller did wrong; a value the database refused is a 400 or 413
+// (logged, unless one of pgdrain's SQL functions refused it on purpose); anything else is logged
+// (without secrets) and answered 503 when the database is out of reach, 500 otherwise.
 import type { Context } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
-import { databaseFailure } from '../db/errors.ts';
+import { databaseFailure, databaseRefusal } from '../db/errors.ts';
 import type { AppEnv } from './context.ts';
 import { PgdrainError } from '../errors.ts';
 
@@ -28,7 +29,9 @@ export function answerError(error: Error, c: Context<AppEnv>): Response {
     const headers: Record<string, string> = error.status === 413 ? { Connection: 'close' } : {};
     return c.json({ error: { code: error.code, message: error.message } }, error.status, headers);
   }
-  c.get('api')?.onError?.(error, `${c.req.method} ${c.req.routePath}`);
+  const refusal = databaseRefusal(error);
+  if (!refusal?.expected) c.get('api')?.onError?.(error, `${c.req.method} ${c.req.routePath}`);
+  if (refusal) return c.json({ error: { code: refusal.code, message: refusal.message } }, refusal.status);
   const failure = databaseFailure(error);
   if (failure) return c.json({ error: { code: failure.code, message: failure.message } }, failure.status);
   return c.json(

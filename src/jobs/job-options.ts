@@ -19,12 +19,17 @@ import {
 export const MAX_AFTER = 100;
 /** Job ids are PostgreSQL bigints, carried as decimal strings. */
 export const JOB_ID_PATTERN = /^[1-9][0-9]{0,18}$/;
+/** A job id PostgreSQL's bigint holds: the pattern, and at most 9223372036854775807. */
+export function isJobId(id: string): boolean {
+  return JOB_ID_PATTERN.test(id) && (id.length < 19 || id <= '9223372036854775807');
+}
 /** PostgreSQL's timestamptz has no year 0 ("0000-01-01" is refused): runAt stays in a sane range. */
 export const RUN_AT_BOUNDS = { earliest: Date.UTC(1970, 0, 1), latest: Date.UTC(10000, 0, 1) } as const;
 
 export const jobId = z
   .string()
-  .regex(JOB_ID_PATTERN)
+  .regex(JOB_ID_PATTERN, 'must be a job id: a positive 64-bit integer as a decimal string')
+  .refine(isJobId, 'must be a job id: a positive 64-bit integer as a decimal string')
   .meta({ description: 'A job id: a positive 64-bit integer as a decimal string.', example: '42' });
 
 const { min: minTimeout, max: maxTimeout } = JOB_TIMEOUT_BOUNDS_MS;

@@ -11,6 +11,7 @@ import {
   jobsAndHistory,
   workflowSteps,
 } from '../db/schema.ts';
+import { isJobId } from '../jobs/job-options.ts';
 import { type Db, NOTIFY_CHANNEL, fromDriverRow, rowsOf } from './db.ts';
 import { HISTORY_COLUMNS } from './job-history.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
@@ -264,19 +265,23 @@ export async function retryFromStep(db: Db, id: string, fromStep: string): Promi
   if (!isJobId(id)) return { outcome: 'not_found' };
   return db.transaction(async (tx) => {
     const live = (status: JobStatus) => status === 'pending' || status === 'running' || status === 'waiting';
-    let [found] = await rowsOf<{ status: JobStatus; held: boolean; kept: boolean }>(
+    // Where the job is, in one snapshot: a concurrent restart moves a kept run from the history to
+    // pgdrain.jobs in one statement, so one look sees it in one place or the other, never in neither.
+    const [where] = await rowsOf<{ kept: boolean }>(
       tx,
-      sql`SELECT status, held IS NOT NULL AS held, false AS kept FROM ${jobs} WHERE id = ${id}::bigint FOR UPDATE`,
+      sql`SELECT false AS kept FROM ${jobs} WHERE id = ${id}::bigint
+          UNION ALL
+          SELECT true AS kept FROM ${jobHistory} WHERE id = ${id}::bigint AND keep_until > now()`,
     );
-    // A kept run that finished lives in the history (final: nothing to lock).
-    found ??= (
-      await rowsOf<{ status: JobStatus; held: boolean; kept: boolean }>(
-        tx,
-        sql`SELECT status, false AS held, true AS kept FROM ${jobHistory}
-              WHERE id = ${id}::bigint AND keep_until > now()`,
-      )
-    )[0];
-    if (!found) return { outcome: 'not_found' };
+    if (!where) return { outcome: 'not_found' };
+    // A live job is locked while it is looked at; a kept run that finished is final (nothing to lock).
+    const [found] = await rowsOf<{ status: JobStatus; held: boolean; kept: boolean }>(
+      tx,
+      where.kept
+        ? sql`SELECT status, false AS held, true AS kept FROM ${jobHistory} WHERE id = ${id}::bigint`
+        : sql`SELECT status, held IS NOT NULL AS held, false AS kept FROM ${jobs} WHERE id = ${id}::bigint FOR UPDATE`,
+    );
+    if (!found) return where.kept ? liveOrGone(tx, id) : { outcome: 'not_found' };
     if (live(found.status) && !found.held) return { outcome: 'live', status: found.status };
     const steps = await rowsOf<{ name: string; position: number }>(
       tx,
@@ -292,10 +297,7 @@ export async function retryFromStep(db: Db, id: string, fromStep: string): Promi
           (DELETE FROM ${jobHistory} WHERE id = ${id}::bigint AND keep_until > now() RETURNING ${HISTORY_COLUMNS})
             INSERT INTO ${jobs} (${HISTORY_COLUMNS}) SELECT ${HISTORY_COLUMNS} FROM moved RETURNING status`,
       );
-      if (!moved) {
-        const [now] = await rowsOf<{ status: JobStatus }>(tx, sql`SELECT status FROM ${jobs} WHERE id = ${id}::bigint`);
-        return now ? { outcome: 'live', status: now.status } : { outcome: 'not_found' };
-      }
+      if (!moved) return liveOrGone(tx, id);
     }
     const [row] = await rowsOf<Record<string, unknown>>(
       tx,
@@ -315,6 +317,12 @@ export async function retryFromStep(db: Db, id: string, fromStep: string): Promi
     );
     return { outcome: 'retried', job: jobFromRow(row!) };
   });
+}
+
+/** A kept run another restart moved back to pgdrain.jobs (and committed) meanwhile: live now. */
+async function liveOrGone(tx: Db, id: string): Promise<RetryFromStepOutcome> {
+  const [now] = await rowsOf<{ status: JobStatus }>(tx, sql`SELECT status FROM ${jobs} WHERE id = ${id}::bigint`);
+  return now ? { outcome: 'live', status: now.status } : { outcome: 'not_found' };
 }
 
 /** A dead job again (retryDead); with `fromStep`, a finished workflow run again from that step
@@ -355,6 +363,4 @@ export async function ping(db: Db): Promise<void> {
 }
 
 /** A job id is a positive bigint in decimal; anything else cannot name a job. */
-export function isJobId(id: string): boolean {
-  return /^[1-9][0-9]{0,18}$/.test(id) && (id.length < 19 || id <= '9223372036854775807');
-}
+export { isJobId };

@@ -16,29 +16,6 @@ export const FUZZ_SEED = Number(env.FUZZ_SEED ?? 20261130);
 /** Requests per run; FUZZ_RUNS=… for a longer search by hand. */
 export const FUZZ_RUNS = Number(env.FUZZ_RUNS ?? 1000);
 
-// Each route with the method it answers to; most requests use that one, the rest any method.
-const ROUTES: [string, string][] = [
-  ['POST', '/jobs'],
-  ['GET', '/jobs'],
-  ['POST', '/jobs/batch'],
-  ['GET', '/jobs/:id'],
-  ['DELETE', '/jobs/:id'],
-  ['POST', '/jobs/:id/retry'],
-  ['POST', '/jobs/retry-dead'],
-  ['POST', '/jobs/delete-dead'],
-  ['GET', '/stats'],
-  ['GET', '/stats/throughput'],
-  ['GET', '/schedules'],
-  ['GET', '/kinds'],
-  ['GET', '/metrics'],
-  ['GET', '/healthz'],
-  ['GET', '/'],
-  ['GET', '/dashboard'],
-  ['GET', '/dashboard/script.js'],
-  ['POST', '/kinds/:kind/pause'],
-  ['POST', '/kinds/:kind/resume'],
-  ['GET', '/nope'],
-];
 const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD'];
 
 const plainText = fc.oneof(
@@ -53,6 +30,7 @@ const plainText = fc.oneof(
     '%00',
     '../../etc/passwd',
     '9'.repeat(30),
+    '9223372036854775808',
     '-1',
     '0',
     '1e309',
@@ -63,122 +41,254 @@ const weirdText = fc.oneof(
   plainText,
   fc.tuple(plainText, fc.constantFrom('\u0000', '\ud800', '\udfff'), plainText).map((parts) => parts.join('')),
 );
-/** Mostly a valid value, so that requests get past the first check and poison the one after. */
-const mostly = <T, U>(valid: fc.Arbitrary<T>, weird: fc.Arbitrary<U>) =>
-  fc.oneof({ weight: 3, arbitrary: valid }, { weight: 1, arbitrary: weird });
-
-const idText = mostly(
-  fc.integer({ min: 1, max: 50 }).map(String),
-  fc.oneof(fc.bigInt({ min: 0n, max: 10n ** 25n }).map(String), weirdText),
-);
-const kindText = mostly(fc.constantFrom('noop', 'webhook'), fc.oneof(fc.constant('send_fax'), weirdText));
 const deep = fc.integer({ min: 60, max: 3000 }).map((n) => JSON.parse('['.repeat(n) + ']'.repeat(n)) as unknown);
-const payload = mostly(
-  fc.oneof(
-    fc.jsonValue({ maxDepth: 4 }),
-    fc.record({ url: fc.constantFrom('https://hooks.example.com/x', 'http://169.254.169.254/') }),
-  ),
-  fc.oneof(deep, weirdText, fc.dictionary(weirdText, weirdText, { maxKeys: 3 })),
+/** Values just past a bound PostgreSQL or JSON has: the bigint's end, NUL, a lone surrogate. */
+const edges = fc.constantFrom(
+  '9223372036854775808',
+  '9223372036854775807',
+  '0',
+  '-1',
+  '',
+  'a\u0000b',
+  '\ud800',
+  'é',
+  2 ** 63,
+  -(2 ** 31) - 1,
+  5e-324,
+  1e308,
 );
-const dateText = mostly(
-  fc
-    .date({ min: new Date('2000-01-01'), max: new Date('2100-01-01'), noInvalidDate: true })
-    .map((d) => d.toISOString()),
-  fc.oneof(
-    fc.date({ min: new Date(-8.64e15), max: new Date(8.64e15), noInvalidDate: true }).map((d) => d.toISOString()),
-    fc.constantFrom(
-      '0000-01-01T00:00:00Z',
-      '9999-12-31T23:59:59Z',
-      '+275760-09-13T00:00:00.000Z',
-      '2026-02-30T00:00:00Z',
-      'tomorrow',
-    ),
-    weirdText,
-  ),
-);
-const number = mostly(
-  fc.integer({ min: 0, max: 20 }),
-  fc.oneof(fc.integer(), fc.double(), fc.constantFrom(-1, 1001, 2 ** 31, 2 ** 53 + 1, 1e308)),
-);
-const job = fc
-  .record(
-    {
-      kind: kindText,
-      payload,
-      runAt: dateText,
-      delaySeconds: number,
-      maxAttempts: number,
-      dedupeKey: mostly(fc.string({ minLength: 1, maxLength: 10 }), weirdText),
-      priority: number,
-      extra: fc.jsonValue({ maxDepth: 1 }),
-    },
-    { requiredKeys: ['kind', 'payload'] },
-  )
-  .map(({ extra, ...rest }) => rest as Record<string, unknown>);
-const body = fc.oneof(
-  { weight: 4, arbitrary: job.map((j) => JSON.stringify(j)) },
-  { weight: 2, arbitrary: fc.array(job, { maxLength: 3 }).map((jobs) => JSON.stringify({ jobs })) },
-  fc.record({ kind: kindText }, { requiredKeys: [] }).map((b) => JSON.stringify(b)),
-  fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)),
-  deep.map((v) => JSON.stringify({ kind: 'noop', payload: v })),
+/** Any value of the wrong kind, or the right kind out of every bound. */
+const weirdValue: fc.Arbitrary<unknown> = fc.oneof(
+  { weight: 3, arbitrary: edges },
   weirdText,
+  fc.oneof(fc.integer(), fc.double(), fc.constantFrom(-1, 0, 1001, 2 ** 31, 2 ** 53 + 1, 1e308, 5e-324)),
+  fc.bigInt({ min: 0n, max: 10n ** 25n }).map(String),
+  fc.constantFrom(null, true, [], {}),
+  deep,
+  fc.dictionary(weirdText, weirdText, { maxKeys: 3 }),
 );
-const query = fc.record(
-  {
-    status: mostly(fc.constantFrom('pending', 'running', 'dead'), weirdText),
-    kind: kindText,
-    limit: number.map(String),
-    cursor: idText,
-    minutes: mostly(fc.integer({ min: 1, max: 100 }).map(String), weirdText),
-    // An unknown parameter, one request in ten.
-    x: fc.oneof({ weight: 9, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: weirdText }),
-  },
-  { requiredKeys: [] },
-);
-/** The parameters each route reads; the others go only with `x`, the unknown one. */
-const QUERY_KEYS: Record<string, string[]> = {
-  '/jobs': ['status', 'kind', 'limit', 'cursor'],
-  '/stats/throughput': ['minutes', 'kind'],
+type Schema = {
+  $ref?: string;
+  type?: string | string[];
+  anyOf?: Schema[];
+  oneOf?: Schema[];
+  enum?: unknown[];
+  const?: unknown;
+  format?: string;
+  pattern?: string;
+  minLength?: number;
+  maxLength?: number;
+  minimum?: number;
+  maximum?: number;
+  exclusiveMinimum?: number;
+  items?: Schema;
+  minItems?: number;
+  maxItems?: number;
+  properties?: Record<string, Schema>;
+  required?: string[];
+  additionalProperties?: boolean | Schema;
+  example?: unknown;
+};
+type OpenApiDocument = {
+  paths: Record<string, Record<string, Operation>>;
+  components?: { schemas?: Record<string, Schema> };
+};
+type Operation = {
+  parameters?: { name: string; in: string; required?: boolean; schema?: Schema }[];
+  requestBody?: { content?: Record<string, { schema?: Schema }> };
 };
 
-/** `tokens`: the valid ones; requests mostly carry one of them, else garbage or none. */
-export function hostileRequests(tokens: string[]): fc.Arbitrary<HostileRequest> {
+/** What a field named so mostly holds, so that a request reaches the statements behind it. */
+const NAMED: Record<string, fc.Arbitrary<unknown>> = {
+  kind: fc.oneof({ weight: 4, arbitrary: fc.constantFrom('noop', 'webhook') }, fc.constant('send_fax')),
+  id: fc.integer({ min: 1, max: 50 }).map(String),
+  cursor: fc.integer({ min: 1, max: 50 }).map(String),
+  after: fc.array(fc.integer({ min: 1, max: 50 }).map(String), { minLength: 1, maxLength: 3 }),
+  payload: fc.oneof(
+    fc.jsonValue({ maxDepth: 4 }),
+    fc.record({
+      url: fc.constantFrom('https://hooks.example.com/x', 'http://169.254.169.254/'),
+      headers: fc.dictionary(fc.constantFrom('x-a', 'Authorization', 'x-pgdrain-job-id'), fc.string(), {
+        maxKeys: 2,
+      }),
+    }),
+  ),
+};
+
+/** Valid values for `schema` (a JSON Schema of the OpenAPI document); a field named in NAMED mostly
+ * holds what it names, so that a request reaches the statements behind its checks. */
+function valuesFor(schema: Schema, doc: OpenApiDocument, name = '', depth = 0): fc.Arbitrary<unknown> {
+  if (schema.$ref) {
+    const target = doc.components?.schemas?.[schema.$ref.replace('#/components/schemas/', '')];
+    return target ? valuesFor(target, doc, name, depth) : fc.jsonValue({ maxDepth: 2 });
+  }
+  const named = NAMED[name];
+  return named ? fc.oneof({ weight: 6, arbitrary: named }, validFor(schema, doc, depth)) : validFor(schema, doc, depth);
+}
+
+function validFor(schema: Schema, doc: OpenApiDocument, depth: number): fc.Arbitrary<unknown> {
+  const choices = schema.anyOf ?? schema.oneOf;
+  if (choices) return fc.oneof(...choices.map((s) => valuesFor(s, doc, '', depth)));
+  if ('const' in schema) return fc.constant(schema.const);
+  if (schema.enum) return fc.constantFrom(...schema.enum);
+  const type = Array.isArray(schema.type) ? schema.type.find((t) => t !== 'null') : schema.type;
+  switch (type) {
+    case 'string':
+      if (schema.format === 'date-time')
+        return fc
+          .date({ min: new Date('2000-01-01'), max: new Date('2100-01-01'), noInvalidDate: true })
+          .map((d) => d.toISOString());
+      if (schema.pattern && schema.pattern.length < 80) return fc.stringMatching(new RegExp(schema.pattern));
+      return fc.string({ minLength: schema.minLength ?? 0, maxLength: Math.min(schema.maxLength ?? 20, 20) });
+    case 'integer':
+      return fc.integer({ min: schema.minimum ?? -1000, max: Math.min(schema.maximum ?? 1000, 1000) });
+    case 'number':
+      return fc.double({
+        min: schema.minimum ?? schema.exclusiveMinimum ?? -1000,
+        max: Math.min(schema.maximum ?? 1000, 1000),
+        noNaN: true,
+      });
+    case 'boolean':
+      return fc.boolean();
+    case 'array':
+      return fc.array(schema.items && depth < 4 ? valuesFor(schema.items, doc, '', depth + 1) : fc.jsonValue(), {
+        minLength: schema.minItems ?? 0,
+        maxLength: Math.max(schema.minItems ?? 0, Math.min(schema.maxItems ?? 3, 3)),
+      });
+    case 'object': {
+      // Each optional field one time in four: options that exclude each other rarely meet.
+      const required = new Set(schema.required ?? []);
+      const fields = Object.entries(schema.properties ?? {}).map(([key, s]) => {
+        const value = valuesFor(s, doc, key, depth + 1);
+        const absent = { weight: 3, arbitrary: fc.constant(undefined) };
+        return [key, required.has(key) ? value : fc.oneof(absent, { weight: 1, arbitrary: value })] as const;
+      });
+      return fc
+        .record(Object.fromEntries(fields))
+        .map((r) => Object.fromEntries(Object.entries(r).filter(([, v]) => v !== undefined)));
+    }
+    default:
+      return fc.jsonValue({ maxDepth: 3 });
+  }
+}
+
+/** Valid values as the schema's weights say (a property's bias would favour small choices: an optional
+ * field present, every one at once), then poisoned. */
+const unbiased = (values: fc.Arbitrary<unknown>) => poisoned(fc.noBias(values));
+
+/** `values` with, one time in two, one of its parts (the whole, a field, an element) replaced by a
+ * hostile value, or an unknown field added: one poison per request, past every other check. */
+function poisoned(values: fc.Arbitrary<unknown>): fc.Arbitrary<unknown> {
+  return fc
+    .tuple(values, fc.option(fc.tuple(fc.nat(), weirdValue, weirdText), { freq: 2, nil: undefined }))
+    .map(([value, poison]) => {
+      if (!poison) return value;
+      const [pick, hostile, unknownKey] = poison;
+      const slots: { parent: Record<string, unknown> | unknown[]; key: string | number }[] = [];
+      const walk = (v: unknown) => {
+        if (!v || typeof v !== 'object') return;
+        for (const [k, item] of Object.entries(v)) {
+          slots.push({ parent: v as Record<string, unknown>, key: Array.isArray(v) ? Number(k) : k });
+          walk(item);
+        }
+      };
+      const copy = structuredClone(value);
+      walk(copy);
+      const choice = pick % (slots.length + 2);
+      if (choice === slots.length) return hostile;
+      if (choice === slots.length + 1)
+        return copy && typeof copy === 'object' && !Array.isArray(copy) ? { ...copy, [unknownKey]: hostile } : hostile;
+      const { parent, key } = slots[choice]!;
+      (parent as Record<string | number, unknown>)[key] = hostile;
+      return copy;
+    });
+}
+
+/** Every operation of the document as [method, path template, operation]. */
+function operationsOf(doc: OpenApiDocument): [string, string, Operation][] {
+  return Object.entries(doc.paths).flatMap(([path, methods]) =>
+    Object.entries(methods).map(([method, op]) => [method.toUpperCase(), path, op] as [string, string, Operation]),
+  );
+}
+
+/** One operation's requests: its path, query and body parameters from their schemas. */
+function requestsFor(
+  method: string,
+  template: string,
+  op: Operation,
+  doc: OpenApiDocument,
+): fc.Arbitrary<{ method: string; path: string; body?: string }> {
+  const params = op.parameters ?? [];
+  const values = Object.fromEntries(
+    params.map((p) => [`${p.in}:${p.name}`, p.schema ? unbiased(valuesFor(p.schema, doc, p.name)) : weirdValue]),
+  );
+  const bodySchema = op.requestBody?.content?.['application/json']?.schema;
+  const body = bodySchema
+    ? fc.oneof(
+        { weight: 6, arbitrary: unbiased(valuesFor(bodySchema, doc)).map((v) => JSON.stringify(v)) },
+        { weight: 1, arbitrary: weirdText },
+      )
+    : fc.constant(undefined);
+  return fc
+    .tuple(
+      fc.record(values, { requiredKeys: params.filter((p) => p.in === 'path').map((p) => `${p.in}:${p.name}`) }),
+      fc.option(body, { nil: undefined, freq: 6 }),
+    )
+    .map(([given, text]) => {
+      let path = template;
+      const search = new URLSearchParams();
+      for (const [key, value] of Object.entries(given)) {
+        const [where, name] = key.split(':') as [string, string];
+        const asText = typeof value === 'string' ? value : JSON.stringify(value);
+        if (where === 'path') path = path.replace(`{${name}}`, encodeSegment(asText));
+        else if (where === 'query' && value !== undefined) search.append(name, asText.toWellFormed());
+      }
+      const query = search.toString();
+      return { method, path: query ? `${path}?${query}` : path, body: text };
+    });
+}
+
+/**
+ * Requests for every route and field of `document` (the app's /openapi.json), so a route is probed
+ * the day it is added. `tokens`: the valid ones; requests mostly carry one of them, else garbage or
+ * none. One request in four goes with another method, and one in ten to a path no route answers.
+ */
+export function hostileRequests(tokens: string[], document: unknown): fc.Arbitrary<HostileRequest> {
+  const doc = document as OpenApiDocument;
+  const operations = operationsOf(doc);
+  if (operations.length < 10) throw new Error('the OpenAPI document lists fewer routes than the app has');
+  const routed = fc.oneof(...operations.map(([method, path, op]) => requestsFor(method, path, op, doc)));
   return fc
     .record({
-      route: fc.constantFrom(...ROUTES),
+      routed: fc.oneof(
+        { weight: 9, arbitrary: routed },
+        { weight: 1, arbitrary: weirdText.map((t) => ({ method: 'GET', path: `/${encodeSegment(t)}` })) },
+      ),
       otherMethod: fc.option(fc.constantFrom(...METHODS), { nil: undefined, freq: 3 }),
-      id: idText,
-      kind: kindText,
-      query,
-      body: fc.option(body, { nil: undefined }),
-      contentType: fc.option(
+      contentType: fc.oneof(
+        { weight: 6, arbitrary: fc.constant('application/json') },
         fc.constantFrom(
-          'application/json',
           'application/json; charset=utf-8',
           'text/plain',
           'application/x-www-form-urlencoded',
           'application/vnd.api+json',
         ),
-        { nil: undefined },
       ),
+      // The first token (the admin's) most, so that most requests reach the statements.
       auth: fc.oneof(
-        { weight: 6, arbitrary: fc.constantFrom(...tokens.map((t) => `Bearer ${t}`)) },
+        { weight: 6, arbitrary: fc.constant(`Bearer ${tokens[0]}`) },
+        { weight: 2, arbitrary: fc.constantFrom(...tokens.map((t) => `Bearer ${t}`)) },
         { weight: 1, arbitrary: fc.oneof(weirdText, fc.constant('Bearer')) },
       ),
     })
-    .map(({ route: [routeMethod, route], otherMethod, id, kind, query, body, contentType, auth }) => {
-      const method = otherMethod ?? routeMethod;
-      const path = route.replace(':id', encodeSegment(id)).replace(':kind', encodeSegment(kind));
-      const keys = [...(QUERY_KEYS[route] ?? []), 'x'];
-      const search = new URLSearchParams(
-        Object.entries(query).filter((e): e is [string, string] => keys.includes(e[0]) && e[1] !== undefined),
-      ).toString();
-      const headers: Record<string, string> = {};
-      if (contentType) headers['content-type'] = contentType;
+    .map(({ routed, otherMethod, contentType, auth }) => {
+      const method = otherMethod ?? routed.method;
+      const body = (routed as { body?: string }).body;
+      const headers: Record<string, string> = { 'content-type': contentType };
       // Header values cannot hold every character; a request that fetch itself refuses tests nothing.
       if (/^[\t\x20-\x7e]*$/.test(auth)) headers.authorization = auth;
       const sendsBody = body !== undefined && method !== 'GET' && method !== 'HEAD';
-      return { method, path: search ? `${path}?${search}` : path, headers, body: sendsBody ? body : undefined };
+      return { method, path: routed.path, headers, body: sendsBody ? body : undefined };
     });
 }
 
@@ -217,4 +327,8 @@ export function checkAnswer(
 export const FINGERPRINT_SQL = `SELECT (SELECT count(*) FROM pgdrain.jobs)::int AS jobs,
   (SELECT count(*) FROM pgdrain.jobs WHERE status = 'dead')::int AS dead,
   (SELECT coalesce(max(id), 0) FROM pgdrain.jobs)::text AS max_id,
-  (SELECT count(*) FROM pgdrain.paused_kinds)::int AS paused`;
+  (SELECT coalesce(sum(attempts), 0) FROM pgdrain.jobs)::int AS attempts,
+  (SELECT count(*) FROM pgdrain.job_history)::int AS history,
+  (SELECT count(*) FROM pgdrain.paused_kinds)::int AS paused,
+  (SELECT count(*) FROM pgdrain.subscriptions)::int AS subscriptions,
+  (SELECT count(*) FROM pgdrain.group_limits)::int AS group_limits`;

@@ -121,8 +121,15 @@ export function kindRoutes(app: Hono<AppEnv>): void {
   app.delete('/kinds/:kind/subscriptions/:event', describe.unsubscribe, access('admin'), async (c) => {
     const kind = c.req.param('kind');
     const event = c.req.param('event');
-    const removed = await c.var.api.withDb((db) => deleteSubscription(db, kind, event));
-    if (!removed) throw new ApiError(404, 'not_found', `kind ${kind} has no subscription to event ${event}`);
+    // A kind's and an event's names have one pattern: a name outside it was never subscribed.
+    const removed =
+      KIND_PATTERN.test(kind) &&
+      KIND_PATTERN.test(event) &&
+      (await c.var.api.withDb((db) => deleteSubscription(db, kind, event)));
+    if (!removed) {
+      const [named, of] = [kind, event].map((name) => JSON.stringify(name.slice(0, 100)));
+      throw new ApiError(404, 'not_found', `kind ${named} has no subscription to event ${of}`);
+    }
     return c.json({ kind, event, unsubscribed: true as const });
   });
 }

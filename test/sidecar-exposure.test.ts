@@ -10,6 +10,7 @@ import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { type SidecarProcess, startSidecarProcess } from './support/sidecar-process.ts';
 import { until } from './support/time.ts';
 import { resetQueue } from './support/harness.ts';
+import { startTcpProxy } from './support/tcp-proxy.ts';
 
 const FAKE_DNS = fileURLToPath(new URL('./fixtures/fake-dns.ts', import.meta.url));
 const TOKEN = 'exposure-test-token-0123456789';
@@ -156,6 +157,47 @@ describe('responses and CPU an enqueuer can make expensive', () => {
     });
     expect(fine.status).toBe(201);
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 1 }]);
+  });
+
+  it('a batch of dependencies is bounded (10,000 in all), the legitimate 100 × 100 is stored, and one whose client left is rolled back', async () => {
+    const p = await start({});
+    const batch = (jobs: unknown[], signal?: AbortSignal) =>
+      fetch(`${p.url}/jobs/batch`, { method: 'POST', headers: auth, body: JSON.stringify({ jobs }), signal });
+    const parents = (await (
+      await batch(Array.from({ length: 100 }, (_, i) => ({ kind: 'noop', payload: i, runAt: '2099-01-01T00:00:00Z' })))
+    ).json()) as { ids: string[] };
+    const after = parents.ids;
+    const stored = async () => Number((await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs'))[0]!.n);
+    // 950 jobs each after the same 100: 95,000 pairs, refused before anything is locked.
+    const tooMany = await batch(Array.from({ length: 950 }, (_, i) => ({ kind: 'noop', payload: i, after })));
+    expect(tooMany.status).toBe(400);
+    expect(((await tooMany.json()) as { error: { message: string } }).error.message).toMatch(
+      /wait for at most 10000 jobs in all/,
+    );
+    expect(await stored()).toBe(100);
+    // A client that goes away while its batch goes one by one: nothing of it is stored.
+    const leaving = new AbortController();
+    const left = batch(
+      Array.from({ length: 100 }, (_, i) => ({ kind: 'noop', payload: i, after })),
+      leaving.signal,
+    ).catch((error: Error) => error.name);
+    setTimeout(() => leaving.abort(), 30);
+    expect(await left).toBe('AbortError');
+    await until(
+      () =>
+        t.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`,
+        ),
+      (rows) => rows[0]!.n === 0,
+      5_000,
+      'the abandoned batch to end',
+    );
+    expect(await stored()).toBe(100);
+    // 100 jobs after 100: stored, with their 10,000 dependencies.
+    const legitimate = await batch(Array.from({ length: 100 }, (_, i) => ({ kind: 'noop', payload: i, after })));
+    expect(legitimate.status).toBe(201);
+    expect(await stored()).toBe(200);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.job_dependencies')).toEqual([{ n: 10_000 }]);
   });
 });
 
@@ -361,5 +403,144 @@ describe('connections a client can hold', () => {
     expect(busy.map((c) => c.closed())).toEqual([false, false, false, false]);
     for (const c of busy) c.socket.destroy();
     await until(probe, (s) => s === 200, 5_000, 'the API after the busy connections went');
+  });
+
+  it('keep-alive clients polling /healthz do not hold the cap: a new connection is still answered, enqueue included', async () => {
+    const p = await start({ HTTP_MAX_CONNECTIONS: '20' });
+    const port = Number(new URL(p.url).port);
+    // 20 keep-alive clients without a token, each asking for /healthz every 300 ms on its own socket.
+    const agents = Array.from({ length: 20 }, () => new http.Agent({ keepAlive: true, maxSockets: 1 }));
+    let polling = true;
+    const ask = (agent: http.Agent) =>
+      new Promise<void>((resolve) => {
+        const req = http.get({ host: '127.0.0.1', port, path: '/healthz', agent }, (res) => {
+          res.resume();
+          res.on('end', resolve);
+        });
+        req.on('error', () => resolve());
+      });
+    const pollers = agents.map(async (agent) => {
+      while (polling) {
+        await ask(agent);
+        await new Promise((r) => setTimeout(r, 300));
+      }
+    });
+    try {
+      await new Promise((r) => setTimeout(r, 1_000));
+      for (let i = 0; i < 10; i++) {
+        const health = await fetch(`${p.url}/healthz`, { headers: { connection: 'close' } });
+        expect(health.status).toBe(200);
+        const enqueued = await fetch(`${p.url}/jobs`, {
+          method: 'POST',
+          headers: { ...auth, connection: 'close' },
+          body: JSON.stringify({ kind: 'noop', payload: { i } }),
+        });
+        expect(enqueued.status).toBe(201);
+      }
+    } finally {
+      polling = false;
+      await Promise.all(pollers);
+      for (const agent of agents) agent.destroy();
+    }
+  });
+});
+
+describe('what a delivery, a refusal or an outage may leave behind', () => {
+  it('a receiver that answers 200 and streams its body forever: the job completes and the socket is closed at once', async () => {
+    let closedAt = 0;
+    let sentBytes = 0;
+    const streamer = http.createServer((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      const chunk = Buffer.alloc(64 * 1024, 120);
+      const timer = setInterval(() => {
+        sentBytes += chunk.length;
+        res.write(chunk);
+      }, 20);
+      res.on('close', () => {
+        clearInterval(timer);
+        closedAt = Date.now();
+      });
+    });
+    await new Promise<void>((r) => streamer.listen(0, '127.0.0.1', r));
+    const port = (streamer.address() as net.AddressInfo).port;
+    try {
+      const p = await start({ WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${port}` });
+      const res = await fetch(`${p.url}/jobs`, {
+        method: 'POST',
+        headers: auth,
+        body: JSON.stringify({ kind: 'webhook', payload: { url: `http://127.0.0.1:${port}/stream` } }),
+      });
+      expect(res.status).toBe(201);
+      const { id } = (await res.json()) as { id: string };
+      await until(
+        () => t.query('SELECT 1 FROM pgdrain.jobs WHERE id = $1', [id]),
+        (rows) => rows.length === 0,
+        10_000,
+        'the delivery to complete',
+      );
+      const completedAt = Date.now();
+      await until(
+        async () => closedAt,
+        (at) => at > 0,
+        2_000,
+        "the receiver's socket to be closed",
+      );
+      expect(closedAt - completedAt).toBeLessThan(1_000);
+      expect(sentBytes).toBeLessThan(10 * 1024 * 1024);
+    } finally {
+      streamer.closeAllConnections();
+      await new Promise((r) => streamer.close(r));
+    }
+  });
+
+  it('an event PostgreSQL prints above 64 KiB (but compact below): 413, nothing stored, nothing of it logged', async () => {
+    const p = await start({});
+    // 4,000 keys: compact JSON below 65,536 bytes, PostgreSQL's text (", " and ": ") above it.
+    const payload = {
+      ...Object.fromEntries(Array.from({ length: 4_000 }, (_, i) => [`k${i + 1000}`, `v${i + 1000}`])),
+      note: 'SECRET-PAYLOAD-7',
+    };
+    expect(JSON.stringify(payload).length).toBeLessThan(65_536);
+    const res = await fetch(`${p.url}/events`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ event: 'order.paid', key: 'o:1', payload }),
+    });
+    expect(res.status).toBe(413);
+    expect(((await res.json()) as { error: { code: string; message: string } }).error).toMatchObject({
+      code: 'payload_too_large',
+      message: expect.stringMatching(/bytes of JSON as PostgreSQL prints it.*at most 65536/),
+    });
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.events')).toEqual([{ n: 0 }]);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(p.stdout()).not.toContain('SECRET-PAYLOAD');
+  });
+
+  it("with the database down, a webhook's secret header answers 503 and appears in no log line", async () => {
+    const proxy = await startTcpProxy({ host: new URL(t.url).hostname, port: Number(new URL(t.url).port) });
+    try {
+      const p = await start({ DATABASE_URL: proxy.urlFor(t.url), WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com' });
+      await proxy.close();
+      const res = await fetch(`${p.url}/jobs`, {
+        method: 'POST',
+        headers: auth,
+        body: JSON.stringify({
+          kind: 'webhook',
+          payload: {
+            url: 'https://hooks.example.com/x',
+            headers: { Authorization: 'Bearer RECEIVER-SECRET-HDR-42' },
+            body: { note: 'BODY-SECRET-43' },
+          },
+        }),
+      });
+      expect(res.status).toBe(503);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('database_unavailable');
+      await p.waitForOutput(/request failed|database/, 5_000).catch(() => '');
+      await new Promise((r) => setTimeout(r, 300));
+      expect(p.stdout()).not.toMatch(/RECEIVER-SECRET-HDR-42|BODY-SECRET-43|params:/);
+    } finally {
+      await proxy.close().catch(() => {});
+    }
   });
 });

@@ -353,8 +353,16 @@ describe('where a delivery may go: the allow-list after DNS, the address checked
     expect((await res.json()).error).toEqual({
       code: 'invalid_payload',
       message:
-        'payload rejected by kind webhook: payload.headers.X-Token: a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other control character, nothing above U+00FF',
+        'payload rejected by kind webhook: payload.headers.X-Token: a header value holds tabs and visible ASCII (U+0020 to U+007E): no CR, LF, NUL or other control character, nothing above U+007E (percent-encode or base64 other text)',
     });
+    // U+0080 to U+00FF: HTTP's opaque bytes, which the runtimes would send as UTF-8 (`é` as `Ã©`).
+    const latin1 = await app.request('/jobs', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer tok' },
+      body: JSON.stringify({ kind: 'webhook', payload: { url: `${base}/ok`, headers: { 'X-Name': 'José' } } }),
+    });
+    expect(latin1.status).toBe(422);
+    expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
     const id = await enqueueHook({ url: `${base}/ok`, headers: { Authorization: 'Bearer receiver-secret' } });
     const shown = await (await app.request(`/jobs/${id}`, { headers: { authorization: 'Bearer tok' } })).json();
     expect(shown.payload).toEqual({ url: `${base}/ok`, headers: { Authorization: '[redacted]' } });
@@ -435,7 +443,30 @@ describe('signed deliveries (Standard Webhooks), checked by the published verifi
       }),
     });
     expect(res.status).toBe(422);
-    expect((await res.json()).error.message).toMatch(/webhook-signature are set by pgdrain/);
+    expect((await res.json()).error.message).toMatch(/webhook-signature and x-pgdrain-\* are set by pgdrain/);
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs')).toEqual([{ n: 0 }]);
+  });
+
+  it("pgdrain's own headers win: a payload naming one is refused at enqueue, and at delivery when written in SQL", async () => {
+    for (const name of ['x-pgdrain-job-id', 'X-PGDRAIN-ATTEMPT', 'x-pgdrain-anything']) {
+      const res = await app.request('/jobs', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer tok' },
+        body: JSON.stringify({ kind: 'webhook', payload: { url: `${base}/ok`, headers: { [name]: '1' } } }),
+      });
+      expect(res.status).toBe(422);
+    }
+    // Written in SQL (which cannot check a kind's schema): the drainer refuses it, sends nothing.
+    const [{ id }] = (await t.query<{ id: string }>(
+      `SELECT pgdrain.enqueue('webhook', jsonb_build_object('url', $1::text,
+         'headers', jsonb_build_object('X-Pgdrain-Job-Id', '999')))::text AS id`,
+      [`${base}/ok`],
+    )) as [{ id: string }];
+    await drain(t.db, registry, { workerId: 'w' });
+    expect(hits).toHaveLength(0);
+    expect(await row(id)).toMatchObject({
+      status: 'dead',
+      last_error: expect.stringMatching(/x-pgdrain-\* are set by pgdrain/),
+    });
   });
 });

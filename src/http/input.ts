@@ -18,6 +18,8 @@ export async function readJson(c: Context): Promise<unknown> {
     throw new ApiError(415, 'unsupported_media_type', 'send the body as JSON with `Content-Type: application/json`');
   }
   const text = await c.req.text();
+  const tooLarge = tooManyValues(text);
+  if (tooLarge) throw new ApiError(400, 'invalid_request', tooLarge);
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -32,6 +34,29 @@ export async function readJson(c: Context): Promise<unknown> {
   if (problem) throw new ApiError(400, 'invalid_request', problem);
   return body;
 }
+
+/**
+ * Refused by its shape before it is parsed: a body with MAX_JSON_VALUES commas outside strings holds
+ * more values than that (each comma separates two), which the walk after parsing would refuse too —
+ * one pass over the text, a few milliseconds for a megabyte, instead of parsing a quarter of a
+ * million values and walking them while every other request waits.
+ */
+function tooManyValues(text: string): string | null {
+  if (text.length < MAX_JSON_VALUES) return null;
+  let commas = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x2c && ++commas >= MAX_JSON_VALUES) return TOO_MANY_VALUES;
+  }
+  return null;
+}
+
+const TOO_MANY_VALUES = `(body): holds more than ${MAX_JSON_VALUES} JSON values`;
 
 /** A JSON body, or {} when there is none at all. */
 export async function readOptionalJson(c: Context): Promise<unknown> {
@@ -83,7 +108,7 @@ function formatPath(path: readonly PropertyKey[]): string {
 function findUnstorable(root: unknown): string | null {
   const stack: Frame[] = [{ value: root, parent: null, key: null, depth: 0 }];
   let values = 1;
-  const tooMany = `(body): holds more than ${MAX_JSON_VALUES} JSON values`;
+  const tooMany = TOO_MANY_VALUES;
   while (stack.length > 0) {
     const frame = stack.pop()!;
     const { value, depth } = frame;

@@ -48,8 +48,9 @@ export interface EnqueueSource {
 export interface PreparedEnqueue {
   readonly jobs: readonly NewJob[];
   /** Sends them in `db` (a database or your transaction): one statement for one job, one per
-   * chunk for many (all or nothing). */
-  send(db: Db): Promise<EnqueuedJob[]>;
+   * chunk for many (all or nothing). Jobs that go one by one stop at `signal` (the client that
+   * asked went away): the transaction rolls back, nothing is stored. */
+  send(db: Db, signal?: AbortSignal): Promise<EnqueuedJob[]>;
 }
 
 /** Checks and prepares `requests` now (throws JobValidationError naming what was wrong, with the
@@ -70,10 +71,11 @@ export function prepareEnqueue(requests: readonly EnqueueRequest[], source: Enqu
 export function preparedJobs(jobs: readonly NewJob[], traceParent?: string | null): PreparedEnqueue {
   return {
     jobs,
-    send: (db) =>
+    send: (db, signal) =>
       traceEnqueue(
         jobs,
-        (all) => (all.length === 1 ? queries.enqueue(db, all[0]!).then((one) => [one]) : queries.enqueueMany(db, all)),
+        (all) =>
+          all.length === 1 ? queries.enqueue(db, all[0]!).then((one) => [one]) : queries.enqueueMany(db, all, signal),
         {
           parent: traceParent,
           ids: (r) => r.map((e) => e.id),

@@ -131,8 +131,10 @@ function sendWithNode(
         ...(target.literal ? {} : { lookup: lookup as never, servername: target.host }),
       },
       (res) => {
-        res.resume(); // the body is not needed
+        // The status and headers are the answer; the body is never read. The socket is closed now,
+        // so a receiver that streams a body forever holds nothing of this process.
         resolvePromise({ status: res.statusCode ?? 0, retryAfter: headerValue(res.headers['retry-after']) });
+        res.destroy();
       },
     );
     req.on('error', (error: NodeJS.ErrnoException) => {

@@ -72,25 +72,30 @@ function webhookPayload(list: AllowList) {
     headers: z
       .record(
         z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'not a valid header name'),
-        // What HTTP lets a field value hold (fetch refuses anything else at every delivery).
+        // Visible ASCII and tabs: what every runtime sends as it was written. HTTP allows U+0080 to
+        // U+00FF as opaque bytes, but fetch and node:http send them as UTF-8 (`é` arrives as `Ã©`).
         z
           .string()
           .max(8192)
           .regex(
-            /^[\t\x20-\x7e\x80-\xff]*$/,
-            'a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other ' +
-              'control character, nothing above U+00FF',
+            /^[\t\x20-\x7e]*$/,
+            'a header value holds tabs and visible ASCII (U+0020 to U+007E): no CR, LF, NUL or other ' +
+              'control character, nothing above U+007E (percent-encode or base64 other text)',
           ),
       )
       .refine(
-        (h) => Object.keys(h).every((k) => !FORBIDDEN_HEADERS.has(k.toLowerCase())),
-        `${[...FORBIDDEN_HEADERS].join(', ')} are set by pgdrain`,
+        (h) => Object.keys(h).every((k) => !isPgdrainHeader(k)),
+        `${[...FORBIDDEN_HEADERS].join(', ')} and x-pgdrain-* are set by pgdrain`,
       )
       .optional(),
     // Any JSON: the API has checked the body's JSON already (src/http/input.ts), in linear time.
     body: z.unknown().optional(),
   });
 }
+
+/** A header pgdrain sets itself (in any case): a payload may not set it. */
+const isPgdrainHeader = (name: string) =>
+  FORBIDDEN_HEADERS.has(name.toLowerCase()) || name.toLowerCase().startsWith('x-pgdrain-');
 
 export function createWebhookJob(options: WebhookOptions) {
   const list = new AllowList(options.allowedHosts);
@@ -123,9 +128,10 @@ export function createWebhookJob(options: WebhookOptions) {
           headers: {
             'content-type': 'application/json',
             'user-agent': 'pgdrain-webhook',
+            // The payload's may not name pgdrain's own (its schema refuses them, at enqueue and here).
+            ...payload.headers,
             'x-pgdrain-job-id': job.id,
             'x-pgdrain-attempt': String(job.attempts),
-            ...payload.headers,
             ...signature,
           },
           body,

@@ -65,21 +65,22 @@ export async function serveHttp(app: Hono<any>, host: string, port: number, limi
 }
 
 /**
- * At most `max` connections. A connection beyond the cap closes the oldest one that has not sent a
- * request yet (an idle socket: nobody's request is lost), so sockets opened and left idle cannot
- * shut a health probe out and a full server still answers; when every connection has a request
- * under way, the new one is closed at once.
+ * At most `max` connections. A connection beyond the cap closes the one that has been idle longest
+ * — no request under way: opened and never used, or a keep-alive connection between requests —, so
+ * no request is lost and idle clients, however many, cannot shut a health probe or an enqueue out;
+ * when every connection has a request under way (long-polls, slow uploads), the new one is closed.
  */
 function capConnections(server: NodeServer, max: number): void {
-  const open = new Set<Socket>();
-  const started = new WeakSet<Socket>();
+  // In the order they opened; for each, its requests under way and when it last became idle.
+  const open = new Map<Socket, { busy: number; idleSince: number }>();
   server.on('connection', (socket: Socket) => {
     if (open.size >= max) {
       let idle: Socket | undefined;
-      for (const s of open) {
-        if (!started.has(s)) {
+      let since = Number.POSITIVE_INFINITY;
+      for (const [s, state] of open) {
+        if (state.busy === 0 && state.idleSince < since) {
           idle = s;
-          break;
+          since = state.idleSince;
         }
       }
       if (!idle) {
@@ -89,9 +90,17 @@ function capConnections(server: NodeServer, max: number): void {
       open.delete(idle);
       idle.destroy();
     }
-    open.add(socket);
+    open.set(socket, { busy: 0, idleSince: performance.now() });
     socket.once('close', () => open.delete(socket));
   });
-  // The headers of a request have arrived: the connection is in use from now on.
-  server.on('request', (request: { socket: Socket }) => started.add(request.socket));
+  // From a request's headers to its response's end, the connection is in use.
+  server.on('request', (request: { socket: Socket }, response: { once(event: 'close', fn: () => void): void }) => {
+    const state = open.get(request.socket);
+    if (!state) return;
+    state.busy++;
+    response.once('close', () => {
+      state.busy--;
+      state.idleSince = performance.now();
+    });
+  });
 }

@@ -59,8 +59,11 @@ function enqueueRoutes(app: Hono<AppEnv>): void {
   app.post('/jobs/batch', describe.enqueueBatch, access('enqueue'), async (c) => {
     const input = parseInput(batchInput, await readJson(c), '');
     const prepared = prepare(c, input.jobs, 'jobs');
-    // Stored whole or not at all (one statement, or one transaction where jobs go one by one).
-    const result = await c.var.api.withDb((db) => prepared.send(db)).catch(refuseUnknownDependency('jobs: '));
+    // Stored whole or not at all (one statement, or one transaction where jobs go one by one, which
+    // stops and rolls back if the client goes away).
+    const result = await c.var.api
+      .withDb((db) => prepared.send(db, c.req.raw.signal))
+      .catch(refuseUnknownDependency('jobs: '));
     const ids = result.map((j) => j.id);
     const asked = c.var.api.runNow
       ? result.filter((j, i) => wantsRunNow(c.var.api, input.jobs[i]!) && j.status === 'pending').map((j) => j.id)
@@ -118,8 +121,11 @@ function readAndCancelRoutes(app: Hono<AppEnv>): void {
 
 /** Nothing more will happen to it: completed, dead, cancelled (or deleted, for a GoneJob). */
 const isFinal = (status: string) => status === 'deleted' || (FINAL_STATUSES as readonly string[]).includes(status);
-/** Without the runtime's notifications (the Worker), a waiting request reads the job this often. */
+/** Without the runtime's notifications (the Worker), a waiting request reads the job after this,
+ * then twice as long each time up to WAIT_POLL_MAX_MS, each spread by a fifth either way so that
+ * waits begun together do not look together. */
 const WAIT_POLL_MS = 250;
+const WAIT_POLL_MAX_MS = 2_000;
 /** With them (the sidecar), it still reads it this often, in case a notification is lost. */
 const WAIT_RECHECK_MS = 1_000;
 
@@ -127,35 +133,43 @@ const WAIT_RECHECK_MS = 1_000;
  * GET /jobs/:id?waitSeconds: the job as soon as it is completed, dead or cancelled, else after
  * `seconds` as it is then. The job is marked watched first, so that the statement that finishes
  * it announces it (NOTIFY pgdrain_finished) and, if it deletes the row, leaves a note of how it
- * ended. One connection for the whole wait.
+ * ended. Each look at the job takes a connection and gives it back: a wait holds none while it
+ * waits, so a flood of waits cannot use up the database's connections (the Worker's are one per
+ * withDb).
  */
 async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise<JobBody | GoneJob> {
   const deadline = Date.now() + seconds * 1000;
   const heard = new LatchedWakeup();
   const unsubscribe = api.finishedJobs?.subscribe(id, () => heard.wake()) ?? (() => {});
-  try {
-    return await api.withDb(async (db) => {
+  const look = (first: boolean) =>
+    api.withDb(async (db) => {
       let current = await readJobOrNote(db, id, api.registry);
-      if (current && !isFinal(current.status)) {
+      if (first && current && !isFinal(current.status)) {
         await watchJob(db, id, seconds);
-        for (;;) {
-          current = await readJobOrNote(db, id, api.registry);
-          if (!current || isFinal(current.status) || Date.now() >= deadline) break;
-          await heard.wait(Math.min(api.finishedJobs ? WAIT_RECHECK_MS : WAIT_POLL_MS, deadline - Date.now()));
-        }
+        current = await readJobOrNote(db, id, api.registry);
       }
+      const done = !current || isFinal(current.status) || Date.now() >= deadline;
       // One resource, one shape: a workflow's steps as GET /jobs/:id has them.
-      if (current && !('gone' in current)) return withSteps(db, current);
-      if (!current) {
-        throw new ApiError(
-          404,
-          'not_found',
-          `job ${id} does not exist: it may have completed and been deleted before the wait began (a kind that ` +
-            `keeps nothing leaves no trace; give it keepCompletedSeconds to wait for its jobs reliably)`,
-        );
-      }
-      return current;
+      return { current: done && current && !('gone' in current) ? await withSteps(db, current) : current, done };
     });
+  try {
+    let { current, done } = await look(true);
+    let pause = WAIT_POLL_MS;
+    while (!done) {
+      const next = api.finishedJobs ? WAIT_RECHECK_MS : pause * (0.8 + Math.random() * 0.4);
+      pause = Math.min(pause * 2, WAIT_POLL_MAX_MS);
+      await heard.wait(Math.min(next, deadline - Date.now()));
+      ({ current, done } = await look(false));
+    }
+    if (!current) {
+      throw new ApiError(
+        404,
+        'not_found',
+        `job ${id} does not exist: it may have completed and been deleted before the wait began (a kind that ` +
+          `keeps nothing leaves no trace; give it keepCompletedSeconds to wait for its jobs reliably)`,
+      );
+    }
+    return current;
   } finally {
     unsubscribe();
   }

@@ -23,10 +23,10 @@ export async function enqueue(db: Db, job: NewJob): Promise<EnqueuedJob> {
  * Inserts many jobs with one statement per chunk of ENQUEUE_CHUNK; all or nothing (more than one
  * chunk run in one transaction). Returns the jobs in input order; an input whose dedupe key matched
  * an existing job (or an earlier input) returns that job. Jobs that replace a keyed job or wait for
- * others go one by one after the others, in input order.
+ * others go one by one after the others, in input order, and stop at `signal` (rolled back).
  */
-export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
-  if (input.some(oneByOne)) return db.transaction((tx) => enqueueManyOneByOne(tx, input));
+export async function enqueueMany(db: Db, input: readonly NewJob[], signal?: AbortSignal): Promise<EnqueuedJob[]> {
+  if (input.some(oneByOne)) return db.transaction((tx) => enqueueManyOneByOne(tx, input, signal));
   if (input.length <= ENQUEUE_CHUNK) return chunkStatement(input).run(db);
   return db.transaction(async (tx) => {
     // The next chunk's statement is built while the one before it is on its way.
@@ -48,13 +48,18 @@ export async function enqueueMany(db: Db, input: readonly NewJob[]): Promise<Enq
 const oneByOne = (j: NewJob) =>
   (j.dedupeKey !== undefined && j.dedupeMode === 'replace') || (j.after !== undefined && j.after.length > 0);
 
-async function enqueueManyOneByOne(tx: Db, input: readonly NewJob[]): Promise<EnqueuedJob[]> {
+/** `signal`: checked before each job; aborted, it throws and the caller's transaction rolls back. */
+async function enqueueManyOneByOne(tx: Db, input: readonly NewJob[], signal?: AbortSignal): Promise<EnqueuedJob[]> {
   const bulk = await enqueueMany(
     tx,
     input.filter((j) => !oneByOne(j)),
   );
   const out: EnqueuedJob[] = [];
   let next = 0;
-  for (const job of input) out.push(oneByOne(job) ? await enqueue(tx, job) : bulk[next++]!);
+  for (const job of input) {
+    // 'aborted', as node:http says of a request whose client went away (logged as no server error).
+    if (signal?.aborted) throw new Error('aborted', { cause: signal.reason });
+    out.push(oneByOne(job) ? await enqueue(tx, job) : bulk[next++]!);
+  }
   return out;
 }

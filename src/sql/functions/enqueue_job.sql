@@ -61,12 +61,16 @@ BEGIN
     SELECT * INTO defined FROM pgdrain.kinds k WHERE k.kind = enqueue_job.kind;
   END IF;
   IF cardinality(waits_for) > 0 THEN
+    -- Marked once: a parent already marked is only locked. Marking it again for every job that waits
+    -- for it would write a row version per waiting job (a batch of 1,000 jobs after the same 100:
+    -- 100,000 versions of 100 rows, each write walking the ones before it).
     WITH parents AS MATERIALIZED (
-      SELECT l.id FROM pgdrain.jobs l WHERE l.id = ANY(waits_for) ORDER BY l.id FOR UPDATE),
+      SELECT l.id, l.status, l.has_dependents FROM pgdrain.jobs l WHERE l.id = ANY(waits_for) ORDER BY l.id FOR UPDATE),
     marked AS (
-      UPDATE pgdrain.jobs p SET has_dependents = true FROM parents l WHERE p.id = l.id RETURNING p.id, p.status),
+      UPDATE pgdrain.jobs p SET has_dependents = true FROM parents l
+       WHERE p.id = l.id AND l.has_dependents IS NOT TRUE RETURNING p.id),
     found AS (
-      SELECT m.id, m.status FROM marked m
+      SELECT m.id, m.status FROM parents m
       UNION ALL
       SELECT h.id, h.status FROM pgdrain.job_history h WHERE h.id = ANY(waits_for) AND h.keep_until > now())
     SELECT array_agg(DISTINCT f.id), count(DISTINCT f.id) FILTER (WHERE f.status <> 'completed'),

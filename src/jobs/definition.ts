@@ -203,6 +203,11 @@ export function limitsOf(definition: JobDefinition<any> | undefined): KindLimits
 
 /** The longest rolling window a rate limit may have. */
 export const MAX_RATE_PERIOD_SECONDS = 86_400;
+/** A rate limit's period is at least a millisecond: a shorter window holds no start, no limit at all. */
+export const MIN_RATE_PERIOD_SECONDS = 0.001;
+/** A rate limit's period in seconds, within its bounds. */
+export const isRatePeriod = (p: unknown): p is number =>
+  typeof p === 'number' && p >= MIN_RATE_PERIOD_SECONDS && p <= MAX_RATE_PERIOD_SECONDS;
 
 /** keepCompletedSeconds at most: 30 days. */
 export const MAX_KEEP_SECONDS = 30 * 86_400;
@@ -270,10 +275,10 @@ export function defineJob<Payload>(definition: JobDefinition<Payload>): JobDefin
   if (definition.rateLimit !== undefined) {
     const { limit, periodSeconds } = definition.rateLimit;
     positiveInteger('rateLimit.limit', limit);
-    if (!(typeof periodSeconds === 'number' && periodSeconds > 0 && periodSeconds <= MAX_RATE_PERIOD_SECONDS)) {
+    if (!isRatePeriod(periodSeconds)) {
       throw new Error(
-        `job kind ${definition.kind}: rateLimit.periodSeconds must be a number of seconds above 0 and at ` +
-          `most ${MAX_RATE_PERIOD_SECONDS}, not ${JSON.stringify(periodSeconds)}`,
+        `job kind ${definition.kind}: rateLimit.periodSeconds must be a number of seconds from ` +
+          `${MIN_RATE_PERIOD_SECONDS} to ${MAX_RATE_PERIOD_SECONDS}, not ${JSON.stringify(periodSeconds)}`,
       );
     }
   }

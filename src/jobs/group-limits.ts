@@ -4,7 +4,7 @@
 // pgdrain.set_group_limits() in SQL checks the same bounds).
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE, MAX_GROUP_KEY_LENGTH, keyProblem } from '../db/constants.ts';
 import { type Db, deleteGroupLimits, writeGroupLimits } from '../queries/index.ts';
-import { MAX_RATE_PERIOD_SECONDS } from './definition.ts';
+import { MAX_RATE_PERIOD_SECONDS, MIN_RATE_PERIOD_SECONDS, isRatePeriod } from './definition.ts';
 
 /** A key's own concurrency is at most this. */
 export const MAX_GROUP_CONCURRENCY = 100_000;
@@ -36,8 +36,8 @@ export function groupLimitsProblem(limits: GroupLimits): string | null {
     if (!(Number.isInteger(rateLimit?.limit) && rateLimit.limit >= 1 && rateLimit.limit <= MAX_GROUP_RATE))
       return `rateLimit.limit must be a whole number from 1 to ${MAX_GROUP_RATE}`;
     const p = rateLimit.periodSeconds;
-    if (!(typeof p === 'number' && p > 0 && p <= MAX_RATE_PERIOD_SECONDS))
-      return `rateLimit.periodSeconds must be above 0 and at most ${MAX_RATE_PERIOD_SECONDS}`;
+    if (!isRatePeriod(p))
+      return `rateLimit.periodSeconds must be from ${MIN_RATE_PERIOD_SECONDS} to ${MAX_RATE_PERIOD_SECONDS}`;
   }
   if (concurrency === undefined && rateLimit === undefined)
     return "give concurrency, rateLimit or both (removeGroupLimits removes a key's limits)";

@@ -277,6 +277,13 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       await expect(
         setGroupLimits(h.db, { kind, groupKey: 'x', rateLimit: { limit: 1, periodSeconds: 0 } }),
       ).rejects.toThrow(/rateLimit.periodSeconds/);
+      // A period shorter than a millisecond would hold no start: no limit at all.
+      await expect(
+        setGroupLimits(h.db, { kind, groupKey: 'x', rateLimit: { limit: 1, periodSeconds: 5e-324 } }),
+      ).rejects.toThrow(/rateLimit.periodSeconds must be from 0.001 to 86400/);
+      await expect(
+        h.query(`SELECT pgdrain.set_group_limits('tenant-job', 'x', rate_limit => 1, rate_period_seconds => 5e-324)`),
+      ).rejects.toThrow(/rate_period_seconds from 0.001 to 86400/);
       expect(await h.query(`SELECT count(*)::int AS n FROM pgdrain.group_limits`)).toEqual([{ n: 1 }]);
     });
 
@@ -586,7 +593,10 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
         'rateLimit.limit must be a positive integer',
       );
       expect(() => defineJob({ ...kind, rateLimit: { limit: 5, periodSeconds: 0 } })).toThrow(
-        'rateLimit.periodSeconds must be a number of seconds above 0',
+        'rateLimit.periodSeconds must be a number of seconds from 0.001 to 86400, not 0',
+      );
+      expect(() => defineJob({ ...kind, rateLimit: { limit: 5, periodSeconds: 5e-324 } })).toThrow(
+        'rateLimit.periodSeconds must be a number of seconds from 0.001 to 86400, not 5e-324',
       );
       expect(() => defineJob({ ...kind, fair: 'yes' as unknown as boolean })).toThrow('fair must be true or false');
       const batch = { kind: 'b', schema: z.unknown(), handler: (items: unknown[]) => items };

@@ -27,8 +27,8 @@ BEGIN
     RAISE EXCEPTION 'pgdrain.set_group_limits: rate_limit and rate_period_seconds go together' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF set_group_limits.rate_limit IS NOT NULL AND (set_group_limits.rate_limit NOT BETWEEN 1 AND 1000000
-       OR NOT (set_group_limits.rate_period_seconds > 0 AND set_group_limits.rate_period_seconds <= 86400)) THEN
-    RAISE EXCEPTION 'pgdrain.set_group_limits: rate_limit must be 1 to 1000000 starts per rate_period_seconds above 0 and at most 86400'
+       OR NOT (set_group_limits.rate_period_seconds >= 0.001 AND set_group_limits.rate_period_seconds <= 86400)) THEN
+    RAISE EXCEPTION 'pgdrain.set_group_limits: rate_limit must be 1 to 1000000 starts per rate_period_seconds from 0.001 to 86400'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF set_group_limits.concurrency IS NULL AND set_group_limits.rate_limit IS NULL THEN

@@ -97,7 +97,7 @@ it('a fresh migration puts every table, index, sequence and function in the sche
     'pgdrain.record_steps(bigint[],text[],text[],integer[],integer[],text[],timestamp with time zone[],text[])',
     'pgdrain.release_dependents_missed(bigint[],text[],bigint[])',
     'pgdrain.send_dead_letters(bigint[])',
-    'pgdrain.send_event(text,text,jsonb)',
+    'pgdrain.send_event(text,text,jsonb,text)',
     'pgdrain.set_group_limits(text,text,integer,integer,double precision)',
     'pgdrain.snooze_run(bigint,text,timestamp with time zone,text,integer,timestamp with time zone,integer,text)',
   ]);

@@ -119,7 +119,12 @@ export const OPERATOR_COMMANDS: Record<OperatorCommand, Command> = {
     positionals: [1, 1],
     run: cancelJob,
   },
-  'send-event': { usage: USAGE['send-event'], options: {}, positionals: [2, 3], run: sendEventCommand },
+  'send-event': {
+    usage: USAGE['send-event'],
+    options: { id: { type: 'string' } },
+    positionals: [2, 3],
+    run: sendEventCommand,
+  },
   unsubscribe: { usage: USAGE.unsubscribe, options: {}, positionals: [2, 2], run: unsubscribeCommand },
   workflows: {
     usage: USAGE.workflows,
@@ -477,10 +482,12 @@ async function showJob(db: Db, values: Values, positionals: string[], io: Io): P
   );
 }
 
-async function sendEventCommand(db: Db, _: Values, positionals: string[], io: Io): Promise<void> {
+async function sendEventCommand(db: Db, values: Values, positionals: string[], io: Io): Promise<void> {
   let sent;
   try {
-    sent = await sendEvent(db, { event: positionals[0]!, key: positionals[1]!, payload: payloadOf(positionals[2]) });
+    const [event, key, payload] = [positionals[0]!, positionals[1]!, payloadOf(positionals[2])];
+    const id = typeof values.id === 'string' ? values.id : undefined;
+    sent = await sendEvent(db, { event, key, payload, ...(id === undefined ? {} : { id }) });
   } catch (error) {
     if (error instanceof EventValidationError) throw new UsageError(error.message);
     throw error;

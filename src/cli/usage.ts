@@ -16,7 +16,7 @@ export const OPERATOR_USAGE = {
   pause: 'pgdrain pause <kind>',
   resume: 'pgdrain resume <kind>',
   cancel: 'pgdrain cancel <id>',
-  'send-event': 'pgdrain send-event <event> <key> [payload-json]',
+  'send-event': 'pgdrain send-event <event> <key> [payload-json] [--id ID]',
   unsubscribe: 'pgdrain unsubscribe <kind> <event>',
   workflows: 'pgdrain workflows check --jobs <module> [--json]',
 };

@@ -368,8 +368,15 @@ export const workflowEvents = pgdrainSchema.table(
     eventKey: text('event_key').notNull(),
     payload: jsonb('payload'),
     sentAt: timestamptz('sent_at').notNull().defaultNow(),
+    // The id its sender gave it (a webhook's delivery id): a repeat of the same event name and id,
+    // while the first is kept, is dropped (pgdrain.send_event()).
+    senderId: text('sender_id'),
   },
-  (t) => [index('events_lookup').on(t.event, t.eventKey, t.id), index('events_sent').on(t.sentAt)],
+  (t) => [
+    index('events_lookup').on(t.event, t.eventKey, t.id),
+    index('events_sent').on(t.sentAt),
+    uniqueIndex('events_sender_id').on(t.event, t.senderId).where(sql`sender_id IS NOT NULL`),
+  ],
 );
 
 // Kinds that subscribe to events (defineJob / defineWorkflow `on`): one row per event and kind,

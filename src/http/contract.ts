@@ -19,6 +19,7 @@ import {
   describeOption,
   jobId,
 } from '../jobs/job-options.ts';
+import { MAX_RATE_PERIOD_SECONDS, MIN_RATE_PERIOD_SECONDS } from '../jobs/definition.ts';
 import { isJobId } from '../queries/inspect.ts';
 
 export { JOB_ID_PATTERN, MAX_AFTER };
@@ -86,7 +87,21 @@ export const jobInput = z
   .meta({ id: 'JobInput' });
 export type JobInput = z.input<typeof jobInput>;
 
-export const batchInput = z.strictObject({ jobs: z.array(jobInput).min(1).max(MAX_BATCH) }).meta({ id: 'BatchInput' });
+/** The jobs of one batch wait for at most this many jobs in all (`after`): what one request may make
+ * the database lock and write (a dependency row each). */
+export const MAX_BATCH_AFTER = 10_000;
+export const batchInput = z
+  .strictObject({
+    jobs: z
+      .array(jobInput)
+      .min(1)
+      .max(MAX_BATCH)
+      .refine(
+        (jobs) => jobs.reduce((n, j) => n + (j.after?.length ?? 0), 0) <= MAX_BATCH_AFTER,
+        `the jobs of one batch wait for at most ${MAX_BATCH_AFTER} jobs in all (after); send the rest in more requests`,
+      ),
+  })
+  .meta({ id: 'BatchInput' });
 
 export const listQuery = z.strictObject({
   status: jobStatus.optional().meta({ description: 'Only jobs in this state.' }),
@@ -303,12 +318,27 @@ export const eventInput = z
       .max(MAX_DEDUPE_KEY_LENGTH)
       .meta({ description: 'Which waits it answers.', example: 'user:42' }),
     payload: jsonValue.optional().meta({ description: 'What the waits return (JSON, at most 64 KiB); default {}.' }),
+    id: z
+      .string()
+      .min(1)
+      .max(MAX_DEDUPE_KEY_LENGTH)
+      .optional()
+      .meta({
+        description:
+          "Its sender's id (a webhook's delivery id): sent again with the same event and id while the first is " +
+          'kept (EVENT_RETENTION_SECONDS), it is dropped and the first one answers.',
+        example: 'evt_01J9Z',
+      }),
   })
   .meta({ id: 'EventInput' });
 export type EventInput = z.input<typeof eventInput>;
 
 export const eventSent = z
-  .object({ id: z.string().meta({ description: "The event's id." }), event: z.string(), key: z.string() })
+  .object({
+    id: z.string().meta({ description: "The event's id (a repeat of a sender's id: the first's)." }),
+    event: z.string(),
+    key: z.string(),
+  })
   .meta({ id: 'EventSent' });
 export type EventSent = z.output<typeof eventSent>;
 
@@ -433,7 +463,10 @@ export const kindStats = z
 
 const groupRate = z.strictObject({
   limit: z.int().min(1).max(1_000_000),
-  periodSeconds: z.number().positive().max(86_400),
+  periodSeconds: z
+    .number()
+    .min(MIN_RATE_PERIOD_SECONDS, `must be from ${MIN_RATE_PERIOD_SECONDS} to ${MAX_RATE_PERIOD_SECONDS} seconds`)
+    .max(MAX_RATE_PERIOD_SECONDS, `must be from ${MIN_RATE_PERIOD_SECONDS} to ${MAX_RATE_PERIOD_SECONDS} seconds`),
 });
 
 export const groupLimitsInput = z

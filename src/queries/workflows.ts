@@ -577,14 +577,17 @@ export interface SentEvent {
   key: string;
   /** JSON text; default `{}`. */
   payloadJson?: string | null;
+  /** Its sender's id: a repeat of the event's name and id, while the first is kept, sends nothing. */
+  id?: string;
 }
 
-/** pgdrain.send_event() in `db` (your transaction: it wakes its waiters when that commits). Returns the event's id. */
+/** pgdrain.send_event() in `db` (your transaction: it wakes its waiters when that commits). Returns the event's id
+ * (a repeat of a sender's id: the first's). */
 export async function sendEvent(db: Db, event: SentEvent): Promise<string> {
   const [row] = await rowsOf<{ id: string }>(
     db,
     sql`SELECT ${sql.raw(PGDRAIN_SCHEMA)}.send_event(${event.event}, ${event.key},
-      coalesce(${event.payloadJson ?? null}::jsonb, '{}'::jsonb))::text AS id`,
+      coalesce(${event.payloadJson ?? null}::jsonb, '{}'::jsonb), ${event.id ?? null}::text)::text AS id`,
   );
   return String(row!.id);
 }

@@ -20,13 +20,17 @@ export interface WorkflowEvent {
   key: string;
   /** What step.waitForEvent returns (JSON, at most 64 KiB). Default `{}`. */
   payload?: unknown;
+  /** Its sender's id (a webhook's delivery id), 1-500 characters: sent again with the same name and
+   * id while the first is kept (EVENT_RETENTION_SECONDS), it is dropped — nothing is answered or
+   * started twice — and the first's id is returned. */
+  id?: string;
 }
 
 /** Thrown by sendEvent when the event is out of bounds; `field` names what was wrong. Nothing is sent. */
 export class EventValidationError extends PgdrainError {
   override name = 'EventValidationError';
   readonly code = 'invalid_event';
-  readonly field: 'event' | 'key' | 'payload';
+  readonly field: 'event' | 'key' | 'payload' | 'id';
   /** The payload is too large (HTTP 413) rather than malformed (400). */
   readonly tooLarge: boolean;
   /** The subscribed kind whose schema refused the payload, when that is what was wrong. */
@@ -47,11 +51,13 @@ export function checkedEvent(
   subscribers: readonly JobDefinition<any>[] = typeof event?.event === 'string'
     ? definedSubscribersOf(event.event)
     : [],
-): { event: string; key: string; payloadJson: string } {
+): { event: string; key: string; payloadJson: string; id?: string } {
   if (typeof event.event !== 'string' || !KIND_PATTERN.test(event.event))
     throw new EventValidationError('event', `event: ${KIND_PATTERN_MESSAGE}`);
   const keyIssue = keyProblem(event.key, MAX_EVENT_KEY_LENGTH);
   if (keyIssue) throw new EventValidationError('key', `key ${keyIssue}`);
+  const idIssue = event.id === undefined ? null : keyProblem(event.id, MAX_EVENT_KEY_LENGTH);
+  if (idIssue) throw new EventValidationError('id', `id ${idIssue}`);
   let payloadJson: string;
   try {
     payloadJson = toJson(event.payload === undefined ? {} : event.payload, 'payload') ?? '{}';
@@ -75,7 +81,7 @@ export function checkedEvent(
         subscriber.kind,
       );
   }
-  return { event: event.event, key: event.key, payloadJson };
+  return { event: event.event, key: event.key, payloadJson, ...(event.id === undefined ? {} : { id: event.id }) };
 }
 
 /**

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { claim, writeKinds } from '../../src/queries/index.ts';
 import type { TestDatabase } from '../support/database.ts';
 import { resetQueue } from '../support/harness.ts';
+import { until } from '../support/time.ts';
 
 export interface ApiTarget {
   /** A request to the API, by path ("/jobs"), the way a client sends it. */
@@ -286,18 +287,33 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { 'X-A': 'a\r\nX-Injected: 1' } } },
           422,
           'invalid_payload',
-          'payload.headers.X-A: a header value holds tabs and characters from U+0020 to U+00FF but DEL: no CR, LF, NUL or other control character, nothing above U+00FF',
+          'payload.headers.X-A: a header value holds tabs and visible ASCII (U+0020 to U+007E): no CR, LF, NUL or other control character, nothing above U+007E (percent-encode or base64 other text)',
         ],
         [
           // fetch refuses it at every delivery ("Invalid character in header content"): refused at enqueue instead.
-          'a webhook header value with a character above U+00FF',
+          'a webhook header value with a character above U+007E',
           {
             kind: 'webhook',
             payload: { url: 'https://hooks.example.com/', headers: { 'X-A': 'caf\u00e9 \u2028 \u4e2d' } },
           },
           422,
           'invalid_payload',
-          'payload.headers.X-A: a header value holds tabs and characters from U+0020 to U+00FF',
+          'payload.headers.X-A: a header value holds tabs and visible ASCII (U+0020 to U+007E)',
+        ],
+        [
+          // U+0080 to U+00FF: HTTP's opaque bytes, which fetch and node:http send as UTF-8 (`é` as `Ã©`).
+          'a webhook header value with a Latin-1 character',
+          { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { 'X-A': 'Jos\u00e9' } } },
+          422,
+          'invalid_payload',
+          'payload.headers.X-A: a header value holds tabs and visible ASCII (U+0020 to U+007E)',
+        ],
+        [
+          "a webhook header that is pgdrain's own",
+          { kind: 'webhook', payload: { url: 'https://hooks.example.com/', headers: { 'X-Pgdrain-Job-Id': '1' } } },
+          422,
+          'invalid_payload',
+          'x-pgdrain-* are set by pgdrain',
         ],
         [
           "a timeout longer than its kind allows (a webhook's 10 s)",
@@ -639,6 +655,16 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           'invalid_request',
           'after',
         );
+        // An id past PostgreSQL's bigint is no job id: refused as one, never sent to the database.
+        for (const path of ['/jobs', '/jobs/batch']) {
+          const job = { kind: 'noop', payload: 7, after: ['9223372036854775808'] };
+          await expectError(
+            await post(path, path === '/jobs' ? job : { jobs: [job] }),
+            400,
+            'invalid_request',
+            'after[0]: must be a job id',
+          );
+        }
         await expectError(
           await post('/jobs', { kind: 'noop', payload: 8, timeoutMs: 99 }),
           400,
@@ -656,6 +682,54 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           await get(`/jobs/${(await (await post('/jobs', { kind: 'noop', payload: 10, after: [parent] })).json()).id}`)
         ).json();
         expect(shown).toMatchObject({ status: 'waiting', waitingFor: 1, timeoutMs: null });
+      });
+
+      it("a database that refuses an enqueue: an error in the contract's shape, and no log line holds the webhook's secret header, its body or the statement", async () => {
+        await t.query(`CREATE OR REPLACE FUNCTION public.contract_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                       BEGIN RAISE EXCEPTION 'refused by the test'; END $$`);
+        await t.query(`CREATE TRIGGER contract_refuse BEFORE INSERT ON pgdrain.jobs
+                       FOR EACH ROW EXECUTE FUNCTION public.contract_refuse()`);
+        try {
+          const res = await post('/jobs', {
+            kind: 'webhook',
+            payload: {
+              url: 'https://hooks.example.com/x',
+              headers: { Authorization: 'Bearer RECEIVER-SECRET-HDR-42' },
+              body: { note: 'BODY-SECRET-43' },
+            },
+          });
+          expect(res.status).toBe(500);
+          const text = await res.text();
+          expect(text).not.toMatch(/RECEIVER-SECRET|BODY-SECRET|insert into/i);
+          const lines = await until(
+            () => target.loggedErrors(),
+            (logged) => logged.length > 0,
+            5_000,
+            'the failure to be logged',
+          );
+          expect(lines.join('\n')).toContain('refused by the test');
+          expect(lines.join('\n')).not.toMatch(/RECEIVER-SECRET|BODY-SECRET|insert into|params:/i);
+        } finally {
+          await t.query('DROP TRIGGER contract_refuse ON pgdrain.jobs');
+        }
+      });
+
+      it("POST /events with its sender's id: a repeat answers the first event's id and sends nothing", async () => {
+        const first = await post('/events', { event: 'contract.hook', key: 'k', payload: { n: 1 }, id: 'evt_1' });
+        expect(first.status).toBe(201);
+        const { id } = (await first.json()) as { id: string };
+        const again = await post('/events', { event: 'contract.hook', key: 'k', payload: { n: 2 }, id: 'evt_1' });
+        expect(await again.json()).toEqual({ id, event: 'contract.hook', key: 'k' });
+        expect(
+          await t.query(`SELECT payload FROM pgdrain.events WHERE event = 'contract.hook' AND sender_id = 'evt_1'`),
+        ).toEqual([{ payload: { n: 1 } }]);
+        await expectError(
+          await post('/events', { event: 'contract.hook', key: 'k', id: '' }),
+          400,
+          'invalid_request',
+          'id',
+        );
+        await t.query(`DELETE FROM pgdrain.events WHERE event = 'contract.hook'`);
       });
 
       it('GET /jobs/:id?waitSeconds answers a finished job at once, a live one when the time is up, and refuses a wait out of range', async () => {

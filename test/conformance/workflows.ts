@@ -686,6 +686,38 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       await h.query('DELETE FROM pgdrain.subscriptions');
     });
 
+    it("an event sent again with its sender's id, while the first is kept, is dropped: one job per subscriber, one answer, the first's id", async () => {
+      const kind = defineJob({ kind: 'ev_once_id', schema: z.unknown(), on: 'hook.delivered', handler: () => {} });
+      await subscribe(h.db, new JobRegistry([kind]));
+      const first = await sendEvent(h.db, { event: 'hook.delivered', key: 'k', payload: { n: 1 }, id: 'delivery-7' });
+      // The sender redelivers (TypeScript, SQL, a concurrent pair): nothing more is sent.
+      const again = await sendEvent(h.db, { event: 'hook.delivered', key: 'k', payload: { n: 2 }, id: 'delivery-7' });
+      const [inSql] = await h.query<{ id: string }>(
+        `SELECT pgdrain.send_event('hook.delivered', 'k', '{"n": 3}', id => 'delivery-7')::text AS id`,
+      );
+      const both = await Promise.all([
+        sendEvent(h.db, { event: 'hook.delivered', key: 'k', id: 'delivery-8' }),
+        sendEvent(h.db, { event: 'hook.delivered', key: 'k', id: 'delivery-8' }),
+      ]);
+      expect(again.id).toBe(first.id);
+      expect(inSql!.id).toBe(first.id);
+      expect(both[0].id).toBe(both[1].id);
+      // Another event name with the same id, and no id at all: events of their own.
+      const other = await sendEvent(h.db, { event: 'hook.other', key: 'k', id: 'delivery-7' });
+      const plain = await sendEvent(h.db, { event: 'hook.delivered', key: 'k' });
+      expect(new Set([first.id, both[0].id, other.id, plain.id]).size).toBe(4);
+      expect(await h.query(`SELECT payload FROM pgdrain.jobs WHERE kind = 'ev_once_id' ORDER BY id`)).toEqual([
+        { payload: { n: 1 } },
+        { payload: {} },
+        { payload: {} },
+      ]);
+      await expect(sendEvent(h.db, { event: 'hook.delivered', key: 'k', id: '' })).rejects.toBeInstanceOf(
+        EventValidationError,
+      );
+      await h.query(`DELETE FROM pgdrain.jobs WHERE kind = 'ev_once_id'`);
+      await h.query('DELETE FROM pgdrain.subscriptions');
+    });
+
     it('a fan-out is exactly once per event and subscriber: the same event fanned out again adds nothing', async () => {
       const kind = defineJob({ kind: 'ev_once', schema: z.unknown(), on: 'thing.happened', handler: () => {} });
       await subscribe(h.db, new JobRegistry([kind]));

@@ -1,5 +1,6 @@
--- pgdrain.send_event(event, key, payload): sends an event, in the caller's transaction (a rollback
--- sends nothing and wakes nothing). It is stored (kept for the retention window, so a wait that
+-- pgdrain.send_event(event, key, payload, id): sends an event, in the caller's transaction (a rollback
+-- sends nothing and wakes nothing). `id`, the sender's own (optional): a repeat of the event's name
+-- and id while the first is kept sends nothing and returns the first's id. It is stored (kept for the retention window, so a wait that
 -- begins after it still finds it), and in the same statement:
 --   - every run waiting for this event and key (and whose match the payload contains) is answered
 --     with its payload and made pending (one waiting with a timeout was pending until it: it is due
@@ -11,11 +12,13 @@
 --     cancelOn) are cancelled, with their children.
 -- Returns the event's id. An event nobody waits for, subscribes to or cancels with costs an index
 -- probe or three.
-CREATE OR REPLACE FUNCTION pgdrain.send_event(event text, key text, payload jsonb DEFAULT '{}'::jsonb) RETURNS bigint
+CREATE OR REPLACE FUNCTION pgdrain.send_event(event text, key text, payload jsonb DEFAULT '{}'::jsonb, id text DEFAULT NULL)
+RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $send_event$
+#variable_conflict use_column
 DECLARE
   sent bigint;
   notified bigint;
@@ -27,13 +30,27 @@ BEGIN
     RAISE EXCEPTION 'pgdrain.send_event: key must be 1 to 500 characters' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF send_event.payload IS NOT NULL AND octet_length(send_event.payload::text) > 65536 THEN
-    RAISE EXCEPTION 'pgdrain.send_event: payload is % bytes of JSON; an event carries at most 65536', octet_length(send_event.payload::text)
+    RAISE EXCEPTION 'pgdrain.send_event: payload is % bytes of JSON as PostgreSQL prints it (", " and ": " between values); an event carries at most 65536', octet_length(send_event.payload::text)
       USING ERRCODE = 'program_limit_exceeded';
+  END IF;
+  IF send_event.id IS NOT NULL AND length(send_event.id) NOT BETWEEN 1 AND 500 THEN
+    RAISE EXCEPTION 'pgdrain.send_event: id must be 1 to 500 characters (or NULL for none)' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- An id its sender gave: a repeat of the event's name and id, while the first is kept
+  -- (EVENT_RETENTION_SECONDS), is the first — nothing is sent again, its id is returned. The lock
+  -- queues two sends of one id; the unique index holds it whatever happens.
+  IF send_event.id IS NOT NULL THEN
+    PERFORM pg_advisory_xact_lock(hashtextextended('pgdrain.event-id:' || send_event.event || ':' || send_event.id, 0));
+    SELECT e.id INTO sent FROM pgdrain.events e WHERE e.event = send_event.event AND e.sender_id = send_event.id;
+    IF sent IS NOT NULL THEN
+      RETURN sent;
+    END IF;
   END IF;
   -- The waits on this event and key look for it and park under the same lock: an event is never
   -- sent between a wait's look and its park unseen by both.
   PERFORM pg_advisory_xact_lock(hashtextextended('pgdrain.event:' || send_event.event || ':' || send_event.key, 0));
-  INSERT INTO pgdrain.events (event, event_key, payload) VALUES (send_event.event, send_event.key, send_event.payload) RETURNING id INTO sent;
+  INSERT INTO pgdrain.events (event, event_key, payload, sender_id)
+  VALUES (send_event.event, send_event.key, send_event.payload, send_event.id) RETURNING pgdrain.events.id INTO sent;
   WITH answered AS (
     UPDATE pgdrain.workflow_steps s SET status = 'completed', result = send_event.payload, event_id = sent, finished_at = now(), wake_at = NULL
      WHERE s.status = 'waiting' AND s.event = send_event.event AND s.event_key = send_event.key

@@ -17,7 +17,7 @@ import { type Db, enqueue, enqueueMany } from '../src/queries/index.ts';
 import { createDrainPool } from '../src/sidecar/database.ts';
 import { Drainer } from '../src/sidecar/drainer.ts';
 import { startSidecar } from '../src/sidecar/index.ts';
-import { useOpenTelemetry } from '../src/tracing.ts';
+import { useOpenTelemetry } from '../src/open-telemetry.ts';
 
 /** Counts handler runs by job index; a drain must see every index exactly once. */
 export class RunCounter {

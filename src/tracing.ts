@@ -20,34 +20,16 @@
 //                              (completed, failed, parked) is recorded on it. Stored steps that
 //                              returned without running have none.
 import type * as OpenTelemetry from '@opentelemetry/api';
+import { openTelemetry as registeredApi } from './open-telemetry.ts';
 
+/** The whole API, as the drain and this module use it (its types stay out of the published ones:
+ * the app hands pgdrain the API typed as open-telemetry.ts says). */
 export type OpenTelemetryApi = typeof OpenTelemetry;
-
-/** Where @opentelemetry/api 1.x keeps what was registered with it (its tracer provider, context
- * manager …), shared by every copy of the API in the process. */
-const REGISTERED = Symbol.for('opentelemetry.js.api.1');
 const TRACER_NAME = 'pgdrain';
-
-let given: OpenTelemetryApi | null | undefined;
-let loading: Promise<OpenTelemetryApi | null> | undefined;
-
-/** Use this OpenTelemetry API (null: none, whatever is registered). Needed in a Worker; elsewhere
- * the API is found by itself once the app registers a tracer provider. */
-export function useOpenTelemetry(api: OpenTelemetryApi | null): void {
-  given = api;
-}
 
 /** The OpenTelemetry API when the app uses it, else null (nothing loaded). */
 export function openTelemetry(): Promise<OpenTelemetryApi | null> | OpenTelemetryApi | null {
-  if (given !== undefined) return given;
-  if (!(globalThis as Record<symbol, unknown>)[REGISTERED]) return null;
-  // A variable, so that bundlers leave the optional peer alone.
-  const specifier = '@opentelemetry/api';
-  loading ??= (import(/* @vite-ignore */ specifier) as Promise<OpenTelemetryApi>).then(
-    (api) => api,
-    () => null,
-  );
-  return loading;
+  return registeredApi() as Promise<OpenTelemetryApi | null> | OpenTelemetryApi | null;
 }
 
 /** A span context as a W3C `traceparent` header value. */

@@ -8,7 +8,7 @@
 //   4. `npx pgdrain migrate` and `npx pgdrain start --jobs ./jobs.ts` on an embedded PostgreSQL.
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import { migrationsFolder } from '../src/db/migrate.ts';
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { chmod, cp, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -21,6 +21,18 @@ import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { until } from './support/time.ts';
 
 const execFileAsync = promisify(execFile);
+/** The machine's own Node when it is older than the floor (Debian's 20 here; CI fetches 22.18 for the rest). */
+const OLD_NODE = ['/usr/bin/node', '/usr/local/bin/node'].find((candidate) => {
+  try {
+    const [major = 0, minor = 0] = execFileSync(candidate, ['-p', 'process.versions.node'], { encoding: 'utf8' })
+      .trim()
+      .split('.')
+      .map(Number);
+    return major < 22 || (major === 22 && minor < 18);
+  } catch {
+    return false;
+  }
+});
 const REPO = fileURLToPath(new URL('..', import.meta.url));
 const FIXTURE = fileURLToPath(new URL('./fixtures/consumer', import.meta.url));
 const BIN = (name: string) => path.join(REPO, 'node_modules', '.bin', name);
@@ -164,6 +176,9 @@ describe('the npm package, installed into a project of its own', () => {
     );
     expect(files.filter((f) => /\.ts$/.test(f) && !f.endsWith('.d.ts'))).toEqual([]);
     expect(files.filter((f) => /^(test|bench|src)\//.test(f))).toEqual([]);
+    // What an install needs, and nothing for contributors: no drizzle-kit snapshots (migrate reads
+    // the journal and the SQL), no docs or images (the README links to them online).
+    expect(files.filter((f) => /_snapshot\.json$|^docs\/|\.png$/.test(f))).toEqual([]);
     console.log(
       `pgdrain ${manifest.version} tarball: ${tarball.size} bytes packed, ${tarball.unpackedSize} unpacked, ${tarball.entryCount} files`,
     );
@@ -305,6 +320,33 @@ describe('the npm package, installed into a project of its own', () => {
       /misuse\.ts\(2\d,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/,
     );
   }, 60_000);
+
+  it('strict tsc without skipLibCheck finds nothing wrong in the published types (no optional dependency named in them)', async () => {
+    await writeFile(
+      path.join(dir, 'tsconfig.strict-lib.json'),
+      JSON.stringify({
+        extends: './tsconfig.json',
+        compilerOptions: { skipLibCheck: false },
+        include: ['jobs.ts', 'node-app.ts'],
+      }),
+    );
+    const checked = await run(BIN('tsc'), ['-p', 'tsconfig.strict-lib.json'], dir);
+    // Other packages' types are theirs to answer for; pgdrain's own must hold on their own.
+    const ours = (checked.stdout + checked.stderr).split('\n').filter((line) => line.includes('node_modules/pgdrain/'));
+    expect(ours).toEqual([]);
+  }, 120_000);
+
+  it.skipIf(!OLD_NODE)(
+    'the packed CLI on an older Node (the machine’s own) says which Node it needs, before anything fails',
+    async () => {
+      const cli = path.join(dir, 'node_modules', 'pgdrain', 'dist', 'entry', 'cli.js');
+      const ran = await run(OLD_NODE!, [cli, '--version'], dir);
+      expect(ran.code).toBe(1);
+      expect(ran.stderr).toMatch(
+        /^pgdrain: needs Node\.js >= 22\.18 \(this is v\d+\.\d+\.\d+\); install a current Node/,
+      );
+    },
+  );
 
   it("npx pgdrain, the operator's commands: straight to DATABASE_URL, tables for people, --json for scripts, exit codes 0/1/2", async () => {
     const t = await database(true);

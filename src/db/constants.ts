@@ -13,6 +13,11 @@ export const LIVE_STATUSES = ['pending', 'running', 'dead', 'waiting'] as const;
 /** Where a job stays once it got there (a person may still retry or delete a dead one). */
 export const FINAL_STATUSES = ['completed', 'dead', 'cancelled'] as const;
 
+/** A kept job's result, as JSON, is at most this long (bytes). */
+export const MAX_RESULT_BYTES = 64 * 1024;
+/** ctx.progress() takes JSON of at most this many bytes. */
+export const MAX_PROGRESS_BYTES = 8 * 1024;
+
 /** What a job gets when neither its enqueue nor its kind says (pgdrain.enqueue() in SQL uses the
  * same: functionConstants()): its attempts, its priority, its handler's timeout, and the lease it
  * is claimed with when neither its kind nor its drainer says. The one place these are written. */

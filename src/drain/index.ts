@@ -74,7 +74,7 @@ type Prepare = NonNullable<KindRunner['prepare']>;
 
 export { JobCancelledError, LeaseLostError } from './lease-keeper.ts';
 export { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
-export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from './run-handler.ts';
+export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from '../db/constants.ts';
 export type { OpenTransactionConnection, TransactionConnection } from '../db/connections.ts';
 export { DrainNotices, type NoticeListener } from './notices.ts';
 export { DueTimes } from './due-times.ts';

@@ -16,6 +16,7 @@
 //
 // Given up mid-transaction (timeout, lost lease, cancel, shutdown), its connection is destroyed, so
 // the server rolls back at once and nothing the handler does afterwards can reach the database.
+import { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from '../db/constants.ts';
 import {
   type JobContext,
   type JobDefinition,
@@ -38,11 +39,6 @@ export { HandlerAbandonedError } from './outcome.ts';
 
 /** Gives the job up: aborts its handler's signal and stops waiting for the handler. */
 export type GiveUp = (error: Error) => void;
-
-/** A kept job's result, as JSON, is at most this long (bytes). */
-export const MAX_RESULT_BYTES = 64 * 1024;
-/** ctx.progress() takes JSON of at most this many bytes. */
-export const MAX_PROGRESS_BYTES = 8 * 1024;
 
 export interface HandlerEnvironment {
   /** The drain's database: ctx.dependencies() reads through it. */

@@ -5,7 +5,7 @@
 //                                      module's kinds and their event subscriptions)
 //   pgdrain stats | kinds | jobs | job | enqueue | retry | delete | pause | resume | cancel
 //                                      the operator's commands, straight to DATABASE_URL (src/cli/)
-// Settings come from the environment (the README lists them), never from flags: a connection
+// Settings come from the environment (docs/configuration.md lists them), never from flags: a connection
 // string or a token on a command line is visible to every user of the machine in `ps`.
 // Each command loads what it needs when it runs (a dynamic import), so `start` can first restart
 // the process with its memory settings (see restartWithHeapSettings) before anything heavy loads.
@@ -43,7 +43,7 @@ Options:
   -h, --help         Show this help.
   -v, --version      Show the version.
 
-Environment (the README lists every setting):
+Environment (docs/configuration.md lists every setting):
   DATABASE_URL       postgres://user:password@host:5432/db
   API_TOKEN          Bearer token of the HTTP API (generated and saved when unset)
   PORT, HOST         Where the API listens (default 127.0.0.1:8080)

@@ -6,13 +6,15 @@
 // the importing file) and gives them the format Node gave the first of them, so the lookup runs
 // once. Everything else resolves as it always does. Registered by the `pgdrain` command before it
 // loads the rest; a library importing pgdrain is left alone.
-import { registerHooks } from 'node:module';
+// The module as a whole, not a named import: on a Node without registerHooks (20) a named import
+// fails at link time, before the command can say which Node it needs.
+import nodeModule from 'node:module';
 
 const DRIZZLE_FILES = '/node_modules/drizzle-orm/';
 
 export function loadDrizzleQuicker(): void {
   let drizzleFormat: string | undefined;
-  registerHooks({
+  nodeModule.registerHooks?.({
     resolve(specifier, context, nextResolve) {
       const parent = context.parentURL;
       const withinDrizzle =

@@ -32,7 +32,7 @@ export { NamedStatementsLost } from '../queries/db.ts';
 export type { Db, NewJob, EnqueuedJob, ClaimedJob, Backoff } from '../queries/index.ts';
 
 // Tracing: found by itself in Node once you register a tracer provider; pass the API in a Worker.
-export { useOpenTelemetry, type OpenTelemetryApi } from '../tracing.ts';
+export { useOpenTelemetry, type OpenTelemetryApi } from '../open-telemetry.ts';
 
 // A job's life: stop one, read what it waited for; the limits on what a handler reports.
 export { cancel, getDependencies, type CancelOutcome } from '../queries/index.ts';

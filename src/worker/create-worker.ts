@@ -24,7 +24,7 @@ import {
 } from '../runtime/core.ts';
 import { evaluateSchedules, msUntilNextSlot, type ScheduleDefinition } from '../schedules.ts';
 import { type SettingVariables, type Settings, SettingsError, readSettings } from '../settings.ts';
-import { type OpenTelemetryApi, useOpenTelemetry } from '../tracing.ts';
+import { type OpenTelemetryApi, useOpenTelemetry } from '../open-telemetry.ts';
 import {
   type AlarmLook,
   type ClockEnv,

@@ -26,7 +26,7 @@ import { z } from 'zod';
 import type { OpenTransactionConnection } from '../db/connections.ts';
 import { KIND_PATTERN, KIND_PATTERN_MESSAGE } from '../db/constants.ts';
 import { JobCancelledError, LeaseLostError } from '../drain/lease-keeper.ts';
-import { MAX_RESULT_BYTES } from '../drain/run-handler.ts';
+import { MAX_RESULT_BYTES } from '../db/constants.ts';
 import { PgdrainError } from '../errors.ts';
 import { errorText, longerThan, toJson, utf8Length } from '../json.ts';
 import { writeStepRecord } from './step-records.ts';

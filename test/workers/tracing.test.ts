@@ -6,7 +6,7 @@ import { createExecutionContext, createScheduledController, env, waitOnExecution
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineJob } from '../../src/jobs/index.ts';
-import { useOpenTelemetry } from '../../src/tracing.ts';
+import { useOpenTelemetry } from '../../src/open-telemetry.ts';
 import { createWorker, type Env } from '../../src/worker/create-worker.ts';
 import { type Harness, resetQueue } from '../support/harness.ts';
 import { type ExportedSpan, registerTracing } from '../support/tracing.ts';

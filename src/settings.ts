@@ -104,6 +104,12 @@ export const SETTINGS = {
     default: '.pgdrain',
     documentedDefault: './.pgdrain',
   }),
+  embeddedPort: setting({
+    env: 'EMBEDDED_PORT',
+    runtimes: sidecarOnly,
+    parse: int(0, 65535),
+    documentedDefault: 'a free port',
+  }),
   drainerId: setting({
     env: 'DRAINER_ID',
     runtimes: sidecarOnly,

@@ -321,6 +321,76 @@ describe('the npm package, installed into a project of its own', () => {
     );
   }, 60_000);
 
+  it("the README's quick start, its blocks copied in order into an empty folder and run as written, ends with the output it promises", async () => {
+    const readme = await readFile(path.join(REPO, 'README.md'), 'utf8');
+    const section = readme.slice(
+      readme.indexOf('## Quick start in your app, on Node'),
+      readme.indexOf('## Quick start on Cloudflare'),
+    );
+    const copied = [...section.matchAll(/<!-- copied by test\/package\.test\.ts -->\n```(\w+)\n([\s\S]*?)\n```/g)].map(
+      ([, lang, code]) => ({ lang: lang!, code: code! }),
+    );
+    expect(copied.map((b) => b.lang)).toEqual(['sh', 'ts', 'ts', 'sh']);
+    const promised = [
+      ...section
+        .slice(section.indexOf('You should see'))
+        .split('.')[0]!
+        .matchAll(/`([^`]+)`/g),
+    ].map(([, said]) => said!);
+    expect(promised.length).toBeGreaterThan(0);
+    const folder = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-quick-start-'));
+    await chmod(folder, 0o755);
+    const t = await database(false);
+    const env: Record<string, string> = {};
+    let drainer: ReturnType<typeof startChild> | undefined;
+    try {
+      for (const block of copied) {
+        if (block.lang === 'ts') {
+          const file = /^\/\/ (\S+)$/.exec(block.code.split('\n')[0]!)?.[1];
+          expect(file, block.code).toBeDefined();
+          await writeFile(path.join(folder, file!), `${block.code}\n`);
+          continue;
+        }
+        for (const raw of block.code.split('\n')) {
+          const line = raw.replace(/\s+#.*$/, '').trim();
+          if (!line) continue;
+          // The database the reader has: this test's own.
+          const exported = /^export (\w+)='[^']*'$/.exec(line);
+          if (exported) {
+            expect(exported[1]).toBe('DATABASE_URL');
+            env.DATABASE_URL = t.url;
+            continue;
+          }
+          // The one change the README names: until it is published, the tarball stands for `pgdrain`.
+          const command = line.replace(
+            /^npm install pgdrain\b/,
+            `npm install --prefer-offline --no-audit --no-fund ${path.join(dir, tarball.filename)}`,
+          );
+          if (/^npx pgdrain start\b/.test(command)) {
+            drainer = startChild('sh', ['-c', command], folder, { ...env, PORT: '0', LOG_FORMAT: 'json' }, true);
+            continue;
+          }
+          const ran = await run('sh', ['-c', command], folder, env);
+          expect(ran.code, `${command}\n${ran.stdout}\n${ran.stderr}`).toBe(0);
+        }
+      }
+      expect(drainer).toBeDefined();
+      await until(
+        async () => drainer!.output(),
+        (out) => promised.every((said) => out.includes(said)) || drainer!.child.exitCode !== null,
+        60_000,
+        `the drainer to say ${promised.join(' and ')}`,
+      );
+      for (const said of promised) expect(drainer!.output()).toContain(said);
+    } finally {
+      if (drainer) {
+        signalGroup(drainer.child, 'SIGTERM');
+        await drainer.exited;
+      }
+      await rm(folder, { recursive: true, force: true });
+    }
+  }, 240_000);
+
   it('strict tsc without skipLibCheck finds nothing wrong in the published types (no optional dependency named in them)', async () => {
     await writeFile(
       path.join(dir, 'tsconfig.strict-lib.json'),
@@ -538,7 +608,12 @@ describe('the npm package, installed into a project of its own', () => {
     const t = await database(false);
     const migrated = await run('npx', ['--no-install', 'pgdrain', 'migrate'], dir, { DATABASE_URL: t.url });
     expect(migrated.code, migrated.stderr).toBe(0);
-    expect(migrated.stdout).toMatch(/is up to date \(schema pgdrain\)/);
+    // It says what it did: every migration and the SQL functions on a fresh database, nothing again.
+    expect(migrated.stdout).toMatch(
+      /: applied \d+ migrations \(0000_schema to \d{4}_\w+\) and \d+ SQL functions; it is up to date \(schema pgdrain\)/,
+    );
+    const again = await run('npx', ['--no-install', 'pgdrain', 'migrate'], dir, { DATABASE_URL: t.url });
+    expect(again.stdout).toMatch(/was up to date \(schema pgdrain\): nothing to apply/);
     expect(migrated.stdout + migrated.stderr).not.toContain(new URL(t.url).password);
     expect(await t.query('SELECT count(*)::int AS n FROM pgdrain.migrations')).toEqual([
       { n: readMigrationFiles({ migrationsFolder: migrationsFolder() }).length },
@@ -602,6 +677,13 @@ describe('the npm package, installed into a project of its own', () => {
         10_000,
         'the receipt',
       );
+      // In the same folder, without DATABASE_URL, the command finds the embedded server and says so.
+      const stats = await run('npx', ['--no-install', 'pgdrain', 'stats', '--json'], dir);
+      expect(stats.code, stats.stderr).toBe(0);
+      expect(stats.stderr).toMatch(
+        /DATABASE_URL is unset: using the embedded PostgreSQL of `npm start` in this folder/,
+      );
+      expect(JSON.parse(stats.stdout)).toMatchObject({ kinds: expect.any(Object) });
     } finally {
       sidecar.child.kill('SIGTERM');
     }

@@ -437,6 +437,8 @@ describe('connections a client can hold', () => {
         });
         expect(enqueued.status).toBe(201);
       }
+      // The jobs ran, and the log says so at its default level: one line, not one per job.
+      await p.waitForOutput(/"msg":"jobs settled: \d+ completed/, 15_000);
     } finally {
       polling = false;
       await Promise.all(pollers);

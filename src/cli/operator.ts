@@ -6,6 +6,7 @@
 //   2  usage       (an unknown command or option, a bad argument: nothing was changed)
 //
 // The connection string is never printed; errors show it with its password masked.
+import { commandDatabaseUrl } from './database-url.ts';
 import { createInterface } from 'node:readline/promises';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
@@ -169,9 +170,13 @@ export async function runOperatorCommand(
   const [min, max] = command.positionals;
   if (positionals.length < min) return usage(name, 'missing argument');
   if (positionals.length > max) return usage(name, `unexpected argument ${JSON.stringify(positionals[max])}`);
-  const url = env.DATABASE_URL;
+  const url = await commandDatabaseUrl(env);
   if (!url)
-    return usage(name, 'set DATABASE_URL to the database to use, e.g. DATABASE_URL=postgres://user:pass@host/db');
+    return usage(
+      name,
+      'set DATABASE_URL to the database to use, e.g. DATABASE_URL=postgres://user:pass@host/db (in the folder ' +
+        'where `npm start` runs its embedded PostgreSQL, the command finds it)',
+    );
 
   const pool = guardPool(
     new pg.Pool({

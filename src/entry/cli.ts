@@ -155,15 +155,17 @@ await main(process.argv.slice(2));
 
 /** `pgdrain migrate [--jobs FILE]`: the schema, then (with --jobs) the module's kinds. */
 async function migrate(jobsModule: string | undefined): Promise<void> {
-  const url = process.env.DATABASE_URL;
+  const { commandDatabaseUrl } = await import('../cli/database-url.ts');
+  const url = await commandDatabaseUrl(process.env);
   if (!url)
     fail(
       'migrate: set DATABASE_URL to the database to migrate, e.g. DATABASE_URL=postgres://user:pass@host/db ' +
         'pgdrain migrate',
     );
   const { describeHolder, migrateDatabase } = await import('../db/migrate.ts');
+  let report: Awaited<ReturnType<typeof migrateDatabase>>;
   try {
-    await migrateDatabase(url, {
+    report = await migrateDatabase(url, {
       onLockBusy: sayMigrationWaits,
       onWaiting: (holder) =>
         console.error(
@@ -173,7 +175,7 @@ async function migrate(jobsModule: string | undefined): Promise<void> {
   } catch (error) {
     fail(`migrate: failed on ${redactUrl(url)}: ${safeErrorMessage(error)}`, 1);
   }
-  console.log(`pgdrain: ${redactUrl(url)} is up to date (schema pgdrain)`);
+  console.log(`pgdrain: ${describeMigration(report, redactUrl(url))}`);
   if (jobsModule === undefined) return;
   const { writeModuleKinds } = await import('../cli/module-kinds.ts');
   try {
@@ -181,6 +183,21 @@ async function migrate(jobsModule: string | undefined): Promise<void> {
   } catch (error) {
     fail(`migrate --jobs: ${safeErrorMessage(error)}`, 1);
   }
+}
+
+/** What `pgdrain migrate` did, in one line. */
+function describeMigration(report: { migrations: string[]; functions: { created: string[] } }, where: string): string {
+  const { migrations, functions } = report;
+  if (migrations.length === 0 && functions.created.length === 0)
+    return `${where} was up to date (schema pgdrain): nothing to apply`;
+  const applied =
+    migrations.length === 0
+      ? 'no migration'
+      : migrations.length === 1
+        ? `migration ${migrations[0]}`
+        : `${migrations.length} migrations (${migrations[0]} to ${migrations.at(-1)})`;
+  const made = `${functions.created.length} SQL functions`;
+  return `${where}: applied ${applied} and ${made}; it is up to date (schema pgdrain)`;
 }
 
 /** `pgdrain migrate`: a migration steps back because another transaction holds a table it locks. */

@@ -274,11 +274,12 @@ export async function retryFromStep(db: Db, id: string, fromStep: string): Promi
           SELECT true AS kept FROM ${jobHistory} WHERE id = ${id}::bigint AND keep_until > now()`,
     );
     if (!where) return { outcome: 'not_found' };
-    // A live job is locked while it is looked at; a kept run that finished is final (nothing to lock).
+    // Locked while it is looked at, wherever it is: a second restart of a kept run waits here for the
+    // first, then finds it moved (live), never its steps half dropped (an unknown step).
     const [found] = await rowsOf<{ status: JobStatus; held: boolean; kept: boolean }>(
       tx,
       where.kept
-        ? sql`SELECT status, false AS held, true AS kept FROM ${jobHistory} WHERE id = ${id}::bigint`
+        ? sql`SELECT status, false AS held, true AS kept FROM ${jobHistory} WHERE id = ${id}::bigint FOR UPDATE`
         : sql`SELECT status, held IS NOT NULL AS held, false AS kept FROM ${jobs} WHERE id = ${id}::bigint FOR UPDATE`,
     );
     if (!found) return where.kept ? liveOrGone(tx, id) : { outcome: 'not_found' };

@@ -6,7 +6,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import type { Logger } from 'pino';
-import { ensureDataDir, readOrCreateSecret } from '../db/data-dir.ts';
+import { EMBEDDED_URL_FILE, ensureDataDir, readOrCreateSecret, writePrivateFile } from '../db/data-dir.ts';
 import { startEmbeddedPostgres } from '../db/embedded.ts';
 import { describeHolder, migrateDatabase } from '../db/migrate.ts';
 import { libpqUrl, redactUrl, safeErrorMessage } from '../db/url.ts';
@@ -27,6 +27,8 @@ export async function openDatabase(
     databaseUrl?: string;
     dataDir: string;
     embeddedSettings?: Record<string, string | number>;
+    /** The embedded server's port (EMBEDDED_PORT); default a free one. */
+    embeddedPort?: number;
     signal?: AbortSignal;
   },
   log: Logger,
@@ -40,11 +42,18 @@ export async function openDatabase(
       dataDir: path.join(options.dataDir, 'postgres'),
       password: await readOrCreateSecret(path.join(options.dataDir, 'postgres-password')),
       settings: options.embeddedSettings,
-      onLog: (line) => log.debug({ postgres: line.trim() }, 'embedded postgres'),
+      ...(options.embeddedPort ? { port: options.embeddedPort } : {}),
+      onLog: (line) => log.debug({ postgres: line.trim() }, 'embedded PostgreSQL'),
     });
     url = embedded.url;
+    // For the `pgdrain` command in this folder (pgdrain stats, jobs …): it connects here unasked.
+    const urlFile = path.join(options.dataDir, EMBEDDED_URL_FILE);
+    await writePrivateFile(urlFile, `${url}\n`);
     stop = () => embedded.stop();
-    log.info({ database: redactUrl(url), dataDir: options.dataDir }, 'embedded PostgreSQL started');
+    log.info(
+      { database: redactUrl(url), dataDir: options.dataDir, urlFile },
+      'embedded PostgreSQL started; the pgdrain command in this folder uses it (its URL is in urlFile)',
+    );
   }
   try {
     await migrateDatabase(url, {

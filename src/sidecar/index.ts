@@ -19,6 +19,7 @@
 // A part that fails to start stops every part started before it; stop() stops them all, last
 // first. Database errors never end the process: a failing drain is retried after a pause, and each
 // incident is logged once when it starts and once when it ends (incidents.ts).
+import { SettledSummary } from './settled-summary.ts';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { DrainNotices, type OpenTransactionConnection } from '../drain/index.ts';
@@ -110,6 +111,7 @@ async function startParts(options: SidecarOptions, log: Logger, parts: Parts): P
         databaseUrl: options.databaseUrl,
         dataDir,
         embeddedSettings: options.embeddedSettings,
+        embeddedPort: settings.embeddedPort,
         signal: options.signal,
       },
       log,
@@ -288,6 +290,7 @@ function startDrainer(
   },
 ) {
   const { log, incidents } = context;
+  const settled = new SettledSummary(log);
   const drainer = new Drainer(db, registry, {
     ...drainOptionsFor(settings, 'sidecar'),
     pollIntervalMs: settings.pollIntervalMs!,
@@ -313,6 +316,7 @@ function startDrainer(
     },
     onReport: (r) => {
       if (r.claimed > 0) log[r.dead > 0 || r.lost > 0 ? 'warn' : 'debug']({ ...r }, 'drained');
+      settled.add(r);
     },
   }).start();
   return {
@@ -322,6 +326,7 @@ function startDrainer(
         log.warn(
           'grace period over with handlers still running: they were abandoned and their jobs released to run again',
         );
+      settled.stop();
     },
   };
 }

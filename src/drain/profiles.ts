@@ -12,7 +12,7 @@ export interface DrainProfile {
   readonly concurrency: number;
   /** Completions ride the next claim's statement: one round trip per cycle instead of two. Next to
    * the database the separate statements are faster, far from it the merged one is (the
-   * benchmark page, docs/benchmark.md, has both measured). */
+   * benchmark page, bench/NOTES.md, has both measured). */
   readonly settleWithClaim: boolean;
   /** Claims in flight at once. Far from the database a second claim goes out while the first is on
    * its way, on a connection of its own, so the round trip is paid once for two batches. */

@@ -86,7 +86,7 @@ export async function mayVacuumQueueTable(db: Db): Promise<boolean> {
  * claimed and every finished job leaves a dead entry in jobs_ready that each claim walks from the
  * index's head until a VACUUM removes it; autovacuum visits a database at most once a minute
  * (autovacuum_naptime), so a queue that drains thousands of jobs a second slows down between its
- * visits (docs/benchmark.md). SKIP_LOCKED: nothing happens while another VACUUM (autovacuum's, or
+ * visits (bench/NOTES.md). SKIP_LOCKED: nothing happens while another VACUUM (autovacuum's, or
  * another drainer's) holds the table (queueTableBeforeVacuum() tells the drainer beforehand).
  * TRUNCATE false: no ACCESS EXCLUSIVE lock at the end to give empty pages back, which would stall
  * the claims (autovacuum still does that). Not inside a transaction, and not on a connection that

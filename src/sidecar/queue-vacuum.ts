@@ -3,7 +3,7 @@
 // visits a database at most once a minute, and a queue draining thousands of jobs a second piles up
 // hundreds of thousands of such entries in that time: on Debian's 15, five drains of 50k in a row
 // slowed from 54k to 22k jobs/s without a VACUUM, and held 45–60k with one after each 50k, each
-// VACUUM about 40 ms (docs/benchmark.md). So the drainer counts the jobs it claims and, every
+// VACUUM about 40 ms (bench/NOTES.md). So the drainer counts the jobs it claims and, every
 // `everyJobs` of them (more in a large table, below), starts a VACUUM beside the drain
 // (vacuumQueueTable(): SKIP_LOCKED, so a VACUUM already running — autovacuum's, another
 // drainer's — wins and this one does nothing). Such a lock is looked for first: while another

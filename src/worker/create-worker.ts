@@ -338,7 +338,7 @@ async function look(
   const { db, transactions, close } = openWorkerDatabase(env);
   // Housekeeping goes beside the drain, on a connection of its own (from the transactional
   // handlers' pool, given back when done): before the drain, its connection and round trips would
-  // hold the drain back (docs/benchmark.md has what they cost). Settled, it is awaited.
+  // hold the drain back (bench/NOTES.md has what they cost). Settled, it is awaited.
   const housekeeping = plan.housekeep ? housekeepBeside(transactions, settings, plan.clock !== null) : null;
   housekeeping?.catch(() => {});
   try {

@@ -252,3 +252,29 @@ describe('shell examples', () => {
     }
   });
 });
+
+describe('names', () => {
+  it('every UPPER_CASE name the docs give in backticks is a setting, an export of the package, or a name of PostgreSQL, HTTP, Node or Cloudflare', async () => {
+    const { SETTINGS } = await import('../src/settings.ts');
+    const settings = new Set<string>(Object.values(SETTINGS).map((s) => s.env));
+    const exported = new Set<string>();
+    for (const entry of ['index', 'sidecar', 'worker', 'hono', 'testing', 'sql', 'client'])
+      for (const name of Object.keys(await import(`../src/entry/${entry}.ts`))) exported.add(name);
+    // Words of SQL, privileges, HTTP methods; other programs' variables; Cloudflare's names.
+    const theirs = new Set(
+      [
+        'LISTEN NOTIFY ANALYZE VACUUM CONCURRENTLY DELETE UPDATE INSERT SELECT SET TRUNCATE EXPLAIN COMMIT BEGIN',
+        'MAINTAIN OPTIONS',
+        'PGSSLMODE PGSSLROOTCERT NODE_OPTIONS CHROMIUM_PATH ERR_UNKNOWN_FILE_EXTENSION',
+        'HYPERDRIVE PGDRAIN_CLOCK CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE',
+      ]
+        .join(' ')
+        .split(' '),
+    );
+    const unknown: string[] = [];
+    for (const page of PAGES)
+      for (const [, name] of text(page).matchAll(/`([A-Z][A-Z0-9_]{2,})`/g))
+        if (!settings.has(name!) && !exported.has(name!) && !theirs.has(name!)) unknown.push(`${page}: ${name}`);
+    expect([...new Set(unknown)]).toEqual([]);
+  });
+});

@@ -37,6 +37,8 @@ export { useOpenTelemetry, type OpenTelemetryApi } from '../open-telemetry.ts';
 // A job's life: stop one, read what it waited for; the limits on what a handler reports.
 export { cancel, getDependencies, type CancelOutcome } from '../queries/index.ts';
 export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES, JobCancelledError, LeaseLostError } from '../drain/index.ts';
+/** A job lost with its drainer this many times (kill -9 mid-attempt) is dead, saying so. */
+export { MAX_LOST_ATTEMPTS } from '../db/constants.ts';
 
 // Durable workflows: steps that run once, sleeps and waits that hold nothing, events in your transaction.
 export {

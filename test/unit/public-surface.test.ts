@@ -16,6 +16,7 @@ const SURFACE: Record<string, string[]> = {
     'MAX_EVENT_PAYLOAD_BYTES',
     'MAX_PROGRESS_BYTES',
     'MAX_RESULT_BYTES',
+    'MAX_LOST_ATTEMPTS',
     'MAX_STEPS_PER_RUN',
     'MigrationWaitError',
     'NamedStatementsLost',

@@ -1,4 +1,5 @@
-// README quick start: a kind, enqueued in your own transaction (run by test/readme-examples.test.ts).
+// A kind, enqueued in your own transaction through a Drizzle table (run by test/readme-examples.test.ts;
+// the README's quick starts run as written in test/package.test.ts). The Worker examples register it.
 import { pgTable, serial, text } from 'drizzle-orm/pg-core';
 import { z } from 'zod';
 // In your app: import { defineJob, enqueue, type Db } from 'pgdrain';

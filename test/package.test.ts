@@ -131,9 +131,105 @@ beforeAll(async () => {
 }, 240_000);
 
 afterAll(async () => {
+  await Promise.all(proxies.map((p) => p.close()));
   await Promise.all(databases.map((t) => t.close()));
   if (dir) await rm(dir, { recursive: true, force: true });
 });
+
+/**
+ * Runs a README section's blocks marked `<!-- copied by test/package.test.ts -->`, in order, in
+ * `folder`: a `// file` (or `# file`) first line makes a block a file; a shell block's lines run as
+ * commands. What the test changes, and only that: the database (the reader's `export
+ * DATABASE_URL=…` is this test's), `npm install pgdrain` installs the packed tarball, the ports are
+ * free ones, and the Worker reaches the local PostgreSQL through the WebSocket proxy that stands in
+ * for Neon's. A long-running command (`pgdrain start`, `wrangler dev`) runs in the background;
+ * the last one started is returned.
+ */
+async function runCopied(
+  text: string,
+  folder: string,
+  env: Record<string, string>,
+  databaseUrl: string,
+  children: ReturnType<typeof startChild>[],
+): Promise<ReturnType<typeof startChild>> {
+  const blocks = [...text.matchAll(/<!-- copied by test\/package\.test\.ts -->\n```(\w+)\n([\s\S]*?)\n```/g)];
+  expect(blocks.length).toBeGreaterThan(1);
+  let background: ReturnType<typeof startChild> | undefined;
+  let port = 0;
+  for (const [, lang, code] of blocks) {
+    if (lang !== 'sh') {
+      const file = /^(?:\/\/|#) (\S+)$/.exec(code!.split('\n')[0]!)?.[1];
+      expect(file, code).toBeDefined();
+      await writeFile(path.join(folder, file!), `${code}\n`);
+      continue;
+    }
+    for (const raw of code!.split('\n')) {
+      const line = raw.replace(/\s+#.*$/, '').trim();
+      if (!line) continue;
+      const exported = /^export (\w+)='[^']*'$/.exec(line);
+      if (exported) {
+        expect(exported[1]).toBe('DATABASE_URL');
+        env.DATABASE_URL = databaseUrl;
+        continue;
+      }
+      let command = line.replace(
+        /^npm install pgdrain\b/,
+        `npm install --prefer-offline --no-audit --no-fund ${path.join(dir, tarball.filename)}`,
+      );
+      command = command.replace(
+        /^npm install (?!--prefer-offline)/,
+        'npm install --prefer-offline --no-audit --no-fund ',
+      );
+      command = command.replace(/&& npm install /g, '&& npm install --prefer-offline --no-audit --no-fund ');
+      if (/^npx pgdrain start\b/.test(command)) {
+        background = startChild('sh', ['-c', command], folder, { ...env, PORT: '0', LOG_FORMAT: 'json' }, true);
+        children.push(background);
+        continue;
+      }
+      if (/^npx wrangler dev\b/.test(command)) {
+        const target = new URL(inject('adminDatabaseUrl'));
+        const proxy = await startWsProxy({ target: { host: target.hostname, port: Number(target.port) } });
+        proxies.push(proxy);
+        await writeFile(path.join(folder, '.dev.vars'), `NEON_WS_PROXY=${proxy.address}\n`, { flag: 'a' });
+        port = await freePort();
+        background = startChild('sh', ['-c', `${command} --ip 127.0.0.1 --port ${port}`], folder, env, true);
+        children.push(background);
+        const running = background;
+        await until(
+          () =>
+            fetch(`http://127.0.0.1:${port}/healthz`).then(
+              (r) => r.status,
+              () => 0,
+            ),
+          (status) => status === 200 || running.child.exitCode !== null,
+          60_000,
+          'wrangler dev to answer',
+        );
+        continue;
+      }
+      if (port) command = command.replaceAll(':8787', `:${port}`);
+      const ran = await run('sh', ['-c', command], folder, env);
+      expect(ran.code, `${command}\n${ran.stdout}\n${ran.stderr}`).toBe(0);
+    }
+  }
+  expect(background).toBeDefined();
+  return background!;
+}
+
+/** The output a section promises (the backticked text of its "You should see" or "prints" sentence). */
+async function expectPromised(text: string, child: ReturnType<typeof startChild>): Promise<void> {
+  const sentence = /(?:You should see|prints) ([^.]*)\./.exec(text)?.[1] ?? '';
+  const promised = [...sentence.matchAll(/`([^`]+)`/g)].map(([, said]) => said!);
+  expect(promised.length, sentence).toBeGreaterThan(0);
+  await until(
+    async () => child.output(),
+    (out) => promised.every((said) => out.includes(said)) || child.child.exitCode !== null,
+    60_000,
+    `the output to say ${promised.join(' and ')}`,
+  );
+  for (const said of promised) expect(child.output()).toContain(said);
+}
+const proxies: { close(): Promise<void> }[] = [];
 
 describe('the npm package, installed into a project of its own', () => {
   it('declares its dependencies as ranges, so an app with newer releases of them keeps one copy of each', async () => {
@@ -321,75 +417,37 @@ describe('the npm package, installed into a project of its own', () => {
     );
   }, 60_000);
 
-  it("the README's quick start, its blocks copied in order into an empty folder and run as written, ends with the output it promises", async () => {
+  it("the README's quick starts, their blocks copied in order into an empty folder and run as written, end with the output they promise", async () => {
     const readme = await readFile(path.join(REPO, 'README.md'), 'utf8');
-    const section = readme.slice(
-      readme.indexOf('## Quick start in your app, on Node'),
-      readme.indexOf('## Quick start on Cloudflare'),
-    );
-    const copied = [...section.matchAll(/<!-- copied by test\/package\.test\.ts -->\n```(\w+)\n([\s\S]*?)\n```/g)].map(
-      ([, lang, code]) => ({ lang: lang!, code: code! }),
-    );
-    expect(copied.map((b) => b.lang)).toEqual(['sh', 'ts', 'ts', 'sh']);
-    const promised = [
-      ...section
-        .slice(section.indexOf('You should see'))
-        .split('.')[0]!
-        .matchAll(/`([^`]+)`/g),
-    ].map(([, said]) => said!);
-    expect(promised.length).toBeGreaterThan(0);
+    const section = (from: string, to: string) => readme.slice(readme.indexOf(from), readme.indexOf(to));
+    const node = section('## Quick start in your app, on Node', '## Quick start on Cloudflare');
+    const worker = section('## Quick start on Cloudflare', '## The documentation');
     const folder = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-quick-start-'));
     await chmod(folder, 0o755);
     const t = await database(false);
     const env: Record<string, string> = {};
-    let drainer: ReturnType<typeof startChild> | undefined;
+    const children: ReturnType<typeof startChild>[] = [];
     try {
-      for (const block of copied) {
-        if (block.lang === 'ts') {
-          const file = /^\/\/ (\S+)$/.exec(block.code.split('\n')[0]!)?.[1];
-          expect(file, block.code).toBeDefined();
-          await writeFile(path.join(folder, file!), `${block.code}\n`);
-          continue;
-        }
-        for (const raw of block.code.split('\n')) {
-          const line = raw.replace(/\s+#.*$/, '').trim();
-          if (!line) continue;
-          // The database the reader has: this test's own.
-          const exported = /^export (\w+)='[^']*'$/.exec(line);
-          if (exported) {
-            expect(exported[1]).toBe('DATABASE_URL');
-            env.DATABASE_URL = t.url;
-            continue;
-          }
-          // The one change the README names: until it is published, the tarball stands for `pgdrain`.
-          const command = line.replace(
-            /^npm install pgdrain\b/,
-            `npm install --prefer-offline --no-audit --no-fund ${path.join(dir, tarball.filename)}`,
-          );
-          if (/^npx pgdrain start\b/.test(command)) {
-            drainer = startChild('sh', ['-c', command], folder, { ...env, PORT: '0', LOG_FORMAT: 'json' }, true);
-            continue;
-          }
-          const ran = await run('sh', ['-c', command], folder, env);
-          expect(ran.code, `${command}\n${ran.stdout}\n${ran.stderr}`).toBe(0);
-        }
-      }
-      expect(drainer).toBeDefined();
-      await until(
-        async () => drainer!.output(),
-        (out) => promised.every((said) => out.includes(said)) || drainer!.child.exitCode !== null,
-        60_000,
-        `the drainer to say ${promised.join(' and ')}`,
-      );
-      for (const said of promised) expect(drainer!.output()).toContain(said);
+      // Node: the last command is the sidecar, which must say what the README promises.
+      const sidecar = await runCopied(node, folder, env, t.url, children);
+      await expectPromised(node, sidecar);
+      signalGroup(sidecar.child, 'SIGTERM');
+      await sidecar.exited;
+      // The Worker, in the same folder: wrangler dev, a job enqueued over HTTP, the cron asked to run.
+      const wranglerDev = await runCopied(worker, folder, env, t.url, children);
+      await expectPromised(worker, wranglerDev);
     } finally {
-      if (drainer) {
-        signalGroup(drainer.child, 'SIGTERM');
-        await drainer.exited;
+      for (const child of children) {
+        signalGroup(child.child, 'SIGTERM');
+        const stopped = await Promise.race([
+          child.exited.then(() => true),
+          new Promise((r) => setTimeout(() => r(false), 5_000)),
+        ]);
+        if (!stopped) signalGroup(child.child, 'SIGKILL');
       }
       await rm(folder, { recursive: true, force: true });
     }
-  }, 240_000);
+  }, 300_000);
 
   it('strict tsc without skipLibCheck finds nothing wrong in the published types (no optional dependency named in them)', async () => {
     await writeFile(

@@ -63,7 +63,7 @@ it("a job's life: the invoice is written in its job's transaction, and the email
   expect(await getJob(t.db, emailJob)).toBeNull(); // its kind keeps nothing
 });
 
-it('the quick start: the order and its job commit together; the drainer runs it', async () => {
+it('a kind and its enqueue with a Drizzle table: the order and its job commit together; the drainer runs it', async () => {
   const { quickStart, sendReceipt } = await import('../examples/quick-start.ts');
   await resetQueue(t);
   await quickStart(t.db, 'pen');
@@ -73,16 +73,6 @@ it('the quick start: the order and its job commit together; the drainer runs it'
   expect(await drain(t.db, new JobRegistry([sendReceipt]), { workerId: 'quick-start' })).toMatchObject({
     completed: 1,
   });
-});
-
-it("the Worker's quick start serves the API with the kind registered", async () => {
-  const worker = (await import('../examples/worker-quick-start.ts')).default;
-  expect(typeof worker.scheduled).toBe('function');
-  const res = await worker.fetch(new Request('http://worker/openapi.json'), {}, {
-    waitUntil: () => {},
-    passThroughOnException: () => {},
-  } as never);
-  expect(res.status).toBe(200);
 });
 
 it("the Worker with the queue's clock exports the Durable Object class beside its handlers", async () => {

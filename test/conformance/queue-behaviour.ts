@@ -108,12 +108,21 @@ export function queueBehaviourSuite(name: string, createHarness: () => Promise<H
         Array.from({ length: total }, (_, i) => ({ kind: 'count', payload: { n: i } })),
       );
       const runs = new Map<number, number>();
+      // Whoever connects first could claim everything before the others connect (under load, it
+      // did): the first handlers wait, up to 5 s, until a second worker runs one, so the drain is
+      // shared whoever wins the race to connect.
+      const drainers = new Set<string>();
+      let shared: () => void = () => {};
+      const sharing = new Promise<void>((resolve) => (shared = resolve));
       const registry = new JobRegistry([
         defineJob({
           kind: 'count',
           schema: z.object({ n: z.number() }),
-          handler: ({ n }) => {
+          handler: async ({ n }, ctx) => {
             runs.set(n, (runs.get(n) ?? 0) + 1);
+            drainers.add(String(ctx.job.lockedBy).split(':')[0]!);
+            if (drainers.size > 1) shared();
+            else await Promise.race([sharing, sleep(5_000)]);
           },
         }),
       ]);

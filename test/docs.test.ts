@@ -278,3 +278,29 @@ describe('names', () => {
     expect([...new Set(unknown)]).toEqual([]);
   });
 });
+
+describe('error codes', () => {
+  it("the HTTP API's error table lists every code the API answers, and no code it does not", () => {
+    const table = text('docs/http-api.md')
+      .split('\n')
+      .filter((line) => /^\| [1-5]\d\d \|/.test(line))
+      .flatMap((line) => [...line.split('|')[2]!.matchAll(/`([a-z_]+)`/g)].map(([, code]) => code!));
+    const source = ['src/http', 'src/http/routes', 'src/db', 'src/jobs']
+      .flatMap((dir) =>
+        readdirSync(path.join(ROOT, dir))
+          .filter((f) => f.endsWith('.ts'))
+          .map((f) => text(`${dir}/${f}`)),
+      )
+      .join('\n');
+    // What the routes throw, and the codes answered for the database's failures and refusals.
+    const thrown = new Set(
+      [...source.matchAll(/ApiError\(\s*\d+,\s*'([a-z_]+)'/g), ...source.matchAll(/\bcode: '([a-z_]+)'/g)].map(
+        ([, code]) => code!,
+      ),
+    );
+    thrown.delete('workflow_changed'); // a held run's `held.code`, not an error answer
+    thrown.delete('custom'); // zod's issue code, in the kinds' schemas
+    expect([...thrown].filter((code) => !table.includes(code)).sort()).toEqual([]);
+    expect(table.filter((code) => !source.includes(`'${code}'`)).sort()).toEqual([]);
+  });
+});

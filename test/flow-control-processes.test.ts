@@ -260,11 +260,25 @@ const postRunNow = (n: number) =>
   }).then((r) => r.status);
 
 const jobsLeft = async () => (await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs'))[0]!.n as number;
+/** `until`, and when it times out, the jobs left and their last errors in the failure (what a run
+ * under load left behind says why, where a count alone does not). */
+async function untilOrSayWhy<T>(probe: () => Promise<T>, ok: (value: T) => boolean, ms: number, what: string) {
+  try {
+    return await until(probe, ok, ms, what);
+  } catch (error) {
+    const left = await t.query(
+      `SELECT id, kind, status, attempts, lost_attempts, payload->>'n' AS n, last_error FROM pgdrain.jobs ORDER BY id`,
+    );
+    throw new Error(`${(error as Error).message}; jobs left: ${JSON.stringify(left)}`);
+  }
+}
 
 describe('limits across two sidecar processes and the Worker', () => {
   it('globalConcurrency 3: never more than 3 held across sidecars, cron invocations and run-now, and each of them holds slots', async () => {
-    // Each sidecar runs one job at a time, so the third slot is only ever the Worker's.
-    await startSidecars(2, { CONCURRENCY: '1' });
+    // Each sidecar runs one job at a time, so the third slot is only ever the Worker's. Nothing here
+    // waits for a lease to end: a longer one than the file's 3 s keeps a loaded machine's late
+    // renewals from losing runs the count waits for.
+    await startSidecars(2, { CONCURRENCY: '1', VISIBILITY_TIMEOUT_SECONDS: '10' });
     gate.hold();
     await enqueueMany(
       t.db,
@@ -298,7 +312,7 @@ describe('limits across two sidecar processes and the Worker', () => {
     );
     gate.open();
     await crons;
-    await until(
+    await untilOrSayWhy(
       async () => ended('limited').size,
       (n) => n === 21,
       20_000,

@@ -426,7 +426,8 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
               if (attempt < 3) throw new Error(`try ${attempt} failed`);
               return attempt;
             },
-            { maxAttempts: 3, backoff: { baseSeconds: 0.05 } },
+            // A backoff longer than a drain on a loaded machine: the first drain ends at the snooze.
+            { maxAttempts: 3, backoff: { baseSeconds: 0.5 } },
           ),
       });
       const registry = new JobRegistry([flow]);
@@ -436,7 +437,7 @@ export function workflowSuite(name: string, createHarness: () => Promise<Harness
       expect(first).toMatchObject({ status: 'failed', attempts: 1, error: 'try 1 failed' });
       expect(first!.wake_at).not.toBeNull();
       expect(await job(id)).toMatchObject({ status: 'pending', attempts: 0 });
-      for (let round = 0; round < 10 && (await job(id)).status !== 'completed'; round++) {
+      for (let round = 0; round < 60 && (await job(id)).status !== 'completed'; round++) {
         await sleep(120);
         await run(registry);
       }

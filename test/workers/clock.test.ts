@@ -90,6 +90,14 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
     return res;
   };
   /** The runs recorded with `tag`, once there are `n` of them (or after `ms`). */
+  /** The jobs left once every completion has committed (0), waiting up to 5 s for them. */
+  const jobsGone = () =>
+    until(
+      async () => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n),
+      (n) => n === 0,
+      5_000,
+      'the completions to commit',
+    );
   const runs = async (tag: string, n = 1, ms = 8_000) => {
     const deadline = Date.now() + ms;
     for (;;) {
@@ -187,13 +195,7 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
     const [done] = await runs('flow-done-7');
     expect(done, 'the event ran it on, by the alarm').toBeDefined();
     // The step's effect is seen before the run's completion commits: the job goes right after it.
-    const left = await until(
-      async () => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n),
-      (n) => n === 0,
-      5_000,
-      'the completed run to be gone',
-    );
-    expect(left).toBe(0);
+    expect(await jobsGone()).toBe(0);
   }, 30_000);
 
   it('a lease that ended on a killed invocation: reaped when it ends, and run then', async () => {
@@ -267,13 +269,7 @@ describe('scheduled() and the alarm with the clock (Neon path)', () => {
     expect(rows).toHaveLength(60);
     expect(new Set(rows.map((r) => r.job_id)).size).toBe(60);
     // A run is recorded as its handler starts; its completion commits after.
-    const left = await until(
-      async () => Number((await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs`))[0]!.n),
-      (n) => n === 0,
-      5_000,
-      'the last completions',
-    );
-    expect(left).toBe(0);
+    expect(await jobsGone()).toBe(0);
   });
 });
 

@@ -637,7 +637,7 @@ describe('a database restart under load', () => {
     await migrateDatabase(server.url);
     const runsFile = path.join(dir, 'runs.txt');
     await writeFile(runsFile, '');
-    const pool = new pg.Pool({ connectionString: server.url, max: 2, connectionTimeoutMillis: 1000 });
+    const pool = new pg.Pool({ connectionString: server.url, max: 2, connectionTimeoutMillis: 10_000 });
     pool.on('error', () => {});
     try {
       const p = await startSidecarProcess(

@@ -29,6 +29,10 @@ export const JOB_DEFAULTS = { maxAttempts: 3, priority: 0, timeoutMs: 30_000, vi
  * max_attempts, while a job that kills its process every time still ends. */
 export const MAX_LOST_ATTEMPTS = 5;
 
+/** A job's attempt log (GET /jobs/:id `attemptLog`) keeps its last this many ended attempts: a job
+ * with a larger max_attempts shows its latest ones, and its row stays small. */
+export const MAX_ATTEMPT_LOG = 25;
+
 /** Jobs claimed by one sidecar between two VACUUMs of the jobs table, unless VACUUM_EVERY_JOBS says
  * (sidecar/queue-vacuum.ts). */
 export const DEFAULT_VACUUM_EVERY_JOBS = 25_000;

@@ -41,6 +41,7 @@ export {
   LIVE_STATUSES,
   MAX_DEDUPE_KEY_LENGTH,
   MAX_GROUP_KEY_LENGTH,
+  MAX_ATTEMPT_LOG,
   MAX_LOST_ATTEMPTS,
   PGDRAIN_SCHEMA,
   PRIORITY_BOUNDS,
@@ -126,6 +127,11 @@ const jobColumns = () => ({
   /** Why a `waiting` run is held, when it is (its code no longer matches its history:
    * `{ code: 'workflow_changed', message, step, position, recorded, called, at }`); NULL otherwise. */
   held: jsonb('held'),
+  /** Its attempts that ended without completing, oldest first, the last MAX_ATTEMPT_LOG of them:
+   * `{ attempt, outcome: 'failed' | 'lost', startedAt, endedAt, drainer, error }`. Written only by
+   * the statements that fail or reap an attempt: a job that completes first time writes nothing
+   * here. NULL: none ended so. */
+  attemptLog: jsonb('attempt_log'),
 });
 
 export const jobs = pgdrainSchema.table(

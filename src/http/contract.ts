@@ -9,6 +9,7 @@ import {
   KIND_PATTERN,
   KIND_PATTERN_MESSAGE,
   MAX_DEDUPE_KEY_LENGTH,
+  MAX_GROUP_KEY_LENGTH,
 } from '../db/schema.ts';
 import {
   JOB_ID_PATTERN,
@@ -103,9 +104,52 @@ export const batchInput = z
   })
   .meta({ id: 'BatchInput' });
 
+/** GET /jobs?payload= is at most this long: a search, not a document. */
+export const MAX_PAYLOAD_MATCH_CHARS = 2000;
+
+/** True when `text` is JSON for an object PostgreSQL can read as jsonb (what a payload search
+ * matches with): no string or key holds U+0000 or a lone surrogate. */
+function isJsonObjectText(text: string): boolean {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return false;
+  }
+  const storable = (v: unknown): boolean =>
+    typeof v === 'string'
+      ? !v.includes('\u0000') && v.isWellFormed()
+      : v === null || typeof v !== 'object' || Object.entries(v).every(([k, x]) => storable(k) && storable(x));
+  return value !== null && typeof value === 'object' && !Array.isArray(value) && storable(value);
+}
+
 export const listQuery = z.strictObject({
   status: jobStatus.optional().meta({ description: 'Only jobs in this state.' }),
   kind: z.string().regex(KIND_PATTERN, KIND_MESSAGE).optional().meta({ description: 'Only jobs of this kind.' }),
+  dedupeKey: z
+    .string()
+    .min(1)
+    .max(MAX_DEDUPE_KEY_LENGTH)
+    .optional()
+    .meta({ description: 'Only the job with this dedupe key (while its row exists).' }),
+  groupKey: z
+    .string()
+    .min(1)
+    .max(MAX_GROUP_KEY_LENGTH)
+    .optional()
+    .meta({ description: 'Only jobs of this group key (groupConcurrency, fair kinds, per-key rates).' }),
+  payload: z
+    .string()
+    .max(MAX_PAYLOAD_MATCH_CHARS)
+    .refine(isJsonObjectText, 'a JSON object the payload must contain, such as {"orderId":42}')
+    .optional()
+    .meta({
+      description:
+        'Only jobs whose payload contains this JSON object (PostgreSQL `@>`: {"orderId":42} finds ' +
+        '{"orderId":42,"total":9}). Reads the jobs newest first until the page is full: narrow it with kind or ' +
+        'status on a large table. Kinds that hide part of their payload (the webhook kind) are never matched.',
+      example: '{"orderId":42}',
+    }),
   limit: z.coerce.number<number>().int().min(1).max(500).default(50).meta({ description: 'Page size, 1-500.' }),
   cursor: z
     .string()
@@ -223,6 +267,7 @@ export const job = z
     maxAttempts: z.int().min(1),
     priority: z.int(),
     groupKey: z.string().nullable(),
+    dedupeKey: z.string().nullable().meta({ description: 'Its dedupe key (enqueued with one), else null.' }),
     runAt: timestamp,
     lockedAt: timestamp.nullable(),
     lockedBy: z.string().nullable(),
@@ -260,6 +305,22 @@ export const job = z
       description:
         'A dead job of a kind with a dead-letter kind (deadLetter): the job its death enqueued (GET /jobs/:id only).',
     }),
+    attemptLog: z
+      .array(z.lazy(() => attemptLogEntry))
+      .optional()
+      .meta({
+        description:
+          'Its attempts that failed or were lost, oldest first (the last 25), each with its drainer and error ' +
+          '(GET /jobs/:id only). A running attempt is lockedAt/lockedBy; the one that completed it, finishedAt.',
+      }),
+    dependsOn: z
+      .array(z.lazy(() => linkedJob))
+      .optional()
+      .meta({ description: 'The jobs it waits or waited for (after), with their state (GET /jobs/:id only).' }),
+    dependents: z
+      .array(z.lazy(() => linkedJob))
+      .optional()
+      .meta({ description: 'The jobs waiting or that waited for it (GET /jobs/:id only).' }),
     steps: z
       .array(z.lazy(() => workflowStep))
       .optional()
@@ -276,6 +337,31 @@ export const job = z
   })
   .meta({ id: 'Job' });
 export type Job = z.output<typeof job>;
+
+/** One attempt of a job that failed or was lost (GET /jobs/:id attemptLog). */
+export const attemptLogEntry = z
+  .object({
+    attempt: z.int().min(0).meta({ description: 'Its number (attempts restart at 0 when a person retries the job).' }),
+    outcome: z.enum(['failed', 'lost']).meta({
+      description: 'failed: its handler threw or timed out; lost: its drainer died or stopped renewing the lease.',
+    }),
+    startedAt: timestamp.nullable(),
+    endedAt: timestamp,
+    drainer: z.string().nullable().meta({ description: 'The lock token of the drainer that ran it.' }),
+    error: z.string().meta({ description: 'Why it ended (up to 4,000 characters).' }),
+  })
+  .meta({ id: 'AttemptLogEntry' });
+export type AttemptLogEntry = z.output<typeof attemptLogEntry>;
+
+/** A job another one names: a dependency or a dependent. */
+export const linkedJob = z
+  .object({
+    id: jobId,
+    kind: z.string().nullable().meta({ description: 'null: its row is gone (completed and not kept).' }),
+    status: jobStatus.nullable().meta({ description: 'null: its row is gone (completed and not kept).' }),
+  })
+  .meta({ id: 'LinkedJob' });
+export type LinkedJob = z.output<typeof linkedJob>;
 
 /** A workflow's step as GET /jobs/:id shows it. */
 export const workflowStep = z
@@ -343,7 +429,7 @@ export const eventSent = z
 export type EventSent = z.output<typeof eventSent>;
 
 export const jobSummary = job
-  .omit({ payload: true, steps: true, waitingOn: true })
+  .omit({ payload: true, steps: true, waitingOn: true, attemptLog: true, dependsOn: true, dependents: true })
   .extend({
     payloadBytes: z
       .int()

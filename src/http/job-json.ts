@@ -4,14 +4,32 @@
 // start of it, never the whole (GET /jobs/:id has it).
 import type { JobRegistry } from '../jobs/registry.ts';
 import { type Job, type JobSummary, type StoredStep, SUMMARY_PAYLOAD_BYTES } from '../queries/index.ts';
-import type { Job as JobBody, JobSummary as JobSummaryBody, WorkflowStep } from './contract.ts';
+import type { AttemptLogEntry, Job as JobBody, JobSummary as JobSummaryBody, WorkflowStep } from './contract.ts';
 
 /** A list's preview of a payload is at most this many characters. */
 export const PAYLOAD_PREVIEW_CHARS = 120;
 
 /** A job as the API shows it. */
 export function jobJson(job: Job, registry?: JobRegistry): JobBody {
-  return { ...commonJson(job), payload: shownPayload(job.kind, job.payload, registry) };
+  return {
+    ...commonJson(job),
+    payload: shownPayload(job.kind, job.payload, registry),
+    attemptLog: attemptLogJson(job.attemptLog),
+  };
+}
+
+/** The attempt log as stored (jsonb_build_object's timestamps) in the API's shape. */
+function attemptLogJson(log: unknown): AttemptLogEntry[] {
+  if (!Array.isArray(log)) return [];
+  const iso = (at: unknown) => (typeof at === 'string' ? new Date(at).toISOString() : null);
+  return (log as Record<string, unknown>[]).map((entry) => ({
+    attempt: Number(entry.attempt),
+    outcome: entry.outcome === 'lost' ? 'lost' : 'failed',
+    startedAt: iso(entry.startedAt),
+    endedAt: iso(entry.endedAt) ?? new Date(0).toISOString(),
+    drainer: typeof entry.drainer === 'string' ? entry.drainer : null,
+    error: String(entry.error ?? ''),
+  }));
 }
 
 /** A job as a list shows it: its payload's size and a preview. */
@@ -35,7 +53,7 @@ function payloadPreview(job: JobSummary, registry: JobRegistry | undefined): str
   return text.length > PAYLOAD_PREVIEW_CHARS ? `${text.slice(0, PAYLOAD_PREVIEW_CHARS - 1)}…` : text;
 }
 
-function commonJson(job: Omit<Job, 'payload'>): Omit<JobBody, 'payload'> {
+function commonJson(job: Omit<Job, 'payload' | 'attemptLog'>): Omit<JobBody, 'payload'> {
   return {
     id: job.id,
     kind: job.kind,
@@ -44,6 +62,7 @@ function commonJson(job: Omit<Job, 'payload'>): Omit<JobBody, 'payload'> {
     maxAttempts: job.maxAttempts,
     priority: job.priority,
     groupKey: job.groupKey,
+    dedupeKey: job.dedupeKey,
     runAt: job.runAt.toISOString(),
     lockedAt: job.lockedAt?.toISOString() ?? null,
     lockedBy: job.lockedBy,

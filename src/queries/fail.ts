@@ -1,8 +1,8 @@
 // fail: below max_attempts the job goes back to pending with run_at pushed out by exponential
 // backoff with jitter (capped); at max_attempts, or for a permanent failure, it becomes dead and
 // waits for a person. Fenced by the claim's lock token like complete.
-import { sql } from 'drizzle-orm';
-import { jobs } from '../db/schema.ts';
+import { type SQL, sql } from 'drizzle-orm';
+import { MAX_ATTEMPT_LOG, jobs } from '../db/schema.ts';
 import type { SettleOptions } from './complete.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
@@ -12,6 +12,18 @@ import { ENDED_COLUMNS, ENDED_FOLLOWED, RELEASED_KINDS, afterJobsEnded } from '.
 
 /** last_error is kept to this many characters so a huge stack cannot bloat the row. */
 export const MAX_ERROR_LENGTH = 4000;
+
+/** The attempt log of the row `j` (an UPDATE's old values) with its ending attempt appended: when
+ * it started, on which drainer, that it failed or was lost, and why; the oldest entry dropped once
+ * the log holds MAX_ATTEMPT_LOG. Only the statements that end an attempt without completing it
+ * (failJobs, reap) write it. */
+export function attemptLogWith(outcome: 'failed' | 'lost', error: SQL): SQL {
+  const entry = sql`jsonb_build_object('attempt', j.attempts, 'outcome', ${outcome}::text, 'startedAt', j.locked_at,
+    'endedAt', now(), 'drainer', j.locked_by, 'error', ${error})`;
+  const log = sql`coalesce(j.attempt_log, '[]'::jsonb)`;
+  return sql`CASE WHEN jsonb_array_length(${log}) >= ${MAX_ATTEMPT_LOG}::int THEN ${log} - 0 ELSE ${log} END
+    || jsonb_build_array(${entry})`;
+}
 
 export interface Backoff {
   /** Delay after the first failure before jitter; doubles with each attempt. Default 1 s. */
@@ -87,6 +99,7 @@ export async function failJobs(
           finished_at = CASE WHEN ${ending} IS NOT NULL THEN now() END,
           keep_until = CASE
             WHEN j.cancel_requested_at IS NOT NULL THEN now() + make_interval(secs => coalesce(j.keep_seconds, 0)) END,
+          attempt_log = ${attemptLogWith('failed', sql`h.error`)},
           locked_at = NULL, locked_by = NULL, locked_until = NULL, last_error = h.error
         FROM ${failed} WHERE ${fenced(failures)}
         RETURNING ${ENDED_COLUMNS}, j.status, extract(epoch from j.run_at) * 1000 AS run_at_ms, j.attempts`;

@@ -72,6 +72,7 @@ export {
   getFinishedJob,
   watchJob,
   getDependencies,
+  getJobLinks,
   listJobs,
   stats,
   emptyKindStats,

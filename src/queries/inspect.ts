@@ -1,6 +1,6 @@
 // Inspection and repair: what a person (or the HTTP API) uses to look at the queue and act on
 // dead jobs. None of these are on the drain's hot path.
-import { and, desc, eq, getTableColumns, getViewSelectedFields, lt, sql } from 'drizzle-orm';
+import { and, desc, eq, getTableColumns, getViewSelectedFields, inArray, lt, not, sql } from 'drizzle-orm';
 import {
   type JobRow,
   type JobStatus,
@@ -74,9 +74,42 @@ export async function getDependencies(
   return rows.map((r) => ({ ...r, id: String(r.id) }));
 }
 
+/** A job that another names: one it waits for, or one waiting for it. kind and status are null when
+ * its row is gone and no note of how it ended is left. */
+export interface LinkedJob {
+  id: string;
+  kind: string | null;
+  status: JobStatus | null;
+}
+
+/** The jobs `id` waits or waited for (`after`) and those that wait or waited for it, in id order.
+ * One statement over job_dependencies' two indexes; a job that was gone is read from its note. */
+export async function getJobLinks(db: Db, id: string): Promise<{ dependsOn: LinkedJob[]; dependents: LinkedJob[] }> {
+  const rows = await rowsOf<LinkedJob & { side: 'dependsOn' | 'dependents' }>(
+    db,
+    sql`SELECT l.side, l.id::text AS id, coalesce(j.kind, f.kind) AS kind, coalesce(j.status, f.status) AS status
+          FROM (SELECT 'dependsOn' AS side, depends_on AS id FROM ${jobDependencies} WHERE job_id = ${id}::bigint
+                UNION ALL
+                SELECT 'dependents', job_id FROM ${jobDependencies} WHERE depends_on = ${id}::bigint) l
+          LEFT JOIN ${jobsAndHistory} j ON j.id = l.id
+          LEFT JOIN ${finishedJobs} f ON f.id = l.id
+         ORDER BY l.id`,
+  );
+  const links = { dependsOn: [] as LinkedJob[], dependents: [] as LinkedJob[] };
+  for (const { side, ...job } of rows) links[side].push({ ...job, id: String(job.id) });
+  return links;
+}
+
 export interface ListOptions {
   status?: JobStatus;
   kind?: string;
+  dedupeKey?: string;
+  groupKey?: string;
+  /** JSON text of an object the payload must contain (`@>`). */
+  payloadContains?: string;
+  /** Kinds never matched by payloadContains: those that hide part of their payload from readers
+   * (a search would tell a reader what the hidden part holds). */
+  hiddenPayloadKinds?: readonly string[];
   limit: number;
   /** The id of the last job of the previous page; pages go newest first. */
   before?: string;
@@ -85,7 +118,7 @@ export interface ListOptions {
 /** A job as a list shows it: everything but its payload, of which only its size and, when small,
  * the payload itself (for a preview) are read. A page of 1 MB payloads costs what a page of small
  * ones does. */
-export type JobSummary = Omit<Job, 'payload'> & {
+export type JobSummary = Omit<Job, 'payload' | 'attemptLog'> & {
   /** The payload's size as JSON text, in bytes. */
   payloadBytes: number;
   /** The payload, when payloadBytes is at most SUMMARY_PAYLOAD_BYTES; else null. */
@@ -102,7 +135,9 @@ export async function listJobs(
   db: Db,
   options: ListOptions,
 ): Promise<{ jobs: JobSummary[]; nextCursor: string | null }> {
-  const { payload: _payload, ...columns } = getViewSelectedFields(jobsAndHistory);
+  const { payload: _payload, attemptLog: _log, ...columns } = getViewSelectedFields(jobsAndHistory);
+  const searched = options.payloadContains;
+  const hidden = searched ? (options.hiddenPayloadKinds ?? []) : [];
   const text = sql`${jobsAndHistory.payload}::text`;
   const rows = await db
     .select({
@@ -117,6 +152,10 @@ export async function listJobs(
       and(
         options.status ? eq(jobsAndHistory.status, options.status) : undefined,
         options.kind ? eq(jobsAndHistory.kind, options.kind) : undefined,
+        options.dedupeKey ? eq(jobsAndHistory.dedupeKey, options.dedupeKey) : undefined,
+        options.groupKey ? eq(jobsAndHistory.groupKey, options.groupKey) : undefined,
+        searched ? sql`${jobsAndHistory.payload} @> ${searched}::jsonb` : undefined,
+        hidden.length > 0 ? not(inArray(jobsAndHistory.kind, [...hidden])) : undefined,
         options.before ? lt(jobsAndHistory.id, options.before) : undefined,
       ),
     )

@@ -13,6 +13,7 @@ import { JOB_DEFAULTS, MAX_LOST_ATTEMPTS, jobs } from '../db/schema.ts';
 import { countFailed } from './counts.ts';
 import { type Db, rowsOf } from './db.ts';
 import { DEAD_LETTERED, DEAD_LETTER_KINDS } from './dead-letter.ts';
+import { attemptLogWith } from './fail.ts';
 import { ENDED_COLUMNS, ENDED_FOLLOWED, afterJobsEnded } from './job-ended.ts';
 
 export interface ReapResult {
@@ -58,6 +59,7 @@ export async function reap(
             THEN 'lost ' || lost_attempts + 1 || ' times with its drainer (it died or stopped renewing the lease while '
               || 'the job ran; a handler that kills its process ends so); the last: ' || ${why}
             ELSE ${why} END,
+          attempt_log = ${attemptLogWith('lost', why)},
           lost_attempts = lost_attempts + 1,
           attempts = greatest(attempts - 1, 0),
           finished_at = CASE WHEN cancel_requested_at IS NOT NULL OR ${spent} THEN now() END,

@@ -3,7 +3,8 @@
 // Hyperdrive paths (test/worker-dev-api.test.ts). Each test asserts on the responses and on the
 // rows in a real PostgreSQL.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { claim, writeKinds } from '../../src/queries/index.ts';
+import { MAX_ATTEMPT_LOG } from '../../src/db/schema.ts';
+import { claim, fail, reap, writeKinds } from '../../src/queries/index.ts';
 import type { TestDatabase } from '../support/database.ts';
 import { resetQueue } from '../support/harness.ts';
 import { until } from '../support/time.ts';
@@ -487,6 +488,7 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           maxAttempts: 3,
           priority: 0,
           groupKey: null,
+          dedupeKey: null,
           runAt: expect.any(String),
           lockedAt: null,
           lockedBy: null,
@@ -500,6 +502,9 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
           timeoutMs: null,
           version: 1,
           held: null,
+          attemptLog: [],
+          dependsOn: [],
+          dependents: [],
         });
         await expectError(await get('/jobs/999999999'), 404, 'not_found', 'does not exist');
         await expectError(await get('/jobs/abc'), 400, 'invalid_id');
@@ -534,6 +539,106 @@ export function httpApiContract(name: string, startTarget: () => Promise<ApiTarg
         await expectError(await get('/jobs?status=finished'), 400, 'invalid_request', 'query.status');
         await expectError(await get('/jobs?limit=501'), 400, 'invalid_request', 'query.limit');
         await expectError(await get('/jobs?cursor=xyz'), 400, 'invalid_request', 'query.cursor');
+      });
+
+      it("GET /jobs/:id tells a job's story: each failed or lost attempt with its drainer and error, what it waits for and what waits for it", async () => {
+        const enqueued = await post('/jobs', { kind: 'noop', payload: { orderId: 7 }, dedupeKey: 'order-7' });
+        const { id } = await enqueued.json();
+        const child = (await (await post('/jobs', { kind: 'noop', payload: 1, after: [id] })).json()).id;
+        const claimOne = async (lockToken: string) => {
+          await t.query(`UPDATE pgdrain.jobs SET run_at = now() WHERE id = $1`, [id]);
+          const [job] = await claim(t.db, { batchSize: 1, lockToken, kinds: ['noop'] });
+          expect(job?.id).toBe(id);
+          return job!;
+        };
+        // The statements a drain settles with: a failed attempt, then one whose drainer went away.
+        const first = await claimOne('checkout-drainer:1');
+        expect(await fail(t.db, first, { error: 'Error: card declined\n    at charge (jobs.ts:3:9)' })).toMatchObject({
+          outcome: 'retry',
+        });
+        await claimOne('other-drainer:2');
+        await t.query(`UPDATE pgdrain.jobs SET locked_until = now() - interval '1 second' WHERE id = $1`, [id]);
+        expect((await reap(t.db)).reclaimed).toEqual([id]);
+        const shown = await (await get(`/jobs/${id}`)).json();
+        expect(shown).toMatchObject({ status: 'pending', attempts: 1, dedupeKey: 'order-7', dependsOn: [] });
+        expect(shown.attemptLog).toEqual([
+          {
+            attempt: 1,
+            outcome: 'failed',
+            startedAt: expect.any(String),
+            endedAt: expect.any(String),
+            drainer: 'checkout-drainer:1',
+            error: 'Error: card declined\n    at charge (jobs.ts:3:9)',
+          },
+          {
+            attempt: 2,
+            outcome: 'lost',
+            startedAt: expect.any(String),
+            endedAt: expect.any(String),
+            drainer: 'other-drainer:2',
+            error: expect.stringContaining('visibility timeout: other-drainer:2 held the job past its lease'),
+          },
+        ]);
+        for (const entry of shown.attemptLog)
+          expect(Date.parse(entry.startedAt)).toBeLessThanOrEqual(Date.parse(entry.endedAt));
+        expect(shown.dependents).toEqual([{ id: child, kind: 'noop', status: 'waiting' }]);
+        expect((await (await get(`/jobs/${child}`)).json()).dependsOn).toEqual([
+          { id, kind: 'noop', status: 'pending' },
+        ]);
+        // The log keeps the latest attempts: at its bound, the oldest goes.
+        await t.query(
+          `UPDATE pgdrain.jobs SET attempt_log = (SELECT jsonb_agg(jsonb_build_object('attempt', n, 'outcome', 'failed',
+             'startedAt', now(), 'endedAt', now(), 'drainer', 'old', 'error', 'old ' || n)) FROM generate_series(1, $2::int) n)
+           WHERE id = $1`,
+          [id, MAX_ATTEMPT_LOG],
+        );
+        await fail(t.db, await claimOne('checkout-drainer:3'), { error: 'the newest' });
+        const log = (await (await get(`/jobs/${id}`)).json()).attemptLog;
+        expect(log).toHaveLength(MAX_ATTEMPT_LOG);
+        expect([log[0].error, log.at(-1).error]).toEqual(['old 2', 'the newest']);
+        // A list shows neither the log nor the links.
+        const listed = (await (await get('/jobs?kind=noop&status=pending')).json()).jobs[0];
+        expect(listed).toMatchObject({ id, dedupeKey: 'order-7' });
+        expect(Object.keys(listed)).not.toContain('attemptLog');
+      });
+
+      it('GET /jobs finds jobs by dedupe key, group key and a payload field; a payload search never matches a kind that hides part of its payload', async () => {
+        const id = async (job: Record<string, unknown>) => (await (await post('/jobs', job)).json()).id as string;
+        const order = await id({ kind: 'noop', payload: { orderId: 42, total: 9 }, dedupeKey: 'ord-42' });
+        const grouped = await id({
+          kind: 'noop',
+          payload: { orderId: 43, lines: [{ sku: 'a' }] },
+          groupKey: 'customer-1',
+        });
+        await id({
+          kind: 'webhook',
+          payload: { url: 'https://hooks.example.com/a', headers: { Authorization: 'Bearer s3cret' }, orderId: 42 },
+        });
+        const found = async (query: string) =>
+          (await (await get(`/jobs?${query}`)).json()).jobs.map((j: { id: string }) => j.id);
+        const payload = (json: unknown) => `payload=${encodeURIComponent(JSON.stringify(json))}`;
+        expect(await found('dedupeKey=ord-42')).toEqual([order]);
+        expect(await found('groupKey=customer-1')).toEqual([grouped]);
+        expect(await found(payload({ orderId: 42 }))).toEqual([order]);
+        expect(await found(payload({ lines: [{ sku: 'a' }] }))).toEqual([grouped]);
+        expect(await found(`${payload({ orderId: 43 })}&status=dead`)).toEqual([]);
+        // The webhook's headers are hidden from readers: no search can tell what they hold.
+        expect(await found(payload({ headers: { Authorization: 'Bearer s3cret' } }))).toEqual([]);
+        for (const bad of [
+          '[1]',
+          '42',
+          'not json',
+          '{"a":"\\u0000"}',
+          '{"a":"\\ud800"}',
+          `{"a":"${'x'.repeat(2000)}"}`,
+        ])
+          await expectError(
+            await get(`/jobs?payload=${encodeURIComponent(bad)}`),
+            400,
+            'invalid_request',
+            'query.payload',
+          );
+        await expectError(await get('/jobs?dedupeKey='), 400, 'invalid_request', 'query.dedupeKey');
       });
 
       it('POST /jobs/:id/retry revives a dead job with attempts reset; 409 for one that is not dead', async () => {

@@ -99,6 +99,9 @@ describe('GET /openapi.json', () => {
     expect(doc.paths['/jobs']!.get!.parameters!.map((p) => `${p.in} ${p.name}`)).toEqual([
       'query status',
       'query kind',
+      'query dedupeKey',
+      'query groupKey',
+      'query payload',
       'query limit',
       'query cursor',
     ]);

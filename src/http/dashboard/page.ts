@@ -40,8 +40,19 @@ const LISTED = [
   ['running', 'Running'],
   ['waiting', 'Waiting (other jobs, workflow steps)'],
   ['pending', 'Pending'],
+  ['dead', 'Dead'],
   ['completed', 'Completed (kinds that keep them)'],
   ['cancelled', 'Cancelled (kinds that keep them)'],
+  ['', 'Any status'],
+] as const;
+
+/** Find a job: by its id (opens its page), or list those matching every field given. */
+const SEARCH = [
+  ['search-id', 'Job id', 'numeric', '1234'],
+  ['search-kind', 'Kind', 'text', 'email'],
+  ['search-dedupe', 'Dedupe key', 'text', ''],
+  ['search-group', 'Group key', 'text', ''],
+  ['search-payload', 'Payload contains', 'text', '{"orderId": 42}'],
 ] as const;
 
 /** The page: its head, the token form, and the view of the queue (filled in by the script). */
@@ -52,9 +63,13 @@ export function dashboardPage(options: DashboardPageOptions) {
 ${topAndLogin()}
 <main id="view" hidden>
   <p id="readonly-note" class="banner info" hidden>${READ_ONLY_NOTE}</p>
+  <div id="queue-page">
 ${totalsAndKinds(options)}
 ${throughputSection(options)}
 ${jobsSections()}
+  </div>
+${jobPage()}
+${kindPage(options)}
 </main>
 </body>
 </html>
@@ -136,10 +151,18 @@ function throughputSection(options: DashboardPageOptions) {
 function jobsSections() {
   return html`  <section>
     <h2>Jobs <span id="jobs-count" class="muted"></span></h2>
-    <p class="filter"><label for="jobs-status">Showing</label>
-      <select id="jobs-status">${LISTED.map(
+    <form id="job-search" class="search" role="search">
+      <label>Status <select id="jobs-status">${LISTED.map(
         ([value, label]) => html`<option value="${value}">${label}</option>`,
-      )}</select></p>
+      )}</select></label>
+      ${SEARCH.map(
+        ([id, label, mode, example]) =>
+          html`<label>${label} <input id="${id}" inputmode="${mode}" placeholder="${example}" autocomplete="off"
+            spellcheck="false"></label>`,
+      )}
+      <span class="buttons"><button type="submit">Find</button>
+        <button id="search-clear" type="button" class="link">Clear</button></span>
+    </form>
     <div class="scroll">
       <table id="jobs">
         <thead><tr><th>Job</th><th>Kind</th><th>Status</th><th>Progress or result</th><th>When</th>
@@ -147,18 +170,7 @@ function jobsSections() {
         <tbody></tbody>
       </table>
     </div>
-    <p id="jobs-empty" class="muted" hidden>No jobs in this state.</p>
-    <div id="job-detail" class="job-detail" hidden>
-      <h3><span id="job-title"></span> <button id="job-close" type="button" class="link">Close</button></h3>
-      <dl id="job-facts"></dl>
-      <div id="job-steps" class="scroll" hidden>
-        <table id="steps">
-          <thead><tr><th>Step</th><th>Status</th><th class="num">Tries</th><th>Started</th><th>Timeline</th>
-            <th>Result, error or what it waits for</th></tr></thead>
-          <tbody></tbody>
-        </table>
-      </div>
-    </div>
+    <p id="jobs-empty" class="muted" hidden>No jobs match.</p>
   </section>
 
   <section>
@@ -206,4 +218,80 @@ function jobsSections() {
       </table>
     </div>
   </section>`;
+}
+
+/** One job's page (#/jobs/:id), filled in by ./browser/job-page.ts. */
+function jobPage() {
+  return html`<div id="job-page" class="page" hidden>
+  <p class="crumbs"><a id="job-close" href="#/">← The queue</a></p>
+  <h2 id="job-title"></h2>
+  <p id="job-gone" class="banner info" hidden></p>
+  <div id="job-detail" class="job-detail">
+    <p id="job-why" class="why"></p>
+    <p id="job-actions" class="actions"></p>
+    <dl id="job-facts"></dl>
+    <h3>Payload</h3>
+    <pre id="job-payload" class="json"></pre>
+    <h3>Attempts</h3>
+    <p id="attempts-empty" class="muted" hidden>No attempt yet.</p>
+    <div id="attempts-box" class="scroll">
+      <table id="attempts">
+        <thead><tr><th class="num">#</th><th>Outcome</th><th>Started</th><th>Ended</th><th class="num">Took</th>
+          <th>Drainer</th><th>Error</th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </div>
+    <p id="attempts-note" class="muted"></p>
+    <div hidden><h3>Runs after</h3><ul id="job-depends-on" class="links"></ul></div>
+    <div hidden><h3>Waited for by</h3><ul id="job-dependents" class="links"></ul></div>
+    <div id="job-steps" hidden>
+      <h3>Workflow steps</h3>
+      <div class="scroll">
+        <table id="steps">
+          <thead><tr><th>Step</th><th>Status</th><th class="num">Tries</th><th>Started</th><th class="num">Took</th>
+            <th>Timeline</th><th>Result, error or what it waits for</th>
+            <th><span class="sr">Actions</span></th></tr></thead>
+          <tbody></tbody>
+        </table>
+      </div>
+    </div>
+  </div>
+</div>`;
+}
+
+/** One kind's page (#/kinds/:kind), filled in by ./browser/kind-page.ts. */
+function kindPage(options: DashboardPageOptions) {
+  return html`<div id="kind-page" class="page" hidden>
+  <p class="crumbs"><a href="#/">← The queue</a></p>
+  <h2 id="kind-title"></h2>
+  <div id="kind-detail" hidden>
+  <section class="cards" id="kind-counts" aria-label="Its jobs by state"></section>
+  <ul id="kind-notes" class="notes"></ul>
+  <p id="kind-actions" class="actions"></p>
+  <h3>Definition</h3>
+  <dl id="kind-definition" class="facts"></dl>
+  <div id="kind-schedules-box" hidden>
+    <h3>Schedules</h3>
+    <div class="scroll">
+      <table id="kind-schedules">
+        <thead><tr><th>Name</th><th>When</th><th>Next run</th><th>Last enqueued</th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </div>
+  </div>
+  <h3>Throughput, last hour</h3>
+  ${options.countsRecorded ? '' : html`<p class="banner info">${COUNTS_OFF_NOTE}</p>`}
+  <p id="kind-throughput-summary" class="muted"></p>
+  <div id="kind-chart" class="chart" role="img" aria-label="This kind's jobs completed and failed per minute"></div>
+  <h3>Newest jobs</h3>
+  <p id="kind-jobs-empty" class="muted" hidden>None in the queue (completed jobs of kinds that keep nothing
+    are gone).</p>
+  <div class="scroll">
+    <table id="kind-jobs">
+      <thead><tr><th>Job</th><th>Status</th><th class="num">Attempts</th><th>Payload</th><th>Created</th></tr></thead>
+      <tbody></tbody>
+    </table>
+  </div>
+  </div>
+</div>`;
 }

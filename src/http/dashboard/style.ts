@@ -87,8 +87,7 @@ tr[data-paused="true"] td { opacity: 0.75; }
 .bulk button + button { margin-left: 8px; }
 button.link { background: none; border: 0; padding: 0; color: inherit; text-decoration: underline; cursor: pointer;
 font: inherit; }
-.job-detail { margin-top: 14px; padding: 10px 12px; background: var(--panel); border: 1px solid var(--line);
-border-radius: 8px; }
+.job-detail { margin-top: 8px; }
 .job-detail h3 { margin: 0 0 8px; font-size: 15px; } .job-detail h3 button { margin-left: 8px; font-size: 12px;
 color: var(--muted); }
 .job-detail dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0 0 10px;
@@ -98,6 +97,27 @@ td.timeline { min-width: 160px; width: 30%; }
 .bar { display: block; height: 10px; border-radius: 3px; background: var(--completed); }
 .bar.failed { background: var(--failed); } .bar.sleeping, .bar.waiting { background: var(--line);
 border: 1px dashed var(--muted); }
+.search { display: flex; flex-wrap: wrap; gap: 6px 12px; align-items: end; margin: 0 0 10px; }
+.search label { display: flex; flex-direction: column; font-size: 12px; color: var(--muted); }
+.search input, .search select { font: inherit; color: var(--text); padding: 4px 8px; border: 1px solid var(--line);
+border-radius: 6px; min-width: 0; width: 150px; background: var(--panel); }
+.search #search-payload { width: 200px; }
+.search .buttons { display: flex; gap: 10px; align-items: center; padding-bottom: 4px; }
+.search .buttons button.link { margin-left: 0; }
+.crumbs { margin: 16px 0 0; } .crumbs a, a[data-job-link], a[data-kind-link] { color: var(--ready); }
+.why { font-size: 15px; margin: 0 0 8px; }
+.actions button + button { margin-left: 8px; }
+.job-detail h3, .page h3 { font-size: 14px; margin: 18px 0 6px; }
+pre { margin: 0; white-space: pre-wrap; word-break: break-word; font-size: 12px; }
+pre.json { background: var(--panel); border: 1px solid var(--line); border-radius: 8px; padding: 8px 10px;
+max-height: 360px; overflow: auto; }
+dd pre.error { color: var(--dead); }
+td.error pre { max-height: 16em; overflow: auto; }
+.status.failed, .status.lost { background: var(--warn-bg); } .status.completed { background: #e3f4ea; }
+.status.running { background: #fdf3d6; }
+ul.links, ul.notes { margin: 0; padding-left: 18px; }
+.page dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0; font-size: 13px; }
+.page dl.facts dt { color: var(--muted); } .page dl.facts dd { margin: 0; word-break: break-word; }
 .sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
 .stale main { opacity: 0.55; }
 @media (max-width: 640px) {

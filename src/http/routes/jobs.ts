@@ -11,6 +11,7 @@ import {
   cancel,
   getFinishedJob,
   getJob,
+  getJobLinks,
   listJobs,
   loadSteps,
   watchJob,
@@ -85,8 +86,18 @@ function enqueueRoutes(app: Hono<AppEnv>): void {
 function readAndCancelRoutes(app: Hono<AppEnv>): void {
   app.get('/jobs', describe.listJobs, access('read'), async (c) => {
     const query = parseInput(listQuery, c.req.query(), 'query.');
+    const registry = c.var.api.registry;
     const page = await c.var.api.withDb((db) =>
-      listJobs(db, { status: query.status, kind: query.kind, limit: query.limit, before: query.cursor }),
+      listJobs(db, {
+        status: query.status,
+        kind: query.kind,
+        dedupeKey: query.dedupeKey,
+        groupKey: query.groupKey,
+        payloadContains: query.payload,
+        hiddenPayloadKinds: registry.kinds().filter((kind) => registry.get(kind)?.redactPayload),
+        limit: query.limit,
+        before: query.cursor,
+      }),
     );
     return c.json({ jobs: page.jobs.map((j) => jobSummaryJson(j, c.var.api.registry)), nextCursor: page.nextCursor });
   });
@@ -175,13 +186,14 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
   }
 }
 
-/** A workflow's steps and what it waits on, added to its job (one primary-key range read; none
- * for other jobs). */
+/** What GET /jobs/:id adds to a job: the jobs it names (after) and those naming it, a dead job's
+ * dead letter, and a workflow's steps and what it waits on (primary-key range reads). */
 async function withSteps(db: Db, body: JobBody): Promise<JobBody> {
   if (body.status === 'dead') {
     const deadLetterJobId = await deadLetterOf(db, body.id);
     if (deadLetterJobId) body = { ...body, deadLetterJobId };
   }
+  body = { ...body, ...(await getJobLinks(db, body.id)) };
   const stored = await loadSteps(db, body.id);
   if (stored.length === 0) return body;
   const steps = stored.map(stepJson);

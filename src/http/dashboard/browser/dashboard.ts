@@ -5,6 +5,8 @@
 // HTTP API with the token the person typed (sessionStorage: this tab only), refreshes every few
 // seconds while the tab is visible, and builds every element with textContent, so nothing from the
 // database is ever parsed as HTML. The API's types come from the contract the server validates with.
+// Three pages, by the address's hash: the queue (#/), a job (#/jobs/:id: ./job-page.ts) and a kind
+// (#/kinds/:kind: ./kind-page.ts); each refresh reads what the page shown needs.
 import type {
   CancelAnswer,
   DeadDeleted,
@@ -16,88 +18,39 @@ import type {
   QueueStats,
   ScheduleList,
   Throughput,
-  WorkflowStep,
 } from '../../contract.ts';
+import { ApiFailure, TOKEN_KEY, api, scope, token } from './api.ts';
+import { renderThroughput } from './chart.ts';
+import {
+  byId,
+  countCell,
+  element,
+  fillTable,
+  formatAge,
+  formatCount,
+  formatWhen,
+  jobLink,
+  jsonCell,
+  kindLink,
+  table,
+} from './dom.ts';
+import { CANCELLABLE, jobButton, renderJobGone, renderJobPage } from './job-page.ts';
+import { describeLimits, renderKindPage } from './kind-page.ts';
 
 type State = 'ready' | 'delayed' | 'running' | 'dead' | 'waiting';
-type Scope = 'enqueue' | 'read' | 'admin';
-type FailureKind = 'network' | 'auth' | 'database' | 'http';
 type BannerKind = 'error' | 'info' | 'action';
 
-const TOKEN_KEY = 'pgdrain.token';
 const STATES: readonly State[] = ['ready', 'delayed', 'running', 'dead', 'waiting'];
-/** Jobs in these states can still be cancelled. */
-const CANCELLABLE = new Set(['pending', 'running', 'waiting']);
-const SVG_NS = 'http://www.w3.org/2000/svg';
 
 const body = document.body;
-const basePath = body.dataset.basePath ?? '';
 const warnSeconds = Number(body.dataset.warnSeconds) || 60;
 const refreshMs = (Number(body.dataset.refreshSeconds) || 5) * 1000;
-
-/** The page's element with this id; the page and this script ship together, so a missing one is a bug. */
-function byId<T extends HTMLElement = HTMLElement>(id: string): T {
-  const node = document.getElementById(id);
-  if (!node) throw new Error(`the dashboard page has no #${id}`);
-  return node as T;
-}
-const table = (id: string) => byId<HTMLTableElement>(id);
+const QUEUE_CHART = { chart: 'chart', summary: 'throughput-summary', prefix: 'sum' };
 
 let lastOk: Date | null = null;
 let lastThroughput: Throughput | null = null;
 let inFlight: Promise<void> | null = null;
 let noticeTimer: ReturnType<typeof setTimeout> | undefined;
-/** From the API's X-Pgdrain-Scope: 'read' makes the page read-only. */
-let tokenScope: Scope | null = null;
-
-const token = () => sessionStorage.getItem(TOKEN_KEY);
-
-class ApiFailure extends Error {
-  readonly kind: FailureKind;
-  readonly status: number;
-  readonly code: string;
-  constructor(kind: FailureKind, status: number, code: string, message: string) {
-    super(message);
-    this.kind = kind;
-    this.status = status;
-    this.code = code;
-  }
-}
-
-async function api<T>(method: string, path: string): Promise<T> {
-  let response: Response;
-  try {
-    response = await fetch(basePath + path, {
-      method,
-      headers: { Authorization: `Bearer ${token()}`, Accept: 'application/json' },
-      cache: 'no-store',
-    });
-  } catch {
-    throw new ApiFailure('network', 0, 'network', 'The server does not answer.');
-  }
-  const scope = response.headers.get('X-Pgdrain-Scope');
-  if (scope) tokenScope = scope as Scope;
-  if (response.status === 204) return null as T;
-  let data: unknown = null;
-  try {
-    data = await response.json();
-  } catch {
-    data = null;
-  }
-  if (!response.ok) {
-    const error = (data as { error?: { code?: string; message?: string } } | null)?.error ?? {};
-    // A token that cannot read (an enqueue-only one) cannot open the page at all.
-    const refused = response.status === 401 || (response.status === 403 && method === 'GET');
-    const kind: FailureKind = refused ? 'auth' : error.code === 'database_unavailable' ? 'database' : 'http';
-    throw new ApiFailure(
-      kind,
-      response.status,
-      error.code ?? `http_${response.status}`,
-      error.message ?? `HTTP ${response.status}`,
-    );
-  }
-  return data as T;
-}
 
 // --- views -----------------------------------------------------------------------------------------
 function showLogin(message?: string): void {
@@ -155,43 +108,103 @@ function handleFailure(failure: unknown): void {
   }
 }
 
-// --- refresh ---------------------------------------------------------------------------------------
+// --- pages and refresh -----------------------------------------------------------------------------
+type Route = { page: 'queue' } | { page: 'job'; id: string } | { page: 'kind'; kind: string };
+
+/** The page the address names: #/jobs/7, #/kinds/email, else the queue. */
+function currentRoute(): Route {
+  const job = /^#\/jobs\/([1-9]\d{0,18})$/.exec(location.hash);
+  if (job) return { page: 'job', id: job[1]! };
+  const kind = /^#\/kinds\/(.+)$/.exec(location.hash);
+  if (kind) {
+    try {
+      return { page: 'kind', kind: decodeURIComponent(kind[1]!) };
+    } catch {
+      return { page: 'queue' };
+    }
+  }
+  return { page: 'queue' };
+}
+
+/** The page and the view visible (before drawing: the chart is drawn to the width its box has). */
+function showPage(route: Route): void {
+  byId('login').hidden = true;
+  byId('view').hidden = false;
+  byId('forget').hidden = false;
+  byId('queue-page').hidden = route.page !== 'queue';
+  byId('job-page').hidden = route.page !== 'job';
+  byId('kind-page').hidden = route.page !== 'kind';
+}
+
+/** The filters the jobs list was last searched with (the status has its own select). */
+let searched: Record<string, string> = {};
+
+function jobsQuery(): string {
+  const params = new URLSearchParams({ limit: '50', ...searched });
+  const status = byId<HTMLSelectElement>('jobs-status').value;
+  if (status) params.set('status', status);
+  return params.toString();
+}
+
+/** The queue: /stats first (one request tells whether the token works: a refused token costs one
+ * request, not six), then the chart, the jobs listed, the dead jobs, schedules and kinds together. */
+async function loadQueue(route: Route): Promise<void> {
+  const stats = await api<QueueStats>('GET', '/stats');
+  const [throughput, jobs, dead, schedules, definitions] = await Promise.all([
+    api<Throughput>('GET', '/stats/throughput?minutes=60'),
+    api<JobPage>('GET', `/jobs?${jobsQuery()}`),
+    api<JobPage>('GET', '/jobs?status=dead&limit=100'),
+    api<ScheduleList>('GET', '/schedules'),
+    api<KindList>('GET', '/kinds'),
+  ]);
+  showPage(route);
+  renderStats(stats);
+  renderSubscriptions(stats);
+  lastThroughput = throughput;
+  renderThroughput(throughput, QUEUE_CHART);
+  renderJobs(jobs);
+  renderDead(dead);
+  renderSchedules(schedules);
+  renderDefinitions(definitions);
+}
+
+/** A job's page, following it at each refresh (a workflow's next step, its end). */
+async function loadJob(route: Route & { page: 'job' }): Promise<void> {
+  let job: Job | null = null;
+  try {
+    job = await api<Job>('GET', `/jobs/${route.id}`);
+  } catch (failure) {
+    if (!(failure instanceof ApiFailure && failure.status === 404)) throw failure;
+  }
+  showPage(route);
+  if (job) renderJobPage(job);
+  else renderJobGone(route.id);
+}
+
+async function loadKind(route: Route & { page: 'kind' }): Promise<void> {
+  const stats = await api<QueueStats>('GET', '/stats');
+  const kind = encodeURIComponent(route.kind);
+  const [throughput, definitions, schedules, jobs] = await Promise.all([
+    api<Throughput>('GET', `/stats/throughput?minutes=60&kind=${kind}`),
+    api<KindList>('GET', '/kinds'),
+    api<ScheduleList>('GET', '/schedules'),
+    api<JobPage>('GET', `/jobs?kind=${kind}&limit=20`),
+  ]);
+  showPage(route);
+  renderKindPage({ kind: route.kind, stats, definitions, schedules, throughput, jobs });
+}
+
 function refresh(): Promise<void> {
   if (!token()) {
     if (byId('login').hidden) showLogin();
     return Promise.resolve();
   }
   if (inFlight) return inFlight;
-  // /stats first: one request tells whether the token works (a refused token costs one request,
-  // not five), then the chart, the jobs of the chosen state, the dead jobs and the schedules together.
-  const listed = byId<HTMLSelectElement>('jobs-status').value;
-  inFlight = api<QueueStats>('GET', '/stats')
-    .then((stats) =>
-      Promise.all([
-        stats,
-        api<Throughput>('GET', '/stats/throughput?minutes=60'),
-        api<JobPage>('GET', `/jobs?status=${encodeURIComponent(listed)}&limit=50`),
-        api<JobPage>('GET', '/jobs?status=dead&limit=100'),
-        api<ScheduleList>('GET', '/schedules'),
-        api<KindList>('GET', '/kinds'),
-      ]),
-    )
-    .then(([stats, throughput, jobs, dead, schedules, definitions]) => {
-      // Visible first: the chart is drawn to the width its box has.
-      byId('login').hidden = true;
-      byId('view').hidden = false;
-      byId('forget').hidden = false;
-      renderStats(stats);
-      renderSubscriptions(stats);
-      lastThroughput = throughput;
-      renderThroughput(throughput);
-      renderJobs(jobs);
-      renderDead(dead);
-      renderSchedules(schedules);
-      renderDefinitions(definitions);
+  const route = currentRoute();
+  const load = route.page === 'job' ? loadJob(route) : route.page === 'kind' ? loadKind(route) : loadQueue(route);
+  inFlight = load
+    .then(() => {
       applyScope();
-      // The job shown below the list follows it (a workflow's next step, its end).
-      if (shownJob) void showJob(shownJob).catch(() => {});
       lastOk = new Date();
       byId('updated').textContent = `Updated ${lastOk.toLocaleTimeString()}`;
       body.classList.remove('stale');
@@ -202,44 +215,6 @@ function refresh(): Promise<void> {
       inFlight = null;
     });
   return inFlight;
-}
-
-function element<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  attributes: Record<string, string> = {},
-  children: Node[] = [],
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    if (name === 'text') node.textContent = value;
-    else node.setAttribute(name, value);
-  }
-  for (const child of children) node.appendChild(child);
-  return node;
-}
-
-const formatCount = (n: number) => Number(n).toLocaleString('en-US');
-
-function formatAge(seconds: number): string {
-  const s = Math.max(0, Math.floor(seconds));
-  if (s < 60) return `${s} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
-  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
-}
-
-function countCell(column: string, value: number, extraClass?: string): HTMLTableCellElement {
-  return element('td', {
-    class: `num${extraClass ? ` ${extraClass}` : ''}`,
-    'data-col': column,
-    'data-value': String(value),
-    text: formatCount(value),
-  });
-}
-
-/** The body rows of the table with this id, replaced. */
-function fillTable(id: string, rows: HTMLTableRowElement[]): void {
-  table(id).tBodies[0]!.replaceChildren(...rows);
 }
 
 /** A list's rows, its empty note when it has none, and (pages of jobs) how many it shows. */
@@ -254,36 +229,6 @@ function showList(
   if (page)
     byId(`${id}-count`).textContent =
       rows.length === 0 ? '' : `(${page.nextCursor ? `newest ${rows.length}` : rows.length})`;
-}
-
-/** A button that acts on one job (the table's click handler runs its action). */
-const jobButton = (action: string, id: string, text: string, danger = false) =>
-  element('button', {
-    type: 'button',
-    ...(danger ? { class: 'danger' } : {}),
-    'data-action': action,
-    'data-id': id,
-    text,
-  });
-
-/** A kind's limits across drainers and their use: `2/3 running · 7/10 starts per 1 s · 4 keys waiting (1 each)`. */
-function describeLimits(limits: QueueStats['kinds'][string]['limits']): string | null {
-  if (!limits) return null;
-  const parts: string[] = [];
-  if (limits.globalConcurrency)
-    parts.push(`${limits.globalConcurrency.running}/${limits.globalConcurrency.limit} running`);
-  if (limits.rateLimit) {
-    const r = limits.rateLimit;
-    parts.push(`${r.startsInWindow}/${r.limit} starts per ${r.periodSeconds} s${r.perGroup ? ' per key' : ''}`);
-  }
-  if (limits.groupConcurrency)
-    parts.push(`${limits.groupConcurrency.keysWaiting} keys waiting (${limits.groupConcurrency.limit} each)`);
-  if (limits.fair) parts.push('keys take turns');
-  if (limits.groupOverrides)
-    parts.push(
-      `${limits.groupOverrides.count} key${limits.groupOverrides.count === 1 ? '' : 's'} with limits of their own`,
-    );
-  return parts.join(' · ');
 }
 
 /** After a deploy: a kind's runs held by a change of their code, and its runs per version. */
@@ -338,7 +283,7 @@ function renderStats(stats: QueueStats): void {
       bar.appendChild(segment);
     }
     const age = s.oldestReadySeconds;
-    const kindCell = element('td', { text: kind });
+    const kindCell = element('td', {}, [kindLink(kind)]);
     if (s.paused) kindCell.appendChild(element('span', { class: 'paused-badge', text: 'paused' }));
     const limits = describeLimits(s.limits);
     if (limits) kindCell.appendChild(element('div', { class: 'limits', 'data-col': 'limits', text: limits }));
@@ -372,135 +317,12 @@ function renderStats(stats: QueueStats): void {
   showList('kinds', rows);
 }
 
-function svg<K extends keyof SVGElementTagNameMap>(
-  tag: K,
-  attributes: Record<string, string>,
-  text?: string,
-): SVGElementTagNameMap[K] {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-/** The last hour's totals above the chart. */
-function renderThroughputSummary(sum: { completed: number; failed: number; dead: number }): void {
-  byId('throughput-summary').replaceChildren(
-    element('strong', { id: 'sum-completed', 'data-value': String(sum.completed), text: formatCount(sum.completed) }),
-    document.createTextNode(' completed, '),
-    element('strong', { id: 'sum-failed', 'data-value': String(sum.failed), text: formatCount(sum.failed) }),
-    document.createTextNode(' failed attempts, '),
-    element('strong', { id: 'sum-dead', 'data-value': String(sum.dead), text: formatCount(sum.dead) }),
-    document.createTextNode(' became dead in the last hour.'),
-  );
-}
-
-/** One minute's bar: completed at the bottom, failed attempts stacked on it. */
-function minuteBar(
-  m: Throughput['minutes'][number],
-  x: number,
-  barWidth: number,
-  top: number,
-  plotHeight: number,
-  scale: number,
-) {
-  const completedHeight = (plotHeight * m.completed) / scale;
-  const failedHeight = (plotHeight * m.failed) / scale;
-  const group = svg('g', {});
-  const at = new Date(m.minute).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
-  group.appendChild(svg('title', {}, `${at}: ${m.completed} completed, ${m.failed} failed`));
-  if (m.completed > 0) {
-    group.appendChild(
-      svg('rect', {
-        class: 'completed',
-        x: String(x),
-        width: String(barWidth),
-        y: String(top + plotHeight - completedHeight),
-        height: String(completedHeight),
-      }),
-    );
-  }
-  if (m.failed > 0) {
-    group.appendChild(
-      svg('rect', {
-        class: 'failed',
-        x: String(x),
-        width: String(barWidth),
-        y: String(top + plotHeight - completedHeight - failedHeight),
-        height: String(failedHeight),
-      }),
-    );
-  }
-  return group;
-}
-
-function renderThroughput(data: Throughput): void {
-  const minutes = data.minutes;
-  const sum = { completed: 0, failed: 0, dead: 0 };
-  let peak = 0;
-  for (const m of minutes) {
-    sum.completed += m.completed;
-    sum.failed += m.failed;
-    sum.dead += m.dead;
-    peak = Math.max(peak, m.completed + m.failed);
-  }
-  renderThroughputSummary(sum);
-
-  const chart = byId('chart');
-  const width = Math.max(280, chart.clientWidth - 16);
-  const height = 180;
-  const [left, right, top, bottom] = [44, 6, 8, 22];
-  const plotWidth = width - left - right;
-  const plotHeight = height - top - bottom;
-  const scale = niceCeiling(peak);
-  const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, width: String(width), height: String(height) });
-  for (const f of [0, 0.5, 1]) {
-    const y = top + plotHeight * (1 - f);
-    root.appendChild(
-      svg('line', { class: 'grid', x1: String(left), x2: String(width - right), y1: String(y), y2: String(y) }),
-    );
-    root.appendChild(
-      svg(
-        'text',
-        { class: 'axis', x: String(left - 6), y: String(y + 4), 'text-anchor': 'end' },
-        formatCount(Math.round(scale * f)),
-      ),
-    );
-  }
-  const slot = plotWidth / Math.max(1, minutes.length);
-  const barWidth = Math.max(1, slot - (slot > 4 ? 2 : 0));
-  for (const [i, m] of minutes.entries())
-    root.appendChild(minuteBar(m, left + i * slot, barWidth, top, plotHeight, scale));
-  const ticks: [number, string, string][] = [
-    [0, 'start', `−${minutes.length} min`],
-    [0.5, 'middle', `−${Math.round(minutes.length / 2)} min`],
-    [1, 'end', 'now'],
-  ];
-  for (const [f, anchor, label] of ticks) {
-    root.appendChild(
-      svg(
-        'text',
-        { class: 'axis', x: String(left + plotWidth * f), y: String(height - 6), 'text-anchor': anchor },
-        label,
-      ),
-    );
-  }
-  chart.replaceChildren(root);
-}
-
-function niceCeiling(value: number): number {
-  if (value <= 4) return 4;
-  const magnitude = 10 ** Math.floor(Math.log10(value));
-  for (const step of [1, 2, 2.5, 5, 10]) if (step * magnitude >= value) return step * magnitude;
-  return 10 * magnitude;
-}
-
 function renderDead(page: JobPage): void {
   const now = Date.now();
   const rows = page.jobs.map((job) => {
     const created = new Date(job.createdAt);
     return element('tr', { 'data-job': job.id }, [
-      element('td', { 'data-label': 'Job', text: `#${job.id}` }),
+      element('td', { 'data-label': 'Job' }, [jobLink(job.id)]),
       element('td', { 'data-label': 'Kind', text: job.kind }),
       element('td', { class: 'num', 'data-label': 'Attempts', text: `${job.attempts} / ${job.maxAttempts}` }),
       element('td', { class: 'error', 'data-label': 'Last error' }, [
@@ -519,12 +341,6 @@ function renderDead(page: JobPage): void {
   });
   showList('dead', rows, page);
   byId('dead-bulk').hidden = rows.length === 0;
-}
-
-/** JSON for a table cell: compact, cut to a few lines (the full text in its title). */
-function jsonCell(value: unknown): HTMLElement {
-  const text = JSON.stringify(value);
-  return element('code', { title: text, text: text.length > 240 ? `${text.slice(0, 240)}…` : text });
 }
 
 /** What a job of the list shows beside its state: progress while it runs, its result once kept,
@@ -548,16 +364,8 @@ function renderJobs(page: JobPage): void {
     const at = job.finishedAt ?? job.lockedAt ?? job.createdAt;
     const when = job.finishedAt ? 'finished' : job.lockedAt ? 'started' : 'created';
     return element('tr', { 'data-job': job.id, 'data-status': job.status }, [
-      element('td', { 'data-label': 'Job' }, [
-        element('button', {
-          type: 'button',
-          class: 'link',
-          'data-show': job.id,
-          title: 'Show this job (a workflow: its steps)',
-          text: `#${job.id}`,
-        }),
-      ]),
-      element('td', { 'data-label': 'Kind', text: job.kind }),
+      element('td', { 'data-label': 'Job' }, [jobLink(job.id)]),
+      element('td', { 'data-label': 'Kind' }, [kindLink(job.kind)]),
       element('td', { 'data-label': 'Status' }, [
         element('span', {
           class: `status${stopping ? ' cancelling' : ''}`,
@@ -580,106 +388,15 @@ function renderJobs(page: JobPage): void {
   showList('jobs', rows, page);
 }
 
-/** The job shown below the list (null: none), refreshed with the page. */
-let shownJob: string | null = null;
-
-/** One job in full: its fields, and a workflow's steps as a timeline (GET /jobs/:id). */
-async function showJob(id: string): Promise<void> {
-  shownJob = id;
-  let job: Job;
-  try {
-    job = await api<Job>('GET', `/jobs/${id}`);
-  } catch (failure) {
-    if (failure instanceof ApiFailure && failure.status === 404) {
-      byId('job-detail').hidden = true;
-      shownJob = null;
-      showBanner(`Job #${id} is gone (completed and deleted, or its keep ran out).`, 'action');
-      return;
-    }
-    throw failure;
-  }
-  if (shownJob !== id) return;
-  byId('job-title').textContent = `Job #${job.id} · ${job.kind} · ${job.status}`;
-  const facts: [string, string][] = [
-    ['attempts', `${job.attempts} of ${job.maxAttempts}`],
-    ['created', formatWhen(job.createdAt)],
-    ['run at', formatWhen(job.runAt)],
-    ['finished', formatWhen(job.finishedAt)],
-  ];
-  if (job.lastError) facts.push(['last error', job.lastError]);
-  if (job.result !== null) facts.push(['result', JSON.stringify(job.result)]);
-  if (job.waitingOn) facts.push(['waiting on', waitingText(job.waitingOn)]);
-  const list = byId('job-facts');
-  list.replaceChildren(
-    ...facts.flatMap(([term, value]) => [element('dt', { text: term }), element('dd', { text: value })]),
-  );
-  const steps = job.steps ?? [];
-  byId('job-steps').hidden = steps.length === 0;
-  fillTable('steps', timelineRows(steps, Date.now()));
-  byId('job-detail').hidden = false;
-}
-
-/** What a sleeping or waiting step waits for. */
-function waitingText(step: WorkflowStep): string {
-  if (step.status === 'sleeping') return `sleeping until ${formatWhen(step.wakeAt)}`;
-  if (step.childId) return `job #${step.childId} (step ${step.name})`;
-  return `event ${step.event} (${step.key})${
-    step.match ? ` matching ${JSON.stringify(step.match)}` : ''
-  }${step.wakeAt ? ` until ${formatWhen(step.wakeAt)}` : ''}`;
-}
-
-/** A workflow's steps in order, each with a bar from its start to its end (or now) on the run's span of time. */
-function timelineRows(steps: readonly WorkflowStep[], now: number): HTMLTableRowElement[] {
-  const start = Math.min(...steps.map((s) => Date.parse(s.startedAt)));
-  const end = Math.max(now, ...steps.map((s) => Date.parse(s.finishedAt ?? s.startedAt)));
-  const span = Math.max(1, end - start);
-  return steps.map((step) => {
-    const from = Date.parse(step.startedAt);
-    const to = step.finishedAt ? Date.parse(step.finishedAt) : now;
-    const bar = element('span', { class: `bar ${step.status}`, title: `${((to - from) / 1000).toFixed(3)} s` });
-    // CSSOM, not a style attribute: the page's CSP allows no inline styles.
-    bar.style.setProperty('margin-left', `${(((from - start) / span) * 100).toFixed(2)}%`);
-    bar.style.setProperty('width', `${Math.max(0.5, ((to - from) / span) * 100).toFixed(2)}%`);
-    const outcome =
-      step.status === 'failed'
-        ? element('code', {
-            title: step.error ?? '',
-            text: `${step.error ?? ''}${step.wakeAt ? ` (tries again at ${formatWhen(step.wakeAt)})` : ''}`,
-          })
-        : step.status === 'completed'
-          ? jsonCell(step.result)
-          : document.createTextNode(waitingText(step));
-    return element('tr', { 'data-step': step.name, 'data-status': step.status }, [
-      element('td', { 'data-label': 'Step', text: step.name }),
-      element('td', { 'data-label': 'Status' }, [element('span', { class: 'status', text: step.status })]),
-      element('td', { class: 'num', 'data-label': 'Tries', text: String(step.attempts) }),
-      element('td', { 'data-label': 'Started', text: formatWhen(step.startedAt) }),
-      element('td', { class: 'timeline', 'data-label': 'Timeline' }, [bar]),
-      element('td', { class: 'detail', 'data-label': 'Result, error or what it waits for' }, [outcome]),
-    ]);
-  });
-}
-
 /** A read token sees everything and changes nothing: every action button is disabled, with why. */
 function applyScope(): void {
-  const readOnly = tokenScope === 'read';
+  const readOnly = scope() === 'read';
   byId('readonly-note').hidden = !readOnly;
   for (const button of document.querySelectorAll<HTMLButtonElement>('button[data-action]')) {
     button.disabled = readOnly;
     if (readOnly)
       button.title = 'This token can only read (scope read): retry, delete, pause and cancel need an admin token.';
   }
-}
-
-function formatWhen(iso: string | null, none = '–'): string {
-  if (!iso) return none;
-  return new Date(iso).toLocaleString([], {
-    month: 'short',
-    day: 'numeric',
-    hour: '2-digit',
-    minute: '2-digit',
-    second: '2-digit',
-  });
 }
 
 /** Kinds subscribed to events (GET /stats' subscriptions). */
@@ -702,7 +419,7 @@ function renderDefinitions(data: KindList): void {
       .map(([key, value]) => `${key}: ${typeof value === 'object' ? JSON.stringify(value) : String(value)}`)
       .join(', ');
     return element('tr', { 'data-definition': k.kind }, [
-      element('td', { text: k.kind }),
+      element('td', {}, [kindLink(k.kind)]),
       element('td', { class: 'num', text: String(k.version) }),
       element('td', {}, [element('code', { text: options || '–' })]),
       element('td', { text: k.registeredHere ? `${k.writtenBy} (this drainer has it)` : k.writtenBy }),
@@ -718,7 +435,7 @@ function renderSchedules(data: ScheduleList): void {
     element('tr', { 'data-schedule': s.name }, [
       element('td', { text: s.name }),
       element('td', {}, [element('code', { text: s.cron }), document.createTextNode(` ${s.timezone}`)]),
-      element('td', { text: s.kind }),
+      element('td', {}, [kindLink(s.kind)]),
       element('td', { 'data-col': 'next', text: formatWhen(s.nextRunAt) }),
       element('td', { 'data-col': 'last', text: formatWhen(s.lastRunAt, 'never') }),
     ]),
@@ -751,8 +468,15 @@ const ACTIONS: Record<string, Action<unknown>> = {
         ? `Job #${idOf(b)} is being stopped: its handler is aborted and it ends cancelled.`
         : `Job #${idOf(b)} is cancelled.`,
   }),
+  'retry-from-step': action({
+    confirm: (b) =>
+      `Run job #${idOf(b)} again from step ${b.dataset.step}? That step and every later one run again; ` +
+      'the earlier ones keep their results.',
+    run: (b) => api('POST', `/jobs/${idOf(b)}/retry`, { fromStep: b.dataset.step }),
+    done: (b) => `Job #${idOf(b)} runs again from step ${b.dataset.step}.`,
+  }),
   delete: action({
-    confirm: (b) => `Delete dead job #${idOf(b)}? This cannot be undone.`,
+    confirm: (b) => `Delete job #${idOf(b)}? This cannot be undone.`,
     run: (b) => api('DELETE', `/jobs/${idOf(b)}`),
     done: (b) => `Job #${idOf(b)} was deleted.`,
   }),
@@ -802,21 +526,73 @@ byId<HTMLSelectElement>('jobs-status').addEventListener(
   () => void (inFlight ?? Promise.resolve()).then(refresh),
 );
 
-for (const id of ['dead', 'kinds', 'dead-bulk', 'jobs']) {
+for (const id of ['dead', 'kinds', 'dead-bulk', 'jobs', 'job-page', 'kind-page']) {
   byId(id).addEventListener('click', (event) => {
     const button = (event.target as Element | null)?.closest<HTMLButtonElement>('button[data-action]');
     if (button && !button.disabled) void act(button);
   });
 }
 
-byId('jobs').addEventListener('click', (event) => {
-  const button = (event.target as Element | null)?.closest<HTMLButtonElement>('button[data-show]');
-  if (button) void showJob(button.dataset.show!).catch(handleFailure);
+// Another page: shown at once from what is known, then read.
+window.addEventListener('hashchange', () => {
+  // What an action or a search said belongs to the page it was on.
+  if (byId('banner').dataset.kind !== 'error') showBanner(null);
+  const route = currentRoute();
+  // Nothing of the job or kind shown before stays while the new one is read.
+  if (route.page === 'job') {
+    byId('job-title').textContent = `Job #${route.id}`;
+    byId('job-detail').hidden = true;
+    byId('job-gone').hidden = true;
+  }
+  if (route.page === 'kind') {
+    byId('kind-title').textContent = `Kind ${route.kind}`;
+    byId('kind-detail').hidden = true;
+  }
+  showPage(route);
+  void (inFlight ?? Promise.resolve()).then(refresh);
 });
-byId('job-close').addEventListener('click', () => {
-  shownJob = null;
-  byId('job-detail').hidden = true;
+
+byId<HTMLFormElement>('job-search').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const value = (id: string) => byId<HTMLInputElement>(id).value.trim();
+  const id = value('search-id');
+  if (id) {
+    if (/^[1-9]\d{0,18}$/.test(id)) location.hash = `#/jobs/${id}`;
+    else showBanner(`"${id}" is not a job id: a job id is a positive whole number.`, 'action');
+    return;
+  }
+  const payload = value('search-payload');
+  if (payload && !isJsonObject(payload)) {
+    showBanner('Payload contains: write a JSON object, such as {"orderId": 42}.', 'action');
+    return;
+  }
+  const fields = {
+    kind: 'search-kind',
+    dedupeKey: 'search-dedupe',
+    groupKey: 'search-group',
+    payload: 'search-payload',
+  };
+  searched = Object.fromEntries(
+    Object.entries(fields)
+      .map(([name, input]) => [name, value(input)])
+      .filter(([, v]) => v),
+  );
+  void (inFlight ?? Promise.resolve()).then(refresh);
 });
+byId('search-clear').addEventListener('click', () => {
+  byId<HTMLFormElement>('job-search').reset();
+  searched = {};
+  void (inFlight ?? Promise.resolve()).then(refresh);
+});
+
+function isJsonObject(text: string): boolean {
+  try {
+    const value: unknown = JSON.parse(text);
+    return value !== null && typeof value === 'object' && !Array.isArray(value);
+  } catch {
+    return false;
+  }
+}
 
 byId<HTMLFormElement>('login').addEventListener('submit', (event) => {
   event.preventDefault();
@@ -838,7 +614,7 @@ let resizeTimer: ReturnType<typeof setTimeout> | undefined;
 window.addEventListener('resize', () => {
   clearTimeout(resizeTimer);
   resizeTimer = setTimeout(() => {
-    if (lastThroughput) renderThroughput(lastThroughput);
+    if (lastThroughput) renderThroughput(lastThroughput, QUEUE_CHART);
   }, 150);
 });
 

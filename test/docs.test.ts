@@ -36,8 +36,9 @@ interface Block {
   code: string;
   /** The `<!-- example: path -->` just above it, if any. */
   example?: string;
-  /** Marked `<!-- copied by test/package.test.ts -->`: run as written there (the README's quick
-   * start, copied into an empty folder), so neither an excerpt of a file here nor a command of it. */
+  /** Marked `<!-- copied by test/package.test.ts -->` or `<!-- run by test/….test.ts -->`: run as
+   * written by that test (the README's quick start, copied into an empty folder; the statements that
+   * move jobs from another queue, on that queue's own tables), so not checked here. */
   copied: boolean;
 }
 
@@ -55,7 +56,7 @@ function blocks(page: string): Block[] {
       lang: open[1]!,
       code: lines.slice(i + 1, end).join('\n'),
       example: /<!-- example: (\S+) -->/.exec(before)?.[1],
-      copied: before.includes('<!-- copied by test/package.test.ts -->'),
+      copied: before.includes('<!-- copied by test/package.test.ts -->') || /<!-- run by test\/\S+ -->/.test(before),
     });
     i = end;
   }
@@ -181,7 +182,14 @@ describe('shell examples', () => {
     const cli = text('src/entry/cli.ts') + text('src/cli/usage.ts');
     const unknown: string[] = [];
     for (const { block, line } of commands.filter((c) => !/\bcurl\b/.test(c.line) && !/^(AUTH|JSON)=/.test(c.line))) {
-      for (const part of line.split(/&&|;/).map((p) => p.trim().replace(/^([A-Z_]+=('[^']*'|\S+)\s+)+/, ''))) {
+      // `JOB=$(npx pgdrain enqueue …)`: the command inside; `A=1 B=2 command`: the command.
+      const parts = line.split(/&&|;/).map((p) =>
+        p
+          .trim()
+          .replace(/^[A-Z_]+=\$\((.*)\)$/, '$1')
+          .replace(/^([A-Z_]+=('[^']*'|\S+)\s+)+/, ''),
+      );
+      for (const part of parts) {
         const words = part.split(/\s+/);
         const [program, sub] = words;
         const known =
@@ -276,6 +284,33 @@ describe('names', () => {
       for (const [, name] of text(page).matchAll(/`([A-Z][A-Z0-9_]{2,})`/g))
         if (!settings.has(name!) && !exported.has(name!) && !theirs.has(name!)) unknown.push(`${page}: ${name}`);
     expect([...new Set(unknown)]).toEqual([]);
+  });
+});
+
+describe('option names', () => {
+  it("every camelCase name the docs give in backticks is one pgdrain's code or examples have, or one of the queues the docs compare it with", () => {
+    // A renamed option, field or function left in the docs is a name nothing declares any more.
+    const files = (dir: string, ends: RegExp) =>
+      readdirSync(path.join(ROOT, dir), { recursive: true, encoding: 'utf8' })
+        .filter((f) => ends.test(f) && !f.includes('generated'))
+        .map((f) => path.join(dir, f));
+    const sources = [
+      ...files('src', /\.(ts|sql)$/),
+      ...files('examples', /\.ts$/),
+      // The peers docs/coming-from.md, docs/workflows.md and docs/flow-control.md compare it with, as installed.
+      ...files('node_modules/graphile-worker/dist', /\.d\.ts$/),
+      ...files('node_modules/pg-boss/dist', /\.d\.ts$/),
+      ...files('node_modules/@dbos-inc/dbos-sdk/dist/src', /\.d\.ts$/),
+    ];
+    const declared = new Set(sources.flatMap((file) => text(file).match(/\b[A-Za-z_]\w*\b/g) ?? []));
+    const unknown: string[] = [];
+    for (const page of PAGES) {
+      const prose = text(page).replace(/```[\s\S]*?```/g, '');
+      for (const [, code] of prose.matchAll(/`([^`\n]+)`/g))
+        for (const [, name] of code!.matchAll(/(?<![\w.-])([a-z]+[A-Z][A-Za-z0-9]*)(?![\w-])/g))
+          if (!declared.has(name!)) unknown.push(`${page}: ${name}`);
+    }
+    expect(unknown).toEqual([]);
   });
 });
 

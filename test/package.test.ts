@@ -592,6 +592,16 @@ describe('the npm package, installed into a project of its own', () => {
       attempts: 0,
     });
     expect((await pgdrain('job', id)).stdout).toMatch(/^payload\s+\{"orderId":42\}$/m);
+    // job: each attempt that failed or was lost, after the fields, its error's lines indented.
+    await t.query(
+      `UPDATE pgdrain.jobs SET attempt_log = jsonb_build_array(jsonb_build_object('attempt', 1, 'outcome', 'failed',
+         'startedAt', now() - interval '2 seconds', 'endedAt', now(), 'drainer', 'sidecar-a:7',
+         'error', E'HTTP 500 from https://hooks.example.com/x\nretry later')) WHERE id = $1`,
+      [dead!.id],
+    );
+    expect((await pgdrain('job', dead!.id)).stdout).toMatch(
+      /^attempt 1 failed \S+ \S+ \(2\.0 s\) on sidecar-a:7\n {2}HTTP 500 from https:\/\/hooks\.example\.com\/x\n {2}retry later$/m,
+    );
 
     // Repairs: pause and resume, retry and delete (a script must say --yes), cancel.
     expect((await pgdrain('pause', 'report')).stdout).toMatch(/report is paused/);

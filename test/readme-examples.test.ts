@@ -340,3 +340,52 @@ it('the events example: two subscribed kinds started by an event sent in TypeScr
   ]);
   await t.query('DELETE FROM pgdrain.subscriptions');
 });
+
+it('getting started: a job retried after a failure keeps its attempt log, one that always fails ends dead, a workflow runs its steps once', async () => {
+  const { chargeCard, importFeed, onboarding } = await import('../examples/getting-started.ts');
+  await resetQueue(t);
+  const { enqueue } = await import('../src/entry/index.ts');
+  const lines: string[] = [];
+  const log = console.log;
+  console.log = (line: string) => lines.push(line);
+  try {
+    const charge = await enqueue(t.db, chargeCard, { orderId: 1 });
+    const feed = await enqueue(t.db, importFeed, { url: 'https://feeds.example.com/prices.xml' });
+    const run = await enqueue(t.db, onboarding, { userId: 7 });
+    const registry = new JobRegistry([chargeCard, importFeed, onboarding]);
+    const settled = async () =>
+      ['completed', 'dead'].includes((await getJob(t.db, charge.id))?.status ?? '') &&
+      (await getJob(t.db, feed.id))?.status === 'dead' &&
+      (await getJob(t.db, run.id))?.status === 'completed';
+    for (let round = 0; round < 200 && !(await settled()); round++) {
+      await drain(t.db, registry, { workerId: 'getting-started' });
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    // What the page says you see: the charge's two attempts, the first failed with its error.
+    expect(await getJob(t.db, charge.id)).toMatchObject({
+      status: 'completed',
+      attempts: 2,
+      result: { chargeId: 'ch_1' },
+      attemptLog: [expect.objectContaining({ attempt: 1, outcome: 'failed' })],
+    });
+    expect((await getJob(t.db, charge.id))!.attemptLog).toEqual([
+      expect.objectContaining({ error: 'the payment service timed out for order 1' }),
+    ]);
+    expect(await getJob(t.db, feed.id)).toMatchObject({
+      status: 'dead',
+      attempts: 2,
+      lastError: 'GET https://feeds.example.com/prices.xml answered 404',
+    });
+    expect(await getJob(t.db, run.id)).toMatchObject({ status: 'completed', result: { accountId: 'acct-7' } });
+    expect(lines.filter((l) => !l.startsWith('charging'))).toEqual([
+      'account created for user 7',
+      'welcome email sent to user 7',
+    ]);
+    expect(lines.filter((l) => l.startsWith('charging'))).toEqual([
+      'charging order 1, attempt 1',
+      'charging order 1, attempt 2',
+    ]);
+  } finally {
+    console.log = log;
+  }
+}, 30_000);

@@ -450,14 +450,24 @@ async function showJob(db: Db, values: Values, positionals: string[], io: Io): P
   const shown = jobJson(job, shownKinds);
   const steps = (await loadSteps(db, id)).map(stepJson);
   if (values.json) return io.out(JSON.stringify(steps.length > 0 ? { ...shown, steps } : shown));
+  const { attemptLog, ...fields } = shown;
   io.out(
     record(
-      Object.entries(shown).map(([key, value]) => [
+      Object.entries(fields).map(([key, value]) => [
         key,
         typeof value === 'string' && /At$/.test(key) && value ? formatDate(new Date(value)) : value,
       ]),
     ),
   );
+  // Each attempt that failed or was lost: when, for how long, on which drainer, then its error's lines.
+  for (const a of attemptLog ?? []) {
+    const took = a.startedAt ? ` (${((Date.parse(a.endedAt) - Date.parse(a.startedAt)) / 1000).toFixed(1)} s)` : '';
+    const started = a.startedAt ? formatDate(new Date(a.startedAt)) : 'at an unknown time';
+    io.out(
+      `${a === attemptLog![0] ? '\n' : ''}attempt ${a.attempt} ${a.outcome} ${started}${took} on ${a.drainer ?? '?'}`,
+    );
+    io.out(a.error.replace(/^/gm, '  '));
+  }
   if (steps.length === 0) return;
   io.out('');
   io.out(

@@ -441,7 +441,7 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
          ($1, 'verified', 2, 'waiting', 1, NULL, NULL, now() - interval '30 seconds', NULL, now() + interval '3 days', 'email.verified', 'user:42')`,
       [run!.id],
     );
-    const { context, page, consoleErrors } = await openDashboard();
+    const { context, page, consoleErrors, dialogs } = await openDashboard();
     await page.selectOption('#jobs-status', 'waiting');
     await page.locator(`#jobs tr[data-job="${run!.id}"]`).waitFor();
     expect(await page.locator(`#jobs tr[data-job="${run!.id}"] td[data-col="detail"]`).textContent()).toBe(
@@ -480,6 +480,20 @@ describe.skipIf(!haveChromium && !required)('the dashboard in Chromium', () => {
       .poll(() => page.locator('#steps tr[data-step="verified"]').getAttribute('data-status'), { timeout: 15_000 })
       .toBe('completed');
     await page.screenshot({ path: path.join(ARTIFACTS, 'dashboard-workflow.png'), fullPage: true });
+    // A live run offers no restart; once it ended, each step offers one: from 'charge', the step
+    // before it keeps its record and the run is pending again.
+    expect(await page.locator('#steps button[data-action="retry-from-step"]').count()).toBe(0);
+    await t.query(
+      `UPDATE pgdrain.jobs SET status = 'dead', finished_at = now(), last_error = 'gave up' WHERE id = $1`,
+      [run!.id],
+    );
+    await page.locator('#steps tr[data-step="charge"] button[data-action="retry-from-step"]').click();
+    await expect.poll(() => page.locator('#banner').textContent()).toBe(`Job #${run!.id} runs again from step charge.`);
+    expect(dialogs.at(-1)).toContain(`Run job #${run!.id} again from step charge?`);
+    expect(await t.query(`SELECT status FROM pgdrain.jobs WHERE id = $1`, [run!.id])).toEqual([{ status: 'pending' }]);
+    expect(
+      await t.query(`SELECT name FROM pgdrain.workflow_steps WHERE job_id = $1 ORDER BY position`, [run!.id]),
+    ).toEqual([{ name: 'create-account' }]);
     await page.click('#job-close');
     await page.locator('#job-detail').waitFor({ state: 'hidden' });
     await page.locator('#queue-page').waitFor({ state: 'visible' });

@@ -84,6 +84,8 @@ interface Figure {
   max: number;
   cpuNodeMs: number[];
   cpuPostgresMs: number[];
+  /** A drain's runs: the CPU of the drain alone (not its enqueue, reset or ANALYZE), per job, µs. */
+  perJob?: { postgresMicros: number[]; nodeMicros: number[] };
 }
 
 const figures: Figure[] = [];
@@ -121,8 +123,29 @@ const nodeCpuMs = () => {
   return (u.user + u.system) / 1000;
 };
 
+/** The last timed drain's CPU per job (µs), set by timedDrain() and taken by trial(). */
+let lastDrainPerJob: { postgresMicros: number; nodeMicros: number } | null = null;
+/** What timedDrain() measured since the last take (null: no timed drain ran). */
+function takeDrainPerJob(): { postgresMicros: number; nodeMicros: number } | null {
+  const taken = lastDrainPerJob;
+  lastDrainPerJob = null;
+  return taken;
+}
+
+/** `drain` of `n` jobs, timed; what it cost PostgreSQL (the postmaster's process tree, from /proc)
+ * and this process per job is kept for the trial's figure. Returns the seconds it took. */
+async function timedDrain(n: number, drain: () => Promise<void>): Promise<number> {
+  const [node0, pg0] = [nodeCpuMs(), await postgresCpuMs()];
+  const t0 = now();
+  await drain();
+  const seconds = (now() - t0) / 1000;
+  const [node1, pg1] = [nodeCpuMs(), await postgresCpuMs()];
+  lastDrainPerJob = { postgresMicros: ((pg1 - pg0) * 1000) / n, nodeMicros: ((node1 - node0) * 1000) / n };
+  return seconds;
+}
+
 function record(workload: string, system: string, unit: string, values: number[], cpuNode: number[], cpuPg: number[]) {
-  const f = {
+  const f: Figure = {
     workload,
     system,
     unit,
@@ -157,15 +180,25 @@ async function trial(system: BenchSystem, workload: string, unit: string, reps: 
   const cpuNode: number[] = [];
   const cpuPg: number[] = [];
   const done = earlier?.values.length ?? 0;
+  const perJob = { postgresMicros: [] as number[], nodeMicros: [] as number[] };
   for (let r = 0; r < reps; r++) {
     const t0 = now();
+    takeDrainPerJob();
     const m = await measure(fn);
     const slow = now() - t0 > SLOW_TRIAL_MS;
     values.push(m.value);
     cpuNode.push(m.node);
     cpuPg.push(m.pgCpu);
+    const drainedPerJob = takeDrainPerJob();
+    if (drainedPerJob) {
+      perJob.postgresMicros.push(drainedPerJob.postgresMicros);
+      perJob.nodeMicros.push(drainedPerJob.nodeMicros);
+    }
+    const drained = drainedPerJob
+      ? `; the drain per job: postgres ${drainedPerJob.postgresMicros.toFixed(1)} µs, node ${drainedPerJob.nodeMicros.toFixed(1)} µs`
+      : '';
     console.log(
-      `  ${system.name.padEnd(24)} ${workload.padEnd(34)} run ${done + r + 1}: ${fmt(m.value)} ${unit}  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms)`,
+      `  ${system.name.padEnd(24)} ${workload.padEnd(34)} run ${done + r + 1}: ${fmt(m.value)} ${unit}  (cpu node ${Math.round(m.node)} ms, postgres ${Math.round(m.pgCpu)} ms${drained})`,
     );
     if (slow) {
       slowTrials.add(key);
@@ -175,7 +208,16 @@ async function trial(system: BenchSystem, workload: string, unit: string, reps: 
       break;
     }
   }
-  if (!earlier) return record(workload, system.name, unit, values, cpuNode, cpuPg);
+  if (!earlier) {
+    const f = record(workload, system.name, unit, values, cpuNode, cpuPg);
+    if (perJob.postgresMicros.length > 0) f.perJob = perJob;
+    return f;
+  }
+  if (perJob.postgresMicros.length > 0) {
+    earlier.perJob ??= { postgresMicros: [], nodeMicros: [] };
+    earlier.perJob.postgresMicros.push(...perJob.postgresMicros);
+    earlier.perJob.nodeMicros.push(...perJob.nodeMicros);
+  }
   earlier.values.push(...values);
   earlier.cpuNodeMs.push(...cpuNode);
   earlier.cpuPostgresMs.push(...cpuPg);
@@ -207,9 +249,7 @@ async function drainOnce(system: BenchSystem, admin: pg.Pool, n: number, analyze
   await system.enqueue(n);
   if (analyze) await maintain(admin, `ANALYZE ${system.table}`);
   const counter = new RunCounter(n);
-  const t0 = now();
-  await system.drain(counter);
-  const seconds = (now() - t0) / 1000;
+  const seconds = await timedDrain(n, () => system.drain(counter));
   const [missing, duplicated] = counter.check();
   if (missing || duplicated)
     throw new Error(`${system.name}: ${missing} jobs never ran and ${duplicated} ran twice in a drain of ${n}`);
@@ -225,9 +265,7 @@ async function drainChurned(system: BenchSystem, n: number): Promise<number> {
   await system.drain(first);
   await system.enqueue(n);
   const counter = new RunCounter(n);
-  const t0 = now();
-  await system.drain(counter);
-  const seconds = (now() - t0) / 1000;
+  const seconds = await timedDrain(n, () => system.drain(counter));
   for (const [which, c] of [
     ['first', first],
     ['second', counter],
@@ -578,7 +616,7 @@ async function main() {
         drainOnce(system, limitedAdmin, n, true),
       );
       figures.pop();
-      record(
+      const limited = record(
         variant.groups
           ? `drain ${n / 1000}k, ${variant.groups} groups (1 at a time each)`
           : `drain ${n / 1000}k, globalConcurrency ${variant.globalConcurrency}`,
@@ -588,6 +626,7 @@ async function main() {
         f.cpuNodeMs,
         f.cpuPostgresMs,
       );
+      if (f.perJob) limited.perJob = f.perJob;
       await limitedAdmin.end();
       await system.close();
       await admin.query(`DROP DATABASE ${name} WITH (FORCE)`);
@@ -1105,6 +1144,19 @@ function printTable(systems: string[]) {
     ['workload', ...systems],
     ...workloads.map((w) => [`${w} [${unit(w)}]`, ...systems.map((s) => cell(w, s))]),
   ];
+  printRows(rows);
+  // What each drain cost per job: PostgreSQL's CPU (its whole process tree) and this process's.
+  const drains = workloads.filter((w) => figures.some((f) => f.workload === w && f.perJob));
+  const perJob = (w: string, s: string) => {
+    const f = figures.find((x) => x.workload === w && x.system === s)?.perJob;
+    return f ? `${median(f.postgresMicros).toFixed(1)} / ${median(f.nodeMicros).toFixed(1)}` : '';
+  };
+  const drained = systems.filter((s) => drains.some((w) => perJob(w, s)));
+  console.log('\nCPU per job of each drain (not its enqueue), PostgreSQL / Node (µs, median of the runs):');
+  printRows([['drain', ...drained], ...drains.map((w) => [w, ...drained.map((s) => perJob(w, s))])]);
+}
+
+function printRows(rows: string[][]) {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   console.log('');
   for (const [k, r] of rows.entries()) {

@@ -7,11 +7,13 @@ export interface TargetFigure {
   workload: string;
   system: string;
   median: number;
+  /** A drain's CPU per job over its runs (µs): PostgreSQL's process tree, and the bench's process. */
+  perJob?: { postgresMicros: number[]; nodeMicros: number[] };
 }
 
 export interface TargetRow {
   /** The issue(s) that set the target. */
-  issue: '39' | '44' | '39, 44';
+  issue: '39' | '44' | '39, 44' | '71';
   target: string;
   figure: string;
   goal: string;
@@ -20,6 +22,11 @@ export interface TargetRow {
 
 const k = (v: number) => (v >= 1000 ? `${(v / 1000).toFixed(1)}k` : v >= 10 ? v.toFixed(0) : v.toFixed(2));
 const x = (v: number) => `${v.toFixed(2)}×`;
+const middle = (v: number[]) => {
+  const s = [...v].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
 
 /** The issue 44 figures of the previous round's Worker drain (jobs/s at 0, 10 and 30 ms RTT). */
 const WORKER_DRAIN_BEFORE: Record<number, number> = { 0: 37_900, 10: 25_600, 30: 14_700 };
@@ -68,6 +75,31 @@ export function targetRows(figures: TargetFigure[], server: 'embedded' | 'stock'
       get(w),
       get(w, tuned),
     );
+  // Issue 71: what a job of the 50k drains costs PostgreSQL, and Node, against graphile-worker tuned.
+  const perJob = (workload: string, system: string, of: 'postgresMicros' | 'nodeMicros') => {
+    const runs = figures.find((f) => f.workload === workload && f.system === system)?.perJob?.[of];
+    return runs && runs.length > 0 ? middle(runs) : undefined;
+  };
+  for (const w of [
+    'drain 50k (after ANALYZE)',
+    'drain 50k (no ANALYZE)',
+    'drain 50k (churned)',
+    'drain 50k, 1M dead rows',
+  ])
+    for (const [of, name, goal] of [
+      ['postgresMicros', 'PostgreSQL', 0.5],
+      ['nodeMicros', 'Node', 1.0],
+    ] as const) {
+      const [a, b] = [perJob(w, 'pgdrain', of), perJob(w, tuned, of)];
+      if (a === undefined || b === undefined) continue;
+      add({
+        issue: '71',
+        target: `${w}: ${name} CPU per job against graphile-worker tuned`,
+        figure: `${x(a / b)} (${a.toFixed(1)} / ${b.toFixed(1)} µs)`,
+        goal: `≤ ${x(goal)}`,
+        met: a / b <= goal,
+      });
+    }
   {
     const [a, b] = [get('wake-up latency p99'), get('wake-up latency p99', tuned)];
     if (a !== undefined && b !== undefined)
@@ -224,8 +256,8 @@ export function printTargets(
   const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
   log(
     smoke
-      ? '\nthe open targets (issues 39 and 44) at smoke sizes (--quick): not a measurement of any target'
-      : '\nthe open targets (issues 39 and 44), this run:',
+      ? '\nthe open targets (issues 39, 44 and 71) at smoke sizes (--quick): not a measurement of any target'
+      : '\nthe open targets (issues 39, 44 and 71), this run:',
   );
   for (const [n, r] of table.entries()) {
     log(`| ${r.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`);

@@ -108,7 +108,7 @@ function readAndCancelRoutes(app: Hono<AppEnv>): void {
     if (waitSeconds !== undefined) return c.json(await waitForJob(c.var.api, id, waitSeconds));
     const found = await c.var.api.withDb(async (db) => {
       const job = await getJob(db, id);
-      return job ? withSteps(db, jobJson(job, c.var.api.registry)) : null;
+      return job ? jobInFull(db, jobJson(job, c.var.api.registry)) : null;
     });
     if (!found) throw jobNotFound(id);
     return c.json(found);
@@ -161,7 +161,7 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
       }
       const done = !current || isFinal(current.status) || Date.now() >= deadline;
       // One resource, one shape: a workflow's steps as GET /jobs/:id has them.
-      return { current: done && current && !('gone' in current) ? await withSteps(db, current) : current, done };
+      return { current: done && current && !('gone' in current) ? await jobInFull(db, current) : current, done };
     });
   try {
     let { current, done } = await look(true);
@@ -188,7 +188,7 @@ async function waitForJob(api: ApiRuntime, id: string, seconds: number): Promise
 
 /** What GET /jobs/:id adds to a job: the jobs it names (after) and those naming it, a dead job's
  * dead letter, and a workflow's steps and what it waits on (primary-key range reads). */
-async function withSteps(db: Db, body: JobBody): Promise<JobBody> {
+async function jobInFull(db: Db, body: JobBody): Promise<JobBody> {
   if (body.status === 'dead') {
     const deadLetterJobId = await deadLetterOf(db, body.id);
     if (deadLetterJobId) body = { ...body, deadLetterJobId };

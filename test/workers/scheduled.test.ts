@@ -276,8 +276,11 @@ for (const path of PATHS) {
 
       const second = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '20000' }));
       expect(second.stoppedBy).toBe('empty');
-      expect(await count(`run_at <= now()`)).toBe(0);
-      expect(await count()).toBe(first.failed); // only the budget-cut ones, waiting out their backoff
+      // Every job the budget never reached ran; what is left is budget-cut ones waiting out their
+      // backoff (about a second: on a loaded machine the second drain may outlast it and run them too).
+      expect(await count(`attempts = 0`)).toBe(0);
+      expect(await count()).toBeLessThanOrEqual(first.failed);
+      expect(await count(`NOT (status = 'pending' AND attempts = 1 AND last_error LIKE '%budget%')`)).toBe(0);
     });
 
     it('a slow handler holds nothing back in a cron drain: jobs enqueued behind its back while it runs start within the poll, before it ends', async () => {

@@ -54,6 +54,8 @@ const plan = quick
       workerJobs: 500,
       workerReps: 1,
       runNowJobs: 20,
+      scaleOut: [1, 2],
+      scaleOutJobs: 2_000,
       longTransaction: { beforeS: 3, holdS: 5, afterS: 3, enqueuePerSecond: 2_000 },
     }
   : {
@@ -67,6 +69,8 @@ const plan = quick
       workerJobs: 5_000,
       workerReps: 5,
       runNowJobs: 200,
+      scaleOut: [1, 2, 4, 8],
+      scaleOutJobs: 20_000,
       longTransaction: { beforeS: 20, holdS: 60, afterS: 20, enqueuePerSecond: 4_000 },
     };
 
@@ -709,6 +713,60 @@ async function main() {
     }
   }
 
+  // Issue 71 §3, drainers that scale out: 1, 2, 4 and 8 `pgdrain start` processes on one backlog,
+  // each of small concurrency with jobs that take a few milliseconds, so each process sets its own
+  // pace and eight stay below what the machine's two cores can drain: what grows with their number
+  // is what a job costs PostgreSQL, not the cores spread thinner.
+  if (!only || only.includes('pgdrain') || only.includes('scale-out')) {
+    const n = plan.scaleOutJobs;
+    const [concurrency, jobMs] = [4, 2];
+    console.log(
+      `\npgdrain scale-out: N \`pgdrain start\` processes, CONCURRENCY=${concurrency} each, jobs of ${jobMs} ms, one ${n / 1000}k backlog`,
+    );
+    for (const processes of plan.scaleOut) {
+      const label = `scale-out ${n / 1000}k, ${processes} process${processes === 1 ? '' : 'es'}`;
+      const figures = { jobs: [] as number[], cpu: [] as number[], waits: [] as number[], claims: [] as number[] };
+      // The reps measure the drain; one more samples lock waits (its sampler's queries are not the
+      // drain's work, so that rep's CPU is not counted).
+      for (let r = 0; r <= plan.reps; r++) {
+        const sampling = r === plan.reps;
+        const url = await freshDatabase('bench_scale_out');
+        const result = await drainWithProcesses(url, processes, n, {
+          postgresCpuMs,
+          sampleLockWaits: sampling,
+          env: { CONCURRENCY: String(concurrency), BENCH_JOB_MS: String(jobMs) },
+        });
+        await admin.query('DROP DATABASE bench_scale_out WITH (FORCE)');
+        if (result.missing || result.duplicated)
+          throw new Error(`${label}: ${result.missing} jobs never ran and ${result.duplicated} ran twice`);
+        if (sampling) {
+          if (result.lockWaitMsPerClaim !== null) figures.waits.push(result.lockWaitMsPerClaim);
+          console.log(
+            `  ${label}, lock waits: ${result.lockWaitMsPerClaim?.toFixed(3) ?? '?'} ms per claim (sampled every ` +
+              `10 ms), ${result.claims ?? '?'} claims, every job exactly once`,
+          );
+          continue;
+        }
+        figures.jobs.push(result.jobsPerSecond);
+        if (result.postgresCpuMicrosPerJob !== null) figures.cpu.push(result.postgresCpuMicrosPerJob);
+        if (result.claims !== null) figures.claims.push((result.claims * 1000) / n);
+        console.log(
+          `  ${label}, rep ${r + 1}/${plan.reps}: ${fmt(result.jobsPerSecond)} jobs/s, PostgreSQL CPU ` +
+            `${result.postgresCpuMicrosPerJob?.toFixed(1) ?? '?'} µs per job, ${result.claims ?? '?'} claims, every job exactly once`,
+        );
+        for (const st of result.topStatements)
+          console.log(
+            `      ${st.microsPerJob.toFixed(1).padStart(6)} µs/job ${st.callsPerJob.toFixed(3)} calls/job  ${st.query}`,
+          );
+      }
+      record(label, 'pgdrain', 'jobs/s', figures.jobs, [], []);
+      if (figures.cpu.length > 0) record(`${label}: PostgreSQL CPU per job`, 'pgdrain', 'µs', figures.cpu, [], []);
+      if (figures.waits.length > 0) record(`${label}: lock waits per claim`, 'pgdrain', 'ms', figures.waits, [], []);
+      if (figures.claims.length > 0)
+        record(`${label}: claims per 1,000 jobs`, 'pgdrain', 'claims', figures.claims, [], []);
+    }
+  }
+
   // A transaction held open elsewhere during a steady load: what it does to the drain and the table.
   if (!only || only.includes('pgdrain') || only.includes('long-transaction')) {
     const lt = plan.longTransaction;
@@ -1152,6 +1210,7 @@ function printTable(systems: string[]) {
     return f ? `${median(f.postgresMicros).toFixed(1)} / ${median(f.nodeMicros).toFixed(1)}` : '';
   };
   const drained = systems.filter((s) => drains.some((w) => perJob(w, s)));
+  if (drained.length === 0) return;
   console.log('\nCPU per job of each drain (not its enqueue), PostgreSQL / Node (µs, median of the runs):');
   printRows([['drain', ...drained], ...drains.map((w) => [w, ...drained.map((s) => perJob(w, s))])]);
 }

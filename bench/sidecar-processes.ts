@@ -30,6 +30,9 @@ export interface ProcessDrainOptions {
   postgresCpuMs?: () => Promise<number>;
   /** More settings for every process (their defaults otherwise). */
   env?: Record<string, string>;
+  /** Samples pg_stat_activity every LOCK_SAMPLE_MS over the drain for the sidecars' backends that
+   * wait on a heavyweight lock: ProcessDrainResult.lockWaitMsPerClaim. */
+  sampleLockWaits?: boolean;
 }
 
 export interface ProcessDrainResult {
@@ -41,6 +44,43 @@ export interface ProcessDrainResult {
   postgresMicrosPerJob: number | null;
   /** The server's CPU per job over the drain (µs); null without `postgresCpuMs`. */
   postgresCpuMicrosPerJob: number | null;
+  /** Statements that claimed (pgdrain.claim(), alone or after a settlement) over the drain; null
+   * without pg_stat_statements. */
+  claims: number | null;
+  /** With `sampleLockWaits`: the sidecars' backends seen waiting on a lock (wait_event_type Lock),
+   * sample by sample, times the sampling interval, per claim (ms): an estimate, not a count. */
+  lockWaitMsPerClaim: number | null;
+  /** The statements that cost PostgreSQL most over the drain: calls and execution µs per job. */
+  topStatements: { query: string; callsPerJob: number; microsPerJob: number }[];
+}
+
+const LOCK_SAMPLE_MS = 10;
+
+/** Counts, until stopped, the backends of this database (but the sampler's own) that wait on a
+ * heavyweight lock, every LOCK_SAMPLE_MS: the sum of waiting backends over the samples. */
+function sampleLockWaits(url: string, untracked: string): { stop: () => Promise<number> } {
+  const client = new pg.Client({ connectionString: url, options: untracked.trim() || undefined });
+  let waiting = 0;
+  let running = true;
+  const loop = (async () => {
+    await client.connect();
+    while (running) {
+      const { rows } = await client.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'`,
+      );
+      waiting += rows[0].n;
+      await new Promise((r) => setTimeout(r, LOCK_SAMPLE_MS));
+    }
+    await client.end();
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      return waiting;
+    },
+  };
 }
 
 /** Turns pg_stat_statements on for this database's new sessions, if the server has it loaded
@@ -152,6 +192,7 @@ export async function drainWithProcesses(
     // Done when nothing is pending or running: the first entry of each partial index (jobs_ready,
     // jobs_running), never a scan of the table (its planner told so), which would compete with the
     // drain for the cores.
+    const lockSampler = options.sampleLockWaits ? sampleLockWaits(url, untracked) : null;
     for (;;) {
       const { rows } = await watcher.query(
         `SELECT EXISTS (SELECT 1 FROM pgdrain.jobs WHERE status = 'pending') OR EXISTS (SELECT 1 FROM pgdrain.jobs WHERE status = 'running') AS busy`,
@@ -161,17 +202,33 @@ export async function drainWithProcesses(
     }
     const seconds = (performance.now() - t0) / 1000;
     const cpuAtEnd = await options.postgresCpuMs?.();
+    const lockWaitSamples = await lockSampler?.stop();
     const postgresCpuMicrosPerJob =
       cpuAtCommit !== undefined && cpuAtEnd !== undefined && Number.isFinite(cpuAtEnd - cpuAtCommit)
         ? ((cpuAtEnd - cpuAtCommit) * 1000) / jobs
         : null;
     let postgresMicrosPerJob: number | null = null;
+    let claims: number | null = null;
+    let topStatements: ProcessDrainResult['topStatements'] = [];
     if (tracked) {
       const { rows } = await harness.query(
         `SELECT coalesce(sum(total_exec_time), 0)::float8 AS ms FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
       );
       postgresMicrosPerJob = (Number(rows[0].ms) * 1000) / jobs;
+      const statements = await harness.query(
+        `SELECT query, calls::float8 AS calls, total_exec_time::float8 AS ms, query ~ 'pgdrain\\.claim\\(' AS claims
+           FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          ORDER BY total_exec_time DESC`,
+      );
+      claims = statements.rows.filter((r) => r.claims).reduce((sum, r) => sum + Number(r.calls), 0);
+      topStatements = statements.rows.slice(0, 5).map((r) => ({
+        query: String(r.query).replace(/\s+/g, ' ').slice(0, 90),
+        callsPerJob: Number(r.calls) / jobs,
+        microsPerJob: (Number(r.ms) * 1000) / jobs,
+      }));
     }
+    const lockWaitMsPerClaim =
+      lockWaitSamples !== undefined && claims ? (lockWaitSamples * LOCK_SAMPLE_MS) / claims : null;
     for (const { child } of children) child.kill('SIGTERM');
     await Promise.all(children.map((c) => c.exited));
     const seen = new Map<number, number>();
@@ -186,7 +243,16 @@ export async function drainWithProcesses(
       if (n === 0) missing++;
       if (n > 1) duplicated++;
     }
-    return { jobsPerSecond: jobs / seconds, missing, duplicated, postgresMicrosPerJob, postgresCpuMicrosPerJob };
+    return {
+      jobsPerSecond: jobs / seconds,
+      missing,
+      duplicated,
+      postgresMicrosPerJob,
+      postgresCpuMicrosPerJob,
+      claims,
+      lockWaitMsPerClaim,
+      topStatements,
+    };
   } finally {
     for (const { child } of children) if (child.exitCode === null) child.kill('SIGKILL');
     await pool.end();

@@ -126,6 +126,19 @@ export function targetRows(figures: TargetFigure[], server: 'embedded' | 'stock'
     0.9,
   );
   {
+    // Issue 71 §3: eight drainers make a job cost PostgreSQL at most 1.2× what one does.
+    const cpu = (processes: string) => get(`scale-out 20k, ${processes}: PostgreSQL CPU per job`);
+    const [eight, one] = [cpu('8 processes'), cpu('1 process')];
+    if (eight !== undefined && one !== undefined)
+      add({
+        issue: '71',
+        target: 'scale-out: PostgreSQL CPU per job, 8 processes against 1',
+        figure: `${x(eight / one)} (${eight.toFixed(1)} / ${one.toFixed(1)} µs)`,
+        goal: '≤ 1.20×',
+        met: eight / one <= 1.2,
+      });
+  }
+  {
     const [four, one] = [
       get('drain 50k, 4 processes: PostgreSQL time per job'),
       get('drain 50k, 1 process: PostgreSQL time per job'),

@@ -257,6 +257,8 @@ class DrainRun {
       // Jobs that waited for ours are pending now: this drain runs them too.
       onUnblocked: (kinds) => this.#planner.reopen(kinds),
       onReturned: () => this.#wakeup.wake(),
+      // Settlements wait a little for the others' while handlers still run (settler.ts).
+      handlersRunning: () => this.#slotsInUse > 0,
       onRetry: (runAt, kind) => this.#dueAgain(runAt.getTime(), kind),
       onSnoozed: (kind, dueAt, readyKinds) => this.#snoozed(kind, dueAt, readyKinds),
       // A settlement that failed for a reason of the moment is sent again while its jobs' lease may

@@ -35,6 +35,7 @@ import {
 } from '../queries/index.ts';
 import { isTransientConflict, isTransientFailure } from '../db/errors.ts';
 import type { JobDefinition } from '../jobs/registry.ts';
+import { limitsOf } from '../jobs/definition.ts';
 import type { JobRecord, SettledAs } from './job-record.ts';
 import { errorText } from '../json.ts';
 import type { Kept, Outcome } from './outcome.ts';
@@ -60,6 +61,9 @@ export interface SettlerOptions {
   /** A job of `kind` its runner snoozed: due again at `dueAt` (null: something else makes it due);
    * its statement made jobs of `readyKinds` ready. */
   onSnoozed?: (kind: string, dueAt: number | null, readyKinds: readonly string[]) => void;
+  /** Other handlers of the drain still run (more settlements come soon): a settlement may wait for
+   * them (SETTLE_SPACING_MS). Unset: every settlement goes out at once. */
+  handlersRunning?: () => boolean;
   /** Until when (ms since the epoch, asked at a statement's first failure) a settlement that failed
    * for a reason of the moment is sent again; unset: it is not. */
   resendUntil?: () => number;
@@ -100,10 +104,11 @@ export class Settler {
     this.#options = options;
     const statements = (this.#statements = options.statements ?? QUERIES);
     const counted = { recordCounts: options.recordCounts };
+    const othersComing = options.handlersRunning ?? (() => false);
     this.#completions = new SettlementBatcher(
       (work) => this.#track(work),
       (batch) => this.#complete(batch, () => statements.completeJobs(db, batch.map(completedJob), counted)),
-      () => options.carryCompletions && this.#claimsInFlight > 0,
+      { holdWhile: () => options.carryCompletions && this.#claimsInFlight > 0, othersComing },
     );
     this.#failures = new SettlementBatcher(
       (work) => this.#track(work),
@@ -126,12 +131,15 @@ export class Settler {
             });
           },
         ),
+      { othersComing },
     );
   }
 
   /** Settles `record` as its attempt's `outcome` says (`progressJson`: its last progress report
    * not yet saved, kept with a kept job's completion). */
   settle(record: JobRecord, outcome: Outcome, definition: JobDefinition<any> | undefined, progressJson?: string): void {
+    // A limited kind's running row holds a slot of its limit for every drainer: it goes at once.
+    const urgent = limitsOf(definition) !== null;
     switch (outcome.as) {
       case 'completed':
         if (outcome.inTransaction) this.settledInTransaction(record, outcome.inTransaction.unblockedKinds);
@@ -139,12 +147,14 @@ export class Settler {
           this.complete(
             record,
             outcome.kept && progressJson !== undefined ? { ...outcome.kept, progressJson } : outcome.kept,
+            'completed',
+            urgent,
           );
         break;
       case 'cancelled':
         // Someone asked to cancel it: the completing statement ends it cancelled (kept like a
         // completed job of its kind, without a result).
-        this.complete(record, cancelledKept(definition), 'cancelled');
+        this.complete(record, cancelledKept(definition), 'cancelled', urgent);
         break;
       case 'released':
         this.release([record], outcome.reason);
@@ -155,15 +165,16 @@ export class Settler {
         break;
       default:
         // Failed, or lost: the failing statement retries it, makes it dead, or is refused by the token.
-        this.fail(record, outcome, definition?.backoff);
+        this.fail(record, outcome, definition?.backoff, urgent);
     }
   }
 
   /** Completes it (its kind keeps it: for how long, and the result). `cancelled`: someone asked to
-   * cancel it; the completing statement ends it cancelled. */
-  complete(record: JobRecord, kept?: Kept, outcome: 'completed' | 'cancelled' = 'completed'): void {
+   * cancel it; the completing statement ends it cancelled. `urgent`: its statement does not wait
+   * the spacing (SETTLE_SPACING_MS). */
+  complete(record: JobRecord, kept?: Kept, outcome: 'completed' | 'cancelled' = 'completed', urgent = false): void {
     record.finish(outcome);
-    this.#completions.add({ record, kept });
+    this.#completions.add({ record, kept }, urgent);
   }
 
   /** A transactional handler completed it in its own transaction (which made jobs of
@@ -182,20 +193,28 @@ export class Settler {
     this.#options.onReturned?.();
   }
 
-  fail(record: JobRecord, outcome: Extract<Outcome, { as: 'failed' | 'lost' }>, backoff: Backoff | undefined): void {
+  fail(
+    record: JobRecord,
+    outcome: Extract<Outcome, { as: 'failed' | 'lost' }>,
+    backoff: Backoff | undefined,
+    urgent = false,
+  ): void {
     record.finish('failed');
     const { job } = record;
-    this.#failures.add({
-      record,
-      failure: {
-        id: job.id,
-        lockedBy: job.lockedBy,
-        ...(outcome.as === 'failed'
-          ? { error: outcome.error, permanent: outcome.permanent, retryAfterSeconds: outcome.retryAfterSeconds }
-          : { error: errorText(outcome.thrown), permanent: false }),
-        backoff,
+    this.#failures.add(
+      {
+        record,
+        failure: {
+          id: job.id,
+          lockedBy: job.lockedBy,
+          ...(outcome.as === 'failed'
+            ? { error: outcome.error, permanent: outcome.permanent, retryAfterSeconds: outcome.retryAfterSeconds }
+            : { error: errorText(outcome.thrown), permanent: false }),
+          backoff,
+        },
       },
-    });
+      urgent,
+    );
   }
 
   release(records: readonly JobRecord[], reason?: string): void {
@@ -268,12 +287,12 @@ export class Settler {
 
   /** Flushes what is buffered; resolves when every settlement statement has returned. */
   async finish(): Promise<void> {
-    this.#completions.flush();
-    this.#failures.flush();
+    this.#completions.flush(true);
+    this.#failures.flush(true);
     while (this.#inFlight.size > 0) {
       await Promise.all([...this.#inFlight]);
-      this.#completions.flush();
-      this.#failures.flush();
+      this.#completions.flush(true);
+      this.#failures.flush(true);
     }
   }
 
@@ -349,53 +368,89 @@ async function resend<T>(statement: () => Promise<T>, resendUntil?: () => number
 /** The longest pause between two sends of a settlement that failed for a reason of the moment. */
 const RESEND_MAX_PAUSE_MS = 2_000;
 
+/** While other handlers of the drain still run, a batcher's settlement statements start at most this
+ * often (ms): jobs that finish a few at a time (handlers of a few milliseconds, a small concurrency)
+ * share a statement and its commit instead of each few sending their own — a fifth to a third of
+ * the PostgreSQL CPU per job of such a drain (docs/benchmark.md, the scale-out row). A settlement
+ * goes out at once when no other handler runs (nothing would join it: a chain of jobs run one after
+ * another is not slowed), when a full batch waits, when it holds a job of a kind limited across
+ * drainers (its running row holds a slot of the limit), and at finish(). */
+export const SETTLE_SPACING_MS = 20;
+/** So many waiting items go out at once, whatever the spacing. */
+const SETTLE_FULL_BATCH = 100;
+
 /**
  * Buffers items and settles them with one statement at a time. A flush waits for the next
  * macrotask, so handlers that finish in the same burst share one statement instead of the first
- * going alone; while a statement is in flight, new items wait for the next one. `take()` hands the
- * buffer to another statement (a claim) instead, counting as in flight until `taken()`, which gives
- * back what that statement could not settle; `holdWhile` keeps items for such a statement.
+ * going alone; while a statement is in flight, new items wait for the next one, which starts
+ * SETTLE_SPACING_MS after the last at the soonest. `take()` hands the buffer to another statement
+ * (a claim) instead, counting as in flight until `taken()`, which gives back what that statement
+ * could not settle; `holdWhile` keeps items for such a statement.
  */
 class SettlementBatcher<T> {
   #buffer: T[] = [];
   #inFlight = false;
   #scheduled = false;
+  #lastSentAt = Number.NEGATIVE_INFINITY;
+  /** An item waits that must not wait the spacing. */
+  #urgent = false;
   readonly #track: (work: Promise<void>) => void;
   readonly #run: (batch: T[]) => Promise<void>;
   readonly #holdWhile: () => boolean;
+  readonly #othersComing: () => boolean;
 
   constructor(
     track: (work: Promise<void>) => void,
     run: (batch: T[]) => Promise<void>,
-    holdWhile: () => boolean = () => false,
+    {
+      holdWhile = () => false,
+      othersComing = () => false,
+    }: { holdWhile?: () => boolean; othersComing?: () => boolean },
   ) {
     this.#track = track;
     this.#run = run;
     this.#holdWhile = holdWhile;
+    this.#othersComing = othersComing;
   }
 
   get size(): number {
     return this.#buffer.length;
   }
 
-  add(item: T): void {
+  /** `urgent`: it goes with the next statement, which does not wait the spacing for it. */
+  add(item: T, urgent = false): void {
     this.#buffer.push(item);
+    this.#urgent ||= urgent;
     if (!this.#inFlight) this.nudge();
   }
 
   /** Settle what waits, soon, unless it is held or taken first. */
   nudge(): void {
+    this.#schedule(0);
+  }
+
+  #schedule(delayMs: number): void {
     if (this.#scheduled || this.#buffer.length === 0 || this.#holdWhile()) return;
     this.#scheduled = true;
     setTimeout(() => {
       this.#scheduled = false;
       this.flush();
-    }, 0);
+    }, delayMs);
   }
 
-  flush(): void {
+  /** Sends what waits unless a statement is in flight — or, `now` false, the last one started less
+   * than the spacing ago while other settlements are coming and nothing urgent or a full batch
+   * waits: then when the spacing is over. */
+  flush(now = false): void {
     if (this.#inFlight || this.#buffer.length === 0) return;
+    const wait = this.#lastSentAt + SETTLE_SPACING_MS - performance.now();
+    if (!now && wait > 0 && !this.#urgent && this.#buffer.length < SETTLE_FULL_BATCH && this.#othersComing()) {
+      this.#schedule(wait);
+      return;
+    }
     this.#inFlight = true;
+    this.#lastSentAt = performance.now();
+    this.#urgent = false;
     const batch = this.#buffer;
     this.#buffer = [];
     this.#track(
@@ -409,6 +464,8 @@ class SettlementBatcher<T> {
   take(): T[] {
     if (this.#inFlight || this.#buffer.length === 0) return [];
     this.#inFlight = true;
+    this.#lastSentAt = performance.now();
+    this.#urgent = false;
     const batch = this.#buffer;
     this.#buffer = [];
     return batch;

@@ -11,7 +11,7 @@ import type { Claimer } from '../../src/drain/claimer.ts';
 import { JobBook, type JobRecord } from '../../src/drain/job-record.ts';
 import { JobCancelledError, LeaseKeeper, LeaseLostError } from '../../src/drain/lease-keeper.ts';
 import { type HandlerEnvironment, HandlerAbandonedError, runAttempt } from '../../src/drain/run-handler.ts';
-import { SETTLE_ATTEMPTS, type SettlementStatements, Settler } from '../../src/drain/settler.ts';
+import { SETTLE_ATTEMPTS, SETTLE_SPACING_MS, type SettlementStatements, Settler } from '../../src/drain/settler.ts';
 import { defineBatchJob } from '../../src/jobs/batch.ts';
 import { JobRegistry, PermanentJobError, RetryLaterError, defineJob } from '../../src/jobs/registry.ts';
 import { z } from 'zod';
@@ -171,7 +171,11 @@ function fakeStatements(answer: { lost?: Set<string>; fail?: () => unknown; retr
 /** A settler over `statements`, with what it reports: errors of statements that failed. */
 function settlerOver(
   statements: SettlementStatements,
-  options: { onRetry?: (at: Date, kind: string) => void; resendUntil?: () => number } = {},
+  options: {
+    onRetry?: (at: Date, kind: string) => void;
+    resendUntil?: () => number;
+    handlersRunning?: () => boolean;
+  } = {},
 ) {
   const errors: unknown[] = [];
   const settler = new Settler(NO_DB, {
@@ -211,6 +215,52 @@ describe('the settler', () => {
     expect(sent).toEqual([{ statement: 'complete', ids: [a!.job.id, b!.job.id, c!.job.id] }]);
     expect(book.counts).toMatchObject({ completed: 2, lost: 1 });
     expect(settler.busy).toBe(false);
+  });
+
+  it(`while other handlers run, completions after a statement wait up to ${SETTLE_SPACING_MS} ms to share the next; alone, limited or at finish() they go at once`, async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    try {
+      const book = new JobBook();
+      const [a, b, c, d, e, f] = running(book, 6);
+      const { statements, sent } = fakeStatements();
+      let othersRunning = true;
+      const { settler } = settlerOver(statements, { handlersRunning: () => othersRunning });
+      const ids = () => sent.map((s) => s.ids);
+      // The first after a quiet spell goes out at the next macrotask.
+      settler.complete(a!);
+      await vi.advanceTimersByTimeAsync(0);
+      expect(ids()).toEqual([[a!.job.id]]);
+      // The next two, a few milliseconds apart, wait for the spacing and share one statement.
+      await vi.advanceTimersByTimeAsync(2);
+      settler.complete(b!);
+      await vi.advanceTimersByTimeAsync(5);
+      settler.complete(c!);
+      await vi.advanceTimersByTimeAsync(SETTLE_SPACING_MS - 9);
+      expect(ids()).toHaveLength(1);
+      await vi.advanceTimersByTimeAsync(2);
+      expect(ids()).toEqual([[a!.job.id], [b!.job.id, c!.job.id]]);
+      // A job of a kind limited across drainers holds a slot of the limit while running: at once.
+      await vi.advanceTimersByTimeAsync(1);
+      const limited = defineJob({ kind: 'k', schema: z.object({}), globalConcurrency: 2, handler: () => {} });
+      settler.settle(d!, { as: 'completed' }, limited);
+      await vi.advanceTimersByTimeAsync(0);
+      expect(ids()).toHaveLength(3);
+      // No other handler running: nothing would join it, so it goes at once (a chain is not slowed).
+      othersRunning = false;
+      await vi.advanceTimersByTimeAsync(1);
+      settler.complete(e!);
+      await vi.advanceTimersByTimeAsync(0);
+      expect(ids()).toHaveLength(4);
+      // finish() sends what waits at once.
+      othersRunning = true;
+      await vi.advanceTimersByTimeAsync(1);
+      settler.complete(f!);
+      await settler.finish();
+      expect(ids()).toEqual([[a!.job.id], [b!.job.id, c!.job.id], [d!.job.id], [e!.job.id], [f!.job.id]]);
+      expect(book.counts).toMatchObject({ completed: 6 });
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('a failure says whether it is permanent and when to retry at the soonest; retries are told with their time', async () => {

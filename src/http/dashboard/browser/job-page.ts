@@ -2,6 +2,7 @@
 // that failed or was lost with its drainer and full error, what it waits for and what waits for it,
 // its dead letter, and a workflow's steps as a timeline — with the actions that fit its state.
 // Everything comes from GET /jobs/:id; the page follows the job at each refresh.
+import { MAX_ATTEMPT_LOG } from '../../../db/constants.ts';
 import type { AttemptLogEntry, Job, LinkedJob, WorkflowStep } from '../../contract.ts';
 import { byId, element, fillTable, formatAge, formatDuration, formatWhen, jobLink, jsonCell, kindLink } from './dom.ts';
 
@@ -164,7 +165,7 @@ function renderAttempts(job: Job, now: number): void {
   byId('attempts-empty').hidden = rows.length > 0;
   byId('attempts-box').hidden = rows.length === 0;
   byId('attempts-note').textContent =
-    log.length >= 25 ? `The latest ${log.length} attempts that failed or were lost are kept.` : '';
+    log.length >= MAX_ATTEMPT_LOG ? `The latest ${log.length} attempts that failed or were lost are kept.` : '';
 }
 
 type AttemptShown = Omit<AttemptLogEntry, 'outcome' | 'endedAt' | 'error'> & {

@@ -123,7 +123,8 @@ async function applyAll(client: pg.Client, files: FunctionFile[], dropFirst: Set
   let dropped: string[] = [];
   await client.query('BEGIN');
   try {
-    await client.query(`SET LOCAL lock_timeout = 400`);
+    // A migration's statements are not the app's queries: no DBA's statement_timeout cuts them short.
+    await client.query(`SET LOCAL lock_timeout = 400; SET LOCAL statement_timeout = 0`);
     await client.query('SET LOCAL check_function_bodies = off');
     for (const file of files) await createFunction(client, file, dropFirst.has(file.name));
     // Every function CREATE OR REPLACE wrote above has its catalog row written by this transaction;

@@ -164,12 +164,24 @@ async function migrateUnderLock(client: pg.Client, options: MigrateOptions): Pro
           );
     // The history's day partitions ahead (the housekeeping round keeps them so from now on).
     if (functionsFolder !== false && (applied.length > 0 || functions.created.length > 0))
-      await client
-        .query(`SELECT ${pg.escapeIdentifier(PGDRAIN_SCHEMA)}.maintain_history()`)
-        .catch((error: { code?: string }) => {
-          if (error.code !== '55P03') throw error; // a lock not granted in time: the next round does it
-        });
+      await createHistoryPartitions(client);
     return { migrations: applied, functions };
+  }
+}
+
+/** pgdrain.maintain_history() once, in a transaction of its own without a DBA's statement_timeout
+ * (its 32 day partitions are DDL that a slow or loaded server may take longer over than the app's
+ * queries are given: CI saw a 300 ms timeout cancel it after every migration had committed). A lock
+ * not granted within the function's own lock_timeout is left for the next housekeeping round. */
+async function createHistoryPartitions(client: pg.Client): Promise<void> {
+  await client.query('BEGIN');
+  try {
+    await client.query('SET LOCAL statement_timeout = 0');
+    await client.query(`SELECT ${pg.escapeIdentifier(PGDRAIN_SCHEMA)}.maintain_history()`);
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    if ((error as { code?: string }).code !== '55P03') throw error;
   }
 }
 

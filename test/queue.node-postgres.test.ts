@@ -17,6 +17,7 @@ import {
 import { writeStepRecord } from '../src/workflows/step-records.ts';
 import { type Db, rowsOf } from '../src/queries/db.ts';
 import { drain } from '../src/drain/index.ts';
+import { SETTLE_SPACING_MS } from '../src/drain/settler.ts';
 import { JobRegistry } from '../src/jobs/registry.ts';
 import { defineJob } from '../src/jobs/index.ts';
 import { defineWorkflow } from '../src/workflows/index.ts';
@@ -751,3 +752,50 @@ describe.skipIf(THROUGH_POOLER)("checked-out connections (the sidecar's pools)",
   });
 });
 kindDoorsSuite('node-postgres', nodePostgresHarness);
+
+// src/drain/settler.ts: while other handlers run, settlements wait for company (SETTLE_SPACING_MS).
+describe('settlements of jobs that end a few at a time', () => {
+  it('share statements: the completing statements start at most once per spacing while handlers run, and each job completes once', async () => {
+    const t = await createTestDatabase();
+    const { db, pool } = t.connect(4);
+    // Every statement the drain sends goes through this pool: count the completing ones.
+    let completing = 0;
+    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+    (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string }).text;
+      if (text && /deleted AS\s*\(DELETE FROM "pgdrain"\."jobs"/.test(text)) completing++;
+      return query(...args);
+    };
+    try {
+      const jobs = 400;
+      const ran: number[] = [];
+      const registry = new JobRegistry([
+        defineJob({
+          kind: 'ms',
+          schema: z.object({ i: z.number() }),
+          handler: async ({ i }) => {
+            await sleep(2);
+            ran.push(i);
+          },
+        }),
+      ]);
+      await enqueueMany(
+        t.db,
+        Array.from({ length: jobs }, (_, i) => ({ kind: 'ms', payload: { i } })),
+      );
+      const started = performance.now();
+      const report = await drain(db, registry, { workerId: 'spacing', concurrency: 8, batchSize: 50 });
+      const elapsed = performance.now() - started;
+      expect(report.completed).toBe(jobs);
+      expect(new Set(ran).size).toBe(jobs);
+      expect(ran).toHaveLength(jobs);
+      expect((await t.query('SELECT count(*)::int AS n FROM pgdrain.jobs'))[0]!.n).toBe(0);
+      // One statement per spacing at most, the first at once and the last at the drain's end;
+      // settled as soon as each returned, 400 jobs of 2 ms at 8 slots took about one per 4 jobs.
+      expect(completing).toBeGreaterThan(0);
+      expect(completing).toBeLessThanOrEqual(Math.floor(elapsed / SETTLE_SPACING_MS) + 2);
+    } finally {
+      await t.close();
+    }
+  });
+});

@@ -370,8 +370,8 @@ const RESEND_MAX_PAUSE_MS = 2_000;
 
 /** While other handlers of the drain still run, a batcher's settlement statements start at most this
  * often (ms): jobs that finish a few at a time (handlers of a few milliseconds, a small concurrency)
- * share a statement and its commit instead of each few sending their own — a fifth to a third of
- * the PostgreSQL CPU per job of such a drain (docs/benchmark.md, the scale-out row). A settlement
+ * share a statement and its transaction instead of each few sending their own — a quarter to a third
+ * of the PostgreSQL CPU per job of such a drain (docs/benchmark.md, the scale-out row). A settlement
  * goes out at once when no other handler runs (nothing would join it: a chain of jobs run one after
  * another is not slowed), when a full batch waits, when it holds a job of a kind limited across
  * drainers (its running row holds a slot of the limit), and at finish(). */

@@ -177,6 +177,18 @@ const clockUnreachable = (error: unknown) => {
   return LOOK_AT_EVERYTHING;
 };
 
+/**
+ * A drain's id, and a log line for each of its statements that failed: a settlement (its jobs stay
+ * running until their leases end, then the reaper hands them on and they run again) or a claim (the
+ * drain claims again at its next poll). Without them the Worker would say nothing of why a job ran
+ * twice; the sidecar says the same through its incidents (src/sidecar/incidents.ts).
+ */
+function drainFailureLogs(workerId: string) {
+  const failed = (event: string) => (error: unknown) =>
+    console.error(JSON.stringify({ event, drainer: workerId, error: safeErrorMessage(error) }));
+  return { workerId, onSettleError: failed('settle_failed'), onClaimError: failed('claim_failed') };
+}
+
 /** A cron invocation the clock let off: nothing due, nothing sent. */
 const idleReport = (): Omit<ScheduledReport, 'cron' | 'budgetMs'> => ({
   ...emptyDrainReport(),
@@ -285,7 +297,7 @@ async function runNow(
     const report = await drain(db, registry, {
       ...drainOptionsFor(settings, 'worker'),
       transactions,
-      workerId: `worker-now-${crypto.randomUUID().slice(0, 8)}`,
+      ...drainFailureLogs(`worker-now-${crypto.randomUUID().slice(0, 8)}`),
       ids,
       batchSize: ids.length,
       concurrency: Math.min(settings.concurrency!, ids.length),
@@ -350,7 +362,7 @@ async function look(
     const drainFor = (ms: number) =>
       drain(db, registry, {
         ...drainOptionsFor(settings, 'worker'),
-        workerId,
+        ...drainFailureLogs(workerId),
         transactions,
         budgetMs: ms,
         reportNextDue: plan.clock !== null,

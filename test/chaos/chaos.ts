@@ -61,6 +61,16 @@ const WORKER_CONFIG = fileURLToPath(new URL('../fixtures/chaos/wrangler.toml', i
 /** Each Worker invocation's budget (DRAIN_BUDGET_MS): its handlers are given up near its end. */
 const WORKER_BUDGET_MS = 2_000;
 
+/** The Worker's log lines that name a drainer of `runs` (lock tokens are `<drainer id>:<n>`), or a
+ * pool's error: at most the last 20. */
+function workerLinesAbout(output: string, runs: readonly { lock: string }[]): string[] {
+  const drainers = runs.map((r) => r.lock.split(':')[0]!).filter((d) => d.startsWith('worker-'));
+  return output
+    .split('\n')
+    .filter((line) => line.includes('pool_error') || drainers.some((d) => line.includes(d)))
+    .slice(-20);
+}
+
 /**
  * A Worker's finished run (lock token `worker-<start ms>-…` or `worker-alarm-<start ms>-…`) that
  * reported in the last margin of its invocation's budget (10%, at most 1 s: the drain gives its
@@ -120,6 +130,9 @@ export interface ChaosReport {
     id: string;
     runs: { lock: string; attempt: number; atMs: number; revoked?: true }[];
     faults: { kind: string; atMs: number }[];
+    /** What the Worker logged of the drains that ran it (its failed statements: settle_failed,
+     * claim_failed), and its pools' errors. */
+    workerLines: string[];
   }[];
   /** Jobs gone from the table with no finished run, or dead before their rule said so. */
   lost: string[];
@@ -579,6 +592,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     await worker.stop();
     log('chaos: Worker stopped');
   }
+  const workerOutput = worker.output();
 
   // --- the verdict --------------------------------------------------------------------------------
   const left = await pool.query<{
@@ -624,7 +638,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         if (done - revoked > 1 && !inFlightAtFault.has(id) && !atTheBudget) {
           report.duplicatedOutsideFaults.push(id);
           const near = (f: { atMs: number }) => runsOfJob.some((r) => Math.abs(r.atMs - f.atMs) < 15_000);
-          report.duplicateDetails.push({ id, runs: runsOfJob, faults: faultLog.filter(near) });
+          report.duplicateDetails.push({
+            id,
+            runs: runsOfJob,
+            faults: faultLog.filter(near),
+            workerLines: workerLinesAbout(workerOutput, runsOfJob),
+          });
         }
       }
     } else if (row.status === 'dead') {

@@ -359,6 +359,36 @@ for (const path of PATHS) {
       expect(await count()).toBe(0);
     });
 
+    it("a settlement the database refuses is logged (settle_failed: the drainer, the database's words), and its job stays running until the reaper hands it on", async () => {
+      // A user's trigger gone wrong: it refuses to delete one job, so every completion of it fails.
+      await h.query(`CREATE OR REPLACE FUNCTION public.refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'a trigger refuses to delete job %', OLD.id; END $$`);
+      await h.query(`CREATE TRIGGER refuse_delete BEFORE DELETE ON pgdrain.jobs FOR EACH ROW
+        WHEN (OLD.payload->>'n' = '13') EXECUTE FUNCTION public.refuse_delete()`);
+      const errors = vi.spyOn(console, 'error').mockImplementation(() => {});
+      try {
+        await enqueueMany(h.db, [{ kind: 'count', payload: { n: 13 } }]);
+        await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '3000' })).catch(() => {});
+        const lines = errors.mock.calls.map((c) => JSON.parse(String(c[0])) as Record<string, string>);
+        expect(runs.get(13)).toBe(1);
+        expect(lines).toContainEqual({
+          event: 'settle_failed',
+          drainer: expect.stringMatching(/^worker-\d+-[0-9a-f]{8}$/),
+          error: expect.stringMatching(/a trigger refuses to delete job \d+/),
+        });
+        expect(JSON.stringify(lines)).not.toContain(String(env.SCHEDULED_DATABASE_URL));
+        expect(await count(`status = 'running'`)).toBe(1);
+      } finally {
+        errors.mockRestore();
+        await h.query('DROP TRIGGER refuse_delete ON pgdrain.jobs');
+      }
+      // Its lease ends: the next cron reaps it and runs it again (at least once, as promised).
+      await h.query(`UPDATE pgdrain.jobs SET locked_until = now() - interval '1 second'`);
+      expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ reaped: 1, completed: 1 });
+      expect(runs.get(13)).toBe(2);
+      expect(await count()).toBe(0);
+    });
+
     it('webhook deliveries are signed in workerd as on Node: the published verifier accepts them', async () => {
       const secret = `whsec_${btoa('k'.repeat(32))}`;
       const sent: { body: string; headers: Headers }[] = [];

@@ -111,15 +111,19 @@ function withTransactionPool<Client extends { release(destroy?: boolean): void }
  * A pool's error listener and an end() that never rejects. The listener is mandatory on both paths:
  * closing makes the driver report the socket it just closed (Neon: "Network connection lost";
  * pg-cloudflare: "This socket has been closed"), which without a listener is an uncaught error.
- * Those are expected after end(); anything before it is logged, without the connection string.
+ * Those are expected after end(), and from a connection the pool closed itself (it closes the one
+ * a statement failed on: that statement's own error is its caller's to report); anything else is
+ * logged, without the connection string.
  */
 function quietEnd(
-  pool: { on(event: 'error', fn: (error: Error) => void): unknown; end(): Promise<void> },
+  pool: { on(event: 'error', fn: (error: Error, client?: unknown) => void): unknown; end(): Promise<void> },
   driver: WorkerDriver,
 ) {
   let ending = false;
-  pool.on('error', (error) => {
-    if (!ending) console.error(JSON.stringify({ event: 'pool_error', driver, error: safeErrorMessage(error) }));
+  pool.on('error', (error, client) => {
+    // Both drivers' clients (pg's, and Neon's fork of it) mark themselves ending in end().
+    if (ending || (client as { _ending?: boolean } | undefined)?._ending) return;
+    console.error(JSON.stringify({ event: 'pool_error', driver, error: safeErrorMessage(error) }));
   });
   return async () => {
     ending = true;

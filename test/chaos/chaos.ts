@@ -183,10 +183,22 @@ export const LONG_CHAOS = {
   sampleMemory: true,
 } as const;
 
+/** A chaos run; whatever it started is stopped when it ends, also when it fails part-way (a sidecar
+ * that does not start, an error of the harness): no PostgreSQL, proxy or process is left behind. */
 export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
+  const cleanups: (() => Promise<unknown>)[] = [];
+  try {
+    return await chaosRun(options, (cleanup) => cleanups.push(cleanup));
+  } finally {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+  }
+}
+
+async function chaosRun(options: ChaosOptions, onEnd: (cleanup: () => Promise<unknown>) => void): Promise<ChaosReport> {
   const log = options.log ?? (() => {});
   const started = Date.now();
   const dir = await mkdtemp(path.join(os.tmpdir(), 'pgdrain-chaos-'));
+  onEnd(() => rm(dir, { recursive: true, force: true }));
   await chmod(dir, 0o755);
   const pgPort = await freePort();
   const startPostgres = () =>
@@ -197,9 +209,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       settings: { max_connections: 200, fsync: 'off' },
     });
   let postgres: EmbeddedServer = await startPostgres();
+  onEnd(() => postgres.stop()); // the one running then (a restart replaces it)
   const databaseUrl = postgres.url;
   await migrateDatabase(databaseUrl);
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 3 });
+  onEnd(() => pool.end());
   pool.on('error', () => {});
   const db = drizzle({ client: pool }) as unknown as Db;
   await pool.query(CHAOS_EFFECTS_DDL);
@@ -258,11 +272,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     });
   });
   await new Promise<void>((resolve) => recorder.listen(0, '127.0.0.1', resolve));
+  onEnd(() => new Promise((resolve) => recorder.close(resolve)));
   const recorderUrl = `http://127.0.0.1:${(recorder.address() as { port: number }).port}/run`;
 
   // --- the network the drainers reach PostgreSQL through ---------------------------------------
   const tcp = await startTcpProxy({ host: '127.0.0.1', port: pgPort });
+  onEnd(() => tcp.close());
   const ws = await startWsProxy({ target: { host: '127.0.0.1', port: pgPort } });
+  onEnd(() => ws.close());
 
   // --- sidecars --------------------------------------------------------------------------------
   // Each sidecar has its own DRAINER_ID, as deployments give them: one restarted after kill -9
@@ -282,6 +299,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     LOG_LEVEL: 'info',
   });
   const sidecars: SidecarProcess[] = [];
+  // Those still running at the end (the run failed before it stopped them) are killed.
+  onEnd(async () => {
+    for (const s of sidecars) if (s.child.exitCode === null && s.child.signalCode === null) s.child.kill('SIGKILL');
+  });
   for (let i = 0; i < options.sidecars; i++) sidecars.push(await startSidecarProcess(sidecarEnv(i), SIDECAR));
 
   // --- the Worker, invoked on a tight loop ------------------------------------------------------
@@ -301,6 +322,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       BACKSTOP_POLL_SECONDS: '1',
     },
   });
+  onEnd(() => worker.stop());
 
   const report: ChaosReport = {
     jobs: 0,
@@ -721,11 +743,5 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   report.finishedBy = Object.fromEntries(doneBy);
   report.elapsedMs = Date.now() - started;
 
-  await pool.end();
-  await tcp.close();
-  await ws.close();
-  await new Promise((r) => recorder.close(r));
-  await postgres.stop();
-  await rm(dir, { recursive: true, force: true });
   return report;
 }

@@ -1,6 +1,7 @@
 import { cloudflareTest } from '@cloudflare/vitest-plugin';
 import { defineConfig } from 'vitest/config';
 import { withPlaceholderPassword } from './src/db/url.ts';
+import LongestFirst from './test/support/sequencer.ts';
 
 
 export default defineConfig({
@@ -16,8 +17,11 @@ export default defineConfig({
     },
   ],
   test: {
-    // The machine has 2 cores and PostgreSQL shares them.
-    maxWorkers: 2,
+    // The machine has 2 cores and PostgreSQL shares them; three files at once keep them busy (a
+    // process test waits much of its time), and `npm test` runs the workers project beside them.
+    maxWorkers: 3,
+    // The longest files start first (test/support/sequencer.ts).
+    sequence: { sequencer: LongestFirst },
     testTimeout: 30_000,
     hookTimeout: 60_000,
     projects: [

@@ -57,6 +57,9 @@ export interface ScheduledReport extends DrainReport {
   budgetMs: number;
   /** Reap, roll-up and prune, on a connection of their own beside the drain (its connection included). */
   housekeepingMs: number;
+  /** The drain's id, when it drained: its jobs were `locked_by` `<drainer>:<n>` (the dashboard, GET
+   * /jobs/:id), and its failed statements' lines name it. */
+  drainer?: string;
 }
 
 /** The part of the runtime's ScheduledController the drainer uses. */
@@ -293,11 +296,12 @@ async function runNow(
 ): Promise<void> {
   // The request's connection (the caller closes it).
   const clock = queueClock(env);
+  const drainer = `worker-now-${crypto.randomUUID().slice(0, 8)}`;
   try {
     const report = await drain(db, registry, {
       ...drainOptionsFor(settings, 'worker'),
       transactions,
-      ...drainFailureLogs(`worker-now-${crypto.randomUUID().slice(0, 8)}`),
+      ...drainFailureLogs(drainer),
       ids,
       batchSize: ids.length,
       concurrency: Math.min(settings.concurrency!, ids.length),
@@ -308,7 +312,7 @@ async function runNow(
     });
     // A retry's backoff, a snoozed workflow, or jobs it had to leave: the clock wakes a drain for them.
     if (clock && report.nextDueAt !== null) await clock.told(report.nextDueAt).catch(() => {});
-    console.log(JSON.stringify({ event: 'run_now', ids: ids.length, ...report }));
+    console.log(JSON.stringify({ event: 'run_now', ids: ids.length, drainer, ...report }));
   } catch (error) {
     console.error(JSON.stringify({ event: 'run_now_failed', error: safeErrorMessage(error) }));
   }
@@ -393,6 +397,7 @@ async function look(
         elapsedMs: Date.now() - started,
         housekeepingMs: housekept?.housekeepingMs ?? 0,
         looked: plan.drain ? 'drain' : 'housekeeping',
+        ...(plan.drain ? { drainer: workerId } : {}),
       },
       ...(drained ? { drainAt: earliest(report.nextDueAt, slotIn === null ? null : Date.now() + slotIn) } : {}),
       ...(housekept ? { housekeepAt: housekept.nextRoundAt } : {}),

@@ -368,12 +368,14 @@ for (const path of PATHS) {
       const errors = vi.spyOn(console, 'error').mockImplementation(() => {});
       try {
         await enqueueMany(h.db, [{ kind: 'count', payload: { n: 13 } }]);
-        await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '3000' })).catch(() => {});
+        const report = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '3000' }));
         const lines = errors.mock.calls.map((c) => JSON.parse(String(c[0])) as Record<string, string>);
         expect(runs.get(13)).toBe(1);
+        // The line names the drain, as the invocation's report (and the job's locked_by) do.
+        expect(report.drainer).toMatch(/^worker-\d+-[0-9a-f]{8}$/);
         expect(lines).toContainEqual({
           event: 'settle_failed',
-          drainer: expect.stringMatching(/^worker-\d+-[0-9a-f]{8}$/),
+          drainer: report.drainer,
           error: expect.stringMatching(/a trigger refuses to delete job \d+/),
         });
         expect(JSON.stringify(lines)).not.toContain(String(env.SCHEDULED_DATABASE_URL));

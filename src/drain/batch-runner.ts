@@ -227,20 +227,30 @@ export class BatchRunner {
       ? traceClaim(tracing, [this.kind], records.length, records[0]!.claimSentAt)
       : undefined;
     const spans = new Map<string, ProcessSpan>();
-    const items: { record: JobRecord; payload: unknown }[] = [];
+    const items: { record: JobRecord; payload: unknown; own: AbortController }[] = [];
     for (const record of records) {
       record.start();
       if (tracing && claimContext) spans.set(record.job.id, new ProcessSpan(tracing, record.job, claimContext));
+      // Each item's own signal aborts when it alone is given up; the call's, when every item is.
+      const own = new AbortController();
       this.#deps.leases.attach(record.job.id, (error) => {
         givenUp.set(record.job.id, error);
+        own.abort(error);
         if (givenUp.size === records.length) controller.abort(error);
       });
       try {
-        items.push({ record, payload: payloadOf(this.#definition, record.job) });
+        items.push({ record, payload: payloadOf(this.#definition, record.job), own });
       } catch (refused) {
         this.#settle(record, refused as Error, spans, givenUp);
       }
     }
+    controller.signal.addEventListener(
+      'abort',
+      () => {
+        for (const { own } of items) if (!own.signal.aborted) own.abort(controller.signal.reason);
+      },
+      { once: true },
+    );
     if (items.length === 0) return;
     // The call's timeout: the kind's (the shortest any of its jobs asked for), within the drain's budget.
     const timeoutMs = Math.min(...items.map((i) => handlerTimeoutMs(this.#definition, i.record.job.timeoutMs)));
@@ -258,7 +268,7 @@ export class BatchRunner {
     try {
       call = Promise.resolve().then(() =>
         batch.handler(
-          items.map((i) => ({ payload: i.payload, job: i.record.job })),
+          items.map((i) => ({ payload: i.payload, job: i.record.job, signal: i.own.signal })),
           { signal: controller.signal },
         ),
       );

@@ -18,6 +18,10 @@ export const MAX_BATCH_WAIT_MS = 60_000;
 export interface BatchItem<Payload> {
   payload: Payload;
   job: ClaimedJob;
+  /** This job's own: aborted when it alone is given up — its lease lost (LeaseLostError: it may run
+   * elsewhere, what the call answers for it is dropped) or someone cancelled it (JobCancelledError)
+   * — and with the call's signal. Skip the work of an item whose signal aborted. */
+  signal: AbortSignal;
 }
 
 export interface BatchContext {
@@ -60,7 +64,7 @@ export function defineBatchJob<Payload>(definition: BatchJobDefinition<Payload>)
   if (typeof handler !== 'function') throw new Error(`job kind ${definition.kind}: handler must be a function`);
   // Run on its own (a drainer that does not batch, a test): a batch of one.
   const single = async (payload: Payload, ctx: JobContext) => {
-    const [outcome] = await handler([{ payload, job: ctx.job }], { signal: ctx.signal });
+    const [outcome] = await handler([{ payload, job: ctx.job, signal: ctx.signal }], { signal: ctx.signal });
     if (outcome instanceof Error) throw outcome;
     return outcome;
   };

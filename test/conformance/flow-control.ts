@@ -517,6 +517,8 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       let mode: 'throw' | 'short' | 'ok' = 'throw';
       const calls: number[] = [];
       let cancelDuringCall: string | null = null;
+      /** What the handler saw of the signals after that cancel. */
+      let seen: { item: unknown; other: boolean; call: boolean } | null = null;
       const registry = new JobRegistry([
         defineBatchJob({
           kind: 'batch-strict',
@@ -526,10 +528,18 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
           maxAttempts: 3,
           // Retried well after each drain is over (the test brings the retries forward).
           backoff: { baseSeconds: 10, capSeconds: 10 },
-          handler: async (items) => {
+          handler: async (items, { signal }) => {
             calls.push(items.length);
-            // Someone cancels one of them while the call runs: the statement that completes it ends it cancelled.
-            if (cancelDuringCall) await cancel(h.db, cancelDuringCall);
+            // Someone cancels one of them while the call runs: its own signal aborts (the lease
+            // keeper's next renewal hears of it), the call's and the others' do not; the statement
+            // that completes it ends it cancelled.
+            const cancelled = items.find((i) => i.job.id === cancelDuringCall);
+            if (cancelled) {
+              await cancel(h.db, cancelled.job.id);
+              for (let waited = 0; !cancelled.signal.aborted && waited < 5_000; waited += 20) await sleep(20);
+              const other = items.find((i) => i !== cancelled)!;
+              seen = { item: cancelled.signal.reason, other: other.signal.aborted, call: signal.aborted };
+            }
             if (mode === 'throw') throw new Error('the mail service is down');
             if (mode === 'short') return items.slice(1).map(() => 'ok');
             return items.map(() => 'ok');
@@ -576,6 +586,7 @@ export function flowControlSuite(name: string, createHarness: () => Promise<Harn
       ]);
       cancelDuringCall = one!.id;
       expect(await run()).toMatchObject({ completed: 1, cancelled: 1 });
+      expect(seen).toEqual({ item: expect.objectContaining({ name: 'JobCancelledError' }), other: false, call: false });
       expect(
         await h.query(`SELECT count(*)::int AS n FROM pgdrain.jobs WHERE id IN ($1, $2)`, [one!.id, two!.id]),
       ).toEqual([{ n: 0 }]);

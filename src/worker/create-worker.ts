@@ -181,7 +181,7 @@ const clockUnreachable = (error: unknown) => {
 };
 
 /**
- * A drain's id, and a log line for each of its statements that failed: a settlement (its jobs stay
+ * A log line for each statement of the drain `workerId` that failed: a settlement (its jobs stay
  * running until their leases end, then the reaper hands them on and they run again) or a claim (the
  * drain claims again at its next poll). Without them the Worker would say nothing of why a job ran
  * twice; the sidecar says the same through its incidents (src/sidecar/incidents.ts).
@@ -189,7 +189,7 @@ const clockUnreachable = (error: unknown) => {
 function drainFailureLogs(workerId: string) {
   const failed = (event: string) => (error: unknown) =>
     console.error(JSON.stringify({ event, drainer: workerId, error: safeErrorMessage(error) }));
-  return { workerId, onSettleError: failed('settle_failed'), onClaimError: failed('claim_failed') };
+  return { onSettleError: failed('settle_failed'), onClaimError: failed('claim_failed') };
 }
 
 /** A cron invocation the clock let off: nothing due, nothing sent. */
@@ -301,6 +301,7 @@ async function runNow(
     const report = await drain(db, registry, {
       ...drainOptionsFor(settings, 'worker'),
       transactions,
+      workerId: drainer,
       ...drainFailureLogs(drainer),
       ids,
       batchSize: ids.length,
@@ -366,6 +367,7 @@ async function look(
     const drainFor = (ms: number) =>
       drain(db, registry, {
         ...drainOptionsFor(settings, 'worker'),
+        workerId,
         ...drainFailureLogs(workerId),
         transactions,
         budgetMs: ms,

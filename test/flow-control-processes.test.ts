@@ -369,9 +369,10 @@ describe('limits across two sidecar processes and the Worker', () => {
         .filter((r) => r.key === `customer-${key}` && !r.givenUp && Number.isFinite(r.to))
         .sort((a, b) => a.from - b.from);
       const told = JSON.stringify(runs.filter((r) => r.key === `customer-${key}`));
-      // The rows above are the guarantee; a run's end is taken a report's delivery earlier (one run's
-      // end report was stamped 3 ms after the next run's start: CI, 4cbb8ab).
-      expect(mostAtOnce(completed.map((r) => ({ ...r, to: r.to - 25 }))), told).toBe(1);
+      // The rows above are the guarantee; a run's end is taken a report's delivery earlier, as in
+      // handlersAtOnce (end reports were stamped 3 ms after the next run's start in CI at 4cbb8ab,
+      // 37 ms at c6f8577 with three test files at once; the rows held both times).
+      expect(mostAtOnce(completed.map((r) => ({ ...r, to: r.to - REPORT_SLACK_MS }))), told).toBe(1);
       expect(
         completed.map((r) => r.n),
         told,

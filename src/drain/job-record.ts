@@ -41,6 +41,10 @@ export interface SettledCounts {
   lost: number;
   /** Settled by their handler's own statement: pending again later (or waiting), no attempt spent. */
   snoozed: number;
+  /** Their settlement statement failed (the database refused it, or stayed out of reach past their
+   * lease): still running in the database; the reaper hands them on once their leases end, and they
+   * run again. */
+  unsettled: number;
 }
 
 export class JobRecord {
@@ -113,7 +117,16 @@ export interface JobBookOptions {
 }
 
 export class JobBook {
-  readonly counts: SettledCounts = { completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, snoozed: 0 };
+  readonly counts: SettledCounts = {
+    completed: 0,
+    failed: 0,
+    dead: 0,
+    released: 0,
+    cancelled: 0,
+    lost: 0,
+    snoozed: 0,
+    unsettled: 0,
+  };
   /** Claimed, not started, oldest first. */
   readonly #queued: JobRecord[] = [];
   #running = 0;
@@ -191,9 +204,9 @@ export class JobBook {
     this.#options.onChange?.();
   }
 
-  /** A record is done, settled as `as` (null: its statement failed; it is counted nowhere). */
+  /** A record is done, settled as `as` (null: its statement failed: unsettled). */
   ended(_record: JobRecord, as: SettledAs | null): void {
-    if (as) this.counts[as]++;
+    this.counts[as ?? 'unsettled']++;
   }
 
   #add(counts: Map<string, number>, kind: string, delta: number): void {

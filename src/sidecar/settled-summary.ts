@@ -4,9 +4,9 @@
 import type { Logger } from 'pino';
 import type { SettledCounts } from '../drain/job-record.ts';
 
-const COUNTED = ['completed', 'failed', 'dead', 'cancelled', 'released', 'lost'] as const;
+const COUNTED = ['completed', 'failed', 'dead', 'cancelled', 'released', 'lost', 'unsettled'] as const;
 type Counts = Record<(typeof COUNTED)[number], number>;
-const none = (): Counts => ({ completed: 0, failed: 0, dead: 0, cancelled: 0, released: 0, lost: 0 });
+const none = (): Counts => ({ completed: 0, failed: 0, dead: 0, cancelled: 0, released: 0, lost: 0, unsettled: 0 });
 
 export class SettledSummary {
   readonly #log: Logger;
@@ -42,7 +42,9 @@ export class SettledSummary {
     const total = COUNTED.reduce((n, name) => n + counts[name], 0);
     if (total === 0) return;
     const seconds = Math.max(1, Math.round((Date.now() - this.#since) / 1000));
-    const said = COUNTED.filter((name) => counts[name] > 0).map((name) => `${counts[name]} ${name}`);
+    const said = COUNTED.filter((name) => counts[name] > 0).map((name) =>
+      name === 'unsettled' ? `${counts[name]} not settled (left to the reaper)` : `${counts[name]} ${name}`,
+    );
     this.#log.info(
       { ...counts, seconds },
       `jobs settled: ${said.join(', ')}${this.#lastLineAt === Number.NEGATIVE_INFINITY ? '' : ` in ${seconds} s`}`,

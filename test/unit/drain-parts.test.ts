@@ -79,7 +79,7 @@ describe('the book of claimed jobs', () => {
     expect(book.counts).toMatchObject({ failed: 1, completed: 0 });
   });
 
-  it('a job that never started may be released, cancelled or forgotten (lost); a failed statement counts nowhere', () => {
+  it('a job that never started may be released, cancelled or forgotten (lost); a failed statement counts as unsettled', () => {
     const book = new JobBook();
     const [released, cancelled, lost, unsettled] = book.claimed([job(), job(), job(), job()], Date.now());
     expect(book.takeQueued()).toEqual([released, cancelled, lost, unsettled]);
@@ -92,7 +92,16 @@ describe('the book of claimed jobs', () => {
     unsettled!.start();
     unsettled!.finish('completed');
     unsettled!.settled(null);
-    expect(book.counts).toEqual({ completed: 0, failed: 0, dead: 0, released: 1, cancelled: 1, lost: 1, snoozed: 0 });
+    expect(book.counts).toEqual({
+      completed: 0,
+      failed: 0,
+      dead: 0,
+      released: 1,
+      cancelled: 1,
+      lost: 1,
+      snoozed: 0,
+      unsettled: 1,
+    });
     expect([book.live, book.held('k'), book.unsettled('k')]).toEqual([0, 0, 0]);
   });
 });
@@ -333,7 +342,7 @@ describe('the settler', () => {
     expect([over.errors.length, b!.state, book.counts.completed]).toEqual([1, 'done', 1]);
   });
 
-  it('any other error is not sent again: the jobs stay running in the database for the reaper, done here', async () => {
+  it('any other error is not sent again: the jobs stay running in the database for the reaper, done here (unsettled)', async () => {
     const book = new JobBook();
     const [a] = running(book, 1);
     const { statements, sent } = fakeStatements({
@@ -343,7 +352,16 @@ describe('the settler', () => {
     settler.complete(a!);
     await settler.finish();
     expect([sent.length, errors.length, a!.state]).toEqual([1, 1, 'done']);
-    expect(book.counts).toEqual({ completed: 0, failed: 0, dead: 0, released: 0, cancelled: 0, lost: 0, snoozed: 0 });
+    expect(book.counts).toEqual({
+      completed: 0,
+      failed: 0,
+      dead: 0,
+      released: 0,
+      cancelled: 0,
+      lost: 0,
+      snoozed: 0,
+      unsettled: 1,
+    });
   });
 
   it('a release goes at once with its reason; a handler that settled its job itself needs no statement', async () => {

@@ -8,7 +8,7 @@ const lines: { fields: Record<string, number>; message: string }[] = [];
 const log = {
   info: (fields: Record<string, number>, message: string) => void lines.push({ fields, message }),
 } as unknown as Logger;
-const report = (completed: number, failed = 0, dead = 0) => ({
+const report = (completed: number, failed = 0, dead = 0, unsettled = 0) => ({
   completed,
   failed,
   dead,
@@ -16,6 +16,7 @@ const report = (completed: number, failed = 0, dead = 0) => ({
   released: 0,
   lost: 0,
   snoozed: 0,
+  unsettled,
 });
 
 beforeEach(() => {
@@ -43,4 +44,12 @@ it('says the first jobs at once, then one line per interval with the counts sinc
   expect(lines[2]!.message).toMatch(/^jobs settled: 1 dead in \d+ s$/);
   summary.stop();
   expect(lines).toHaveLength(3);
+});
+
+it('says jobs whose settlement failed (left running for the reaper), so that the counts add up to the claims', () => {
+  const summary = new SettledSummary(log, 10_000);
+  summary.add(report(3, 0, 0, 2));
+  expect(lines.map((l) => l.message)).toEqual(['jobs settled: 3 completed, 2 not settled (left to the reaper)']);
+  expect(lines[0]!.fields).toMatchObject({ completed: 3, unsettled: 2 });
+  summary.stop();
 });

@@ -371,6 +371,8 @@ for (const path of PATHS) {
         const report = await worker.runScheduled(cron(), testEnv({ DRAIN_BUDGET_MS: '3000' }));
         const lines = errors.mock.calls.map((c) => JSON.parse(String(c[0])) as Record<string, string>);
         expect(runs.get(13)).toBe(1);
+        // The report counts it: its claims add up to what it settled and what it could not.
+        expect(report).toMatchObject({ claimed: 1, completed: 0, lost: 0, unsettled: 1 });
         // The line names the drain, as the invocation's report (and the job's locked_by) do.
         expect(report.drainer).toMatch(/^worker-\d+-[0-9a-f]{8}$/);
         expect(lines).toContainEqual({

@@ -80,7 +80,9 @@ export { DrainNotices, type NoticeListener } from './notices.ts';
 export { DueTimes } from './due-times.ts';
 export type { JobState, SettledCounts } from './job-record.ts';
 
-export interface DrainOptions {
+/** What stays the same from one drain to the next — who drains, which jobs, how many at once, what
+ * it hears and whom it tells — given once to a DrainSession. */
+export interface DrainSessionOptions {
   /** Identifies this process in locked_by (each claim adds a sequence number to it). */
   workerId: string;
   /** Where this drainer runs relative to its database; picks the profile (profiles.ts) whose
@@ -99,14 +101,6 @@ export interface DrainOptions {
   kinds?: readonly string[];
   /** Claim only these jobs, if ready and free (run-now); the drain ends when they are settled. */
   ids?: readonly string[];
-  /** Stop claiming and clip handler timeouts so that the call returns within this. Default: none. */
-  budgetMs?: number;
-  /** Stop claiming when aborted; in-flight handlers finish (up to their timeout). */
-  signal?: AbortSignal;
-  /** When aborted (after `signal`, once a shutdown's grace is over): running handlers are given up —
-   * their signals abort, the drain stops waiting for them, and their jobs go back to pending at
-   * once with their attempt refunded, instead of waiting for the reaper. */
-  abandonSignal?: AbortSignal;
   /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true. */
   recordCounts?: boolean;
   /** Leases of jobs without a visibility of their own last this long unless renewed (every third
@@ -134,15 +128,26 @@ export interface DrainOptions {
    * claimed at once, even while other handlers keep the drain open, and a cancel of a job held
    * here is checked at once instead of at its next lease renewal. */
   notices?: DrainNotices;
-  /** The moments jobs this drain settles are due again (retries' backoffs, snoozes), kept across
-   * drains: a drainer that gives every drain the same one claims them at their time, after the drain
-   * that settled them has ended (DrainReport.nextDueAt is only the earliest). Default: this drain's own. */
-  dueTimes?: DueTimes;
   /** While the drain is open (handlers running) and a claim came back short, it looks again this
    * often for jobs that became due or were enqueued where no notice reaches it. Default: the
    * profile's (1 s). */
   pollIntervalMs?: number;
 }
+
+/** One drain's own: when it must end. */
+export interface DrainRunOptions {
+  /** Stop claiming and clip handler timeouts so that the call returns within this. Default: none. */
+  budgetMs?: number;
+  /** Stop claiming when aborted; in-flight handlers finish (up to their timeout). */
+  signal?: AbortSignal;
+  /** When aborted (after `signal`, once a shutdown's grace is over): running handlers are given up —
+   * their signals abort, the drain stops waiting for them, and their jobs go back to pending at
+   * once with their attempt refunded, instead of waiting for the reaper. */
+  abandonSignal?: AbortSignal;
+}
+
+/** A drain of its own, as one call (a DrainSession built for it). */
+export interface DrainOptions extends DrainSessionOptions, DrainRunOptions {}
 
 export interface DrainReport extends SettledCounts {
   claimed: number;
@@ -161,8 +166,67 @@ export interface DrainReport extends SettledCounts {
 /** Due times reopen their kinds at most this often (ms): the claim then takes every job due by then. */
 const DUE_CLAIM_SPACING_MS = 25;
 
+/** One drain with its own session: for a caller that drains once (a test, run-now, `runWorkflow`). */
 export function drain(db: Db, registry: JobRegistry, options: DrainOptions): Promise<DrainReport> {
-  return new DrainRun(db, registry, options).run();
+  return new DrainSession(db, registry, options).drain(options);
+}
+
+/**
+ * A drainer's session, built once and drained as often as there may be work: its options resolved
+ * against its placement's profile (profiles.ts), the kinds it claims split into the planner's and
+ * the batch kinds', the runners that prepare a claim's jobs, and the moments jobs its drains
+ * settled are due again (retries' backoffs, snoozes: each drain claims them at their time, also
+ * those an earlier drain settled). The sidecar keeps one for its life; the Worker one per look.
+ */
+export class DrainSession {
+  readonly db: Db;
+  readonly registry: JobRegistry;
+  readonly options: DrainSessionOptions;
+  readonly profile: DrainProfile;
+  readonly batchSize: number;
+  readonly maxBatchSize: number;
+  readonly concurrency: number;
+  readonly prefetch: number;
+  readonly pollIntervalMs: number;
+  readonly visibilityTimeoutSeconds: number;
+  readonly recordCounts: boolean;
+  /** The kinds the claim planner claims (every drained kind but the batch kinds). */
+  readonly plannedKinds: readonly string[];
+  /** The drained batch kinds (src/jobs/batch.ts): each has a runner of its own in a drain. */
+  readonly batchKinds: readonly string[];
+  /** The drained kinds' versions whose runners prepare a claim's jobs before they start
+   * (KindRunner.prepare), by claim name. */
+  readonly preparing: ReadonlyMap<string, Prepare>;
+  readonly dueTimes = new DueTimes();
+
+  constructor(db: Db, registry: JobRegistry, options: DrainSessionOptions) {
+    this.db = db;
+    this.registry = registry;
+    this.options = options;
+    this.profile = DRAIN_PROFILES[options.placement ?? 'near'];
+    this.batchSize = Math.max(1, options.batchSize ?? this.profile.batchSize);
+    this.maxBatchSize = Math.max(this.batchSize, options.maxBatchSize ?? this.profile.maxBatchSize ?? this.batchSize);
+    this.concurrency = Math.max(1, options.concurrency ?? this.profile.concurrency);
+    this.prefetch = Math.max(0, options.prefetch ?? this.batchSize);
+    this.pollIntervalMs = Math.max(10, options.pollIntervalMs ?? this.profile.pollIntervalMs);
+    this.visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? JOB_DEFAULTS.visibilityTimeoutSeconds;
+    this.recordCounts = options.recordCounts !== false;
+    const kinds = options.kinds ?? registry.kinds();
+    this.batchKinds = kinds.filter((k) => batchOf(registry.get(k)) !== undefined);
+    this.plannedKinds = kinds.filter((k) => !this.batchKinds.includes(k));
+    const preparing = new Map<string, Prepare>();
+    for (const kind of kinds)
+      for (const version of registry.versions(kind)) {
+        const prepare = registry.get(kind, version)?.runner?.prepare;
+        if (prepare) preparing.set(claimName(kind, version), prepare);
+      }
+    this.preparing = preparing;
+  }
+
+  /** Drains until there is nothing running and nothing to claim, the budget is spent, or `run.signal` aborts. */
+  drain(run: DrainRunOptions = {}): Promise<DrainReport> {
+    return new DrainRun(this, run).run();
+  }
 }
 
 type Mode = 'draining' | 'stopping' | 'done';
@@ -170,11 +234,8 @@ type Mode = 'draining' | 'stopping' | 'done';
 /** One drain call: the loop of the header comment and the state it owns. */
 class DrainRun {
   readonly #started = Date.now();
-  readonly #registry: JobRegistry;
-  readonly #options: DrainOptions;
-  readonly #concurrency: number;
-  readonly #pollIntervalMs: number;
-  readonly #visibilityTimeoutSeconds: number;
+  readonly #session: DrainSession;
+  readonly #run: DrainRunOptions;
   readonly #budget: ReturnType<typeof budgetClock>;
   readonly #book: JobBook;
   readonly #planner: ClaimPlanner;
@@ -201,8 +262,6 @@ class DrainRun {
   #stoppedBy: DrainReport['stoppedBy'] = 'empty';
   /** The next due time the last short claim reported (with reportNextDue). */
   #nextDueFromClaims: number | null = null;
-  /** Retries and snoozes this drain settled, by when they are due: their kinds are claimed then. */
-  readonly #dueTimes: DueTimes;
   /** When due times last reopened their kinds: such claims go at most every DUE_CLAIM_SPACING_MS,
    * so jobs due a few milliseconds apart (a thousand runs whose sleeps end together) come back in
    * one claim, not one each. */
@@ -210,22 +269,12 @@ class DrainRun {
   #earliestDueAt = Infinity;
   /** One per batch kind drained (src/jobs/batch.ts): their jobs are not the planner's. */
   readonly #runners: BatchRunner[];
-  readonly #db: Db;
-  /** The drained kinds whose runners prepare a claim's jobs before they start (KindRunner.prepare). */
-  readonly #preparing = new Map<string, Prepare>();
 
-  constructor(db: Db, registry: JobRegistry, options: DrainOptions) {
-    const profile: DrainProfile = DRAIN_PROFILES[options.placement ?? 'near'];
-    const batchSize = Math.max(1, options.batchSize ?? profile.batchSize);
-    const recordCounts = options.recordCounts !== false;
-    this.#registry = registry;
-    this.#db = db;
-    this.#options = options;
-    this.#dueTimes = options.dueTimes ?? new DueTimes();
-    this.#concurrency = Math.max(1, options.concurrency ?? profile.concurrency);
-    this.#pollIntervalMs = Math.max(10, options.pollIntervalMs ?? profile.pollIntervalMs);
-    this.#visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? JOB_DEFAULTS.visibilityTimeoutSeconds;
-    this.#budget = budgetClock(this.#started, options.budgetMs, options.signal);
+  constructor(session: DrainSession, run: DrainRunOptions) {
+    const { db, options, profile, recordCounts } = session;
+    this.#session = session;
+    this.#run = run;
+    this.#budget = budgetClock(this.#started, run.budgetMs, run.signal);
     this.#trackGivenUp = Number.isFinite(this.#budget.end) ? (handler) => this.#addGivenUp(handler) : undefined;
     this.#book = new JobBook({
       // Only a settlement that returned frees a limited kind's slot: until then the database counts
@@ -233,19 +282,12 @@ class DrainRun {
       onDone: (kind) => this.#planner.slotFreed(kind),
       onChange: () => this.#wakeup.wake(),
     });
-    const kinds = options.kinds ?? registry.kinds();
-    const batchKinds = new Set(kinds.filter((k) => batchOf(registry.get(k)) !== undefined));
-    for (const kind of kinds)
-      for (const version of registry.versions(kind)) {
-        const prepare = registry.get(kind, version)?.runner?.prepare;
-        if (prepare) this.#preparing.set(claimName(kind, version), prepare);
-      }
-    this.#planner = new ClaimPlanner(registry, this.#book, {
-      kinds: kinds.filter((k) => !batchKinds.has(k)),
-      batchSize,
-      maxBatchSize: Math.max(batchSize, options.maxBatchSize ?? profile.maxBatchSize ?? batchSize),
-      concurrency: this.#concurrency,
-      prefetch: Math.max(0, options.prefetch ?? batchSize),
+    this.#planner = new ClaimPlanner(session.registry, this.#book, {
+      kinds: session.plannedKinds,
+      batchSize: session.batchSize,
+      maxBatchSize: session.maxBatchSize,
+      concurrency: session.concurrency,
+      prefetch: session.prefetch,
       claimsInFlight: profile.claimsInFlight,
       carryCompletions: profile.settleWithClaim,
       claimLimit: options.ids ? new Set(options.ids).size : undefined,
@@ -263,17 +305,17 @@ class DrainRun {
       onSnoozed: (kind, dueAt, readyKinds) => this.#snoozed(kind, dueAt, readyKinds),
       // A settlement that failed for a reason of the moment is sent again while its jobs' lease may
       // still hold (the renewals stopped when their handlers ended), within the drain's budget.
-      resendUntil: () => Math.min(this.#budget.end, Date.now() + this.#visibilityTimeoutSeconds * 1000),
+      resendUntil: () => Math.min(this.#budget.end, Date.now() + session.visibilityTimeoutSeconds * 1000),
     });
     this.#claimer = new Claimer(db, this.#settler, {
       recordCounts,
-      claimNames: (kinds) => registry.claimNames(kinds),
+      claimNames: (kinds) => session.registry.claimNames(kinds),
     });
     this.#leases = new LeaseKeeper(db, {
-      visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
+      visibilityTimeoutSeconds: session.visibilityTimeoutSeconds,
       onLostUnstarted: (record, error) => this.#lostBeforeStart(record, error),
     });
-    this.#runners = [...batchKinds].map((kind) => this.#batchRunner(registry.get(kind)!, registry, options));
+    this.#runners = session.batchKinds.map((kind) => this.#batchRunner(session.registry.get(kind)!));
     this.#handlerEnvironment = {
       db,
       transactions: options.transactions,
@@ -285,18 +327,19 @@ class DrainRun {
       deadlines: this.#deadlines,
       outlived: this.#trackGivenUp,
     };
-    this.#unsubscribe = this.#listen(options);
+    this.#unsubscribe = this.#listen(options.notices, run.abandonSignal);
   }
 
   /** The runner of one batch kind, sharing this drain's claimer, settler and leases. */
-  #batchRunner(definition: JobDefinition<unknown>, registry: JobRegistry, options: DrainOptions): BatchRunner {
+  #batchRunner(definition: JobDefinition<unknown>): BatchRunner {
+    const { registry, options, visibilityTimeoutSeconds } = this.#session;
     return new BatchRunner(definition, {
       claimer: this.#claimer,
       settler: this.#settler,
       leases: this.#leases,
       registry,
       workerId: options.workerId,
-      visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
+      visibilityTimeoutSeconds,
       ids: options.ids,
       handlerDeadline: () => this.#budget.handlerDeadline,
       outlived: this.#trackGivenUp,
@@ -314,8 +357,8 @@ class DrainRun {
   }
 
   /** Notices (a kind has ready jobs, a cancel was asked) and the shutdown's abandon; returns the unsubscribe. */
-  #listen(options: DrainOptions): () => void {
-    options.abandonSignal?.addEventListener(
+  #listen(notices: DrainNotices | undefined, abandonSignal: AbortSignal | undefined): () => void {
+    abandonSignal?.addEventListener(
       'abort',
       () =>
         this.#leases.abandonRunning(
@@ -324,7 +367,7 @@ class DrainRun {
       { once: true },
     );
     return (
-      options.notices?.subscribe({
+      notices?.subscribe({
         ready: (kind) => {
           this.#planner.reopen(kind === undefined ? undefined : [kind]);
           for (const runner of this.#runners) if (kind === undefined || runner.kind === kind) runner.reopen();
@@ -343,7 +386,7 @@ class DrainRun {
       if (this.#mode === 'draining') this.#drainTurn();
       else this.#stopTurn();
       if (this.#done) break;
-      await this.#wakeup.wait(this.#mode === 'stopping' ? Infinity : this.#nextLookAt(), this.#options.signal);
+      await this.#wakeup.wait(this.#mode === 'stopping' ? Infinity : this.#nextLookAt(), this.#run.signal);
     }
     this.#leases.stop();
     this.#wakeup.stop();
@@ -380,21 +423,22 @@ class DrainRun {
 
   /** draining: start what fits, claim what the planner wants, and see whether all is done. */
   #drainTurn(): void {
-    for (let record: JobRecord | null; this.#slotsInUse < this.#concurrency && (record = this.#book.nextQueued()); )
+    const { concurrency } = this.#session;
+    for (let record: JobRecord | null; this.#slotsInUse < concurrency && (record = this.#book.nextQueued()); )
       this.#start(record);
     for (const runner of this.#runners) {
       // Held open by running handlers: a drained batch kind is looked at again at the poll, as the planner's are.
-      if (runner.drained && Date.now() >= runner.drainedAt + this.#pollIntervalMs) runner.reopen();
-      if (this.#slotsInUse < this.#concurrency) runner.turn();
+      if (runner.drained && Date.now() >= runner.drainedAt + this.#session.pollIntervalMs) runner.reopen();
+      if (this.#slotsInUse < concurrency) runner.turn();
     }
     // Retries and snoozes of this drain's that are due now: their kinds are claimed again.
     if (Date.now() >= this.#nextDueClaimAt) {
-      this.#planner.reopen([...this.#dueTimes.takeDue(Date.now())]);
+      this.#planner.reopen([...this.#session.dueTimes.takeDue(Date.now())]);
       this.#dueClaimedAt = Date.now();
     }
     // Held open by running handlers: look again for what came due since a claim came back short.
-    if (Date.now() >= this.#planner.oldestDrainedAt + this.#pollIntervalMs)
-      this.#planner.reopenDrainedBefore(Date.now() - this.#pollIntervalMs);
+    if (Date.now() >= this.#planner.oldestDrainedAt + this.#session.pollIntervalMs)
+      this.#planner.reopenDrainedBefore(Date.now() - this.#session.pollIntervalMs);
     for (let plan: PlannedClaim | null; (plan = this.#planner.next()); ) this.#sendClaim(plan);
     // Settlements still on their way may free a limited kind's slots: wait for them first.
     if (this.#idle && this.#planner.exhausted && this.#runners.every((r) => r.drained) && !this.#settler.busy)
@@ -431,11 +475,12 @@ class DrainRun {
   /** When to look again with nothing else happening: the claim deadline, a blocked kind's time, the poll. */
   #nextLookAt(): number {
     let runners = Infinity;
-    for (const r of this.#runners) runners = Math.min(runners, r.nextLookAt, r.drainedAt + this.#pollIntervalMs);
+    for (const r of this.#runners)
+      runners = Math.min(runners, r.nextLookAt, r.drainedAt + this.#session.pollIntervalMs);
     return Math.min(
       this.#budget.claimDeadline,
       this.#planner.nextUnblockAt,
-      this.#planner.oldestDrainedAt + this.#pollIntervalMs,
+      this.#planner.oldestDrainedAt + this.#session.pollIntervalMs,
       this.#nextDueClaimAt,
       runners,
     );
@@ -443,13 +488,13 @@ class DrainRun {
 
   /** When the due times next reopen their kinds: the earliest, no sooner than the spacing allows. */
   get #nextDueClaimAt(): number {
-    return Math.max(this.#dueTimes.next, this.#dueClaimedAt + DUE_CLAIM_SPACING_MS);
+    return Math.max(this.#session.dueTimes.next, this.#dueClaimedAt + DUE_CLAIM_SPACING_MS);
   }
 
   /** A job of `kind` this drain settled is due again at `at` (a retry's backoff, a snooze). */
   #dueAgain(at: number, kind: string): void {
     this.#earliestDueAt = Math.min(this.#earliestDueAt, at);
-    this.#dueTimes.add(at, kind);
+    this.#session.dueTimes.add(at, kind);
   }
 
   /** Its runner's own statement settled a job of `kind` (a snooze): due again at its time, if it has one. */
@@ -496,7 +541,7 @@ class DrainRun {
     const claimContext = this.#tracing ? this.#claimContexts.get(job) : undefined;
     const span = this.#tracing && claimContext ? new ProcessSpan(this.#tracing, job, claimContext) : undefined;
     void runAttempt(
-      this.#registry,
+      this.#session.registry,
       job,
       this.#budget.handlerDeadline,
       this.#handlerEnvironment,
@@ -507,25 +552,25 @@ class DrainRun {
       this.#planner.handlerTook(performance.now() - startedAt);
       const progressJson = this.#leases.drop(job.id);
       span?.end(traceName(outcome), thrownBy(outcome));
-      this.#settler.settle(record, outcome, this.#registry.get(record.kind, record.job.version), progressJson);
+      this.#settler.settle(record, outcome, this.#session.registry.get(record.kind, record.job.version), progressJson);
     });
   }
 
   #sendClaim(plan: PlannedClaim): void {
-    const lockToken = nextLockToken(this.#options.workerId);
+    const lockToken = nextLockToken(this.#session.options.workerId);
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
     const claim = {
       batchSize: plan.size,
       lockToken,
       kinds: plan.kinds,
-      ids: this.#options.ids,
-      visibilityTimeoutSeconds: this.#visibilityTimeoutSeconds,
-      ...(this.#options.reportNextDue ? { nextDue: { kinds: this.#options.kinds } } : {}),
+      ids: this.#session.options.ids,
+      visibilityTimeoutSeconds: this.#session.visibilityTimeoutSeconds,
+      ...(this.#session.options.reportNextDue ? { nextDue: { kinds: this.#session.options.kinds } } : {}),
     };
     const sent = this.#claimer.send(claim, plan.limits);
     // Only a drain of kinds whose runners prepare their jobs waits for that.
     const claimed =
-      this.#preparing.size === 0
+      this.#session.preparing.size === 0
         ? sent.then((outcome) => ({ outcome, prepared: undefined }))
         : sent.then(async (outcome) => ({ outcome, prepared: await this.#prepare(outcome.jobs) }));
     claimed
@@ -535,15 +580,15 @@ class DrainRun {
           this.#planner.claimReturned(plan, outcome, Date.now() - sentAt);
           if (outcome.nextDueAt !== undefined && outcome.jobs.length < plan.size)
             this.#nextDueFromClaims = outcome.nextDueAt?.getTime() ?? null;
-          if (outcome.jobs.length > 0 && this.#options.onLeaseTaken) {
+          if (outcome.jobs.length > 0 && this.#session.options.onLeaseTaken) {
             const longest = Math.max(
-              ...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#visibilityTimeoutSeconds),
+              ...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#session.visibilityTimeoutSeconds),
             );
-            this.#options.onLeaseTaken(sentAt + longest * 1000);
+            this.#session.options.onLeaseTaken(sentAt + longest * 1000);
           }
           this.#claimError = undefined;
           this.#claimed += outcome.jobs.length;
-          if (outcome.jobs.length > 0) this.#options.onClaimed?.(outcome.jobs.length);
+          if (outcome.jobs.length > 0) this.#session.options.onClaimed?.(outcome.jobs.length);
           if (this.#tracing && outcome.jobs.length > 0) {
             const context = traceClaim(
               this.#tracing,
@@ -559,7 +604,7 @@ class DrainRun {
           // Tried again at the next poll while handlers hold the drain open; thrown if it ends so.
           this.#planner.claimReturned(plan, null, 0);
           this.#claimError = error;
-          this.#options.onClaimError?.(error);
+          this.#session.options.onClaimError?.(error);
         },
       )
       .finally(() => this.#wakeup.wake());
@@ -570,7 +615,7 @@ class DrainRun {
   async #prepare(claimed: readonly ClaimedJob[]): Promise<ReadonlyMap<string, unknown> | undefined> {
     let byRunner: Map<Prepare, ClaimedJob[]> | undefined;
     for (const job of claimed) {
-      const prepare = this.#preparing.get(claimName(job.kind, job.version ?? 1));
+      const prepare = this.#session.preparing.get(claimName(job.kind, job.version ?? 1));
       if (!prepare) continue;
       byRunner ??= new Map();
       const jobs = byRunner.get(prepare);
@@ -581,7 +626,7 @@ class DrainRun {
     const prepared = new Map<string, unknown>();
     await Promise.all(
       [...byRunner].map(async ([prepare, jobs]) => {
-        for (const [id, value] of await prepare(this.#db, jobs).catch(() => new Map<string, unknown>()))
+        for (const [id, value] of await prepare(this.#session.db, jobs).catch(() => new Map<string, unknown>()))
           prepared.set(id, value);
       }),
     );
@@ -594,7 +639,7 @@ class DrainRun {
     if (record.state !== 'claimed') return;
     const outcome = outcomeOf(record.job, error);
     if (outcome.as === 'cancelled')
-      this.#settler.settle(record, outcome, this.#registry.get(record.kind, record.job.version));
+      this.#settler.settle(record, outcome, this.#session.registry.get(record.kind, record.job.version));
     else record.forget();
   }
 }

@@ -13,14 +13,14 @@
 //
 // Beside the loop, every `vacuumEveryJobs` jobs it claims, a VACUUM of the jobs table keeps the
 // claims' walk of jobs_ready short (queue-vacuum.ts); stop() waits for a running one.
-import { DrainNotices, DueTimes, drain, type DrainOptions, type DrainReport } from '../drain/index.ts';
+import { DrainNotices, type DrainReport, DrainSession, type DrainSessionOptions } from '../drain/index.ts';
 import type { JobRegistry } from '../jobs/index.ts';
 import type { Db } from '../queries/index.ts';
 import { drainAgainAt } from '../runtime/core.ts';
 import { DEFAULT_VACUUM_EVERY_JOBS } from '../db/constants.ts';
 import { QueueVacuum, type QueueVacuumOptions } from './queue-vacuum.ts';
 
-export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'abandonSignal' | 'budgetMs'> {
+export interface DrainerOptions extends DrainSessionOptions {
   pollIntervalMs: number;
   /** What the runtime hears (NOTIFY): a ready notice wakes the drainer, or the open drain. */
   notices?: DrainNotices;
@@ -39,9 +39,9 @@ export interface DrainerOptions extends Omit<DrainOptions, 'signal' | 'abandonSi
 }
 
 export class Drainer {
-  readonly #db: Db;
-  readonly #registry: JobRegistry;
   readonly #options: DrainerOptions;
+  /** Built once: every drain of this drainer is one of its session's. */
+  readonly #session: DrainSession;
   readonly #stop = new AbortController();
   readonly #abandon = new AbortController();
   readonly #notices: DrainNotices;
@@ -50,15 +50,37 @@ export class Drainer {
   #wakeUp: (() => void) | null = null;
   #loop: Promise<void> | null = null;
   readonly #vacuum: QueueVacuum;
+  /** A drain or a claim inside one failed, and no drain has succeeded since. */
+  #failing = false;
 
   constructor(db: Db, registry: JobRegistry, options: DrainerOptions) {
-    this.#db = db;
-    this.#registry = registry;
     this.#options = options;
     this.#notices = options.notices ?? new DrainNotices();
     this.#vacuum = new QueueVacuum(options.vacuumDb ?? db, {
       ...options.vacuumEvents,
       everyJobs: options.vacuumEveryJobs ?? DEFAULT_VACUUM_EVERY_JOBS,
+    });
+    const {
+      onReport: _r,
+      onError: _e,
+      onRecovered: _v,
+      vacuumEveryJobs: _j,
+      vacuumDb: _d,
+      vacuumEvents: _ev,
+      ...session
+    } = options;
+    this.#session = new DrainSession(db, registry, {
+      ...session,
+      notices: this.#notices,
+      onClaimed: (jobs) => {
+        this.#vacuum.jobsClaimed(jobs);
+        options.onClaimed?.(jobs);
+      },
+      // A claim that failed inside a drain that went on (handlers held it open) is a failure too.
+      onClaimError: (error) => {
+        this.#failing = true;
+        options.onClaimError?.(error);
+      },
     });
   }
 
@@ -100,49 +122,26 @@ export class Drainer {
   }
 
   async #run(): Promise<void> {
-    const { pollIntervalMs, onReport, onError, onRecovered, onClaimError, onClaimed, ...rest } = this.#options;
-    const { vacuumEveryJobs: _every, vacuumDb: _db, vacuumEvents: _events, ...drainOptions } = rest;
-    const vacuum = this.#vacuum;
-    const claimed = (jobs: number) => {
-      vacuum.jobsClaimed(jobs);
-      onClaimed?.(jobs);
-    };
+    const { pollIntervalMs, onReport, onError, onRecovered } = this.#options;
     let pause = 0;
-    let failing = false;
-    // A claim that failed inside a drain that went on (handlers held it open) is a failure too.
-    const claimFailed = (error: unknown) => {
-      failing = true;
-      onClaimError?.(error);
-    };
     let last: DrainReport | null = null;
-    // Jobs its drains settled that are due again later (retries, snoozes): every drain shares it.
-    const dueTimes = new DueTimes();
     while (!this.#stop.signal.aborted) {
       // When the core says to drain again (runtime/core.ts: a limited kind's next allowed claim, a
-      // settled job due again), if that is sooner than the poll.
-      const again = last ? drainAgainAt(last, { dueAt: dueTimes.next }) : null;
+      // job a drain settled due again), if that is sooner than the poll.
+      const again = last ? drainAgainAt(last, { dueAt: this.#session.dueTimes.next }) : null;
       const untilAgain = again === null ? Infinity : Math.max(0, again - Date.now());
       if (!this.#wakeRequested) await this.#sleep(pause || Math.min(jittered(pollIntervalMs), untilAgain));
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
       try {
-        const report = await drain(this.#db, this.#registry, {
-          ...drainOptions,
-          pollIntervalMs,
-          onClaimError: claimFailed,
-          onClaimed: claimed,
-          notices: this.#notices,
-          signal: this.#stop.signal,
-          abandonSignal: this.#abandon.signal,
-          dueTimes,
-        });
-        if (failing) onRecovered?.();
-        failing = false;
+        const report = await this.#session.drain({ signal: this.#stop.signal, abandonSignal: this.#abandon.signal });
+        if (this.#failing) onRecovered?.();
+        this.#failing = false;
         pause = 0;
         last = report;
         onReport?.(report);
       } catch (error) {
-        failing = true;
+        this.#failing = true;
         onError?.(error);
         pause = Math.min(pollIntervalMs * 5, Math.max(100, pause * 2));
       }

@@ -315,7 +315,7 @@ function startDrainer(
       onError: (error) => log.warn({ err: errorForLog(error) }, 'VACUUM of the jobs table failed; tried again later'),
     },
     onReport: (r) => {
-      if (r.claimed > 0) log[r.dead > 0 || r.lost > 0 ? 'warn' : 'debug']({ ...r }, 'drained');
+      if (r.claimed > 0) log[r.dead > 0 || r.lost > 0 || r.unsettled > 0 ? 'warn' : 'debug']({ ...r }, 'drained');
       settled.add(r);
     },
   }).start();

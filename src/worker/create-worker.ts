@@ -10,7 +10,7 @@
 //   export default createWorker({ jobs: [sendReceipt] });
 import type { Context } from 'hono';
 import { safeErrorMessage } from '../db/url.ts';
-import { drain, type DrainReport } from '../drain/index.ts';
+import { DrainSession, drain, type DrainReport } from '../drain/index.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import {
@@ -363,17 +363,16 @@ async function look(
     const scheduled = plan.drain && schedules.length > 0 ? await evaluateSchedules(db, registry, schedules) : [];
     const deadline = started + plan.budgetMs;
     const workerId = `${plan.label}-${crypto.randomUUID().slice(0, 8)}`;
-    const onLeaseTaken = plan.clock ? leaseTeller(plan.clock) : undefined;
-    const drainFor = (ms: number) =>
-      drain(db, registry, {
-        ...drainOptionsFor(settings, 'worker'),
-        workerId,
-        ...drainFailureLogs(workerId),
-        transactions,
-        budgetMs: ms,
-        reportNextDue: plan.clock !== null,
-        onLeaseTaken,
-      });
+    // One session for the look's drains: they share what is due again (a retry the first settled).
+    const session = new DrainSession(db, registry, {
+      ...drainOptionsFor(settings, 'worker'),
+      workerId,
+      ...drainFailureLogs(workerId),
+      transactions,
+      reportNextDue: plan.clock !== null,
+      onLeaseTaken: plan.clock ? leaseTeller(plan.clock) : undefined,
+    });
+    const drainFor = (ms: number) => session.drain({ budgetMs: ms });
     let report = plan.drain ? await drainFor(deadline - Date.now()) : emptyDrainReport();
     let drained = plan.drain;
     const housekept = housekeeping ? await housekeeping : null;

@@ -142,8 +142,8 @@ describe("a job's life on sidecar processes", () => {
     expect((await jobRow(id))!.status).toBe('cancelled');
   }, 60_000);
 
-  it("a transactional kind: the failed attempt's write is rolled back, the retry commits exactly one row with its completion", async () => {
-    const { client } = await startSidecar();
+  it("a transactional kind: the failed attempt's write is rolled back, the retry commits exactly one row with its completion; the log says why it failed", async () => {
+    const { sidecar, client } = await startSidecar();
     const { id } = await client.enqueue({ kind: 'tx', payload: {} });
     const done = (await client.waitFor(id, { timeoutSeconds: 20 })) as Job;
     expect(done).toMatchObject({
@@ -152,6 +152,22 @@ describe("a job's life on sidecar processes", () => {
       result: { attempt: 2 },
       lastError: 'first attempt fails after writing',
     });
+    // The sidecar's log said why the first attempt failed and when the job would run again.
+    const line = JSON.parse(await sidecar.waitForOutput(/^(\{.*"msg":"job \d+ \(tx\) attempt 1 of .*)$/m, 5_000));
+    expect(line).toMatchObject({
+      level: 40,
+      jobId: id,
+      kind: 'tx',
+      attempt: 1,
+      maxAttempts: done.maxAttempts,
+      error: 'first attempt fails after writing',
+      msg: expect.stringMatching(
+        new RegExp(
+          `^job ${id} \\(tx\\) attempt 1 of \\d+ failed: first attempt fails after writing; it runs again at \\d{4}-`,
+        ),
+      ),
+    });
+    expect(Date.parse(line.retryAt)).toBeGreaterThan(Date.parse(done.createdAt));
     expect(await t.query('SELECT job_id::text, attempt FROM public.lifecycle_writes')).toEqual([
       { job_id: id, attempt: 2 },
     ]);

@@ -16,7 +16,7 @@
 // and trace span. A drain that stops while a batch waits releases its jobs (attempts refunded).
 // The runner has a job book of its own, so its items never take the slots the claim planner
 // counts for the other kinds.
-import { handlerTimeoutMs, type JobDefinition, type JobRegistry } from '../jobs/registry.ts';
+import { handlerTimeoutMs, type JobDefinition } from '../jobs/registry.ts';
 import { batchOf } from '../jobs/batch.ts';
 import { type KindLimits, limitsOf } from '../jobs/definition.ts';
 import type { ClaimedJob } from '../queries/index.ts';
@@ -26,19 +26,16 @@ import { JobBook, type JobRecord } from './job-record.ts';
 import type { LeaseKeeper } from './lease-keeper.ts';
 import { type Outcome, outcomeOf, thrownBy, traceName } from './outcome.ts';
 import { keptResult, payloadOf, timeLimit } from './run-handler.ts';
-import { nextLockToken } from './claimer.ts';
+import type { DrainSession } from './session.ts';
 import type { Settler } from './settler.ts';
 
 export interface BatchRunnerDeps {
+  /** The drain's session (session.ts): its claims' lock tokens, ids (run-now) and visibility, and
+   * whom a claim tells. */
+  session: DrainSession;
   claimer: Claimer;
   settler: Settler;
   leases: LeaseKeeper;
-  registry: JobRegistry;
-  /** Lock tokens are `<workerId>:<sequence>` (claimer.ts: nextLockToken). */
-  workerId: string;
-  visibilityTimeoutSeconds: number;
-  /** Claim only these jobs (run-now). */
-  ids?: readonly string[];
   /** When handlers must be done by (the drain's budget), and whether claims may still go. */
   handlerDeadline: () => number;
   /** A batch call given up for its time that may still be running: the drain waits for it until its budget ends. */
@@ -47,10 +44,8 @@ export interface BatchRunnerDeps {
   /** Stopping: a waiting batch is released. */
   stopping: () => boolean;
   tracing: () => OpenTelemetryApi | null;
-  onLeaseTaken?: (leaseEndsAt: number) => void;
   /** A claim brought `n` jobs back (the drain's count). */
   onClaimed: (n: number) => void;
-  onClaimError?: (error: unknown) => void;
   /** Something changed: the drain loop looks again. */
   onChange: () => void;
 }
@@ -82,8 +77,9 @@ export class BatchRunner {
     const batch = batchOf(definition)!;
     this.kind = definition.kind;
     this.#definition = definition;
-    this.#size = deps.ids ? Math.min(batch.size, deps.ids.length) : batch.size;
-    this.#waitMs = deps.ids ? 0 : batch.waitMs;
+    const { ids } = deps.session.options;
+    this.#size = ids ? Math.min(batch.size, ids.length) : batch.size;
+    this.#waitMs = ids ? 0 : batch.waitMs;
     this.#limits = limitsOf(definition) ?? undefined;
     this.#deps = deps;
     this.book = new JobBook({ onChange: deps.onChange });
@@ -118,7 +114,7 @@ export class BatchRunner {
 
   /** Jobs of the kind may be ready: claim again (a waiting batch claims the rest now). */
   reopen(): void {
-    if (this.#deps.ids && this.#drained) return;
+    if (this.#deps.session.options.ids && this.#drained) return;
     this.#drained = false;
     this.#reopened++;
     this.#wakeWait?.();
@@ -185,33 +181,19 @@ export class BatchRunner {
 
   /** One claim of up to `n` jobs of the kind, held by the lease keeper. */
   async #claim(n: number): Promise<JobRecord[]> {
-    const lockToken = nextLockToken(this.#deps.workerId);
+    const { session, claimer, leases } = this.#deps;
     const sentAt = Date.now();
     try {
-      const outcome = await this.#deps.claimer.send(
-        {
-          batchSize: n,
-          lockToken,
-          kinds: [this.kind],
-          ids: this.#deps.ids,
-          visibilityTimeoutSeconds: this.#deps.visibilityTimeoutSeconds,
-        },
-        this.#limits,
-      );
+      const outcome = await claimer.send(session.claimRequest(n, [this.kind]), this.#limits);
       if (outcome.heldBack)
         this.#blockedUntil = outcome.nextStartAt ? outcome.nextStartAt.getTime() : Date.now() + 1_000;
       const records = this.book.claimed(outcome.jobs, sentAt);
       this.#deps.onClaimed(records.length);
-      if (records.length > 0) {
-        this.#deps.leases.hold(records);
-        const longest = Math.max(
-          ...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#deps.visibilityTimeoutSeconds),
-        );
-        this.#deps.onLeaseTaken?.(sentAt + longest * 1000);
-      }
+      if (records.length > 0) leases.hold(records);
+      session.claimed(outcome.jobs, sentAt);
       return records;
     } catch (error) {
-      this.#deps.onClaimError?.(error);
+      session.options.onClaimError?.(error);
       this.#blockedUntil = Date.now() + 1_000;
       return [];
     }

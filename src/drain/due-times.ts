@@ -1,7 +1,8 @@
 // The moments a drain session's own settlements made jobs due again — a retry's backoff, a job its
 // handler snoozed — so that its open drain claims their kinds then, not at the next poll, and its
-// drainer drains again then (the session outlives each drain: src/drain/index.ts, DrainSession). A min-heap: the loop reads the earliest at every turn. Beyond MAX_DUE_TIMES the
-// later ones are not kept (the poll is the safety net, as for jobs other drainers make due).
+// drainer drains again then (the session outlives each drain: session.ts). A min-heap: the loop
+// reads the earliest at every turn. Beyond MAX_DUE_TIMES the later ones are not kept (the poll is
+// the safety net, as for jobs other drainers make due).
 
 export const MAX_DUE_TIMES = 10_000;
 

@@ -18,6 +18,9 @@
 //   Deadlines    (deadlines.ts)      one timer for every running handler's timeout
 //   BatchRunner  (batch-runner.ts)   a batch kind's jobs, up to its size per handler call (its own
 //                                    claims and book; a call takes one slot)
+//   DrainSession (session.ts)        what stays from one drain to the next, built once by a drainer:
+//                                    its options resolved, its claims' form, the jobs its drains
+//                                    made due again (drainIn runs a drain in it)
 //
 // The loop is in one of three modes, each entered by one transition:
 //
@@ -50,25 +53,21 @@
 //
 // Every "next due" is a pending job's run_at: a retry's backoff and a snooze are kept (due-times.ts)
 // so an open drain claims their kinds at that time, and the report says when the earliest is.
-import type { OpenTransactionConnection } from '../db/connections.ts';
 import type { JobDefinition, JobRegistry } from '../jobs/registry.ts';
 import type { ClaimedJob, Db } from '../queries/index.ts';
 import { type OpenTelemetryApi, ProcessSpan, openTelemetry, traceClaim } from '../tracing.ts';
 import { BatchRunner } from './batch-runner.ts';
 import { ClaimPlanner, type PlannedClaim } from './claim-planner.ts';
-import { batchOf } from '../jobs/batch.ts';
 import { type KindRunner, claimName } from '../jobs/definition.ts';
-import { Claimer, nextLockToken } from './claimer.ts';
-import { DueTimes } from './due-times.ts';
+import { Claimer } from './claimer.ts';
 import { Deadlines } from './deadlines.ts';
 import { JobBook, type JobRecord, type SettledCounts } from './job-record.ts';
 import { type JobCancelledError, type LeaseLostError, LeaseKeeper } from './lease-keeper.ts';
-import { JOB_DEFAULTS } from '../db/constants.ts';
 import type { DrainNotices } from './notices.ts';
-import { DRAIN_PROFILES, type DrainProfile, type Placement } from './profiles.ts';
 import { HandlerAbandonedError, type HandlerEnvironment, runAttempt } from './run-handler.ts';
 import { outcomeOf, thrownBy, traceName } from './outcome.ts';
 import { Settler } from './settler.ts';
+import { DrainSession, type DrainSessionOptions } from './session.ts';
 
 type Prepare = NonNullable<KindRunner['prepare']>;
 
@@ -79,60 +78,8 @@ export type { OpenTransactionConnection, TransactionConnection } from '../db/con
 export { DrainNotices, type NoticeListener } from './notices.ts';
 export { DueTimes } from './due-times.ts';
 export type { JobState, SettledCounts } from './job-record.ts';
-
-/** What stays the same from one drain to the next — who drains, which jobs, how many at once, what
- * it hears and whom it tells — given once to a DrainSession. */
-export interface DrainSessionOptions {
-  /** Identifies this process in locked_by (each claim adds a sequence number to it). */
-  workerId: string;
-  /** Where this drainer runs relative to its database; picks the profile (profiles.ts) whose
-   * defaults fill the sizes below. Default 'near'. */
-  placement?: Placement;
-  /** Jobs per claim (far: the least a claim asks for). */
-  batchSize?: number;
-  /** Far: claims grow up to this when handlers are quick next to the claim's round trip. */
-  maxBatchSize?: number;
-  /** Handlers running at once. */
-  concurrency?: number;
-  /** Claimed-but-not-started jobs to keep ready beyond the running ones, so the next claim's round
-   * trip overlaps work. Default: batchSize. Released, attempt refunded, if the drain stops first. */
-  prefetch?: number;
-  /** Claim only these kinds. Default: every kind the registry has a handler for. */
-  kinds?: readonly string[];
-  /** Claim only these jobs, if ready and free (run-now); the drain ends when they are settled. */
-  ids?: readonly string[];
-  /** Count settled jobs in job_counts (the dashboard's chart, /metrics). Default true. */
-  recordCounts?: boolean;
-  /** Leases of jobs without a visibility of their own last this long unless renewed (every third
-   * of it). Default JOB_DEFAULTS.visibilityTimeoutSeconds (30 s). */
-  visibilityTimeoutSeconds?: number;
-  /** Claims also say, when they come back short, when the next pending job of the drained kinds
-   * is due (in the same statement): DrainReport.nextDueAt. For a drainer that sleeps until then
-   * (the Worker's clock). Default false. */
-  reportNextDue?: boolean;
-  /** A claim took jobs whose leases end at `leaseEndsAt` (ms since the epoch) unless renewed: if
-   * this drain is killed, the reaper has them back after that. */
-  onLeaseTaken?: (leaseEndsAt: number) => void;
-  /** A claim took this many jobs (a batch kind's claims too): the sidecar counts them toward its
-   * VACUUM of the jobs table (sidecar/queue-vacuum.ts). */
-  onClaimed?: (jobs: number) => void;
-  /** Called when a settlement statement fails (the jobs stay running for the reaper). */
-  onSettleError?: (error: unknown) => void;
-  /** Called when a claim fails. The drain goes on with what it holds and claims again at the next
-   * poll; if it ends with its last claim failed, it throws that error. */
-  onClaimError?: (error: unknown) => void;
-  /** Connections for transactional kinds' handlers, each held for one handler's run. Default:
-   * transactions on `db` itself (which cannot be cut short when a handler is given up). */
-  transactions?: OpenTransactionConnection;
-  /** What the runtime hears as it happens (the sidecar's LISTEN): jobs that became ready are
-   * claimed at once, even while other handlers keep the drain open, and a cancel of a job held
-   * here is checked at once instead of at its next lease renewal. */
-  notices?: DrainNotices;
-  /** While the drain is open (handlers running) and a claim came back short, it looks again this
-   * often for jobs that became due or were enqueued where no notice reaches it. Default: the
-   * profile's (1 s). */
-  pollIntervalMs?: number;
-}
+export type { AttemptFailed } from './settler.ts';
+export { DrainSession, type DrainSessionOptions } from './session.ts';
 
 /** One drain's own: when it must end. */
 export interface DrainRunOptions {
@@ -166,67 +113,15 @@ export interface DrainReport extends SettledCounts {
 /** Due times reopen their kinds at most this often (ms): the claim then takes every job due by then. */
 const DUE_CLAIM_SPACING_MS = 25;
 
-/** One drain with its own session: for a caller that drains once (a test, run-now, `runWorkflow`). */
+/** One drain with its own session: for a caller that drains once (a test, run-now). */
 export function drain(db: Db, registry: JobRegistry, options: DrainOptions): Promise<DrainReport> {
-  return new DrainSession(db, registry, options).drain(options);
+  return drainIn(new DrainSession(db, registry, options), options);
 }
 
-/**
- * A drainer's session, built once and drained as often as there may be work: its options resolved
- * against its placement's profile (profiles.ts), the kinds it claims split into the planner's and
- * the batch kinds', the runners that prepare a claim's jobs, and the moments jobs its drains
- * settled are due again (retries' backoffs, snoozes: each drain claims them at their time, also
- * those an earlier drain settled). The sidecar keeps one for its life; the Worker one per look.
- */
-export class DrainSession {
-  readonly db: Db;
-  readonly registry: JobRegistry;
-  readonly options: DrainSessionOptions;
-  readonly profile: DrainProfile;
-  readonly batchSize: number;
-  readonly maxBatchSize: number;
-  readonly concurrency: number;
-  readonly prefetch: number;
-  readonly pollIntervalMs: number;
-  readonly visibilityTimeoutSeconds: number;
-  readonly recordCounts: boolean;
-  /** The kinds the claim planner claims (every drained kind but the batch kinds). */
-  readonly plannedKinds: readonly string[];
-  /** The drained batch kinds (src/jobs/batch.ts): each has a runner of its own in a drain. */
-  readonly batchKinds: readonly string[];
-  /** The drained kinds' versions whose runners prepare a claim's jobs before they start
-   * (KindRunner.prepare), by claim name. */
-  readonly preparing: ReadonlyMap<string, Prepare>;
-  readonly dueTimes = new DueTimes();
-
-  constructor(db: Db, registry: JobRegistry, options: DrainSessionOptions) {
-    this.db = db;
-    this.registry = registry;
-    this.options = options;
-    this.profile = DRAIN_PROFILES[options.placement ?? 'near'];
-    this.batchSize = Math.max(1, options.batchSize ?? this.profile.batchSize);
-    this.maxBatchSize = Math.max(this.batchSize, options.maxBatchSize ?? this.profile.maxBatchSize ?? this.batchSize);
-    this.concurrency = Math.max(1, options.concurrency ?? this.profile.concurrency);
-    this.prefetch = Math.max(0, options.prefetch ?? this.batchSize);
-    this.pollIntervalMs = Math.max(10, options.pollIntervalMs ?? this.profile.pollIntervalMs);
-    this.visibilityTimeoutSeconds = options.visibilityTimeoutSeconds ?? JOB_DEFAULTS.visibilityTimeoutSeconds;
-    this.recordCounts = options.recordCounts !== false;
-    const kinds = options.kinds ?? registry.kinds();
-    this.batchKinds = kinds.filter((k) => batchOf(registry.get(k)) !== undefined);
-    this.plannedKinds = kinds.filter((k) => !this.batchKinds.includes(k));
-    const preparing = new Map<string, Prepare>();
-    for (const kind of kinds)
-      for (const version of registry.versions(kind)) {
-        const prepare = registry.get(kind, version)?.runner?.prepare;
-        if (prepare) preparing.set(claimName(kind, version), prepare);
-      }
-    this.preparing = preparing;
-  }
-
-  /** Drains until there is nothing running and nothing to claim, the budget is spent, or `run.signal` aborts. */
-  drain(run: DrainRunOptions = {}): Promise<DrainReport> {
-    return new DrainRun(this, run).run();
-  }
+/** A drain in `session` (session.ts): until there is nothing running and nothing to claim, the
+ * budget is spent, or `run.signal` aborts. A drainer calls it as often as there may be work. */
+export function drainIn(session: DrainSession, run: DrainRunOptions = {}): Promise<DrainReport> {
+  return new DrainRun(session, run).run();
 }
 
 type Mode = 'draining' | 'stopping' | 'done';
@@ -302,6 +197,7 @@ class DrainRun {
       // Settlements wait a little for the others' while handlers still run (settler.ts).
       handlersRunning: () => this.#slotsInUse > 0,
       onRetry: (runAt, kind) => this.#dueAgain(runAt.getTime(), kind),
+      onFailed: options.onAttemptFailed,
       onSnoozed: (kind, dueAt, readyKinds) => this.#snoozed(kind, dueAt, readyKinds),
       // A settlement that failed for a reason of the moment is sent again while its jobs' lease may
       // still hold (the renewals stopped when their handlers ended), within the drain's budget.
@@ -332,26 +228,19 @@ class DrainRun {
 
   /** The runner of one batch kind, sharing this drain's claimer, settler and leases. */
   #batchRunner(definition: JobDefinition<unknown>): BatchRunner {
-    const { registry, options, visibilityTimeoutSeconds } = this.#session;
     return new BatchRunner(definition, {
+      session: this.#session,
       claimer: this.#claimer,
       settler: this.#settler,
       leases: this.#leases,
-      registry,
-      workerId: options.workerId,
-      visibilityTimeoutSeconds,
-      ids: options.ids,
       handlerDeadline: () => this.#budget.handlerDeadline,
       outlived: this.#trackGivenUp,
       mayClaim: () => this.#mode === 'draining',
       stopping: () => this.#mode !== 'draining',
       tracing: () => this.#tracing,
-      onLeaseTaken: options.onLeaseTaken,
-      onClaimError: options.onClaimError,
       onChange: () => this.#wakeup.wake(),
       onClaimed: (n) => {
         this.#claimed += n;
-        options.onClaimed?.(n);
       },
     });
   }
@@ -557,16 +446,8 @@ class DrainRun {
   }
 
   #sendClaim(plan: PlannedClaim): void {
-    const lockToken = nextLockToken(this.#session.options.workerId);
     const sentAt = Date.now(); // the lock's time is the claim's, at the latest
-    const claim = {
-      batchSize: plan.size,
-      lockToken,
-      kinds: plan.kinds,
-      ids: this.#session.options.ids,
-      visibilityTimeoutSeconds: this.#session.visibilityTimeoutSeconds,
-      ...(this.#session.options.reportNextDue ? { nextDue: { kinds: this.#session.options.kinds } } : {}),
-    };
+    const claim = this.#session.claimRequest(plan.size, plan.kinds, this.#session.options.reportNextDue);
     const sent = this.#claimer.send(claim, plan.limits);
     // Only a drain of kinds whose runners prepare their jobs waits for that.
     const claimed =
@@ -580,15 +461,9 @@ class DrainRun {
           this.#planner.claimReturned(plan, outcome, Date.now() - sentAt);
           if (outcome.nextDueAt !== undefined && outcome.jobs.length < plan.size)
             this.#nextDueFromClaims = outcome.nextDueAt?.getTime() ?? null;
-          if (outcome.jobs.length > 0 && this.#session.options.onLeaseTaken) {
-            const longest = Math.max(
-              ...outcome.jobs.map((j) => j.visibilityTimeoutSeconds ?? this.#session.visibilityTimeoutSeconds),
-            );
-            this.#session.options.onLeaseTaken(sentAt + longest * 1000);
-          }
+          this.#session.claimed(outcome.jobs, sentAt);
           this.#claimError = undefined;
           this.#claimed += outcome.jobs.length;
-          if (outcome.jobs.length > 0) this.#session.options.onClaimed?.(outcome.jobs.length);
           if (this.#tracing && outcome.jobs.length > 0) {
             const context = traceClaim(
               this.#tracing,

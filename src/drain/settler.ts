@@ -58,6 +58,8 @@ export interface SettlerOptions {
   onReturned?: () => void;
   /** A failed job of `kind` goes back to pending, due again at `runAt` (its backoff). */
   onRetry?: (runAt: Date, kind: string) => void;
+  /** The failing statement recorded a failed attempt: retried at `runAt`, or dead (null). */
+  onFailed?: (failed: AttemptFailed) => void;
   /** A job of `kind` its runner snoozed: due again at `dueAt` (null: something else makes it due);
    * its statement made jobs of `readyKinds` ready. */
   onSnoozed?: (kind: string, dueAt: number | null, readyKinds: readonly string[]) => void;
@@ -82,6 +84,19 @@ export interface SettlementStatements {
 const QUERIES: SettlementStatements = { completeJobs, completeFollowed, failJobs, release };
 
 export type { Kept } from './outcome.ts';
+
+/** An attempt that failed, as its settlement recorded it. */
+export interface AttemptFailed {
+  id: string;
+  kind: string;
+  /** Its number (the job's attempts so far, this one included). */
+  attempt: number;
+  maxAttempts: number;
+  /** What it threw, as the job's last_error keeps it. */
+  error: string;
+  /** When it runs again; null: it is dead (its last attempt, or a permanent error). */
+  runAt: Date | null;
+}
 
 /** A record to complete, and how it is kept. */
 export interface CompletionOf {
@@ -125,8 +140,18 @@ export class Settler {
             // Jobs that waited for one that died may be pending now: this drain runs them too.
             if (unblockedKinds.length > 0) options.onUnblocked?.(unblockedKinds);
             return outcomes.map((o, i): SettledAs => {
+              const { record, failure } = batch[i]!;
+              if (o.outcome === 'retry' || o.outcome === 'dead')
+                options.onFailed?.({
+                  id: record.job.id,
+                  kind: record.kind,
+                  attempt: o.attempts,
+                  maxAttempts: record.job.maxAttempts,
+                  error: failure.error,
+                  runAt: o.outcome === 'retry' ? o.runAt : null,
+                });
               if (o.outcome !== 'retry') return o.outcome;
-              options.onRetry?.(o.runAt, batch[i]!.record.kind);
+              options.onRetry?.(o.runAt, record.kind);
               return 'failed';
             });
           },

@@ -13,7 +13,7 @@
 //
 // Beside the loop, every `vacuumEveryJobs` jobs it claims, a VACUUM of the jobs table keeps the
 // claims' walk of jobs_ready short (queue-vacuum.ts); stop() waits for a running one.
-import { DrainNotices, type DrainReport, DrainSession, type DrainSessionOptions } from '../drain/index.ts';
+import { DrainNotices, type DrainReport, DrainSession, type DrainSessionOptions, drainIn } from '../drain/index.ts';
 import type { JobRegistry } from '../jobs/index.ts';
 import type { Db } from '../queries/index.ts';
 import { drainAgainAt } from '../runtime/core.ts';
@@ -134,7 +134,7 @@ export class Drainer {
       this.#wakeRequested = false;
       if (this.#stop.signal.aborted) break;
       try {
-        const report = await this.#session.drain({ signal: this.#stop.signal, abandonSignal: this.#abandon.signal });
+        const report = await drainIn(this.#session, { signal: this.#stop.signal, abandonSignal: this.#abandon.signal });
         if (this.#failing) onRecovered?.();
         this.#failing = false;
         pause = 0;

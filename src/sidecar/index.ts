@@ -30,6 +30,7 @@ import { type Pooler, type PoolerSetting, detectPooler } from '../db/pooler.ts';
 import type { ScheduleDefinition } from '../schedules.ts';
 import { type RuntimeSettings, type Settings, defaultFor, withDefaults } from '../settings.ts';
 import { type KindsRegistered, apiConfigFor, drainOptionsFor, registerKinds, registryFor } from '../runtime/core.ts';
+import { attemptFailureLog } from '../runtime/attempt-failures.ts';
 import { openDatabase, openPools, resolveApiToken } from './database.ts';
 import { type DrainerIdentity, holdIdentity } from './drainer-identity.ts';
 import { Drainer } from './drainer.ts';
@@ -298,6 +299,10 @@ function startDrainer(
     transactions: context.transactions,
     notices: context.notices,
     onSettleError: (error) => incidents.start('settle', error),
+    onAttemptFailed: attemptFailureLog({
+      failed: (line, message) => log.warn(line, message),
+      muted: (message) => log.warn(message),
+    }),
     onClaimError: (error) => incidents.start('drain', error),
     onError: (error) => incidents.start('drain', error),
     onRecovered: () => incidents.end('drain'),

@@ -10,7 +10,7 @@
 //   export default createWorker({ jobs: [sendReceipt] });
 import type { Context } from 'hono';
 import { safeErrorMessage } from '../db/url.ts';
-import { DrainSession, drain, type DrainReport } from '../drain/index.ts';
+import { type AttemptFailed, DrainSession, drain, drainIn, type DrainReport } from '../drain/index.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import {
@@ -35,6 +35,7 @@ import {
   queueClockClass,
   tellQueueClock,
 } from './clock.ts';
+import { attemptFailureLog } from '../runtime/attempt-failures.ts';
 import { cronBudgetMs } from './cron-budget.ts';
 import { type DatabaseEnv, type WorkerDatabase, openWorkerDatabase } from './database.ts';
 
@@ -86,6 +87,9 @@ export interface WorkerOptions {
 interface Configured {
   settings: Settings;
   registry: JobRegistry;
+  /** Says why attempts failed (`attempt_failed` lines), a few per interval for the isolate
+   * (src/runtime/attempt-failures.ts). */
+  attemptFailed: (failed: AttemptFailed) => void;
 }
 
 export function createWorker(options: WorkerOptions = {}) {
@@ -186,10 +190,14 @@ const clockUnreachable = (error: unknown) => {
  * drain claims again at its next poll). Without them the Worker would say nothing of why a job ran
  * twice; the sidecar says the same through its incidents (src/sidecar/incidents.ts).
  */
-function drainFailureLogs(workerId: string) {
+function drainFailureLogs(workerId: string, { attemptFailed }: Configured) {
   const failed = (event: string) => (error: unknown) =>
     console.error(JSON.stringify({ event, drainer: workerId, error: safeErrorMessage(error) }));
-  return { onSettleError: failed('settle_failed'), onClaimError: failed('claim_failed') };
+  return {
+    onSettleError: failed('settle_failed'),
+    onClaimError: failed('claim_failed'),
+    onAttemptFailed: attemptFailed,
+  };
 }
 
 /** A cron invocation the clock let off: nothing due, nothing sent. */
@@ -215,7 +223,11 @@ function readConfiguration(
     if (error instanceof SettingsError) return error;
     throw error;
   }
-  return { settings, registry: registryFor(settings, jobs, schedules) };
+  const attemptFailed = attemptFailureLog({
+    failed: (line, message) => console.warn(JSON.stringify({ event: 'attempt_failed', ...line, message })),
+    muted: (message) => console.warn(JSON.stringify({ event: 'attempt_failures_muted', message })),
+  });
+  return { settings, registry: registryFor(settings, jobs, schedules), attemptFailed };
 }
 
 type RunNow = (env: Env, ids: string[], database: WorkerDatabase) => Promise<void>;
@@ -291,9 +303,10 @@ function apiRuntime(
 async function runNow(
   env: Env,
   { db, transactions }: WorkerDatabase,
-  { settings, registry }: Configured,
+  config: Configured,
   ids: string[],
 ): Promise<void> {
+  const { settings, registry } = config;
   // The request's connection (the caller closes it).
   const clock = queueClock(env);
   const drainer = `worker-now-${crypto.randomUUID().slice(0, 8)}`;
@@ -302,7 +315,7 @@ async function runNow(
       ...drainOptionsFor(settings, 'worker'),
       transactions,
       workerId: drainer,
-      ...drainFailureLogs(drainer),
+      ...drainFailureLogs(drainer, config),
       ids,
       batchSize: ids.length,
       concurrency: Math.min(settings.concurrency!, ids.length),
@@ -347,10 +360,11 @@ interface Look {
  */
 async function look(
   env: Env,
-  { settings, registry }: Configured,
+  config: Configured,
   schedules: readonly ScheduleDefinition[],
   plan: LookPlan,
 ): Promise<Look> {
+  const { settings, registry } = config;
   const started = Date.now();
   const { db, transactions, close } = openWorkerDatabase(env);
   // Housekeeping goes beside the drain, on a connection of its own (from the transactional
@@ -367,12 +381,12 @@ async function look(
     const session = new DrainSession(db, registry, {
       ...drainOptionsFor(settings, 'worker'),
       workerId,
-      ...drainFailureLogs(workerId),
+      ...drainFailureLogs(workerId, config),
       transactions,
       reportNextDue: plan.clock !== null,
       onLeaseTaken: plan.clock ? leaseTeller(plan.clock) : undefined,
     });
-    const drainFor = (ms: number) => session.drain({ budgetMs: ms });
+    const drainFor = (ms: number) => drainIn(session, { budgetMs: ms });
     let report = plan.drain ? await drainFor(deadline - Date.now()) : emptyDrainReport();
     let drained = plan.drain;
     const housekept = housekeeping ? await housekeeping : null;

@@ -12,6 +12,7 @@ import { JobBook, type JobRecord } from '../../src/drain/job-record.ts';
 import { JobCancelledError, LeaseKeeper, LeaseLostError } from '../../src/drain/lease-keeper.ts';
 import { type HandlerEnvironment, HandlerAbandonedError, runAttempt } from '../../src/drain/run-handler.ts';
 import { SETTLE_ATTEMPTS, SETTLE_SPACING_MS, type SettlementStatements, Settler } from '../../src/drain/settler.ts';
+import { DrainSession } from '../../src/drain/session.ts';
 import { defineBatchJob } from '../../src/jobs/batch.ts';
 import { JobRegistry, PermanentJobError, RetryLaterError, defineJob } from '../../src/jobs/registry.ts';
 import { z } from 'zod';
@@ -709,12 +710,10 @@ describe('the batch runner', () => {
     let stopping = false;
     const registry = new JobRegistry([kind]);
     const r = new BatchRunner(registry.get(kind.kind)!, {
+      session: new DrainSession(NO_DB, registry, { workerId: 'unit', visibilityTimeoutSeconds: 30 }),
       claimer,
       settler,
       leases,
-      registry,
-      workerId: 'unit',
-      visibilityTimeoutSeconds: 30,
       handlerDeadline: () => Date.now() + 60_000,
       mayClaim: () => true,
       stopping: () => stopping,

@@ -127,9 +127,27 @@ for (const path of PATHS) {
       );
     };
 
-    it("a transactional kind on the Worker's own connections: the failed attempt's write is rolled back, the second commits once with its completion", async () => {
+    it("a transactional kind on the Worker's own connections: the failed attempt's write is rolled back, the second commits once with its completion; the log says why it failed", async () => {
       const [job] = await enqueueMany(h.db, [{ kind: 'tx', payload: {}, keepSeconds: 60 }]);
-      expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ failed: 1, completed: 0 });
+      const warnings = vi.spyOn(console, 'warn').mockImplementation(() => {});
+      try {
+        expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ failed: 1, completed: 0 });
+        const lines = warnings.mock.calls.map((c) => JSON.parse(String(c[0])) as Record<string, unknown>);
+        expect(lines).toContainEqual({
+          event: 'attempt_failed',
+          jobId: job!.id,
+          kind: 'tx',
+          attempt: 1,
+          maxAttempts: expect.any(Number),
+          retryAt: expect.stringMatching(/^\d{4}-/),
+          error: 'first attempt fails after writing',
+          message: expect.stringMatching(
+            /^job \d+ \(tx\) attempt 1 of \d+ failed: first attempt fails after writing; it runs/,
+          ),
+        });
+      } finally {
+        warnings.mockRestore();
+      }
       expect(await h.query('SELECT attempt FROM public.lifecycle_writes')).toEqual([]);
       await h.query(`UPDATE pgdrain.jobs SET run_at = now()`);
       expect(await worker.runScheduled(cron(), testEnv())).toMatchObject({ completed: 1 });

@@ -77,7 +77,7 @@ export { MAX_PROGRESS_BYTES, MAX_RESULT_BYTES } from '../db/constants.ts';
 export type { OpenTransactionConnection, TransactionConnection } from '../db/connections.ts';
 export { DrainNotices, type NoticeListener } from './notices.ts';
 export { DueTimes } from './due-times.ts';
-export type { JobState, SettledCounts } from './job-record.ts';
+export { type JobState, type SettledCounts, noneSettled } from './job-record.ts';
 export type { AttemptFailed } from './settler.ts';
 export { DrainSession, type DrainSessionOptions } from './session.ts';
 

@@ -47,6 +47,18 @@ export interface SettledCounts {
   unsettled: number;
 }
 
+/** Counts of nothing settled: a report's start. */
+export const noneSettled = (): SettledCounts => ({
+  completed: 0,
+  failed: 0,
+  dead: 0,
+  released: 0,
+  cancelled: 0,
+  lost: 0,
+  snoozed: 0,
+  unsettled: 0,
+});
+
 export class JobRecord {
   readonly job: ClaimedJob;
   /** When its claim was sent (its lock dates from then, at the latest). */
@@ -117,16 +129,7 @@ export interface JobBookOptions {
 }
 
 export class JobBook {
-  readonly counts: SettledCounts = {
-    completed: 0,
-    failed: 0,
-    dead: 0,
-    released: 0,
-    cancelled: 0,
-    lost: 0,
-    snoozed: 0,
-    unsettled: 0,
-  };
+  readonly counts: SettledCounts = noneSettled();
   /** Claimed, not started, oldest first. */
   readonly #queued: JobRecord[] = [];
   #running = 0;

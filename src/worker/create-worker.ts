@@ -10,7 +10,7 @@
 //   export default createWorker({ jobs: [sendReceipt] });
 import type { Context } from 'hono';
 import { safeErrorMessage } from '../db/url.ts';
-import { type AttemptFailed, DrainSession, drain, drainIn, type DrainReport } from '../drain/index.ts';
+import { type AttemptFailed, DrainSession, drain, drainIn, type DrainReport, noneSettled } from '../drain/index.ts';
 import { type ApiRuntime, createApp } from '../http/app.ts';
 import { createDefaultRegistry, type JobDefinition, type JobRegistry } from '../jobs/index.ts';
 import {
@@ -471,14 +471,7 @@ const lookResult = ({ drainAt, housekeepAt }: Look) => ({
 
 const emptyDrainReport = (): DrainReport => ({
   claimed: 0,
-  completed: 0,
-  failed: 0,
-  dead: 0,
-  released: 0,
-  cancelled: 0,
-  lost: 0,
-  snoozed: 0,
-  unsettled: 0,
+  ...noneSettled(),
   elapsedMs: 0,
   stoppedBy: 'empty',
   nextClaimAt: null,

@@ -72,11 +72,12 @@ export interface DrainSessionOptions {
 }
 
 /**
- * A drainer's session, built once and drained as often as there may be work (drainIn, index.ts): its options resolved
- * against its placement's profile (profiles.ts), the kinds it claims split into the planner's and
- * the batch kinds', the runners that prepare a claim's jobs, and the moments jobs its drains
- * settled are due again (retries' backoffs, snoozes: each drain claims them at their time, also
- * those an earlier drain settled). The sidecar keeps one for its life; the Worker one per look.
+ * A drainer's session, built once and drained in as often as there may be work (drainIn,
+ * index.ts): its options resolved against its placement's profile (profiles.ts), the kinds it
+ * claims split into the planner's and the batch kinds', the runners that prepare a claim's jobs,
+ * the form of its claims and what a claim tells, and the moments jobs its drains settled are due
+ * again (retries' backoffs, snoozes: each drain claims them at their time, also those an earlier
+ * drain settled). The sidecar keeps one for its life; the Worker one per look.
  */
 export class DrainSession {
   readonly db: Db;
